@@ -1,0 +1,1 @@
+"""blockx_client."""

@@ -1,0 +1,59 @@
+"""Error codes shared by every BlockX component.
+
+Expected outcomes (no slot, no candidate, invalid slot) are values carrying an
+``ErrorCode``; exceptions are reserved for misuse of an API.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ErrorCode(enum.StrEnum):
+    """Business error codes (``commontypes.ErrorCode`` in the Go implementation).
+
+    The gRPC status of each code is decided in one table in ``blockx_server``.
+    """
+
+    INVALID_ARGUMENT = "InvalidArgument"
+    UNAVAILABLE = "Unavailable"
+    # Coordinator: a trusted view has no worker with free capacity.
+    NO_EXECUTABLE_SLOT = "NoExecutableSlot"
+    # Coordinator: a worker may hold a slot for the task; wait one slot TTL.
+    SLOT_UNCERTAIN = "SlotUncertain"
+    # Worker: no free slot in the local slot table.
+    NO_SLOT = "NoSlot"
+    # Worker: slot_id unknown, not ALLOCATED, or bound to another task.
+    INVALID_SLOT = "InvalidSlot"
+    NOT_FOUND = "NotFound"
+    INTERNAL = "Internal"
+
+
+class FailureCode(enum.StrEnum):
+    """Why a task converged to FAILED (``TaskResult.executeResult.failureCode``)."""
+
+    ACTIVATION_FAILED = "ACTIVATION_FAILED"
+    IO_SCOPE_FAILED = "IO_SCOPE_FAILED"
+    SLOT_LOST = "SLOT_LOST"
+    BUILDER_NOT_FOUND = "BUILDER_NOT_FOUND"
+    BUILDER_FAILED = "BUILDER_FAILED"
+    CALL_FAILED = "CALL_FAILED"
+    OUTPUT_BYTES_EXCEEDED = "OUTPUT_BYTES_EXCEEDED"
+    PLUGIN_NOT_FOUND = "PLUGIN_NOT_FOUND"
+    PLUGIN_FAILED = "PLUGIN_FAILED"
+    CANCELLED = "CANCELLED"
+    TIMED_OUT = "TIMED_OUT"
+    WATCH_DISCONNECTED = "WATCH_DISCONNECTED"
+
+
+class BlockxUsageError(Exception):
+    """A caller broke an API contract (a bug in the caller, not a runtime outcome)."""
+
+
+class InvalidConfig(BlockxUsageError):
+    """A configuration value breaks a rule. ``field`` names the offending field."""
+
+    def __init__(self, field: str, rule: str) -> None:
+        super().__init__(f"{field} {rule}")
+        self.field = field
+        self.rule = rule

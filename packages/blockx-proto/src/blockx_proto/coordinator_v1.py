@@ -1,0 +1,4 @@
+"""``coordinator.v1`` messages and grpclib stubs (generated into blockx_proto._gen)."""
+
+from blockx_proto._gen.coordinator.v1 import *  # noqa: F403
+from blockx_proto._gen.coordinator.v1 import __all__ as __all__

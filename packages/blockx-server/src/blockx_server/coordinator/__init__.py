@@ -1,0 +1,1 @@
+"""The Coordinator process: placement over the etcd heartbeat view."""
