@@ -26,6 +26,9 @@ class ErrorCode(enum.StrEnum):
     # Worker: slot_id unknown, not ALLOCATED, or bound to another task.
     INVALID_SLOT = "InvalidSlot"
     NOT_FOUND = "NotFound"
+    # A worker refused a request for a reason other than capacity (e.g. the address
+    # does not serve worker.v1): the request definitely did not allocate a slot.
+    REJECTED = "Rejected"
     INTERNAL = "Internal"
 
 

@@ -6,7 +6,9 @@ from typing import Annotated
 
 import msgspec
 
-NonNegativeInt = Annotated[int, msgspec.Meta(ge=0)]
+# Integers are int64 on the wire (the Go struct's types); larger values are invalid.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+NonNegativeInt = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 # Named "percent" for wire compatibility, but a fraction in [0, 1].
 Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
 
@@ -29,7 +31,7 @@ class WorkerHeartbeat(msgspec.Struct, frozen=True, kw_only=True, rename="camel")
     memory_total_bytes: NonNegativeInt = 0
     process_rss_bytes: NonNegativeInt = 0
     error_rate: Fraction = 0.0
-    last_heartbeat_ms: int
+    last_heartbeat_ms: Int64
 
     @property
     def used_total(self) -> int:

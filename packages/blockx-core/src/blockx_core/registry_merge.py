@@ -40,9 +40,7 @@ class RegistryMerge:
     def __init__(self, prefixes: Sequence[str]) -> None:
         if not prefixes:
             raise ValueError("at least one registry prefix is required")
-        self._prefixes: dict[str, RegistryPrefix] = {
-            p: parse_registry_prefix(p) for p in prefixes
-        }
+        self._prefixes: dict[str, RegistryPrefix] = {p: parse_registry_prefix(p) for p in prefixes}
         self._tables: dict[str, dict[WorkerAddr, WorkerHeartbeat]] = {p: {} for p in prefixes}
         self._merged: dict[WorkerAddr, WorkerHeartbeat] = {}
 
@@ -96,11 +94,7 @@ class RegistryMerge:
             is_v2 = self._prefixes[prefix].format is RegistryFormat.V2
             # Larger is better: newer heartbeat, then v2; on a tie the smaller prefix wins.
             rank = (hb.last_heartbeat_ms, is_v2, prefix)
-            if (
-                best is None
-                or rank[:2] > best[:2]
-                or (rank[:2] == best[:2] and rank[2] < best[2])
-            ):
+            if best is None or rank[:2] > best[:2] or (rank[:2] == best[:2] and rank[2] < best[2]):
                 best, winner = rank, hb
         return winner
 

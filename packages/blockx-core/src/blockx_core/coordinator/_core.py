@@ -80,7 +80,9 @@ class CoordinatorCore:
     def watch_disconnected_at_ms(self) -> int | None:
         return self._watch_disconnected_at_ms
 
-    def __len__(self) -> int:
+    @property
+    def worker_count(self) -> int:
+        """Workers in the view (a property, not __len__: an empty core is still a core)."""
         return len(self._views)
 
     def worker(self, worker_addr: WorkerAddr) -> WorkerView | None:
@@ -145,7 +147,23 @@ class CoordinatorCore:
     # ---- decisions ------------------------------------------------------------------
 
     def is_ready(self, now_ms: int) -> bool:
-        return self._not_ready(now_ms) is None
+        return self.not_ready_reason(now_ms) is None
+
+    def not_ready_reason(self, now_ms: int) -> CoordinatorError | None:
+        """UNAVAILABLE with the reason the view is not trusted, or None when ready."""
+        if not self._initialized:
+            return CoordinatorError(
+                ErrorCode.UNAVAILABLE,
+                "worker view not initialized: waiting for the first etcd list",
+            )
+        since = self._watch_disconnected_at_ms
+        if since is not None and now_ms - since > self._config.watch_grace_period_ms:
+            return CoordinatorError(
+                ErrorCode.UNAVAILABLE,
+                f"etcd watch lost {now_ms - since} ms ago (grace "
+                f"{self._config.watch_grace_period_ms} ms): the worker view is not trusted",
+            )
+        return None
 
     def select_candidate(
         self, task_id: TaskId, exclude: Set[WorkerAddr], now_ms: int
@@ -158,7 +176,7 @@ class CoordinatorCore:
         rank by free capacity (more first), newer heartbeat, lower penalty, address.
         ``task_id`` takes no part in the choice (placement is deterministic).
         """
-        not_ready = self._not_ready(now_ms)
+        not_ready = self.not_ready_reason(now_ms)
         if not_ready is not None:
             return not_ready
         self._release_breakers(now_ms)
@@ -204,21 +222,6 @@ class CoordinatorCore:
         """NoSlot is the worker working as intended: no penalty, no breaker."""
 
     # ---- internals -------------------------------------------------------------------
-
-    def _not_ready(self, now_ms: int) -> CoordinatorError | None:
-        if not self._initialized:
-            return CoordinatorError(
-                ErrorCode.UNAVAILABLE,
-                "worker view not initialized: waiting for the first etcd list",
-            )
-        since = self._watch_disconnected_at_ms
-        if since is not None and now_ms - since > self._config.watch_grace_period_ms:
-            return CoordinatorError(
-                ErrorCode.UNAVAILABLE,
-                f"etcd watch lost {now_ms - since} ms ago (grace "
-                f"{self._config.watch_grace_period_ms} ms): the worker view is not trusted",
-            )
-        return None
 
     def _routable(self, view: WorkerView) -> bool:
         """The filters that depend on the heartbeat alone."""

@@ -27,7 +27,7 @@ from blockx_core.coordinator._view import WorkerView
 # (-free capacity, -lastHeartbeatMs, penalty, workerAddr): ascending = best first.
 RankKey: TypeAlias = tuple[int, int, float, str]
 
-# Below any -lastHeartbeatMs an int64 clock can produce.
+# Below any -lastHeartbeatMs: heartbeats are int64 (decode_heartbeat enforces it).
 _BELOW_ANY_HEARTBEAT: Final = -(1 << 127)
 
 

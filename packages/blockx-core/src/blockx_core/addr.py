@@ -1,0 +1,30 @@
+"""``host:port`` addresses as Workers, Coordinators and listeners spell them."""
+
+from __future__ import annotations
+
+
+class InvalidAddress(ValueError):
+    """Not a ``host:port`` (or ``[v6]:port``, or ``:port``) address."""
+
+
+def split_host_port(addr: str, *, allow_empty_host: bool = False) -> tuple[str, int]:
+    """Split ``host:port``, ``[::1]:port`` or (with ``allow_empty_host``) ``:port``.
+
+    An empty host means every interface; it is returned as ``""``.
+    """
+    host, sep, port_text = addr.rpartition(":")
+    if not sep:
+        raise InvalidAddress(f"{addr!r} is not host:port")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise InvalidAddress(f"{addr!r}: write an IPv6 host in brackets, e.g. [::1]:8080")
+    if not host and not allow_empty_host:
+        raise InvalidAddress(f"{addr!r} has no host")
+    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+        raise InvalidAddress(f"{addr!r} has no valid port (0-65535)")
+    return host, int(port_text)
+
+
+def join_host_port(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"

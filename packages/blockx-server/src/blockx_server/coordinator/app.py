@@ -1,0 +1,88 @@
+"""Wiring and lifetime of one Coordinator process (the seeds' ``app.Run``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+
+from grpclib.server import Server
+from prometheus_client import CollectorRegistry
+
+from blockx_core.coordinator import CoordinatorCore
+from blockx_core.registry import RegistryKind
+from blockx_server.clock import SYSTEM_CLOCK, Clock
+from blockx_server.coordinator.config import CoordinatorRuntimeConfig
+from blockx_server.coordinator.etcd_watcher import EtcdWorkerWatcher
+from blockx_server.coordinator.metrics import CoordinatorMetrics
+from blockx_server.coordinator.service import (
+    BundleCoordinatorService,
+    CoordinatorServer,
+    CoordinatorService,
+)
+from blockx_server.coordinator.slot_reserver import GrpcSlotReserver
+from blockx_server.metrics_http import start_metrics_server
+
+log = logging.getLogger(__name__)
+
+
+async def serve(
+    config: CoordinatorRuntimeConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> None:
+    """Run until ``stop`` is set (or SIGINT/SIGTERM when ``stop`` is None)."""
+    stop = stop or _stop_on_signals()
+    core = CoordinatorCore(config.core)
+    watcher = EtcdWorkerWatcher(config.watcher, core, clock)
+    metrics = CoordinatorMetrics(CollectorRegistry(), watcher.worker_count_by_format)
+    reserver = GrpcSlotReserver(timeout_ms=config.worker_rpc_timeout_ms)
+    server = CoordinatorServer(core, reserver, clock, config.handler, metrics)
+    # Each deployment registers only its own service.
+    service = (
+        CoordinatorService(server)
+        if config.profile.deployment is RegistryKind.BLOCK
+        else BundleCoordinatorService(server)
+    )
+    grpc_server = Server([service])
+    await grpc_server.start(config.listen_host or None, config.listen_port)
+    metrics_server = None
+    try:
+        if config.prometheus_listen is not None:
+            host, port = config.prometheus_listen
+            metrics_server = await start_metrics_server(
+                metrics.registry, host, port, config.prometheus_path
+            )
+        log.info(
+            "%s serving %s on %s:%d, watching %s at %s",
+            config.profile.program,
+            config.profile.service,
+            config.listen_host or "0.0.0.0",
+            config.listen_port,
+            ",".join(config.watcher.key_prefixes),
+            ",".join(config.watcher.endpoints),
+        )
+        async with asyncio.TaskGroup() as tasks:
+            watch_task = tasks.create_task(watcher.run())
+            await stop.wait()
+            log.info("shutting down")
+            grpc_server.close()
+            await grpc_server.wait_closed()
+            watch_task.cancel()
+    finally:
+        grpc_server.close()
+        if metrics_server is not None:
+            metrics_server.close()
+            await metrics_server.wait_closed()
+        reserver.close()
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop

@@ -1,0 +1,72 @@
+"""Coordinator metrics (Prometheus)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from blockx_core.registry import RegistryFormat
+from blockx_server.coordinator.service import ReserveOutcome, SlotAttemptResult
+
+
+class _RegistryWorkersCollector(Collector):
+    """``blockx_coordinator_registry_workers{format}``, read at scrape time."""
+
+    def __init__(self, counts: Callable[[], Mapping[RegistryFormat, int]]) -> None:
+        self._counts = counts
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        family = GaugeMetricFamily(
+            "blockx_coordinator_registry_workers",
+            "Workers registered in etcd, by registry prefix format.",
+            labels=["format"],
+        )
+        counts = self._counts()
+        for fmt in RegistryFormat:
+            family.add_metric([fmt.value], counts.get(fmt, 0))
+        yield family
+
+
+class CoordinatorMetrics:
+    """Implements the orchestration loop's ReserveObserver."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        registry_worker_counts: Callable[[], Mapping[RegistryFormat, int]],
+    ) -> None:
+        self.registry = registry
+        registry.register(_RegistryWorkersCollector(registry_worker_counts))
+        self._reserve_total = Counter(
+            "blockx_coordinator_reserve",
+            "ReserveWorkerSlot calls, by outcome.",
+            ["outcome"],
+            registry=registry,
+        )
+        self._reserve_seconds = Histogram(
+            "blockx_coordinator_reserve_duration_seconds",
+            "ReserveWorkerSlot latency, by outcome.",
+            ["outcome"],
+            registry=registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 3, 10),
+        )
+        self._slot_requests = Counter(
+            "blockx_coordinator_slot_requests",
+            "RequestTaskSlot calls to workers, by result.",
+            ["result"],
+            registry=registry,
+        )
+        for outcome in ReserveOutcome:
+            self._reserve_total.labels(outcome.value)
+        for result in SlotAttemptResult:
+            self._slot_requests.labels(result.value)
+
+    def reserve_finished(self, outcome: ReserveOutcome, seconds: float) -> None:
+        self._reserve_total.labels(outcome.value).inc()
+        self._reserve_seconds.labels(outcome.value).observe(seconds)
+
+    def slot_attempt(self, result: SlotAttemptResult) -> None:
+        self._slot_requests.labels(result.value).inc()

@@ -1,0 +1,115 @@
+"""SlotReserver: how the Coordinator asks a Worker for a slot.
+
+``GrpcSlotReserver`` keeps exactly one grpclib channel per worker address (a
+point-to-point client needs no balancer) and turns every way a call can end
+into a value: ``SlotGranted`` or ``SlotError``. ``SlotError.may_have_allocated``
+says whether the request may have reached the Worker's slot table; if so the
+caller must retry the same Worker with the same task_id and never switch.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from typing import Protocol
+
+import msgspec
+from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+
+from blockx_core.addr import InvalidAddress, split_host_port
+from blockx_core.errors import ErrorCode
+from blockx_core.ids import SlotId, TaskId, WorkerAddr
+from blockx_proto import worker_v1
+from blockx_server.status import classify_worker_status
+
+log = logging.getLogger(__name__)
+
+
+class SlotGranted(msgspec.Struct, frozen=True):
+    """The Worker answered RequestTaskSlot. An empty slot_id is not a grant."""
+
+    slot_id: SlotId
+    lease_deadline_ms: int = 0
+
+
+class SlotError(msgspec.Struct, frozen=True):
+    code: ErrorCode
+    message: str
+    may_have_allocated: bool
+
+
+SlotOutcome = SlotGranted | SlotError
+
+
+class SlotReserver(Protocol):
+    async def request_task_slot(
+        self, worker_addr: WorkerAddr, task_id: TaskId, ttl_ms: int
+    ) -> SlotOutcome: ...
+
+
+class GrpcSlotReserver:
+    """RequestTaskSlot over grpclib, one cached channel per worker address."""
+
+    def __init__(self, *, timeout_ms: int) -> None:
+        self._timeout_s = timeout_ms / 1000
+        self._channels: dict[WorkerAddr, Channel] = {}
+
+    async def request_task_slot(
+        self, worker_addr: WorkerAddr, task_id: TaskId, ttl_ms: int
+    ) -> SlotOutcome:
+        try:
+            channel = self._channel(worker_addr)
+        except InvalidAddress as exc:
+            return SlotError(ErrorCode.REJECTED, str(exc), may_have_allocated=False)
+        stub = worker_v1.WorkerServiceStub(channel)
+        request = worker_v1.RequestTaskSlotRequest(task_id=task_id, ttl_ms=ttl_ms)
+        try:
+            snapshot = await stub.request_task_slot(request, timeout=self._timeout_s)
+        except GRPCError as exc:
+            code, uncertain = classify_worker_status(exc.status)
+            return SlotError(code, _describe(exc), may_have_allocated=uncertain)
+        except TimeoutError:
+            return SlotError(
+                ErrorCode.SLOT_UNCERTAIN,
+                f"RequestTaskSlot timed out after {self._timeout_s:g} s",
+                may_have_allocated=True,
+            )
+        except (ConnectionRefusedError, socket.gaierror) as exc:
+            # Only connecting raises these: nothing was sent, so no slot can exist.
+            # A definite, non-timeout Unavailable.
+            return SlotError(
+                ErrorCode.UNAVAILABLE, f"cannot connect: {exc}", may_have_allocated=False
+            )
+        except (StreamTerminatedError, ProtocolError, OSError) as exc:
+            # The connection broke after the request may have been sent: a
+            # timeout-type Unavailable in gRPC terms.
+            return SlotError(
+                ErrorCode.SLOT_UNCERTAIN, f"connection lost: {exc}", may_have_allocated=True
+            )
+        return SlotGranted(snapshot.slot_id, snapshot.lease_deadline_ms)
+
+    def _channel(self, worker_addr: WorkerAddr) -> Channel:
+        channel = self._channels.get(worker_addr)
+        if channel is None:
+            host, port = split_host_port(worker_addr)
+            channel = Channel(host, port)
+            self._channels[worker_addr] = channel
+        return channel
+
+    def forget(self, worker_addr: WorkerAddr) -> None:
+        """Close the channel of a worker that left the registry."""
+        channel = self._channels.pop(worker_addr, None)
+        if channel is not None:
+            channel.close()
+
+    def close(self) -> None:
+        for channel in self._channels.values():
+            channel.close()
+        self._channels.clear()
+
+
+def _describe(exc: GRPCError) -> str:
+    status = exc.status.name if isinstance(exc.status, Status) else str(exc.status)
+    return f"{status}: {exc.message}" if exc.message else status

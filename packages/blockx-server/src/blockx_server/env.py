@@ -1,0 +1,86 @@
+"""Reading configuration from environment variables.
+
+Every process validates its whole configuration before it logs anything; a bad
+value stops start-up with one line naming the variable and the rule it broke.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from blockx_core.addr import InvalidAddress, split_host_port
+
+
+class ConfigError(Exception):
+    """A configuration variable breaks a rule; ``str()`` is the one line users see."""
+
+    def __init__(self, variable: str, rule: str) -> None:
+        super().__init__(f"{variable} {rule}")
+        self.variable = variable
+        self.rule = rule
+
+
+Environ = Mapping[str, str]
+
+
+def env_str(environ: Environ, name: str, default: str) -> str:
+    value = environ.get(name, "").strip()
+    return value or default
+
+
+def env_optional(environ: Environ, name: str) -> str | None:
+    value = environ.get(name, "").strip()
+    return value or None
+
+
+def env_int(environ: Environ, name: str, default: int) -> int:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be an integer (got {raw!r})") from None
+
+
+def env_float(environ: Environ, name: str, default: float) -> float:
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ConfigError(name, f"must be a number (got {raw!r})") from None
+
+
+def env_list(environ: Environ, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
+    """A comma-separated list; blanks around items are ignored."""
+    raw = environ.get(name, "").strip()
+    if not raw:
+        return default
+    items = tuple(item.strip() for item in raw.split(","))
+    if any(not item for item in items):
+        raise ConfigError(name, f"has an empty item in its comma-separated list (got {raw!r})")
+    return items
+
+
+def env_listen_addr(environ: Environ, name: str, default: str) -> tuple[str, int]:
+    """``host:port`` or ``:port`` (every interface, returned as host ``""``)."""
+    raw = env_str(environ, name, default)
+    try:
+        return split_host_port(raw, allow_empty_host=True)
+    except InvalidAddress as exc:
+        raise ConfigError(name, f"must be host:port or :port ({exc})") from None
+
+
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+def env_log_level(environ: Environ) -> str:
+    """``BLOCKX_LOG_LEVEL``, shared by every process (default INFO)."""
+    level = env_str(environ, "BLOCKX_LOG_LEVEL", "INFO").upper()
+    if level not in LOG_LEVELS:
+        raise ConfigError(
+            "BLOCKX_LOG_LEVEL", f"must be one of {', '.join(LOG_LEVELS)} (got {level!r})"
+        )
+    return level

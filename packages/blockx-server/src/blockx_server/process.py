@@ -1,0 +1,40 @@
+"""What every BlockX process does at start and exit: logging, profiling, fatal errors."""
+
+from __future__ import annotations
+
+import cProfile
+import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import NoReturn
+
+
+def fail(program: str, message: str) -> NoReturn:
+    """One line on stderr and a non-zero exit; never a traceback."""
+    print(f"{program}: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(
+        level=level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+@contextmanager
+def cpu_profile(path: str | None) -> Iterator[None]:
+    """Profile the whole block (the process lifetime) and write pstats to ``path``."""
+    if path is None:
+        yield
+        return
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        yield
+    finally:
+        profiler.disable()
+        profiler.dump_stats(path)
+        logging.getLogger(__name__).info("CPU profile written to %s", path)

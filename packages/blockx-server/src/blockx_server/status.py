@@ -1,0 +1,55 @@
+"""ErrorCode <-> gRPC status, in one place for every service.
+
+The Coordinator's classification of a Worker's answer (``classify_worker_status``)
+must stay the inverse of the Worker's own mapping (``WORKER_STATUS``): a status
+the Worker uses for a definite rejection must never be read as "may have
+allocated", and vice versa. tests/server/test_status_map.py checks both ways.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from grpclib.const import Status
+
+from blockx_core.errors import ErrorCode
+
+# How a Worker answers an admission error (worker.v1; served from step 3 on).
+WORKER_STATUS: Final[Mapping[ErrorCode, Status]] = {
+    ErrorCode.INVALID_ARGUMENT: Status.INVALID_ARGUMENT,
+    ErrorCode.NO_SLOT: Status.RESOURCE_EXHAUSTED,
+    ErrorCode.INVALID_SLOT: Status.FAILED_PRECONDITION,
+    ErrorCode.UNAVAILABLE: Status.UNAVAILABLE,
+    ErrorCode.NOT_FOUND: Status.NOT_FOUND,
+}
+
+# How a Coordinator answers ReserveWorkerSlot (the seeds' coordCodeToGRPC).
+COORDINATOR_STATUS: Final[Mapping[ErrorCode, Status]] = {
+    ErrorCode.INVALID_ARGUMENT: Status.INVALID_ARGUMENT,
+    ErrorCode.UNAVAILABLE: Status.UNAVAILABLE,
+    ErrorCode.NO_EXECUTABLE_SLOT: Status.RESOURCE_EXHAUSTED,
+    ErrorCode.SLOT_UNCERTAIN: Status.ABORTED,
+}
+
+# Statuses that prove the Worker did not allocate a slot (a definite rejection).
+_DEFINITE: Final[Mapping[Status, ErrorCode]] = {
+    **{status: code for code, status in WORKER_STATUS.items()},
+    # The handler never ran: the address does not serve worker.v1 or refused us.
+    Status.UNIMPLEMENTED: ErrorCode.REJECTED,
+    Status.PERMISSION_DENIED: ErrorCode.REJECTED,
+    Status.UNAUTHENTICATED: ErrorCode.REJECTED,
+}
+
+
+def classify_worker_status(status: Status) -> tuple[ErrorCode, bool]:
+    """``(code, may_have_allocated)`` for a gRPC status a Worker answered with.
+
+    DEADLINE_EXCEEDED, CANCELLED, ABORTED, INTERNAL, UNKNOWN and anything not
+    known to be a rejection may have reached the slot table: retry the same
+    Worker with the same task_id, never switch.
+    """
+    code = _DEFINITE.get(status)
+    if code is not None:
+        return code, False
+    return ErrorCode.SLOT_UNCERTAIN, True

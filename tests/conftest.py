@@ -1,0 +1,55 @@
+"""Shared fixtures: real etcd servers (see blockx_server.etcd_server).
+
+* ``etcd_server``: one etcd for the whole session. Tests share it and isolate
+  themselves by key prefix (``unique_lane``); they must not stop or kill it.
+* ``etcd_factory``: etcds of a test's own, to kill, restart or compact, or to use
+  the fixed legacy registry prefixes without meeting other tests' keys.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+
+import pytest
+import pytest_asyncio
+
+from blockx_core.registry import RegistryKind, v2_registry_prefix
+from blockx_server.etcd_server import EtcdServer
+
+
+# The session etcd is an asyncio subprocess, which belongs to the loop that started
+# it, so it lives on pytest-asyncio's session loop. Tests run on their own loops and
+# only read its endpoint (no async call crosses loops), and etcd logs to a file, so
+# nothing has to be pumped while the session loop sits idle between fixtures.
+@pytest_asyncio.fixture(scope="session", loop_scope="session")
+async def etcd_server() -> AsyncIterator[EtcdServer]:
+    async with EtcdServer() as server:
+        yield server
+
+
+@pytest_asyncio.fixture
+async def etcd_factory() -> AsyncIterator[Callable[..., Awaitable[EtcdServer]]]:
+    """``await etcd_factory(extra_args=[...])`` starts a private etcd, closed after the test."""
+    servers: list[EtcdServer] = []
+
+    async def start(*, extra_args: Sequence[str] = ()) -> EtcdServer:
+        server = EtcdServer(extra_args=extra_args)
+        servers.append(server)
+        await server.start()
+        return server
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+def unique_lane() -> Callable[..., str]:
+    """``unique_lane(kind=RegistryKind.BLOCK)`` returns a v2 test registry prefix on a
+    fresh random lane, e.g. ``/blockx/test/lanes/t-3f9c2a1b7d/workers/``."""
+
+    def make(kind: RegistryKind = RegistryKind.BLOCK) -> str:
+        return v2_registry_prefix("test", f"t-{secrets.token_hex(5)}", kind)
+
+    return make
