@@ -47,11 +47,12 @@ def free_port() -> int:
 
 async def wait_until(
     condition: Callable[[], bool | Awaitable[bool]],
+    what: str = "the condition",
     *,
     timeout: float = 10.0,
     interval: float = 0.02,
 ) -> None:
-    """Poll ``condition`` until true; fail the test with a clear message on timeout."""
+    """Poll ``condition`` until true; fail the test naming ``what`` on timeout."""
     deadline = time.monotonic() + timeout
     while True:
         result = condition()
@@ -60,5 +61,5 @@ async def wait_until(
         if result:
             return
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout} s")
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(interval)

@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aetcd
 import aetcd.exceptions
 import pytest
+from support import FakeClock, free_port, wait_until
 
 from blockx_core.coordinator import (
     Candidate,
@@ -43,16 +43,6 @@ NOW = 1_900_000_000_000
 TIMEOUT_S = 10.0
 
 
-class ManualClock:
-    """Time stands still: readiness is checked by passing explicit ``now`` values."""
-
-    def __init__(self, now_ms: int = NOW) -> None:
-        self.now = now_ms
-
-    def now_ms(self) -> int:
-        return self.now
-
-
 def hb(addr: str, *, ms: int = NOW, slots: int = 4, reserved: int = 0) -> WorkerHeartbeat:
     return WorkerHeartbeat(
         worker_addr=addr, task_slots=slots, reserved_slots=reserved, last_heartbeat_ms=ms
@@ -66,15 +56,6 @@ async def put_hb(
     await client.put(key, encode_heartbeat(heartbeat), lease=lease)
 
 
-async def wait_until(cond: Callable[[], bool], what: str, within_s: float = TIMEOUT_S) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within_s
-    while not cond():
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {within_s} s waiting for {what}")
-        await asyncio.sleep(0.01)
-
-
 def heartbeat_of(core: CoordinatorCore, addr: str) -> WorkerHeartbeat | None:
     view = core.worker(addr)
     return None if view is None else view.heartbeat
@@ -86,12 +67,6 @@ def error_code(result: SelectResult) -> ErrorCode | None:
 
 def addrs(core: CoordinatorCore) -> set[str]:
     return {view.worker_addr for view in core.workers()}
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextlib.asynccontextmanager
@@ -134,7 +109,7 @@ def make_watcher(
         dial_timeout_ms=2_000,
         retry_delay_ms=retry_delay_ms,
     )
-    return EtcdWorkerWatcher(config, core, ManualClock()), core
+    return EtcdWorkerWatcher(config, core, FakeClock(NOW)), core
 
 
 class TcpProxy:
@@ -568,7 +543,7 @@ async def test_connected_prefixes_keep_flowing_while_another_is_down(
         endpoints=(proxy.endpoint,), key_prefixes=(down, up), retry_delay_ms=50
     )
     core = CoordinatorCore()
-    watcher = _ListsFailFor(config, core, ManualClock())
+    watcher = _ListsFailFor(config, core, FakeClock(NOW))
     async with etcd_client(server) as client:
         await put_hb(client, down, hb("w-down:1"))
         await put_hb(client, up, hb("w-up-1:1"))
@@ -625,7 +600,7 @@ async def test_compacted_watch_start_relists_at_once(
     )
     async with etcd_client(server) as client:
         await put_hb(client, prefix, hb("w-a:1"))
-        watcher = _CompactsBetweenListAndWatch(config, core, ManualClock())
+        watcher = _CompactsBetweenListAndWatch(config, core, FakeClock(NOW))
         watcher.writer, watcher.gap_prefix = client, prefix
         async with running(watcher):
             await initialized(watcher)

@@ -1,0 +1,50 @@
+"""The console scripts are installed and answer (the full CLI arrives with the SDK)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+from support import free_port
+from typer.testing import CliRunner
+
+from blockx_cli.app import app
+
+
+def test_version_flag() -> None:
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith("blockx 0.")
+
+
+def test_installed_blockx_script_lists_versions() -> None:
+    blockx = shutil.which("blockx")
+    assert blockx is not None
+    result = subprocess.run([blockx, "version-info"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    assert "blockx-client 0." in result.stdout
+    assert "blockx-proto 0." in result.stdout
+
+
+def test_dev_cluster_once_starts_etcd_and_a_serving_coordinator() -> None:
+    """The README's demo command, end to end: etcd, the coordinator, readiness, shutdown."""
+    dev = shutil.which("blockx-dev")
+    assert dev is not None
+    result = subprocess.run(
+        [
+            dev,
+            "--once",
+            "--coordinator-port",
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "BlockX dev cluster is up" in result.stdout
+    assert "ReserveWorkerSlot answers: UNAVAILABLE: no live worker" in result.stdout
+    assert "Traceback" not in result.stdout + result.stderr
+    assert result.stdout.rstrip().endswith("blockx-dev: stopped")
