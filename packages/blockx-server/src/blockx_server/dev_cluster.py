@@ -27,7 +27,7 @@ from grpclib.exceptions import GRPCError
 from blockx_core.registry import LEGACY_BLOCK_WORKER_REGISTRY_PREFIX
 from blockx_proto import coordinator_v1
 from blockx_server.etcd_server import EtcdNotFound, EtcdServer, EtcdStartError
-from blockx_server.process import fail
+from blockx_server.process import fail, signal_child
 
 PROGRAM = "blockx-dev"
 
@@ -60,11 +60,11 @@ class Child:
 
     async def stop(self) -> None:
         if self.proc.returncode is None:
-            self.proc.send_signal(signal.SIGTERM)
+            signal_child(self.proc, signal.SIGTERM)
             try:
                 await asyncio.wait_for(self.proc.wait(), timeout=10)
             except TimeoutError:
-                self.proc.kill()
+                signal_child(self.proc)
                 await self.proc.wait()
         await self.pump
 

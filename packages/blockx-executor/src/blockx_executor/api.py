@@ -1,0 +1,158 @@
+"""The API user functions are written against.
+
+A user function is plain Python, ``def`` or ``async def``, called by its name with
+the call's argument list as positional parameters. Arguments and return values
+are JSON-compatible data. An ``async def`` function reaches data and other
+functions through two awaitables::
+
+    from blockx_executor import call, io
+
+    async def balance_report(address):
+        balance = await io.memory.get(f"balance:{address}")   # an IO read
+        label = await call("format_amount", balance)          # another function
+        return {"address": address, "balance": label}
+
+* ``await io.<backend>.<op>(*args)`` sends a read request to the Worker's IO
+  backend ``<backend>`` and returns its answer. Functions are read-only: a write
+  (``put``, ``delete``, ...) fails the call; writes belong to a Writer Plugin.
+  A failed read raises ``IoError`` (``.kind`` says why), which you may catch.
+* ``await call(name, *args)`` runs another function as a sub-call (in the same
+  task and code epoch) and returns its value; its failure raises ``CallError``.
+* ``current_call()`` describes the call being run (for logs).
+
+While one call awaits, other calls on the same executor run. Only these
+awaitables can be awaited: the executor has no event loop, and functions never
+open connections, start processes or write files themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Generator
+from contextvars import ContextVar
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "BlockxError",
+    "CallError",
+    "CallInfo",
+    "IoError",
+    "call",
+    "current_call",
+    "io",
+]
+
+
+class CallInfo(msgspec.Struct, frozen=True):
+    """The call a function body is running as."""
+
+    call_id: int
+    task_id: str
+    function: str
+
+
+_current_call: ContextVar[CallInfo] = ContextVar("blockx_current_call")
+
+
+def current_call() -> CallInfo:
+    """The call being run. Raises RuntimeError outside a BlockX executor."""
+    try:
+        return _current_call.get()
+    except LookupError:
+        raise RuntimeError("current_call() is only available inside a BlockX call") from None
+
+
+class BlockxError(Exception):
+    """Base of the errors the API raises into a function; ``kind`` is a stable code."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(f"{kind}: {message}" if message else kind)
+        self.kind = kind
+        self.message = message
+
+
+class IoError(BlockxError):
+    """An IO read failed (``kind``: e.g. UNKNOWN_BACKEND, UNKNOWN_OP, BAD_REQUEST, UNAVAILABLE)."""
+
+
+class CallError(BlockxError):
+    """A sub-call failed; ``kind`` is its failure kind (USER_ERROR, BUDGET_EXCEEDED, ...)."""
+
+
+class IoRequest:
+    """Awaitable: ``io.<backend>.<op>(*args)``. The executor answers the ``yield``."""
+
+    __slots__ = ("args", "backend", "op")
+
+    def __init__(self, backend: str, op: str, args: list[Any]) -> None:
+        self.backend = backend
+        self.op = op
+        self.args = args
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return (yield self)
+
+    def __repr__(self) -> str:
+        return f"io.{self.backend}.{self.op}{tuple(self.args)!r}"
+
+
+class SubCallRequest:
+    """Awaitable: ``call(function, *args)``."""
+
+    __slots__ = ("args", "function")
+
+    def __init__(self, function: str, args: list[Any]) -> None:
+        self.function = function
+        self.args = args
+
+    def __await__(self) -> Generator[Any, Any, Any]:
+        return (yield self)
+
+    def __repr__(self) -> str:
+        return f"call({self.function!r}, *{self.args!r})"
+
+
+class _Backend:
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, op: str) -> Callable[..., Awaitable[Any]]:
+        if op.startswith("_"):
+            raise AttributeError(op)
+        backend = self._name
+
+        def request(*args: Any) -> Awaitable[Any]:
+            return IoRequest(backend, op, list(args))
+
+        request.__name__ = op
+        return request
+
+    def __repr__(self) -> str:
+        return f"io.{self._name}"
+
+
+class _Io:
+    """``io.<backend>`` is a backend; ``io.<backend>.<op>(*args)`` an awaitable read."""
+
+    __slots__ = ()
+
+    def __getattr__(self, backend: str) -> _Backend:
+        if backend.startswith("_"):
+            raise AttributeError(backend)
+        return _Backend(backend)
+
+    def __repr__(self) -> str:
+        return "io"
+
+
+io = _Io()
+
+
+def call(function: str, *args: Any) -> Awaitable[Any]:
+    """Run ``function(*args)`` as a sub-call and return its value (``await`` it)."""
+    if not isinstance(function, str) or not function:
+        raise TypeError("call() needs a function name (a non-empty string)")
+    return SubCallRequest(function, list(args))

@@ -1,0 +1,189 @@
+"""The Worker <-> Executor protocol: messages and framing (sans-IO).
+
+One long-lived Unix-socket connection per executor. A frame is a 4-byte
+big-endian length followed by a msgpack array of messages; a sender puts every
+message that is ready into one frame, and batches of calls travel as columns
+(``ExecuteCalls``, ``CallsCompleted``), because per-call overhead decides
+throughput. Errors travel inside messages, never as a dropped connection.
+
+Worker -> Executor: LoadCode, ExecuteCalls, ResumeCall, CancelCalls.
+Executor -> Worker: Hello (first), ExecutorHeartbeat (periodic), CallsCompleted,
+CallFailed, IoRequested and SubCallRequested (both "CallWaiting": the call is
+suspended until a ResumeCall).
+"""
+
+from __future__ import annotations
+
+import enum
+import struct
+from typing import Any, Final, Generic, TypeVar
+
+import msgspec
+
+PROTOCOL_VERSION: Final = 1
+# A frame larger than this is a bug or an attack, not a batch.
+MAX_FRAME_BYTES: Final = 512 * 1024 * 1024
+_HEADER: Final = struct.Struct(">I")
+
+
+class FailureKind(enum.StrEnum):
+    """Why an executor failed a call (a subset of blockx_core.dispatch.CallFailureKind)."""
+
+    USER_ERROR = "USER_ERROR"
+    COMPILE_ERROR = "COMPILE_ERROR"
+    FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
+    BAD_RESULT = "BAD_RESULT"
+    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+
+
+# ---- Worker -> Executor -------------------------------------------------------------
+
+
+class LoadCode(msgspec.Struct, frozen=True, array_like=True, tag="load"):
+    """The source of one module, sent once per digest before the first call to it."""
+
+    digest: str
+    module: str
+    source: str
+
+
+class ExecuteCalls(msgspec.Struct, frozen=True, array_like=True, tag="exec"):
+    """Calls of one function (in the module with ``digest``), as columns."""
+
+    task_id: str
+    digest: str
+    function: str
+    budget_us: int
+    call_ids: list[int]
+    args: list[list[Any]]
+
+
+class ResumeCall(msgspec.Struct, frozen=True, array_like=True, tag="resume"):
+    """The answer to a suspended call's IO request or sub-call.
+
+    ``value_json`` is the JSON of the value when ``ok``; otherwise ``error_kind``
+    and ``error`` say what failed. ``io_us`` is IO backend time charged to the call.
+    """
+
+    call_id: int
+    ok: bool
+    value_json: bytes = b"null"
+    error_kind: str = ""
+    error: str = ""
+    io_us: int = 0
+
+
+class CancelCalls(msgspec.Struct, frozen=True, array_like=True, tag="cancel"):
+    call_ids: list[int]
+
+
+# ---- Executor -> Worker -------------------------------------------------------------
+
+
+class Hello(msgspec.Struct, frozen=True, array_like=True, tag="hello"):
+    executor_id: str
+    pid: int
+    protocol: int = PROTOCOL_VERSION
+
+
+class ExecutorHeartbeat(msgspec.Struct, frozen=True, array_like=True, tag="hb"):
+    """Sent periodically by a thread of the executor. ``running_call`` is the call on
+    the CPU right now (0 = none) and ``running_us`` the budget it has consumed so far
+    (CPU + IO), current segment included."""
+
+    running_call: int
+    running_us: int
+    suspended: int
+    rss_bytes: int
+
+
+class CallsCompleted(msgspec.Struct, frozen=True, array_like=True, tag="done"):
+    """Successful calls as columns; ``results`` are JSON texts of the return values."""
+
+    call_ids: list[int]
+    results: list[bytes]
+    cpu_us: list[int]
+    io_us: list[int]
+
+
+class CallFailed(msgspec.Struct, frozen=True, array_like=True, tag="fail"):
+    call_id: int
+    kind: str
+    message: str
+    cpu_us: int = 0
+    io_us: int = 0
+
+
+class IoRequested(msgspec.Struct, frozen=True, array_like=True, tag="io"):
+    """CallWaiting: the call awaits ``io.<backend>.<op>(*args)``."""
+
+    call_id: int
+    backend: str
+    op: str
+    args: list[Any]
+
+
+class SubCallRequested(msgspec.Struct, frozen=True, array_like=True, tag="sub"):
+    """CallWaiting: the call awaits ``call(function, *args)``."""
+
+    call_id: int
+    function: str
+    args: list[Any]
+
+
+ToExecutor = LoadCode | ExecuteCalls | ResumeCall | CancelCalls
+FromExecutor = (
+    Hello | ExecutorHeartbeat | CallsCompleted | CallFailed | IoRequested | SubCallRequested
+)
+
+
+class ProtocolError(Exception):
+    """The peer sent something that is not a frame of this protocol."""
+
+
+class FrameEncoder:
+    def __init__(self) -> None:
+        self._encoder = msgspec.msgpack.Encoder()
+
+    def encode(self, messages: list[Any]) -> bytes:
+        payload = self._encoder.encode(messages)
+        return _HEADER.pack(len(payload)) + payload
+
+
+M = TypeVar("M")
+
+
+class FrameDecoder(Generic[M]):
+    """Turns a byte stream into lists of messages of type ``M`` (a tagged union)."""
+
+    def __init__(self, message_type: Any) -> None:
+        self._decoder: msgspec.msgpack.Decoder[list[M]] = msgspec.msgpack.Decoder(
+            list[message_type]
+        )
+        self._buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[M]:
+        buffer = self._buffer
+        buffer += data
+        messages: list[M] = []
+        offset = 0
+        size = len(buffer)
+        while size - offset >= 4:
+            (length,) = _HEADER.unpack_from(buffer, offset)
+            if length > MAX_FRAME_BYTES:
+                raise ProtocolError(f"frame of {length} bytes exceeds {MAX_FRAME_BYTES}")
+            end = offset + 4 + length
+            if end > size:
+                break
+            try:
+                messages += self._decoder.decode(buffer[offset + 4 : end])
+            except msgspec.DecodeError as exc:
+                raise ProtocolError(f"undecodable frame: {exc}") from None
+            offset = end
+        if offset:
+            del buffer[:offset]
+        return messages
+
+    @property
+    def buffered(self) -> int:
+        return len(self._buffer)

@@ -1,0 +1,497 @@
+"""The executor process: runs user functions for one Worker over one Unix socket.
+
+``python -m blockx_executor --socket PATH --executor-id ID`` connects to its Worker,
+says Hello, and then serves frames until the connection closes:
+
+* ``LoadCode`` registers a module's source; it is compiled (and its top level run)
+  once per digest, on first use, and cached.
+* ``ExecuteCalls`` runs calls in order. A ``def`` function runs to completion. An
+  ``async def`` function runs until it awaits ``io.*`` or ``call(...)``; it is then
+  suspended (an ``IoRequested`` / ``SubCallRequested`` goes out) and the next call
+  runs. ``ResumeCall`` continues it; ``CancelCalls`` closes it.
+* Results leave as JSON texts, batched into one ``CallsCompleted`` per frame.
+
+There is no event loop: coroutines are driven by hand with ``send`` / ``throw``,
+which is cheaper than asyncio and makes "only BlockX awaitables" enforceable.
+
+Budget: each call may use ``budget_us`` of CPU (this thread's CPU clock, so
+queueing and other processes do not count) plus IO backend time (reported by
+the Worker in ``ResumeCall``). A call that ends over budget fails. A call that
+never ends is seen by the Worker through the heartbeat thread (which reads this
+thread's CPU clock) and the Worker kills the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import contextvars
+import inspect
+import linecache
+import os
+import resource
+import socket
+import sys
+import threading
+import time
+import traceback
+import types
+from collections.abc import Callable
+from typing import Any, Final
+
+import msgspec
+
+from blockx_executor.api import (
+    CallError,
+    CallInfo,
+    IoError,
+    IoRequest,
+    SubCallRequest,
+    _current_call,
+)
+from blockx_executor.protocol import (
+    CallFailed,
+    CallsCompleted,
+    CancelCalls,
+    ExecuteCalls,
+    ExecutorHeartbeat,
+    FailureKind,
+    FrameDecoder,
+    FrameEncoder,
+    Hello,
+    IoRequested,
+    LoadCode,
+    ResumeCall,
+    SubCallRequested,
+    ToExecutor,
+)
+from blockx_executor.sandbox import install_sandbox
+
+# Flush completions at least this often while working through a long batch.
+_FLUSH_EVERY_NS: Final = 10_000_000
+_FLUSH_EVERY_CALLS: Final = 1024
+_RECV_BYTES: Final = 4 * 1024 * 1024
+_RUNNER_FILE: Final = __file__
+_thread_time_ns = time.thread_time_ns
+_perf_counter_ns = time.perf_counter_ns
+
+
+class _Unavailable:
+    """Why a function cannot be called (cached like a function)."""
+
+    __slots__ = ("kind", "message")
+
+    def __init__(self, kind: FailureKind, message: str) -> None:
+        self.kind = kind
+        self.message = message
+
+
+class _Function:
+    __slots__ = ("fn", "is_async")
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.fn = fn
+        self.is_async = inspect.iscoroutinefunction(fn)
+
+
+class _Suspended:
+    """An async call waiting for a ResumeCall."""
+
+    __slots__ = ("budget_ns", "call_id", "consumed_ns", "coro", "ctx", "io_ns", "waiting_io")
+
+    def __init__(
+        self,
+        call_id: int,
+        coro: types.CoroutineType[Any, Any, Any],
+        ctx: contextvars.Context,
+        budget_ns: int,
+    ) -> None:
+        self.call_id = call_id
+        self.coro = coro
+        self.ctx = ctx
+        self.budget_ns = budget_ns
+        self.consumed_ns = 0
+        self.io_ns = 0
+        self.waiting_io = True
+
+
+class Runner:
+    """Serves one Worker connection. Single-threaded except for the heartbeat thread."""
+
+    def __init__(self, sock: socket.socket, executor_id: str, heartbeat_interval_s: float) -> None:
+        self._sock = sock
+        self._executor_id = executor_id
+        self._heartbeat_interval_s = heartbeat_interval_s
+        self._send_lock = threading.Lock()
+        self._encoder = FrameEncoder()
+        self._decoder: FrameDecoder[ToExecutor] = FrameDecoder(ToExecutor)
+        self._json = msgspec.json.Encoder()
+        self._json_decode = msgspec.json.Decoder().decode
+        self._sources: dict[str, LoadCode] = {}
+        self._modules: dict[str, dict[str, Any] | _Unavailable] = {}
+        self._functions: dict[tuple[str, str], _Function | _Unavailable] = {}
+        self._suspended: dict[int, _Suspended] = {}
+        # Outgoing, flushed as one frame: completions as columns, the rest as messages.
+        self._done_ids: list[int] = []
+        self._done_results: list[bytes] = []
+        self._done_cpu: list[int] = []
+        self._done_io: list[int] = []
+        self._out: list[Any] = []
+        self._last_flush_ns = 0
+        # (call_id, CPU clock at segment start, budget consumed before the segment),
+        # read by the heartbeat thread; one reference assignment, so no lock.
+        self._running: tuple[int, int, int] | None = None
+        self._stopped = threading.Event()
+
+    # ---- the loop ------------------------------------------------------------------
+
+    def serve(self) -> None:
+        self._send([Hello(self._executor_id, os.getpid())])
+        beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        beat.start()
+        try:
+            while True:
+                data = self._sock.recv(_RECV_BYTES)
+                if not data:
+                    return  # the Worker closed the connection: nothing left to do
+                self._last_flush_ns = _perf_counter_ns()
+                for message in self._decoder.feed(data):
+                    self._handle(message)
+                self._flush()
+        finally:
+            self._stopped.set()
+
+    def _handle(self, message: ToExecutor) -> None:
+        match message:
+            case ExecuteCalls():
+                self._execute(message)
+            case ResumeCall():
+                self._resume(message)
+            case LoadCode():
+                self._sources[message.digest] = message
+            case CancelCalls():
+                for call_id in message.call_ids:
+                    suspended = self._suspended.pop(call_id, None)
+                    if suspended is not None:
+                        _close_quietly(suspended)
+
+    # ---- running calls ---------------------------------------------------------------
+
+    def _execute(self, batch: ExecuteCalls) -> None:
+        entry = self._function(batch.digest, batch.function)
+        if isinstance(entry, _Unavailable):
+            for call_id in batch.call_ids:
+                self._out.append(CallFailed(call_id, entry.kind, entry.message))
+            return
+        fn = entry.fn
+        budget_ns = batch.budget_us * 1000
+        task_id = batch.task_id
+        function = batch.function
+        for call_id, args in zip(batch.call_ids, batch.args, strict=True):
+            info = CallInfo(call_id, task_id, function)
+            if entry.is_async:
+                self._start_async(call_id, fn, args, budget_ns, info)
+            else:
+                self._run_sync(call_id, fn, args, budget_ns, info)
+            if (
+                len(self._done_ids) >= _FLUSH_EVERY_CALLS
+                or _perf_counter_ns() - self._last_flush_ns > _FLUSH_EVERY_NS
+            ):
+                self._flush()
+
+    def _run_sync(
+        self, call_id: int, fn: Callable[..., Any], args: list[Any], budget_ns: int, info: CallInfo
+    ) -> None:
+        token = _current_call.set(info)
+        started = _thread_time_ns()
+        self._running = (call_id, started, 0)
+        try:
+            value = fn(*args)
+        except BaseException as exc:
+            self._running = None
+            _current_call.reset(token)
+            self._fail(call_id, FailureKind.USER_ERROR, _describe(exc), _thread_time_ns() - started)
+            return
+        cpu_ns = _thread_time_ns() - started
+        self._running = None
+        _current_call.reset(token)
+        if type(value) is types.CoroutineType:
+            # A plain def that returned a coroutine: drive it like an async def.
+            suspended = _Suspended(call_id, value, contextvars.copy_context(), budget_ns)
+            suspended.ctx.run(_current_call.set, info)
+            suspended.consumed_ns = cpu_ns
+            self._step(suspended, None, None)
+            return
+        self._complete(call_id, value, cpu_ns, 0, budget_ns)
+
+    def _start_async(
+        self, call_id: int, fn: Callable[..., Any], args: list[Any], budget_ns: int, info: CallInfo
+    ) -> None:
+        ctx = contextvars.copy_context()
+        ctx.run(_current_call.set, info)
+        try:
+            coro = ctx.run(fn, *args)
+        except BaseException as exc:  # wrong arguments for the signature
+            self._fail(call_id, FailureKind.USER_ERROR, _describe(exc), 0)
+            return
+        self._step(_Suspended(call_id, coro, ctx, budget_ns), None, None)
+
+    def _step(self, call: _Suspended, value: Any, error: BaseException | None) -> None:
+        """Run a coroutine until it suspends on a BlockX awaitable or finishes."""
+        started = _thread_time_ns()
+        self._running = (call.call_id, started, call.consumed_ns)
+        send = call.coro.send
+        run = call.ctx.run
+        try:
+            while True:
+                request = run(send, value) if error is None else run(call.coro.throw, error)
+                if isinstance(request, IoRequest | SubCallRequest):
+                    break
+                value, error = None, TypeError(_NOT_AWAITABLE.format(request))
+        except StopIteration as stop:
+            self._running = None
+            cpu_ns = call.consumed_ns - call.io_ns + (_thread_time_ns() - started)
+            self._complete(call.call_id, stop.value, cpu_ns, call.io_ns, call.budget_ns)
+            return
+        except BaseException as exc:
+            self._running = None
+            cpu_ns = call.consumed_ns - call.io_ns + (_thread_time_ns() - started)
+            self._fail(call.call_id, FailureKind.USER_ERROR, _describe(exc), cpu_ns, call.io_ns)
+            return
+        self._running = None
+        call.consumed_ns += _thread_time_ns() - started
+        if call.consumed_ns > call.budget_ns:
+            _close_quietly(call)
+            self._fail_budget(call.call_id, call.consumed_ns, call.budget_ns, call.io_ns)
+            return
+        self._suspended[call.call_id] = call
+        if isinstance(request, IoRequest):
+            call.waiting_io = True
+            self._out.append(
+                IoRequested(call.call_id, request.backend, request.op, list(request.args))
+            )
+        else:
+            call.waiting_io = False
+            self._out.append(SubCallRequested(call.call_id, request.function, request.args))
+
+    def _resume(self, message: ResumeCall) -> None:
+        call = self._suspended.pop(message.call_id, None)
+        if call is None:
+            return  # cancelled meanwhile
+        io_ns = message.io_us * 1000
+        call.io_ns += io_ns
+        call.consumed_ns += io_ns
+        if call.consumed_ns > call.budget_ns:
+            _close_quietly(call)
+            self._fail_budget(call.call_id, call.consumed_ns, call.budget_ns, call.io_ns)
+            return
+        if message.ok:
+            try:
+                value = self._json_decode(message.value_json)
+            except msgspec.DecodeError as exc:
+                self._step(call, None, IoError("BAD_ANSWER", f"undecodable answer: {exc}"))
+                return
+            self._step(call, value, None)
+        else:
+            error_type = IoError if call.waiting_io else CallError
+            self._step(call, None, error_type(message.error_kind, message.error))
+
+    def _complete(self, call_id: int, value: Any, cpu_ns: int, io_ns: int, budget_ns: int) -> None:
+        if cpu_ns + io_ns > budget_ns:
+            self._fail_budget(call_id, cpu_ns + io_ns, budget_ns, io_ns)
+            return
+        try:
+            result = self._json.encode(value)
+        except (TypeError, ValueError, OverflowError) as exc:
+            self._fail(
+                call_id,
+                FailureKind.BAD_RESULT,
+                f"the return value is not JSON-compatible data: {exc}",
+                cpu_ns,
+                io_ns,
+            )
+            return
+        self._done_ids.append(call_id)
+        self._done_results.append(result)
+        self._done_cpu.append(cpu_ns // 1000)
+        self._done_io.append(io_ns // 1000)
+
+    def _fail(
+        self, call_id: int, kind: FailureKind, message: str, cpu_ns: int, io_ns: int = 0
+    ) -> None:
+        self._out.append(CallFailed(call_id, kind, message, cpu_ns // 1000, io_ns // 1000))
+
+    def _fail_budget(self, call_id: int, used_ns: int, budget_ns: int, io_ns: int) -> None:
+        self._fail(
+            call_id,
+            FailureKind.BUDGET_EXCEEDED,
+            f"the call used {used_ns // 1_000_000} ms of CPU and IO time, over its budget of "
+            f"{budget_ns // 1_000_000} ms (CALL_DEADLINE_MS)",
+            used_ns - io_ns,
+            io_ns,
+        )
+
+    # ---- code ------------------------------------------------------------------------
+
+    def _function(self, digest: str, name: str) -> _Function | _Unavailable:
+        key = (digest, name)
+        entry = self._functions.get(key)
+        if entry is None:
+            entry = self._resolve(digest, name)
+            self._functions[key] = entry
+        return entry
+
+    def _resolve(self, digest: str, name: str) -> _Function | _Unavailable:
+        namespace = self._modules.get(digest)
+        if namespace is None:
+            namespace = self._compile(digest)
+            self._modules[digest] = namespace
+        if isinstance(namespace, _Unavailable):
+            return namespace
+        fn = namespace.get(name)
+        if fn is None or not callable(fn):
+            module = self._sources[digest].module
+            return _Unavailable(
+                FailureKind.FUNCTION_NOT_FOUND, f"module {module}.py defines no function {name!r}"
+            )
+        return _Function(fn)
+
+    def _compile(self, digest: str) -> dict[str, Any] | _Unavailable:
+        code = self._sources.get(digest)
+        if code is None:
+            return _Unavailable(FailureKind.COMPILE_ERROR, f"no source loaded for digest {digest}")
+        filename = f"{code.module}.py"
+        # Tracebacks show the user's source lines.
+        linecache.cache[filename] = (
+            len(code.source),
+            None,
+            code.source.splitlines(keepends=True),
+            filename,
+        )
+        module = types.ModuleType(f"blockx_functions.{code.module}_{digest[:12]}")
+        module.__file__ = filename
+        sys.modules[module.__name__] = module
+        try:
+            compiled = compile(code.source, filename, "exec")
+            exec(compiled, module.__dict__)
+        except SyntaxError as exc:
+            return _Unavailable(
+                FailureKind.COMPILE_ERROR,
+                f"{filename} does not compile: {exc.msg} (line {exc.lineno}, column {exc.offset})",
+            )
+        except BaseException as exc:
+            return _Unavailable(
+                FailureKind.COMPILE_ERROR,
+                f"{filename} failed while loading: {_describe(exc)}",
+            )
+        return module.__dict__
+
+    # ---- the wire --------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        out = self._out
+        if self._done_ids:
+            out.append(
+                CallsCompleted(self._done_ids, self._done_results, self._done_cpu, self._done_io)
+            )
+            self._done_ids, self._done_results, self._done_cpu, self._done_io = [], [], [], []
+        if out:
+            self._out = []
+            self._send(out)
+        self._last_flush_ns = _perf_counter_ns()
+
+    def _send(self, messages: list[Any]) -> None:
+        frame = self._encoder.encode(messages)
+        with self._send_lock:
+            self._sock.sendall(frame)
+
+    def _heartbeat_loop(self) -> None:
+        encoder = FrameEncoder()  # msgspec encoders are not shared across threads
+        main = threading.main_thread().ident
+        assert main is not None
+        cpu_clock = time.pthread_getcpuclockid(main)
+        # The first beat goes out at once: the Worker is not ready until it arrives.
+        while True:
+            running = self._running
+            call_id, used_ns = 0, 0
+            if running is not None:
+                call_id, since, before = running
+                used_ns = before + (time.clock_gettime_ns(cpu_clock) - since)
+            beat = ExecutorHeartbeat(call_id, used_ns // 1000, len(self._suspended), _rss_bytes())
+            frame = encoder.encode([beat])
+            try:
+                with self._send_lock:
+                    self._sock.sendall(frame)
+            except OSError:
+                return
+            if self._stopped.wait(self._heartbeat_interval_s):
+                return
+
+
+_NOT_AWAITABLE = (
+    "cannot await {!r} in a BlockX function: only io.<backend>.<op>(...) and "
+    "call(...) from blockx_executor can be awaited (the executor has no event loop)"
+)
+
+
+def _close_quietly(call: _Suspended) -> None:
+    # A function's cleanup code must not take the executor down.
+    with contextlib.suppress(BaseException):
+        call.ctx.run(call.coro.close)
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type: message`` and the traceback from the user's first frame on."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == _RUNNER_FILE:
+        tb = tb.tb_next
+    text = "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
+    return f"{type(exc).__name__}: {exc}\n{text}"
+
+
+def _rss_bytes() -> int:
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * resource.getpagesize()
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _apply_limits(memory_limit_bytes: int, max_open_files: int) -> None:
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if memory_limit_bytes > 0:
+        resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
+    if max_open_files > 0:
+        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        limit = max_open_files if hard == resource.RLIM_INFINITY else min(max_open_files, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m blockx_executor")
+    parser.add_argument("--socket", required=True, help="the Worker's Unix socket")
+    parser.add_argument("--executor-id", required=True)
+    parser.add_argument("--heartbeat-interval-ms", type=int, default=200)
+    parser.add_argument("--memory-limit-bytes", type=int, default=0)
+    parser.add_argument("--max-open-files", type=int, default=256)
+    parser.add_argument(
+        "--no-sandbox", action="store_true", help="allow network, processes and file writes"
+    )
+    args = parser.parse_args(argv)
+    sys.dont_write_bytecode = True
+    _apply_limits(args.memory_limit_bytes, args.max_open_files)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(args.socket)
+    except OSError as exc:
+        print(f"blockx_executor: cannot connect to {args.socket}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if not args.no_sandbox:
+        install_sandbox()
+    runner = Runner(sock, args.executor_id, args.heartbeat_interval_ms / 1000)
+    try:
+        runner.serve()
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # the Worker went away
+    finally:
+        sock.close()

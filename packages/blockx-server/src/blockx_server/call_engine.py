@@ -1,0 +1,319 @@
+"""CallEngine: drives the DispatcherCore with an ExecutorPool, the IO registry and
+the Function Code View. This is the Calls phase of a task, as the Worker runs it.
+
+``run_calls(task_id, snapshot, function, calls)`` starts the phase and returns its
+``ConvergeTaskCalls``. Everything happens on one event loop: executor frames are
+decoded in ``data_received``, fed to the core, and the commands it returns are
+turned into messages that are buffered per executor and flushed once per loop
+iteration, so one frame carries everything that became ready together.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from typing import Any
+
+import msgspec
+
+from blockx_core.code_view import CodeSnapshot, FunctionSource
+from blockx_core.dispatch import (
+    CallFailureKind,
+    CancelCalls,
+    ConvergeTaskCalls,
+    DispatchCommand,
+    DispatchConfig,
+    DispatcherCore,
+    KillExecutor,
+    ResumeWithResult,
+    SendCalls,
+)
+from blockx_core.errors import FailureCode
+from blockx_executor import protocol as wire
+from blockx_server.clock import SYSTEM_CLOCK, Clock
+from blockx_server.executor_pool import ExecutorPool, ExecutorPoolConfig
+from blockx_server.io_registry import IoRegistry
+
+log = logging.getLogger(__name__)
+
+
+class CallEngineConfig(msgspec.Struct, frozen=True, kw_only=True):
+    dispatch: DispatchConfig = DispatchConfig()
+    pool: ExecutorPoolConfig = ExecutorPoolConfig()
+
+
+class _Run:
+    __slots__ = ("future", "snapshot")
+
+    def __init__(self, future: asyncio.Future[ConvergeTaskCalls], snapshot: CodeSnapshot) -> None:
+        self.future = future
+        self.snapshot = snapshot
+
+
+class CallEngine:
+    def __init__(
+        self,
+        config: CallEngineConfig,
+        io: IoRegistry,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._config = config
+        self._core = DispatcherCore(config.dispatch)
+        self._pool = ExecutorPool(config.pool, self)
+        self._io = io
+        self._clock = clock
+        self._sources: dict[str, FunctionSource] = {}  # digest -> module source
+        self._loaded: dict[str, set[str]] = {}  # executor -> digests it has
+        self._outbox: dict[str, list[Any]] = defaultdict(list)
+        self._flush_scheduled = False
+        self._runs: dict[str, _Run] = {}
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at_ms: int | None = None
+        self._io_tasks: set[asyncio.Task[None]] = set()
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def core(self) -> DispatcherCore:
+        return self._core
+
+    @property
+    def pool(self) -> ExecutorPool:
+        return self._pool
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self._pool.start()
+
+    async def wait_ready(self) -> None:
+        await self._pool.wait_ready()
+
+    async def close(self) -> None:
+        for task_id in list(self._runs):
+            self._apply(self._core.cancel_task(task_id, self._clock.now_ms()))
+        for task in list(self._io_tasks):
+            task.cancel()
+        if self._timer is not None:
+            self._timer.cancel()
+        await self._pool.close()
+
+    async def run_calls(
+        self,
+        task_id: str,
+        snapshot: CodeSnapshot,
+        function: str,
+        calls: list[list[Any]],
+    ) -> ConvergeTaskCalls:
+        """Run one root call per argument list; return how the phase converged.
+
+        Cancelling the awaiting coroutine cancels the task's calls.
+        """
+        source = snapshot.resolve(function)
+        if source is None:
+            if not calls:
+                return ConvergeTaskCalls(task_id=task_id, success=True, outputs=[])
+            return ConvergeTaskCalls(
+                task_id=task_id,
+                success=False,
+                failure_code=FailureCode.CALL_FAILED,
+                failure_message=(
+                    f"{CallFailureKind.FUNCTION_NOT_FOUND.value}: "
+                    f"{snapshot.describe_missing(function)}"
+                ),
+            )
+        if task_id in self._runs:
+            raise RuntimeError(f"task {task_id!r} is already in its Calls phase")
+        self._sources[source.digest] = source
+        loop = asyncio.get_running_loop()
+        run = _Run(loop.create_future(), snapshot)
+        self._runs[task_id] = run
+        try:
+            self._apply(
+                self._core.start_task(task_id, source.digest, function, calls, self._clock.now_ms())
+            )
+            return await run.future
+        finally:
+            del self._runs[task_id]
+            if self._core.has_task(task_id):
+                self._apply(self._core.cancel_task(task_id, self._clock.now_ms()))
+
+    # ---- PoolListener ---------------------------------------------------------------
+
+    def executor_up(self, executor_id: str) -> None:
+        self._loaded[executor_id] = set()
+        self._apply(self._core.executor_up(executor_id, self._clock.now_ms()))
+
+    def executor_gone(self, executor_id: str, reason: str) -> None:
+        self._loaded.pop(executor_id, None)
+        self._outbox.pop(executor_id, None)
+        self._apply(self._core.executor_lost(executor_id, reason, self._clock.now_ms()))
+
+    def executor_messages(self, executor_id: str, messages: list[wire.FromExecutor]) -> None:
+        core = self._core
+        now_ms = self._clock.now_ms()
+        commands: list[DispatchCommand] = []
+        for message in messages:
+            match message:
+                case wire.CallsCompleted():
+                    commands += core.calls_completed(
+                        executor_id, message.call_ids, message.results, now_ms
+                    )
+                case wire.CallFailed():
+                    commands += core.call_failed(
+                        executor_id,
+                        message.call_id,
+                        _failure_kind(message.kind),
+                        message.message,
+                        now_ms,
+                    )
+                case wire.ExecutorHeartbeat():
+                    commands += core.executor_heartbeat(
+                        executor_id, message.running_call, message.running_us, now_ms
+                    )
+                case wire.IoRequested():
+                    task = asyncio.create_task(self._serve_io(executor_id, message))
+                    self._io_tasks.add(task)
+                    task.add_done_callback(self._io_tasks.discard)
+                case wire.SubCallRequested():
+                    commands += self._subcall(executor_id, message, now_ms)
+                case wire.Hello():
+                    pass
+        self._apply(commands)
+
+    # ---- internals ----------------------------------------------------------------------
+
+    def _subcall(
+        self, executor_id: str, message: wire.SubCallRequested, now_ms: int
+    ) -> list[DispatchCommand]:
+        task_id = self._core.call_task(message.call_id)
+        run = self._runs.get(task_id) if task_id is not None else None
+        if run is None:
+            return []
+        # Sub-calls resolve in the parent task's pinned epoch.
+        source = run.snapshot.resolve(message.function)
+        if source is None:
+            self._outbox[executor_id].append(
+                wire.ResumeCall(
+                    message.call_id,
+                    False,
+                    error_kind=CallFailureKind.FUNCTION_NOT_FOUND.value,
+                    error=run.snapshot.describe_missing(message.function),
+                )
+            )
+            self._schedule_flush()
+            return []
+        self._sources[source.digest] = source
+        return self._core.subcall_requested(
+            executor_id, message.call_id, source.digest, message.function, message.args, now_ms
+        )
+
+    async def _serve_io(self, executor_id: str, request: wire.IoRequested) -> None:
+        outcome = await self._io.execute(request.backend, request.op, request.args)
+        if outcome.write_forbidden:
+            self._apply(
+                self._core.call_failed(
+                    executor_id,
+                    request.call_id,
+                    CallFailureKind.WRITE_FORBIDDEN,
+                    outcome.error,
+                    self._clock.now_ms(),
+                    cancel_on_executor=True,
+                )
+            )
+            return
+        if executor_id not in self._loaded:
+            return  # the executor is gone; the call has been rescheduled
+        self._outbox[executor_id].append(
+            wire.ResumeCall(
+                request.call_id,
+                outcome.ok,
+                outcome.value_json,
+                outcome.error_kind,
+                outcome.error,
+                outcome.io_us,
+            )
+        )
+        self._schedule_flush()
+
+    def _apply(self, commands: list[DispatchCommand]) -> None:
+        for command in commands:
+            match command:
+                case SendCalls():
+                    self._send_calls(command)
+                case CancelCalls():
+                    self._outbox[command.executor_id].append(wire.CancelCalls(command.call_ids))
+                case ResumeWithResult():
+                    self._outbox[command.executor_id].append(
+                        wire.ResumeCall(
+                            command.call_id,
+                            command.ok,
+                            command.value_json,
+                            command.error_kind,
+                            command.error,
+                        )
+                    )
+                case KillExecutor():
+                    self._outbox.pop(command.executor_id, None)
+                    self._loaded.pop(command.executor_id, None)
+                    self._pool.kill(command.executor_id, command.reason)
+                case ConvergeTaskCalls():
+                    run = self._runs.get(command.task_id)
+                    if run is not None and not run.future.done():
+                        run.future.set_result(command)
+        if self._outbox:
+            self._schedule_flush()
+        self._arm_timer()
+
+    def _send_calls(self, command: SendCalls) -> None:
+        messages = self._outbox[command.executor_id]
+        loaded = self._loaded.get(command.executor_id)
+        if loaded is not None and command.code not in loaded:
+            source = self._sources[command.code]
+            messages.append(wire.LoadCode(source.digest, source.module, source.source))
+            loaded.add(command.code)
+        messages.append(
+            wire.ExecuteCalls(
+                command.task_id,
+                command.code,
+                command.function,
+                command.budget_ms * 1000,
+                command.call_ids,
+                command.args,
+            )
+        )
+
+    def _schedule_flush(self) -> None:
+        if not self._flush_scheduled and self._loop is not None:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        outbox, self._outbox = self._outbox, defaultdict(list)
+        for executor_id, messages in outbox.items():
+            if messages:
+                self._pool.send(executor_id, messages)
+
+    def _arm_timer(self) -> None:
+        deadline = self._core.next_deadline_ms()
+        if deadline is None or self._loop is None:
+            return
+        if self._timer_at_ms is not None and self._timer_at_ms <= deadline:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        delay_s = max(0.0, (deadline - self._clock.now_ms()) / 1000)
+        self._timer_at_ms = deadline
+        self._timer = self._loop.call_later(delay_s, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at_ms = None
+        self._apply(self._core.tick(self._clock.now_ms()))
+
+
+def _failure_kind(kind: str) -> CallFailureKind:
+    try:
+        return CallFailureKind(kind)
+    except ValueError:
+        return CallFailureKind.USER_ERROR

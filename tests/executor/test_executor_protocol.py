@@ -1,0 +1,151 @@
+"""Framing and messages of the Worker <-> Executor protocol, and the user-facing API."""
+
+from __future__ import annotations
+
+import struct
+from typing import Any
+
+import pytest
+
+from blockx_core.dispatch import CallFailureKind
+from blockx_executor import CallError, IoError, call, current_call, io
+from blockx_executor.api import IoRequest, SubCallRequest
+from blockx_executor.protocol import (
+    MAX_FRAME_BYTES,
+    CallFailed,
+    CallsCompleted,
+    ExecuteCalls,
+    FailureKind,
+    FrameDecoder,
+    FrameEncoder,
+    FromExecutor,
+    Hello,
+    IoRequested,
+    LoadCode,
+    ProtocolError,
+    ResumeCall,
+    ToExecutor,
+)
+from blockx_executor.sandbox import _hook
+
+TO_EXECUTOR: list[Any] = [
+    LoadCode("d1", "m", "def f(x):\n    return x\n"),
+    ExecuteCalls("task", "d1", "f", 5_000_000, [1, 2], [[1], ["two", {"k": [3]}]]),
+    ResumeCall(1, True, b'{"a":1}', io_us=17),
+    ResumeCall(2, False, error_kind="UNKNOWN_OP", error="no"),
+]
+FROM_EXECUTOR: list[Any] = [
+    Hello("x0.1", 123),
+    CallsCompleted([1, 2], [b"1", b'"two"'], [5, 6], [0, 9]),
+    CallFailed(3, "USER_ERROR", "ValueError: x", 10, 0),
+    IoRequested(4, "memory", "get", ["k"]),
+]
+
+
+@pytest.mark.parametrize(
+    ("messages", "kind"), [(TO_EXECUTOR, ToExecutor), (FROM_EXECUTOR, FromExecutor)]
+)
+def test_round_trip_in_one_frame(messages: list[Any], kind: Any) -> None:
+    frame = FrameEncoder().encode(messages)
+    (length,) = struct.unpack(">I", frame[:4])
+    assert length == len(frame) - 4
+    assert FrameDecoder[Any](kind).feed(frame) == messages
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 7, 64, 1000])
+def test_frames_split_anywhere_and_several_per_read(chunk: int) -> None:
+    encoder = FrameEncoder()
+    stream = b"".join(encoder.encode([m]) for m in TO_EXECUTOR) + encoder.encode(TO_EXECUTOR)
+    decoder = FrameDecoder[Any](ToExecutor)
+    got: list[Any] = []
+    for i in range(0, len(stream), chunk):
+        got += decoder.feed(stream[i : i + chunk])
+    assert got == TO_EXECUTOR + TO_EXECUTOR
+    assert decoder.buffered == 0
+
+
+def test_oversized_frame_is_refused() -> None:
+    with pytest.raises(ProtocolError, match="exceeds"):
+        FrameDecoder[Any](ToExecutor).feed(struct.pack(">I", MAX_FRAME_BYTES + 1))
+
+
+def test_garbage_is_refused() -> None:
+    with pytest.raises(ProtocolError, match="undecodable"):
+        FrameDecoder[Any](ToExecutor).feed(struct.pack(">I", 3) + b"\x93\x01\x02")
+
+
+def test_executor_failure_kinds_are_dispatcher_kinds() -> None:
+    assert {k.value for k in FailureKind} <= {k.value for k in CallFailureKind}
+
+
+def test_io_builds_read_requests() -> None:
+    request = io.memory.get("k", 5)
+    assert isinstance(request, IoRequest)
+    assert (request.backend, request.op, request.args) == ("memory", "get", ["k", 5])
+    assert repr(request) == "io.memory.get('k', 5)"
+
+
+def test_awaiting_a_request_yields_it_and_returns_the_answer() -> None:
+    async def fn() -> Any:
+        return await io.chain.block(7)
+
+    coro = fn()
+    request = coro.send(None)
+    assert isinstance(request, IoRequest)
+    assert request.op == "block"
+    with pytest.raises(StopIteration) as done:
+        coro.send({"number": 7})
+    assert done.value.value == {"number": 7}
+
+
+def test_call_builds_a_sub_call() -> None:
+    request = call("other", 1, "x")
+    assert isinstance(request, SubCallRequest)
+    assert (request.function, request.args) == ("other", [1, "x"])
+    with pytest.raises(TypeError, match="function name"):
+        call("")
+
+
+def test_private_attributes_are_not_backends() -> None:
+    with pytest.raises(AttributeError):
+        io._secret  # noqa: B018
+    with pytest.raises(AttributeError):
+        io.memory._op  # noqa: B018
+
+
+def test_current_call_outside_an_executor() -> None:
+    with pytest.raises(RuntimeError, match="only available inside a BlockX call"):
+        current_call()
+
+
+def test_errors_carry_their_kind() -> None:
+    err = IoError("UNKNOWN_OP", "no such op")
+    assert (err.kind, err.message, str(err)) == (
+        "UNKNOWN_OP",
+        "no such op",
+        "UNKNOWN_OP: no such op",
+    )
+    assert isinstance(CallError("USER_ERROR", ""), Exception)
+
+
+@pytest.mark.parametrize(
+    ("event", "args", "denied"),
+    [
+        ("socket.connect", (None, ("1.2.3.4", 80)), True),
+        ("subprocess.Popen", ("true", ["true"], None, None), True),
+        ("os.system", ("ls",), True),
+        ("open", ("/tmp/x", "w", 0), True),
+        ("open", ("/tmp/x", "a+", 0), True),
+        ("open", ("/tmp/x", None, 0o1101), True),  # os.open(O_WRONLY | O_CREAT | O_TRUNC)
+        ("open", ("/tmp/x", "r", 0), False),
+        ("open", ("/tmp/x", "rb", 0), False),
+        ("os.remove", ("/tmp/x", -1), True),
+        ("import", ("json", None, [], [], []), False),
+    ],
+)
+def test_sandbox_hook(event: str, args: tuple[Any, ...], denied: bool) -> None:
+    if denied:
+        with pytest.raises(PermissionError, match="BlockX functions cannot"):
+            _hook(event, args)
+    else:
+        _hook(event, args)

@@ -1,0 +1,439 @@
+"""The Calls phase with real executor processes over a real Unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from support import wait_until
+
+from blockx_core.code_view import CodeSnapshot, build_snapshot
+from blockx_core.dispatch import CallRetryPolicy, ConvergeTaskCalls, DispatchConfig
+from blockx_core.errors import FailureCode
+from blockx_server.call_engine import CallEngine, CallEngineConfig
+from blockx_server.executor_pool import ExecutorPoolConfig
+from blockx_server.io_registry import IoRegistry, MemoryBackend
+
+FUNCTIONS = """
+import hashlib
+from blockx_executor import CallError, IoError, call, current_call, io
+
+def double(x):
+    return x * 2
+
+def slow_square(x):
+    # About 20 ms of CPU, so that a kill lands mid-call.
+    d = b"x" * 1024
+    for _ in range(600):
+        d = hashlib.sha3_256(d).digest() * 32
+    return x * x
+
+def boom(x):
+    raise ValueError(f"bad input {x}")
+
+def fails_on(x, bad):
+    if x == bad:
+        raise RuntimeError(f"call {x} is the bad one")
+    return x
+
+def spin():
+    while True:
+        pass
+
+def not_json():
+    return object()
+
+def big(n):
+    return "x" * n
+
+def env():
+    import os
+    return dict(os.environ)
+
+def connect():
+    import socket
+    s = socket.socket()
+    s.connect(("127.0.0.1", 9))
+
+def write_file():
+    open("blockx-written.txt", "w").write("no")
+
+def run_process():
+    import subprocess
+    subprocess.run(["true"])
+
+def segfault():
+    import ctypes
+    ctypes.string_at(0)
+
+async def fetch(key):
+    return await io.memory.get(key)
+
+async def fetch_many(keys):
+    return [await io.memory.get(k) for k in keys]
+
+async def gated(x):
+    await io.gate.wait(x)
+    return x
+
+async def writer():
+    try:
+        await io.memory.put("k", 1)
+    except IoError:
+        return "swallowed"
+    return "wrote"
+
+async def missing_backend():
+    try:
+        await io.nowhere.get("k")
+    except IoError as exc:
+        return exc.kind
+
+async def parent(x):
+    child = await call("child", x)
+    return {"parent": x, "child": child}
+
+async def child(x):
+    return await call("grandchild", x) + 1
+
+def grandchild(x):
+    return x * 10
+
+async def calls_missing():
+    try:
+        await call("no_such_function", 1)
+    except CallError as exc:
+        return exc.kind
+
+async def calls_failing():
+    try:
+        await call("boom", 7)
+    except CallError as exc:
+        return [exc.kind, "bad input 7" in exc.message]
+
+async def whoami():
+    return current_call().function
+
+async def awaits_asyncio():
+    import asyncio
+    await asyncio.sleep(0)
+
+def version():
+    return "v1"
+"""
+
+
+class Gate:
+    """io.gate.wait(x): blocks every read until ``open_at`` reads are waiting at once,
+    which can only happen if calls interleave while suspended."""
+
+    name = "gate"
+    read_ops = frozenset({"wait"})
+    write_ops: frozenset[str] = frozenset()
+
+    def __init__(self) -> None:
+        self.waiting = 0
+        self.max_waiting = 0
+        self.open_at = 1
+        self.opened = asyncio.Event()
+
+    async def read(self, op: str, args: list[Any]) -> Any:
+        self.waiting += 1
+        self.max_waiting = max(self.max_waiting, self.waiting)
+        if self.waiting >= self.open_at:
+            self.opened.set()
+        await self.opened.wait()
+        self.waiting -= 1
+        return args[0]
+
+
+def outputs(result: ConvergeTaskCalls) -> list[Any]:
+    assert result.success, result.failure_message
+    return [json.loads(o) for o in result.outputs]
+
+
+@pytest.fixture
+def gate() -> Gate:
+    return Gate()
+
+
+@pytest.fixture
+async def engine(gate: Gate) -> AsyncIterator[CallEngine]:
+    config = CallEngineConfig(
+        dispatch=DispatchConfig(
+            call_deadline_ms=1500,
+            executor_heartbeat_timeout_ms=2000,
+            initial_window=8,
+            task_max_inflight_calls=64,
+            retry=CallRetryPolicy(max_attempts=3, backoff_ms=10, backoff_max_ms=50),
+        ),
+        pool=ExecutorPoolConfig(count=2, heartbeat_interval_ms=50),
+    )
+    io = IoRegistry([MemoryBackend({"a": 1, "b": {"nested": [1, 2]}}), gate])
+    eng = CallEngine(config, io)
+    await eng.start()
+    async with asyncio.timeout(20):
+        await eng.wait_ready()
+    yield eng
+    await eng.close()
+
+
+@pytest.fixture
+def snapshot() -> CodeSnapshot:
+    return build_snapshot(1, {"fns": FUNCTIONS})
+
+
+async def run(
+    engine: CallEngine, snapshot: CodeSnapshot, function: str, calls: list[list[Any]]
+) -> ConvergeTaskCalls:
+    async with asyncio.timeout(30):
+        return await engine.run_calls(f"task-{function}-{len(calls)}", snapshot, function, calls)
+
+
+def failure(result: ConvergeTaskCalls) -> str:
+    assert not result.success
+    assert result.failure_code is FailureCode.CALL_FAILED
+    return result.failure_message
+
+
+async def test_round_trip_in_root_order(engine: CallEngine, snapshot: CodeSnapshot) -> None:
+    result = await run(engine, snapshot, "double", [[i] for i in range(3000)])
+    assert outputs(result) == [2 * i for i in range(3000)]
+    assert engine.core.live_calls() == 0
+
+
+async def test_empty_call_list_converges_at_once(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    result = await run(engine, snapshot, "double", [])
+    assert result.success
+    assert result.outputs == []
+
+
+async def test_io_reads_from_the_memory_backend(engine: CallEngine, snapshot: CodeSnapshot) -> None:
+    result = await run(engine, snapshot, "fetch_many", [[["a", "b", "missing"]]])
+    assert outputs(result) == [[1, {"nested": [1, 2]}, None]]
+
+
+async def test_calls_interleave_while_suspended_on_io(
+    engine: CallEngine, snapshot: CodeSnapshot, gate: Gate
+) -> None:
+    # The first window is 8 calls on 2 executors: the gate opens only when all 8
+    # reads wait at once, which needs several suspended calls on each executor.
+    gate.open_at = 8
+    result = await run(engine, snapshot, "gated", [[i] for i in range(40)])
+    assert outputs(result) == list(range(40))
+    assert gate.max_waiting >= 8
+
+
+async def test_nested_sub_calls(engine: CallEngine, snapshot: CodeSnapshot) -> None:
+    result = await run(engine, snapshot, "parent", [[1], [2]])
+    assert outputs(result) == [{"parent": 1, "child": 11}, {"parent": 2, "child": 21}]
+
+
+@pytest.mark.parametrize(
+    ("function", "expected"),
+    [
+        ("calls_missing", "FUNCTION_NOT_FOUND"),
+        ("calls_failing", ["USER_ERROR", True]),
+        ("missing_backend", "UNKNOWN_BACKEND"),
+        ("whoami", "whoami"),
+    ],
+)
+async def test_errors_a_function_can_handle(
+    engine: CallEngine, snapshot: CodeSnapshot, function: str, expected: Any
+) -> None:
+    assert outputs(await run(engine, snapshot, function, [[]])) == [expected]
+
+
+async def test_user_exception_traceback_reaches_the_failure_message(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    message = failure(await run(engine, snapshot, "boom", [[42]]))
+    assert "call #0 boom(42) failed: USER_ERROR" in message
+    assert "ValueError: bad input 42" in message
+    assert 'File "fns.py", line' in message
+    assert 'raise ValueError(f"bad input {x}")' in message
+
+
+async def test_fast_fail_cancels_the_rest(engine: CallEngine, snapshot: CodeSnapshot) -> None:
+    message = failure(await run(engine, snapshot, "fails_on", [[i, 37] for i in range(200)]))
+    assert "call #37" in message
+    assert "call 37 is the bad one" in message
+    assert engine.core.live_calls() == 0
+
+
+async def test_syntax_error_is_a_compile_error(engine: CallEngine) -> None:
+    broken = build_snapshot(1, {"broken": "def f(:\n    pass\n", "ok": "def g():\n    return 1\n"})
+    # The module does not parse, so f is not in the snapshot at all.
+    message = failure(await run(engine, broken, "f", [[]]))
+    assert "FUNCTION_NOT_FOUND" in message
+    assert "broken" in message
+    assert outputs(await run(engine, broken, "g", [[]])) == [1]
+
+
+async def test_module_that_raises_while_loading(engine: CallEngine) -> None:
+    snap = build_snapshot(
+        1, {"bad": "raise ImportError('no such thing')\ndef f():\n    return 1\n"}
+    )
+    message = failure(await run(engine, snap, "f", [[]]))
+    assert "COMPILE_ERROR" in message
+    assert "ImportError: no such thing" in message
+
+
+async def test_missing_function(engine: CallEngine, snapshot: CodeSnapshot) -> None:
+    message = failure(await run(engine, snapshot, "doubel", [[1]]))
+    assert "FUNCTION_NOT_FOUND" in message
+    assert "double" in message  # the close match
+
+
+async def test_return_value_that_is_not_json(engine: CallEngine, snapshot: CodeSnapshot) -> None:
+    message = failure(await run(engine, snapshot, "not_json", [[]]))
+    assert "BAD_RESULT" in message
+    assert "JSON" in message
+
+
+async def test_awaiting_asyncio_is_refused(engine: CallEngine, snapshot: CodeSnapshot) -> None:
+    message = failure(await run(engine, snapshot, "awaits_asyncio", [[]]))
+    assert "only io.<backend>.<op>(...) and call(...)" in message
+
+
+async def test_a_write_fails_the_call_even_when_caught(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    message = failure(await run(engine, snapshot, "writer", [[]]))
+    assert "WRITE_FORBIDDEN" in message
+    assert "io.memory.put is a write" in message
+
+
+@pytest.mark.parametrize(
+    ("function", "words"),
+    [
+        ("connect", "open network connections"),
+        ("write_file", "write files"),
+        ("run_process", "start or signal processes"),
+    ],
+)
+async def test_sandbox(
+    engine: CallEngine, snapshot: CodeSnapshot, function: str, words: str
+) -> None:
+    message = failure(await run(engine, snapshot, function, [[]]))
+    assert "PermissionError" in message
+    assert words in message
+
+
+async def test_environment_is_scrubbed(
+    engine: CallEngine, snapshot: CodeSnapshot, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [environ] = outputs(await run(engine, snapshot, "env", [[]]))
+    assert set(environ) <= {
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "HOME",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONUNBUFFERED",
+    }
+    assert "AWS_SECRET_ACCESS_KEY" not in environ
+    assert os.environ.get("HOME") != environ.get("HOME")
+
+
+async def test_output_cap(gate: Gate, snapshot: CodeSnapshot) -> None:
+    config = CallEngineConfig(
+        dispatch=DispatchConfig(max_collected_output_bytes=10_000),
+        pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
+    )
+    eng = CallEngine(config, IoRegistry([MemoryBackend()]))
+    await eng.start()
+    try:
+        async with asyncio.timeout(20):
+            await eng.wait_ready()
+        ok = await run(eng, snapshot, "big", [[1000]] * 9)
+        assert ok.success
+        capped = await run(eng, snapshot, "big", [[1000]] * 11)
+        assert not capped.success
+        assert capped.failure_code is FailureCode.OUTPUT_BYTES_EXCEEDED
+        assert "MAX_COLLECTED_OUTPUT_BYTES" in capped.failure_message
+    finally:
+        await eng.close()
+
+
+async def test_infinite_loop_is_killed_and_the_worker_keeps_serving(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    before = set(engine.pool.executor_ids())
+    message = failure(await run(engine, snapshot, "spin", [[]]))
+    assert "BUDGET_EXCEEDED" in message
+    assert "its executor was killed" in message
+    await wait_until(
+        lambda: len(engine.pool.executor_ids()) == 2 and set(engine.pool.executor_ids()) != before,
+        "the killed executor replaced",
+    )
+    assert outputs(await run(engine, snapshot, "double", [[5]])) == [10]
+
+
+async def test_kill_9_mid_call_loses_nothing_and_reports_nothing_twice(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    calls = [[i] for i in range(120)]
+    task = asyncio.create_task(run(engine, snapshot, "slow_square", calls))
+    await wait_until(lambda: engine.core.live_calls() > 0, "calls in flight")
+    victim = engine.pool.executor_ids()[0]
+    pid = engine.pool.pid(victim)
+    assert pid is not None
+    await asyncio.sleep(0.1)  # let it get into the batch
+    os.kill(pid, signal.SIGKILL)
+    result = await task
+    assert outputs(result) == [i * i for i in range(120)]
+    await wait_until(lambda: victim not in engine.pool.executor_ids(), "the victim replaced")
+
+
+async def test_a_call_that_kills_its_executor_is_retried_then_fails(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    message = failure(await run(engine, snapshot, "segfault", [[]]))
+    assert "after 3 attempts" in message
+    assert "EXECUTOR_LOST" in message
+    await wait_until(lambda: len(engine.pool.executor_ids()) == 2, "respawned executors")
+    assert outputs(await run(engine, snapshot, "double", [[1]])) == [2]
+
+
+async def test_cancel_drops_the_calls(
+    engine: CallEngine, snapshot: CodeSnapshot, gate: Gate
+) -> None:
+    gate.open_at = 10_000  # never opens
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):
+            await engine.run_calls("cancelled", snapshot, "gated", [[i] for i in range(20)])
+    assert engine.core.live_calls() == 0
+    assert not engine.core.has_task("cancelled")
+    assert outputs(await run(engine, snapshot, "double", [[3]])) == [6]
+
+
+async def test_a_task_keeps_its_epoch_while_newer_code_runs(engine: CallEngine, gate: Gate) -> None:
+    v1 = build_snapshot(1, {"fns": FUNCTIONS})
+    v2 = build_snapshot(2, {"fns": FUNCTIONS.replace('return "v1"', 'return "v2"')})
+    assert v1.resolve("version") != v2.resolve("version")
+    old_code = FUNCTIONS.replace(
+        "async def gated(x):\n    await io.gate.wait(x)\n    return x",
+        'async def gated(x):\n    await io.gate.wait(x)\n    return await call("version")',
+    )
+    v1 = build_snapshot(1, {"fns": old_code})
+    gate.open_at = 10_000
+    old_task = asyncio.create_task(engine.run_calls("old", v1, "gated", [[1]]))
+    await wait_until(lambda: gate.waiting == 1, "the old task suspended")
+    assert outputs(await run(engine, v2, "version", [[]])) == ["v2"]
+    gate.opened.set()
+    async with asyncio.timeout(20):
+        assert outputs(await old_task) == ["v1"]
+
+
+async def test_executor_heartbeats_make_the_pool_ready(engine: CallEngine) -> None:
+    ids = engine.pool.executor_ids()
+    assert len(ids) == 2
+    assert sorted(engine.core.executor_ids()) == sorted(ids)
