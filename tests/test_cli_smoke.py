@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 from support import free_port
 from typer.testing import CliRunner
@@ -26,8 +27,9 @@ def test_installed_blockx_script_lists_versions() -> None:
     assert "blockx-proto 0." in result.stdout
 
 
-def test_dev_cluster_once_starts_etcd_and_a_serving_coordinator() -> None:
-    """The README's demo command, end to end: etcd, the coordinator, readiness, shutdown."""
+def test_dev_cluster_runs_the_demo_task() -> None:
+    """The README's demo command, end to end: etcd, the coordinator, a worker with its
+    executors, the example task through ReserveWorkerSlot/SubmitTask/WatchTasks."""
     dev = shutil.which("blockx-dev")
     assert dev is not None
     result = subprocess.run(
@@ -36,15 +38,19 @@ def test_dev_cluster_once_starts_etcd_and_a_serving_coordinator() -> None:
             "--once",
             "--coordinator-port",
             str(free_port()),
+            "--worker-port",
+            str(free_port()),
             "--metrics-port",
             str(free_port()),
         ],
         capture_output=True,
         text=True,
         timeout=120,
+        cwd=Path(__file__).resolve().parents[1],
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "BlockX dev cluster is up" in result.stdout
-    assert "ReserveWorkerSlot answers: UNAVAILABLE: no live worker" in result.stdout
+    assert "terminal  SUCCEEDED" in result.stdout
+    assert 'ReturnValueResultHandler: ["hello, ct2","hello, blockx"]' in result.stdout
     assert "Traceback" not in result.stdout + result.stderr
     assert result.stdout.rstrip().endswith("blockx-dev: stopped")

@@ -802,17 +802,28 @@ def test_parent_completing_cancels_its_pending_subcalls() -> None:
     child, child_ex = subcall(core, "e1", root)
     out = core.calls_completed("e1", [root], [result(0)], 2)
     assert only_converge(out).success
-    # BUG: _core.py DispatcherCore.calls_completed (and _after_progress) — a parent that
-    # completes, or a task that converges, leaves its pending sub-calls live: no
-    # CancelCalls is emitted, the child stays in the core (live_calls() == 1, it still
-    # counts in e2's load) and, when it later fails with a retryable kind, it is sent
-    # again (SendCalls for a task that has already converged). Expected: the ended
-    # parent's sub-calls are cancelled like on a failed attempt (_cancel_children), and
-    # nothing of a converged task stays in the core. Actual: out has no CancelCalls.
+    # Regression: the parent's attempt ended, so its pending sub-calls are cancelled and
+    # nothing of the converged task stays in the core (it used to keep the child live,
+    # in e2's load, and re-send it after a retryable failure).
     assert cancelled(out) == {(child_ex, child)}
     assert core.live_calls() == 0
+    assert core.executor_load(child_ex) == 0
+    assert core.calls_completed(child_ex, [child], [b"1"], 3) == []
     assert core.call_failed(child_ex, child, CallFailureKind.EXECUTOR_LOST, "x", 3) == []
     assert core.tick(10**6) == []
+
+
+def test_sub_call_completing_cancels_its_own_pending_sub_calls() -> None:
+    core, root = one_root_on_e1()
+    child, child_ex = subcall(core, "e1", root)
+    grandchild, grand_ex = subcall(core, child_ex, child, "leaf")
+    out = core.calls_completed(child_ex, [child], [b"3"], 2)
+    assert out == [
+        CancelCalls(executor_id=grand_ex, call_ids=[grandchild]),
+        ResumeWithResult(executor_id="e1", call_id=root, ok=True, value_json=b"3"),
+    ]
+    assert core.calls_completed(grand_ex, [grandchild], [b"4"], 3) == []
+    assert core.live_calls() == 1
 
 
 def test_calls_of_different_code_are_never_batched_together() -> None:
@@ -828,12 +839,8 @@ def test_calls_of_different_code_are_never_batched_together() -> None:
     assert core.call_failed("e1", ids[1], lost, "x", 10) == []
     sends = of(core.tick(110), SendCalls)
     assert sorted(cid for s in sends for cid in s.call_ids) == sorted([child, ids[1]])
-    # BUG: _core.py DispatcherCore._send — the single-group fast path checks only the
-    # task and the function (`c.task is first.task and c.function == first.function`),
-    # not the code, so a retried sub-call of FN in "other@7" and a retried root of FN in
-    # CODE come due in the same tick and go out in ONE SendCalls with code=CODE.
-    # Expected: one SendCalls per (task, code, function), each call with its own code.
-    # Actual: [SendCalls(code='code@1', call_ids=[<root 1>, <child>])].
+    # Regression: the retried root (CODE) and sub-call ("other@7") of the same function
+    # fall due in one tick; they used to go out in ONE SendCalls with code=CODE.
     for s in sends:
         for cid in s.call_ids:
             assert s.code == core.call_code(cid), s
@@ -936,6 +943,26 @@ def test_heartbeat_over_budget_is_retried_when_the_policy_says_so() -> None:
     out = core.executor_heartbeat("e1", ids[0], 2_000_000, 10)
     assert [k.executor_id for k in of(out, KillExecutor)] == ["e1"]
     assert out == of(out, KillExecutor)
+    assert placement(core.tick(110)) == {ids[0]: "e2"}
+
+
+def test_over_budget_sub_call_sharing_its_parents_executor_resumes_nobody() -> None:
+    core = make(
+        call_deadline_ms=1_000,
+        retry=CallRetryPolicy(backoff_ms=100),
+        executor_heartbeat_timeout_ms=NO_HB,
+    )
+    up(core, "e1")
+    ids = root_ids(core.start_task("t1", CODE, FN, roots(1), 0))
+    child = placement(core.subcall_requested("e1", ids[0], CODE, "helper", [], 1))
+    [cid] = child
+    # The child fails for good, but its parent died with the same executor: the parent
+    # is retried (and will ask again); there is no executor to resume.
+    out = core.executor_heartbeat("e1", cid, 1_000_001, 10)
+    assert out == [KillExecutor(executor_id="e1", reason="a call exceeded its budget")]
+    assert core.has_task("t1")
+    assert core.live_calls() == 1
+    up(core, "e2", now_ms=20)
     assert placement(core.tick(110)) == {ids[0]: "e2"}
 
 

@@ -8,20 +8,18 @@ import asyncio
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import time
-import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 import aetcd
 import grpc
 import pytest
-from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.server import Server
+from processes import CoordinatorProcess
 from support import free_port, heartbeat, wait_until
 
 from blockx_core.heartbeat import encode_heartbeat
@@ -91,79 +89,6 @@ async def publish(etcd: EtcdServer, prefix: str, addr: str, *, slots: int = 10) 
         await client.close()
 
 
-class CoordinatorProcess:
-    def __init__(self, program: str, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        self.metrics_port = free_port()
-        self.log = log
-        full_env = {
-            **os.environ,
-            "COORDINATOR_LISTEN": f"127.0.0.1:{self.port}",
-            "BLOCKX_PROMETHEUS_LISTEN_ADDR": f"127.0.0.1:{self.metrics_port}",
-            "COORDINATOR_ETCD_WATCH_RETRY_DELAY_MS": "100",
-            "COORDINATOR_ETCD_DIAL_TIMEOUT_MS": "1000",
-            "COORDINATOR_WORKER_RPC_TIMEOUT_MS": "500",
-            **env,
-        }
-        binary = shutil.which(program)
-        assert binary is not None, f"{program} is not installed (uv sync)"
-        self._log_file = log.open("wb")
-        self.proc = subprocess.Popen(
-            [binary], env=full_env, stdout=self._log_file, stderr=subprocess.STDOUT
-        )
-        self.channel = Channel("127.0.0.1", self.port)
-
-    async def wait_serving(self) -> None:
-        async def answers() -> bool:
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                await self.reserve("probe")
-            except (GRPCError, OSError):
-                return True  # any gRPC answer (even UNAVAILABLE) means it is serving
-            return True
-
-        async def connectable() -> bool:
-            try:
-                _, writer = await asyncio.open_connection("127.0.0.1", self.port)
-            except OSError:
-                return False
-            writer.close()
-            return await answers()
-
-        await wait_until(connectable, timeout=20)
-
-    async def reserve(self, task_id: str) -> coordinator_v1.ReserveWorkerSlotResponse:
-        stub = coordinator_v1.CoordinatorServiceStub(self.channel)
-        return await stub.reserve_worker_slot(
-            coordinator_v1.ReserveWorkerSlotRequest(task_id=task_id), timeout=10
-        )
-
-    async def status_of(self, task_id: str) -> Status:
-        try:
-            await self.reserve(task_id)
-        except GRPCError as exc:
-            return exc.status
-        return Status.OK
-
-    def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            body: bytes = response.read()
-        return body.decode()
-
-    def stop(self) -> int:
-        self.channel.close()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._log_file.close()
-        return self.proc.returncode
-
-
 @pytest.fixture
 async def start_coordinator(
     tmp_path: Path,
@@ -179,9 +104,9 @@ async def start_coordinator(
         **env: str,
     ) -> CoordinatorProcess:
         proc = CoordinatorProcess(
-            program,
             {"ETCD_ENDPOINTS": etcd_endpoint, "COORDINATOR_REGISTRY_PREFIXES": prefix, **env},
             tmp_path / f"coordinator-{len(started)}.log",
+            program,
         )
         started.append(proc)
         if wait:
@@ -399,7 +324,7 @@ async def test_bundle_coordinator_serves_only_its_own_service(
     bundle = bundlecoordinator_v1.BundleCoordinatorServiceStub(coordinator.channel)
 
     async def routes() -> bool:
-        assert coordinator.proc.poll() is None, coordinator.log.read_text()
+        assert coordinator.alive(), coordinator.output()
         try:
             response = await bundle.reserve_worker_slot(
                 bundlecoordinator_v1.ReserveWorkerSlotRequest(task_id="b1"), timeout=5

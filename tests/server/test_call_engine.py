@@ -7,16 +7,19 @@ import json
 import os
 import signal
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from support import wait_until
 
-from blockx_core.code_view import CodeSnapshot, build_snapshot
+from blockx_core.code_view import CodeSnapshot, FunctionCodeView, build_snapshot
 from blockx_core.dispatch import CallRetryPolicy, ConvergeTaskCalls, DispatchConfig
 from blockx_core.errors import FailureCode
 from blockx_server.call_engine import CallEngine, CallEngineConfig
+from blockx_server.clock import SYSTEM_CLOCK
 from blockx_server.executor_pool import ExecutorPoolConfig
+from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.io_registry import IoRegistry, MemoryBackend
 
 FUNCTIONS = """
@@ -87,6 +90,9 @@ async def writer():
     except IoError:
         return "swallowed"
     return "wrote"
+
+async def unhandled_io():
+    return await io.memory.get()
 
 async def missing_backend():
     try:
@@ -286,6 +292,14 @@ async def test_module_that_raises_while_loading(engine: CallEngine) -> None:
     assert "ImportError: no such thing" in message
 
 
+async def test_an_unhandled_io_error_fails_the_call_as_io_error(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    message = failure(await run(engine, snapshot, "unhandled_io", [[]]))
+    assert "IO_ERROR" in message
+    assert "BAD_REQUEST" in message
+
+
 async def test_missing_function(engine: CallEngine, snapshot: CodeSnapshot) -> None:
     message = failure(await run(engine, snapshot, "doubel", [[1]]))
     assert "FUNCTION_NOT_FOUND" in message
@@ -415,22 +429,37 @@ async def test_cancel_drops_the_calls(
     assert outputs(await run(engine, snapshot, "double", [[3]])) == [6]
 
 
-async def test_a_task_keeps_its_epoch_while_newer_code_runs(engine: CallEngine, gate: Gate) -> None:
-    v1 = build_snapshot(1, {"fns": FUNCTIONS})
-    v2 = build_snapshot(2, {"fns": FUNCTIONS.replace('return "v1"', 'return "v2"')})
-    assert v1.resolve("version") != v2.resolve("version")
-    old_code = FUNCTIONS.replace(
+async def test_a_task_keeps_its_epoch_while_newer_code_runs(
+    engine: CallEngine, gate: Gate, tmp_path: Path
+) -> None:
+    """FUNCTIONS_DIR edited while a task runs: the running task finishes on the epoch
+    it pinned (its sub-call too); a task started after the edit runs the new code."""
+    source = FUNCTIONS.replace(
         "async def gated(x):\n    await io.gate.wait(x)\n    return x",
         'async def gated(x):\n    await io.gate.wait(x)\n    return await call("version")',
     )
-    v1 = build_snapshot(1, {"fns": old_code})
+    (tmp_path / "fns.py").write_text(source)
+    view = FunctionCodeView(retention_ms=60_000)
+    refresher = CodeViewRefresher(DirectoryFunctionStore(tmp_path), view, SYSTEM_CLOCK, 1000)
+    first = await refresher.refresh_once()
+    assert first is not None
     gate.open_at = 10_000
-    old_task = asyncio.create_task(engine.run_calls("old", v1, "gated", [[1]]))
+    old = view.pin("old", SYSTEM_CLOCK.now_ms())
+    old_task = asyncio.create_task(engine.run_calls("old", old, "gated", [[1]]))
     await wait_until(lambda: gate.waiting == 1, "the old task suspended")
-    assert outputs(await run(engine, v2, "version", [[]])) == ["v2"]
+
+    (tmp_path / "fns.py").write_text(source.replace('return "v1"', 'return "v2"'))
+    second = await refresher.refresh_once()
+    assert second is not None
+    assert second.epoch == first.epoch + 1
+    new = view.pin("new", SYSTEM_CLOCK.now_ms())
+    assert outputs(await run(engine, new, "version", [[]])) == ["v2"]
+
     gate.opened.set()
     async with asyncio.timeout(20):
         assert outputs(await old_task) == ["v1"]
+    view.unpin("old", SYSTEM_CLOCK.now_ms())
+    assert view.pinned("old") is None
 
 
 async def test_executor_heartbeats_make_the_pool_ready(engine: CallEngine) -> None:

@@ -34,6 +34,8 @@ class FailureKind(enum.StrEnum):
     FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
     BAD_RESULT = "BAD_RESULT"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
+    # An IoError escaped the function (retried when CALL_RETRY_ON lists it).
+    IO_ERROR = "IO_ERROR"
 
 
 # ---- Worker -> Executor -------------------------------------------------------------

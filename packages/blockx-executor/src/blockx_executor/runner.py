@@ -256,7 +256,8 @@ class Runner:
         except BaseException as exc:
             self._running = None
             cpu_ns = call.consumed_ns - call.io_ns + (_thread_time_ns() - started)
-            self._fail(call.call_id, FailureKind.USER_ERROR, _describe(exc), cpu_ns, call.io_ns)
+            kind = FailureKind.IO_ERROR if isinstance(exc, IoError) else FailureKind.USER_ERROR
+            self._fail(call.call_id, kind, _describe(exc), cpu_ns, call.io_ns)
             return
         self._running = None
         call.consumed_ns += _thread_time_ns() - started

@@ -180,3 +180,26 @@ def _key(key: Any) -> str:
     if not isinstance(key, str):
         raise TypeError(f"keys are strings, got {type(key).__name__}")
     return key
+
+
+class TaskIoScope:
+    """A task's view of the IO registry, opened at activation and closed at convergence.
+
+    Builders and Writer Plugins read through it; the later IO subsystem hangs the
+    task's singleflight and IO windows here.
+    """
+
+    def __init__(self, registry: IoRegistry, task_id: str) -> None:
+        self._registry = registry
+        self.task_id = task_id
+        self._closed = False
+
+    async def read(self, backend: str, op: str, args: list[Any]) -> IoOutcome:
+        if self._closed:
+            return IoOutcome(
+                False, error_kind=IoErrorKind.UNAVAILABLE, error="the task's IO scope is closed"
+            )
+        return await self._registry.execute(backend, op, args)
+
+    def close(self) -> None:
+        self._closed = True

@@ -270,6 +270,8 @@ class DispatcherCore:
             ex_calls.discard(call_id)
             task = call.task
             task.live.discard(call_id)
+            if call.children:
+                self._cancel_children(call, out)  # nothing can await them any more
             if call.parent:
                 self._resume_parent(call, True, result, "", "", out)
                 continue
@@ -406,6 +408,7 @@ class DispatcherCore:
             return
         if task.done_roots == len(task.roots):
             del self._tasks[task.task_id]
+            self._drop_calls(task, out)  # anything still live can no longer matter
             out.append(ConvergeTaskCalls(task_id=task.task_id, success=True, outputs=task.outputs))
             return
         limit = self._config.task_max_inflight_calls
@@ -420,7 +423,10 @@ class DispatcherCore:
             self._unassigned.extend(calls)
             return
         first = calls[0]
-        if all(c.task is first.task and c.function == first.function for c in calls):
+        if all(
+            c.task is first.task and c.code == first.code and c.function == first.function
+            for c in calls
+        ):
             groups: Iterator[list[_Call]] = iter([calls])
         else:
             by_key: dict[tuple[str, str, str], list[_Call]] = defaultdict(list)

@@ -7,6 +7,8 @@ import contextlib
 import logging
 import signal
 
+from grpclib.health.check import ServiceCheck
+from grpclib.health.service import Health
 from grpclib.server import Server
 from prometheus_client import CollectorRegistry
 
@@ -46,7 +48,13 @@ async def serve(
         if config.profile.deployment is RegistryKind.BLOCK
         else BundleCoordinatorService(server)
     )
-    grpc_server = Server([service])
+
+    # grpc.health.v1: SERVING while the worker view is trusted.
+    async def view_trusted() -> bool:
+        return core.is_ready(clock.now_ms())
+
+    health = Health({service: [ServiceCheck(view_trusted, check_ttl=1.0, check_timeout=1.0)]})
+    grpc_server = Server([service, health])
     await grpc_server.start(config.listen_host or None, config.listen_port)
     metrics_server = None
     try:

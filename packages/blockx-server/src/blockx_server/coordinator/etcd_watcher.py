@@ -25,34 +25,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
-from typing import Any, Final, assert_never
+from collections.abc import Iterable
+from typing import Any, assert_never
 
 import aetcd
 import aetcd.exceptions
 import msgspec
 
-from blockx_core.addr import InvalidAddress, split_host_port
 from blockx_core.coordinator import CoordinatorCore
 from blockx_core.errors import InvalidConfig
 from blockx_core.heartbeat import InvalidHeartbeat, WorkerHeartbeat, decode_heartbeat
 from blockx_core.registry import InvalidRegistryPrefix, RegistryFormat, parse_registry_prefix
 from blockx_core.registry_merge import MergeChange, RegistryMerge, WorkerRemoved, WorkerUpserted
 from blockx_server.clock import Clock
+from blockx_server.etcd_client import (
+    DEFAULT_ETCD_PORT,
+    close_quietly,
+    grpc_options,
+    parse_endpoint,
+)
 
 log = logging.getLogger(__name__)
-
-DEFAULT_ETCD_PORT: Final = 2379
-
-_GRPC_OPTIONS: Final[Mapping[str, int]] = {
-    "grpc.keepalive_permit_without_calls": 1,
-    # By default grpc stops pinging after two pings without data: a quiet watch
-    # would then never notice a dead peer.
-    "grpc.http2.max_pings_without_data": 0,
-    # Channels with the same target share subchannels (and their reconnect backoff)
-    # through a global pool; each attempt wants a fresh connection of its own.
-    "grpc.use_local_subchannel_pool": 1,
-}
 
 
 class EtcdWatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,7 +69,7 @@ class EtcdWatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
         if not self.endpoints:
             raise InvalidConfig("endpoints", "must name at least one etcd endpoint")
         for endpoint in self.endpoints:
-            _parse_endpoint(endpoint)
+            parse_endpoint(endpoint)
         if not self.key_prefixes:
             raise InvalidConfig("key_prefixes", "must name at least one registry prefix")
         if len(set(self.key_prefixes)) != len(self.key_prefixes):
@@ -97,30 +90,7 @@ class EtcdWatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def host_ports(self) -> list[tuple[str, int]]:
         """The endpoints as ``(host, port)``; IPv6 hosts keep their brackets."""
-        return [_parse_endpoint(e) for e in self.endpoints]
-
-
-def _strip_scheme(endpoint: str) -> str:
-    endpoint = endpoint.strip()
-    for scheme in ("http://", "https://"):
-        if endpoint.lower().startswith(scheme):
-            endpoint = endpoint[len(scheme) :]
-            break
-    return endpoint.rstrip("/")
-
-
-def _parse_endpoint(given: str) -> tuple[str, int]:
-    endpoint = _strip_scheme(given)
-    if ":" not in endpoint.rpartition("]")[2]:
-        endpoint += f":{DEFAULT_ETCD_PORT}"
-    try:
-        host, port = split_host_port(endpoint)
-    except InvalidAddress as exc:
-        raise InvalidConfig("endpoints", f"{given!r} is not host:port ({exc})") from None
-    if port == 0:
-        raise InvalidConfig("endpoints", f"{given!r} has port 0")
-    # grpc wants an IPv6 host in brackets.
-    return (f"[{host}]" if ":" in host else host), port
+        return [parse_endpoint(e) for e in self.endpoints]
 
 
 class _WatchEnded(Exception):
@@ -136,14 +106,7 @@ class EtcdWorkerWatcher:
         self._core = core
         self._clock = clock
         self._endpoints = config.host_ports()
-        self._grpc_options: dict[str, int] = {
-            **_GRPC_OPTIONS,
-            "grpc.keepalive_time_ms": config.keepalive_time_ms,
-            "grpc.keepalive_timeout_ms": config.keepalive_timeout_ms,
-            # grpc core waits for a keepalive ack up to this ping timeout (1 minute by
-            # default once keepalive is on), not just keepalive_timeout_ms.
-            "grpc.http2.ping_timeout_ms": config.keepalive_timeout_ms,
-        }
+        self._grpc_options = grpc_options(config.keepalive_time_ms, config.keepalive_timeout_ms)
         self._prefixes = config.key_prefixes
         self._merge = RegistryMerge(config.key_prefixes)
         self._listed: set[str] = set()
@@ -225,7 +188,7 @@ class EtcdWorkerWatcher:
             except Exception as exc:
                 self._on_failure(prefix, f"{host}:{port}", exc)
             finally:
-                await _close_quietly(client)
+                await close_quietly(client)
             await asyncio.sleep(delay_s)
 
     async def _list_and_watch(self, prefix: str, client: aetcd.Client) -> None:
@@ -366,10 +329,3 @@ class EtcdWorkerWatcher:
             )
             return None
         return heartbeat
-
-
-async def _close_quietly(client: aetcd.Client) -> None:
-    try:
-        await client.close()
-    except Exception as exc:
-        log.debug("closing an etcd client failed: %r", exc)

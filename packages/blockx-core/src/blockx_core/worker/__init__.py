@@ -1,0 +1,39 @@
+"""The Worker's sans-IO core: slot table, task lifecycle, results, timers."""
+
+from blockx_core.worker._config import WorkerConfig
+from blockx_core.worker._core import WorkerCore
+from blockx_core.worker._types import (
+    AbortTaskWork,
+    InvalidTransition,
+    PhaseOutcome,
+    PrepareTaskActivation,
+    SlotExpired,
+    SlotState,
+    StartBuilderPhase,
+    StartCallPhase,
+    StartWriterPhase,
+    TaskConverged,
+    TaskPhase,
+    TaskSnapshot,
+    WorkerCommand,
+    WorkerError,
+)
+
+__all__ = [
+    "AbortTaskWork",
+    "InvalidTransition",
+    "PhaseOutcome",
+    "PrepareTaskActivation",
+    "SlotExpired",
+    "SlotState",
+    "StartBuilderPhase",
+    "StartCallPhase",
+    "StartWriterPhase",
+    "TaskConverged",
+    "TaskPhase",
+    "TaskSnapshot",
+    "WorkerCommand",
+    "WorkerConfig",
+    "WorkerCore",
+    "WorkerError",
+]

@@ -1,0 +1,42 @@
+"""WorkerCore configuration (the seeds' ``internal/worker/core/config.go`` defaults)."""
+
+from __future__ import annotations
+
+import msgspec
+
+from blockx_core.errors import InvalidConfig
+
+HOUR_MS = 3_600_000
+
+
+class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    task_slots: int = 50
+    # TTL of the slot SubmitTask reserves inline when it has no slot_id.
+    default_ttl_ms: int = 5_000
+    # Effective task timeout when task_timeout_ms is 0.
+    task_deadline_ms: int = 300_000
+    max_task_timeout_ms: int = 8 * HOUR_MS
+    result_retention_ms: int = 300_000
+    # 0 disables Watch as a run credential.
+    watch_disconnect_grace_ms: int = 0
+
+    def validate(self) -> None:
+        for name in (
+            "task_slots",
+            "default_ttl_ms",
+            "task_deadline_ms",
+            "max_task_timeout_ms",
+            "result_retention_ms",
+        ):
+            if getattr(self, name) < 1:
+                raise InvalidConfig(name, f"must be >= 1 (got {getattr(self, name)})")
+        if self.watch_disconnect_grace_ms < 0:
+            raise InvalidConfig(
+                "watch_disconnect_grace_ms", f"must be >= 0 (got {self.watch_disconnect_grace_ms})"
+            )
+        if self.task_deadline_ms > self.max_task_timeout_ms:
+            raise InvalidConfig(
+                "task_deadline_ms",
+                f"must be <= max_task_timeout_ms ({self.task_deadline_ms} > "
+                f"{self.max_task_timeout_ms})",
+            )

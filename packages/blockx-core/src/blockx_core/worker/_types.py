@@ -1,0 +1,135 @@
+"""States, events, outcomes and commands of the WorkerCore."""
+
+from __future__ import annotations
+
+import enum
+
+import msgspec
+
+from blockx_core.errors import ErrorCode, FailureCode
+from blockx_core.task import PluginResult, TaskInput, TaskResult, TaskState
+
+
+class SlotState(enum.Enum):
+    FREE = "FREE"
+    ALLOCATED = "ALLOCATED"
+    RUNNING = "RUNNING"
+
+
+class TaskPhase(enum.Enum):
+    """Internal phases; all but TERMINAL show as RUNNING to clients."""
+
+    PREPARING = "PREPARING"
+    BUILDER = "BUILDER"
+    CALLS = "CALLS"
+    PLUGIN = "PLUGIN"
+    TERMINAL = "TERMINAL"
+
+
+# ---- slot events (the keys of the transition table) ----------------------------------
+
+
+class Allocate(msgspec.Struct, frozen=True):
+    pass
+
+
+class Activate(msgspec.Struct, frozen=True):
+    pass
+
+
+class LeaseExpired(msgspec.Struct, frozen=True):
+    pass
+
+
+class Converge(msgspec.Struct, frozen=True):
+    pass
+
+
+SlotEvent = Allocate | Activate | LeaseExpired | Converge
+
+
+class InvalidTransition(Exception):
+    """A (state, event) pair the slot table does not allow: a bug in the caller."""
+
+
+# ---- answers -----------------------------------------------------------------------
+
+
+class WorkerError(msgspec.Struct, frozen=True):
+    """An admission failure: answered as a gRPC status, never as a TaskResult."""
+
+    code: ErrorCode
+    message: str
+
+
+class TaskSnapshot(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    slot_id: str
+    state: TaskState
+    lease_deadline_ms: int = 0
+    result: TaskResult | None = None
+
+
+class PhaseOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    success: bool
+    failure_code: FailureCode | None = None
+    # Used where the failure code alone does not decide it (BUILDER_FAILED, PLUGIN_FAILED).
+    retryable: bool = False
+    message: str = ""
+    plugin_results: tuple[PluginResult, ...] = ()
+
+
+# ---- commands ------------------------------------------------------------------------
+
+
+class PrepareTaskActivation(msgspec.Struct, frozen=True, kw_only=True):
+    """Resolve and pin the code epoch, create the task's IO scope."""
+
+    task_id: str
+    task: TaskInput
+    deadline_ms: int
+
+
+class StartBuilderPhase(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+
+
+class StartCallPhase(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+
+
+class StartWriterPhase(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+
+
+class AbortTaskWork(msgspec.Struct, frozen=True, kw_only=True):
+    """Stop whatever the adapter is running for the task (its calls get CancelCall)."""
+
+    task_id: str
+
+
+class TaskConverged(msgspec.Struct, frozen=True, kw_only=True):
+    """Terminal: the slot is free again; tell subscribers, clean up the task's runtime."""
+
+    task_id: str
+    slot_id: str
+    state: TaskState
+    result: TaskResult
+
+
+class SlotExpired(msgspec.Struct, frozen=True, kw_only=True):
+    """An ALLOCATED slot was reclaimed without a submission."""
+
+    task_id: str
+    slot_id: str
+
+
+WorkerCommand = (
+    PrepareTaskActivation
+    | StartBuilderPhase
+    | StartCallPhase
+    | StartWriterPhase
+    | AbortTaskWork
+    | TaskConverged
+    | SlotExpired
+)

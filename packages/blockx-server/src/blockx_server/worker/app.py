@@ -1,0 +1,180 @@
+"""Wiring and lifetime of one Worker process.
+
+Start: executors, function code, gRPC server; the Worker turns ready (and starts
+heartbeating into etcd) once every executor has heartbeated and the code is loaded.
+Timers tick every 500 ms. SIGTERM/SIGINT drain: the etcd lease is revoked at once so
+coordinators stop routing here, new RequestTaskSlot/SubmitTask answer UNAVAILABLE,
+GetTaskResult and WatchTasks keep working, running tasks converge for up to
+DRAIN_TIMEOUT_MS, then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import uuid
+
+from grpclib.config import Configuration
+from grpclib.health.check import ServiceStatus
+from grpclib.health.service import Health
+from grpclib.server import Server
+
+from blockx_core.code_view import FunctionCodeView
+from blockx_core.error_rate import ErrorRateWindow
+from blockx_core.worker import WorkerCore
+from blockx_server.call_engine import CallEngine
+from blockx_server.clock import SYSTEM_CLOCK, Clock
+from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
+from blockx_server.io_registry import IoRegistry, MemoryBackend
+from blockx_server.worker.builders import default_builders
+from blockx_server.worker.config import WorkerRuntimeConfig
+from blockx_server.worker.heartbeat_publisher import (
+    EtcdHeartbeatPublisher,
+    HeartbeatPublisherConfig,
+)
+from blockx_server.worker.orchestrator import Orchestrator
+from blockx_server.worker.plugins import default_plugins
+from blockx_server.worker.service import WorkerService
+from blockx_server.worker.subscriptions import SubscriptionManager
+
+log = logging.getLogger(__name__)
+
+TICK_INTERVAL_S = 0.5
+
+
+class _Load:
+    """What the heartbeat reports of this Worker."""
+
+    def __init__(self, core: WorkerCore, error_rate: ErrorRateWindow) -> None:
+        self._core = core
+        self._error_rate = error_rate
+
+    def heartbeat_counts(self, now_ms: int) -> tuple[int, int, int]:
+        return self._core.derive_heartbeat()
+
+    def error_rate(self, now_ms: int) -> float:
+        return self._error_rate.rate(now_ms)
+
+
+async def serve(
+    config: WorkerRuntimeConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> None:
+    stop = stop or _stop_on_signals()
+    calls = config.calls
+    core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
+    memory = (
+        MemoryBackend.from_file(calls.memory_seed_file)
+        if calls.memory_seed_file is not None
+        else MemoryBackend()
+    )
+    io = IoRegistry([memory])
+    engine = CallEngine(calls.engine, io, clock)
+    # A snapshot is kept while a task pinned to it can still run.
+    view = FunctionCodeView(retention_ms=config.core.max_task_timeout_ms)
+    refresher = CodeViewRefresher(
+        DirectoryFunctionStore(calls.functions_dir), view, clock, calls.functions_poll_interval_ms
+    )
+    error_rate = ErrorRateWindow()
+    orchestrator = Orchestrator(
+        core,
+        engine,
+        view,
+        io,
+        default_builders(),
+        default_plugins(),
+        SubscriptionManager(),
+        clock,
+        config.admission,
+        error_rate,
+    )
+    publisher = EtcdHeartbeatPublisher(
+        HeartbeatPublisherConfig(
+            endpoints=config.etcd_endpoints,
+            registry_prefix=config.registry_prefix,
+            worker_addr=config.advertise_addr,
+            interval_ms=config.heartbeat_interval_ms,
+            lease_ttl_s=config.lease_ttl_s,
+        ),
+        _Load(core, error_rate),
+        clock,
+    )
+    service = WorkerService(orchestrator, config.advertise_addr)
+    # grpc.health.v1: SERVING once ready, NOT_SERVING while draining.
+    serving = ServiceStatus()
+    serving.set(False)
+    server = Server(
+        [service, Health({service: [serving]})],
+        config=Configuration(
+            _keepalive_time=config.keepalive_time_ms / 1000,
+            _keepalive_timeout=config.keepalive_timeout_ms / 1000,
+            _keepalive_permit_without_calls=True,
+        ),
+    )
+    await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
+    await engine.start()
+    try:
+        await server.start(config.listen_host or None, config.listen_port)
+        log.info(
+            "%s serving worker.v1 on %s:%d as %s (registry %s, %d slots, %d executors)",
+            config.profile.program,
+            config.listen_host or "0.0.0.0",
+            config.listen_port,
+            config.advertise_addr,
+            config.registry_prefix,
+            config.core.task_slots,
+            calls.engine.pool.count,
+        )
+        async with asyncio.TaskGroup() as tasks:
+            background = [
+                tasks.create_task(refresher.run()),
+                tasks.create_task(_tick(orchestrator)),
+                tasks.create_task(_become_ready(engine, refresher, core, publisher, serving)),
+            ]
+            await stop.wait()
+            log.info("draining: deregistering and letting running tasks finish")
+            serving.set(False)
+            await publisher.deregister()
+            await orchestrator.drain(config.drain_timeout_ms / 1000)
+            for task in background:
+                task.cancel()
+        server.close()
+        await server.wait_closed()
+        log.info("drained; exiting")
+    finally:
+        server.close()
+        await engine.close()
+
+
+async def _become_ready(
+    engine: CallEngine,
+    refresher: CodeViewRefresher,
+    core: WorkerCore,
+    publisher: EtcdHeartbeatPublisher,
+    serving: ServiceStatus,
+) -> None:
+    await engine.wait_ready()
+    await refresher.wait_first_snapshot()
+    core.set_ready(True)
+    serving.set(True)
+    log.info("ready: executors heartbeating, function code loaded")
+    await publisher.run()
+
+
+async def _tick(orchestrator: Orchestrator) -> None:
+    while True:
+        await asyncio.sleep(TICK_INTERVAL_S)
+        orchestrator.tick()
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop

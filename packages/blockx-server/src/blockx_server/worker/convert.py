@@ -1,0 +1,82 @@
+"""worker.v1 wire messages <-> core values (the seeds' ``adapters/wire.go``)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from blockx_core.errors import ErrorCode
+from blockx_core.task import PluginSpec, TaskInput, TaskResult, TaskState
+from blockx_core.worker import WorkerError
+from blockx_proto import worker_v1
+
+_STATE: Final = {
+    TaskState.ALLOCATED: worker_v1.TaskState.ALLOCATED,
+    TaskState.RUNNING: worker_v1.TaskState.RUNNING,
+    TaskState.SUCCEEDED: worker_v1.TaskState.SUCCEEDED,
+    TaskState.FAILED: worker_v1.TaskState.FAILED,
+}
+
+
+def state_to_pb(state: TaskState | None) -> worker_v1.TaskState:
+    return worker_v1.TaskState.UNSPECIFIED if state is None else _STATE[state]
+
+
+def result_to_pb(result: TaskResult | None) -> worker_v1.TaskResult | None:
+    if result is None:
+        return None
+    return worker_v1.TaskResult(
+        success=result.success,
+        execute_result=worker_v1.ExecuteResult(
+            failure_code=result.failure_code.value if result.failure_code else "",
+            retryable=result.retryable,
+            failure_message=result.failure_message,
+            plugin_results=[
+                worker_v1.PluginResult(
+                    plugin_name=p.plugin_name,
+                    success=p.success,
+                    failure_code=p.failure_code.value if p.failure_code else "",
+                    result=p.result,
+                    failure_message=p.failure_message,
+                )
+                for p in result.plugin_results
+            ],
+        ),
+    )
+
+
+def _check_json(text: str, field: str) -> WorkerError | None:
+    try:
+        msgspec.json.decode(text or "{}")
+    except msgspec.DecodeError as exc:
+        return WorkerError(ErrorCode.INVALID_ARGUMENT, f"{field} is not valid JSON: {exc}")
+    return None
+
+
+def task_from_pb(request: worker_v1.SubmitTaskRequest) -> TaskInput | WorkerError:
+    """Validate the wire task (the seeds' ``submitTaskFromPB``): config must be JSON."""
+    pb = request.task
+    if pb is None:
+        return WorkerError(ErrorCode.INVALID_ARGUMENT, "task is required")
+    fcc = pb.function_call_config
+    if fcc is None or not fcc.type:
+        return WorkerError(
+            ErrorCode.INVALID_ARGUMENT,
+            "task.function_call_config.type is required (e.g. CallListCallConfig)",
+        )
+    bad = _check_json(fcc.config, "task.function_call_config.config")
+    if bad is not None:
+        return bad
+    handler: PluginSpec | None = None
+    if pb.result_handler is not None and pb.result_handler.type:
+        bad = _check_json(pb.result_handler.config, "task.result_handler.config")
+        if bad is not None:
+            return bad
+        handler = PluginSpec(type=pb.result_handler.type, config=pb.result_handler.config or "{}")
+    return TaskInput(
+        task_id=pb.task_id,
+        function_call_config=PluginSpec(type=fcc.type, config=fcc.config or "{}"),
+        result_handler=handler,
+        task_timeout_ms=pb.task_timeout_ms,
+    )

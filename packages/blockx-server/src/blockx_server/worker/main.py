@@ -1,0 +1,42 @@
+"""Console entry points: ``blockx-worker`` (block) and ``blockx-bundle-worker`` (bundle)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from blockx_server.env import ConfigError
+from blockx_server.functions import FunctionStoreError
+from blockx_server.process import configure_logging, fail
+from blockx_server.worker.app import serve
+from blockx_server.worker.config import (
+    BLOCK_WORKER,
+    BUNDLE_WORKER,
+    WorkerProfile,
+    load_worker_config,
+)
+
+
+def run(profile: WorkerProfile) -> None:
+    try:
+        config = load_worker_config(profile, os.environ)
+    except ConfigError as exc:
+        fail(profile.program, f"invalid configuration: {exc}")
+    configure_logging(config.log_level)
+    try:
+        asyncio.run(serve(config))
+    except FunctionStoreError as exc:
+        fail(profile.program, f"cannot load functions: {exc}")
+    except OSError as exc:
+        where = f"{config.listen_host or '0.0.0.0'}:{config.listen_port}"
+        fail(profile.program, f"cannot serve on {where}: {exc}")
+    except KeyboardInterrupt:
+        pass
+
+
+def main_block() -> None:
+    run(BLOCK_WORKER)
+
+
+def main_bundle() -> None:
+    run(BUNDLE_WORKER)

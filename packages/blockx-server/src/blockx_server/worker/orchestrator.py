@@ -1,0 +1,354 @@
+"""The Orchestrator: the Worker's adapter around WorkerCore.
+
+It performs what the core decides: activation (pin the code epoch, open the task's
+IO scope), the three phases under their admission semaphores (BUILDER_SLOTS,
+EXECUTOR_TASK_SLOTS — an empty call list takes none —, PLUGIN_SLOTS), cleanup at
+convergence (cancel unfinished calls, close the IO scope, unpin the epoch) and
+OnTaskTerminal → Watch subscribers. Each phase runs as an asyncio task and reports
+back with ``handle_task_phase_finished``; the core alone decides what comes next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import msgspec
+
+from blockx_core.code_view import FunctionCodeView, NoSnapshotError
+from blockx_core.error_rate import ErrorRateWindow
+from blockx_core.errors import FailureCode
+from blockx_core.task import PluginResult, TaskInput
+from blockx_core.worker import (
+    AbortTaskWork,
+    PhaseOutcome,
+    PrepareTaskActivation,
+    SlotExpired,
+    StartBuilderPhase,
+    StartCallPhase,
+    StartWriterPhase,
+    TaskConverged,
+    TaskPhase,
+    TaskSnapshot,
+    WorkerCommand,
+    WorkerCore,
+    WorkerError,
+)
+from blockx_server.call_engine import CallEngine
+from blockx_server.clock import Clock
+from blockx_server.io_registry import IoRegistry, TaskIoScope
+from blockx_server.worker.builders import BuilderError, BuilderRegistry, CallList
+from blockx_server.worker.context import TaskContext
+from blockx_server.worker.plugins import PluginError, PluginRegistry, failed_plugin_result
+from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
+
+log = logging.getLogger(__name__)
+
+# Failures that say something about this Worker's health (its errorRate), not about
+# the task's input or code.
+_WORKER_FAULTS = frozenset(
+    {FailureCode.ACTIVATION_FAILED, FailureCode.IO_SCOPE_FAILED, FailureCode.CANCELLED}
+)
+
+
+class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
+    builder_slots: int = 16
+    executor_task_slots: int = 32
+    plugin_slots: int = 16
+
+
+class _Runtime:
+    """The adapter-side state of one task (the seeds' taskRuntime)."""
+
+    __slots__ = ("aborted", "calls", "ctx", "deadline_ms", "job", "outputs", "task")
+
+    def __init__(self, task: TaskInput, deadline_ms: int) -> None:
+        self.task = task
+        self.deadline_ms = deadline_ms
+        self.ctx: TaskContext | None = None
+        self.calls: CallList | None = None
+        self.outputs: list[bytes] = []
+        self.job: asyncio.Task[None] | None = None
+        # Set when the core already converged the task (timeout, lost watch): a
+        # cancelled phase then reports nothing.
+        self.aborted = False
+
+
+class Orchestrator:
+    def __init__(
+        self,
+        core: WorkerCore,
+        engine: CallEngine,
+        code_view: FunctionCodeView,
+        io: IoRegistry,
+        builders: BuilderRegistry,
+        plugins: PluginRegistry,
+        subscriptions: SubscriptionManager,
+        clock: Clock,
+        admission: AdmissionConfig | None = None,
+        error_rate: ErrorRateWindow | None = None,
+    ) -> None:
+        admission = admission or AdmissionConfig()
+        self.core = core
+        self.engine = engine
+        self.code_view = code_view
+        self.io = io
+        self.builders = builders
+        self.plugins = plugins
+        self.subscriptions = subscriptions
+        self.clock = clock
+        self.error_rate = error_rate or ErrorRateWindow()
+        self._builder_sem = asyncio.Semaphore(admission.builder_slots)
+        self._executor_sem = asyncio.Semaphore(admission.executor_task_slots)
+        self._plugin_sem = asyncio.Semaphore(admission.plugin_slots)
+        self._runtimes: dict[str, _Runtime] = {}
+        self._converged = asyncio.Event()
+
+    # ---- the RPCs' entry points ---------------------------------------------------
+
+    def request_task_slot(self, task_id: str, ttl_ms: int) -> TaskSnapshot | WorkerError:
+        return self.core.handle_request_task_slot(task_id, ttl_ms, self.clock.now_ms())
+
+    def submit_task(self, task: TaskInput, slot_id: str) -> TaskSnapshot | WorkerError:
+        answer = self.core.handle_submit_task(task, slot_id, self.clock.now_ms())
+        if isinstance(answer, WorkerError):
+            return answer
+        snapshot, commands = answer
+        self._run(commands)
+        return snapshot
+
+    def get_task_result(self, task_id: str) -> TaskSnapshot | WorkerError:
+        return self.core.handle_get_task_result(task_id, self.clock.now_ms())
+
+    def tick(self) -> None:
+        self._run(self.core.tick_timers(self.clock.now_ms()))
+
+    def running_tasks(self) -> int:
+        return len(self._runtimes)
+
+    async def drain(self, timeout_s: float) -> None:
+        """Refuse new work, let running tasks converge for up to ``timeout_s``, then
+        cancel the rest (they converge CANCELLED, retryable)."""
+        self.core.start_draining()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+        while self.core.active_task_ids() and loop.time() < deadline:
+            self._converged.clear()
+            try:
+                async with asyncio.timeout(min(0.5, max(0.0, deadline - loop.time()))):
+                    await self._converged.wait()
+            except TimeoutError:
+                self.tick()
+        for task_id in self.core.active_task_ids():
+            runtime = self._runtimes.get(task_id)
+            if runtime is not None and runtime.job is not None:
+                runtime.job.cancel()
+        # Let the cancelled phases report CANCELLED.
+        for _ in range(100):
+            if not self.core.active_task_ids():
+                break
+            await asyncio.sleep(0.01)
+
+    # ---- commands ------------------------------------------------------------------
+
+    def _run(self, commands: list[WorkerCommand]) -> None:
+        for command in commands:
+            match command:
+                case PrepareTaskActivation():
+                    new = _Runtime(command.task, command.deadline_ms)
+                    self._runtimes[command.task_id] = new
+                    new.job = asyncio.create_task(self._activate(command.task_id, new))
+                case StartBuilderPhase():
+                    self._start(command.task_id, TaskPhase.BUILDER, self._builder_phase)
+                case StartCallPhase():
+                    self._start(command.task_id, TaskPhase.CALLS, self._call_phase)
+                case StartWriterPhase():
+                    self._start(command.task_id, TaskPhase.PLUGIN, self._writer_phase)
+                case AbortTaskWork():
+                    aborted = self._runtimes.get(command.task_id)
+                    if aborted is not None and aborted.job is not None:
+                        aborted.aborted = True
+                        aborted.job.cancel()
+                case TaskConverged():
+                    self._on_converged(command)
+                case SlotExpired():
+                    self.subscriptions.publish(
+                        TaskEvent(
+                            task_id=command.task_id,
+                            error="slot_expired",
+                            timestamp_ms=self.clock.now_ms(),
+                        )
+                    )
+
+    def _on_converged(self, command: TaskConverged) -> None:
+        now_ms = self.clock.now_ms()
+        runtime = self._runtimes.pop(command.task_id, None)
+        if runtime is not None:
+            if runtime.ctx is not None:
+                runtime.ctx.io.close()
+            current = asyncio.current_task()
+            if runtime.job is not None and runtime.job is not current and not runtime.job.done():
+                runtime.aborted = True
+                runtime.job.cancel()  # its calls get CancelCall
+        self.code_view.unpin(command.task_id, now_ms)
+        code = command.result.failure_code
+        self.error_rate.record(code not in _WORKER_FAULTS, now_ms)
+        self.subscriptions.publish(
+            TaskEvent(
+                task_id=command.task_id,
+                state=command.state,
+                result=command.result,
+                timestamp_ms=now_ms,
+            )
+        )
+        self._converged.set()
+
+    # ---- activation and phases -----------------------------------------------------
+
+    async def _activate(self, task_id: str, runtime: _Runtime) -> None:
+        now_ms = self.clock.now_ms()
+        if self._runtimes.get(task_id) is not runtime:
+            return
+        try:
+            snapshot = self.code_view.pin(task_id, now_ms)
+        except NoSnapshotError as exc:
+            self._run(
+                self.core.handle_task_activation_failed(
+                    task_id, FailureCode.ACTIVATION_FAILED, f"no function code: {exc}", now_ms
+                )
+            )
+            return
+        try:
+            scope = TaskIoScope(self.io, task_id)
+        except Exception as exc:
+            self._run(
+                self.core.handle_task_activation_failed(
+                    task_id, FailureCode.IO_SCOPE_FAILED, f"cannot open the IO scope: {exc}", now_ms
+                )
+            )
+            return
+        runtime.ctx = TaskContext(
+            task=runtime.task, deadline_ms=runtime.deadline_ms, code=snapshot, io=scope
+        )
+        self._run(self.core.handle_task_activation_prepared(task_id, self.clock.now_ms()))
+
+    def _start(
+        self,
+        task_id: str,
+        phase: TaskPhase,
+        body: Callable[[_Runtime], Awaitable[PhaseOutcome]],
+    ) -> None:
+        runtime = self._runtimes[task_id]
+        runtime.job = asyncio.create_task(self._phase(task_id, runtime, phase, body))
+
+    async def _phase(
+        self,
+        task_id: str,
+        runtime: _Runtime,
+        phase: TaskPhase,
+        body: Callable[[_Runtime], Awaitable[PhaseOutcome]],
+    ) -> None:
+        try:
+            outcome = await body(runtime)
+        except asyncio.CancelledError:
+            if runtime.aborted:
+                return  # the core has converged the task already
+            outcome = PhaseOutcome(
+                success=False,
+                failure_code=FailureCode.CANCELLED,
+                message=f"the task was cancelled during its {phase.value.lower()} phase "
+                "(the worker is shutting down)",
+            )
+        except Exception as exc:
+            log.exception("the %s phase of task %s crashed", phase.value, task_id)
+            outcome = PhaseOutcome(
+                success=False, retryable=True, message=f"internal error in the worker: {exc!r}"
+            )
+        self._run(
+            self.core.handle_task_phase_finished(task_id, phase, outcome, self.clock.now_ms())
+        )
+
+    async def _builder_phase(self, runtime: _Runtime) -> PhaseOutcome:
+        spec = runtime.task.function_call_config
+        async with self._builder_sem:
+            builder = self.builders.get(spec.type)
+            if builder is None:
+                known = ", ".join(self.builders.names())
+                return PhaseOutcome(
+                    success=False,
+                    failure_code=FailureCode.BUILDER_NOT_FOUND,
+                    message=f"no Call Builder {spec.type!r} on this worker (known: {known})",
+                )
+            assert runtime.ctx is not None
+            try:
+                runtime.calls = await builder.build(runtime.ctx, _decode(spec.config))
+            except BuilderError as exc:
+                return PhaseOutcome(
+                    success=False,
+                    failure_code=FailureCode.BUILDER_FAILED,
+                    retryable=exc.retryable,
+                    message=exc.message,
+                )
+        return PhaseOutcome(success=True)
+
+    async def _call_phase(self, runtime: _Runtime) -> PhaseOutcome:
+        calls = runtime.calls
+        assert calls is not None
+        assert runtime.ctx is not None
+        if not calls.calls:
+            runtime.outputs = []
+            return PhaseOutcome(success=True)  # an empty call list takes no executor slot
+        async with self._executor_sem:
+            converged = await self.engine.run_calls(
+                runtime.task.task_id, runtime.ctx.code, calls.function, calls.calls
+            )
+        if not converged.success:
+            return PhaseOutcome(
+                success=False,
+                failure_code=converged.failure_code,
+                message=converged.failure_message,
+            )
+        runtime.outputs = converged.outputs
+        return PhaseOutcome(success=True)
+
+    async def _writer_phase(self, runtime: _Runtime) -> PhaseOutcome:
+        handler = runtime.task.result_handler
+        async with self._plugin_sem:
+            if handler is None:
+                return PhaseOutcome(success=True)  # no plugin runs; pluginResults is empty
+            plugin = self.plugins.get(handler.type)
+            if plugin is None:
+                known = ", ".join(self.plugins.names())
+                message = f"no Writer Plugin {handler.type!r} on this worker (known: {known})"
+                return PhaseOutcome(
+                    success=False,
+                    failure_code=FailureCode.PLUGIN_NOT_FOUND,
+                    message=message,
+                    plugin_results=(
+                        failed_plugin_result(handler.type, FailureCode.PLUGIN_NOT_FOUND, message),
+                    ),
+                )
+            assert runtime.ctx is not None
+            try:
+                result = await plugin.execute(runtime.ctx, _decode(handler.config), runtime.outputs)
+            except PluginError as exc:
+                return PhaseOutcome(
+                    success=False,
+                    failure_code=FailureCode.PLUGIN_FAILED,
+                    retryable=exc.retryable,
+                    message=exc.message,
+                    plugin_results=(
+                        failed_plugin_result(handler.type, FailureCode.PLUGIN_FAILED, exc.message),
+                    ),
+                )
+        return PhaseOutcome(
+            success=True,
+            plugin_results=(PluginResult(plugin_name=handler.type, success=True, result=result),),
+        )
+
+
+def _decode(config: str) -> Any:
+    # SubmitTask has already checked that it is JSON.
+    return msgspec.json.decode(config or "{}")

@@ -1,0 +1,128 @@
+"""worker.v1.WorkerService over grpclib: decode, call the Orchestrator, encode.
+
+Admission errors become gRPC statuses through ``blockx_server.status.WORKER_STATUS``
+(the inverse of the Coordinator's classification).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+from grpclib.exceptions import GRPCError
+
+from blockx_core.worker import TaskSnapshot, WorkerError
+from blockx_proto import worker_v1
+from blockx_server.status import WORKER_STATUS
+from blockx_server.worker.convert import result_to_pb, state_to_pb, task_from_pb
+from blockx_server.worker.orchestrator import Orchestrator
+from blockx_server.worker.subscriptions import TaskEvent
+
+
+def _raise(error: WorkerError) -> GRPCError:
+    return GRPCError(WORKER_STATUS[error.code], error.message)
+
+
+class WorkerService(worker_v1.WorkerServiceBase):
+    def __init__(self, orchestrator: Orchestrator, advertise_addr: str) -> None:
+        self._orchestrator = orchestrator
+        self._addr = advertise_addr
+
+    async def request_task_slot(
+        self, message: worker_v1.RequestTaskSlotRequest
+    ) -> worker_v1.TaskSnapshot:
+        answer = self._orchestrator.request_task_slot(message.task_id, message.ttl_ms)
+        if isinstance(answer, WorkerError):
+            raise _raise(answer)
+        return worker_v1.TaskSnapshot(
+            task_id=answer.task_id,
+            slot_id=answer.slot_id,
+            state=state_to_pb(answer.state),
+            lease_deadline_ms=answer.lease_deadline_ms,
+            worker_addr=self._addr,
+        )
+
+    async def submit_task(
+        self, message: worker_v1.SubmitTaskRequest
+    ) -> worker_v1.SubmitTaskResponse:
+        task = task_from_pb(message)
+        if isinstance(task, WorkerError):
+            raise _raise(task)
+        answer = self._orchestrator.submit_task(task, message.slot_id)
+        if isinstance(answer, WorkerError):
+            raise _raise(answer)
+        return worker_v1.SubmitTaskResponse(
+            task_id=answer.task_id,
+            state=state_to_pb(answer.state),
+            slot_id=answer.slot_id,
+            worker_addr=self._addr,
+            result=result_to_pb(answer.result),
+        )
+
+    async def get_task_result(
+        self, message: worker_v1.GetTaskResultRequest
+    ) -> worker_v1.GetTaskResultResponse:
+        answer = self._orchestrator.get_task_result(message.task_id)
+        if isinstance(answer, WorkerError):
+            raise _raise(answer)
+        return worker_v1.GetTaskResultResponse(
+            task_id=answer.task_id,
+            state=state_to_pb(answer.state),
+            result=result_to_pb(answer.result),
+        )
+
+    async def watch_tasks(
+        self, message: worker_v1.WatchTasksRequest
+    ) -> AsyncIterator[worker_v1.TaskUpdate]:
+        """A snapshot per task_id, then one terminal update per task still pending;
+        the stream ends when all are terminal. Closing it is the unsubscribe."""
+        orchestrator = self._orchestrator
+        core = orchestrator.core
+        clock = orchestrator.clock
+        task_ids = list(dict.fromkeys(message.task_ids))
+        # Subscribe before the snapshots, so that no terminal update falls between.
+        subscription = orchestrator.subscriptions.subscribe(task_ids)
+        pending: set[str] = set()
+        try:
+            for task_id in task_ids:
+                answer = orchestrator.get_task_result(task_id)
+                if isinstance(answer, WorkerError):
+                    yield self._update(
+                        TaskEvent(task_id=task_id, error="not_found"), clock.now_ms()
+                    )
+                    continue
+                yield self._snapshot_update(answer, clock.now_ms())
+                if not answer.state.is_terminal:
+                    pending.add(task_id)
+                    core.watch_attached(task_id, clock.now_ms())
+            while pending:
+                event = await subscription.queue.get()
+                if event.task_id in pending:
+                    pending.discard(event.task_id)
+                    yield self._update(event, clock.now_ms())
+        finally:
+            orchestrator.subscriptions.unsubscribe(subscription)
+            now_ms = clock.now_ms()
+            for task_id in pending:
+                # The stream is gone before the task ended: maybe start the watch grace.
+                core.watch_detached(task_id, now_ms)
+
+    def _snapshot_update(self, answer: TaskSnapshot, now_ms: int) -> worker_v1.TaskUpdate:
+        return worker_v1.TaskUpdate(
+            task_id=answer.task_id,
+            state=state_to_pb(answer.state),
+            is_terminal=answer.state.is_terminal,
+            worker_addr=self._addr,
+            timestamp_ms=now_ms,
+            result=result_to_pb(answer.result),
+        )
+
+    def _update(self, event: TaskEvent, now_ms: int) -> worker_v1.TaskUpdate:
+        return worker_v1.TaskUpdate(
+            task_id=event.task_id,
+            state=state_to_pb(event.state),
+            is_terminal=True,
+            worker_addr=self._addr,
+            timestamp_ms=event.timestamp_ms or now_ms,
+            result=result_to_pb(event.result),
+            error=event.error,
+        )
