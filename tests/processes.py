@@ -113,10 +113,7 @@ class CoordinatorProcess(ConsoleProcess):
         return Status.OK
 
     def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            body: bytes = response.read()
-        return body.decode()
+        return _get(f"http://127.0.0.1:{self.metrics_port}/metrics")
 
     def stop(self, timeout: float = 30) -> int:
         self.channel.close()
@@ -133,6 +130,7 @@ class WorkerProcess(ConsoleProcess):
     ) -> None:
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
+        self.metrics_port = free_port()
         super().__init__(
             program,
             {
@@ -141,10 +139,14 @@ class WorkerProcess(ConsoleProcess):
                 "IO_MEMORY_SEED_FILE": str(EXAMPLES / "memory_seed.json"),
                 "EXECUTOR_COUNT": "2",
                 "EXECUTOR_HEARTBEAT_INTERVAL_MS": "100",
+                "BLOCKX_PROMETHEUS_LISTEN_ADDR": f"127.0.0.1:{self.metrics_port}",
                 **env,
             },
             log,
         )
+
+    def metrics(self) -> str:
+        return _get(f"http://127.0.0.1:{self.metrics_port}/metrics")
 
     def channel(self) -> Channel:
         """A new channel to the worker (bound to the running event loop; close it)."""
@@ -172,3 +174,9 @@ class WorkerProcess(ConsoleProcess):
                 return False
 
         await wait_until(serving, f"{self.program} ready", timeout=30)
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body: bytes = response.read()
+    return body.decode()

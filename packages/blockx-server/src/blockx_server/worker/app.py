@@ -20,6 +20,7 @@ from grpclib.config import Configuration
 from grpclib.health.check import ServiceStatus
 from grpclib.health.service import Health
 from grpclib.server import Server
+from prometheus_client import CollectorRegistry
 
 from blockx_core.code_view import FunctionCodeView
 from blockx_core.error_rate import ErrorRateWindow
@@ -28,12 +29,14 @@ from blockx_server.call_engine import CallEngine
 from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.io_registry import IoRegistry, MemoryBackend
+from blockx_server.metrics_http import start_metrics_server
 from blockx_server.worker.builders import default_builders
 from blockx_server.worker.config import WorkerRuntimeConfig
 from blockx_server.worker.heartbeat_publisher import (
     EtcdHeartbeatPublisher,
     HeartbeatPublisherConfig,
 )
+from blockx_server.worker.metrics import WorkerMetrics
 from blockx_server.worker.orchestrator import Orchestrator
 from blockx_server.worker.plugins import default_plugins
 from blockx_server.worker.service import WorkerService
@@ -80,6 +83,7 @@ async def serve(
         DirectoryFunctionStore(calls.functions_dir), view, clock, calls.functions_poll_interval_ms
     )
     error_rate = ErrorRateWindow()
+    metrics = WorkerMetrics(CollectorRegistry(), core, engine)
     orchestrator = Orchestrator(
         core,
         engine,
@@ -91,6 +95,7 @@ async def serve(
         clock,
         config.admission,
         error_rate,
+        metrics.task_converged,
     )
     publisher = EtcdHeartbeatPublisher(
         HeartbeatPublisherConfig(
@@ -117,8 +122,14 @@ async def serve(
     )
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()
+    metrics_server = None
     try:
         await server.start(config.listen_host or None, config.listen_port)
+        if config.prometheus_listen is not None:
+            host, port = config.prometheus_listen
+            metrics_server = await start_metrics_server(
+                metrics.registry, host, port, config.prometheus_path
+            )
         log.info(
             "%s serving worker.v1 on %s:%d as %s (registry %s, %d slots, %d executors)",
             config.profile.program,
@@ -147,6 +158,8 @@ async def serve(
         log.info("drained; exiting")
     finally:
         server.close()
+        if metrics_server is not None:
+            metrics_server.close()
         await engine.close()
 
 

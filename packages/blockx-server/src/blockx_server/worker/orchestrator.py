@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -62,10 +63,11 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
 class _Runtime:
     """The adapter-side state of one task (the seeds' taskRuntime)."""
 
-    __slots__ = ("aborted", "calls", "ctx", "deadline_ms", "job", "outputs", "task")
+    __slots__ = ("aborted", "accepted", "calls", "ctx", "deadline_ms", "job", "outputs", "task")
 
     def __init__(self, task: TaskInput, deadline_ms: int) -> None:
         self.task = task
+        self.accepted = time.perf_counter()
         self.deadline_ms = deadline_ms
         self.ctx: TaskContext | None = None
         self.calls: CallList | None = None
@@ -89,6 +91,7 @@ class Orchestrator:
         clock: Clock,
         admission: AdmissionConfig | None = None,
         error_rate: ErrorRateWindow | None = None,
+        on_terminal: Callable[[TaskConverged, float | None], None] | None = None,
     ) -> None:
         admission = admission or AdmissionConfig()
         self.core = core
@@ -105,6 +108,8 @@ class Orchestrator:
         self._plugin_sem = asyncio.Semaphore(admission.plugin_slots)
         self._runtimes: dict[str, _Runtime] = {}
         self._converged = asyncio.Event()
+        # Told of every terminal task, with seconds since it was accepted (metrics).
+        self._on_terminal = on_terminal
 
     # ---- the RPCs' entry points ---------------------------------------------------
 
@@ -203,6 +208,9 @@ class Orchestrator:
                 timestamp_ms=now_ms,
             )
         )
+        if self._on_terminal is not None:
+            elapsed = None if runtime is None else time.perf_counter() - runtime.accepted
+            self._on_terminal(command, elapsed)
         self._converged.set()
 
     # ---- activation and phases -----------------------------------------------------
