@@ -8,8 +8,8 @@ throughput. Errors travel inside messages, never as a dropped connection.
 
 Worker -> Executor: LoadCode, ExecuteCalls, ResumeCall, CancelCalls.
 Executor -> Worker: Hello (first), ExecutorHeartbeat (periodic), CallsCompleted,
-CallFailed, IoRequested and SubCallRequested (both "CallWaiting": the call is
-suspended until a ResumeCall).
+CallFailed, CallOutput (debug calls only), IoRequested and SubCallRequested (both
+"CallWaiting": the call is suspended until a ResumeCall).
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ class ExecuteCalls(msgspec.Struct, frozen=True, array_like=True, tag="exec"):
     budget_us: int
     call_ids: list[int]
     args: list[list[Any]]
+    # Capture what the calls print or log and send it as CallOutput (DebugInvoke).
+    debug: bool = False
 
 
 class ResumeCall(msgspec.Struct, frozen=True, array_like=True, tag="resume"):
@@ -116,6 +118,13 @@ class CallFailed(msgspec.Struct, frozen=True, array_like=True, tag="fail"):
     io_us: int = 0
 
 
+class CallOutput(msgspec.Struct, frozen=True, array_like=True, tag="out"):
+    """What a debug call printed or logged; sent before its completion or failure."""
+
+    call_id: int
+    text: str
+
+
 class IoRequested(msgspec.Struct, frozen=True, array_like=True, tag="io"):
     """CallWaiting: the call awaits ``io.<backend>.<op>(*args)``."""
 
@@ -135,7 +144,13 @@ class SubCallRequested(msgspec.Struct, frozen=True, array_like=True, tag="sub"):
 
 ToExecutor = LoadCode | ExecuteCalls | ResumeCall | CancelCalls
 FromExecutor = (
-    Hello | ExecutorHeartbeat | CallsCompleted | CallFailed | IoRequested | SubCallRequested
+    Hello
+    | ExecutorHeartbeat
+    | CallsCompleted
+    | CallFailed
+    | CallOutput
+    | IoRequested
+    | SubCallRequested
 )
 
 

@@ -27,7 +27,9 @@ import argparse
 import contextlib
 import contextvars
 import inspect
+import io
 import linecache
+import logging
 import os
 import resource
 import socket
@@ -36,7 +38,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 import msgspec
@@ -51,6 +53,7 @@ from blockx_executor.api import (
 )
 from blockx_executor.protocol import (
     CallFailed,
+    CallOutput,
     CallsCompleted,
     CancelCalls,
     ExecuteCalls,
@@ -131,6 +134,8 @@ class Runner:
         self._modules: dict[str, dict[str, Any] | _Unavailable] = {}
         self._functions: dict[tuple[str, str], _Function | _Unavailable] = {}
         self._suspended: dict[int, _Suspended] = {}
+        # Debug calls: what they print or log, per call, until they end.
+        self._captures: dict[int, io.StringIO] = {}
         # Outgoing, flushed as one frame: completions as columns, the rest as messages.
         self._done_ids: list[int] = []
         self._done_results: list[bytes] = []
@@ -174,6 +179,7 @@ class Runner:
                     suspended = self._suspended.pop(call_id, None)
                     if suspended is not None:
                         _close_quietly(suspended)
+                    self._captures.pop(call_id, None)
 
     # ---- running calls ---------------------------------------------------------------
 
@@ -189,15 +195,56 @@ class Runner:
         function = batch.function
         for call_id, args in zip(batch.call_ids, batch.args, strict=True):
             info = CallInfo(call_id, task_id, function)
-            if entry.is_async:
-                self._start_async(call_id, fn, args, budget_ns, info)
+            if batch.debug:
+                self._captures[call_id] = io.StringIO()
+                with self._capturing(call_id):
+                    self._start(entry, call_id, fn, args, budget_ns, info)
             else:
-                self._run_sync(call_id, fn, args, budget_ns, info)
+                self._start(entry, call_id, fn, args, budget_ns, info)
             if (
                 len(self._done_ids) >= _FLUSH_EVERY_CALLS
                 or _perf_counter_ns() - self._last_flush_ns > _FLUSH_EVERY_NS
             ):
                 self._flush()
+
+    def _start(
+        self,
+        entry: _Function,
+        call_id: int,
+        fn: Callable[..., Any],
+        args: list[Any],
+        budget_ns: int,
+        info: CallInfo,
+    ) -> None:
+        if entry.is_async:
+            self._start_async(call_id, fn, args, budget_ns, info)
+        else:
+            self._run_sync(call_id, fn, args, budget_ns, info)
+
+    @contextlib.contextmanager
+    def _capturing(self, call_id: int) -> Iterator[None]:
+        """Route print() and logging of a debug call's segment into its buffer."""
+        buffer = self._captures.get(call_id)
+        if buffer is None:
+            yield
+            return
+        handler = logging.StreamHandler(buffer)
+        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        root = logging.getLogger()
+        level = root.level
+        root.addHandler(handler)
+        root.setLevel(logging.DEBUG)
+        try:
+            with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
+                yield
+        finally:
+            root.removeHandler(handler)
+            root.setLevel(level)
+
+    def _emit_output(self, call_id: int) -> None:
+        buffer = self._captures.pop(call_id, None)
+        if buffer is not None:
+            self._out.append(CallOutput(call_id, buffer.getvalue()))
 
     def _run_sync(
         self, call_id: int, fn: Callable[..., Any], args: list[Any], budget_ns: int, info: CallInfo
@@ -286,18 +333,25 @@ class Runner:
             _close_quietly(call)
             self._fail_budget(call.call_id, call.consumed_ns, call.budget_ns, call.io_ns)
             return
+        value: Any = None
+        error: BaseException | None = None
         if message.ok:
             try:
                 value = self._json_decode(message.value_json)
             except msgspec.DecodeError as exc:
-                self._step(call, None, IoError("BAD_ANSWER", f"undecodable answer: {exc}"))
-                return
-            self._step(call, value, None)
+                error = IoError("BAD_ANSWER", f"undecodable answer: {exc}")
         else:
             error_type = IoError if call.waiting_io else CallError
-            self._step(call, None, error_type(message.error_kind, message.error))
+            error = error_type(message.error_kind, message.error)
+        if self._captures:
+            with self._capturing(call.call_id):
+                self._step(call, value, error)
+        else:
+            self._step(call, value, error)
 
     def _complete(self, call_id: int, value: Any, cpu_ns: int, io_ns: int, budget_ns: int) -> None:
+        if self._captures:
+            self._emit_output(call_id)
         if cpu_ns + io_ns > budget_ns:
             self._fail_budget(call_id, cpu_ns + io_ns, budget_ns, io_ns)
             return
@@ -320,6 +374,8 @@ class Runner:
     def _fail(
         self, call_id: int, kind: FailureKind, message: str, cpu_ns: int, io_ns: int = 0
     ) -> None:
+        if self._captures:
+            self._emit_output(call_id)
         self._out.append(CallFailed(call_id, kind, message, cpu_ns // 1000, io_ns // 1000))
 
     def _fail_budget(self, call_id: int, used_ns: int, budget_ns: int, io_ns: int) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from typing import Any
+from typing import Any, Protocol
 
 import msgspec
 
@@ -33,7 +33,7 @@ from blockx_core.errors import FailureCode
 from blockx_executor import protocol as wire
 from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.executor_pool import ExecutorPool, ExecutorPoolConfig
-from blockx_server.io_registry import IoRegistry
+from blockx_server.io_registry import IoOutcome, IoRegistry
 
 log = logging.getLogger(__name__)
 
@@ -43,12 +43,33 @@ class CallEngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     pool: ExecutorPoolConfig = ExecutorPoolConfig()
 
 
-class _Run:
-    __slots__ = ("future", "snapshot")
+class CallObserver(Protocol):
+    """Sees the individual calls of one run (the Sync Invoker's durations and debug trace)."""
 
-    def __init__(self, future: asyncio.Future[ConvergeTaskCalls], snapshot: CodeSnapshot) -> None:
+    def call_finished(self, call_id: int, cpu_us: int, io_us: int) -> None: ...
+    def call_output(self, call_id: int, text: str) -> None: ...
+    def io_traced(
+        self,
+        call_id: int,
+        request: wire.IoRequested,
+        outcome: IoOutcome,
+    ) -> None: ...
+
+
+class _Run:
+    __slots__ = ("debug", "future", "observer", "snapshot")
+
+    def __init__(
+        self,
+        future: asyncio.Future[ConvergeTaskCalls],
+        snapshot: CodeSnapshot,
+        observer: CallObserver | None,
+        debug: bool,
+    ) -> None:
         self.future = future
         self.snapshot = snapshot
+        self.observer = observer
+        self.debug = debug
 
 
 class CallEngine:
@@ -72,6 +93,7 @@ class CallEngine:
         self._timer_at_ms: int | None = None
         self._io_tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._observed = 0  # runs with an observer: only then are calls mapped to runs
 
     @property
     def core(self) -> DispatcherCore:
@@ -103,10 +125,14 @@ class CallEngine:
         snapshot: CodeSnapshot,
         function: str,
         calls: list[list[Any]],
+        *,
+        observer: CallObserver | None = None,
+        debug: bool = False,
     ) -> ConvergeTaskCalls:
         """Run one root call per argument list; return how the phase converged.
 
-        Cancelling the awaiting coroutine cancels the task's calls.
+        Cancelling the awaiting coroutine cancels the task's calls. An ``observer``
+        sees each call's durations and IO; ``debug`` captures what the calls print.
         """
         source = snapshot.resolve(function)
         if source is None:
@@ -125,8 +151,10 @@ class CallEngine:
             raise RuntimeError(f"task {task_id!r} is already in its Calls phase")
         self._sources[source.digest] = source
         loop = asyncio.get_running_loop()
-        run = _Run(loop.create_future(), snapshot)
+        run = _Run(loop.create_future(), snapshot, observer, debug)
         self._runs[task_id] = run
+        if observer is not None:
+            self._observed += 1
         try:
             self._apply(
                 self._core.start_task(task_id, source.digest, function, calls, self._clock.now_ms())
@@ -134,6 +162,8 @@ class CallEngine:
             return await run.future
         finally:
             del self._runs[task_id]
+            if observer is not None:
+                self._observed -= 1
             if self._core.has_task(task_id):
                 self._apply(self._core.cancel_task(task_id, self._clock.now_ms()))
 
@@ -153,6 +183,8 @@ class CallEngine:
         now_ms = self._clock.now_ms()
         commands: list[DispatchCommand] = []
         for message in messages:
+            if self._observed:
+                self._observe(message)
             match message:
                 case wire.CallsCompleted():
                     commands += core.calls_completed(
@@ -176,9 +208,33 @@ class CallEngine:
                     task.add_done_callback(self._io_tasks.discard)
                 case wire.SubCallRequested():
                     commands += self._subcall(executor_id, message, now_ms)
-                case wire.Hello():
+                case wire.Hello() | wire.CallOutput():
                     pass
         self._apply(commands)
+
+    def _observer_of(self, call_id: int) -> CallObserver | None:
+        task_id = self._core.call_task(call_id)
+        run = self._runs.get(task_id) if task_id is not None else None
+        return None if run is None else run.observer
+
+    def _observe(self, message: wire.FromExecutor) -> None:
+        """Before the core forgets the calls: tell their runs' observers."""
+        match message:
+            case wire.CallsCompleted():
+                for call_id, cpu_us, io_us in zip(
+                    message.call_ids, message.cpu_us, message.io_us, strict=True
+                ):
+                    observer = self._observer_of(call_id)
+                    if observer is not None:
+                        observer.call_finished(call_id, cpu_us, io_us)
+            case wire.CallFailed():
+                observer = self._observer_of(message.call_id)
+                if observer is not None:
+                    observer.call_finished(message.call_id, message.cpu_us, message.io_us)
+            case wire.CallOutput():
+                observer = self._observer_of(message.call_id)
+                if observer is not None:
+                    observer.call_output(message.call_id, message.text)
 
     # ---- internals ----------------------------------------------------------------------
 
@@ -209,6 +265,10 @@ class CallEngine:
 
     async def _serve_io(self, executor_id: str, request: wire.IoRequested) -> None:
         outcome = await self._io.execute(request.backend, request.op, request.args)
+        if self._observed:
+            observer = self._observer_of(request.call_id)
+            if observer is not None:
+                observer.io_traced(request.call_id, request, outcome)
         if outcome.write_forbidden:
             self._apply(
                 self._core.call_failed(
@@ -271,6 +331,7 @@ class CallEngine:
             source = self._sources[command.code]
             messages.append(wire.LoadCode(source.digest, source.module, source.source))
             loaded.add(command.code)
+        run = self._runs.get(command.task_id)
         messages.append(
             wire.ExecuteCalls(
                 command.task_id,
@@ -279,6 +340,7 @@ class CallEngine:
                 command.budget_ms * 1000,
                 command.call_ids,
                 command.args,
+                run is not None and run.debug,
             )
         )
 
