@@ -82,8 +82,18 @@ class CoordinatorProcess(ConsoleProcess):
             },
             log,
         )
-        self.channel = Channel("127.0.0.1", self.port)
-        self.stub = coordinator_v1.CoordinatorServiceStub(self.channel)
+        self._channel: Channel | None = None
+
+    @property
+    def channel(self) -> Channel:
+        """A channel made on first use, in the event loop running then."""
+        if self._channel is None:
+            self._channel = Channel("127.0.0.1", self.port)
+        return self._channel
+
+    @property
+    def stub(self) -> coordinator_v1.CoordinatorServiceStub:
+        return coordinator_v1.CoordinatorServiceStub(self.channel)
 
     async def wait_serving(self) -> None:
         """Until the port answers gRPC (any status, UNAVAILABLE included)."""
@@ -116,7 +126,8 @@ class CoordinatorProcess(ConsoleProcess):
         return _get(f"http://127.0.0.1:{self.metrics_port}/metrics")
 
     def stop(self, timeout: float = 30) -> int:
-        self.channel.close()
+        if self._channel is not None:
+            self._channel.close()
         return super().stop(timeout)
 
 

@@ -1,11 +1,83 @@
-"""blockx_client: the BlockX client SDK (reserve, submit, watch, invoke).
+"""blockx_client: run tasks and functions on a BlockX deployment.
 
-The SDK itself lands in a later step; this package pins its place in the
-workspace and its dependency on the wire contract (``blockx_proto``).
+    from blockx_client import Client, Task
+
+    async with Client(coordinator="127.0.0.1:8080") as client:
+        result = await client.run(Task.call_list("hello_world", [["ct2"], ["blockx"]]))
+        print(result.state, result.outputs())
+
+``SyncClient`` offers the same operations for scripts and notebooks. With
+``PROXY_SOCKET_PATH`` set, every RPC goes through the blockx-proxy Unix socket.
 """
 
 from importlib.metadata import version
 
+from blockx_client.backoff import Backoff, RetryPolicy
+from blockx_client.client import Client, FunctionHandle, SubmitAnswer
+from blockx_client.errors import (
+    BlockxError,
+    ConnectError,
+    FunctionError,
+    InvalidRequestError,
+    NoSlotError,
+    SlotInvalidError,
+    SlotUncertainError,
+    TaskNotFoundError,
+    UnavailableError,
+)
+from blockx_client.models import (
+    Cluster,
+    Durations,
+    Invocation,
+    IoTrace,
+    PluginConfig,
+    PluginOutput,
+    Precheck,
+    Reservation,
+    Task,
+    TaskFileError,
+    TaskResult,
+    TaskState,
+    TaskUpdate,
+    load_task_file,
+    task_from_dict,
+)
+from blockx_client.routing import route
+from blockx_client.sync import SyncClient
+
 __version__ = version("blockx-client")
 
-__all__ = ["__version__"]
+__all__ = [
+    "Backoff",
+    "BlockxError",
+    "Client",
+    "Cluster",
+    "ConnectError",
+    "Durations",
+    "FunctionError",
+    "FunctionHandle",
+    "InvalidRequestError",
+    "Invocation",
+    "IoTrace",
+    "NoSlotError",
+    "PluginConfig",
+    "PluginOutput",
+    "Precheck",
+    "Reservation",
+    "RetryPolicy",
+    "SlotInvalidError",
+    "SlotUncertainError",
+    "SubmitAnswer",
+    "SyncClient",
+    "Task",
+    "TaskFileError",
+    "TaskNotFoundError",
+    "TaskResult",
+    "TaskState",
+    "TaskUpdate",
+    "UnavailableError",
+    "__version__",
+    "load_task_file",
+    "route",
+    "task_from_dict",
+]

@@ -1,0 +1,68 @@
+"""What the client raises. Task failures are not exceptions: they are results."""
+
+from __future__ import annotations
+
+from grpclib.const import Status
+
+
+class BlockxError(Exception):
+    """Base of the client's errors. ``status`` is the gRPC status behind it, if any."""
+
+    def __init__(self, message: str, status: Status | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.status = status
+
+
+class InvalidRequestError(BlockxError):
+    """INVALID_ARGUMENT: the request is wrong; retrying it unchanged will not help."""
+
+
+class NoSlotError(BlockxError):
+    """No worker had a free slot before the deadline (RESOURCE_EXHAUSTED)."""
+
+
+class UnavailableError(BlockxError):
+    """The service is not ready, draining, or its worker view is not trusted."""
+
+
+class SlotUncertainError(BlockxError):
+    """ABORTED: a worker may hold a slot for this task_id; retry with the same id after
+    one slot TTL (the client does this itself unless the deadline is too close)."""
+
+
+class SlotInvalidError(BlockxError):
+    """FAILED_PRECONDITION: the slot expired, was used, or predates a worker restart."""
+
+
+class TaskNotFoundError(BlockxError):
+    """NOT_FOUND: the worker does not know the task, or its result has expired."""
+
+
+class ConnectError(BlockxError):
+    """A coordinator, worker, proxy or sync invoker could not be reached."""
+
+
+class FunctionError(BlockxError):
+    """``function(...).call()`` ran and the function failed; ``kind`` says how."""
+
+    def __init__(self, kind: str, message: str, *, retryable: bool, call_id: str) -> None:
+        super().__init__(f"{kind}: {message}")
+        self.kind = kind
+        self.retryable = retryable
+        self.call_id = call_id
+        self.detail = message
+
+
+_BY_STATUS: dict[Status, type[BlockxError]] = {
+    Status.INVALID_ARGUMENT: InvalidRequestError,
+    Status.RESOURCE_EXHAUSTED: NoSlotError,
+    Status.UNAVAILABLE: UnavailableError,
+    Status.ABORTED: SlotUncertainError,
+    Status.FAILED_PRECONDITION: SlotInvalidError,
+    Status.NOT_FOUND: TaskNotFoundError,
+}
+
+
+def error_for(status: Status, message: str) -> BlockxError:
+    return _BY_STATUS.get(status, BlockxError)(f"{status.name}: {message}", status)

@@ -1,0 +1,118 @@
+"""Client values without a server: task parsing, routing, back-off."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from blockx_client import (
+    Backoff,
+    Cluster,
+    PluginConfig,
+    Task,
+    TaskFileError,
+    load_task_file,
+    route,
+    task_from_dict,
+)
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "hello_world.json"
+
+
+def test_the_seeds_example_parses() -> None:
+    task = load_task_file(EXAMPLE)
+    assert task.task_id == "3f2b1c9e-8a4d-4c1e-9b0a-6f7e5d4c3b2a"
+    assert task.function_call_config == PluginConfig(
+        type="CallListCallConfig",
+        config={"function": "hello_world", "callList": [["ct2"], ["blockx"]]},
+    )
+    assert task.result_handler == PluginConfig(type="ReturnValueResultHandler", config={})
+    assert task.task_timeout_ms == 30000
+    pb = task.to_pb()
+    assert pb.function_call_config is not None
+    assert json.loads(pb.function_call_config.config)["function"] == "hello_world"
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"taskId": "a", "functionCallConfig": {"type": "X", "config": {"k": 1}}},
+        {"task_id": "a", "function_call_config": {"type": "X", "config": {"k": 1}}},
+        {"task_id": "a", "function_call_config": {"type": "X", "config": '{"k": 1}'}},
+    ],
+)
+def test_both_spellings_and_string_configs(data: dict[str, Any]) -> None:
+    task = task_from_dict(data)
+    assert task.task_id == "a"
+    assert json.loads(task.function_call_config.config_text()) == {"k": 1}
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        ([], "JSON object"),
+        ({}, "functionCallConfig is required"),
+        ({"functionCallConfig": {"config": {}}}, "non-empty 'type'"),
+        ({"functionCallConfig": {"type": "X", "config": "{bad"}}, "not JSON"),
+        ({"functionCallConfig": {"type": "X"}, "taskTimeoutMs": "soon"}, "integer"),
+        ({"functionCallConfig": {"type": "X"}, "task_id": "a", "taskId": "b"}, "both"),
+        ({"functionCallConfig": {"type": "X"}, "priority": 1}, "unknown field"),
+    ],
+)
+def test_bad_task_dicts(data: Any, words: str) -> None:
+    with pytest.raises(TaskFileError, match=words):
+        task_from_dict(data)
+
+
+def test_bad_task_files(tmp_path: Path) -> None:
+    with pytest.raises(TaskFileError, match="cannot read"):
+        load_task_file(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{nope")
+    with pytest.raises(TaskFileError, match="is not JSON"):
+        load_task_file(tmp_path / "bad.json")
+
+
+def test_generated_task_ids_are_stable_once_assigned() -> None:
+    task = Task.call_list("f", [[1]]).with_id()
+    assert task.task_id
+    assert task.with_id() is task
+    assert Task.call_list("f", [[1]]).with_id().task_id != task.task_id
+
+
+def _task(builder: str, handler: str | None) -> Task:
+    return Task(
+        function_call_config=PluginConfig(type=builder),
+        result_handler=PluginConfig(type=handler) if handler else None,
+    )
+
+
+@pytest.mark.parametrize(
+    ("builder", "handler", "cluster"),
+    [
+        ("BlockTableCallConfig", None, Cluster.BLOCK),
+        ("BlockTableCallConfig", "BlockWriteResultHandler", Cluster.BLOCK),
+        ("BlockBundleCallConfig", None, Cluster.BUNDLE),
+        ("BlockBundleCallConfig", "ReturnValueResultHandler", Cluster.BLOCK),
+        ("InputsCallConfig", None, Cluster.BUNDLE),
+        ("InputsCallConfig", "ReturnValueHandler", Cluster.BLOCK),
+        ("CallListCallConfig", None, Cluster.BLOCK),
+        ("CallListCallConfig", "ReturnValueResultHandler", Cluster.BLOCK),
+        ("SomethingNew", None, Cluster.BLOCK),
+    ],
+)
+def test_routing(builder: str, handler: str | None, cluster: Cluster) -> None:
+    assert route(_task(builder, handler)) is cluster
+
+
+def test_backoff_grows_with_jitter_and_stays_capped() -> None:
+    backoff = Backoff(initial_s=0.1, max_s=1.0, multiplier=2.0)
+    rng = random.Random(1)
+    for attempt, cap in [(1, 0.1), (2, 0.2), (3, 0.4), (4, 0.8), (5, 1.0), (30, 1.0)]:
+        delays = [backoff.delay(attempt, rng) for _ in range(200)]
+        assert all(cap / 10 <= d <= cap for d in delays)
+        assert max(delays) > cap * 0.8  # jitter spreads over the range
+        assert len(set(delays)) > 150
