@@ -71,7 +71,18 @@ def _start(etcd: EtcdServer, root: Path, lane: str, **worker_env: str) -> Cluste
         root / "coordinator.log",
     )
     asyncio.run(worker.wait_ready())
+    asyncio.run(
+        wait_until(lambda: _sees_one_worker(coordinator), "the coordinator's view", timeout=30)
+    )
     return Cluster(coordinator, worker)
+
+
+def _sees_one_worker(coordinator: CoordinatorProcess) -> bool:
+    """The coordinator's registry gauge counts the worker (its view is built)."""
+    try:
+        return 'blockx_coordinator_registry_workers{format="v2"} 1.0' in coordinator.metrics()
+    except OSError:
+        return False
 
 
 def _stop(cluster: Cluster) -> None:

@@ -966,12 +966,41 @@ def test_over_budget_sub_call_sharing_its_parents_executor_resumes_nobody() -> N
     assert placement(core.tick(110)) == {ids[0]: "e2"}
 
 
-def test_heartbeat_over_budget_for_a_call_it_does_not_hold_kills_nothing() -> None:
+def test_heartbeat_over_budget_for_a_call_it_does_not_hold_kills_it_blaming_nobody() -> None:
+    """An executor still running a call the core let go (cancelled, or moved away) is
+    killed; that call is not charged, and calls of other executors are untouched."""
     core, a, _, where = budget_setup()
     other = "e2" if where[a[0]] == "e1" else "e1"
-    assert core.executor_heartbeat(other, a[0], 10**9, 100) == []
+    out = core.executor_heartbeat(other, a[0], 10**9, 100)
+    assert [k.executor_id for k in of(out, KillExecutor)] == [other]
+    assert not of(out, ConvergeTaskCalls)  # a[0] is not blamed: its task goes on
+    assert core.executor_ids() == [where[a[0]]]
     assert core.executor_heartbeat("ghost", a[0], 10**9, 100) == []
-    assert sorted(core.executor_ids()) == ["e1", "e2"]
+
+
+def test_a_cancelled_call_still_running_past_the_budget_gets_its_executor_killed() -> None:
+    core = make(call_deadline_ms=1_000, executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    [call] = root_ids(core.start_task("t1", CODE, FN, roots(1), 0)).values()
+    core.cancel_task("t1", 10)
+    assert core.executor_heartbeat("e1", call, 999_000, 20) == []  # within the budget
+    out = core.executor_heartbeat("e1", call, 1_000_001, 30)
+    assert [k.executor_id for k in of(out, KillExecutor)] == ["e1"]
+    assert core.executor_ids() == []
+
+
+def test_a_task_budget_overrides_the_default() -> None:
+    core = make(call_deadline_ms=5_000, executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    cmds = core.start_task("t1", CODE, FN, roots(1), 0, budget_ms=200)
+    [send] = of(cmds, SendCalls)
+    assert send.budget_ms == 200
+    [call] = send.call_ids
+    assert core.executor_heartbeat("e1", call, 200_000, 10) == []
+    out = core.executor_heartbeat("e1", call, 200_001, 20)
+    [converged] = of(out, ConvergeTaskCalls)
+    assert "BUDGET_EXCEEDED" in converged.failure_message
+    assert "budget of 200 ms" in converged.failure_message
 
 
 SILENT_CASES = [

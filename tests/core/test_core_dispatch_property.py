@@ -421,9 +421,11 @@ class DispatchMachine(RuleBasedStateMachine):
         if ex in self.up:
             self.up[ex] = self.now
             self.report[ex] = (running, running_us)
-            if running and running_us > self.budget_us and self.holder.get(running) == ex:
+            if running and running_us > self.budget_us:
                 exp.kills.append(ex)
-                self._lose(ex, running, exp)
+                # Its own call is blamed; a call it does not hold (let go by the core,
+                # or held elsewhere) is stopped only by killing the executor.
+                self._lose(ex, running if self.holder.get(running) == ex else 0, exp)
         self._check(out, exp)
 
     def _complete(self, ex: str, batch: list[int]) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -486,3 +487,23 @@ def test_bad_configuration_is_one_line_and_nonzero(variable: str, value: str) ->
     assert len(lines) == 1, result.stderr
     assert variable in lines[0]
     assert "Traceback" not in result.stderr
+
+
+def test_a_port_in_use_is_one_line_and_nonzero() -> None:
+    binary = shutil.which("blockx-worker")
+    assert binary is not None
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {
+            **os.environ,
+            "FUNCTIONS_DIR": str(EXAMPLES / "functions"),
+            "WORKER_LISTEN": f"127.0.0.1:{port}",
+            "EXECUTOR_COUNT": "1",
+        }
+        result = subprocess.run([binary], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("blockx-worker: cannot serve on 127.0.0.1:")

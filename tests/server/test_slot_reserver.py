@@ -12,7 +12,7 @@ from grpclib.server import Server
 from support import free_port
 
 from blockx_core.errors import ErrorCode
-from blockx_proto import worker_v1
+from blockx_proto import coordinator_v1, worker_v1
 from blockx_server.coordinator.slot_reserver import GrpcSlotReserver, SlotError, SlotGranted
 from blockx_server.status import WORKER_STATUS, classify_worker_status
 
@@ -166,3 +166,21 @@ def test_classification_is_the_inverse_of_the_worker_mapping() -> None:
             Status.UNKNOWN,
         ):
             assert uncertain, status
+
+
+async def test_an_address_that_is_not_a_worker_is_a_definite_rejection(
+    reserver: GrpcSlotReserver,
+) -> None:
+    """A grpclib server without worker.v1 (here: a coordinator) refuses the method; the
+    request reached no slot table, so the coordinator may move on to the next worker."""
+    server = Server([coordinator_v1.CoordinatorServiceBase()])
+    port = free_port()
+    await server.start("127.0.0.1", port)
+    try:
+        outcome = await reserver.request_task_slot(f"127.0.0.1:{port}", "t1", 5000)
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert isinstance(outcome, SlotError)
+    assert (outcome.code, outcome.may_have_allocated) == (ErrorCode.REJECTED, False)
+    assert "does not serve worker.v1" in outcome.message

@@ -42,6 +42,7 @@ from blockx_client.models import (
     load_task_file,
     task_from_dict,
 )
+from blockx_client.registry import WorkerInfo, list_workers
 from blockx_client.routing import route
 from blockx_client.sync import SyncClient
 
@@ -76,7 +77,9 @@ __all__ = [
     "TaskState",
     "TaskUpdate",
     "UnavailableError",
+    "WorkerInfo",
     "__version__",
+    "list_workers",
     "load_task_file",
     "route",
     "task_from_dict",

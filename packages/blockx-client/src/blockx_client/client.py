@@ -266,10 +266,25 @@ class Client:
         """
         task = task.with_id()
         deadline = None if deadline_s is None else time.monotonic() + deadline_s
-        addr = await self._place(task, cluster or route(task), worker_addr, deadline)
-        return await self._watcher(addr).wait(task.task_id, self._timeout(deadline))
+        placed = await self._place(task, cluster or route(task), worker_addr, deadline)
+        if placed.result is not None:
+            return placed.result  # an earlier run of this task_id, retained
+        return await self._watcher(placed.worker_addr).wait(task.task_id)
 
     submit_and_wait = run
+
+    async def place(
+        self,
+        task: Task,
+        *,
+        cluster: Cluster | None = None,
+        worker_addr: str | None = None,
+        deadline_s: float | None = None,
+    ) -> SubmitAnswer:
+        """Reserve (with back-off) and submit, without waiting for the end."""
+        task = task.with_id()
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        return await self._place(task, cluster or route(task), worker_addr, deadline)
 
     async def _place(
         self,
@@ -277,8 +292,8 @@ class Client:
         cluster: Cluster,
         worker_addr: str | None,
         deadline: float | None,
-    ) -> str:
-        """Submit the task somewhere; return the worker it runs on."""
+    ) -> SubmitAnswer:
+        """Submit the task somewhere; the answer names the worker it runs on."""
         for attempt in range(1, self.retry.resubmit_attempts + 1):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if worker_addr is not None:
@@ -289,8 +304,7 @@ class Client:
                 )
                 addr, slot_id = reservation.worker_addr, reservation.slot_id
             try:
-                await self.submit_task(task, worker_addr=addr, slot_id=slot_id)
-                return addr
+                return await self.submit_task(task, worker_addr=addr, slot_id=slot_id)
             except SlotInvalidError:
                 # The slot expired or the worker restarted: reserve again, same task_id.
                 if attempt == self.retry.resubmit_attempts:
@@ -423,7 +437,7 @@ class _WatchBatcher:
         self._flusher: asyncio.Task[None] | None = None
         self._streams: set[asyncio.Task[None]] = set()
 
-    async def wait(self, task_id: str, timeout_s: float | None = None) -> TaskResult:
+    async def wait(self, task_id: str) -> TaskResult:
         future = self._pending.get(task_id)
         if future is None:
             future = asyncio.get_running_loop().create_future()
@@ -585,6 +599,7 @@ class FunctionHandle:
             message=reply.message,
             signature=reply.signature,
             is_async=reply.is_async,
+            code_epoch=reply.code_epoch,
         )
 
 
@@ -600,4 +615,5 @@ def _invocation(reply: syncinvoker_v1.InvokeResponse) -> Invocation:
         durations=Durations(
             queue_us=durations.queue_us, cpu_us=durations.cpu_us, io_us=durations.io_us
         ),
+        code_epoch=reply.code_epoch,
     )

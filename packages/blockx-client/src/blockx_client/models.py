@@ -245,6 +245,8 @@ class Invocation(msgspec.Struct, frozen=True, kw_only=True):
     durations: Durations = Durations()
     output: str = ""
     io_trace: tuple[IoTrace, ...] = ()
+    # The Function Code View epoch the call ran in.
+    code_epoch: int = 0
 
 
 class Precheck(msgspec.Struct, frozen=True, kw_only=True):
@@ -253,6 +255,7 @@ class Precheck(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
     signature: str = ""
     is_async: bool = False
+    code_epoch: int = 0
 
 
 _STATES = {

@@ -383,7 +383,7 @@ class Runner:
             call_id,
             FailureKind.BUDGET_EXCEEDED,
             f"the call used {used_ns // 1_000_000} ms of CPU and IO time, over its budget of "
-            f"{budget_ns // 1_000_000} ms (CALL_DEADLINE_MS)",
+            f"{budget_ns // 1_000_000} ms",
             used_ns - io_ns,
             io_ns,
         )
@@ -502,8 +502,11 @@ def _describe(exc: BaseException) -> str:
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == _RUNNER_FILE:
         tb = tb.tb_next
+    headline = f"{type(exc).__name__}: {exc}"
+    if tb is None and exc.__cause__ is None and exc.__context__ is None:
+        return headline  # raised before any user frame ran (e.g. wrong arguments)
     text = "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
-    return f"{type(exc).__name__}: {exc}\n{text}"
+    return f"{headline}\n{text}"
 
 
 def _rss_bytes() -> int:

@@ -128,11 +128,13 @@ class CallEngine:
         *,
         observer: CallObserver | None = None,
         debug: bool = False,
+        budget_ms: int | None = None,
     ) -> ConvergeTaskCalls:
         """Run one root call per argument list; return how the phase converged.
 
         Cancelling the awaiting coroutine cancels the task's calls. An ``observer``
-        sees each call's durations and IO; ``debug`` captures what the calls print.
+        sees each call's durations and IO; ``debug`` captures what the calls print;
+        ``budget_ms`` replaces CALL_DEADLINE_MS as this run's per-call budget.
         """
         source = snapshot.resolve(function)
         if source is None:
@@ -157,7 +159,14 @@ class CallEngine:
             self._observed += 1
         try:
             self._apply(
-                self._core.start_task(task_id, source.digest, function, calls, self._clock.now_ms())
+                self._core.start_task(
+                    task_id,
+                    source.digest,
+                    function,
+                    calls,
+                    self._clock.now_ms(),
+                    budget_ms=budget_ms,
+                )
             )
             return await run.future
         finally:

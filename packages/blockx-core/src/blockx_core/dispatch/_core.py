@@ -49,6 +49,7 @@ from blockx_core.errors import BlockxUsageError, FailureCode
 
 class _Task:
     __slots__ = (
+        "budget_ms",
         "code",
         "done_roots",
         "function",
@@ -64,9 +65,16 @@ class _Task:
     )
 
     def __init__(
-        self, task_id: str, code: str, function: str, roots: Sequence[list[Any]], window: int
+        self,
+        task_id: str,
+        code: str,
+        function: str,
+        roots: Sequence[list[Any]],
+        window: int,
+        budget_ms: int,
     ) -> None:
         self.task_id = task_id
+        self.budget_ms = budget_ms  # CPU + IO per call attempt, sub-calls included
         self.code = code
         self.function = function
         self.roots = roots
@@ -199,10 +207,16 @@ class DispatcherCore:
         ex.running_call = running_call
         ex.running_us = running_us
         out: list[DispatchCommand] = []
-        if running_call and running_us > self._budget_us:
-            call = self._calls.get(running_call)
-            if call is not None and call.executor_id == executor_id:
+        if not running_call:
+            return out
+        call = self._calls.get(running_call)
+        if call is not None and call.executor_id == executor_id:
+            if running_us > call.task.budget_ms * 1000:
                 self._kill(ex, call, running_us, "a call exceeded its budget", now_ms, out)
+        elif running_us > self._budget_us:
+            # A call the core already let go (its task was cancelled or timed out) is
+            # still on the CPU past any budget: only killing its executor stops it.
+            self._kill(ex, None, running_us, "a cancelled call kept running", now_ms, out)
         return out
 
     def executor_lost(self, executor_id: str, reason: str, now_ms: int) -> list[DispatchCommand]:
@@ -224,15 +238,22 @@ class DispatcherCore:
         function: str,
         calls: Sequence[list[Any]],
         now_ms: int,
+        *,
+        budget_ms: int | None = None,
     ) -> list[DispatchCommand]:
         """Start the Calls phase: one root call per argument list, all of ``function``
-        in ``code`` (an opaque reference the adapter resolves)."""
+        in ``code`` (an opaque reference the adapter resolves). ``budget_ms`` is the
+        per-call budget of this task (default: ``call_deadline_ms``)."""
         if task_id in self._tasks:
             raise BlockxUsageError(f"task {task_id!r} already has a Calls phase")
+        if budget_ms is not None and budget_ms < 1:
+            raise BlockxUsageError(f"budget_ms must be >= 1 (got {budget_ms})")
         if not calls:
             return [ConvergeTaskCalls(task_id=task_id, success=True, outputs=[])]
         window = min(self._config.initial_window, self._config.task_max_inflight_calls)
-        task = _Task(task_id, code, function, calls, window)
+        task = _Task(
+            task_id, code, function, list(calls), window, budget_ms or self._config.call_deadline_ms
+        )
         self._tasks[task_id] = task
         out: list[DispatchCommand] = []
         self._fill(task, out)
@@ -341,7 +362,7 @@ class DispatcherCore:
             blamed = self._calls.get(ex.running_call) if ex.running_call else None
             used_us = ex.running_us + silent_ms * 1000
             if blamed is not None and (
-                blamed.executor_id != ex.executor_id or used_us <= self._budget_us
+                blamed.executor_id != ex.executor_id or used_us <= blamed.task.budget_ms * 1000
             ):
                 blamed = None
             self._kill(ex, blamed, used_us, f"no heartbeat for {silent_ms} ms", now_ms, out)
@@ -434,9 +455,9 @@ class DispatcherCore:
                 by_key[(call.task.task_id, call.code, call.function)].append(call)
             groups = iter(by_key.values())
         max_batch = self._config.max_batch_calls
-        budget_ms = self._config.call_deadline_ms
         for group in groups:
             head = group[0]
+            budget_ms = head.task.budget_ms
             offset = 0
             for ex, share in self._water_fill(len(group)):
                 ex_id = ex.executor_id
@@ -627,7 +648,7 @@ class DispatcherCore:
                 over_budget,
                 CallFailureKind.BUDGET_EXCEEDED,
                 f"the call used {used_us // 1000} ms of CPU and IO time, over its budget of "
-                f"{self._config.call_deadline_ms} ms (CALL_DEADLINE_MS); its executor was killed",
+                f"{over_budget.task.budget_ms} ms; its executor was killed",
                 now_ms,
                 out,
             )

@@ -26,6 +26,8 @@ from blockx_server.status import classify_worker_status
 
 log = logging.getLogger(__name__)
 
+_NOT_GRPC_ANSWER = "Missing content-type header"
+
 
 class SlotGranted(msgspec.Struct, frozen=True):
     """The Worker answered RequestTaskSlot. An empty slot_id is not a grant."""
@@ -68,6 +70,15 @@ class GrpcSlotReserver:
         try:
             snapshot = await stub.request_task_slot(request, timeout=self._timeout_s)
         except GRPCError as exc:
+            if exc.status is Status.UNKNOWN and exc.message == _NOT_GRPC_ANSWER:
+                # grpclib's client raises this for a trailers-only answer without a
+                # content-type, which is how a grpclib server refuses a method it does
+                # not serve: the address is not a Worker, and nothing was allocated.
+                return SlotError(
+                    ErrorCode.REJECTED,
+                    f"{worker_addr} does not serve worker.v1 (answered without content-type)",
+                    may_have_allocated=False,
+                )
             code, uncertain = classify_worker_status(exc.status)
             return SlotError(code, _describe(exc), may_have_allocated=uncertain)
         except TimeoutError:

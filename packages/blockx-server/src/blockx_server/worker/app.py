@@ -123,8 +123,10 @@ async def serve(
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()
     metrics_server = None
+    started = False
     try:
         await server.start(config.listen_host or None, config.listen_port)
+        started = True
         if config.prometheus_listen is not None:
             host, port = config.prometheus_listen
             metrics_server = await start_metrics_server(
@@ -157,7 +159,8 @@ async def serve(
         await server.wait_closed()
         log.info("drained; exiting")
     finally:
-        server.close()
+        if started:  # grpclib refuses to close a server that never started
+            server.close()
         if metrics_server is not None:
             metrics_server.close()
         await engine.close()

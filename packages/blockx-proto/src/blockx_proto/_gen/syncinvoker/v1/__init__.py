@@ -133,6 +133,11 @@ class InvokeResponse(betterproto2.Message):
         7, betterproto2.TYPE_MESSAGE, optional=True
     )
 
+    code_epoch: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+    """
+    The Function Code View epoch the call ran in (or was not found in).
+    """
+
 
 default_message_pool.register_message("syncinvoker.v1", "InvokeResponse", InvokeResponse)
 
@@ -177,7 +182,7 @@ class PrecheckResponse(betterproto2.Message):
 
     failure_code: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
     """
-    Empty when ok; otherwise e.g. FUNCTION_NOT_FOUND, COMPILE_FAILED,
+    Empty when ok; otherwise FUNCTION_NOT_FOUND, COMPILE_ERROR or
     SIGNATURE_MISMATCH.
     """
 
@@ -189,6 +194,11 @@ class PrecheckResponse(betterproto2.Message):
     """
 
     is_async: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+    code_epoch: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    The Function Code View epoch that was checked.
+    """
 
 
 default_message_pool.register_message("syncinvoker.v1", "PrecheckResponse", PrecheckResponse)

@@ -46,7 +46,7 @@ def test_dev_cluster_runs_the_demo_task() -> None:
         capture_output=True,
         text=True,
         timeout=120,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "BlockX dev cluster is up" in result.stdout

@@ -1,0 +1,1 @@
+"""blockx-proxy: one Unix socket in front of coordinators, workers and the Sync Invoker."""

@@ -1,0 +1,1 @@
+"""The Sync Invoker process: run one function synchronously."""

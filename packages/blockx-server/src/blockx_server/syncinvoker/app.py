@@ -1,0 +1,172 @@
+"""Wiring and lifetime of one Sync Invoker process.
+
+Start: function code (a broken FUNCTIONS_DIR stops start-up), executors, the gRPC
+server. Invokes answer UNAVAILABLE and grpc.health.v1 says NOT_SERVING until every
+executor has heartbeated and the code is loaded; FUNCTIONS_DIR is then polled and
+each change becomes a new epoch for later invokes. SIGTERM/SIGINT: health turns
+NOT_SERVING, new requests answer UNAVAILABLE, running invokes get up to
+DRAIN_TIMEOUT_MS to finish, then the process exits 0.
+
+No slots, builders, writer plugins or etcd: the Sync Invoker is found by address
+(the proxy routes ``syncinvoker.v1`` to it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Sequence
+
+import msgspec
+from grpclib.config import Configuration
+from grpclib.health.check import ServiceStatus
+from grpclib.health.service import Health
+from grpclib.server import Server
+from prometheus_client import CollectorRegistry
+
+from blockx_core.code_view import FunctionCodeView
+from blockx_server.call_engine import CallEngine, CallEngineConfig
+from blockx_server.clock import SYSTEM_CLOCK, Clock
+from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
+from blockx_server.io_registry import IoBackend, IoRegistry, MemoryBackend
+from blockx_server.metrics_http import start_metrics_server
+from blockx_server.syncinvoker.config import PROGRAM, SyncInvokerConfig
+from blockx_server.syncinvoker.service import (
+    SyncInvokerMetrics,
+    SyncInvokerService,
+)
+
+log = logging.getLogger(__name__)
+
+
+class StartupError(Exception):
+    """Start-up cannot go on; ``str()`` is the one line users see."""
+
+
+def engine_config(config: SyncInvokerConfig) -> CallEngineConfig:
+    """The Calls settings with the largest budget an invoke may ask for as the
+    engine's own: each invoke runs with its own, lower budget (run_calls(budget_ms=)),
+    and a cancelled call still running past the ceiling gets its executor killed."""
+    engine = config.calls.engine
+    dispatch = msgspec.structs.replace(engine.dispatch, call_deadline_ms=config.max_timeout_ms)
+    return msgspec.structs.replace(engine, dispatch=dispatch)
+
+
+async def serve(
+    config: SyncInvokerConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    backends: Sequence[IoBackend] = (),
+    clock: Clock = SYSTEM_CLOCK,
+) -> None:
+    """Run until ``stop`` is set (by default: SIGINT or SIGTERM). ``backends`` are
+    IO backends registered beside ``memory`` (tests use them)."""
+    stop = stop or _stop_on_signals()
+    calls = config.calls
+    memory = MemoryBackend()
+    if calls.memory_seed_file is not None:
+        try:
+            memory = MemoryBackend.from_file(calls.memory_seed_file)
+        except ValueError as exc:
+            raise StartupError(f"IO_MEMORY_SEED_FILE: {exc}") from None
+    # The memory backend, like every backend, refuses writes (WRITE_FORBIDDEN).
+    io = IoRegistry([memory, *backends])
+    engine = CallEngine(engine_config(config), io, clock)
+    # Every invoke pins its epoch for its whole run, so superseded code need not linger.
+    view = FunctionCodeView(retention_ms=0)
+    refresher = CodeViewRefresher(
+        DirectoryFunctionStore(calls.functions_dir), view, clock, calls.functions_poll_interval_ms
+    )
+    metrics = SyncInvokerMetrics(CollectorRegistry())
+    service = SyncInvokerService(
+        engine,
+        view,
+        default_timeout_ms=config.default_timeout_ms,
+        max_timeout_ms=config.max_timeout_ms,
+        max_concurrent=config.max_concurrent,
+        metrics=metrics,
+        clock=clock,
+    )
+    serving = ServiceStatus()
+    serving.set(False)
+    server = Server(
+        [service, Health({service: [serving]})],
+        config=Configuration(
+            _keepalive_time=config.keepalive_time_ms / 1000,
+            _keepalive_timeout=config.keepalive_timeout_ms / 1000,
+            _keepalive_permit_without_calls=True,
+        ),
+    )
+    await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
+    await engine.start()
+    metrics_server = None
+    started = False
+    try:
+        await server.start(config.listen_host or None, config.listen_port)
+        started = True
+        if config.prometheus_listen is not None:
+            host, port = config.prometheus_listen
+            metrics_server = await start_metrics_server(
+                metrics.registry, host, port, config.prometheus_path
+            )
+        log.info(
+            "%s serving syncinvoker.v1 on %s:%d (%d executors, budget %d ms, at most %d ms)",
+            PROGRAM,
+            config.listen_host or "0.0.0.0",
+            config.listen_port,
+            calls.engine.pool.count,
+            config.default_timeout_ms,
+            config.max_timeout_ms,
+        )
+        async with asyncio.TaskGroup() as tasks:
+            background = [
+                tasks.create_task(refresher.run()),
+                tasks.create_task(_become_ready(engine, refresher, service, serving)),
+            ]
+            await stop.wait()
+            log.info("stopping: refusing new requests, letting running invokes finish")
+            serving.set(False)
+            service.stop_accepting()
+            try:
+                async with asyncio.timeout(config.drain_timeout_ms / 1000):
+                    await service.wait_idle()
+            except TimeoutError:
+                log.warning(
+                    "%d invokes still running after DRAIN_TIMEOUT_MS; cancelling them",
+                    service.in_flight,
+                )
+            for task in background:
+                task.cancel()
+        server.close()
+        await server.wait_closed()
+        log.info("stopped")
+    finally:
+        if started:
+            server.close()  # grpclib raises if the server never started
+        if metrics_server is not None:
+            metrics_server.close()
+        await engine.close()
+
+
+async def _become_ready(
+    engine: CallEngine,
+    refresher: CodeViewRefresher,
+    service: SyncInvokerService,
+    serving: ServiceStatus,
+) -> None:
+    await engine.wait_ready()
+    await refresher.wait_first_snapshot()
+    service.set_ready()
+    serving.set(True)
+    log.info("ready: executors heartbeating, function code loaded")
+
+
+def _stop_on_signals() -> asyncio.Event:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    return stop
