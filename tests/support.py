@@ -63,3 +63,79 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout} s waiting for {what}")
         await asyncio.sleep(interval)
+
+
+class TcpProxy:
+    """A TCP relay to ``127.0.0.1:target_port`` that plays the network between a
+    client and a server: ``cut`` refuses and resets connections, ``freeze`` keeps them
+    open while holding every byte until ``thaw`` (a slow network), and
+    ``freeze(drop=True)`` silently discards them (a silent network loss)."""
+
+    def __init__(self, target_port: int) -> None:
+        self._target_port = target_port
+        self.port = free_port()
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self._dropping = False
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
+
+    async def cut(self) -> None:
+        """Refuse new connections and reset the open ones (the server stays up)."""
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+
+    def freeze(self, *, drop: bool = False) -> None:
+        self._dropping = drop
+        self._flowing.clear()
+
+    def thaw(self) -> None:
+        self._dropping = False
+        self._flowing.set()
+
+    async def close(self) -> None:
+        self.thaw()
+        await self.cut()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target_port)
+        except OSError:
+            writer.transport.abort()
+            return
+        self._writers.update((writer, up_writer))
+        # Pumps of their own: cancelling them on close must not cancel asyncio's
+        # connection callback task (3.11 logs an error for that).
+        for source, sink in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(self._pump(source, sink))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                if self._dropping:
+                    continue
+                await self._flowing.wait()
+                writer.write(data)
+                await writer.drain()
+        except OSError:
+            pass
+        finally:
+            writer.transport.abort()
+            self._writers.discard(writer)

@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aetcd
 import aetcd.exceptions
 import pytest
-from support import FakeClock, free_port, wait_until
+from support import FakeClock, TcpProxy, free_port, wait_until
 
 from blockx_core.coordinator import (
     Candidate,
@@ -110,71 +110,6 @@ def make_watcher(
         retry_delay_ms=retry_delay_ms,
     )
     return EtcdWorkerWatcher(config, core, FakeClock(NOW)), core
-
-
-class TcpProxy:
-    """127.0.0.1:port → target, with the network faults the tests need."""
-
-    def __init__(self, target_port: int) -> None:
-        self._target_port = target_port
-        self.port = free_port()
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self.frozen = False
-
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
-
-    async def cut(self) -> None:
-        """Refuse new connections and close the open ones (etcd itself stays up)."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-
-    def freeze(self) -> None:
-        """Keep every connection open but deliver nothing: a silent network loss."""
-        self.frozen = True
-
-    def thaw(self) -> None:
-        self.frozen = False
-
-    async def close(self) -> None:
-        await self.cut()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _accept(self, down_r: asyncio.StreamReader, down_w: asyncio.StreamWriter) -> None:
-        try:
-            up_r, up_w = await asyncio.open_connection("127.0.0.1", self._target_port)
-        except OSError:
-            down_w.transport.abort()
-            return
-        self._writers.update((down_w, up_w))
-        for src, dst in ((down_r, up_w), (up_r, down_w)):
-            task = asyncio.create_task(self._pipe(src, dst))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pipe(self, src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
-        try:
-            while data := await src.read(65536):
-                if not self.frozen:
-                    dst.write(data)
-                    await dst.drain()
-        except OSError:
-            pass
-        finally:
-            dst.transport.abort()
-            self._writers.discard(dst)
 
 
 @pytest.fixture
@@ -506,7 +441,7 @@ async def test_silent_network_loss_is_detected_by_keepalive(
         await asyncio.sleep(0.5)
 
         frozen_at = SYSTEM_CLOCK.now_ms()
-        proxy.freeze()  # no FIN, no RST: only an unanswered ping reveals the loss
+        proxy.freeze(drop=True)  # no FIN, no RST: only an unanswered ping reveals the loss
         await wait_until(lambda: core.watch_disconnected_at_ms is not None, "keepalive failure")
         since = core.watch_disconnected_at_ms
         assert since is not None

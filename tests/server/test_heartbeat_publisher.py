@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aetcd
 import pytest
-from support import NOW_MS, FakeClock, free_port, wait_until
+from support import NOW_MS, FakeClock, TcpProxy, wait_until
 
 from blockx_core.coordinator import Candidate, CoordinatorCore
 from blockx_core.errors import InvalidConfig
@@ -52,75 +52,6 @@ class ScriptedLoad:
 
     def error_rate(self, now_ms: int) -> float:
         return self.rate
-
-
-class TcpProxy:
-    """127.0.0.1:port → target port, with the network faults the tests need."""
-
-    def __init__(self, target_port: int) -> None:
-        self._target_port = target_port
-        self.port = free_port()
-        self._server: asyncio.Server | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._flowing = asyncio.Event()
-        self._flowing.set()
-
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._accept, "127.0.0.1", self.port)
-
-    async def cut(self) -> None:
-        """Refuse new connections and reset the open ones (etcd itself stays up)."""
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        for writer in list(self._writers):
-            writer.transport.abort()
-        self._writers.clear()
-
-    def freeze(self) -> None:
-        """Keep connections open but hold every byte until ``thaw``."""
-        self._flowing.clear()
-
-    def thaw(self) -> None:
-        self._flowing.set()
-
-    async def close(self) -> None:
-        self.thaw()
-        await self.cut()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target_port)
-        except OSError:
-            writer.transport.abort()
-            return
-        self._writers.update((writer, up_writer))
-        # Pumps of their own: cancelling them on close must not cancel asyncio's
-        # connection callback task (3.11 logs an error for that).
-        for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.create_task(self._pump(source, sink))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            while data := await reader.read(65536):
-                await self._flowing.wait()
-                writer.write(data)
-                await writer.drain()
-        except OSError:
-            pass
-        finally:
-            writer.transport.abort()
-            self._writers.discard(writer)
 
 
 @contextlib.asynccontextmanager

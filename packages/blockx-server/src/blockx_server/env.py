@@ -106,3 +106,14 @@ def env_int_at_least(environ: Environ, name: str, default: int, minimum: int) ->
     if value < minimum:
         raise ConfigError(name, f"must be >= {minimum} (got {value})")
     return value
+
+
+def env_prometheus(environ: Environ) -> tuple[tuple[str, int] | None, str]:
+    """``BLOCKX_PROMETHEUS_LISTEN_ADDR`` (None = metrics off) and ``BLOCKX_PROMETHEUS_PATH``."""
+    listen = None
+    if env_optional(environ, "BLOCKX_PROMETHEUS_LISTEN_ADDR"):
+        listen = env_listen_addr(environ, "BLOCKX_PROMETHEUS_LISTEN_ADDR", "")
+    path = env_str(environ, "BLOCKX_PROMETHEUS_PATH", "/metrics")
+    if not path.startswith("/"):
+        raise ConfigError("BLOCKX_PROMETHEUS_PATH", f"must start with '/' (got {path!r})")
+    return listen, path

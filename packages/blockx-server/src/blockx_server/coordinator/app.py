@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 
 from grpclib.health.check import ServiceCheck
 from grpclib.health.service import Health
@@ -25,6 +23,7 @@ from blockx_server.coordinator.service import (
 )
 from blockx_server.coordinator.slot_reserver import GrpcSlotReserver
 from blockx_server.metrics_http import start_metrics_server
+from blockx_server.process import stop_on_signals
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +35,7 @@ async def serve(
     clock: Clock = SYSTEM_CLOCK,
 ) -> None:
     """Run until ``stop`` is set (or SIGINT/SIGTERM when ``stop`` is None)."""
-    stop = stop or _stop_on_signals()
+    stop = stop or stop_on_signals()
     core = CoordinatorCore(config.core)
     watcher = EtcdWorkerWatcher(config.watcher, core, clock)
     metrics = CoordinatorMetrics(CollectorRegistry(), watcher.worker_count_by_format)
@@ -85,12 +84,3 @@ async def serve(
             metrics_server.close()
             await metrics_server.wait_closed()
         reserver.close()
-
-
-def _stop_on_signals() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    return stop

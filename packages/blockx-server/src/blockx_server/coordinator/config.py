@@ -31,7 +31,7 @@ from blockx_server.env import (
     env_listen_addr,
     env_log_level,
     env_optional,
-    env_str,
+    env_prometheus,
 )
 
 
@@ -134,15 +134,7 @@ def load_coordinator_config(profile: Profile, environ: Environ) -> CoordinatorRu
     prefixes = env_list(environ, "COORDINATOR_REGISTRY_PREFIXES", profile.registry_prefixes)
     _check_prefixes(profile, prefixes)
 
-    prometheus_raw = env_optional(environ, "BLOCKX_PROMETHEUS_LISTEN_ADDR")
-    prometheus_listen = (
-        env_listen_addr(environ, "BLOCKX_PROMETHEUS_LISTEN_ADDR", "") if prometheus_raw else None
-    )
-    prometheus_path = env_str(environ, "BLOCKX_PROMETHEUS_PATH", "/metrics")
-    if not prometheus_path.startswith("/"):
-        raise ConfigError(
-            "BLOCKX_PROMETHEUS_PATH", f"must start with '/' (got {prometheus_path!r})"
-        )
+    prometheus_listen, prometheus_path = env_prometheus(environ)
 
     watcher = EtcdWatcherConfig(
         endpoints=endpoints,

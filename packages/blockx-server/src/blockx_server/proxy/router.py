@@ -22,7 +22,6 @@ import enum
 import functools
 import logging
 import os
-import signal
 import socket
 import stat
 from collections import Counter, OrderedDict
@@ -40,6 +39,7 @@ from grpclib.server import Stream as CallerStream
 from blockx_core.addr import InvalidAddress, split_host_port
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
 from blockx_server.env import ConfigError
+from blockx_server.process import stop_on_signals
 from blockx_server.proxy.codec import PassThroughCodec, PassThroughStatusDetailsCodec
 from blockx_server.proxy.config import ProxyConfig, validate_upstream_addr
 
@@ -479,7 +479,7 @@ def _socket_answers(path: str) -> bool:
 
 async def serve(config: ProxyConfig, *, stop: asyncio.Event | None = None) -> None:
     """Run until ``stop`` is set (or SIGINT/SIGTERM when ``stop`` is None)."""
-    stop = stop or _stop_on_signals()
+    stop = stop or stop_on_signals()
     async with ProxyServer(config):
         log.info(
             "blockx-proxy listening on %s: coordinator.v1 → %s, bundlecoordinator.v1 → %s, "
@@ -492,12 +492,3 @@ async def serve(config: ProxyConfig, *, stop: asyncio.Event | None = None) -> No
         )
         await stop.wait()
         log.info("shutting down")
-
-
-def _stop_on_signals() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    return stop

@@ -14,9 +14,7 @@ No slots, builders, writer plugins or etcd: the Sync Invoker is found by address
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 from collections.abc import Sequence
 
 import msgspec
@@ -32,6 +30,7 @@ from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.io_registry import IoBackend, IoRegistry, MemoryBackend
 from blockx_server.metrics_http import start_metrics_server
+from blockx_server.process import stop_on_signals
 from blockx_server.syncinvoker.config import PROGRAM, SyncInvokerConfig
 from blockx_server.syncinvoker.service import (
     SyncInvokerMetrics,
@@ -63,7 +62,7 @@ async def serve(
 ) -> None:
     """Run until ``stop`` is set (by default: SIGINT or SIGTERM). ``backends`` are
     IO backends registered beside ``memory`` (tests use them)."""
-    stop = stop or _stop_on_signals()
+    stop = stop or stop_on_signals()
     calls = config.calls
     memory = MemoryBackend()
     if calls.memory_seed_file is not None:
@@ -161,12 +160,3 @@ async def _become_ready(
     service.set_ready()
     serving.set(True)
     log.info("ready: executors heartbeating, function code loaded")
-
-
-def _stop_on_signals() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    return stop

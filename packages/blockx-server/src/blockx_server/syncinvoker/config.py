@@ -29,8 +29,7 @@ from blockx_server.env import (
     env_int_at_least,
     env_listen_addr,
     env_log_level,
-    env_optional,
-    env_str,
+    env_prometheus,
 )
 
 PROGRAM: Final = "blockx-syncinvoker"
@@ -64,12 +63,7 @@ def load_syncinvoker_config(environ: Environ) -> SyncInvokerConfig:
             "MAX_INVOKE_TIMEOUT_MS",
             f"must be >= CALL_DEADLINE_MS ({max_timeout_ms} < {default_timeout_ms})",
         )
-    prometheus_raw = env_optional(environ, "BLOCKX_PROMETHEUS_LISTEN_ADDR")
-    prometheus_path = env_str(environ, "BLOCKX_PROMETHEUS_PATH", "/metrics")
-    if not prometheus_path.startswith("/"):
-        raise ConfigError(
-            "BLOCKX_PROMETHEUS_PATH", f"must start with '/' (got {prometheus_path!r})"
-        )
+    prometheus_listen, prometheus_path = env_prometheus(environ)
     return SyncInvokerConfig(
         listen_host=listen_host,
         listen_port=listen_port,
@@ -80,11 +74,7 @@ def load_syncinvoker_config(environ: Environ) -> SyncInvokerConfig:
         calls=calls,
         keepalive_time_ms=env_int_at_least(environ, "GRPC_KEEPALIVE_TIME_MS", 30_000, 1),
         keepalive_timeout_ms=env_int_at_least(environ, "GRPC_KEEPALIVE_TIMEOUT_MS", 10_000, 1),
-        prometheus_listen=(
-            env_listen_addr(environ, "BLOCKX_PROMETHEUS_LISTEN_ADDR", "")
-            if prometheus_raw
-            else None
-        ),
+        prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=env_log_level(environ),
     )

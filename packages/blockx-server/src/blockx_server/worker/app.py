@@ -11,9 +11,7 @@ DRAIN_TIMEOUT_MS, then the process exits 0.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import signal
 import uuid
 
 from grpclib.config import Configuration
@@ -30,6 +28,7 @@ from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.io_registry import IoRegistry, MemoryBackend
 from blockx_server.metrics_http import start_metrics_server
+from blockx_server.process import stop_on_signals
 from blockx_server.worker.builders import default_builders
 from blockx_server.worker.config import WorkerRuntimeConfig
 from blockx_server.worker.heartbeat_publisher import (
@@ -67,7 +66,7 @@ async def serve(
     stop: asyncio.Event | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> None:
-    stop = stop or _stop_on_signals()
+    stop = stop or stop_on_signals()
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
     memory = (
@@ -185,12 +184,3 @@ async def _tick(orchestrator: Orchestrator) -> None:
     while True:
         await asyncio.sleep(TICK_INTERVAL_S)
         orchestrator.tick()
-
-
-def _stop_on_signals() -> asyncio.Event:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
-    return stop

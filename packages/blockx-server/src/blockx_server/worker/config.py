@@ -51,6 +51,7 @@ from blockx_server.env import (
     env_listen_addr,
     env_log_level,
     env_optional,
+    env_prometheus,
     env_str,
 )
 from blockx_server.worker.orchestrator import AdmissionConfig
@@ -164,12 +165,7 @@ def load_worker_config(profile: WorkerProfile, environ: Environ) -> WorkerRuntim
             rule = rule.replace(field, var)
         raise ConfigError(_CORE_ENV[exc.field], rule) from None
 
-    prometheus_raw = env_optional(environ, "BLOCKX_PROMETHEUS_LISTEN_ADDR")
-    prometheus_path = env_str(environ, "BLOCKX_PROMETHEUS_PATH", "/metrics")
-    if not prometheus_path.startswith("/"):
-        raise ConfigError(
-            "BLOCKX_PROMETHEUS_PATH", f"must start with '/' (got {prometheus_path!r})"
-        )
+    prometheus_listen, prometheus_path = env_prometheus(environ)
     return WorkerRuntimeConfig(
         profile=profile,
         listen_host=listen_host,
@@ -189,11 +185,7 @@ def load_worker_config(profile: WorkerProfile, environ: Environ) -> WorkerRuntim
         keepalive_time_ms=env_int_at_least(environ, "GRPC_KEEPALIVE_TIME_MS", 30_000, 1),
         keepalive_timeout_ms=env_int_at_least(environ, "GRPC_KEEPALIVE_TIMEOUT_MS", 10_000, 1),
         drain_timeout_ms=env_int_at_least(environ, "DRAIN_TIMEOUT_MS", 30_000, 0),
-        prometheus_listen=(
-            env_listen_addr(environ, "BLOCKX_PROMETHEUS_LISTEN_ADDR", "")
-            if prometheus_raw
-            else None
-        ),
+        prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=env_log_level(environ),
     )
