@@ -31,7 +31,6 @@ app = typer.Typer(
 dev = typer.Typer(help="A local cluster for development.", no_args_is_help=True)
 app.add_typer(dev, name="dev")
 console = Console()
-errors = Console(stderr=True)
 
 
 class Settings:
