@@ -18,16 +18,14 @@ import logging
 from collections.abc import Sequence
 
 import msgspec
-from grpclib.config import Configuration
 from grpclib.health.check import ServiceStatus
-from grpclib.health.service import Health
-from grpclib.server import Server
 from prometheus_client import CollectorRegistry
 
 from blockx_core.code_view import FunctionCodeView
 from blockx_server.call_engine import CallEngine, CallEngineConfig
 from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
+from blockx_server.grpc_serving import serving_server
 from blockx_server.io_registry import IoBackend, IoRegistry, MemoryBackend
 from blockx_server.metrics_http import start_metrics_server
 from blockx_server.process import stop_on_signals
@@ -88,15 +86,11 @@ async def serve(
         metrics=metrics,
         clock=clock,
     )
-    serving = ServiceStatus()
-    serving.set(False)
-    server = Server(
-        [service, Health({service: [serving]})],
-        config=Configuration(
-            _keepalive_time=config.keepalive_time_ms / 1000,
-            _keepalive_timeout=config.keepalive_timeout_ms / 1000,
-            _keepalive_permit_without_calls=True,
-        ),
+    # grpc.health.v1: SERVING once ready, NOT_SERVING while draining.
+    server, serving = serving_server(
+        service,
+        keepalive_time_ms=config.keepalive_time_ms,
+        keepalive_timeout_ms=config.keepalive_timeout_ms,
     )
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()

@@ -14,10 +14,7 @@ import asyncio
 import logging
 import uuid
 
-from grpclib.config import Configuration
 from grpclib.health.check import ServiceStatus
-from grpclib.health.service import Health
-from grpclib.server import Server
 from prometheus_client import CollectorRegistry
 
 from blockx_core.code_view import FunctionCodeView
@@ -26,6 +23,7 @@ from blockx_core.worker import WorkerCore
 from blockx_server.call_engine import CallEngine
 from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
+from blockx_server.grpc_serving import serving_server
 from blockx_server.io_registry import IoRegistry, MemoryBackend
 from blockx_server.metrics_http import start_metrics_server
 from blockx_server.process import stop_on_signals
@@ -109,15 +107,10 @@ async def serve(
     )
     service = WorkerService(orchestrator, config.advertise_addr)
     # grpc.health.v1: SERVING once ready, NOT_SERVING while draining.
-    serving = ServiceStatus()
-    serving.set(False)
-    server = Server(
-        [service, Health({service: [serving]})],
-        config=Configuration(
-            _keepalive_time=config.keepalive_time_ms / 1000,
-            _keepalive_timeout=config.keepalive_timeout_ms / 1000,
-            _keepalive_permit_without_calls=True,
-        ),
+    server, serving = serving_server(
+        service,
+        keepalive_time_ms=config.keepalive_time_ms,
+        keepalive_timeout_ms=config.keepalive_timeout_ms,
     )
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()
