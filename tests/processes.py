@@ -131,13 +131,14 @@ class CoordinatorProcess(ConsoleProcess):
         return super().stop(timeout)
 
 
-class WorkerProcess(ConsoleProcess):
+class CallsProcess(ConsoleProcess):
+    """A process with executors running the example functions, a gRPC port checked
+    through grpc.health.v1 for ``service``, and a metrics endpoint."""
+
+    service = ""
+
     def __init__(
-        self,
-        env: dict[str, str],
-        log: Path,
-        program: str = "blockx-worker",
-        port: int | None = None,
+        self, program: str, listen_var: str, env: dict[str, str], log: Path, port: int | None
     ) -> None:
         self.port = port or free_port()
         self.addr = f"127.0.0.1:{self.port}"
@@ -145,7 +146,7 @@ class WorkerProcess(ConsoleProcess):
         super().__init__(
             program,
             {
-                "WORKER_LISTEN": self.addr,
+                listen_var: self.addr,
                 "FUNCTIONS_DIR": str(EXAMPLES / "functions"),
                 "IO_MEMORY_SEED_FILE": str(EXAMPLES / "memory_seed.json"),
                 "EXECUTOR_COUNT": "2",
@@ -160,14 +161,14 @@ class WorkerProcess(ConsoleProcess):
         return _get(f"http://127.0.0.1:{self.metrics_port}/metrics")
 
     def channel(self) -> Channel:
-        """A new channel to the worker (bound to the running event loop; close it)."""
+        """A new channel to the process (bound to the running event loop; close it)."""
         return Channel("127.0.0.1", self.port)
 
     async def health(self) -> int:
         channel = self.channel()
         try:
             response = await HealthStub(channel).Check(
-                HealthCheckRequest(service="worker.v1.WorkerService"), timeout=5
+                HealthCheckRequest(service=self.service), timeout=5
             )
         finally:
             channel.close()
@@ -185,6 +186,26 @@ class WorkerProcess(ConsoleProcess):
                 return False
 
         await wait_until(serving, f"{self.program} ready", timeout=30)
+
+
+class WorkerProcess(CallsProcess):
+    service = "worker.v1.WorkerService"
+
+    def __init__(
+        self,
+        env: dict[str, str],
+        log: Path,
+        program: str = "blockx-worker",
+        port: int | None = None,
+    ) -> None:
+        super().__init__(program, "WORKER_LISTEN", env, log, port)
+
+
+class SyncInvokerProcess(CallsProcess):
+    service = "syncinvoker.v1.SyncInvokerService"
+
+    def __init__(self, env: dict[str, str], log: Path) -> None:
+        super().__init__("blockx-syncinvoker", "SYNC_INVOKER_LISTEN", env, log, None)
 
 
 def _get(url: str) -> str:

@@ -8,71 +8,14 @@ import os
 import shutil
 import signal
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from grpclib.client import Channel
-from grpclib.exceptions import GRPCError
-from grpclib.health.v1.health_grpc import HealthStub
-from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
-from processes import EXAMPLES, ConsoleProcess
-from support import free_port, wait_until
+from processes import EXAMPLES, SyncInvokerProcess
+from support import free_port
 
 from blockx_proto import syncinvoker_v1 as pb
-
-SERVICE = "syncinvoker.v1.SyncInvokerService"
-
-
-class SyncInvokerProcess(ConsoleProcess):
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        self.port = free_port()
-        self.metrics_port = free_port()
-        super().__init__(
-            "blockx-syncinvoker",
-            {
-                "SYNC_INVOKER_LISTEN": f"127.0.0.1:{self.port}",
-                "FUNCTIONS_DIR": str(EXAMPLES / "functions"),
-                "IO_MEMORY_SEED_FILE": str(EXAMPLES / "memory_seed.json"),
-                "EXECUTOR_COUNT": "2",
-                "EXECUTOR_HEARTBEAT_INTERVAL_MS": "100",
-                "BLOCKX_PROMETHEUS_LISTEN_ADDR": f"127.0.0.1:{self.metrics_port}",
-                **env,
-            },
-            log,
-        )
-
-    def channel(self) -> Channel:
-        """A new channel (bound to the running event loop; close it)."""
-        return Channel("127.0.0.1", self.port)
-
-    async def health(self) -> int:
-        channel = self.channel()
-        try:
-            response = await HealthStub(channel).Check(
-                HealthCheckRequest(service=SERVICE), timeout=5
-            )
-        finally:
-            channel.close()
-        status: int = response.status
-        return status
-
-    async def wait_ready(self) -> None:
-        async def serving() -> bool:
-            self.assert_alive()
-            try:
-                return await self.health() == HealthCheckResponse.SERVING
-            except (TimeoutError, GRPCError, OSError):
-                return False
-
-        await wait_until(serving, "blockx-syncinvoker ready", timeout=30)
-
-    def metrics(self) -> str:
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            body: bytes = response.read()
-        return body.decode()
 
 
 @pytest.fixture

@@ -19,8 +19,13 @@ _MAX_HEADER_BYTES = 16 * 1024
 
 
 async def start_metrics_server(
-    registry: CollectorRegistry, host: str, port: int, path: str
-) -> asyncio.Server:
+    registry: CollectorRegistry, listen: tuple[str, int] | None, path: str
+) -> asyncio.Server | None:
+    """Serve ``registry`` on ``listen`` (host, port); None = metrics are off."""
+    if listen is None:
+        return None
+    host, port = listen
+
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=10)

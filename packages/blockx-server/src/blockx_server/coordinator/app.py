@@ -57,11 +57,9 @@ async def serve(
     await grpc_server.start(config.listen_host or None, config.listen_port)
     metrics_server = None
     try:
-        if config.prometheus_listen is not None:
-            host, port = config.prometheus_listen
-            metrics_server = await start_metrics_server(
-                metrics.registry, host, port, config.prometheus_path
-            )
+        metrics_server = await start_metrics_server(
+            metrics.registry, config.prometheus_listen, config.prometheus_path
+        )
         log.info(
             "%s serving %s on %s:%d, watching %s at %s",
             config.profile.program,

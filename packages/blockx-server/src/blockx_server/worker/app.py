@@ -119,11 +119,9 @@ async def serve(
     try:
         await server.start(config.listen_host or None, config.listen_port)
         started = True
-        if config.prometheus_listen is not None:
-            host, port = config.prometheus_listen
-            metrics_server = await start_metrics_server(
-                metrics.registry, host, port, config.prometheus_path
-            )
+        metrics_server = await start_metrics_server(
+            metrics.registry, config.prometheus_listen, config.prometheus_path
+        )
         log.info(
             "%s serving worker.v1 on %s:%d as %s (registry %s, %d slots, %d executors)",
             config.profile.program,
