@@ -188,15 +188,10 @@ class WorkerCore:
         if slot is not None:
             # Idempotent: the same task_id keeps its slot (and its lease).
             return self._snapshot_of_slot(slot)
-        retained = self._live_retained(task_id, now_ms)
+        retained = self._retained_snapshot(task_id, now_ms)
         if retained is not None:
             # Already ran: SubmitTask with this slot_id answers the retained result.
-            return TaskSnapshot(
-                task_id=task_id,
-                slot_id=retained.slot_id,
-                state=retained.state,
-                result=retained.result,
-            )
+            return retained
         if not self._free:
             return WorkerError(
                 ErrorCode.NO_SLOT,
@@ -231,14 +226,9 @@ class WorkerCore:
             return TaskSnapshot(
                 task_id=task.task_id, slot_id=running.slot.slot_id, state=TaskState.RUNNING
             ), []
-        retained = self._live_retained(task.task_id, now_ms)
+        retained = self._retained_snapshot(task.task_id, now_ms)
         if retained is not None:
-            return TaskSnapshot(
-                task_id=task.task_id,
-                slot_id=retained.slot_id,
-                state=retained.state,
-                result=retained.result,
-            ), []
+            return retained, []
         if not slot_id:
             reserved = self.handle_request_task_slot(
                 task.task_id, self._config.default_ttl_ms, now_ms
@@ -387,14 +377,9 @@ class WorkerCore:
         slot = self._slot_by_task.get(task_id)
         if slot is not None:  # reserved, or submitted and not terminal
             return self._snapshot_of_slot(slot)
-        retained = self._live_retained(task_id, now_ms)
+        retained = self._retained_snapshot(task_id, now_ms)
         if retained is not None:
-            return TaskSnapshot(
-                task_id=task_id,
-                slot_id=retained.slot_id,
-                state=retained.state,
-                result=retained.result,
-            )
+            return retained
         return WorkerError(
             ErrorCode.NOT_FOUND,
             f"task {task_id!r} is unknown here, or its result has expired "
@@ -429,11 +414,17 @@ class WorkerCore:
             )
         return None
 
-    def _live_retained(self, task_id: str, now_ms: int) -> _Retained | None:
+    def _retained_snapshot(self, task_id: str, now_ms: int) -> TaskSnapshot | None:
+        """The terminal result of a task that ran here, while it is still kept."""
         retained = self._retained.get(task_id)
         if retained is None or retained.retained_until_ms <= now_ms:
             return None
-        return retained
+        return TaskSnapshot(
+            task_id=task_id,
+            slot_id=retained.slot_id,
+            state=retained.state,
+            result=retained.result,
+        )
 
     def _snapshot_of_slot(self, slot: _Slot) -> TaskSnapshot:
         running = slot.state is SlotState.RUNNING or slot.task_id in self._tasks
