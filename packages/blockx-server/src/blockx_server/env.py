@@ -7,8 +7,10 @@ value stops start-up with one line naming the variable and the rule it broke.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Protocol
 
 from blockx_core.addr import InvalidAddress, split_host_port
+from blockx_core.errors import InvalidConfig
 
 
 class ConfigError(Exception):
@@ -21,6 +23,25 @@ class ConfigError(Exception):
 
 
 Environ = Mapping[str, str]
+
+
+class _Validating(Protocol):
+    def validate(self) -> None: ...
+
+
+def validate_in_env_names(config: _Validating, variables: Mapping[str, str]) -> None:
+    """``config.validate()``; its InvalidConfig becomes a ConfigError that names the
+    variable behind the field, and says the rule in variable names too.
+
+    ``variables`` maps every field of ``config`` to the variable it is read from.
+    """
+    try:
+        config.validate()
+    except InvalidConfig as exc:
+        rule = exc.rule
+        for field, variable in variables.items():
+            rule = rule.replace(field, variable)
+        raise ConfigError(variables[exc.field], rule) from None
 
 
 def env_str(environ: Environ, name: str, default: str) -> str:

@@ -32,6 +32,7 @@ from blockx_server.env import (
     env_log_level,
     env_optional,
     env_prometheus,
+    validate_in_env_names,
 )
 
 
@@ -110,13 +111,7 @@ def load_coordinator_config(profile: Profile, environ: Environ) -> CoordinatorRu
         if field.endswith("red_line")
     }
     core = msgspec.convert({**ints, **fractions}, CoordinatorConfig)
-    try:
-        core.validate()
-    except InvalidConfig as exc:
-        rule = exc.rule
-        for field, var in _CORE_ENV.items():
-            rule = rule.replace(field, var)
-        raise ConfigError(_CORE_ENV[exc.field], rule) from None
+    validate_in_env_names(core, _CORE_ENV)
 
     retries = env_int(environ, "COORDINATOR_MAX_TIMEOUT_RETRIES", 1)
     if retries < 0:

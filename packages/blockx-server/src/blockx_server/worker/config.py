@@ -53,6 +53,7 @@ from blockx_server.env import (
     env_optional,
     env_prometheus,
     env_str,
+    validate_in_env_names,
 )
 from blockx_server.worker.orchestrator import AdmissionConfig
 
@@ -157,13 +158,7 @@ def load_worker_config(profile: WorkerProfile, environ: Environ) -> WorkerRuntim
         for field, var in _CORE_ENV.items()
     }
     core = msgspec.convert(core_values, WorkerConfig)
-    try:
-        core.validate()
-    except InvalidConfig as exc:
-        rule = exc.rule
-        for field, var in _CORE_ENV.items():
-            rule = rule.replace(field, var)
-        raise ConfigError(_CORE_ENV[exc.field], rule) from None
+    validate_in_env_names(core, _CORE_ENV)
 
     prometheus_listen, prometheus_path = env_prometheus(environ)
     return WorkerRuntimeConfig(
