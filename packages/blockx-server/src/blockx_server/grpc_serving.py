@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 from grpclib.config import Configuration
 from grpclib.health.check import ServiceStatus
 from grpclib.health.service import Health
 from grpclib.server import Server
+from prometheus_client import CollectorRegistry
+
+from blockx_server.metrics_http import start_metrics_server
 
 
 def serving_server(
@@ -29,3 +34,27 @@ def serving_server(
         ),
     )
     return server, serving
+
+
+@asynccontextmanager
+async def listening(
+    server: Server,
+    host: str,
+    port: int,
+    *,
+    metrics: CollectorRegistry,
+    prometheus_listen: tuple[str, int] | None,
+    prometheus_path: str,
+) -> AsyncIterator[None]:
+    """``server`` on ``host:port`` (empty host = every interface) and, when
+    ``prometheus_listen`` is set, the metrics endpoint, for the body of the block.
+    Leaving it closes both and waits for running handlers (grpclib cancels them)."""
+    await server.start(host or None, port)
+    async with server:  # grpclib's exit: close(), then wait_closed()
+        metrics_server = await start_metrics_server(metrics, prometheus_listen, prometheus_path)
+        try:
+            yield
+        finally:
+            if metrics_server is not None:
+                metrics_server.close()
+                await metrics_server.wait_closed()

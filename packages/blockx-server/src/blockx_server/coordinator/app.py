@@ -22,7 +22,7 @@ from blockx_server.coordinator.service import (
     CoordinatorService,
 )
 from blockx_server.coordinator.slot_reserver import GrpcSlotReserver
-from blockx_server.metrics_http import start_metrics_server
+from blockx_server.grpc_serving import listening
 from blockx_server.process import stop_on_signals
 
 log = logging.getLogger(__name__)
@@ -54,31 +54,31 @@ async def serve(
 
     health = Health({service: [ServiceCheck(view_trusted, check_ttl=1.0, check_timeout=1.0)]})
     grpc_server = Server([service, health])
-    await grpc_server.start(config.listen_host or None, config.listen_port)
-    metrics_server = None
     try:
-        metrics_server = await start_metrics_server(
-            metrics.registry, config.prometheus_listen, config.prometheus_path
-        )
-        log.info(
-            "%s serving %s on %s:%d, watching %s at %s",
-            config.profile.program,
-            config.profile.service,
-            config.listen_host or "0.0.0.0",
+        async with listening(
+            grpc_server,
+            config.listen_host,
             config.listen_port,
-            ",".join(config.watcher.key_prefixes),
-            ",".join(config.watcher.endpoints),
-        )
-        async with asyncio.TaskGroup() as tasks:
-            watch_task = tasks.create_task(watcher.run())
-            await stop.wait()
-            log.info("shutting down")
-            grpc_server.close()
-            await grpc_server.wait_closed()
-            watch_task.cancel()
+            metrics=metrics.registry,
+            prometheus_listen=config.prometheus_listen,
+            prometheus_path=config.prometheus_path,
+        ):
+            log.info(
+                "%s serving %s on %s:%d, watching %s at %s",
+                config.profile.program,
+                config.profile.service,
+                config.listen_host or "0.0.0.0",
+                config.listen_port,
+                ",".join(config.watcher.key_prefixes),
+                ",".join(config.watcher.endpoints),
+            )
+            async with asyncio.TaskGroup() as tasks:
+                watch_task = tasks.create_task(watcher.run())
+                await stop.wait()
+                log.info("shutting down")
+                # Stop answering before the worker view stops following etcd.
+                grpc_server.close()
+                await grpc_server.wait_closed()
+                watch_task.cancel()
     finally:
-        grpc_server.close()
-        if metrics_server is not None:
-            metrics_server.close()
-            await metrics_server.wait_closed()
         reserver.close()

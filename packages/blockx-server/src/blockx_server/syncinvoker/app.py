@@ -25,9 +25,8 @@ from blockx_core.code_view import FunctionCodeView
 from blockx_server.call_engine import CallEngine, CallEngineConfig
 from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
-from blockx_server.grpc_serving import serving_server
+from blockx_server.grpc_serving import listening, serving_server
 from blockx_server.io_registry import IoBackend, IoRegistry, MemoryBackend
-from blockx_server.metrics_http import start_metrics_server
 from blockx_server.process import stop_on_signals
 from blockx_server.syncinvoker.config import PROGRAM, SyncInvokerConfig
 from blockx_server.syncinvoker.service import (
@@ -94,50 +93,37 @@ async def serve(
     )
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()
-    metrics_server = None
-    started = False
     try:
-        await server.start(config.listen_host or None, config.listen_port)
-        started = True
-        metrics_server = await start_metrics_server(
-            metrics.registry, config.prometheus_listen, config.prometheus_path
-        )
-        log.info(
-            "%s serving syncinvoker.v1 on %s:%d (%d executors, budget %d ms, at most %d ms)",
-            PROGRAM,
-            config.listen_host or "0.0.0.0",
+        async with listening(
+            server,
+            config.listen_host,
             config.listen_port,
-            calls.engine.pool.count,
-            config.default_timeout_ms,
-            config.max_timeout_ms,
-        )
-        async with asyncio.TaskGroup() as tasks:
-            background = [
-                tasks.create_task(refresher.run()),
-                tasks.create_task(_become_ready(engine, refresher, service, serving)),
-            ]
-            await stop.wait()
-            log.info("stopping: refusing new requests, letting running invokes finish")
-            serving.set(False)
-            service.stop_accepting()
-            try:
-                async with asyncio.timeout(config.drain_timeout_ms / 1000):
-                    await service.wait_idle()
-            except TimeoutError:
-                log.warning(
-                    "%d invokes still running after DRAIN_TIMEOUT_MS; cancelling them",
-                    service.in_flight,
-                )
-            for task in background:
-                task.cancel()
-        server.close()
-        await server.wait_closed()
+            metrics=metrics.registry,
+            prometheus_listen=config.prometheus_listen,
+            prometheus_path=config.prometheus_path,
+        ):
+            log.info(
+                "%s serving syncinvoker.v1 on %s:%d (%d executors, budget %d ms, at most %d ms)",
+                PROGRAM,
+                config.listen_host or "0.0.0.0",
+                config.listen_port,
+                calls.engine.pool.count,
+                config.default_timeout_ms,
+                config.max_timeout_ms,
+            )
+            async with asyncio.TaskGroup() as tasks:
+                background = [
+                    tasks.create_task(refresher.run()),
+                    tasks.create_task(_become_ready(engine, refresher, service, serving)),
+                ]
+                await stop.wait()
+                log.info("stopping: refusing new requests, letting running invokes finish")
+                serving.set(False)
+                await _drain(service, config.drain_timeout_ms)
+                for task in background:
+                    task.cancel()
         log.info("stopped")
     finally:
-        if started:
-            server.close()  # grpclib raises if the server never started
-        if metrics_server is not None:
-            metrics_server.close()
         await engine.close()
 
 
@@ -152,3 +138,15 @@ async def _become_ready(
     service.set_ready()
     serving.set(True)
     log.info("ready: executors heartbeating, function code loaded")
+
+
+async def _drain(service: SyncInvokerService, drain_timeout_ms: int) -> None:
+    service.stop_accepting()
+    try:
+        async with asyncio.timeout(drain_timeout_ms / 1000):
+            await service.wait_idle()
+    except TimeoutError:
+        log.warning(
+            "%d invokes still running after DRAIN_TIMEOUT_MS; cancelling them",
+            service.in_flight,
+        )

@@ -23,9 +23,8 @@ from blockx_core.worker import WorkerCore
 from blockx_server.call_engine import CallEngine
 from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
-from blockx_server.grpc_serving import serving_server
+from blockx_server.grpc_serving import listening, serving_server
 from blockx_server.io_registry import IoRegistry, MemoryBackend
-from blockx_server.metrics_http import start_metrics_server
 from blockx_server.process import stop_on_signals
 from blockx_server.worker.builders import default_builders
 from blockx_server.worker.config import WorkerRuntimeConfig
@@ -114,45 +113,40 @@ async def serve(
     )
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()
-    metrics_server = None
-    started = False
     try:
-        await server.start(config.listen_host or None, config.listen_port)
-        started = True
-        metrics_server = await start_metrics_server(
-            metrics.registry, config.prometheus_listen, config.prometheus_path
-        )
-        log.info(
-            "%s serving worker.v1 on %s:%d as %s (registry %s, %d slots, %d executors)",
-            config.profile.program,
-            config.listen_host or "0.0.0.0",
+        async with listening(
+            server,
+            config.listen_host,
             config.listen_port,
-            config.advertise_addr,
-            config.registry_prefix,
-            config.core.task_slots,
-            calls.engine.pool.count,
-        )
-        async with asyncio.TaskGroup() as tasks:
-            background = [
-                tasks.create_task(refresher.run()),
-                tasks.create_task(_tick(orchestrator)),
-                tasks.create_task(_become_ready(engine, refresher, core, publisher, serving)),
-            ]
-            await stop.wait()
-            log.info("draining: deregistering and letting running tasks finish")
-            serving.set(False)
-            await publisher.deregister()
-            await orchestrator.drain(config.drain_timeout_ms / 1000)
-            for task in background:
-                task.cancel()
-        server.close()
-        await server.wait_closed()
+            metrics=metrics.registry,
+            prometheus_listen=config.prometheus_listen,
+            prometheus_path=config.prometheus_path,
+        ):
+            log.info(
+                "%s serving worker.v1 on %s:%d as %s (registry %s, %d slots, %d executors)",
+                config.profile.program,
+                config.listen_host or "0.0.0.0",
+                config.listen_port,
+                config.advertise_addr,
+                config.registry_prefix,
+                config.core.task_slots,
+                calls.engine.pool.count,
+            )
+            async with asyncio.TaskGroup() as tasks:
+                background = [
+                    tasks.create_task(refresher.run()),
+                    tasks.create_task(_tick(orchestrator)),
+                    tasks.create_task(_become_ready(engine, refresher, core, publisher, serving)),
+                ]
+                await stop.wait()
+                log.info("draining: deregistering and letting running tasks finish")
+                serving.set(False)
+                await publisher.deregister()
+                await orchestrator.drain(config.drain_timeout_ms / 1000)
+                for task in background:
+                    task.cancel()
         log.info("drained; exiting")
     finally:
-        if started:  # grpclib refuses to close a server that never started
-            server.close()
-        if metrics_server is not None:
-            metrics_server.close()
         await engine.close()
 
 
