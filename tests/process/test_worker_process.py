@@ -489,6 +489,27 @@ def test_bad_configuration_is_one_line_and_nonzero(variable: str, value: str) ->
     assert "Traceback" not in result.stderr
 
 
+def test_a_bad_memory_seed_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    seed = tmp_path / "seed.json"
+    seed.write_text("{not json")
+    binary = shutil.which("blockx-worker")
+    assert binary is not None
+    env = {
+        **os.environ,
+        "FUNCTIONS_DIR": str(EXAMPLES / "functions"),
+        "IO_MEMORY_SEED_FILE": str(seed),
+        "WORKER_LISTEN": f"127.0.0.1:{free_port()}",
+        "BLOCKX_LOG_LEVEL": "ERROR",
+    }
+    result = subprocess.run([binary], env=env, capture_output=True, text=True, timeout=30)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith(
+        f"blockx-worker: cannot start: IO_MEMORY_SEED_FILE: cannot read memory seed {seed}: "
+    ), lines
+
+
 def test_a_port_in_use_is_one_line_and_nonzero() -> None:
     binary = shutil.which("blockx-worker")
     assert binary is not None

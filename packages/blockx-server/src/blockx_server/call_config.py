@@ -41,6 +41,8 @@ from blockx_server.env import (
     env_str,
 )
 from blockx_server.executor_pool import ExecutorPoolConfig
+from blockx_server.io_registry import MemoryBackend
+from blockx_server.process import StartupError
 
 
 class CallSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -48,6 +50,17 @@ class CallSettings(msgspec.Struct, frozen=True, kw_only=True):
     functions_dir: Path
     functions_poll_interval_ms: int
     memory_seed_file: Path | None
+
+
+def memory_backend(settings: CallSettings) -> MemoryBackend:
+    """``io.memory``, seeded from IO_MEMORY_SEED_FILE when it is set; StartupError
+    when the file does not hold a JSON object."""
+    if settings.memory_seed_file is None:
+        return MemoryBackend()
+    try:
+        return MemoryBackend.from_file(settings.memory_seed_file)
+    except ValueError as exc:
+        raise StartupError(f"IO_MEMORY_SEED_FILE: {exc}") from None
 
 
 def load_call_settings(environ: Environ) -> CallSettings:

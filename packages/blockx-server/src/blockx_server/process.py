@@ -14,6 +14,10 @@ from contextlib import contextmanager
 from typing import NoReturn
 
 
+class StartupError(Exception):
+    """Start-up cannot go on; ``str()`` is the one line users see."""
+
+
 def fail(program: str, message: str) -> NoReturn:
     """One line on stderr and a non-zero exit; never a traceback."""
     print(f"{program}: {message}", file=sys.stderr, flush=True)

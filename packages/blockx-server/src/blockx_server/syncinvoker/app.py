@@ -22,11 +22,12 @@ from grpclib.health.check import ServiceStatus
 from prometheus_client import CollectorRegistry
 
 from blockx_core.code_view import FunctionCodeView
+from blockx_server.call_config import memory_backend
 from blockx_server.call_engine import CallEngine, CallEngineConfig
 from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.grpc_serving import listening, serving_server
-from blockx_server.io_registry import IoBackend, IoRegistry, MemoryBackend
+from blockx_server.io_registry import IoBackend, IoRegistry
 from blockx_server.process import stop_on_signals
 from blockx_server.syncinvoker.config import PROGRAM, SyncInvokerConfig
 from blockx_server.syncinvoker.service import (
@@ -35,10 +36,6 @@ from blockx_server.syncinvoker.service import (
 )
 
 log = logging.getLogger(__name__)
-
-
-class StartupError(Exception):
-    """Start-up cannot go on; ``str()`` is the one line users see."""
 
 
 def engine_config(config: SyncInvokerConfig) -> CallEngineConfig:
@@ -61,14 +58,8 @@ async def serve(
     IO backends registered beside ``memory`` (tests use them)."""
     stop = stop or stop_on_signals()
     calls = config.calls
-    memory = MemoryBackend()
-    if calls.memory_seed_file is not None:
-        try:
-            memory = MemoryBackend.from_file(calls.memory_seed_file)
-        except ValueError as exc:
-            raise StartupError(f"IO_MEMORY_SEED_FILE: {exc}") from None
     # The memory backend, like every backend, refuses writes (WRITE_FORBIDDEN).
-    io = IoRegistry([memory, *backends])
+    io = IoRegistry([memory_backend(calls), *backends])
     engine = CallEngine(engine_config(config), io, clock)
     # Every invoke pins its epoch for its whole run, so superseded code need not linger.
     view = FunctionCodeView(retention_ms=0)

@@ -12,8 +12,8 @@ import os
 
 from blockx_server.env import ConfigError
 from blockx_server.functions import FunctionStoreError
-from blockx_server.process import configure_logging, fail
-from blockx_server.syncinvoker.app import StartupError, serve
+from blockx_server.process import StartupError, configure_logging, fail
+from blockx_server.syncinvoker.app import serve
 from blockx_server.syncinvoker.config import PROGRAM, load_syncinvoker_config
 
 

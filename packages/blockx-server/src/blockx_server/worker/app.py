@@ -20,11 +20,12 @@ from prometheus_client import CollectorRegistry
 from blockx_core.code_view import FunctionCodeView
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.worker import WorkerCore
+from blockx_server.call_config import memory_backend
 from blockx_server.call_engine import CallEngine
 from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.grpc_serving import listening, serving_server
-from blockx_server.io_registry import IoRegistry, MemoryBackend
+from blockx_server.io_registry import IoRegistry
 from blockx_server.process import stop_on_signals
 from blockx_server.worker.builders import default_builders
 from blockx_server.worker.config import WorkerRuntimeConfig
@@ -66,12 +67,7 @@ async def serve(
     stop = stop or stop_on_signals()
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
-    memory = (
-        MemoryBackend.from_file(calls.memory_seed_file)
-        if calls.memory_seed_file is not None
-        else MemoryBackend()
-    )
-    io = IoRegistry([memory])
+    io = IoRegistry([memory_backend(calls)])
     engine = CallEngine(calls.engine, io, clock)
     # A snapshot is kept while a task pinned to it can still run.
     view = FunctionCodeView(retention_ms=config.core.max_task_timeout_ms)

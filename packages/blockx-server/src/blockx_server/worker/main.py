@@ -7,7 +7,7 @@ import os
 
 from blockx_server.env import ConfigError
 from blockx_server.functions import FunctionStoreError
-from blockx_server.process import configure_logging, fail
+from blockx_server.process import StartupError, configure_logging, fail
 from blockx_server.worker.app import serve
 from blockx_server.worker.config import (
     BLOCK_WORKER,
@@ -27,6 +27,8 @@ def run(profile: WorkerProfile) -> None:
         asyncio.run(serve(config))
     except FunctionStoreError as exc:
         fail(profile.program, f"cannot load functions: {exc}")
+    except StartupError as exc:
+        fail(profile.program, f"cannot start: {exc}")
     except OSError as exc:
         where = f"{config.listen_host or '0.0.0.0'}:{config.listen_port}"
         fail(profile.program, f"cannot serve on {where}: {exc}")
