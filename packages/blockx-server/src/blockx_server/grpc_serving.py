@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from grpclib.config import Configuration
 from grpclib.health.check import ServiceStatus
@@ -36,22 +36,31 @@ def serving_server(
     return server, serving
 
 
+class Endpoints(Protocol):
+    """Where a process listens: the fields every BlockX server config has."""
+
+    @property
+    def listen_host(self) -> str: ...  # empty = every interface
+    @property
+    def listen_port(self) -> int: ...
+    @property
+    def prometheus_listen(self) -> tuple[str, int] | None: ...  # None = metrics off
+    @property
+    def prometheus_path(self) -> str: ...
+
+
 @asynccontextmanager
 async def listening(
-    server: Server,
-    host: str,
-    port: int,
-    *,
-    metrics: CollectorRegistry,
-    prometheus_listen: tuple[str, int] | None,
-    prometheus_path: str,
+    server: Server, endpoints: Endpoints, metrics: CollectorRegistry
 ) -> AsyncIterator[None]:
-    """``server`` on ``host:port`` (empty host = every interface) and, when
-    ``prometheus_listen`` is set, the metrics endpoint, for the body of the block.
-    Leaving it closes both and waits for running handlers (grpclib cancels them)."""
-    await server.start(host or None, port)
+    """``server`` and, when configured, the endpoint serving ``metrics``, for the body
+    of the block. Leaving it closes both and waits for running handlers (grpclib
+    cancels them)."""
+    await server.start(endpoints.listen_host or None, endpoints.listen_port)
     async with server:  # grpclib's exit: close(), then wait_closed()
-        metrics_server = await start_metrics_server(metrics, prometheus_listen, prometheus_path)
+        metrics_server = await start_metrics_server(
+            metrics, endpoints.prometheus_listen, endpoints.prometheus_path
+        )
         try:
             yield
         finally:

@@ -55,14 +55,7 @@ async def serve(
     health = Health({service: [ServiceCheck(view_trusted, check_ttl=1.0, check_timeout=1.0)]})
     grpc_server = Server([service, health])
     try:
-        async with listening(
-            grpc_server,
-            config.listen_host,
-            config.listen_port,
-            metrics=metrics.registry,
-            prometheus_listen=config.prometheus_listen,
-            prometheus_path=config.prometheus_path,
-        ):
+        async with listening(grpc_server, config, metrics.registry):
             log.info(
                 "%s serving %s on %s:%d, watching %s at %s",
                 config.profile.program,

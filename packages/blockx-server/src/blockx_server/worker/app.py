@@ -110,14 +110,7 @@ async def serve(
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()
     try:
-        async with listening(
-            server,
-            config.listen_host,
-            config.listen_port,
-            metrics=metrics.registry,
-            prometheus_listen=config.prometheus_listen,
-            prometheus_path=config.prometheus_path,
-        ):
+        async with listening(server, config, metrics.registry):
             log.info(
                 "%s serving worker.v1 on %s:%d as %s (registry %s, %d slots, %d executors)",
                 config.profile.program,
