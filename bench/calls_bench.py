@@ -27,9 +27,11 @@ from typing import Any
 
 from blockx_core.code_view import build_snapshot
 from blockx_core.dispatch import DispatchConfig
-from blockx_server.call_engine import CallEngine, CallEngineConfig
-from blockx_server.executor_pool import ExecutorPoolConfig
-from blockx_server.io_registry import IoRegistry, MemoryBackend
+from blockx_server.calls.engine import CallEngine, CallEngineConfig
+from blockx_server.calls.executor_pool import ExecutorPoolConfig
+from blockx_server.io.backends.memory import MemoryBackend
+from blockx_server.io.registry import IoRegistry
+from blockx_server.io.scope import TaskIoScope
 
 FUNCTIONS = """
 import hashlib
@@ -76,22 +78,30 @@ def pool_rates(fn: Callable[[int], int], n_submit: int, n_map: int) -> dict[str,
 
 async def engine_rates(n_trivial: int, n_sha: int, n_io: int) -> dict[str, float]:
     engine = CallEngine(
-        CallEngineConfig(dispatch=DispatchConfig(), pool=ExecutorPoolConfig(count=2)),
-        IoRegistry([MemoryBackend({"k": {"balance": 42}})]),
+        CallEngineConfig(dispatch=DispatchConfig(), pool=ExecutorPoolConfig(count=2))
     )
+    registry = IoRegistry([MemoryBackend({"k": {"balance": 42}})])
     await engine.start()
     try:
         await asyncio.wait_for(engine.wait_ready(), 30)
         snapshot = build_snapshot(1, {"fns": FUNCTIONS})
         rates: dict[str, float] = {}
-        await engine.run_calls("warm-up", snapshot, "double", [[i] for i in range(5000)])
+        await engine.run_calls(
+            "warm-up",
+            snapshot,
+            TaskIoScope(registry, "warm-up"),
+            "double",
+            [[i] for i in range(5000)],
+        )
         for name, function, calls in (
             ("trivial", "double", [[i] for i in range(n_trivial)]),
             ("sha3", "sha3", [[i] for i in range(n_sha)]),
             ("io", "fetch", [["k"]] * n_io),
         ):
             started = time.perf_counter()
-            result = await engine.run_calls(f"bench-{name}", snapshot, function, calls)
+            task_id = f"bench-{name}"
+            io = TaskIoScope(registry, task_id)
+            result = await engine.run_calls(task_id, snapshot, io, function, calls)
             elapsed = time.perf_counter() - started
             if not result.success or len(result.outputs) != len(calls):
                 raise RuntimeError(f"{name}: {result.failure_message}")

@@ -43,8 +43,8 @@ from grpclib.server import Server
 from blockx_core.coordinator import Candidate, CoordinatorConfig, CoordinatorCore, WorkerView
 from blockx_core.heartbeat import WorkerHeartbeat, decode_heartbeat, encode_heartbeat
 from blockx_proto import coordinator_v1, worker_v1
-from blockx_server.clock import SYSTEM_CLOCK
-from blockx_server.etcd_server import EtcdServer
+from blockx_server.etcd.local import EtcdServer
+from blockx_server.runtime.clock import SYSTEM_CLOCK
 
 NOW_MS = 1_700_000_000_000
 SLOTS = 50

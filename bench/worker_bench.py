@@ -41,7 +41,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.server import Server
 
 from blockx_proto import coordinator_v1, worker_v1
-from blockx_server.etcd_server import EtcdServer
+from blockx_server.etcd.local import EtcdServer
 
 FUNCTIONS = "def echo(x):\n    return x\n"
 

@@ -1,4 +1,4 @@
-"""Shared fixtures: real etcd servers (see blockx_server.etcd_server).
+"""Shared fixtures: real etcd servers (see blockx_server.etcd.local).
 
 * ``etcd_server``: one etcd for the whole session. Tests share it and isolate
   themselves by key prefix (``unique_lane``); they must not stop or kill it.
@@ -15,7 +15,7 @@ import pytest
 import pytest_asyncio
 
 from blockx_core.registry import RegistryKind, v2_registry_prefix
-from blockx_server.etcd_server import EtcdServer
+from blockx_server.etcd.local import EtcdServer
 
 
 # The session etcd is an asyncio subprocess, which belongs to the loop that started

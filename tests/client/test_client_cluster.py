@@ -29,7 +29,7 @@ from blockx_client import (
     UnavailableError,
 )
 from blockx_proto import coordinator_v1
-from blockx_server.etcd_server import EtcdServer
+from blockx_server.etcd.local import EtcdServer
 
 FUNCTIONS = """
 def busy(ms):

@@ -25,8 +25,8 @@ from support import free_port, heartbeat, wait_until
 from blockx_core.heartbeat import encode_heartbeat
 from blockx_core.registry import RegistryKind
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, worker_v1
-from blockx_server.clock import SYSTEM_CLOCK
-from blockx_server.etcd_server import EtcdServer
+from blockx_server.etcd.local import EtcdServer
+from blockx_server.runtime.clock import SYSTEM_CLOCK
 
 EtcdFactory = Callable[..., Awaitable[EtcdServer]]
 

@@ -21,7 +21,7 @@ from processes import ConsoleProcess, CoordinatorProcess, WorkerProcess
 from support import free_port, wait_until
 
 from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
-from blockx_server.etcd_server import EtcdServer
+from blockx_server.etcd.local import EtcdServer
 
 WORKER_ADDR_HEADER = "x-blockx-worker-addr"
 

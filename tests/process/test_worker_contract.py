@@ -14,7 +14,7 @@ from grpclib.exceptions import GRPCError
 from processes import EXAMPLES, WorkerProcess
 
 from blockx_proto import worker_v1
-from blockx_server.etcd_server import EtcdServer
+from blockx_server.etcd.local import EtcdServer
 
 FUNCTIONS = """
 def echo(x):

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from blockx_core.dispatch import CallFailureKind
-from blockx_server.call_config import load_call_settings
-from blockx_server.env import ConfigError
+from blockx_server.calls.config import load_call_settings
+from blockx_server.runtime.env import ConfigError
 
 
 @pytest.fixture

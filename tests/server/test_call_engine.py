@@ -16,11 +16,13 @@ from support import wait_until
 from blockx_core.code_view import CodeSnapshot, FunctionCodeView, build_snapshot
 from blockx_core.dispatch import CallRetryPolicy, ConvergeTaskCalls, DispatchConfig
 from blockx_core.errors import FailureCode
-from blockx_server.call_engine import CallEngine, CallEngineConfig
-from blockx_server.clock import SYSTEM_CLOCK
-from blockx_server.executor_pool import ExecutorPoolConfig
-from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
-from blockx_server.io_registry import IoRegistry, MemoryBackend
+from blockx_server.calls.engine import CallEngine, CallEngineConfig
+from blockx_server.calls.executor_pool import ExecutorPoolConfig
+from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
+from blockx_server.io.backends.memory import MemoryBackend
+from blockx_server.io.registry import IoRegistry
+from blockx_server.io.scope import TaskIoScope
+from blockx_server.runtime.clock import SYSTEM_CLOCK
 
 FUNCTIONS = """
 import hashlib
@@ -148,7 +150,7 @@ class Gate:
         self.open_at = 1
         self.opened = asyncio.Event()
 
-    async def read(self, op: str, args: list[Any]) -> Any:
+    async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         self.waiting += 1
         self.max_waiting = max(self.max_waiting, self.waiting)
         if self.waiting >= self.open_at:
@@ -180,8 +182,8 @@ async def engine(gate: Gate) -> AsyncIterator[CallEngine]:
         ),
         pool=ExecutorPoolConfig(count=2, heartbeat_interval_ms=50),
     )
-    io = IoRegistry([MemoryBackend({"a": 1, "b": {"nested": [1, 2]}}), gate])
-    eng = CallEngine(config, io)
+    eng = CallEngine(config)
+    _REGISTRIES[eng] = IoRegistry([MemoryBackend({"a": 1, "b": {"nested": [1, 2]}}), gate])
     await eng.start()
     async with asyncio.timeout(20):
         await eng.wait_ready()
@@ -194,11 +196,20 @@ def snapshot() -> CodeSnapshot:
     return build_snapshot(1, {"fns": FUNCTIONS})
 
 
+# Each engine's IO backends; every run opens a read-only scope on them, as a task does.
+_REGISTRIES: dict[CallEngine, IoRegistry] = {}
+
+
+def scope(engine: CallEngine, task_id: str) -> TaskIoScope:
+    return TaskIoScope(_REGISTRIES[engine], task_id)
+
+
 async def run(
     engine: CallEngine, snapshot: CodeSnapshot, function: str, calls: list[list[Any]]
 ) -> ConvergeTaskCalls:
+    task_id = f"task-{function}-{len(calls)}"
     async with asyncio.timeout(30):
-        return await engine.run_calls(f"task-{function}-{len(calls)}", snapshot, function, calls)
+        return await engine.run_calls(task_id, snapshot, scope(engine, task_id), function, calls)
 
 
 def failure(result: ConvergeTaskCalls) -> str:
@@ -362,7 +373,8 @@ async def test_output_cap(gate: Gate, snapshot: CodeSnapshot) -> None:
         dispatch=DispatchConfig(max_collected_output_bytes=10_000),
         pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
     )
-    eng = CallEngine(config, IoRegistry([MemoryBackend()]))
+    eng = CallEngine(config)
+    _REGISTRIES[eng] = IoRegistry([MemoryBackend()])
     await eng.start()
     try:
         async with asyncio.timeout(20):
@@ -423,7 +435,9 @@ async def test_cancel_drops_the_calls(
     gate.open_at = 10_000  # never opens
     with pytest.raises(TimeoutError):
         async with asyncio.timeout(0.5):
-            await engine.run_calls("cancelled", snapshot, "gated", [[i] for i in range(20)])
+            await engine.run_calls(
+                "cancelled", snapshot, scope(engine, "cancelled"), "gated", [[i] for i in range(20)]
+            )
     assert engine.core.live_calls() == 0
     assert not engine.core.has_task("cancelled")
     assert outputs(await run(engine, snapshot, "double", [[3]])) == [6]
@@ -445,7 +459,9 @@ async def test_a_task_keeps_its_epoch_while_newer_code_runs(
     assert first is not None
     gate.open_at = 10_000
     old = view.pin("old", SYSTEM_CLOCK.now_ms())
-    old_task = asyncio.create_task(engine.run_calls("old", old, "gated", [[1]]))
+    old_task = asyncio.create_task(
+        engine.run_calls("old", old, scope(engine, "old"), "gated", [[1]])
+    )
     await wait_until(lambda: gate.waiting == 1, "the old task suspended")
 
     (tmp_path / "fns.py").write_text(source.replace('return "v1"', 'return "v2"'))

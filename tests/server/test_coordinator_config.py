@@ -11,7 +11,7 @@ from blockx_server.coordinator.config import (
     BUNDLE_PROFILE,
     load_coordinator_config,
 )
-from blockx_server.env import ConfigError
+from blockx_server.runtime.env import ConfigError
 
 
 def test_defaults_are_the_seeds() -> None:

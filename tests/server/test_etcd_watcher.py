@@ -34,9 +34,9 @@ from blockx_core.registry import (
     RegistryFormat,
     worker_key,
 )
-from blockx_server.clock import SYSTEM_CLOCK
-from blockx_server.coordinator.etcd_watcher import EtcdWatcherConfig, EtcdWorkerWatcher
-from blockx_server.etcd_server import EtcdServer
+from blockx_server.etcd.local import EtcdServer
+from blockx_server.etcd.watcher import EtcdWatcherConfig, EtcdWorkerWatcher
+from blockx_server.runtime.clock import SYSTEM_CLOCK
 
 EtcdFactory = Callable[..., Awaitable[EtcdServer]]
 NOW = 1_900_000_000_000

@@ -20,7 +20,7 @@ from support import FakeClock, wait_until
 
 from blockx_core.code_view import CodeSnapshot, FunctionCodeView
 from blockx_core.errors import InvalidConfig
-from blockx_server.functions import (
+from blockx_server.calls.functions import (
     CodeViewRefresher,
     DirectoryFunctionStore,
     FunctionStore,
@@ -78,7 +78,7 @@ def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [
         r.getMessage()
         for r in caplog.records
-        if r.name == "blockx_server.functions" and r.levelno == logging.WARNING
+        if r.name == "blockx_server.calls.functions" and r.levelno == logging.WARNING
     ]
 
 
@@ -277,7 +277,7 @@ async def test_duplicate_function_across_files_keeps_the_previous_epoch(
     assert first is not None
 
     write(tmp_path, "b.py", HELLO_V2)
-    with caplog.at_level(logging.WARNING, logger="blockx_server.functions"):
+    with caplog.at_level(logging.WARNING, logger="blockx_server.calls.functions"):
         assert await refresher.refresh_once() is None
         # The same problem on the next poll is not logged again.
         assert await refresher.refresh_once() is None
@@ -300,7 +300,7 @@ async def test_duplicate_in_the_poll_loop_is_logged_and_then_resolved(
 ) -> None:
     write(tmp_path, "a.py", HELLO_V1)
     refresher = make_refresher(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="blockx_server.functions"):
+    with caplog.at_level(logging.WARNING, logger="blockx_server.calls.functions"):
         async with running(refresher):
             await asyncio.wait_for(refresher.wait_first_snapshot(), 10)
             write(tmp_path, "b.py", HELLO_V2)
@@ -319,7 +319,7 @@ async def test_syntax_error_still_builds_a_snapshot(
     write(tmp_path, "greet.py", HELLO_V1)
     write(tmp_path, "broken.py", "def compute(x:\n    return x\n")
     refresher = make_refresher(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="blockx_server.functions"):
+    with caplog.at_level(logging.WARNING, logger="blockx_server.calls.functions"):
         snapshot = await refresher.refresh_once()
     assert snapshot is not None
     assert source_of(snapshot, "hello") == HELLO_V1
@@ -341,7 +341,7 @@ async def test_bad_file_name_is_a_load_error_naming_the_file(
 ) -> None:
     write(tmp_path, "my-funcs.py", HELLO_V1)
     refresher = make_refresher(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="blockx_server.functions"):
+    with caplog.at_level(logging.WARNING, logger="blockx_server.calls.functions"):
         assert await refresher.refresh_once() is None
     [warning] = warnings_of(caplog)
     assert "no function code is loaded yet" in warning
@@ -365,7 +365,7 @@ async def test_directory_vanishing_later_keeps_serving_the_current_epoch(
     functions_dir.mkdir()
     write(functions_dir, "greet.py", HELLO_V1)
     refresher = make_refresher(functions_dir)
-    with caplog.at_level(logging.WARNING, logger="blockx_server.functions"):
+    with caplog.at_level(logging.WARNING, logger="blockx_server.calls.functions"):
         async with running(refresher) as task:
             await asyncio.wait_for(refresher.wait_first_snapshot(), 10)
             shutil.rmtree(functions_dir)
@@ -385,7 +385,7 @@ async def test_wait_first_snapshot_waits_for_loadable_code(
     write(tmp_path, "a.py", HELLO_V1)
     write(tmp_path, "b.py", HELLO_V1)
     refresher = make_refresher(tmp_path)
-    with caplog.at_level(logging.WARNING, logger="blockx_server.functions"):
+    with caplog.at_level(logging.WARNING, logger="blockx_server.calls.functions"):
         async with running(refresher):
             waiter = asyncio.create_task(refresher.wait_first_snapshot())
             # A poll has run and refused the set: the duplicate blocks the first load.

@@ -32,7 +32,6 @@ from grpclib.server import Server, Stream
 from support import free_port, wait_until
 
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
-from blockx_server.env import ConfigError
 from blockx_server.proxy.codec import PassThroughCodec, PassThroughStatusDetailsCodec
 from blockx_server.proxy.config import ProxyConfig
 from blockx_server.proxy.router import (
@@ -44,6 +43,7 @@ from blockx_server.proxy.router import (
     claim_socket_path,
     generated_routes,
 )
+from blockx_server.runtime.env import ConfigError
 
 SUBMIT = "/worker.v1.WorkerService/SubmitTask"
 GET_RESULT = "/worker.v1.WorkerService/GetTaskResult"

@@ -14,7 +14,7 @@ from support import free_port
 from blockx_core.errors import ErrorCode
 from blockx_proto import coordinator_v1, worker_v1
 from blockx_server.coordinator.slot_reserver import GrpcSlotReserver, SlotError, SlotGranted
-from blockx_server.status import WORKER_STATUS, classify_worker_status
+from blockx_server.runtime.status import WORKER_STATUS, classify_worker_status
 
 
 class FakeWorker(worker_v1.WorkerServiceBase):

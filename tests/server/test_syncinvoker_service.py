@@ -156,7 +156,7 @@ class Gate:
         self.waiting = 0
         self.opened = asyncio.Event()
 
-    async def read(self, op: str, args: list[Any]) -> Any:
+    async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         self.waiting += 1
         try:
             await self.opened.wait()

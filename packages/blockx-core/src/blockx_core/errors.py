@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import enum
 
+import msgspec
+
 
 class ErrorCode(enum.StrEnum):
     """Business error codes (``commontypes.ErrorCode`` in the Go implementation).
@@ -30,6 +32,17 @@ class ErrorCode(enum.StrEnum):
     # does not serve worker.v1): the request definitely did not allocate a slot.
     REJECTED = "Rejected"
     INTERNAL = "Internal"
+
+
+class Refusal(msgspec.Struct, frozen=True):
+    """An expected "no" to a request: a code for programs and a message for people.
+
+    Every component refuses with this shape (a Worker's admission, a Coordinator's
+    selection, a slot reservation); a refusal that needs more says so in a subclass.
+    """
+
+    code: ErrorCode
+    message: str
 
 
 class FailureCode(enum.StrEnum):

@@ -35,8 +35,8 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
 from blockx_core.addr import split_host_port
 from blockx_proto import coordinator_v1, worker_v1
-from blockx_server.etcd_server import EtcdNotFound, EtcdServer, EtcdStartError
-from blockx_server.process import fail, signal_child
+from blockx_server.etcd.local import EtcdNotFound, EtcdServer, EtcdStartError
+from blockx_server.runtime.process import fail, signal_child
 
 PROGRAM = "blockx-dev"
 

@@ -12,9 +12,7 @@ from prometheus_client import CollectorRegistry
 
 from blockx_core.coordinator import CoordinatorCore
 from blockx_core.registry import RegistryKind
-from blockx_server.clock import SYSTEM_CLOCK, Clock
 from blockx_server.coordinator.config import CoordinatorRuntimeConfig
-from blockx_server.coordinator.etcd_watcher import EtcdWorkerWatcher
 from blockx_server.coordinator.metrics import CoordinatorMetrics
 from blockx_server.coordinator.service import (
     BundleCoordinatorService,
@@ -22,8 +20,10 @@ from blockx_server.coordinator.service import (
     CoordinatorService,
 )
 from blockx_server.coordinator.slot_reserver import GrpcSlotReserver
-from blockx_server.grpc_serving import listening
-from blockx_server.process import stop_on_signals
+from blockx_server.etcd.watcher import EtcdWorkerWatcher
+from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
+from blockx_server.runtime.process import stop_on_signals
+from blockx_server.runtime.serving import listening
 
 log = logging.getLogger(__name__)
 

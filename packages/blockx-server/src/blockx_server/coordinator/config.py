@@ -20,9 +20,9 @@ from blockx_core.registry import (
     RegistryKind,
     parse_registry_prefix,
 )
-from blockx_server.coordinator.etcd_watcher import EtcdWatcherConfig
 from blockx_server.coordinator.service import HandlerConfig
-from blockx_server.env import (
+from blockx_server.etcd.watcher import EtcdWatcherConfig
+from blockx_server.runtime.env import (
     ConfigError,
     Environ,
     env_float,

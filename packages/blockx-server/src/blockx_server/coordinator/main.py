@@ -12,8 +12,8 @@ from blockx_server.coordinator.config import (
     Profile,
     load_coordinator_config,
 )
-from blockx_server.env import ConfigError
-from blockx_server.process import configure_logging, cpu_profile, fail
+from blockx_server.runtime.env import ConfigError
+from blockx_server.runtime.process import configure_logging, cpu_profile, fail
 
 
 def run(profile: Profile) -> None:

@@ -28,9 +28,9 @@ from blockx_core.coordinator import Candidate, CoordinatorCore, validate_reserve
 from blockx_core.errors import ErrorCode
 from blockx_core.ids import SlotId, TaskId, WorkerAddr
 from blockx_proto import bundlecoordinator_v1, coordinator_v1
-from blockx_server.clock import Clock
 from blockx_server.coordinator.slot_reserver import SlotError, SlotGranted, SlotReserver
-from blockx_server.status import COORDINATOR_STATUS
+from blockx_server.runtime.clock import Clock
+from blockx_server.runtime.status import COORDINATOR_STATUS
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from blockx_core.addr import InvalidAddress, split_host_port
 from blockx_core.errors import ErrorCode
 from blockx_core.ids import SlotId, TaskId, WorkerAddr
 from blockx_proto import worker_v1
-from blockx_server.status import classify_worker_status
+from blockx_server.runtime.status import classify_worker_status
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from typing import Final
 import msgspec
 
 from blockx_core.addr import InvalidAddress, split_host_port
-from blockx_server.env import (
+from blockx_server.runtime.env import (
     ConfigError,
     Environ,
     env_int_at_least,

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 
-from blockx_server.env import ConfigError
-from blockx_server.process import configure_logging, fail
 from blockx_server.proxy.config import load_proxy_config
 from blockx_server.proxy.router import serve
+from blockx_server.runtime.env import ConfigError
+from blockx_server.runtime.process import configure_logging, fail
 
 PROGRAM = "blockx-proxy"
 

@@ -38,10 +38,10 @@ from grpclib.server import Stream as CallerStream
 
 from blockx_core.addr import InvalidAddress, split_host_port
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
-from blockx_server.env import ConfigError
-from blockx_server.process import stop_on_signals
 from blockx_server.proxy.codec import PassThroughCodec, PassThroughStatusDetailsCodec
 from blockx_server.proxy.config import ProxyConfig, validate_upstream_addr
+from blockx_server.runtime.env import ConfigError
+from blockx_server.runtime.process import stop_on_signals
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from grpclib.health.check import ServiceStatus
 from prometheus_client import CollectorRegistry
 
 from blockx_core.code_view import FunctionCodeView
-from blockx_server.call_config import memory_backend
-from blockx_server.call_engine import CallEngine, CallEngineConfig
-from blockx_server.clock import SYSTEM_CLOCK, Clock
-from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
-from blockx_server.grpc_serving import listening, serving_server
-from blockx_server.io_registry import IoBackend, IoRegistry
-from blockx_server.process import stop_on_signals
+from blockx_server.calls.engine import CallEngine, CallEngineConfig
+from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
+from blockx_server.io.config import open_registry
+from blockx_server.io.registry import IoBackend
+from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
+from blockx_server.runtime.process import stop_on_signals
+from blockx_server.runtime.serving import listening, serving_server
 from blockx_server.syncinvoker.config import PROGRAM, SyncInvokerConfig
 from blockx_server.syncinvoker.service import (
     SyncInvokerMetrics,
@@ -58,9 +58,8 @@ async def serve(
     IO backends registered beside ``memory`` (tests use them)."""
     stop = stop or stop_on_signals()
     calls = config.calls
-    # The memory backend, like every backend, refuses writes (WRITE_FORBIDDEN).
-    io = IoRegistry([memory_backend(calls), *backends])
-    engine = CallEngine(engine_config(config), io, clock)
+    io = open_registry(calls.memory_seed_file, backends)
+    engine = CallEngine(engine_config(config), clock)
     # Every invoke pins its epoch for its whole run, so superseded code need not linger.
     view = FunctionCodeView(retention_ms=0)
     refresher = CodeViewRefresher(
@@ -70,6 +69,7 @@ async def serve(
     service = SyncInvokerService(
         engine,
         view,
+        io,
         default_timeout_ms=config.default_timeout_ms,
         max_timeout_ms=config.max_timeout_ms,
         max_concurrent=config.max_concurrent,

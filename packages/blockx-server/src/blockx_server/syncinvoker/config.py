@@ -10,7 +10,7 @@
 | BLOCKX_PROMETHEUS_LISTEN_ADDR / BLOCKX_PROMETHEUS_PATH | off / /metrics | host:port / a path |
 | BLOCKX_LOG_LEVEL | INFO | DEBUG, INFO, WARNING or ERROR |
 
-plus the Calls-phase variables of ``blockx_server.call_config``: EXECUTOR_COUNT,
+plus the Calls-phase variables of ``blockx_server.calls.config``: EXECUTOR_COUNT,
 CALL_DEADLINE_MS (the default budget of an invoke whose timeout_ms is 0),
 FUNCTIONS_DIR, FUNCTIONS_POLL_INTERVAL_MS, IO_MEMORY_SEED_FILE, EXECUTOR_*,
 CALL_RETRY_* (TASK_* and MAX_COLLECTED_OUTPUT_BYTES apply too, to the one call).
@@ -22,8 +22,8 @@ from typing import Final
 
 import msgspec
 
-from blockx_server.call_config import CallSettings, load_call_settings
-from blockx_server.env import (
+from blockx_server.calls.config import CallSettings, load_call_settings
+from blockx_server.runtime.env import (
     ConfigError,
     Environ,
     env_int_at_least,

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import os
 
-from blockx_server.env import ConfigError
-from blockx_server.functions import FunctionStoreError
-from blockx_server.process import StartupError, configure_logging, fail
+from blockx_server.calls.functions import FunctionStoreError
+from blockx_server.runtime.env import ConfigError
+from blockx_server.runtime.process import StartupError, configure_logging, fail
 from blockx_server.syncinvoker.app import serve
 from blockx_server.syncinvoker.config import PROGRAM, load_syncinvoker_config
 

@@ -25,7 +25,6 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -37,17 +36,12 @@ from blockx_core.errors import ErrorCode
 from blockx_core.signature import precheck
 from blockx_executor import protocol as wire
 from blockx_proto import syncinvoker_v1 as pb
-from blockx_server.call_engine import CallEngine
-from blockx_server.clock import SYSTEM_CLOCK, Clock
-from blockx_server.io_registry import IoOutcome
-
-# How the Sync Invoker refuses a request (the request did not run).
-SYNC_INVOKER_STATUS: Final[Mapping[ErrorCode, Status]] = {
-    ErrorCode.INVALID_ARGUMENT: Status.INVALID_ARGUMENT,
-    ErrorCode.UNAVAILABLE: Status.UNAVAILABLE,
-    # Every invoke slot (SYNC_INVOKER_MAX_CONCURRENT) is taken: back off and retry.
-    ErrorCode.NO_SLOT: Status.RESOURCE_EXHAUSTED,
-}
+from blockx_server.calls.engine import CallEngine
+from blockx_server.io.errors import IoOutcome
+from blockx_server.io.registry import IoRegistry
+from blockx_server.io.scope import TaskIoScope
+from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
+from blockx_server.runtime.status import SYNC_INVOKER_STATUS
 
 # Whether invoking again may help, per failure kind of the call.
 RETRYABLE: Final[Mapping[CallFailureKind, bool]] = {
@@ -341,6 +335,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         self,
         engine: CallEngine,
         view: FunctionCodeView,
+        io: IoRegistry,
         *,
         default_timeout_ms: int,
         max_timeout_ms: int,
@@ -350,6 +345,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
     ) -> None:
         self.engine = engine
         self._view = view
+        self._io = io
         self._default_timeout_ms = default_timeout_ms
         # The engine's own budget is the ceiling: a cancelled call past it is killed.
         self._max_timeout_ms = min(max_timeout_ms, engine.core.config.call_deadline_ms)
@@ -535,6 +531,8 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
             snapshot = self._view.pin(task_id, self._clock.now_ms())
         except NoSnapshotError:
             raise _refuse(ErrorCode.UNAVAILABLE, self._not_ready_text()) from None
+        # Functions are read-only here too: the scope refuses every write.
+        scope = TaskIoScope(self._io, task_id)
         try:
             if snapshot.resolve(request.function) is None:
                 wall_us = (time.perf_counter_ns() - started_ns) // 1000
@@ -551,6 +549,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
             converged = await self.engine.run_calls(
                 task_id,
                 snapshot,
+                scope,
                 request.function,
                 [request.args],
                 observer=observer,
@@ -569,6 +568,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
                 epoch=snapshot.epoch,
             ), observer
         finally:
+            scope.close()
             self._view.unpin(task_id, self._clock.now_ms())
 
 

@@ -20,22 +20,21 @@ from prometheus_client import CollectorRegistry
 from blockx_core.code_view import FunctionCodeView
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.worker import WorkerCore
-from blockx_server.call_config import memory_backend
-from blockx_server.call_engine import CallEngine
-from blockx_server.clock import SYSTEM_CLOCK, Clock
-from blockx_server.functions import CodeViewRefresher, DirectoryFunctionStore
-from blockx_server.grpc_serving import listening, serving_server
-from blockx_server.io_registry import IoRegistry
-from blockx_server.process import stop_on_signals
-from blockx_server.worker.builders import default_builders
-from blockx_server.worker.config import WorkerRuntimeConfig
-from blockx_server.worker.heartbeat_publisher import (
+from blockx_server.calls.engine import CallEngine
+from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
+from blockx_server.etcd.heartbeat import (
     EtcdHeartbeatPublisher,
     HeartbeatPublisherConfig,
 )
+from blockx_server.io.config import open_registry
+from blockx_server.pipeline.builders import default_builders
+from blockx_server.pipeline.writers import default_writers
+from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
+from blockx_server.runtime.process import stop_on_signals
+from blockx_server.runtime.serving import listening, serving_server
+from blockx_server.worker.config import WorkerRuntimeConfig
 from blockx_server.worker.metrics import WorkerMetrics
 from blockx_server.worker.orchestrator import Orchestrator
-from blockx_server.worker.plugins import default_plugins
 from blockx_server.worker.service import WorkerService
 from blockx_server.worker.subscriptions import SubscriptionManager
 
@@ -67,8 +66,8 @@ async def serve(
     stop = stop or stop_on_signals()
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
-    io = IoRegistry([memory_backend(calls)])
-    engine = CallEngine(calls.engine, io, clock)
+    io = open_registry(calls.memory_seed_file)
+    engine = CallEngine(calls.engine, clock)
     # A snapshot is kept while a task pinned to it can still run.
     view = FunctionCodeView(retention_ms=config.core.max_task_timeout_ms)
     refresher = CodeViewRefresher(
@@ -82,7 +81,7 @@ async def serve(
         view,
         io,
         default_builders(),
-        default_plugins(),
+        default_writers(),
         SubscriptionManager(),
         clock,
         config.admission,

@@ -20,7 +20,7 @@
 | BLOCKX_PROMETHEUS_LISTEN_ADDR / BLOCKX_PROMETHEUS_PATH | off / /metrics | |
 | BLOCKX_LOG_LEVEL | INFO | |
 
-plus the Calls-phase variables of ``blockx_server.call_config`` (EXECUTOR_COUNT,
+plus the Calls-phase variables of ``blockx_server.calls.config`` (EXECUTOR_COUNT,
 CALL_DEADLINE_MS, TASK_MAX_INFLIGHT_CALLS, MAX_COLLECTED_OUTPUT_BYTES, FUNCTIONS_DIR, ...).
 """
 
@@ -41,9 +41,9 @@ from blockx_core.registry import (
     parse_registry_prefix,
 )
 from blockx_core.worker import WorkerConfig
-from blockx_server.call_config import CallSettings, load_call_settings
-from blockx_server.coordinator.etcd_watcher import EtcdWatcherConfig
-from blockx_server.env import (
+from blockx_server.calls.config import CallSettings, load_call_settings
+from blockx_server.etcd.watcher import EtcdWatcherConfig
+from blockx_server.runtime.env import (
     ConfigError,
     Environ,
     env_int_at_least,

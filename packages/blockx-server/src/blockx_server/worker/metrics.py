@@ -9,7 +9,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from blockx_core.worker import TaskConverged, WorkerCore
-from blockx_server.call_engine import CallEngine
+from blockx_server.calls.engine import CallEngine
 
 
 class _SlotsCollector(Collector):

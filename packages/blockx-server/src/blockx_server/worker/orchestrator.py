@@ -11,6 +11,7 @@ back with ``handle_task_phase_finished``; the core alone decides what comes next
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -37,12 +38,13 @@ from blockx_core.worker import (
     WorkerCore,
     WorkerError,
 )
-from blockx_server.call_engine import CallEngine
-from blockx_server.clock import Clock
-from blockx_server.io_registry import IoRegistry, TaskIoScope
-from blockx_server.worker.builders import BuilderError, BuilderRegistry, CallList
-from blockx_server.worker.context import TaskContext
-from blockx_server.worker.plugins import PluginError, PluginRegistry, failed_plugin_result
+from blockx_server.calls.engine import CallEngine
+from blockx_server.io.registry import IoRegistry
+from blockx_server.io.scope import TaskIoScope
+from blockx_server.pipeline.builders import BuilderError, BuilderRegistry, CallList
+from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.writers import WriterError, WriterRegistry, failed_writer_result
+from blockx_server.runtime.clock import Clock
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
 
 log = logging.getLogger(__name__)
@@ -86,7 +88,7 @@ class Orchestrator:
         code_view: FunctionCodeView,
         io: IoRegistry,
         builders: BuilderRegistry,
-        plugins: PluginRegistry,
+        writers: WriterRegistry,
         subscriptions: SubscriptionManager,
         clock: Clock,
         admission: AdmissionConfig | None = None,
@@ -99,7 +101,7 @@ class Orchestrator:
         self.code_view = code_view
         self.io = io
         self.builders = builders
-        self.plugins = plugins
+        self.writers = writers
         self.subscriptions = subscriptions
         self.clock = clock
         self.error_rate = error_rate or ErrorRateWindow()
@@ -283,11 +285,10 @@ class Orchestrator:
         async with self._builder_sem:
             builder = self.builders.get(spec.type)
             if builder is None:
-                known = ", ".join(self.builders.names())
                 return PhaseOutcome(
                     success=False,
                     failure_code=FailureCode.BUILDER_NOT_FOUND,
-                    message=f"no Call Builder {spec.type!r} on this worker (known: {known})",
+                    message=self.builders.missing(spec.type),
                 )
             assert runtime.ctx is not None
             try:
@@ -310,7 +311,7 @@ class Orchestrator:
             return PhaseOutcome(success=True)  # an empty call list takes no executor slot
         async with self._executor_sem:
             converged = await self.engine.run_calls(
-                runtime.task.task_id, runtime.ctx.code, calls.function, calls.calls
+                runtime.task.task_id, runtime.ctx.code, runtime.ctx.io, calls.function, calls.calls
             )
         if not converged.success:
             return PhaseOutcome(
@@ -326,29 +327,30 @@ class Orchestrator:
         async with self._plugin_sem:
             if handler is None:
                 return PhaseOutcome(success=True)  # no plugin runs; pluginResults is empty
-            plugin = self.plugins.get(handler.type)
+            plugin = self.writers.get(handler.type)
             if plugin is None:
-                known = ", ".join(self.plugins.names())
-                message = f"no Writer Plugin {handler.type!r} on this worker (known: {known})"
+                message = self.writers.missing(handler.type)
                 return PhaseOutcome(
                     success=False,
                     failure_code=FailureCode.PLUGIN_NOT_FOUND,
                     message=message,
                     plugin_results=(
-                        failed_plugin_result(handler.type, FailureCode.PLUGIN_NOT_FOUND, message),
+                        failed_writer_result(handler.type, FailureCode.PLUGIN_NOT_FOUND, message),
                     ),
                 )
             assert runtime.ctx is not None
             try:
-                result = await plugin.execute(runtime.ctx, _decode(handler.config), runtime.outputs)
-            except PluginError as exc:
+                # The Writer Plugin's scope is the only one that may write.
+                writer_ctx = dataclasses.replace(runtime.ctx, io=runtime.ctx.io.writer())
+                result = await plugin.execute(writer_ctx, _decode(handler.config), runtime.outputs)
+            except WriterError as exc:
                 return PhaseOutcome(
                     success=False,
                     failure_code=FailureCode.PLUGIN_FAILED,
                     retryable=exc.retryable,
                     message=exc.message,
                     plugin_results=(
-                        failed_plugin_result(handler.type, FailureCode.PLUGIN_FAILED, exc.message),
+                        failed_writer_result(handler.type, FailureCode.PLUGIN_FAILED, exc.message),
                     ),
                 )
         return PhaseOutcome(

@@ -1,6 +1,6 @@
 """worker.v1.WorkerService over grpclib: decode, call the Orchestrator, encode.
 
-Admission errors become gRPC statuses through ``blockx_server.status.WORKER_STATUS``
+Admission errors become gRPC statuses through ``blockx_server.runtime.status.WORKER_STATUS``
 (the inverse of the Coordinator's classification).
 """
 
@@ -12,7 +12,7 @@ from grpclib.exceptions import GRPCError
 
 from blockx_core.worker import TaskSnapshot, WorkerError
 from blockx_proto import worker_v1
-from blockx_server.status import WORKER_STATUS
+from blockx_server.runtime.status import WORKER_STATUS
 from blockx_server.worker.convert import result_to_pb, state_to_pb, task_from_pb
 from blockx_server.worker.orchestrator import Orchestrator
 from blockx_server.worker.subscriptions import TaskEvent

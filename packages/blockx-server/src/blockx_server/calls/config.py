@@ -30,8 +30,9 @@ from pathlib import Path
 import msgspec
 
 from blockx_core.dispatch import CallFailureKind, CallRetryPolicy, DispatchConfig
-from blockx_server.call_engine import CallEngineConfig
-from blockx_server.env import (
+from blockx_server.calls.engine import CallEngineConfig
+from blockx_server.calls.executor_pool import ExecutorPoolConfig
+from blockx_server.runtime.env import (
     ConfigError,
     Environ,
     env_bool,
@@ -40,9 +41,6 @@ from blockx_server.env import (
     env_optional,
     env_str,
 )
-from blockx_server.executor_pool import ExecutorPoolConfig
-from blockx_server.io_registry import MemoryBackend
-from blockx_server.process import StartupError
 
 
 class CallSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,17 +48,6 @@ class CallSettings(msgspec.Struct, frozen=True, kw_only=True):
     functions_dir: Path
     functions_poll_interval_ms: int
     memory_seed_file: Path | None
-
-
-def memory_backend(settings: CallSettings) -> MemoryBackend:
-    """``io.memory``, seeded from IO_MEMORY_SEED_FILE when it is set; StartupError
-    when the file does not hold a JSON object."""
-    if settings.memory_seed_file is None:
-        return MemoryBackend()
-    try:
-        return MemoryBackend.from_file(settings.memory_seed_file)
-    except ValueError as exc:
-        raise StartupError(f"IO_MEMORY_SEED_FILE: {exc}") from None
 
 
 def load_call_settings(environ: Environ) -> CallSettings:

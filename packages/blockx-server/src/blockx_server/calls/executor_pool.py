@@ -29,7 +29,7 @@ from blockx_executor.protocol import (
     Hello,
     ProtocolError,
 )
-from blockx_server.process import signal_child
+from blockx_server.runtime.process import signal_child
 
 log = logging.getLogger(__name__)
 

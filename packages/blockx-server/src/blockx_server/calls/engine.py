@@ -1,8 +1,10 @@
-"""CallEngine: drives the DispatcherCore with an ExecutorPool, the IO registry and
-the Function Code View. This is the Calls phase of a task, as the Worker runs it.
+"""CallEngine: drives the DispatcherCore with an ExecutorPool, the tasks' IO scopes
+and the Function Code View. This is the Calls phase of a task, as the Worker and
+the Sync Invoker run it.
 
-``run_calls(task_id, snapshot, function, calls)`` starts the phase and returns its
-``ConvergeTaskCalls``. Everything happens on one event loop: executor frames are
+``run_calls(task_id, snapshot, io, function, calls)`` starts the phase and returns
+its ``ConvergeTaskCalls``; every IO request of its calls goes through ``io``, the
+task's scope. Everything happens on one event loop: executor frames are
 decoded in ``data_received``, fed to the core, and the commands it returns are
 turned into messages that are buffered per executor and flushed once per loop
 iteration, so one frame carries everything that became ready together.
@@ -31,9 +33,10 @@ from blockx_core.dispatch import (
 )
 from blockx_core.errors import FailureCode
 from blockx_executor import protocol as wire
-from blockx_server.clock import SYSTEM_CLOCK, Clock
-from blockx_server.executor_pool import ExecutorPool, ExecutorPoolConfig
-from blockx_server.io_registry import IoOutcome, IoRegistry
+from blockx_server.calls.executor_pool import ExecutorPool, ExecutorPoolConfig
+from blockx_server.io.errors import IoOutcome
+from blockx_server.io.scope import TaskIoScope
+from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +60,19 @@ class CallObserver(Protocol):
 
 
 class _Run:
-    __slots__ = ("debug", "future", "observer", "snapshot")
+    __slots__ = ("debug", "future", "io", "observer", "snapshot")
 
     def __init__(
         self,
         future: asyncio.Future[ConvergeTaskCalls],
         snapshot: CodeSnapshot,
+        io: TaskIoScope,
         observer: CallObserver | None,
         debug: bool,
     ) -> None:
         self.future = future
         self.snapshot = snapshot
+        self.io = io
         self.observer = observer
         self.debug = debug
 
@@ -76,13 +81,11 @@ class CallEngine:
     def __init__(
         self,
         config: CallEngineConfig,
-        io: IoRegistry,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._config = config
         self._core = DispatcherCore(config.dispatch)
         self._pool = ExecutorPool(config.pool, self)
-        self._io = io
         self._clock = clock
         self._sources: dict[str, FunctionSource] = {}  # digest -> module source
         self._loaded: dict[str, set[str]] = {}  # executor -> digests it has
@@ -123,6 +126,7 @@ class CallEngine:
         self,
         task_id: str,
         snapshot: CodeSnapshot,
+        io: TaskIoScope,
         function: str,
         calls: list[list[Any]],
         *,
@@ -153,7 +157,7 @@ class CallEngine:
             raise RuntimeError(f"task {task_id!r} is already in its Calls phase")
         self._sources[source.digest] = source
         loop = asyncio.get_running_loop()
-        run = _Run(loop.create_future(), snapshot, observer, debug)
+        run = _Run(loop.create_future(), snapshot, io, observer, debug)
         self._runs[task_id] = run
         if observer is not None:
             self._observed += 1
@@ -273,7 +277,11 @@ class CallEngine:
         )
 
     async def _serve_io(self, executor_id: str, request: wire.IoRequested) -> None:
-        outcome = await self._io.execute(request.backend, request.op, request.args)
+        task_id = self._core.call_task(request.call_id)
+        run = self._runs.get(task_id) if task_id is not None else None
+        if run is None:
+            return  # the call's task has converged; nobody waits for this answer
+        outcome = await run.io.request(request.backend, request.op, request.args)
         if self._observed:
             observer = self._observer_of(request.call_id)
             if observer is not None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.task import TaskInput
-from blockx_server.io_registry import TaskIoScope
+from blockx_server.io.scope import TaskIoScope
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 The Coordinator's classification of a Worker's answer (``classify_worker_status``)
 must stay the inverse of the Worker's own mapping (``WORKER_STATUS``): a status
 the Worker uses for a definite rejection must never be read as "may have
-allocated", and vice versa. tests/server/test_status_map.py checks both ways.
+allocated", and vice versa.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from grpclib.const import Status
 
 from blockx_core.errors import ErrorCode
 
-# How a Worker answers an admission error (worker.v1; served from step 3 on).
+# How a Worker answers an admission error (worker.v1).
 WORKER_STATUS: Final[Mapping[ErrorCode, Status]] = {
     ErrorCode.INVALID_ARGUMENT: Status.INVALID_ARGUMENT,
     ErrorCode.NO_SLOT: Status.RESOURCE_EXHAUSTED,
@@ -30,6 +30,14 @@ COORDINATOR_STATUS: Final[Mapping[ErrorCode, Status]] = {
     ErrorCode.UNAVAILABLE: Status.UNAVAILABLE,
     ErrorCode.NO_EXECUTABLE_SLOT: Status.RESOURCE_EXHAUSTED,
     ErrorCode.SLOT_UNCERTAIN: Status.ABORTED,
+}
+
+# How the Sync Invoker refuses a request (the request did not run).
+SYNC_INVOKER_STATUS: Final[Mapping[ErrorCode, Status]] = {
+    ErrorCode.INVALID_ARGUMENT: Status.INVALID_ARGUMENT,
+    ErrorCode.UNAVAILABLE: Status.UNAVAILABLE,
+    # Every invoke slot (SYNC_INVOKER_MAX_CONCURRENT) is taken: back off and retry.
+    ErrorCode.NO_SLOT: Status.RESOURCE_EXHAUSTED,
 }
 
 # Statuses that prove the Worker did not allocate a slot (a definite rejection).

@@ -39,8 +39,8 @@ from blockx_core.addr import InvalidAddress, split_host_port
 from blockx_core.errors import InvalidConfig
 from blockx_core.heartbeat import WorkerHeartbeat, encode_heartbeat
 from blockx_core.registry import InvalidRegistryPrefix, parse_registry_prefix, worker_key
-from blockx_server.clock import Clock
-from blockx_server.etcd_client import close_quietly, grpc_options, parse_endpoint
+from blockx_server.etcd.client import close_quietly, grpc_options, parse_endpoint
+from blockx_server.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ from typing import Final, Protocol
 
 from blockx_core.code_view import CodeLoadError, CodeSnapshot, FunctionCodeView
 from blockx_core.errors import InvalidConfig
-from blockx_server.clock import Clock
+from blockx_server.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -12,7 +12,7 @@ from grpclib.health.service import Health
 from grpclib.server import Server
 from prometheus_client import CollectorRegistry
 
-from blockx_server.metrics_http import start_metrics_server
+from blockx_server.runtime.metrics_http import start_metrics_server
 
 
 def serving_server(

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
 
-from blockx_server.process import signal_child
+from blockx_server.runtime.process import signal_child
 
 _HOST: Final = "127.0.0.1"
 _HINT: Final = (

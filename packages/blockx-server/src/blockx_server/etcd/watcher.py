@@ -37,13 +37,13 @@ from blockx_core.errors import InvalidConfig
 from blockx_core.heartbeat import InvalidHeartbeat, WorkerHeartbeat, decode_heartbeat
 from blockx_core.registry import InvalidRegistryPrefix, RegistryFormat, parse_registry_prefix
 from blockx_core.registry_merge import MergeChange, RegistryMerge, WorkerRemoved, WorkerUpserted
-from blockx_server.clock import Clock
-from blockx_server.etcd_client import (
+from blockx_server.etcd.client import (
     DEFAULT_ETCD_PORT,
     close_quietly,
     grpc_options,
     parse_endpoint,
 )
+from blockx_server.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,67 @@
+"""What an IO request can fail with, and which failures a retry can cure."""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from typing import Final
+
+import msgspec
+
+
+class IoErrorKind(enum.StrEnum):
+    """``IoError.kind`` as a function sees it."""
+
+    UNKNOWN_BACKEND = "UNKNOWN_BACKEND"
+    UNKNOWN_OP = "UNKNOWN_OP"
+    BAD_REQUEST = "BAD_REQUEST"
+    WRITE_FORBIDDEN = "WRITE_FORBIDDEN"
+    UNAVAILABLE = "UNAVAILABLE"
+    BAD_VALUE = "BAD_VALUE"
+
+
+# Only a backend that could not answer may answer on a second try; a request that
+# names no backend, no operation or bad arguments fails the same way every time.
+RETRYABLE: Final[Mapping[IoErrorKind, bool]] = {
+    IoErrorKind.UNKNOWN_BACKEND: False,
+    IoErrorKind.UNKNOWN_OP: False,
+    IoErrorKind.BAD_REQUEST: False,
+    IoErrorKind.WRITE_FORBIDDEN: False,
+    IoErrorKind.UNAVAILABLE: True,
+    IoErrorKind.BAD_VALUE: False,
+}
+
+
+class BackendError(Exception):
+    """Raised by a backend; ``kind`` is what the function sees as ``IoError.kind``."""
+
+    def __init__(self, kind: IoErrorKind, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+
+
+class IoOutcome(msgspec.Struct, frozen=True):
+    """The answer to one IO request: a JSON value, or a failure kind and message.
+    ``io_us`` is the time the backend took, which is charged to the caller's budget."""
+
+    ok: bool
+    value_json: bytes = b"null"
+    error_kind: str = ""
+    error: str = ""
+    io_us: int = 0
+
+    @property
+    def write_forbidden(self) -> bool:
+        return self.error_kind == IoErrorKind.WRITE_FORBIDDEN
+
+    @property
+    def retryable(self) -> bool:
+        try:
+            return RETRYABLE[IoErrorKind(self.error_kind)]
+        except ValueError:
+            return False
+
+
+def failure(kind: IoErrorKind, message: str, io_us: int = 0) -> IoOutcome:
+    return IoOutcome(False, error_kind=kind, error=message, io_us=io_us)

@@ -1,0 +1,39 @@
+"""What a Writer Plugin is: the writer phase writes the calls' outputs or returns them.
+
+A plugin is looked up by ``result_handler.type`` in a ``WriterRegistry``;
+``blockx_server.pipeline.writers`` registers the ones a Worker has. Its task
+context's IO scope is the only one that may write.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from blockx_core.errors import FailureCode
+from blockx_core.task import PluginResult
+from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.registry import Named
+
+
+class WriterError(Exception):
+    """A Writer Plugin failed. Unclassified failures are retryable (the default the
+    specification gives)."""
+
+    def __init__(self, message: str, *, retryable: bool = True) -> None:
+        super().__init__(message)
+        self.message = message
+        self.retryable = retryable
+
+
+class WriterPlugin(Protocol):
+    async def execute(self, ctx: TaskContext, config: Any, outputs: list[bytes]) -> bytes:
+        """Write or return the outputs (JSON texts, in root order); the answer is the
+        plugin's ``result`` (JSON bytes). Raise WriterError on failure."""
+        ...
+
+
+WriterRegistry = Named[WriterPlugin]
+
+
+def failed_writer_result(name: str, code: FailureCode, message: str) -> PluginResult:
+    return PluginResult(plugin_name=name, success=False, failure_code=code, failure_message=message)

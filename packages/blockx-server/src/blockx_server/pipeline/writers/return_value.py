@@ -1,0 +1,14 @@
+"""``ReturnValueResultHandler``: the outputs come back to the client, nothing is written."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from blockx_server.pipeline.context import TaskContext
+
+
+class ReturnValueResultHandler:
+    """``pluginResults[0].result`` = the JSON array of the call outputs."""
+
+    async def execute(self, ctx: TaskContext, config: Any, outputs: list[bytes]) -> bytes:
+        return b"[" + b",".join(outputs) + b"]"
