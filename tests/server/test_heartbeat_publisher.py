@@ -25,13 +25,10 @@ from blockx_core.coordinator import Candidate, CoordinatorCore
 from blockx_core.errors import InvalidConfig
 from blockx_core.heartbeat import WorkerHeartbeat, decode_heartbeat, encode_heartbeat
 from blockx_core.registry import LEGACY_BLOCK_WORKER_REGISTRY_PREFIX
-from blockx_server.etcd.heartbeat import (
-    EtcdHeartbeatPublisher,
-    HeartbeatPublisherConfig,
-    SystemMetrics,
-)
+from blockx_server.etcd.heartbeat import EtcdHeartbeatPublisher, HeartbeatPublisherConfig
 from blockx_server.etcd.local import EtcdServer
 from blockx_server.etcd.watcher import EtcdWatcherConfig, EtcdWorkerWatcher
+from blockx_server.runtime.system import SystemMetrics
 
 EtcdFactory = Callable[..., Awaitable[EtcdServer]]
 ADDR = "127.0.0.1:7001"

@@ -33,7 +33,6 @@ from typing import Final, Protocol
 import aetcd
 import aetcd.exceptions
 import msgspec
-import psutil
 
 from blockx_core.addr import InvalidAddress, split_host_port
 from blockx_core.errors import InvalidConfig
@@ -41,10 +40,10 @@ from blockx_core.heartbeat import WorkerHeartbeat, encode_heartbeat
 from blockx_core.registry import InvalidRegistryPrefix, parse_registry_prefix, worker_key
 from blockx_server.etcd.client import close_quietly, grpc_options, parse_endpoint
 from blockx_server.runtime.clock import Clock
+from blockx_server.runtime.system import SystemMetrics, fraction, non_negative
 
 log = logging.getLogger(__name__)
 
-_MAX_INT64: Final = 2**63 - 1
 # The connection is busy with a put every interval, so a dead peer normally shows up
 # as a failed put; pings cover the case where every call is stuck on a silent link.
 _KEEPALIVE_TIME_MS: Final = 10_000
@@ -65,64 +64,6 @@ class WorkerLoad(Protocol):
     def error_rate(self, now_ms: int) -> float:
         """Failed / finished tasks over the recent window, in [0, 1]."""
         ...
-
-
-class SystemSample(msgspec.Struct, frozen=True, kw_only=True):
-    """Host and process figures for one heartbeat, in the ranges it accepts."""
-
-    cpu_fraction: float
-    memory_fraction: float
-    memory_available_bytes: int
-    memory_total_bytes: int
-    process_rss_bytes: int
-
-
-def _fraction(value: float) -> float:
-    if math.isnan(value):
-        return 0.0
-    return min(max(value, 0.0), 1.0)
-
-
-def _non_negative(value: int) -> int:
-    return min(max(value, 0), _MAX_INT64)
-
-
-class SystemMetrics:
-    """Host CPU and memory, and the RSS of this process and all its descendants
-    (the executors are child processes), read with psutil."""
-
-    def __init__(self) -> None:
-        self._process = psutil.Process()
-        # The first cpu_percent(interval=None) has nothing to compare with and
-        # returns 0.0; priming it makes the first heartbeat's figure meaningful.
-        psutil.cpu_percent(interval=None)
-
-    def cpu_fraction(self) -> float:
-        """System-wide CPU use since the previous call, in [0, 1].
-
-        psutil keeps one "previous call" per Python process, shared by every caller
-        of ``psutil.cpu_percent(interval=None)``.
-        """
-        return _fraction(psutil.cpu_percent(interval=None) / 100)
-
-    def process_tree_rss_bytes(self) -> int:
-        """RSS of this process plus every descendant still alive."""
-        total = self._process.memory_info().rss
-        for child in self._process.children(recursive=True):
-            # A child may exit (or turn zombie) between listing and reading it.
-            with contextlib.suppress(psutil.Error):
-                total += child.memory_info().rss
-        return _non_negative(total)
-
-    def sample(self) -> SystemSample:
-        memory = psutil.virtual_memory()
-        return SystemSample(
-            cpu_fraction=self.cpu_fraction(),
-            memory_fraction=_fraction(memory.percent / 100),
-            memory_available_bytes=_non_negative(memory.available),
-            memory_total_bytes=_non_negative(memory.total),
-            process_rss_bytes=self.process_tree_rss_bytes(),
-        )
 
 
 class HeartbeatPublisherConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -391,15 +332,15 @@ class EtcdHeartbeatPublisher:
         system = self._metrics.sample()
         return WorkerHeartbeat(
             worker_addr=self._config.worker_addr,
-            task_slots=_non_negative(task_slots),
-            reserved_slots=_non_negative(reserved_slots),
-            running_tasks=_non_negative(running_tasks),
+            task_slots=non_negative(task_slots),
+            reserved_slots=non_negative(reserved_slots),
+            running_tasks=non_negative(running_tasks),
             cpu_percent=system.cpu_fraction,
             memory_percent=system.memory_fraction,
             memory_available_bytes=system.memory_available_bytes,
             memory_total_bytes=system.memory_total_bytes,
             process_rss_bytes=system.process_rss_bytes,
-            error_rate=_fraction(self._load.error_rate(now_ms)),
+            error_rate=fraction(self._load.error_rate(now_ms)),
             last_heartbeat_ms=now_ms,
         )
 
