@@ -25,11 +25,10 @@ from blockx_core.coordinator import (
     CandidateIndex,
     CoordinatorConfig,
     CoordinatorCore,
-    CoordinatorError,
     WorkerView,
     rank_key,
 )
-from blockx_core.errors import ErrorCode
+from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.heartbeat import WorkerHeartbeat
 
 POOL = ["a", "b", "c", "d"]
@@ -125,7 +124,7 @@ def actual_select(core: CoordinatorCore, exclude: frozenset[str], now: int) -> s
     result = core.select_candidate("task", exclude, now)
     if isinstance(result, Candidate):
         return result.worker_addr
-    assert isinstance(result, CoordinatorError)
+    assert isinstance(result, Refusal)
     return str(result.code)
 
 
