@@ -100,7 +100,7 @@ def disconnected_at(core: CoordinatorCore) -> int | None:
 # ==== CoordinatorConfig ====
 
 
-def test_default_config_matches_the_seeds() -> None:
+def test_default_config_matches_the_specification() -> None:
     cfg = CoordinatorConfig()
     assert cfg.heartbeat_timeout_ms == 10_000
     assert cfg.watch_grace_period_ms == 10_000

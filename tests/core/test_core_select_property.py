@@ -2,8 +2,8 @@
 
 The core keeps routable workers in a sorted index, parks circuit-broken workers
 outside it and releases them from a heap; none of that may change the answer.
-The reference below is the seeds' definition written as a linear scan: filters
-in the seeds' order, then the ``candidateRanksBefore`` comparator.
+The reference below is the specification's definition written as a linear scan: filters
+in the specified order, then the ``candidateRanksBefore`` comparator.
 
 A small independent model of the view (heartbeat + local fields per address,
 ``initialized``, the first disconnect time) is kept alongside, so bookkeeping
