@@ -6,7 +6,7 @@ Prints one JSON line.
 
 ``core``: select_candidate latency (p50/p99) and heartbeat ingest (updates/s) in the
 CoordinatorCore at each view size. Baseline, measured in the same run: a linear scan
-of every worker per request with the seeds' filters and comparator (select_candidate
+of every worker per request with the specification's filters and comparator (select_candidate
 without the index); ``speedup_vs_linear_p50`` is their ratio.
 
 ``process``: a real etcd, a real ``blockx-coordinator`` process, and fake Worker gRPC
@@ -69,7 +69,7 @@ def percentile(sorted_ns: Sequence[int], q: float) -> float:
 
 
 def linear_select(core: CoordinatorCore, exclude: frozenset[str], now_ms: int) -> str | None:
-    """Baseline: the seeds' SelectCandidate as a scan of every worker."""
+    """Baseline: the specification's SelectCandidate as a scan of every worker."""
     cfg = core.config
     best: WorkerView | None = None
     best_key: tuple[int, int, float, str] | None = None

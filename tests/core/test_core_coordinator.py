@@ -15,10 +15,9 @@ from blockx_core.coordinator import (
     Candidate,
     CoordinatorConfig,
     CoordinatorCore,
-    CoordinatorError,
     validate_reserve_request,
 )
-from blockx_core.errors import BlockxUsageError, ErrorCode, InvalidConfig
+from blockx_core.errors import BlockxUsageError, ErrorCode, InvalidConfig, Refusal
 from blockx_core.heartbeat import InvalidHeartbeat, WorkerHeartbeat, decode_heartbeat
 
 NOW = 1_000_000
@@ -71,7 +70,7 @@ def pick(core: CoordinatorCore, now: int = NOW, exclude: Iterable[str] = ()) -> 
     result = core.select_candidate("task-1", frozenset(exclude), now)
     if isinstance(result, Candidate):
         return result.worker_addr
-    assert isinstance(result, CoordinatorError)
+    assert isinstance(result, Refusal)
     return str(result.code)
 
 
@@ -101,7 +100,7 @@ def disconnected_at(core: CoordinatorCore) -> int | None:
 # ==== CoordinatorConfig ====
 
 
-def test_default_config_matches_the_seeds() -> None:
+def test_default_config_matches_the_specification() -> None:
     cfg = CoordinatorConfig()
     assert cfg.heartbeat_timeout_ms == 10_000
     assert cfg.watch_grace_period_ms == 10_000
@@ -186,7 +185,7 @@ def test_config_validate_accepts(changes: dict[str, Any]) -> None:
 
 def test_validate_reserve_request() -> None:
     err = validate_reserve_request("")
-    assert isinstance(err, CoordinatorError)
+    assert isinstance(err, Refusal)
     assert err.code is ErrorCode.INVALID_ARGUMENT
     assert "task_id" in err.message
     assert validate_reserve_request("t") is None
@@ -202,7 +201,7 @@ def test_not_initialized_is_unavailable_even_with_updates() -> None:
     assert not core.is_ready(NOW)
     core.apply_worker_update(hb("a"), NOW)
     result = core.select_candidate("t", frozenset(), NOW)
-    assert isinstance(result, CoordinatorError)
+    assert isinstance(result, Refusal)
     assert result.code is UNAVAILABLE
     assert "not initialized" in result.message
     assert not core.is_ready(NOW)
@@ -364,7 +363,7 @@ def test_outcome(workers: list[WorkerHeartbeat], exclude: frozenset[str], expect
 def test_all_stale_message_and_recovery() -> None:
     core = make_core(hb("a", last=NOW - TIMEOUT - 1))
     result = core.select_candidate("t", frozenset(), NOW)
-    assert isinstance(result, CoordinatorError)
+    assert isinstance(result, Refusal)
     assert result.code is UNAVAILABLE
     assert "no live worker" in result.message
     core.apply_worker_update(hb("a", last=NOW), NOW)
@@ -376,7 +375,7 @@ def test_all_filtered_by_breaker_is_no_executable_slot() -> None:
     for _ in range(THRESHOLD):
         core.record_slot_timeout("a", NOW)
     result = core.select_candidate("t", frozenset(), NOW)
-    assert isinstance(result, CoordinatorError)
+    assert isinstance(result, Refusal)
     assert result.code is NO_SLOT
 
 
@@ -639,7 +638,7 @@ def test_watch_grace(elapsed: int, ready: bool) -> None:
     if ready:
         assert result == Candidate("a")
     else:
-        assert isinstance(result, CoordinatorError)
+        assert isinstance(result, Refusal)
         assert result.code is UNAVAILABLE
         assert "watch" in result.message
 
@@ -671,7 +670,7 @@ def test_not_initialized_wins_over_watch_grace() -> None:
     core = CoordinatorCore(WATCH)
     core.mark_watch_disconnected(NOW)
     result = core.select_candidate("t", frozenset(), NOW)
-    assert isinstance(result, CoordinatorError)
+    assert isinstance(result, Refusal)
     assert result.code is UNAVAILABLE
     assert "not initialized" in result.message
 

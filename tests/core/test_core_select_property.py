@@ -2,8 +2,8 @@
 
 The core keeps routable workers in a sorted index, parks circuit-broken workers
 outside it and releases them from a heap; none of that may change the answer.
-The reference below is the seeds' definition written as a linear scan: filters
-in the seeds' order, then the ``candidateRanksBefore`` comparator.
+The reference below is the specification's definition written as a linear scan: filters
+in the specified order, then the ``candidateRanksBefore`` comparator.
 
 A small independent model of the view (heartbeat + local fields per address,
 ``initialized``, the first disconnect time) is kept alongside, so bookkeeping
@@ -25,11 +25,10 @@ from blockx_core.coordinator import (
     CandidateIndex,
     CoordinatorConfig,
     CoordinatorCore,
-    CoordinatorError,
     WorkerView,
     rank_key,
 )
-from blockx_core.errors import ErrorCode
+from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.heartbeat import WorkerHeartbeat
 
 POOL = ["a", "b", "c", "d"]
@@ -125,7 +124,7 @@ def actual_select(core: CoordinatorCore, exclude: frozenset[str], now: int) -> s
     result = core.select_candidate("task", exclude, now)
     if isinstance(result, Candidate):
         return result.worker_addr
-    assert isinstance(result, CoordinatorError)
+    assert isinstance(result, Refusal)
     return str(result.code)
 
 

@@ -167,7 +167,7 @@ async def test_error_mapping_end_to_end(
     workers: Workers,
     start_coordinator: StartCoordinator,
 ) -> None:
-    """Each worker behaviour reaches the client as the seeds' gRPC status."""
+    """Each worker behaviour reaches the client as the specified gRPC status."""
     prefix = unique_lane()
     coordinator = await start_coordinator(
         etcd_server.endpoint, prefix, COORDINATOR_MAX_TIMEOUT_RETRIES="1"

@@ -1,4 +1,4 @@
-"""The ReserveWorkerSlot orchestration loop against a scripted SlotReserver."""
+"""The ReservationLoop (ReserveWorkerSlot) against a scripted SlotReserver."""
 
 from __future__ import annotations
 
@@ -7,17 +7,19 @@ from collections import defaultdict
 import pytest
 from support import FakeClock, heartbeat
 
-from blockx_core.coordinator import CoordinatorConfig, CoordinatorCore
-from blockx_core.errors import ErrorCode
-from blockx_server.coordinator.service import (
-    CoordinatorServer,
-    HandlerConfig,
+from blockx_core.coordinator import (
+    CoordinatorConfig,
+    CoordinatorCore,
     Reservation,
     ReserveFailure,
     ReserveOutcome,
+    SlotAnswer,
     SlotAttemptResult,
+    SlotError,
+    SlotGranted,
 )
-from blockx_server.coordinator.slot_reserver import SlotError, SlotGranted, SlotOutcome
+from blockx_core.errors import ErrorCode
+from blockx_server.coordinator.reservation import HandlerConfig, ReservationLoop
 
 GRANT = SlotGranted("slot-1")
 EMPTY_GRANT = SlotGranted("")
@@ -30,11 +32,11 @@ TIMEOUT = SlotError(ErrorCode.SLOT_UNCERTAIN, "timed out", may_have_allocated=Tr
 class ScriptedReserver:
     """Answers each worker's RequestTaskSlot calls from a script, in order."""
 
-    def __init__(self, script: dict[str, list[SlotOutcome]]) -> None:
+    def __init__(self, script: dict[str, list[SlotAnswer]]) -> None:
         self.script = {addr: list(outcomes) for addr, outcomes in script.items()}
         self.calls: list[tuple[str, str, int]] = []
 
-    async def request_task_slot(self, worker_addr: str, task_id: str, ttl_ms: int) -> SlotOutcome:
+    async def request_task_slot(self, worker_addr: str, task_id: str, ttl_ms: int) -> SlotAnswer:
         self.calls.append((worker_addr, task_id, ttl_ms))
         return self.script[worker_addr].pop(0)
 
@@ -53,12 +55,12 @@ class RecordingObserver:
 
 
 def make(
-    script: dict[str, list[SlotOutcome]],
+    script: dict[str, list[SlotAnswer]],
     *,
     free: dict[str, int] | None = None,
     retries: int = 1,
     config: CoordinatorConfig | None = None,
-) -> tuple[CoordinatorServer, CoordinatorCore, ScriptedReserver, RecordingObserver, FakeClock]:
+) -> tuple[ReservationLoop, CoordinatorCore, ScriptedReserver, RecordingObserver, FakeClock]:
     """Workers a, b, c... ranked in script order (more free slots first)."""
     clock = FakeClock()
     core = CoordinatorCore(config or CoordinatorConfig())
@@ -68,7 +70,7 @@ def make(
     )
     reserver = ScriptedReserver(script)
     observer = RecordingObserver()
-    server = CoordinatorServer(
+    server = ReservationLoop(
         core, reserver, clock, HandlerConfig(max_timeout_retries=retries), observer
     )
     return server, core, reserver, observer, clock
@@ -92,7 +94,7 @@ async def test_empty_task_id_is_invalid_before_readiness() -> None:
     clock = FakeClock()
     core = CoordinatorCore()  # never initialized: not ready
     reserver = ScriptedReserver({})
-    server = CoordinatorServer(core, reserver, clock)
+    server = ReservationLoop(core, reserver, clock)
     result = await server.reserve_worker_slot("")
     assert isinstance(result, ReserveFailure)
     assert result.code is ErrorCode.INVALID_ARGUMENT
@@ -103,7 +105,7 @@ async def test_not_ready_contacts_no_worker() -> None:
     clock = FakeClock()
     core = CoordinatorCore()
     reserver = ScriptedReserver({})
-    server = CoordinatorServer(core, reserver, clock)
+    server = ReservationLoop(core, reserver, clock)
     result = await server.reserve_worker_slot("t1")
     assert isinstance(result, ReserveFailure)
     assert (result.code, result.outcome) == (ErrorCode.UNAVAILABLE, ReserveOutcome.UNAVAILABLE)

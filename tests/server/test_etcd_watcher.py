@@ -24,10 +24,9 @@ from blockx_core.coordinator import (
     Candidate,
     CoordinatorConfig,
     CoordinatorCore,
-    CoordinatorError,
     SelectResult,
 )
-from blockx_core.errors import ErrorCode, InvalidConfig
+from blockx_core.errors import ErrorCode, InvalidConfig, Refusal
 from blockx_core.heartbeat import WorkerHeartbeat, encode_heartbeat
 from blockx_core.registry import (
     LEGACY_BLOCK_WORKER_REGISTRY_PREFIX,
@@ -62,7 +61,7 @@ def heartbeat_of(core: CoordinatorCore, addr: str) -> WorkerHeartbeat | None:
 
 
 def error_code(result: SelectResult) -> ErrorCode | None:
-    return result.code if isinstance(result, CoordinatorError) else None
+    return result.code if isinstance(result, Refusal) else None
 
 
 def addrs(core: CoordinatorCore) -> set[str]:

@@ -11,9 +11,10 @@ from grpclib.exceptions import GRPCError
 from grpclib.server import Server
 from support import free_port
 
+from blockx_core.coordinator import SlotError, SlotGranted
 from blockx_core.errors import ErrorCode
 from blockx_proto import coordinator_v1, worker_v1
-from blockx_server.coordinator.slot_reserver import GrpcSlotReserver, SlotError, SlotGranted
+from blockx_server.coordinator.slot_reserver import GrpcSlotReserver
 from blockx_server.runtime.status import WORKER_STATUS, classify_worker_status
 
 

@@ -18,7 +18,7 @@ from sortedcontainers import SortedList
 from blockx_core.coordinator._config import CoordinatorConfig
 from blockx_core.coordinator._index import CandidateIndex
 from blockx_core.coordinator._view import WorkerView
-from blockx_core.errors import ErrorCode
+from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.heartbeat import WorkerHeartbeat
 from blockx_core.ids import TaskId, WorkerAddr
 
@@ -29,20 +29,14 @@ class Candidate(msgspec.Struct, frozen=True):
     worker_addr: WorkerAddr
 
 
-class CoordinatorError(msgspec.Struct, frozen=True):
-    """An expected outcome that ends a ReserveWorkerSlot without a slot."""
-
-    code: ErrorCode
-    message: str
+# A Refusal here is an expected outcome that ends a ReserveWorkerSlot without a slot.
+SelectResult = Candidate | Refusal
 
 
-SelectResult = Candidate | CoordinatorError
-
-
-def validate_reserve_request(task_id: TaskId) -> CoordinatorError | None:
+def validate_reserve_request(task_id: TaskId) -> Refusal | None:
     """ReserveWorkerSlot accepts any non-empty task_id; the Worker owns its meaning."""
     if not task_id:
-        return CoordinatorError(ErrorCode.INVALID_ARGUMENT, "task_id is required")
+        return Refusal(ErrorCode.INVALID_ARGUMENT, "task_id is required")
     return None
 
 
@@ -149,16 +143,16 @@ class CoordinatorCore:
     def is_ready(self, now_ms: int) -> bool:
         return self.not_ready_reason(now_ms) is None
 
-    def not_ready_reason(self, now_ms: int) -> CoordinatorError | None:
+    def not_ready_reason(self, now_ms: int) -> Refusal | None:
         """UNAVAILABLE with the reason the view is not trusted, or None when ready."""
         if not self._initialized:
-            return CoordinatorError(
+            return Refusal(
                 ErrorCode.UNAVAILABLE,
                 "worker view not initialized: waiting for the first etcd list",
             )
         since = self._watch_disconnected_at_ms
         if since is not None and now_ms - since > self._config.watch_grace_period_ms:
-            return CoordinatorError(
+            return Refusal(
                 ErrorCode.UNAVAILABLE,
                 f"etcd watch lost {now_ms - since} ms ago (grace "
                 f"{self._config.watch_grace_period_ms} ms): the worker view is not trusted",
@@ -170,7 +164,7 @@ class CoordinatorCore:
     ) -> SelectResult:
         """The best routable worker not in ``exclude``, or why there is none.
 
-        Hard filters, in the seeds' order: excluded, stale heartbeat
+        Hard filters, in this order: excluded, stale heartbeat
         (``now - lastHeartbeatMs > HeartbeatTimeoutMs``), cpu / memory / error rate
         above their red line, breaker open, ``FreeCapacity <= 0``. The survivors
         rank by free capacity (more first), newer heartbeat, lower penalty, address.
@@ -189,12 +183,12 @@ class CoordinatorCore:
         if addr is not None:
             return Candidate(addr)
         if not self._heartbeat_ms or self._heartbeat_ms[-1] < fresh_since_ms:
-            return CoordinatorError(
+            return Refusal(
                 ErrorCode.UNAVAILABLE,
                 f"no live worker: none of {len(self._views)} registered workers has "
                 f"heartbeated within {self._config.heartbeat_timeout_ms} ms",
             )
-        return CoordinatorError(
+        return Refusal(
             ErrorCode.NO_EXECUTABLE_SLOT,
             "no worker has a free slot: every live worker is full, overloaded, "
             "circuit-broken or already tried",

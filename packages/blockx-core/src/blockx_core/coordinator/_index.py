@@ -1,6 +1,6 @@
 """CandidateIndex: routable workers kept in ranking order.
 
-The seeds' ranking (``candidateRanksBefore``) is: more free capacity, then newer
+The ranking (the specification's ``candidateRanksBefore``) is: more free capacity, then newer
 heartbeat, then lower penalty, then the smaller address. Keeping the routable
 workers in a sorted list under exactly that key makes a heartbeat update
 O(log n) and a selection usually O(log n) too, instead of a scan of every worker.

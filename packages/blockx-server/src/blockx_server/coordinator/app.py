@@ -1,4 +1,4 @@
-"""Wiring and lifetime of one Coordinator process (the seeds' ``app.Run``)."""
+"""Wiring and lifetime of one Coordinator process (the specification's ``app.Run``)."""
 
 from __future__ import annotations
 
@@ -14,11 +14,8 @@ from blockx_core.coordinator import CoordinatorCore
 from blockx_core.registry import RegistryKind
 from blockx_server.coordinator.config import CoordinatorRuntimeConfig
 from blockx_server.coordinator.metrics import CoordinatorMetrics
-from blockx_server.coordinator.service import (
-    BundleCoordinatorService,
-    CoordinatorServer,
-    CoordinatorService,
-)
+from blockx_server.coordinator.reservation import ReservationLoop
+from blockx_server.coordinator.service import BundleCoordinatorService, CoordinatorService
 from blockx_server.coordinator.slot_reserver import GrpcSlotReserver
 from blockx_server.etcd.watcher import EtcdWorkerWatcher
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
@@ -40,12 +37,12 @@ async def serve(
     watcher = EtcdWorkerWatcher(config.watcher, core, clock)
     metrics = CoordinatorMetrics(CollectorRegistry(), watcher.worker_count_by_format)
     reserver = GrpcSlotReserver(timeout_ms=config.worker_rpc_timeout_ms)
-    server = CoordinatorServer(core, reserver, clock, config.handler, metrics)
+    loop = ReservationLoop(core, reserver, clock, config.handler, metrics)
     # Each deployment registers only its own service.
     service = (
-        CoordinatorService(server)
+        CoordinatorService(loop)
         if config.profile.deployment is RegistryKind.BLOCK
-        else BundleCoordinatorService(server)
+        else BundleCoordinatorService(loop)
     )
 
     # grpc.health.v1: SERVING while the worker view is trusted.

@@ -20,7 +20,7 @@ from blockx_core.registry import (
     RegistryKind,
     parse_registry_prefix,
 )
-from blockx_server.coordinator.service import HandlerConfig
+from blockx_server.coordinator.reservation import HandlerConfig
 from blockx_server.etcd.watcher import EtcdWatcherConfig
 from blockx_server.runtime.env import (
     ConfigError,

@@ -8,8 +8,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from blockx_core.coordinator import ReserveOutcome, SlotAttemptResult
 from blockx_core.registry import RegistryFormat
-from blockx_server.coordinator.service import ReserveOutcome, SlotAttemptResult
 
 
 class _RegistryWorkersCollector(Collector):
@@ -31,7 +31,7 @@ class _RegistryWorkersCollector(Collector):
 
 
 class CoordinatorMetrics:
-    """Implements the orchestration loop's ReserveObserver."""
+    """Implements the ReservationLoop's ReserveObserver."""
 
     def __init__(
         self,

@@ -2,9 +2,9 @@
 
 ``GrpcSlotReserver`` keeps exactly one grpclib channel per worker address (a
 point-to-point client needs no balancer) and turns every way a call can end
-into a value: ``SlotGranted`` or ``SlotError``. ``SlotError.may_have_allocated``
-says whether the request may have reached the Worker's slot table; if so the
-caller must retry the same Worker with the same task_id and never switch.
+into a value: ``SlotGranted`` or ``SlotError`` (both from the core).
+``SlotError.may_have_allocated`` says whether the request may have reached the
+Worker's slot table; what follows from that is the reservation core's decision.
 """
 
 from __future__ import annotations
@@ -13,15 +13,16 @@ import logging
 import socket
 from typing import Protocol
 
-import msgspec
 from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
 from blockx_core.addr import InvalidAddress, split_host_port
+from blockx_core.coordinator import SlotAnswer, SlotError
 from blockx_core.errors import ErrorCode
-from blockx_core.ids import SlotId, TaskId, WorkerAddr
+from blockx_core.ids import TaskId, WorkerAddr
 from blockx_proto import worker_v1
+from blockx_server.coordinator.convert import request_task_slot_request, slot_granted_from
 from blockx_server.runtime.status import classify_worker_status
 
 log = logging.getLogger(__name__)
@@ -29,26 +30,10 @@ log = logging.getLogger(__name__)
 _NOT_GRPC_ANSWER = "Missing content-type header"
 
 
-class SlotGranted(msgspec.Struct, frozen=True):
-    """The Worker answered RequestTaskSlot. An empty slot_id is not a grant."""
-
-    slot_id: SlotId
-    lease_deadline_ms: int = 0
-
-
-class SlotError(msgspec.Struct, frozen=True):
-    code: ErrorCode
-    message: str
-    may_have_allocated: bool
-
-
-SlotOutcome = SlotGranted | SlotError
-
-
 class SlotReserver(Protocol):
     async def request_task_slot(
         self, worker_addr: WorkerAddr, task_id: TaskId, ttl_ms: int
-    ) -> SlotOutcome: ...
+    ) -> SlotAnswer: ...
 
 
 class GrpcSlotReserver:
@@ -60,13 +45,13 @@ class GrpcSlotReserver:
 
     async def request_task_slot(
         self, worker_addr: WorkerAddr, task_id: TaskId, ttl_ms: int
-    ) -> SlotOutcome:
+    ) -> SlotAnswer:
         try:
             channel = self._channel(worker_addr)
         except InvalidAddress as exc:
             return SlotError(ErrorCode.REJECTED, str(exc), may_have_allocated=False)
         stub = worker_v1.WorkerServiceStub(channel)
-        request = worker_v1.RequestTaskSlotRequest(task_id=task_id, ttl_ms=ttl_ms)
+        request = request_task_slot_request(task_id, ttl_ms)
         try:
             snapshot = await stub.request_task_slot(request, timeout=self._timeout_s)
         except GRPCError as exc:
@@ -99,7 +84,7 @@ class GrpcSlotReserver:
             return SlotError(
                 ErrorCode.SLOT_UNCERTAIN, f"connection lost: {exc}", may_have_allocated=True
             )
-        return SlotGranted(snapshot.slot_id, snapshot.lease_deadline_ms)
+        return slot_granted_from(snapshot)
 
     def _channel(self, worker_addr: WorkerAddr) -> Channel:
         channel = self._channels.get(worker_addr)

@@ -8,7 +8,7 @@ and every upstream channel.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from grpclib.const import Status
 from grpclib.encoding.base import CodecBase, StatusDetailsCodecBase
@@ -41,3 +41,8 @@ class PassThroughStatusDetailsCodec(StatusDetailsCodecBase):
 
     def decode(self, status: Status, message: str | None, data: bytes) -> bytes:
         return data
+
+
+# One instance of each serves the proxy's server and every upstream channel.
+PASS_THROUGH: Final = PassThroughCodec()
+PASS_THROUGH_DETAILS: Final = PassThroughStatusDetailsCodec()

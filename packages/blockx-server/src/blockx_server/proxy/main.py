@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import os
 
+from blockx_server.proxy.app import serve
 from blockx_server.proxy.config import load_proxy_config
-from blockx_server.proxy.router import serve
 from blockx_server.runtime.env import ConfigError
 from blockx_server.runtime.process import configure_logging, fail
 

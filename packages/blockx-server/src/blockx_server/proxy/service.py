@@ -1,4 +1,4 @@
-"""The routing server: one Unix socket, calls forwarded by gRPC method path.
+"""The routing handler: calls forwarded by gRPC method path.
 
 * ``/coordinator.v1.CoordinatorService/*`` → the block Coordinator;
 * ``/bundlecoordinator.v1.BundleCoordinatorService/*`` → the bundle Coordinator
@@ -21,11 +21,7 @@ import contextlib
 import enum
 import functools
 import logging
-import os
-import socket
-import stat
-from collections import Counter, OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final, NamedTuple
 
 from grpclib.client import Channel
@@ -33,15 +29,12 @@ from grpclib.client import Stream as UpstreamStream
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.metadata import encode_metadata
-from grpclib.server import Server
 from grpclib.server import Stream as CallerStream
 
-from blockx_core.addr import InvalidAddress, split_host_port
+from blockx_core.addr import InvalidAddress
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
-from blockx_server.proxy.codec import PassThroughCodec, PassThroughStatusDetailsCodec
 from blockx_server.proxy.config import ProxyConfig, validate_upstream_addr
-from blockx_server.runtime.env import ConfigError
-from blockx_server.runtime.process import stop_on_signals
+from blockx_server.proxy.pool import ChannelPool
 
 log = logging.getLogger(__name__)
 
@@ -67,9 +60,6 @@ _HOP_HEADERS: Final = frozenset(
         "upgrade",
     }
 )
-
-_CODEC: Final = PassThroughCodec()
-_DETAILS_CODEC: Final = PassThroughStatusDetailsCodec()
 
 Metadata = list[tuple[str, str | bytes]]
 
@@ -101,82 +91,6 @@ def generated_routes() -> dict[str, Route]:
         for service, upstream in services
         for path, handler in service.__mapping__().items()
     }
-
-
-class ChannelPool:
-    """Pooled grpclib Channels (HTTP/2 connections) per upstream address.
-
-    * Workers come and go: at most ``max_upstreams`` addresses are kept, the
-      least recently used dropped first; a channel still carrying calls is
-      closed when its last call ends.
-    * Every caller shares these connections, and a grpclib server accepts
-      ``max_streams`` (h2's default: 100) concurrent calls per connection; a
-      call beyond that would wait for one to end (long WatchTasks streams may
-      not end soon), so a busy address gets another connection instead.
-    """
-
-    def __init__(self, max_upstreams: int, max_streams: int = 100) -> None:
-        self._max_upstreams = max_upstreams
-        self._max_streams = max_streams
-        self._channels: OrderedDict[str, list[Channel]] = OrderedDict()
-        self._calls: Counter[Channel] = Counter()
-        self._evicted: set[Channel] = set()
-
-    def __len__(self) -> int:
-        """How many upstream addresses are pooled."""
-        return len(self._channels)
-
-    def __contains__(self, addr: object) -> bool:
-        return addr in self._channels
-
-    def connections(self, addr: str) -> int:
-        return len(self._channels.get(addr, ()))
-
-    @contextlib.contextmanager
-    def lease(self, addr: str) -> Iterator[Channel]:
-        """The least busy channel to ``addr`` for one call."""
-        channels = self._channels.get(addr)
-        if channels is None:
-            channels = self._channels[addr] = []
-            self._evict(keep=addr)
-        else:
-            self._channels.move_to_end(addr)
-        channel = min(channels, key=self._calls.__getitem__, default=None)
-        if channel is None or self._calls[channel] >= self._max_streams:
-            host, port = split_host_port(addr)
-            channel = Channel(host, port, codec=_CODEC, status_details_codec=_DETAILS_CODEC)
-            channels.append(channel)
-        self._calls[channel] += 1
-        try:
-            yield channel
-        finally:
-            self._calls[channel] -= 1
-            if self._calls[channel] <= 0:
-                del self._calls[channel]
-                if channel in self._evicted:
-                    self._evicted.discard(channel)
-                    channel.close()
-
-    def _evict(self, keep: str) -> None:
-        while len(self._channels) > self._max_upstreams:
-            addr = next(iter(self._channels))
-            if addr == keep:  # only with max_upstreams < 1, which config refuses
-                return
-            log.debug("dropping the pooled channels to %s (pool full)", addr)
-            for channel in self._channels.pop(addr):
-                if self._calls[channel] > 0:
-                    self._evicted.add(channel)
-                else:
-                    channel.close()
-
-    def close(self) -> None:
-        for channels in self._channels.values():
-            for channel in channels:
-                channel.close()
-        for channel in self._evicted:
-            channel.close()
-        self._channels.clear()
-        self._evicted.clear()
 
 
 class ProxyRouter:
@@ -369,7 +283,7 @@ def _sendable(pairs: Iterable[tuple[str, str | bytes]]) -> Metadata:
     return kept
 
 
-class _RoutingTable(dict[str, Handler]):
+class RoutingTable(dict[str, Handler]):
     """The server's handler table, answering UNIMPLEMENTED for a path it lacks.
 
     grpclib's own answer to an unknown path has no content-type, which grpclib
@@ -392,103 +306,3 @@ async def _unimplemented(path: str, stream: CallerStream[bytes, bytes]) -> None:
         f"{path} is not routed by blockx-proxy (it routes coordinator.v1, "
         "bundlecoordinator.v1, syncinvoker.v1 and worker.v1)",
     )
-
-
-class ProxyServer:
-    """The router on its Unix socket; ``async with ProxyServer(config):`` serves.
-
-    At start a stale socket file is replaced (never a live one, nor a file that
-    is not a socket); at exit the socket file is removed if it is still ours.
-    """
-
-    def __init__(self, config: ProxyConfig, routes: Mapping[str, Route] | None = None) -> None:
-        self.config = config
-        self.router = ProxyRouter(config, routes)
-        self._server: Server | None = None
-        self._socket_id: tuple[int, int] | None = None
-
-    async def start(self) -> None:
-        path = self.config.socket_path
-        claim_socket_path(path)
-        server = Server([self.router], codec=_CODEC, status_details_codec=_DETAILS_CODEC)
-        # A private attribute of grpclib.server.Server (0.4.x); without it, unknown
-        # paths still fail, as grpclib answers them (see _RoutingTable).
-        if type(getattr(server, "_mapping", None)) is dict:
-            server._mapping = _RoutingTable(server._mapping)
-        await server.start(path=path)
-        self._server = server
-        st = os.stat(path)
-        self._socket_id = (st.st_dev, st.st_ino)
-
-    async def close(self) -> None:
-        try:
-            if self._server is not None:
-                self._server.close()
-                await self._server.wait_closed()
-                self._server = None
-        finally:
-            self.router.close()
-            self._remove_socket()
-
-    def _remove_socket(self) -> None:
-        if self._socket_id is None:
-            return
-        path, ours, self._socket_id = self.config.socket_path, self._socket_id, None
-        with contextlib.suppress(FileNotFoundError):
-            st = os.lstat(path)
-            # Another process may have taken the path over since: leave its socket.
-            if (st.st_dev, st.st_ino) == ours:
-                os.unlink(path)
-
-    async def __aenter__(self) -> ProxyServer:
-        await self.start()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.close()
-
-
-def claim_socket_path(path: str) -> None:
-    """Remove a stale socket at ``path``; ConfigError if the path is taken otherwise."""
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        raise ConfigError(
-            "PROXY_SOCKET_PATH", f"names an existing file that is not a socket ({path!r})"
-        )
-    if _socket_answers(path):
-        raise ConfigError("PROXY_SOCKET_PATH", f"is in use: another process listens on {path!r}")
-    log.info("removing the stale socket %s", path)
-    os.unlink(path)
-
-
-def _socket_answers(path: str) -> bool:
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        # Non-blocking: a live listener with a full backlog must not hang start-up.
-        sock.setblocking(False)
-        try:
-            sock.connect(path)
-        except BlockingIOError:
-            return True
-        except OSError:
-            return False
-        return True
-
-
-async def serve(config: ProxyConfig, *, stop: asyncio.Event | None = None) -> None:
-    """Run until ``stop`` is set (or SIGINT/SIGTERM when ``stop`` is None)."""
-    stop = stop or stop_on_signals()
-    async with ProxyServer(config):
-        log.info(
-            "blockx-proxy listening on %s: coordinator.v1 → %s, bundlecoordinator.v1 → %s, "
-            "syncinvoker.v1 → %s, worker.v1 → the %s header",
-            config.socket_path,
-            config.coordinator_addr,
-            config.bundle_coordinator_addr or "(not configured)",
-            config.sync_invoker_addr,
-            WORKER_ADDR_HEADER,
-        )
-        await stop.wait()
-        log.info("shutting down")

@@ -1,0 +1,105 @@
+"""ReservationLoop: performs the RequestTaskSlot calls a ReservationCore asks for.
+
+Every decision of a ReserveWorkerSlot (validation, readiness, which worker,
+retry on the same worker or move on, the final answer and its metrics label) is
+``blockx_core.coordinator.ReservationCore``'s. This loop only reads the clock,
+performs each ``TrySlot`` through a ``SlotReserver``, feeds the answer back and
+reports what happened to an observer.
+
+The cores are touched only from this event loop, between awaits, so no lock is
+needed around them.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Protocol, assert_never
+
+import msgspec
+
+from blockx_core.coordinator import (
+    CoordinatorCore,
+    Reservation,
+    ReservationCore,
+    ReserveFailure,
+    ReserveOutcome,
+    SlotAttemptResult,
+    TrySlot,
+    classify_slot_answer,
+    describe_slot_answer,
+)
+from blockx_core.ids import TaskId
+from blockx_server.coordinator.slot_reserver import SlotReserver
+from blockx_server.runtime.clock import Clock
+
+log = logging.getLogger(__name__)
+
+
+class HandlerConfig(msgspec.Struct, frozen=True, kw_only=True):
+    # Same-worker retries after an uncertain outcome; 0 allowed.
+    max_timeout_retries: int = 1
+
+
+class ReserveObserver(Protocol):
+    """Receives what the loop did; metrics implement it."""
+
+    def reserve_finished(self, outcome: ReserveOutcome, seconds: float) -> None: ...
+    def slot_attempt(self, result: SlotAttemptResult) -> None: ...
+
+
+class _NoObserver:
+    def reserve_finished(self, outcome: ReserveOutcome, seconds: float) -> None:
+        pass
+
+    def slot_attempt(self, result: SlotAttemptResult) -> None:
+        pass
+
+
+class ReservationLoop:
+    """ReserveWorkerSlot over a CoordinatorCore and a SlotReserver."""
+
+    def __init__(
+        self,
+        core: CoordinatorCore,
+        reserver: SlotReserver,
+        clock: Clock,
+        config: HandlerConfig | None = None,
+        observer: ReserveObserver | None = None,
+    ) -> None:
+        self._core = core
+        self._reserver = reserver
+        self._clock = clock
+        self._config = config or HandlerConfig()
+        self._observer = observer or _NoObserver()
+
+    async def reserve_worker_slot(self, task_id: TaskId) -> Reservation | ReserveFailure:
+        started = time.perf_counter()
+        result = await self._run(task_id)
+        outcome = ReserveOutcome.RESERVED if isinstance(result, Reservation) else result.outcome
+        self._observer.reserve_finished(outcome, time.perf_counter() - started)
+        return result
+
+    async def _run(self, task_id: TaskId) -> Reservation | ReserveFailure:
+        reservation = ReservationCore(
+            self._core, max_timeout_retries=self._config.max_timeout_retries
+        )
+        command = reservation.start(task_id, self._clock.now_ms())
+        while True:
+            match command:
+                case TrySlot(worker_addr=addr, task_id=task_id, ttl_ms=ttl_ms):
+                    answer = await self._reserver.request_task_slot(addr, task_id, ttl_ms)
+                    result = classify_slot_answer(answer)
+                    self._observer.slot_attempt(result)
+                    if result is SlotAttemptResult.UNCERTAIN:
+                        log.warning(
+                            "uncertain RequestTaskSlot on %s for task %s: %s",
+                            addr,
+                            task_id,
+                            describe_slot_answer(answer),
+                        )
+                    command = reservation.attempt_answered(answer, self._clock.now_ms())
+                case Reservation() | ReserveFailure():
+                    return command
+                case _:
+                    assert_never(command)
