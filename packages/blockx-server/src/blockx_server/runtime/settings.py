@@ -145,7 +145,6 @@ PROMETHEUS_LISTEN_ADDR: Final = Setting(
     default=None,
     parse=optional_listen_address,
     help="host:port of the Prometheus endpoint; unset: metrics off",
-    shown_default="unset (off)",
 )
 PROMETHEUS_PATH: Final = Setting(
     name="BLOCKX_PROMETHEUS_PATH",
