@@ -175,7 +175,7 @@ def _names(settings: tuple[Setting[Any], ...]) -> list[str]:
 def _read_names(read: Callable[[ConfigReader], object], env: Mapping[str, str]) -> list[str]:
     reader = ConfigReader(EnvironSource(env))
     read(reader)
-    return reader.read
+    return reader.names_read
 
 
 def test_help_lists_exactly_what_each_program_reads(tmp_path: Path) -> None:

@@ -15,7 +15,15 @@ from blockx_core.dispatch import CallFailureKind, CallRetryPolicy, DispatchConfi
 from blockx_server.calls.engine import CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
-from blockx_server.runtime.settings import Setting, flag, integer, items, optional_text, text
+from blockx_server.runtime.settings import (
+    InvalidValue,
+    Setting,
+    flag,
+    integer,
+    items,
+    optional_text,
+    text,
+)
 
 
 class CallSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,10 +78,24 @@ CALL_RETRY_BACKOFF_MAX_MS: Final = Setting(
     parse=integer(at_least=0),
     help="the largest back-off; >= CALL_RETRY_BACKOFF_MS",
 )
-CALL_RETRY_ON: Final[Setting[tuple[str, ...]]] = Setting(
+
+
+def _failure_kinds(raw: str) -> frozenset[CallFailureKind]:
+    kinds: set[CallFailureKind] = set()
+    for kind in items(raw):
+        try:
+            kinds.add(CallFailureKind(kind.upper()))
+        except ValueError:
+            known = ", ".join(k.value for k in CallFailureKind)
+            raise InvalidValue(f"has {kind!r}, not one of {known}") from None
+    return frozenset(kinds)
+
+
+CALL_RETRY_ON: Final = Setting(
     name="CALL_RETRY_ON",
-    default=(CallFailureKind.EXECUTOR_LOST.value,),
-    parse=items,
+    default=frozenset({CallFailureKind.EXECUTOR_LOST}),
+    parse=_failure_kinds,
+    shown_default=CallFailureKind.EXECUTOR_LOST.value,
     help="comma-separated failure kinds that are retried (e.g. add IO_ERROR)",
 )
 EXECUTOR_HEARTBEAT_INTERVAL_MS: Final = Setting(
@@ -156,16 +178,7 @@ def load_call_settings(environ: Environ) -> CallSettings:
 
 def read_call_settings(reader: ConfigReader) -> CallSettings:
     """The settings above, read through ``reader`` (which collects the bad ones)."""
-    retry_on: set[CallFailureKind] = set()
-    for kind in reader.get(CALL_RETRY_ON):
-        try:
-            retry_on.add(CallFailureKind(kind.upper()))
-        except ValueError:
-            known = ", ".join(k.value for k in CallFailureKind)
-            reader.report(CALL_RETRY_ON.name, f"has {kind!r}, not one of {known}")
-            break
-    if not reader.valid(CALL_RETRY_ON.name):
-        retry_on = {CallFailureKind.EXECUTOR_LOST}
+    retry_on = reader.get(CALL_RETRY_ON)
     backoff = reader.get(CALL_RETRY_BACKOFF_MS)
     backoff_max = reader.get(CALL_RETRY_BACKOFF_MAX_MS)
     if reader.valid(CALL_RETRY_BACKOFF_MS.name, CALL_RETRY_BACKOFF_MAX_MS.name) and (
@@ -194,7 +207,7 @@ def read_call_settings(reader: ConfigReader) -> CallSettings:
             max_attempts=reader.get(CALL_RETRY_MAX_ATTEMPTS),
             backoff_ms=backoff,
             backoff_max_ms=backoff_max,
-            retry_on=frozenset(retry_on),
+            retry_on=retry_on,
         ),
     )
     pool = ExecutorPoolConfig(

@@ -29,6 +29,7 @@ from blockx_server.runtime.settings import (
     LOG_LEVEL,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
+    InvalidValue,
     Setting,
     integer,
     items,
@@ -99,6 +100,7 @@ LISTEN: Final = Setting(
     help="gRPC listen address, host:port or :port",
     shown_default=":8080",
 )
+# Read through _prefixes_setting(profile): the default and the kind are the profile's.
 REGISTRY_PREFIXES: Final = Setting(
     name="COORDINATOR_REGISTRY_PREFIXES",
     default=BLOCK_PROFILE.registry_prefixes,
@@ -205,7 +207,25 @@ def coordinator_settings(profile: Profile) -> tuple[Setting[Any], ...]:
 
 
 def _prefixes_setting(profile: Profile) -> Setting[tuple[str, ...]]:
-    return dataclasses.replace(REGISTRY_PREFIXES, default=profile.registry_prefixes)
+    """REGISTRY_PREFIXES with ``profile``'s default, refusing prefixes of the other kind."""
+
+    def parse(raw: str) -> tuple[str, ...]:
+        prefixes = items(raw)
+        if len(set(prefixes)) != len(prefixes):
+            raise InvalidValue(f"lists a prefix twice (got {','.join(prefixes)!r})")
+        for prefix in prefixes:
+            try:
+                parsed = parse_registry_prefix(prefix)
+            except InvalidRegistryPrefix as exc:
+                raise InvalidValue(f"is invalid: {exc}") from None
+            if parsed.kind is not profile.deployment:
+                raise InvalidValue(
+                    f"has {prefix!r}, a {parsed.kind} registry, but {profile.program} is the "
+                    f"{profile.deployment} deployment"
+                )
+        return prefixes
+
+    return dataclasses.replace(REGISTRY_PREFIXES, default=profile.registry_prefixes, parse=parse)
 
 
 def load_coordinator_config(profile: Profile, environ: Environ) -> CoordinatorRuntimeConfig:
@@ -227,8 +247,6 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
     listen_host, listen_port = reader.get(LISTEN)
     endpoints = reader.get(ETCD_ENDPOINTS)
     prefixes = reader.get(_prefixes_setting(profile))
-    if reader.valid(REGISTRY_PREFIXES.name):
-        _check_prefixes(profile, prefixes, reader)
 
     prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
     prometheus_path = reader.get(PROMETHEUS_PATH)
@@ -260,24 +278,3 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
         cpu_profile_path=reader.get(CPU_PROFILE),
         log_level=reader.get(LOG_LEVEL),
     )
-
-
-def _check_prefixes(profile: Profile, prefixes: tuple[str, ...], reader: ConfigReader) -> None:
-    """Report the first rule ``prefixes`` break, if any."""
-    var = REGISTRY_PREFIXES.name
-    if len(set(prefixes)) != len(prefixes):
-        reader.report(var, f"lists a prefix twice (got {','.join(prefixes)!r})")
-        return
-    for prefix in prefixes:
-        try:
-            parsed = parse_registry_prefix(prefix)
-        except InvalidRegistryPrefix as exc:
-            reader.report(var, f"is invalid: {exc}")
-            return
-        if parsed.kind is not profile.deployment:
-            reader.report(
-                var,
-                f"has {prefix!r}, a {parsed.kind} registry, but {profile.program} is the "
-                f"{profile.deployment} deployment",
-            )
-            return

@@ -18,7 +18,6 @@ from blockx_server.runtime.settings import (
     InvalidValue,
     Setting,
     integer,
-    optional_text,
 )
 
 # sun_path holds 108 bytes on Linux, the terminating NUL included.
@@ -61,10 +60,29 @@ def _optional_upstream_address(raw: str) -> str | None:
     return _upstream_address(raw)
 
 
+def _socket_path(path: str) -> str | None:
+    """A path a Unix socket can be bound at: short enough, in a directory that
+    exists, and free or held by a (stale) socket."""
+    if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
+        raise InvalidValue(
+            f"is longer than {MAX_SOCKET_PATH_BYTES} bytes, the Unix socket limit ({path!r})"
+        )
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise InvalidValue(f"is in a directory that does not exist ({directory!r})")
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return path
+    if not stat.S_ISSOCK(mode):
+        raise InvalidValue(f"names an existing file that is not a socket ({path!r})")
+    return path
+
+
 SOCKET_PATH: Final[Setting[str | None]] = Setting(
     name="PROXY_SOCKET_PATH",
     default=None,
-    parse=optional_text,
+    parse=_socket_path,
     help="the Unix socket to listen on; a stale socket file is replaced",
     shown_default="required",
 )
@@ -127,10 +145,8 @@ def load_proxy_config(environ: Environ) -> ProxyConfig:
 
 def read_proxy_config(reader: ConfigReader) -> ProxyConfig:
     socket_path = reader.get(SOCKET_PATH)
-    if socket_path is None:
+    if socket_path is None and reader.valid(SOCKET_PATH.name):
         reader.report(SOCKET_PATH.name, "is required: the Unix socket the proxy listens on")
-    else:
-        _check_socket_path(socket_path, reader)
     return ProxyConfig(
         socket_path=socket_path or "",
         coordinator_addr=reader.get(COORDINATOR_ADDR),
@@ -141,23 +157,3 @@ def read_proxy_config(reader: ConfigReader) -> ProxyConfig:
         connect_timeout_ms=reader.get(CONNECT_TIMEOUT_MS),
         log_level=reader.get(LOG_LEVEL),
     )
-
-
-def _check_socket_path(path: str, reader: ConfigReader) -> None:
-    """Report the first rule ``path`` breaks, if any."""
-    name = SOCKET_PATH.name
-    if len(os.fsencode(path)) > MAX_SOCKET_PATH_BYTES:
-        reader.report(
-            name, f"is longer than {MAX_SOCKET_PATH_BYTES} bytes, the Unix socket limit ({path!r})"
-        )
-        return
-    directory = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(directory):
-        reader.report(name, f"is in a directory that does not exist ({directory!r})")
-        return
-    try:
-        mode = os.lstat(path).st_mode
-    except FileNotFoundError:
-        return
-    if not stat.S_ISSOCK(mode):
-        reader.report(name, f"names an existing file that is not a socket ({path!r})")

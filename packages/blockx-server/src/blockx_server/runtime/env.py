@@ -11,8 +11,9 @@ declarations.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 import msgspec
 
@@ -92,11 +93,12 @@ class ConfigReader:
         self._errors: list[ConfigError] = []
         self._bad: set[str] = set()
         # Every setting read, in order: what --help must list (a test holds them equal).
-        self.read: list[str] = []
+        self.names_read: list[str] = []
 
     def get(self, setting: Setting[T]) -> T:
-        if setting.name not in self.read:
-            self.read.append(setting.name)
+        """The value of ``setting``; its default when it is unset or bad (bad is reported)."""
+        if setting.name not in self.names_read:
+            self.names_read.append(setting.name)
         raw = self._source.lookup(setting.name)
         if raw is None:
             return setting.default
@@ -105,10 +107,6 @@ class ConfigReader:
         except InvalidValue as exc:
             self.report(setting.name, exc.rule)
             return setting.default
-
-    def raw(self, setting: Setting[Any]) -> str | None:
-        """The text of ``setting`` as given (None when unset), for rules on the text."""
-        return self._source.lookup(setting.name)
 
     def report(self, variable: str, rule: str) -> None:
         self._errors.append(ConfigError(variable, rule))
@@ -135,7 +133,7 @@ class ConfigReader:
                 rule = exc.rule
                 for field, name in variables.items():
                     rule = rule.replace(field, name)
-                if self.valid(variable) and not any(name in rule for name in self._bad):
+                if self.valid(variable) and not self._mentions_bad(rule):
                     self.report(variable, rule)
                 reset = getattr(defaults, exc.field)
                 if getattr(config, exc.field) == reset:
@@ -144,6 +142,9 @@ class ConfigReader:
             else:
                 break
         return config
+
+    def _mentions_bad(self, rule: str) -> bool:
+        return any(re.search(rf"\b{re.escape(name)}\b", rule) for name in self._bad)
 
     def finish(self) -> None:
         """Raise ConfigErrors when any value was bad."""

@@ -166,6 +166,7 @@ ADVERTISE_ADDR: Final[Setting[str | None]] = Setting(
     help="the host:port put in the heartbeat and in answers",
     shown_default="this host's primary address + the listen port (for a wildcard listen)",
 )
+# Read through _prefix_setting(profile): the default and the kind are the profile's.
 REGISTRY_PREFIX: Final = Setting(
     name="WORKER_REGISTRY_PREFIX",
     default=BLOCK_WORKER.registry_prefix,
@@ -222,7 +223,21 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
 
 
 def _prefix_setting(profile: WorkerProfile) -> Setting[str]:
-    return dataclasses.replace(REGISTRY_PREFIX, default=profile.registry_prefix)
+    """REGISTRY_PREFIX with ``profile``'s default, refusing a prefix of the other kind."""
+
+    def parse(raw: str) -> str:
+        try:
+            parsed = parse_registry_prefix(raw)
+        except InvalidRegistryPrefix as exc:
+            raise InvalidValue(f"is invalid: {exc}") from None
+        if parsed.kind is not profile.deployment:
+            raise InvalidValue(
+                f"has {raw!r}, a {parsed.kind} registry, but {profile.program} is the "
+                f"{profile.deployment} deployment"
+            )
+        return raw
+
+    return dataclasses.replace(REGISTRY_PREFIX, default=profile.registry_prefix, parse=parse)
 
 
 def load_worker_config(profile: WorkerProfile, environ: Environ) -> WorkerRuntimeConfig:
@@ -241,17 +256,6 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         advertise = join_host_port(host, listen_port)
 
     prefix = reader.get(_prefix_setting(profile))
-    try:
-        parsed = parse_registry_prefix(prefix)
-    except InvalidRegistryPrefix as exc:
-        reader.report(REGISTRY_PREFIX.name, f"is invalid: {exc}")
-    else:
-        if parsed.kind is not profile.deployment:
-            reader.report(
-                REGISTRY_PREFIX.name,
-                f"has {prefix!r}, a {parsed.kind} registry, but {profile.program} is the "
-                f"{profile.deployment} deployment",
-            )
     endpoints = reader.get(ETCD_ENDPOINTS)
     if reader.valid(REGISTRY_PREFIX.name, ETCD_ENDPOINTS.name):
         try:
