@@ -138,6 +138,7 @@ class ConfigReader:
                 reset = getattr(defaults, exc.field)
                 if getattr(config, exc.field) == reset:
                     break  # the default itself breaks a rule: nothing more to learn
+                # C is a msgspec Struct with validate(); the bound can only say one of them.
                 config = msgspec.structs.replace(config, **{exc.field: reset})  # type: ignore[type-var]
             else:
                 break
