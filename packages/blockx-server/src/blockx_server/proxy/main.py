@@ -15,8 +15,7 @@ PROGRAM = "blockx-proxy"
 def main() -> None:
     config = start_program(
         PROGRAM,
-        "The BlockX proxy: one Unix socket in front of the Coordinators, the Workers and "
-        "the Sync Invoker.",
+        "The proxy: one Unix socket in front of Coordinators, Workers and the Sync Invoker.",
         SETTINGS,
         load_proxy_config,
     )

@@ -164,7 +164,7 @@ ADVERTISE_ADDR: Final[Setting[str | None]] = Setting(
     default=None,
     parse=_advertise_address,
     help="the host:port put in the heartbeat and in answers",
-    shown_default="this host's primary address + the listen port (for a wildcard listen)",
+    shown_default="primary address:listen port (for a wildcard listen)",
 )
 # Read through _prefix_setting(profile): the default and the kind are the profile's.
 REGISTRY_PREFIX: Final = Setting(

@@ -19,8 +19,7 @@ from blockx_server.worker.config import (
 def run(profile: WorkerProfile) -> None:
     config = start_program(
         profile.program,
-        f"A {profile.deployment} Worker: runs tasks (build, calls on Python executors, "
-        "write) in the slots it registers in etcd.",
+        f"A {profile.deployment} Worker: runs tasks in the slots it registers in etcd.",
         worker_settings(profile),
         lambda environ: load_worker_config(profile, environ),
     )
