@@ -14,7 +14,7 @@ from blockx_server.coordinator.config import (
 from blockx_server.runtime.env import ConfigError
 
 
-def test_defaults_are_the_seeds() -> None:
+def test_defaults() -> None:
     cfg = load_coordinator_config(BLOCK_PROFILE, {})
     assert (cfg.listen_host, cfg.listen_port) == ("", 8080)
     assert cfg.watcher.endpoints == ("localhost:2379",)

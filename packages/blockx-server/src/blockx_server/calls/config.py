@@ -1,45 +1,28 @@
 """Configuration of the Calls phase (executors, dispatch, retries, function code).
 
-Read by every process that runs calls (the Worker, later the Sync Invoker).
-
-| variable | default | rule |
-| --- | --- | --- |
-| EXECUTOR_COUNT | 8 | >= 1 |
-| CALL_DEADLINE_MS | 5000 | >= 1; CPU + IO budget of one call attempt |
-| TASK_MAX_INFLIGHT_CALLS | 1024 | >= 1 |
-| TASK_INITIAL_INFLIGHT_CALLS | 64 | >= 1; the window doubles from here |
-| MAX_COLLECTED_OUTPUT_BYTES | 67108864 (64 MiB) | >= 1 |
-| CALL_RETRY_MAX_ATTEMPTS | 3 | >= 1 (1 = no retry) |
-| CALL_RETRY_BACKOFF_MS | 100 | >= 0; doubles per attempt |
-| CALL_RETRY_BACKOFF_MAX_MS | 2000 | >= CALL_RETRY_BACKOFF_MS |
-| CALL_RETRY_ON | EXECUTOR_LOST | comma-separated failure kinds that are retried |
-| EXECUTOR_HEARTBEAT_INTERVAL_MS | 200 | >= 1 |
-| EXECUTOR_HEARTBEAT_TIMEOUT_MS | 3000 | > EXECUTOR_HEARTBEAT_INTERVAL_MS |
-| EXECUTOR_MEMORY_LIMIT_BYTES | 0 | >= 0; RLIMIT_AS per executor, 0 = none |
-| EXECUTOR_MAX_OPEN_FILES | 256 | >= 16 |
-| EXECUTOR_SANDBOX | true | refuse network, processes and file writes in functions |
-| FUNCTIONS_DIR | functions | a directory of .py modules |
-| FUNCTIONS_POLL_INTERVAL_MS | 1000 | >= 1; how often FUNCTIONS_DIR is re-read |
-| IO_MEMORY_SEED_FILE | unset | a JSON object file seeding io.memory |
+Read by every process that runs calls: the Worker and the Sync Invoker. Each
+variable is declared once below with its default, rule and help.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Final
 
 import msgspec
 
 from blockx_core.dispatch import CallFailureKind, CallRetryPolicy, DispatchConfig
 from blockx_server.calls.engine import CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
-from blockx_server.runtime.env import (
-    ConfigError,
-    Environ,
-    env_bool,
-    env_int_at_least,
-    env_list,
-    env_optional,
-    env_str,
+from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
+from blockx_server.runtime.settings import (
+    InvalidValue,
+    Setting,
+    flag,
+    integer,
+    items,
+    optional_text,
+    text,
 )
 
 
@@ -50,63 +33,201 @@ class CallSettings(msgspec.Struct, frozen=True, kw_only=True):
     memory_seed_file: Path | None
 
 
-def load_call_settings(environ: Environ) -> CallSettings:
-    """Read and validate the variables above; raise ConfigError naming the first bad one."""
-    retry_kinds = env_list(environ, "CALL_RETRY_ON", (CallFailureKind.EXECUTOR_LOST.value,))
-    retry_on: set[CallFailureKind] = set()
-    for kind in retry_kinds:
+EXECUTOR_COUNT: Final = Setting(
+    name="EXECUTOR_COUNT", default=8, parse=integer(at_least=1), help="Python Executor processes"
+)
+CALL_DEADLINE_MS: Final = Setting(
+    name="CALL_DEADLINE_MS",
+    default=5000,
+    parse=integer(at_least=1),
+    help="CPU + IO budget of one call attempt",
+)
+TASK_MAX_INFLIGHT_CALLS: Final = Setting(
+    name="TASK_MAX_INFLIGHT_CALLS",
+    default=1024,
+    parse=integer(at_least=1),
+    help="calls of one task in flight",
+)
+TASK_INITIAL_INFLIGHT_CALLS: Final = Setting(
+    name="TASK_INITIAL_INFLIGHT_CALLS",
+    default=64,
+    parse=integer(at_least=1),
+    help="the first window; it doubles up to TASK_MAX_INFLIGHT_CALLS",
+)
+MAX_COLLECTED_OUTPUT_BYTES: Final = Setting(
+    name="MAX_COLLECTED_OUTPUT_BYTES",
+    default=64 * 1024 * 1024,
+    parse=integer(at_least=1),
+    help="total output a task may collect",
+)
+CALL_RETRY_MAX_ATTEMPTS: Final = Setting(
+    name="CALL_RETRY_MAX_ATTEMPTS",
+    default=3,
+    parse=integer(at_least=1),
+    help="attempts per call (1 = no retry)",
+)
+CALL_RETRY_BACKOFF_MS: Final = Setting(
+    name="CALL_RETRY_BACKOFF_MS",
+    default=100,
+    parse=integer(at_least=0),
+    help="back-off before the first retry; doubles per attempt",
+)
+CALL_RETRY_BACKOFF_MAX_MS: Final = Setting(
+    name="CALL_RETRY_BACKOFF_MAX_MS",
+    default=2000,
+    parse=integer(at_least=0),
+    help="the largest back-off; >= CALL_RETRY_BACKOFF_MS",
+)
+
+
+def _failure_kinds(raw: str) -> frozenset[CallFailureKind]:
+    kinds: set[CallFailureKind] = set()
+    for kind in items(raw):
         try:
-            retry_on.add(CallFailureKind(kind.upper()))
+            kinds.add(CallFailureKind(kind.upper()))
         except ValueError:
             known = ", ".join(k.value for k in CallFailureKind)
-            raise ConfigError("CALL_RETRY_ON", f"has {kind!r}, not one of {known}") from None
-    backoff = env_int_at_least(environ, "CALL_RETRY_BACKOFF_MS", 100, 0)
-    backoff_max = env_int_at_least(environ, "CALL_RETRY_BACKOFF_MAX_MS", 2000, 0)
-    if backoff_max < backoff:
-        raise ConfigError(
-            "CALL_RETRY_BACKOFF_MAX_MS",
+            raise InvalidValue(f"has {kind!r}, not one of {known}") from None
+    return frozenset(kinds)
+
+
+CALL_RETRY_ON: Final = Setting(
+    name="CALL_RETRY_ON",
+    default=frozenset({CallFailureKind.EXECUTOR_LOST}),
+    parse=_failure_kinds,
+    shown_default=CallFailureKind.EXECUTOR_LOST.value,
+    help="comma-separated failure kinds that are retried (e.g. add IO_ERROR)",
+)
+EXECUTOR_HEARTBEAT_INTERVAL_MS: Final = Setting(
+    name="EXECUTOR_HEARTBEAT_INTERVAL_MS",
+    default=200,
+    parse=integer(at_least=1),
+    help="executor heartbeats",
+)
+EXECUTOR_HEARTBEAT_TIMEOUT_MS: Final = Setting(
+    name="EXECUTOR_HEARTBEAT_TIMEOUT_MS",
+    default=3000,
+    parse=integer(at_least=1),
+    help="a silent executor is killed; > EXECUTOR_HEARTBEAT_INTERVAL_MS",
+)
+EXECUTOR_MEMORY_LIMIT_BYTES: Final = Setting(
+    name="EXECUTOR_MEMORY_LIMIT_BYTES",
+    default=0,
+    parse=integer(at_least=0),
+    help="RLIMIT_AS per executor, 0 = none",
+)
+EXECUTOR_MAX_OPEN_FILES: Final = Setting(
+    name="EXECUTOR_MAX_OPEN_FILES",
+    default=256,
+    parse=integer(at_least=16),
+    help="RLIMIT_NOFILE per executor, >= 16",
+)
+EXECUTOR_SANDBOX: Final = Setting(
+    name="EXECUTOR_SANDBOX",
+    default=True,
+    parse=flag,
+    help="refuse network, processes and file writes in functions",
+)
+FUNCTIONS_DIR: Final = Setting(
+    name="FUNCTIONS_DIR",
+    default="functions",
+    parse=text,
+    help="the directory of function modules (.py)",
+)
+FUNCTIONS_POLL_INTERVAL_MS: Final = Setting(
+    name="FUNCTIONS_POLL_INTERVAL_MS",
+    default=1000,
+    parse=integer(at_least=1),
+    help="how often FUNCTIONS_DIR is re-read",
+)
+IO_MEMORY_SEED_FILE: Final[Setting[str | None]] = Setting(
+    name="IO_MEMORY_SEED_FILE",
+    default=None,
+    parse=optional_text,
+    help="a JSON object file seeding io.memory",
+)
+
+CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
+    EXECUTOR_COUNT,
+    CALL_DEADLINE_MS,
+    TASK_MAX_INFLIGHT_CALLS,
+    TASK_INITIAL_INFLIGHT_CALLS,
+    MAX_COLLECTED_OUTPUT_BYTES,
+    CALL_RETRY_MAX_ATTEMPTS,
+    CALL_RETRY_BACKOFF_MS,
+    CALL_RETRY_BACKOFF_MAX_MS,
+    CALL_RETRY_ON,
+    EXECUTOR_HEARTBEAT_INTERVAL_MS,
+    EXECUTOR_HEARTBEAT_TIMEOUT_MS,
+    EXECUTOR_MEMORY_LIMIT_BYTES,
+    EXECUTOR_MAX_OPEN_FILES,
+    EXECUTOR_SANDBOX,
+    FUNCTIONS_DIR,
+    FUNCTIONS_POLL_INTERVAL_MS,
+    IO_MEMORY_SEED_FILE,
+)
+
+
+def load_call_settings(environ: Environ) -> CallSettings:
+    """Read and validate the variables above; raise ConfigErrors naming every bad one."""
+    reader = ConfigReader(EnvironSource(environ))
+    settings = read_call_settings(reader)
+    reader.finish()
+    return settings
+
+
+def read_call_settings(reader: ConfigReader) -> CallSettings:
+    """The settings above, read through ``reader`` (which collects the bad ones)."""
+    retry_on = reader.get(CALL_RETRY_ON)
+    backoff = reader.get(CALL_RETRY_BACKOFF_MS)
+    backoff_max = reader.get(CALL_RETRY_BACKOFF_MAX_MS)
+    if reader.valid(CALL_RETRY_BACKOFF_MS.name, CALL_RETRY_BACKOFF_MAX_MS.name) and (
+        backoff_max < backoff
+    ):
+        reader.report(
+            CALL_RETRY_BACKOFF_MAX_MS.name,
             f"must be >= CALL_RETRY_BACKOFF_MS ({backoff_max} < {backoff})",
         )
-    heartbeat = env_int_at_least(environ, "EXECUTOR_HEARTBEAT_INTERVAL_MS", 200, 1)
-    heartbeat_timeout = env_int_at_least(environ, "EXECUTOR_HEARTBEAT_TIMEOUT_MS", 3000, 1)
-    if heartbeat_timeout <= heartbeat:
-        raise ConfigError(
-            "EXECUTOR_HEARTBEAT_TIMEOUT_MS",
+    heartbeat = reader.get(EXECUTOR_HEARTBEAT_INTERVAL_MS)
+    heartbeat_timeout = reader.get(EXECUTOR_HEARTBEAT_TIMEOUT_MS)
+    if reader.valid(EXECUTOR_HEARTBEAT_INTERVAL_MS.name, EXECUTOR_HEARTBEAT_TIMEOUT_MS.name) and (
+        heartbeat_timeout <= heartbeat
+    ):
+        reader.report(
+            EXECUTOR_HEARTBEAT_TIMEOUT_MS.name,
             f"must be > EXECUTOR_HEARTBEAT_INTERVAL_MS ({heartbeat_timeout} <= {heartbeat})",
         )
     dispatch = DispatchConfig(
-        task_max_inflight_calls=env_int_at_least(environ, "TASK_MAX_INFLIGHT_CALLS", 1024, 1),
-        initial_window=env_int_at_least(environ, "TASK_INITIAL_INFLIGHT_CALLS", 64, 1),
-        call_deadline_ms=env_int_at_least(environ, "CALL_DEADLINE_MS", 5000, 1),
-        max_collected_output_bytes=env_int_at_least(
-            environ, "MAX_COLLECTED_OUTPUT_BYTES", 64 * 1024 * 1024, 1
-        ),
+        task_max_inflight_calls=reader.get(TASK_MAX_INFLIGHT_CALLS),
+        initial_window=reader.get(TASK_INITIAL_INFLIGHT_CALLS),
+        call_deadline_ms=reader.get(CALL_DEADLINE_MS),
+        max_collected_output_bytes=reader.get(MAX_COLLECTED_OUTPUT_BYTES),
         executor_heartbeat_timeout_ms=heartbeat_timeout,
         retry=CallRetryPolicy(
-            max_attempts=env_int_at_least(environ, "CALL_RETRY_MAX_ATTEMPTS", 3, 1),
+            max_attempts=reader.get(CALL_RETRY_MAX_ATTEMPTS),
             backoff_ms=backoff,
             backoff_max_ms=backoff_max,
-            retry_on=frozenset(retry_on),
+            retry_on=retry_on,
         ),
     )
     pool = ExecutorPoolConfig(
-        count=env_int_at_least(environ, "EXECUTOR_COUNT", 8, 1),
+        count=reader.get(EXECUTOR_COUNT),
         heartbeat_interval_ms=heartbeat,
-        memory_limit_bytes=env_int_at_least(environ, "EXECUTOR_MEMORY_LIMIT_BYTES", 0, 0),
-        max_open_files=env_int_at_least(environ, "EXECUTOR_MAX_OPEN_FILES", 256, 16),
-        sandbox=env_bool(environ, "EXECUTOR_SANDBOX", True),
+        memory_limit_bytes=reader.get(EXECUTOR_MEMORY_LIMIT_BYTES),
+        max_open_files=reader.get(EXECUTOR_MAX_OPEN_FILES),
+        sandbox=reader.get(EXECUTOR_SANDBOX),
     )
-    functions_dir = Path(env_str(environ, "FUNCTIONS_DIR", "functions"))
+    functions_dir = Path(reader.get(FUNCTIONS_DIR))
     if not functions_dir.is_dir():
-        raise ConfigError(
-            "FUNCTIONS_DIR", f"must be a directory of .py function modules ({functions_dir})"
+        reader.report(
+            FUNCTIONS_DIR.name, f"must be a directory of .py function modules ({functions_dir})"
         )
-    seed = env_optional(environ, "IO_MEMORY_SEED_FILE")
+    seed = reader.get(IO_MEMORY_SEED_FILE)
     if seed is not None and not Path(seed).is_file():
-        raise ConfigError("IO_MEMORY_SEED_FILE", f"must be a JSON object file ({seed})")
+        reader.report(IO_MEMORY_SEED_FILE.name, f"must be a JSON object file ({seed})")
     return CallSettings(
         engine=CallEngineConfig(dispatch=dispatch, pool=pool),
         functions_dir=functions_dir,
-        functions_poll_interval_ms=env_int_at_least(environ, "FUNCTIONS_POLL_INTERVAL_MS", 1000, 1),
+        functions_poll_interval_ms=reader.get(FUNCTIONS_POLL_INTERVAL_MS),
         memory_seed_file=Path(seed) if seed is not None else None,
     )

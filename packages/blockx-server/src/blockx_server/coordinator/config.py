@@ -1,12 +1,13 @@
 """Coordinator process configuration: the Profile and the environment.
 
-Variable names and defaults are the seeds' (``internal/coordinator/app/config.go``).
+Each variable is declared once below with its default, rule and help.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -22,17 +23,19 @@ from blockx_core.registry import (
 )
 from blockx_server.coordinator.reservation import HandlerConfig
 from blockx_server.etcd.watcher import EtcdWatcherConfig
-from blockx_server.runtime.env import (
-    ConfigError,
-    Environ,
-    env_float,
-    env_int,
-    env_list,
-    env_listen_addr,
-    env_log_level,
-    env_optional,
-    env_prometheus,
-    validate_in_env_names,
+from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
+from blockx_server.runtime.settings import (
+    ETCD_ENDPOINTS,
+    LOG_LEVEL,
+    PROMETHEUS_LISTEN_ADDR,
+    PROMETHEUS_PATH,
+    InvalidValue,
+    Setting,
+    integer,
+    items,
+    listen_address,
+    number,
+    optional_text,
 )
 
 
@@ -78,104 +81,200 @@ class CoordinatorRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     log_level: str
 
 
-# The environment variable behind each field that CoordinatorConfig.validate checks.
-_CORE_ENV: Final[Mapping[str, str]] = {
-    "heartbeat_timeout_ms": "COORDINATOR_HEARTBEAT_TIMEOUT_MS",
-    "watch_grace_period_ms": "COORDINATOR_WATCH_GRACE_PERIOD_MS",
-    "slot_ttl_ms": "COORDINATOR_SLOT_TTL_MS",
-    "max_candidates": "COORDINATOR_MAX_CANDIDATES",
-    "circuit_breaker_threshold": "COORDINATOR_CIRCUIT_BREAKER_THRESHOLD",
-    "circuit_breaker_cooldown_ms": "COORDINATOR_CIRCUIT_BREAKER_COOLDOWN_MS",
-    "cpu_red_line": "COORDINATOR_CPU_RED_LINE",
-    "memory_red_line": "COORDINATOR_MEMORY_RED_LINE",
-    "error_rate_red_line": "COORDINATOR_ERROR_RATE_RED_LINE",
+_CORE_DEFAULTS: Final = CoordinatorConfig()
+
+
+def _core_int(name: str, field: str, help: str) -> Setting[int]:
+    # CoordinatorConfig.validate() holds the range rules of the core settings.
+    return Setting(name=name, default=getattr(_CORE_DEFAULTS, field), parse=integer(), help=help)
+
+
+def _core_fraction(name: str, field: str, help: str) -> Setting[float]:
+    return Setting(name=name, default=getattr(_CORE_DEFAULTS, field), parse=number, help=help)
+
+
+LISTEN: Final = Setting(
+    name="COORDINATOR_LISTEN",
+    default=("", 8080),
+    parse=listen_address,
+    help="gRPC listen address, host:port or :port",
+    shown_default=":8080",
+)
+# Read through _prefixes_setting(profile): the default and the kind are the profile's.
+REGISTRY_PREFIXES: Final = Setting(
+    name="COORDINATOR_REGISTRY_PREFIXES",
+    default=BLOCK_PROFILE.registry_prefixes,
+    parse=items,
+    help="registry prefixes to watch, of the deployment's kind; replaces the default",
+)
+WORKER_RPC_TIMEOUT_MS: Final = Setting(
+    name="COORDINATOR_WORKER_RPC_TIMEOUT_MS",
+    default=3000,
+    parse=integer(above=0),
+    help="timeout of one RequestTaskSlot",
+)
+ETCD_DIAL_TIMEOUT_MS: Final = Setting(
+    name="COORDINATOR_ETCD_DIAL_TIMEOUT_MS",
+    default=5000,
+    parse=integer(above=0),
+    help="timeout of etcd calls",
+)
+ETCD_WATCH_RETRY_DELAY_MS: Final = Setting(
+    name="COORDINATOR_ETCD_WATCH_RETRY_DELAY_MS",
+    default=1000,
+    parse=integer(above=0),
+    help="wait before reconnecting a failed list+watch",
+)
+MAX_TIMEOUT_RETRIES: Final = Setting(
+    name="COORDINATOR_MAX_TIMEOUT_RETRIES",
+    default=1,
+    parse=integer(at_least=0),
+    help="same-worker retries after an uncertain outcome, >= 0",
+)
+CPU_PROFILE: Final[Setting[str | None]] = Setting(
+    name="COORDINATOR_CPU_PROFILE",
+    default=None,
+    parse=optional_text,
+    help="write a cProfile of the process lifetime to this file at exit",
+)
+
+# The setting behind each field that CoordinatorConfig.validate checks.
+_CORE: Final[Mapping[str, Setting[Any]]] = {
+    "heartbeat_timeout_ms": _core_int(
+        "COORDINATOR_HEARTBEAT_TIMEOUT_MS",
+        "heartbeat_timeout_ms",
+        "a worker whose heartbeat is older is not routed to, > 0",
+    ),
+    "watch_grace_period_ms": _core_int(
+        "COORDINATOR_WATCH_GRACE_PERIOD_MS",
+        "watch_grace_period_ms",
+        "how long a lost watch is still trusted; <= COORDINATOR_HEARTBEAT_TIMEOUT_MS",
+    ),
+    "slot_ttl_ms": _core_int(
+        "COORDINATOR_SLOT_TTL_MS", "slot_ttl_ms", "the ttl_ms passed to RequestTaskSlot, > 0"
+    ),
+    "max_candidates": _core_int(
+        "COORDINATOR_MAX_CANDIDATES", "max_candidates", "candidates tried per request, >= 1"
+    ),
+    "circuit_breaker_threshold": _core_int(
+        "COORDINATOR_CIRCUIT_BREAKER_THRESHOLD",
+        "circuit_breaker_threshold",
+        "failures that open a worker's breaker, >= 1",
+    ),
+    "circuit_breaker_cooldown_ms": _core_int(
+        "COORDINATOR_CIRCUIT_BREAKER_COOLDOWN_MS",
+        "circuit_breaker_cooldown_ms",
+        "how long an open breaker stays open, > 0",
+    ),
+    "cpu_red_line": _core_fraction(
+        "COORDINATOR_CPU_RED_LINE", "cpu_red_line", "skip workers above this cpu fraction, (0, 1]"
+    ),
+    "memory_red_line": _core_fraction(
+        "COORDINATOR_MEMORY_RED_LINE",
+        "memory_red_line",
+        "skip workers above this memory fraction, (0, 1]",
+    ),
+    "error_rate_red_line": _core_fraction(
+        "COORDINATOR_ERROR_RATE_RED_LINE",
+        "error_rate_red_line",
+        "skip workers above this error rate, (0, 1]",
+    ),
 }
+_CORE_ENV: Final[Mapping[str, str]] = {field: s.name for field, s in _CORE.items()}
 
 _WATCHER_ENV: Final[Mapping[str, str]] = {
-    "endpoints": "ETCD_ENDPOINTS",
-    "key_prefixes": "COORDINATOR_REGISTRY_PREFIXES",
+    "endpoints": ETCD_ENDPOINTS.name,
+    "key_prefixes": REGISTRY_PREFIXES.name,
 }
+
+
+def coordinator_settings(profile: Profile) -> tuple[Setting[Any], ...]:
+    """Every setting ``profile``'s program reads, with that program's defaults."""
+    return (
+        *_CORE.values(),
+        MAX_TIMEOUT_RETRIES,
+        WORKER_RPC_TIMEOUT_MS,
+        ETCD_DIAL_TIMEOUT_MS,
+        ETCD_WATCH_RETRY_DELAY_MS,
+        LISTEN,
+        ETCD_ENDPOINTS,
+        _prefixes_setting(profile),
+        PROMETHEUS_LISTEN_ADDR,
+        PROMETHEUS_PATH,
+        CPU_PROFILE,
+        LOG_LEVEL,
+    )
+
+
+def _prefixes_setting(profile: Profile) -> Setting[tuple[str, ...]]:
+    """REGISTRY_PREFIXES with ``profile``'s default, refusing prefixes of the other kind."""
+
+    def parse(raw: str) -> tuple[str, ...]:
+        prefixes = items(raw)
+        if len(set(prefixes)) != len(prefixes):
+            raise InvalidValue(f"lists a prefix twice (got {','.join(prefixes)!r})")
+        for prefix in prefixes:
+            try:
+                parsed = parse_registry_prefix(prefix)
+            except InvalidRegistryPrefix as exc:
+                raise InvalidValue(f"is invalid: {exc}") from None
+            if parsed.kind is not profile.deployment:
+                raise InvalidValue(
+                    f"has {prefix!r}, a {parsed.kind} registry, but {profile.program} is the "
+                    f"{profile.deployment} deployment"
+                )
+        return prefixes
+
+    return dataclasses.replace(REGISTRY_PREFIXES, default=profile.registry_prefixes, parse=parse)
 
 
 def load_coordinator_config(profile: Profile, environ: Environ) -> CoordinatorRuntimeConfig:
-    """Read and validate every variable; raise ConfigError naming the first bad one."""
-    defaults = CoordinatorConfig()
-    ints = {
-        field: env_int(environ, var, getattr(defaults, field))
-        for field, var in _CORE_ENV.items()
-        if not field.endswith("red_line")
-    }
-    fractions = {
-        field: env_float(environ, var, getattr(defaults, field))
-        for field, var in _CORE_ENV.items()
-        if field.endswith("red_line")
-    }
-    core = msgspec.convert({**ints, **fractions}, CoordinatorConfig)
-    validate_in_env_names(core, _CORE_ENV)
+    """Read and validate every variable; raise ConfigErrors naming every bad one."""
+    reader = ConfigReader(EnvironSource(environ))
+    config = read_coordinator_config(profile, reader)
+    reader.finish()
+    return config
 
-    retries = env_int(environ, "COORDINATOR_MAX_TIMEOUT_RETRIES", 1)
-    if retries < 0:
-        raise ConfigError("COORDINATOR_MAX_TIMEOUT_RETRIES", f"must be >= 0 (got {retries})")
-    ms = {
-        var: _positive_ms(environ, var, default)
-        for var, default in (
-            ("COORDINATOR_WORKER_RPC_TIMEOUT_MS", 3000),
-            ("COORDINATOR_ETCD_DIAL_TIMEOUT_MS", 5000),
-            ("COORDINATOR_ETCD_WATCH_RETRY_DELAY_MS", 1000),
-        )
-    }
-    listen_host, listen_port = env_listen_addr(environ, "COORDINATOR_LISTEN", ":8080")
-    endpoints = env_list(environ, "ETCD_ENDPOINTS", ("localhost:2379",))
-    prefixes = env_list(environ, "COORDINATOR_REGISTRY_PREFIXES", profile.registry_prefixes)
-    _check_prefixes(profile, prefixes)
 
-    prometheus_listen, prometheus_path = env_prometheus(environ)
+def read_coordinator_config(profile: Profile, reader: ConfigReader) -> CoordinatorRuntimeConfig:
+    values = {field: reader.get(setting) for field, setting in _CORE.items()}
+    core = reader.validate(msgspec.convert(values, CoordinatorConfig), _CORE_ENV, _CORE_DEFAULTS)
+
+    retries = reader.get(MAX_TIMEOUT_RETRIES)
+    worker_rpc_timeout_ms = reader.get(WORKER_RPC_TIMEOUT_MS)
+    dial_timeout_ms = reader.get(ETCD_DIAL_TIMEOUT_MS)
+    retry_delay_ms = reader.get(ETCD_WATCH_RETRY_DELAY_MS)
+    listen_host, listen_port = reader.get(LISTEN)
+    endpoints = reader.get(ETCD_ENDPOINTS)
+    prefixes = reader.get(_prefixes_setting(profile))
+
+    prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
+    prometheus_path = reader.get(PROMETHEUS_PATH)
 
     watcher = EtcdWatcherConfig(
         endpoints=endpoints,
         key_prefixes=prefixes,
-        dial_timeout_ms=ms["COORDINATOR_ETCD_DIAL_TIMEOUT_MS"],
-        retry_delay_ms=ms["COORDINATOR_ETCD_WATCH_RETRY_DELAY_MS"],
+        dial_timeout_ms=dial_timeout_ms,
+        retry_delay_ms=retry_delay_ms,
     )
-    try:
-        watcher.validate()
-    except InvalidConfig as exc:
-        raise ConfigError(_WATCHER_ENV.get(exc.field, exc.field), exc.rule) from None
+    if reader.valid(
+        *_WATCHER_ENV.values(), ETCD_DIAL_TIMEOUT_MS.name, ETCD_WATCH_RETRY_DELAY_MS.name
+    ):
+        try:
+            watcher.validate()
+        except InvalidConfig as exc:
+            reader.report(_WATCHER_ENV.get(exc.field, exc.field), exc.rule)
 
     return CoordinatorRuntimeConfig(
         profile=profile,
         listen_host=listen_host,
         listen_port=listen_port,
-        worker_rpc_timeout_ms=ms["COORDINATOR_WORKER_RPC_TIMEOUT_MS"],
+        worker_rpc_timeout_ms=worker_rpc_timeout_ms,
         core=core,
         handler=HandlerConfig(max_timeout_retries=retries),
         watcher=watcher,
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
-        cpu_profile_path=env_optional(environ, "COORDINATOR_CPU_PROFILE"),
-        log_level=env_log_level(environ),
+        cpu_profile_path=reader.get(CPU_PROFILE),
+        log_level=reader.get(LOG_LEVEL),
     )
-
-
-def _positive_ms(environ: Environ, var: str, default: int) -> int:
-    value = env_int(environ, var, default)
-    if value <= 0:
-        raise ConfigError(var, f"must be > 0 (got {value})")
-    return value
-
-
-def _check_prefixes(profile: Profile, prefixes: tuple[str, ...]) -> None:
-    var = "COORDINATOR_REGISTRY_PREFIXES"
-    if len(set(prefixes)) != len(prefixes):
-        raise ConfigError(var, f"lists a prefix twice (got {','.join(prefixes)!r})")
-    for prefix in prefixes:
-        try:
-            parsed = parse_registry_prefix(prefix)
-        except InvalidRegistryPrefix as exc:
-            raise ConfigError(var, f"is invalid: {exc}") from None
-        if parsed.kind is not profile.deployment:
-            raise ConfigError(
-                var,
-                f"has {prefix!r}, a {parsed.kind} registry, but {profile.program} is the "
-                f"{profile.deployment} deployment",
-            )

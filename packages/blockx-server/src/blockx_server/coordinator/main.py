@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 from blockx_server.coordinator.app import serve
 from blockx_server.coordinator.config import (
     BLOCK_PROFILE,
     BUNDLE_PROFILE,
     Profile,
+    coordinator_settings,
     load_coordinator_config,
 )
-from blockx_server.runtime.env import ConfigError
-from blockx_server.runtime.process import configure_logging, cpu_profile, fail
+from blockx_server.runtime.process import cpu_profile, fail, start_program
 
 
 def run(profile: Profile) -> None:
-    # Validate everything before anything is logged.
-    try:
-        config = load_coordinator_config(profile, os.environ)
-    except ConfigError as exc:
-        fail(profile.program, f"invalid configuration: {exc}")
-    configure_logging(config.log_level)
+    config = start_program(
+        profile.program,
+        f"The {profile.deployment} Coordinator: places tasks on the {profile.deployment} "
+        "Workers registered in etcd.",
+        coordinator_settings(profile),
+        lambda environ: load_coordinator_config(profile, environ),
+    )
     with cpu_profile(config.cpu_profile_path):
         try:
             asyncio.run(serve(config))

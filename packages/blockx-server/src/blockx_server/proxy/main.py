@@ -3,23 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 from blockx_server.proxy.app import serve
-from blockx_server.proxy.config import load_proxy_config
+from blockx_server.proxy.config import SETTINGS, load_proxy_config
 from blockx_server.runtime.env import ConfigError
-from blockx_server.runtime.process import configure_logging, fail
+from blockx_server.runtime.process import fail, start_program
 
 PROGRAM = "blockx-proxy"
 
 
 def main() -> None:
-    # Validate everything before anything is logged.
-    try:
-        config = load_proxy_config(os.environ)
-    except ConfigError as exc:
-        fail(PROGRAM, f"invalid configuration: {exc}")
-    configure_logging(config.log_level)
+    config = start_program(
+        PROGRAM,
+        "The proxy: one Unix socket in front of Coordinators, Workers and the Sync Invoker.",
+        SETTINGS,
+        load_proxy_config,
+    )
     try:
         asyncio.run(serve(config))
     except ConfigError as exc:

@@ -1,16 +1,27 @@
-"""Reading configuration from environment variables.
+"""The configuration layer every process reads its settings through.
 
-Every process validates its whole configuration before it logs anything; a bad
-value stops start-up with one line naming the variable and the rule it broke.
+A process validates its whole configuration before it logs anything. It reads
+each declared ``Setting`` through one ``ConfigReader``, which collects every bad
+value instead of stopping at the first, and ``finish()`` raises one
+``ConfigErrors`` naming them all: a user fixes every variable in one round, and
+each is one line on stderr. Values come from a ``Source``; the environment is
+the only one today, and a TOML table can be another without touching the
+declarations.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Protocol
+import re
+from collections.abc import Mapping, Sequence
+from typing import Protocol, TypeVar
 
-from blockx_core.addr import InvalidAddress, split_host_port
+import msgspec
+
 from blockx_core.errors import InvalidConfig
+from blockx_server.runtime.settings import InvalidValue, Setting
+
+T = TypeVar("T")
+C = TypeVar("C", bound="_Validating")
 
 
 class ConfigError(Exception):
@@ -22,119 +33,121 @@ class ConfigError(Exception):
         self.rule = rule
 
 
+class ConfigErrors(ConfigError):
+    """Every bad variable of one configuration, in the order they were read.
+
+    ``errors`` holds one ConfigError per line; ``str()`` is those lines. As a
+    ConfigError it names the first, for callers that want one variable.
+    """
+
+    def __init__(self, errors: Sequence[ConfigError]) -> None:
+        assert errors, "ConfigErrors needs at least one error"
+        super().__init__(errors[0].variable, errors[0].rule)
+        self.errors = tuple(errors)
+
+    def __str__(self) -> str:
+        return "\n".join(str(error) for error in self.errors)
+
+
+def each_error(exc: ConfigError) -> tuple[ConfigError, ...]:
+    """The single errors behind ``exc``: itself, or every one a ConfigErrors holds."""
+    return exc.errors if isinstance(exc, ConfigErrors) else (exc,)
+
+
 Environ = Mapping[str, str]
+
+
+class Source(Protocol):
+    """Where the raw values of settings come from."""
+
+    def lookup(self, name: str) -> str | None:
+        """The text of ``name``, or None when it is unset or blank."""
+        ...
+
+
+class EnvironSource:
+    """Environment variables; blanks around a value are ignored, a blank value is unset."""
+
+    def __init__(self, environ: Environ) -> None:
+        self._environ = environ
+
+    def lookup(self, name: str) -> str | None:
+        return self._environ.get(name, "").strip() or None
 
 
 class _Validating(Protocol):
     def validate(self) -> None: ...
 
 
-def validate_in_env_names(config: _Validating, variables: Mapping[str, str]) -> None:
-    """``config.validate()``; its InvalidConfig becomes a ConfigError that names the
-    variable behind the field, and says the rule in variable names too.
+class ConfigReader:
+    """Reads settings from one source and collects every rule they break.
 
-    ``variables`` maps every field of ``config`` to the variable it is read from.
+    A bad value is reported and read as its setting's default, so the rest of the
+    configuration can still be built and checked; ``finish()`` then raises. A rule
+    over several variables is checked only when those variables are good
+    (``valid``), so one mistake is never reported twice.
     """
-    try:
-        config.validate()
-    except InvalidConfig as exc:
-        rule = exc.rule
-        for field, variable in variables.items():
-            rule = rule.replace(field, variable)
-        raise ConfigError(variables[exc.field], rule) from None
 
+    def __init__(self, source: Source) -> None:
+        self._source = source
+        self._errors: list[ConfigError] = []
+        self._bad: set[str] = set()
+        # Every setting read, in order: what --help must list (a test holds them equal).
+        self.names_read: list[str] = []
 
-def env_str(environ: Environ, name: str, default: str) -> str:
-    value = environ.get(name, "").strip()
-    return value or default
+    def get(self, setting: Setting[T]) -> T:
+        """The value of ``setting``; its default when it is unset or bad (bad is reported)."""
+        if setting.name not in self.names_read:
+            self.names_read.append(setting.name)
+        raw = self._source.lookup(setting.name)
+        if raw is None:
+            return setting.default
+        try:
+            return setting.parse(raw)
+        except InvalidValue as exc:
+            self.report(setting.name, exc.rule)
+            return setting.default
 
+    def report(self, variable: str, rule: str) -> None:
+        self._errors.append(ConfigError(variable, rule))
+        self._bad.add(variable)
 
-def env_optional(environ: Environ, name: str) -> str | None:
-    value = environ.get(name, "").strip()
-    return value or None
+    def valid(self, *variables: str) -> bool:
+        """No error has been reported for any of ``variables``."""
+        return self._bad.isdisjoint(variables)
 
+    def validate(self, config: C, variables: Mapping[str, str], defaults: C) -> C:
+        """Report every rule ``config.validate()`` finds, in variable names.
 
-def env_int(environ: Environ, name: str, default: int) -> int:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be an integer (got {raw!r})") from None
+        ``variables`` maps each field of ``config`` to the variable it is read from.
+        ``validate()`` stops at the first broken rule, so the field it names is reset
+        to its value in ``defaults`` and the check runs again. A rule that mentions a
+        variable already reported is not reported again: it depends on a bad value.
+        Returns the config with every bad field at its default.
+        """
+        for _ in range(len(variables) + 1):
+            try:
+                config.validate()
+            except InvalidConfig as exc:
+                variable = variables[exc.field]
+                rule = exc.rule
+                for field, name in variables.items():
+                    rule = rule.replace(field, name)
+                if self.valid(variable) and not self._mentions_bad(rule):
+                    self.report(variable, rule)
+                reset = getattr(defaults, exc.field)
+                if getattr(config, exc.field) == reset:
+                    break  # the default itself breaks a rule: nothing more to learn
+                # C is a msgspec Struct with validate(); the bound can only say one of them.
+                config = msgspec.structs.replace(config, **{exc.field: reset})  # type: ignore[type-var]
+            else:
+                break
+        return config
 
+    def _mentions_bad(self, rule: str) -> bool:
+        return any(re.search(rf"\b{re.escape(name)}\b", rule) for name in self._bad)
 
-def env_float(environ: Environ, name: str, default: float) -> float:
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ConfigError(name, f"must be a number (got {raw!r})") from None
-
-
-def env_list(environ: Environ, name: str, default: tuple[str, ...]) -> tuple[str, ...]:
-    """A comma-separated list; blanks around items are ignored."""
-    raw = environ.get(name, "").strip()
-    if not raw:
-        return default
-    items = tuple(item.strip() for item in raw.split(","))
-    if any(not item for item in items):
-        raise ConfigError(name, f"has an empty item in its comma-separated list (got {raw!r})")
-    return items
-
-
-def env_listen_addr(environ: Environ, name: str, default: str) -> tuple[str, int]:
-    """``host:port`` or ``:port`` (every interface, returned as host ``""``)."""
-    raw = env_str(environ, name, default)
-    try:
-        return split_host_port(raw, allow_empty_host=True)
-    except InvalidAddress as exc:
-        raise ConfigError(name, f"must be host:port or :port ({exc})") from None
-
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-
-
-def env_log_level(environ: Environ) -> str:
-    """``BLOCKX_LOG_LEVEL``, shared by every process (default INFO)."""
-    level = env_str(environ, "BLOCKX_LOG_LEVEL", "INFO").upper()
-    if level not in LOG_LEVELS:
-        raise ConfigError(
-            "BLOCKX_LOG_LEVEL", f"must be one of {', '.join(LOG_LEVELS)} (got {level!r})"
-        )
-    return level
-
-
-_TRUE = ("1", "true", "yes", "on")
-_FALSE = ("0", "false", "no", "off")
-
-
-def env_bool(environ: Environ, name: str, default: bool) -> bool:
-    raw = environ.get(name, "").strip().lower()
-    if not raw:
-        return default
-    if raw in _TRUE:
-        return True
-    if raw in _FALSE:
-        return False
-    raise ConfigError(name, f"must be true or false (got {raw!r})")
-
-
-def env_int_at_least(environ: Environ, name: str, default: int, minimum: int) -> int:
-    value = env_int(environ, name, default)
-    if value < minimum:
-        raise ConfigError(name, f"must be >= {minimum} (got {value})")
-    return value
-
-
-def env_prometheus(environ: Environ) -> tuple[tuple[str, int] | None, str]:
-    """``BLOCKX_PROMETHEUS_LISTEN_ADDR`` (None = metrics off) and ``BLOCKX_PROMETHEUS_PATH``."""
-    listen = None
-    if env_optional(environ, "BLOCKX_PROMETHEUS_LISTEN_ADDR"):
-        listen = env_listen_addr(environ, "BLOCKX_PROMETHEUS_LISTEN_ADDR", "")
-    path = env_str(environ, "BLOCKX_PROMETHEUS_PATH", "/metrics")
-    if not path.startswith("/"):
-        raise ConfigError("BLOCKX_PROMETHEUS_PATH", f"must start with '/' (got {path!r})")
-    return listen, path
+    def finish(self) -> None:
+        """Raise ConfigErrors when any value was bad."""
+        if self._errors:
+            raise ConfigErrors(self._errors)

@@ -1,27 +1,105 @@
-"""What every BlockX process does at start and exit: logging, profiling, fatal errors."""
+"""What every BlockX process does at start and exit: its command line, its
+configuration, logging, profiling, fatal errors."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import cProfile
+import importlib.metadata
 import logging
 import os
 import signal
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import NoReturn
+from typing import Any, NoReturn, Protocol, TypeVar
+
+from blockx_server.runtime.env import ConfigError, Environ, each_error
+from blockx_server.runtime.settings import Setting
 
 
 class StartupError(Exception):
     """Start-up cannot go on; ``str()`` is the one line users see."""
 
 
-def fail(program: str, message: str) -> NoReturn:
-    """One line on stderr and a non-zero exit; never a traceback."""
-    print(f"{program}: {message}", file=sys.stderr, flush=True)
+def fail(program: str, message: str, *more: str) -> NoReturn:
+    """One line per message on stderr and a non-zero exit; never a traceback."""
+    for line in (message, *more):
+        print(f"{program}: {line}", file=sys.stderr, flush=True)
     raise SystemExit(2)
+
+
+class _Logged(Protocol):
+    @property
+    def log_level(self) -> str: ...
+
+
+C = TypeVar("C", bound=_Logged)
+
+
+def start_program(
+    program: str,
+    summary: str,
+    settings: Sequence[Setting[Any]],
+    load: Callable[[Environ], C],
+    argv: Sequence[str] | None = None,
+) -> C:
+    """What a server program does before it serves.
+
+    ``--help`` and ``--version`` answer and exit 0; any other argument is one usage
+    line and exit 2. Then the configuration is read and validated before anything is
+    logged: every bad variable is one line on stderr, and the exit code is 2.
+    Logging is configured last, at the configured level.
+    """
+    args = sys.argv[1:] if argv is None else list(argv)
+    match args:
+        case []:
+            pass
+        case ["--help" | "-h"]:
+            print(program_help(program, summary, settings), end="", flush=True)
+            raise SystemExit(0)
+        case ["--version"]:
+            print(f"{program} {package_version()}", flush=True)
+            raise SystemExit(0)
+        case _:
+            print(
+                f"usage: {program} [--help | --version] (unknown arguments: {' '.join(args)})",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise SystemExit(2)
+    try:
+        config = load(os.environ)
+    except ConfigError as exc:
+        fail(program, *(f"invalid configuration: {error}" for error in each_error(exc)))
+    configure_logging(config.log_level)
+    return config
+
+
+def program_help(program: str, summary: str, settings: Sequence[Setting[Any]]) -> str:
+    """``--help``: the usage and every environment variable ``program`` reads."""
+    lines = [
+        f"usage: {program} [--help | --version]",
+        "",
+        summary,
+        "",
+        "Configured by environment variables; unset or blank means the default. A bad",
+        "value stops start-up with one line per bad variable and exit code 2.",
+        "",
+    ]
+    for setting in settings:
+        lines.append(f"  {setting.name} (default: {setting.default_text()})")
+        lines.append(f"      {setting.help}")
+    return "\n".join(lines) + "\n"
+
+
+def package_version() -> str:
+    """The installed version of blockx-server."""
+    try:
+        return importlib.metadata.version("blockx-server")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
 
 
 def configure_logging(level: str) -> None:

@@ -1,35 +1,34 @@
 """Sync Invoker process configuration, from the environment.
 
-| variable | default | rule |
-| --- | --- | --- |
-| SYNC_INVOKER_LISTEN | 0.0.0.0:9091 | host:port or :port |
-| SYNC_INVOKER_MAX_CONCURRENT | 256 | >= 1; invokes in flight before RESOURCE_EXHAUSTED |
-| MAX_INVOKE_TIMEOUT_MS | 60000 | >= CALL_DEADLINE_MS; the largest timeout_ms a caller may ask for |
-| DRAIN_TIMEOUT_MS | 30000 | >= 0; on SIGTERM, how long running invokes may finish |
-| GRPC_KEEPALIVE_TIME_MS / GRPC_KEEPALIVE_TIMEOUT_MS | 30000 / 10000 | >= 1 |
-| BLOCKX_PROMETHEUS_LISTEN_ADDR / BLOCKX_PROMETHEUS_PATH | off / /metrics | host:port / a path |
-| BLOCKX_LOG_LEVEL | INFO | DEBUG, INFO, WARNING or ERROR |
-
-plus the Calls-phase variables of ``blockx_server.calls.config``: EXECUTOR_COUNT,
-CALL_DEADLINE_MS (the default budget of an invoke whose timeout_ms is 0),
-FUNCTIONS_DIR, FUNCTIONS_POLL_INTERVAL_MS, IO_MEMORY_SEED_FILE, EXECUTOR_*,
-CALL_RETRY_* (TASK_* and MAX_COLLECTED_OUTPUT_BYTES apply too, to the one call).
+Each variable is declared once below with its default, rule and help; the Sync
+Invoker also reads the Calls-phase variables of ``blockx_server.calls.config``:
+CALL_DEADLINE_MS is the budget of an invoke whose timeout_ms is 0, and TASK_* and
+MAX_COLLECTED_OUTPUT_BYTES apply to the one call.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
-from blockx_server.calls.config import CallSettings, load_call_settings
-from blockx_server.runtime.env import (
-    ConfigError,
-    Environ,
-    env_int_at_least,
-    env_listen_addr,
-    env_log_level,
-    env_prometheus,
+from blockx_server.calls.config import (
+    CALL_DEADLINE_MS,
+    CALL_SETTINGS,
+    CallSettings,
+    read_call_settings,
+)
+from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
+from blockx_server.runtime.settings import (
+    DRAIN_TIMEOUT_MS,
+    GRPC_KEEPALIVE_TIME_MS,
+    GRPC_KEEPALIVE_TIMEOUT_MS,
+    LOG_LEVEL,
+    PROMETHEUS_LISTEN_ADDR,
+    PROMETHEUS_PATH,
+    Setting,
+    integer,
+    listen_address,
 )
 
 PROGRAM: Final = "blockx-syncinvoker"
@@ -51,30 +50,74 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     log_level: str
 
 
+LISTEN: Final = Setting(
+    name="SYNC_INVOKER_LISTEN",
+    default=("0.0.0.0", 9091),
+    parse=listen_address,
+    help="gRPC listen address, host:port or :port",
+    shown_default="0.0.0.0:9091",
+)
+MAX_CONCURRENT: Final = Setting(
+    name="SYNC_INVOKER_MAX_CONCURRENT",
+    default=256,
+    parse=integer(at_least=1),
+    help="invokes in flight; more answer RESOURCE_EXHAUSTED",
+)
+MAX_INVOKE_TIMEOUT_MS: Final = Setting(
+    name="MAX_INVOKE_TIMEOUT_MS",
+    default=60_000,
+    parse=integer(at_least=1),
+    help="the largest timeout_ms a caller may ask for; >= CALL_DEADLINE_MS",
+)
+
+SETTINGS: Final[tuple[Setting[Any], ...]] = (
+    LISTEN,
+    MAX_CONCURRENT,
+    *CALL_SETTINGS,
+    MAX_INVOKE_TIMEOUT_MS,
+    PROMETHEUS_LISTEN_ADDR,
+    PROMETHEUS_PATH,
+    DRAIN_TIMEOUT_MS,
+    GRPC_KEEPALIVE_TIME_MS,
+    GRPC_KEEPALIVE_TIMEOUT_MS,
+    LOG_LEVEL,
+)
+
+
 def load_syncinvoker_config(environ: Environ) -> SyncInvokerConfig:
-    """Read and validate everything; raise ConfigError naming the first bad variable."""
-    listen_host, listen_port = env_listen_addr(environ, "SYNC_INVOKER_LISTEN", "0.0.0.0:9091")
-    max_concurrent = env_int_at_least(environ, "SYNC_INVOKER_MAX_CONCURRENT", 256, 1)
-    calls = load_call_settings(environ)
+    """Read and validate everything; raise ConfigErrors naming every bad variable."""
+    reader = ConfigReader(EnvironSource(environ))
+    config = read_syncinvoker_config(reader)
+    reader.finish()
+    return config
+
+
+def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
+    listen_host, listen_port = reader.get(LISTEN)
+    max_concurrent = reader.get(MAX_CONCURRENT)
+    calls = read_call_settings(reader)
     default_timeout_ms = calls.engine.dispatch.call_deadline_ms
-    max_timeout_ms = env_int_at_least(environ, "MAX_INVOKE_TIMEOUT_MS", 60_000, 1)
-    if max_timeout_ms < default_timeout_ms:
-        raise ConfigError(
-            "MAX_INVOKE_TIMEOUT_MS",
+    max_timeout_ms = reader.get(MAX_INVOKE_TIMEOUT_MS)
+    if reader.valid(MAX_INVOKE_TIMEOUT_MS.name, CALL_DEADLINE_MS.name) and (
+        max_timeout_ms < default_timeout_ms
+    ):
+        reader.report(
+            MAX_INVOKE_TIMEOUT_MS.name,
             f"must be >= CALL_DEADLINE_MS ({max_timeout_ms} < {default_timeout_ms})",
         )
-    prometheus_listen, prometheus_path = env_prometheus(environ)
+    prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
+    prometheus_path = reader.get(PROMETHEUS_PATH)
     return SyncInvokerConfig(
         listen_host=listen_host,
         listen_port=listen_port,
         max_concurrent=max_concurrent,
         default_timeout_ms=default_timeout_ms,
         max_timeout_ms=max_timeout_ms,
-        drain_timeout_ms=env_int_at_least(environ, "DRAIN_TIMEOUT_MS", 30_000, 0),
+        drain_timeout_ms=reader.get(DRAIN_TIMEOUT_MS),
         calls=calls,
-        keepalive_time_ms=env_int_at_least(environ, "GRPC_KEEPALIVE_TIME_MS", 30_000, 1),
-        keepalive_timeout_ms=env_int_at_least(environ, "GRPC_KEEPALIVE_TIMEOUT_MS", 10_000, 1),
+        keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
+        keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
-        log_level=env_log_level(environ),
+        log_level=reader.get(LOG_LEVEL),
     )

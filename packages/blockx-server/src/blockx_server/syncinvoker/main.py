@@ -1,28 +1,28 @@
 """Console entry point: ``blockx-syncinvoker``.
 
-The whole configuration is validated before anything is logged; a bad value, an
-unreadable FUNCTIONS_DIR or memory seed, or a port in use ends the process with
-one line on stderr and exit code 2. SIGINT/SIGTERM stop it cleanly (exit 0).
+The whole configuration is validated before anything is logged; bad values, an
+unreadable FUNCTIONS_DIR or memory seed, or a port in use end the process with
+one line per problem on stderr and exit code 2. SIGINT/SIGTERM stop it cleanly
+(exit 0).
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
 
 from blockx_server.calls.functions import FunctionStoreError
-from blockx_server.runtime.env import ConfigError
-from blockx_server.runtime.process import StartupError, configure_logging, fail
+from blockx_server.runtime.process import StartupError, fail, start_program
 from blockx_server.syncinvoker.app import serve
-from blockx_server.syncinvoker.config import PROGRAM, load_syncinvoker_config
+from blockx_server.syncinvoker.config import PROGRAM, SETTINGS, load_syncinvoker_config
 
 
 def main() -> None:
-    try:
-        config = load_syncinvoker_config(os.environ)
-    except ConfigError as exc:
-        fail(PROGRAM, f"invalid configuration: {exc}")
-    configure_logging(config.log_level)
+    config = start_program(
+        PROGRAM,
+        "The Sync Invoker: runs one function call per request on Python executors.",
+        SETTINGS,
+        load_syncinvoker_config,
+    )
     try:
         asyncio.run(serve(config))
     except FunctionStoreError as exc:

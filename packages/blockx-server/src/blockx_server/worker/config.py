@@ -1,33 +1,14 @@
 """Worker process configuration: the Profile and the environment.
 
-| variable | default | rule |
-| --- | --- | --- |
-| WORKER_LISTEN | 0.0.0.0:9090 | host:port |
-| WORKER_ADVERTISE_ADDR | primary address + listen port (for a wildcard listen) | host:port |
-| WORKER_REGISTRY_PREFIX | the profile's | a registry prefix of the profile's kind |
-| ETCD_ENDPOINTS | localhost:2379 | comma-separated host[:port] |
-| TASK_SLOTS | 50 | >= 1 |
-| TASK_DEADLINE_MS | 300000 | >= 1, <= MAX_TASK_TIMEOUT_MS |
-| MAX_TASK_TIMEOUT_MS | 28800000 (8 h) | >= 1 |
-| RESULT_RETENTION_MS | 300000 | >= 1 |
-| DEFAULT_SLOT_TTL_MS | 5000 | >= 1; SubmitTask without a slot reserves inline |
-| WATCH_DISCONNECT_GRACE_MS | 0 (off) | >= 0 |
-| WORKER_HEARTBEAT_INTERVAL | 200 (ms; 2000 in production) | >= 1 |
-| WORKER_LEASE_TTL_S | 10 | >= 2 |
-| GRPC_KEEPALIVE_TIME_MS / GRPC_KEEPALIVE_TIMEOUT_MS | 30000 / 10000 | >= 1 |
-| BUILDER_SLOTS / EXECUTOR_TASK_SLOTS / PLUGIN_SLOTS | 16 / 32 / 16 | >= 1 |
-| DRAIN_TIMEOUT_MS | 30000 | >= 0 |
-| BLOCKX_PROMETHEUS_LISTEN_ADDR / BLOCKX_PROMETHEUS_PATH | off / /metrics | |
-| BLOCKX_LOG_LEVEL | INFO | |
-
-plus the Calls-phase variables of ``blockx_server.calls.config`` (EXECUTOR_COUNT,
-CALL_DEADLINE_MS, TASK_MAX_INFLIGHT_CALLS, MAX_COLLECTED_OUTPUT_BYTES, FUNCTIONS_DIR, ...).
+Each variable is declared once below with its default, rule and help; the Worker
+also reads the Calls-phase variables of ``blockx_server.calls.config``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import socket
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -41,19 +22,22 @@ from blockx_core.registry import (
     parse_registry_prefix,
 )
 from blockx_core.worker import WorkerConfig
-from blockx_server.calls.config import CallSettings, load_call_settings
+from blockx_server.calls.config import CALL_SETTINGS, CallSettings, read_call_settings
 from blockx_server.etcd.watcher import EtcdWatcherConfig
-from blockx_server.runtime.env import (
-    ConfigError,
-    Environ,
-    env_int_at_least,
-    env_list,
-    env_listen_addr,
-    env_log_level,
-    env_optional,
-    env_prometheus,
-    env_str,
-    validate_in_env_names,
+from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
+from blockx_server.runtime.settings import (
+    DRAIN_TIMEOUT_MS,
+    ETCD_ENDPOINTS,
+    GRPC_KEEPALIVE_TIME_MS,
+    GRPC_KEEPALIVE_TIMEOUT_MS,
+    LOG_LEVEL,
+    PROMETHEUS_LISTEN_ADDR,
+    PROMETHEUS_PATH,
+    InvalidValue,
+    Setting,
+    integer,
+    listen_address,
+    text,
 )
 from blockx_server.worker.orchestrator import AdmissionConfig
 
@@ -76,15 +60,6 @@ BUNDLE_WORKER: Final = WorkerProfile(
 )
 
 _WILDCARDS: Final = ("", "0.0.0.0", "::")
-
-_CORE_ENV: Final = {
-    "task_slots": "TASK_SLOTS",
-    "default_ttl_ms": "DEFAULT_SLOT_TTL_MS",
-    "task_deadline_ms": "TASK_DEADLINE_MS",
-    "max_task_timeout_ms": "MAX_TASK_TIMEOUT_MS",
-    "result_retention_ms": "RESULT_RETENTION_MS",
-    "watch_disconnect_grace_ms": "WATCH_DISCONNECT_GRACE_MS",
-}
 
 
 class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -122,45 +97,177 @@ def primary_address() -> str:
         return "127.0.0.1"
 
 
+_CORE_DEFAULTS: Final = WorkerConfig()
+
+
+def _core(name: str, field: str, minimum: int, help: str) -> Setting[int]:
+    # WorkerConfig.validate() holds the rules between core settings.
+    return Setting(
+        name=name,
+        default=getattr(_CORE_DEFAULTS, field),
+        parse=integer(at_least=minimum),
+        help=help,
+    )
+
+
+# The setting behind each field that WorkerConfig.validate checks.
+_CORE: Final[dict[str, Setting[int]]] = {
+    "task_slots": _core("TASK_SLOTS", "task_slots", 1, "tasks reserved or running at once"),
+    "default_ttl_ms": _core(
+        "DEFAULT_SLOT_TTL_MS",
+        "default_ttl_ms",
+        1,
+        "the lease of a slot SubmitTask reserves inline",
+    ),
+    "task_deadline_ms": _core(
+        "TASK_DEADLINE_MS",
+        "task_deadline_ms",
+        1,
+        "timeout of a task with task_timeout_ms = 0; <= MAX_TASK_TIMEOUT_MS",
+    ),
+    "max_task_timeout_ms": _core(
+        "MAX_TASK_TIMEOUT_MS",
+        "max_task_timeout_ms",
+        1,
+        "a larger task_timeout_ms is INVALID_ARGUMENT",
+    ),
+    "result_retention_ms": _core(
+        "RESULT_RETENTION_MS", "result_retention_ms", 1, "how long a finished result is kept"
+    ),
+    "watch_disconnect_grace_ms": _core(
+        "WATCH_DISCONNECT_GRACE_MS",
+        "watch_disconnect_grace_ms",
+        0,
+        "a watched task with no Watch this long fails; 0 = off",
+    ),
+}
+_CORE_ENV: Final = {field: setting.name for field, setting in _CORE.items()}
+
+LISTEN: Final = Setting(
+    name="WORKER_LISTEN",
+    default=("0.0.0.0", 9090),
+    parse=listen_address,
+    help="gRPC listen address, host:port or :port",
+    shown_default="0.0.0.0:9090",
+)
+
+
+def _advertise_address(raw: str) -> str | None:
+    listen_address(raw)  # the same host:port rule
+    if raw.startswith(":"):
+        raise InvalidValue(f"needs a host (got {raw!r})")
+    return raw
+
+
+ADVERTISE_ADDR: Final[Setting[str | None]] = Setting(
+    name="WORKER_ADVERTISE_ADDR",
+    default=None,
+    parse=_advertise_address,
+    help="the host:port put in the heartbeat and in answers",
+    shown_default="primary address:listen port (for a wildcard listen)",
+)
+# Read through _prefix_setting(profile): the default and the kind are the profile's.
+REGISTRY_PREFIX: Final = Setting(
+    name="WORKER_REGISTRY_PREFIX",
+    default=BLOCK_WORKER.registry_prefix,
+    parse=text,
+    help="where to register; a registry prefix of the deployment's kind",
+)
+HEARTBEAT_INTERVAL: Final = Setting(
+    name="WORKER_HEARTBEAT_INTERVAL",
+    default=200,
+    parse=integer(at_least=1),
+    help="ms between heartbeat writes (2000 recommended in production)",
+)
+LEASE_TTL_S: Final = Setting(
+    name="WORKER_LEASE_TTL_S",
+    default=10,
+    parse=integer(at_least=2),
+    help="the etcd lease of the registration, in seconds",
+)
+BUILDER_SLOTS: Final = Setting(
+    name="BUILDER_SLOTS", default=16, parse=integer(at_least=1), help="tasks in the build phase"
+)
+EXECUTOR_TASK_SLOTS: Final = Setting(
+    name="EXECUTOR_TASK_SLOTS",
+    default=32,
+    parse=integer(at_least=1),
+    help="tasks in the calls phase",
+)
+PLUGIN_SLOTS: Final = Setting(
+    name="PLUGIN_SLOTS", default=16, parse=integer(at_least=1), help="tasks in the writer phase"
+)
+
+
+def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
+    """Every setting ``profile``'s program reads, with that program's defaults."""
+    return (
+        LISTEN,
+        ADVERTISE_ADDR,
+        _prefix_setting(profile),
+        ETCD_ENDPOINTS,
+        *_CORE.values(),
+        PROMETHEUS_LISTEN_ADDR,
+        PROMETHEUS_PATH,
+        HEARTBEAT_INTERVAL,
+        LEASE_TTL_S,
+        BUILDER_SLOTS,
+        EXECUTOR_TASK_SLOTS,
+        PLUGIN_SLOTS,
+        *CALL_SETTINGS,
+        GRPC_KEEPALIVE_TIME_MS,
+        GRPC_KEEPALIVE_TIMEOUT_MS,
+        DRAIN_TIMEOUT_MS,
+        LOG_LEVEL,
+    )
+
+
+def _prefix_setting(profile: WorkerProfile) -> Setting[str]:
+    """REGISTRY_PREFIX with ``profile``'s default, refusing a prefix of the other kind."""
+
+    def parse(raw: str) -> str:
+        try:
+            parsed = parse_registry_prefix(raw)
+        except InvalidRegistryPrefix as exc:
+            raise InvalidValue(f"is invalid: {exc}") from None
+        if parsed.kind is not profile.deployment:
+            raise InvalidValue(
+                f"has {raw!r}, a {parsed.kind} registry, but {profile.program} is the "
+                f"{profile.deployment} deployment"
+            )
+        return raw
+
+    return dataclasses.replace(REGISTRY_PREFIX, default=profile.registry_prefix, parse=parse)
+
+
 def load_worker_config(profile: WorkerProfile, environ: Environ) -> WorkerRuntimeConfig:
-    listen_host, listen_port = env_listen_addr(environ, "WORKER_LISTEN", "0.0.0.0:9090")
-    advertise = env_optional(environ, "WORKER_ADVERTISE_ADDR")
+    """Read and validate every variable; raise ConfigErrors naming every bad one."""
+    reader = ConfigReader(EnvironSource(environ))
+    config = read_worker_config(profile, reader)
+    reader.finish()
+    return config
+
+
+def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRuntimeConfig:
+    listen_host, listen_port = reader.get(LISTEN)
+    advertise = reader.get(ADVERTISE_ADDR)
     if advertise is None:
         host = primary_address() if listen_host in _WILDCARDS else listen_host
         advertise = join_host_port(host, listen_port)
-    else:
-        env_listen_addr(environ, "WORKER_ADVERTISE_ADDR", advertise)  # validates host:port
-        if advertise.startswith(":"):
-            raise ConfigError("WORKER_ADVERTISE_ADDR", f"needs a host (got {advertise!r})")
 
-    prefix = env_str(environ, "WORKER_REGISTRY_PREFIX", profile.registry_prefix)
-    try:
-        parsed = parse_registry_prefix(prefix)
-    except InvalidRegistryPrefix as exc:
-        raise ConfigError("WORKER_REGISTRY_PREFIX", f"is invalid: {exc}") from None
-    if parsed.kind is not profile.deployment:
-        raise ConfigError(
-            "WORKER_REGISTRY_PREFIX",
-            f"has {prefix!r}, a {parsed.kind} registry, but {profile.program} is the "
-            f"{profile.deployment} deployment",
-        )
-    endpoints = env_list(environ, "ETCD_ENDPOINTS", ("localhost:2379",))
-    try:
-        EtcdWatcherConfig(endpoints=endpoints, key_prefixes=(prefix,)).validate()
-    except InvalidConfig as exc:
-        raise ConfigError("ETCD_ENDPOINTS", exc.rule) from None
+    prefix = reader.get(_prefix_setting(profile))
+    endpoints = reader.get(ETCD_ENDPOINTS)
+    if reader.valid(REGISTRY_PREFIX.name, ETCD_ENDPOINTS.name):
+        try:
+            EtcdWatcherConfig(endpoints=endpoints, key_prefixes=(prefix,)).validate()
+        except InvalidConfig as exc:
+            reader.report(ETCD_ENDPOINTS.name, exc.rule)
 
-    defaults = WorkerConfig()
-    core_values = {
-        field: env_int_at_least(
-            environ, var, getattr(defaults, field), 0 if field == "watch_disconnect_grace_ms" else 1
-        )
-        for field, var in _CORE_ENV.items()
-    }
-    core = msgspec.convert(core_values, WorkerConfig)
-    validate_in_env_names(core, _CORE_ENV)
+    core_values = {field: reader.get(setting) for field, setting in _CORE.items()}
+    core = reader.validate(msgspec.convert(core_values, WorkerConfig), _CORE_ENV, _CORE_DEFAULTS)
 
-    prometheus_listen, prometheus_path = env_prometheus(environ)
+    prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
+    prometheus_path = reader.get(PROMETHEUS_PATH)
     return WorkerRuntimeConfig(
         profile=profile,
         listen_host=listen_host,
@@ -168,19 +275,19 @@ def load_worker_config(profile: WorkerProfile, environ: Environ) -> WorkerRuntim
         advertise_addr=advertise,
         registry_prefix=prefix,
         etcd_endpoints=endpoints,
-        heartbeat_interval_ms=env_int_at_least(environ, "WORKER_HEARTBEAT_INTERVAL", 200, 1),
-        lease_ttl_s=env_int_at_least(environ, "WORKER_LEASE_TTL_S", 10, 2),
+        heartbeat_interval_ms=reader.get(HEARTBEAT_INTERVAL),
+        lease_ttl_s=reader.get(LEASE_TTL_S),
         core=core,
         admission=AdmissionConfig(
-            builder_slots=env_int_at_least(environ, "BUILDER_SLOTS", 16, 1),
-            executor_task_slots=env_int_at_least(environ, "EXECUTOR_TASK_SLOTS", 32, 1),
-            plugin_slots=env_int_at_least(environ, "PLUGIN_SLOTS", 16, 1),
+            builder_slots=reader.get(BUILDER_SLOTS),
+            executor_task_slots=reader.get(EXECUTOR_TASK_SLOTS),
+            plugin_slots=reader.get(PLUGIN_SLOTS),
         ),
-        calls=load_call_settings(environ),
-        keepalive_time_ms=env_int_at_least(environ, "GRPC_KEEPALIVE_TIME_MS", 30_000, 1),
-        keepalive_timeout_ms=env_int_at_least(environ, "GRPC_KEEPALIVE_TIMEOUT_MS", 10_000, 1),
-        drain_timeout_ms=env_int_at_least(environ, "DRAIN_TIMEOUT_MS", 30_000, 0),
+        calls=read_call_settings(reader),
+        keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
+        keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
+        drain_timeout_ms=reader.get(DRAIN_TIMEOUT_MS),
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
-        log_level=env_log_level(environ),
+        log_level=reader.get(LOG_LEVEL),
     )

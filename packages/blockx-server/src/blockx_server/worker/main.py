@@ -3,26 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import os
 
 from blockx_server.calls.functions import FunctionStoreError
-from blockx_server.runtime.env import ConfigError
-from blockx_server.runtime.process import StartupError, configure_logging, fail
+from blockx_server.runtime.process import StartupError, fail, start_program
 from blockx_server.worker.app import serve
 from blockx_server.worker.config import (
     BLOCK_WORKER,
     BUNDLE_WORKER,
     WorkerProfile,
     load_worker_config,
+    worker_settings,
 )
 
 
 def run(profile: WorkerProfile) -> None:
-    try:
-        config = load_worker_config(profile, os.environ)
-    except ConfigError as exc:
-        fail(profile.program, f"invalid configuration: {exc}")
-    configure_logging(config.log_level)
+    config = start_program(
+        profile.program,
+        f"A {profile.deployment} Worker: runs tasks in the slots it registers in etcd.",
+        worker_settings(profile),
+        lambda environ: load_worker_config(profile, environ),
+    )
     try:
         asyncio.run(serve(config))
     except FunctionStoreError as exc:
