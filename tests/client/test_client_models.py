@@ -24,7 +24,7 @@ from blockx_client._convert import task_to_pb
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "hello_world.json"
 
 
-def test_the_seeds_example_parses() -> None:
+def test_the_example_task_file_parses() -> None:
     task = load_task_file(EXAMPLE)
     assert task.task_id == "3f2b1c9e-8a4d-4c1e-9b0a-6f7e5d4c3b2a"
     assert task.function_call_config == PluginConfig(
