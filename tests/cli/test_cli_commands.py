@@ -12,7 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from blockx_cli.app import app
-from blockx_cli.cluster import LocalCluster
+from blockx_cli.devcluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE_TASK = ROOT / "examples" / "tasks" / "hello_world.json"

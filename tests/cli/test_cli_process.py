@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support import free_port
 
-from blockx_cli.cluster import LocalCluster
+from blockx_cli.devcluster import LocalCluster
 
 ROOT = Path(__file__).resolve().parents[2]
 

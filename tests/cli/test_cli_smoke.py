@@ -1,4 +1,4 @@
-"""The console scripts are installed and answer (the full CLI arrives with the SDK)."""
+"""The console scripts are installed and answer; blockx-dev runs its smoke task."""
 
 from __future__ import annotations
 

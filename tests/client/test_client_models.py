@@ -19,11 +19,12 @@ from blockx_client import (
     route,
     task_from_dict,
 )
+from blockx_client._convert import task_to_pb
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "tasks" / "hello_world.json"
 
 
-def test_the_seeds_example_parses() -> None:
+def test_the_example_task_file_parses() -> None:
     task = load_task_file(EXAMPLE)
     assert task.task_id == "3f2b1c9e-8a4d-4c1e-9b0a-6f7e5d4c3b2a"
     assert task.function_call_config == PluginConfig(
@@ -32,7 +33,7 @@ def test_the_seeds_example_parses() -> None:
     )
     assert task.result_handler == PluginConfig(type="ReturnValueResultHandler", config={})
     assert task.task_timeout_ms == 30000
-    pb = task.to_pb()
+    pb = task_to_pb(task)
     assert pb.function_call_config is not None
     assert json.loads(pb.function_call_config.config)["function"] == "hello_world"
 
@@ -116,3 +117,30 @@ def test_backoff_grows_with_jitter_and_stays_capped() -> None:
         assert all(cap / 10 <= d <= cap for d in delays)
         assert max(delays) > cap * 0.8  # jitter spreads over the range
         assert len(set(delays)) > 150
+
+
+def test_one_task_state_for_client_and_server() -> None:
+    import blockx_client
+    from blockx_client._convert import state_from_pb
+    from blockx_core.task import TaskState
+    from blockx_proto import worker_v1
+
+    assert blockx_client.TaskState is TaskState
+    # A task the worker will never run travels as UNSPECIFIED and reads as UNKNOWN.
+    assert state_from_pb(worker_v1.TaskState.UNSPECIFIED) is TaskState.UNKNOWN
+    assert TaskState.UNKNOWN.is_terminal
+    assert [state_from_pb(s).value for s in list(worker_v1.TaskState)[1:]] == [
+        "ALLOCATED",
+        "RUNNING",
+        "SUCCEEDED",
+        "FAILED",
+    ]
+
+
+@pytest.mark.parametrize("addr", ["nohost", "host:", "::1:80", "host:99999"])
+def test_a_malformed_address_is_an_invalid_request(addr: str) -> None:
+    from blockx_client import InvalidRequestError
+    from blockx_client.transport import split_addr
+
+    with pytest.raises(InvalidRequestError):
+        split_addr(addr)

@@ -15,6 +15,8 @@ EXIT_FAILED: Final = 1  # the task or function failed
 EXIT_USAGE: Final = 2  # bad flags or input
 EXIT_SERVICE: Final = 3  # unreachable, unavailable, no slot in time
 
+# Where commands print for people; errors go to stderr.
+console = Console()
 _errors = Console(stderr=True)
 
 

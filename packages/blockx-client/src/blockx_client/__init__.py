@@ -8,12 +8,13 @@
 
 ``SyncClient`` offers the same operations for scripts and notebooks. With
 ``PROXY_SOCKET_PATH`` set, every RPC goes through the blockx-proxy Unix socket.
+``TaskState`` is the Worker's own (``blockx_core.task.TaskState``), re-exported.
 """
 
 from importlib.metadata import version
 
 from blockx_client.backoff import Backoff, RetryPolicy
-from blockx_client.client import Client, FunctionHandle, SubmitAnswer
+from blockx_client.client import Client
 from blockx_client.errors import (
     BlockxError,
     ConnectError,
@@ -25,6 +26,7 @@ from blockx_client.errors import (
     TaskNotFoundError,
     UnavailableError,
 )
+from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     Cluster,
     Durations,
@@ -34,17 +36,16 @@ from blockx_client.models import (
     PluginOutput,
     Precheck,
     Reservation,
+    SubmitAnswer,
     Task,
-    TaskFileError,
     TaskResult,
     TaskState,
     TaskUpdate,
-    load_task_file,
-    task_from_dict,
 )
 from blockx_client.registry import WorkerInfo, list_workers
 from blockx_client.routing import route
 from blockx_client.sync import SyncClient
+from blockx_client.task_file import TaskFileError, load_task_file, task_from_dict
 
 __version__ = version("blockx-client")
 

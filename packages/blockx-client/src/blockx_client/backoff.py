@@ -19,7 +19,7 @@ class Backoff(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
-    """How the client retries placement, following the seeds' guidance."""
+    """How the client retries placement, by the status of each answer."""
 
     # RESOURCE_EXHAUSTED (no slot): back off until a slot is had or the deadline passes.
     no_slot: Backoff = Backoff()

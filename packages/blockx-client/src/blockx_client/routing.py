@@ -1,4 +1,4 @@
-"""Which cluster a task belongs to, as the seeds' blockx-py decides it."""
+"""Which cluster a task belongs to: the block cluster or the bundle cluster."""
 
 from __future__ import annotations
 

@@ -11,12 +11,13 @@ import threading
 from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from blockx_client.client import Client, SubmitAnswer
+from blockx_client.client import Client
 from blockx_client.models import (
     Cluster,
     Invocation,
     Precheck,
     Reservation,
+    SubmitAnswer,
     Task,
     TaskResult,
     TaskUpdate,

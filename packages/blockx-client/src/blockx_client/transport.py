@@ -3,27 +3,36 @@
 With ``PROXY_SOCKET_PATH`` (or ``proxy_socket=``) every RPC goes over that Unix
 socket, and worker.v1 calls carry the ``x-blockx-worker-addr`` header naming the
 worker. Without it the client dials coordinators, workers and the Sync Invoker
-directly, one pooled channel per address.
+directly, one pooled channel per address. Every unary call goes through
+``Transport.unary``, which turns gRPC statuses and transport failures into the
+client's errors.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Final
+from collections.abc import Awaitable
+from typing import Final, TypeVar
 
 from grpclib.client import Channel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from blockx_client.errors import InvalidRequestError
+from blockx_client.errors import ConnectError, InvalidRequestError, UnavailableError, error_for
+from blockx_core.addr import InvalidAddress, split_host_port
 
 WORKER_ADDR_HEADER: Final = "x-blockx-worker-addr"
 _POOL_SIZE: Final = 256
 
+T = TypeVar("T")
+
 
 def split_addr(addr: str) -> tuple[str, int]:
-    host, sep, port = addr.rpartition(":")
-    if not sep or not host or not port.isdigit():
-        raise InvalidRequestError(f"{addr!r} is not host:port")
-    return host.strip("[]"), int(port)
+    """``host:port`` (or ``[v6]:port``) as the server parses it; InvalidRequestError if not."""
+    try:
+        return split_host_port(addr)
+    except InvalidAddress as exc:
+        raise InvalidRequestError(str(exc)) from None
 
 
 class Transport:
@@ -60,6 +69,24 @@ class Transport:
             split_addr(addr)  # refuse a malformed address before it reaches the proxy
             return self.channel(addr), {WORKER_ADDR_HEADER: addr}
         return self.channel(addr), None
+
+    async def unary(self, addr: str, call: Awaitable[T]) -> T:
+        """Await a unary call; gRPC statuses become BlockxErrors, transport failures
+        ConnectError (a refused connection means nothing reached the server)."""
+        try:
+            return await call
+        except GRPCError as exc:
+            raise error_for(exc.status, exc.message or "") from None
+        except TimeoutError:
+            raise UnavailableError(
+                f"{addr} did not answer in time", Status.DEADLINE_EXCEEDED
+            ) from None
+        except (OSError, StreamTerminatedError) as exc:
+            raise ConnectError(f"cannot reach {self.describe(addr)}: {exc}") from None
+
+    def describe(self, addr: str) -> str:
+        """How an error names where a call went."""
+        return f"the proxy for {addr}" if self.proxied else addr
 
     def close(self) -> None:
         if self._proxy is not None:

@@ -1,4 +1,4 @@
-"""A task as clients see it: its input, its four states, its result."""
+"""A task as clients see it: its input, its states, its result."""
 
 from __future__ import annotations
 
@@ -11,16 +11,20 @@ from blockx_core.errors import FailureCode
 
 
 class TaskState(enum.Enum):
-    """The four states a client can see; internal phases all fold into RUNNING."""
+    """The states a client can see; internal phases all fold into RUNNING."""
 
     ALLOCATED = "ALLOCATED"
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
+    # What a client reads for a task the Worker will never run (an unknown task_id,
+    # or a slot that expired before SubmitTask); the wire spells it UNSPECIFIED and
+    # the update's ``error`` says which. No Worker core ever holds a task in it.
+    UNKNOWN = "UNKNOWN"
 
     @property
     def is_terminal(self) -> bool:
-        return self in (TaskState.SUCCEEDED, TaskState.FAILED)
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.UNKNOWN)
 
 
 class PluginSpec(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,33 +1,33 @@
-"""What each ``blockx`` command does; ``app.py`` only declares the options."""
+"""Tasks: ``reserve``, ``submit``, ``watch``, ``get-result``."""
 
 from __future__ import annotations
 
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Annotated, Final
 
+import typer
 from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from blockx_cli.options import ClusterOpt, JsonOpt, WorkerOpt
 from blockx_cli.output import (
     EXIT_FAILED,
     EXIT_OK,
     EXIT_USAGE,
     Output,
+    console,
     fail,
-    invocation_dict,
     result_dict,
     update_dict,
 )
+from blockx_cli.runner import TASK_FILE_HINT, run
+from blockx_cli.settings import Settings, settings_of
 from blockx_client import (
-    BlockxError,
     Cluster,
-    ConnectError,
-    Invocation,
-    NoSlotError,
     PluginConfig,
     Task,
     TaskFileError,
@@ -35,15 +35,12 @@ from blockx_client import (
     TaskResult,
     TaskState,
     TaskUpdate,
-    UnavailableError,
-    list_workers,
     load_task_file,
 )
 
-if TYPE_CHECKING:
-    from blockx_cli.app import Settings
+app = typer.Typer()
 
-_STATE_STYLE = {
+STATE_STYLE: Final = {
     TaskState.ALLOCATED: "yellow",
     TaskState.RUNNING: "cyan",
     TaskState.SUCCEEDED: "green",
@@ -52,25 +49,76 @@ _STATE_STYLE = {
 }
 
 
-def hint_for(exc: BlockxError) -> str | None:
-    if isinstance(exc, ConnectError):
-        return "is the cluster running? `blockx dev up` starts one locally"
-    if isinstance(exc, NoSlotError):
-        return "every worker is busy; try again later or wait longer (--deadline / --timeout)"
-    if isinstance(exc, UnavailableError):
-        return "the coordinator sees no live worker yet (is etcd up, is a worker registered?)"
-    return None
+@app.command()
+def reserve(
+    ctx: typer.Context,
+    *,
+    task_id: Annotated[str | None, typer.Option(help="Idempotency key [default: a uuid4].")] = None,
+    cluster: Annotated[Cluster, typer.Option(case_sensitive=False)] = Cluster.BLOCK,
+    timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 30.0,
+    json_: JsonOpt = False,
+) -> None:
+    """Reserve a slot (ReserveWorkerSlot), backing off while every worker is full."""
+    out = Output(console, json_)
+    run(_reserve(settings_of(ctx), out, task_id, cluster, timeout))
 
 
-def parse_args(values: list[str]) -> list[Any]:
-    """Each argument is a JSON value; a bare word that is not JSON is a string."""
-    parsed = []
-    for value in values:
-        try:
-            parsed.append(json.loads(value))
-        except ValueError:
-            parsed.append(value)
-    return parsed
+@app.command()
+def submit(
+    ctx: typer.Context,
+    task_file: Annotated[
+        Path | None, typer.Argument(help="A TaskInput JSON file (camelCase or snake_case).")
+    ] = None,
+    *,
+    function: Annotated[str | None, typer.Option(help="CallListCallConfig: the function.")] = None,
+    call: Annotated[
+        list[str] | None,
+        typer.Option(help="A JSON array of arguments; repeat for more calls, e.g. --call '[1]'."),
+    ] = None,
+    handler: Annotated[
+        str, typer.Option(help="Result handler type ('' for none).")
+    ] = "ReturnValueResultHandler",
+    task_id: Annotated[str | None, typer.Option(help="Idempotency key [default: a uuid4].")] = None,
+    timeout_ms: Annotated[int, typer.Option(help="task_timeout_ms (0 = the worker default).")] = 0,
+    cluster: ClusterOpt = None,
+    worker: Annotated[
+        str | None, typer.Option(help="Submit straight to this worker (it reserves inline).")
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait", help="Watch the task to its end.")] = False,
+    deadline: Annotated[float | None, typer.Option(help="Seconds to wait for a slot.")] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Submit a task from a JSON file or from --function/--call; --wait to see its end."""
+    out = Output(console, json_)
+    task = build_task(task_file, function, call, handler, task_id, timeout_ms)
+    code = run(_submit(settings_of(ctx), out, task, cluster, worker, wait, deadline))
+    raise typer.Exit(code)
+
+
+@app.command()
+def watch(
+    ctx: typer.Context,
+    task_ids: Annotated[list[str], typer.Argument(help="Task ids on that worker.")],
+    *,
+    worker: WorkerOpt,
+    json_: JsonOpt = False,
+) -> None:
+    """Watch tasks to their end: a live table with states, progress and totals."""
+    out = Output(console, json_)
+    raise typer.Exit(run(_watch(settings_of(ctx), out, task_ids, worker)))
+
+
+@app.command("get-result")
+def get_result(
+    ctx: typer.Context,
+    task_id: Annotated[str, typer.Argument()],
+    *,
+    worker: WorkerOpt,
+    json_: JsonOpt = False,
+) -> None:
+    """A task's state and result (kept RESULT_RETENTION_MS after it ends)."""
+    out = Output(console, json_)
+    raise typer.Exit(run(_get_result(settings_of(ctx), out, task_id, worker)))
 
 
 def build_task(
@@ -87,7 +135,7 @@ def build_task(
         try:
             task = load_task_file(task_file)
         except TaskFileError as exc:
-            fail(str(exc), EXIT_USAGE, hint="see examples/tasks/hello_world.json for the format")
+            fail(str(exc), EXIT_USAGE, hint=TASK_FILE_HINT)
         if task_id:
             task = Task(
                 function_call_config=task.function_call_config,
@@ -117,10 +165,7 @@ def build_task(
     )
 
 
-# ---- commands ----------------------------------------------------------------------------
-
-
-async def reserve(
+async def _reserve(
     settings: Settings, out: Output, task_id: str | None, cluster: Cluster, within_s: float
 ) -> None:
     async with settings.client() as client:
@@ -136,7 +181,7 @@ async def reserve(
         )
 
 
-async def submit(
+async def _submit(
     settings: Settings,
     out: Output,
     task: Task,
@@ -151,7 +196,7 @@ async def submit(
             result = await client.run(
                 task, cluster=cluster, worker_addr=worker, deadline_s=deadline
             )
-            _print_result(out, result)
+            print_result(out, result)
             return EXIT_OK if result.ok else EXIT_FAILED
         answer = await client.place(task, cluster=cluster, worker_addr=worker, deadline_s=deadline)
     if out.json_mode:
@@ -172,7 +217,7 @@ async def submit(
     return EXIT_OK
 
 
-async def get_result(settings: Settings, out: Output, task_id: str, worker: str) -> int:
+async def _get_result(settings: Settings, out: Output, task_id: str, worker: str) -> int:
     async with settings.client() as client:
         try:
             result = await client.get_task_result(task_id, worker_addr=worker)
@@ -186,13 +231,13 @@ async def get_result(settings: Settings, out: Output, task_id: str, worker: str)
                     "result has expired (kept RESULT_RETENTION_MS)"
                 )
             return EXIT_FAILED
-    _print_result(out, result)
+    print_result(out, result)
     if result.state is TaskState.FAILED:
         return EXIT_FAILED
     return EXIT_OK
 
 
-async def watch(settings: Settings, out: Output, task_ids: list[str], worker: str) -> int:
+async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: str) -> int:
     latest: dict[str, TaskUpdate] = {}
     started = time.monotonic()
     async with settings.client() as client:
@@ -231,7 +276,7 @@ def _watch_table(latest: dict[str, TaskUpdate], started: float) -> Table:
     counts: dict[str, int] = {}
     for update in latest.values():
         counts[update.state.value] = counts.get(update.state.value, 0) + 1
-        style = _STATE_STYLE[update.state]
+        style = STATE_STYLE[update.state]
         detail = update.error
         if update.result is not None and update.result.failure_code:
             detail = f"{update.result.failure_code}: {update.result.failure_message[:60]}"
@@ -242,11 +287,11 @@ def _watch_table(latest: dict[str, TaskUpdate], started: float) -> Table:
     return table
 
 
-def _print_result(out: Output, result: TaskResult) -> None:
+def print_result(out: Output, result: TaskResult) -> None:
     if out.json_mode:
         out.emit(result_dict(result))
         return
-    style = _STATE_STYLE[result.state]
+    style = STATE_STYLE[result.state]
     out.console.print(
         f"task [bold]{result.task_id}[/] on {result.worker_addr}: [{style}]{result.state.value}[/]"
     )
@@ -263,114 +308,3 @@ def _print_result(out: Output, result: TaskResult) -> None:
         value = plugin.value()
         shown = json.dumps(value) if value is not None else ""
         out.console.print(f"  {plugin.plugin_name}: {shown}", highlight=False, markup=False)
-
-
-async def invoke(
-    settings: Settings, out: Output, function: str, args: list[Any], debug: bool, timeout_ms: int
-) -> int:
-    async with settings.client() as client:
-        handle = client.function(function)
-        result = await (
-            handle.debug(*args, timeout_ms=timeout_ms)
-            if debug
-            else handle.invoke(*args, timeout_ms=timeout_ms)
-        )
-    if out.json_mode:
-        out.emit(invocation_dict(result))
-    else:
-        _print_invocation(out, function, args, result)
-    return EXIT_OK if result.success else EXIT_FAILED
-
-
-def _print_invocation(out: Output, function: str, args: list[Any], result: Invocation) -> None:
-    d = result.durations
-    call = f"{function}({', '.join(json.dumps(a) for a in args)})"
-    if result.success:
-        out.console.print(f"{call} = {json.dumps(result.value)}", highlight=False, markup=False)
-    else:
-        out.console.print(
-            f"{call} failed: [red]{result.failure_code}[/] (retryable={result.retryable})"
-        )
-        out.console.print(result.failure_message, highlight=False, markup=False)
-    out.console.print(
-        f"[dim]call {result.call_id}: queue {d.queue_us} µs, cpu {d.cpu_us} µs, io {d.io_us} µs[/]"
-    )
-    if result.output:
-        out.console.print("[bold]output[/]")
-        out.console.print(result.output.rstrip(), highlight=False, markup=False)
-    if result.io_trace:
-        table = Table(title="IO trace")
-        for column in ("backend", "op", "request", "µs", "ok"):
-            table.add_column(column)
-        for t in result.io_trace:
-            table.add_row(
-                t.backend, t.op, t.request, str(t.duration_us), "yes" if t.success else t.error
-            )
-        out.console.print(table)
-
-
-async def precheck(
-    settings: Settings, out: Output, function: str, args: list[Any], check_args: bool
-) -> int:
-    async with settings.client() as client:
-        result = await client.function(function).precheck(*args, check_args=check_args)
-    if out.json_mode:
-        out.emit(
-            {
-                "ok": result.ok,
-                "failure_code": result.failure_code,
-                "message": result.message,
-                "signature": result.signature,
-                "is_async": result.is_async,
-            }
-        )
-    elif result.ok:
-        kind = "async def" if result.is_async else "def"
-        out.console.print(f"[green]ok[/]: {kind} {function}{result.signature}", highlight=False)
-    else:
-        out.console.print(f"[red]{result.failure_code}[/]: {result.message}", highlight=False)
-    return EXIT_OK if result.ok else EXIT_FAILED
-
-
-async def workers(settings: Settings, out: Output, prefixes: list[str]) -> int:
-    endpoints = [e.strip() for e in settings.etcd.split(",") if e.strip()]
-    found = await list_workers(endpoints, prefixes)
-    now_ms = int(time.time() * 1000)
-    if out.json_mode:
-        out.emit(
-            [
-                {
-                    "worker_addr": w.worker_addr,
-                    "prefix": w.prefix,
-                    "task_slots": w.task_slots,
-                    "reserved_slots": w.reserved_slots,
-                    "running_tasks": w.running_tasks,
-                    "cpu_percent": w.cpu_percent,
-                    "memory_percent": w.memory_percent,
-                    "error_rate": w.error_rate,
-                    "heartbeat_age_ms": now_ms - w.last_heartbeat_ms,
-                }
-                for w in found
-            ]
-        )
-        return EXIT_OK
-    table = Table(title=f"{len(found)} worker(s) in {', '.join(prefixes)}")
-    for column in ("worker", "registry", "slots used", "cpu", "mem", "errors", "heartbeat"):
-        table.add_column(column, no_wrap=column in ("worker", "slots used"))
-    for w in found:
-        table.add_row(
-            w.worker_addr,
-            w.prefix,
-            f"{_bar(w.used_slots, w.task_slots)} {w.used_slots}/{w.task_slots}",
-            f"{w.cpu_percent:.0%}",
-            f"{w.memory_percent:.0%}",
-            f"{w.error_rate:.0%}",
-            f"{(now_ms - w.last_heartbeat_ms) / 1000:.1f} s ago",
-        )
-    out.console.print(table)
-    return EXIT_OK
-
-
-def _bar(used: int, total: int, width: int = 8) -> str:
-    filled = 0 if total <= 0 else round(width * min(used, total) / total)
-    return "█" * filled + "·" * (width - filled)

@@ -1,160 +1,29 @@
-"""``blockx dev up`` and ``blockx demo``: a local cluster, run by ``blockx-dev``.
-
-The CLI depends only on the client SDK; the cluster itself is started by the
-``blockx-dev`` program of blockx-server, which announces its endpoints with one
-``BLOCKX_DEV_READY {json}`` line.
-"""
+"""``blockx demo``: a local cluster in the background, block-statistics tasks on it
+through the client (every RPC via the proxy), a live view, a summary."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from rich.console import Console, Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_SERVICE, EXIT_USAGE, fail
+from blockx_cli.devcluster.background import LocalCluster
+from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_SERVICE, fail
 from blockx_client import BlockxError, Client, Task, TaskResult
-
-READY = "BLOCKX_DEV_READY "
-DEV = "blockx-dev"
-
-
-def _dev_binary() -> str:
-    binary = shutil.which(DEV)
-    if binary is None:
-        fail(
-            f"{DEV} is not installed (it comes with blockx-server)",
-            EXIT_USAGE,
-            hint="run `uv sync` at the repository root",
-        )
-    return binary
-
-
-def _examples(examples: Path) -> Path:
-    if not (examples / "functions").is_dir():
-        fail(
-            f"{examples} has no functions/ directory",
-            EXIT_USAGE,
-            hint="run from the repository root, or pass --examples",
-        )
-    return examples.resolve()
-
-
-def dev_up(
-    coordinator_port: int,
-    worker_port: int,
-    sync_invoker_port: int,
-    metrics_port: int,
-    executors: int,
-    examples: Path,
-) -> NoReturn:
-    """Run the cluster in the foreground; Ctrl-C stops everything it started."""
-    args = [
-        _dev_binary(),
-        "--coordinator-port",
-        str(coordinator_port),
-        "--worker-port",
-        str(worker_port),
-        "--sync-invoker-port",
-        str(sync_invoker_port),
-        "--metrics-port",
-        str(metrics_port),
-        "--executors",
-        str(executors),
-        "--examples",
-        str(_examples(examples)),
-    ]
-    os.execv(args[0], args)  # blockx-dev owns the terminal and the Ctrl-C from here
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-class LocalCluster:
-    """``blockx-dev`` in the background, with its logs in a file."""
-
-    def __init__(self, examples: Path, executors: int = 2) -> None:
-        self.workdir = Path(tempfile.mkdtemp(prefix="blockx-demo-"))
-        self.log = self.workdir / "cluster.log"
-        self.proc = subprocess.Popen(
-            [
-                _dev_binary(),
-                "--coordinator-port",
-                str(_free_port()),
-                "--worker-port",
-                str(_free_port()),
-                "--sync-invoker-port",
-                str(_free_port()),
-                "--metrics-port",
-                str(_free_port()),
-                "--proxy-socket",
-                str(self.workdir / "proxy.sock"),
-                "--executors",
-                str(executors),
-                "--examples",
-                str(examples),
-                "--no-smoke",
-                "--ready-json",
-                "--log-file",
-                str(self.log),
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-
-    def wait_ready(self, timeout_s: float = 60) -> dict[str, str]:
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout_s
-        for line in self.proc.stdout:
-            if line.startswith(READY):
-                endpoints: dict[str, str] = json.loads(line[len(READY) :])
-                return endpoints
-            if time.monotonic() > deadline:
-                break
-        raise RuntimeError(
-            f"the local cluster did not start:\n{self.proc.stdout.read()}{self._log_tail()}"
-        )
-
-    def _log_tail(self) -> str:
-        try:
-            return "".join(self.log.read_text().splitlines(keepends=True)[-20:])
-        except OSError:
-            return ""
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        shutil.rmtree(self.workdir, ignore_errors=True)
-        return self.proc.returncode
 
 
 def demo(tasks: int, blocks: int, examples: Path, console: Console) -> int:
-    """Start a local cluster, run block-statistics tasks live, print the results."""
-    if tasks < 1 or blocks < 1:
-        fail("--tasks and --blocks must be at least 1", EXIT_USAGE)
-    examples = _examples(examples)
+    """Start a local cluster, run block-statistics tasks live, print the results.
+
+    ``examples`` is a resolved directory with functions/ (the command checks it)."""
     started = time.monotonic()
     console.print(
         "[bold]BlockX demo[/]: starting a local cluster (etcd, coordinator, worker, "

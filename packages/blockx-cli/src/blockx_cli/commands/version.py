@@ -1,0 +1,30 @@
+"""Versions: ``--version`` on the root, and ``version-info``."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+import typer
+
+from blockx_cli.output import console
+
+app = typer.Typer()
+
+PACKAGES = ("blockx-cli", "blockx-client", "blockx-proto", "blockx-server")
+
+
+def print_version(value: bool) -> None:
+    """The root ``--version`` callback."""
+    if value:
+        console.print(f"blockx {version('blockx-cli')}")
+        raise typer.Exit()
+
+
+@app.command()
+def version_info() -> None:
+    """Print the versions of the installed BlockX packages."""
+    for package in PACKAGES:
+        try:
+            console.print(f"{package} {version(package)}")
+        except PackageNotFoundError:
+            console.print(f"{package} (not installed)")

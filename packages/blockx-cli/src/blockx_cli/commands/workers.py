@@ -1,0 +1,75 @@
+"""The worker registry: ``workers``."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from blockx_cli.options import JsonOpt
+from blockx_cli.output import EXIT_OK, Output, console
+from blockx_cli.runner import run
+from blockx_cli.settings import Settings, settings_of
+from blockx_client import list_workers
+
+app = typer.Typer()
+
+
+@app.command()
+def workers(
+    ctx: typer.Context,
+    *,
+    prefix: Annotated[
+        list[str] | None, typer.Option(help="Registry prefixes [default: block and bundle].")
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """The worker registry read from etcd: slots, cpu/mem, heartbeat age."""
+    out = Output(console, json_)
+    prefixes = prefix or ["/blockx/workers/", "/blockx/bundle-workers/"]
+    raise typer.Exit(run(_workers(settings_of(ctx), out, prefixes)))
+
+
+async def _workers(settings: Settings, out: Output, prefixes: list[str]) -> int:
+    found = await list_workers(settings.etcd_endpoints(), prefixes)
+    now_ms = int(time.time() * 1000)
+    if out.json_mode:
+        out.emit(
+            [
+                {
+                    "worker_addr": w.worker_addr,
+                    "prefix": w.prefix,
+                    "task_slots": w.task_slots,
+                    "reserved_slots": w.reserved_slots,
+                    "running_tasks": w.running_tasks,
+                    "cpu_percent": w.cpu_percent,
+                    "memory_percent": w.memory_percent,
+                    "error_rate": w.error_rate,
+                    "heartbeat_age_ms": now_ms - w.last_heartbeat_ms,
+                }
+                for w in found
+            ]
+        )
+        return EXIT_OK
+    table = Table(title=f"{len(found)} worker(s) in {', '.join(prefixes)}")
+    for column in ("worker", "registry", "slots used", "cpu", "mem", "errors", "heartbeat"):
+        table.add_column(column, no_wrap=column in ("worker", "slots used"))
+    for w in found:
+        table.add_row(
+            w.worker_addr,
+            w.prefix,
+            f"{_bar(w.used_slots, w.task_slots)} {w.used_slots}/{w.task_slots}",
+            f"{w.cpu_percent:.0%}",
+            f"{w.memory_percent:.0%}",
+            f"{w.error_rate:.0%}",
+            f"{(now_ms - w.last_heartbeat_ms) / 1000:.1f} s ago",
+        )
+    out.console.print(table)
+    return EXIT_OK
+
+
+def _bar(used: int, total: int, width: int = 8) -> str:
+    filled = 0 if total <= 0 else round(width * min(used, total) / total)
+    return "█" * filled + "·" * (width - filled)

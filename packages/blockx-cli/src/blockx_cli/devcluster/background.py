@@ -1,0 +1,93 @@
+"""``blockx-dev`` in the background, for ``blockx demo`` and the tests.
+
+It runs as its own process (``python -m blockx_cli.devcluster``) so that its
+children's logs go to a file and its signals stay its own; it announces its
+endpoints with one ``BLOCKX_DEV_READY {json}`` line.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from blockx_cli.devcluster.program import READY
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class LocalCluster:
+    """``blockx-dev --no-smoke --ready-json`` in the background, with its logs in a file."""
+
+    def __init__(self, examples: Path, executors: int = 2) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="blockx-demo-"))
+        self.log = self.workdir / "cluster.log"
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "blockx_cli.devcluster",
+                "--coordinator-port",
+                str(free_port()),
+                "--worker-port",
+                str(free_port()),
+                "--sync-invoker-port",
+                str(free_port()),
+                "--metrics-port",
+                str(free_port()),
+                "--proxy-socket",
+                str(self.workdir / "proxy.sock"),
+                "--executors",
+                str(executors),
+                "--examples",
+                str(examples),
+                "--no-smoke",
+                "--ready-json",
+                "--log-file",
+                str(self.log),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+
+    def wait_ready(self, timeout_s: float = 60) -> dict[str, str]:
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout_s
+        for line in self.proc.stdout:
+            if line.startswith(READY):
+                endpoints: dict[str, str] = json.loads(line[len(READY) :])
+                return endpoints
+            if time.monotonic() > deadline:
+                break
+        raise RuntimeError(
+            f"the local cluster did not start:\n{self.proc.stdout.read()}{self._log_tail()}"
+        )
+
+    def _log_tail(self) -> str:
+        try:
+            return "".join(self.log.read_text().splitlines(keepends=True)[-20:])
+        except OSError:
+            return ""
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+        return self.proc.returncode

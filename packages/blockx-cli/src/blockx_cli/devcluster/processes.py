@@ -1,0 +1,108 @@
+"""Child processes of the local cluster, and how to tell that each is serving."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import IO, Final
+
+from grpclib.client import Channel
+from grpclib.exceptions import GRPCError
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+
+from blockx_server.runtime.process import signal_child
+
+READY_TIMEOUT_S: Final = 60.0
+_PROBE_PERIOD_S: Final = 0.2
+
+
+class LaunchError(RuntimeError):
+    """The cluster cannot start; ``str()`` is the one line users see."""
+
+
+class Child:
+    """A child process whose output is streamed with a name in front of each line."""
+
+    def __init__(self, name: str, proc: asyncio.subprocess.Process, log: IO[str]) -> None:
+        self.name = name
+        self.proc = proc
+        self.log = log
+        self.pump = asyncio.create_task(self._pump())
+
+    @classmethod
+    async def start(cls, name: str, program: str, env: dict[str, str], log: IO[str]) -> Child:
+        binary = shutil.which(program)
+        if binary is None:
+            raise LaunchError(f"{program} is not installed; run `uv sync` at the repository root")
+        proc = await asyncio.create_subprocess_exec(
+            binary,
+            env={**os.environ, **env},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+        )
+        return cls(name, proc, log)
+
+    async def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        async for line in self.proc.stdout:
+            print(
+                f"[{self.name}] {line.decode(errors='replace').rstrip()}", file=self.log, flush=True
+            )
+
+    async def stop(self) -> None:
+        if self.proc.returncode is None:
+            signal_child(self.proc, signal.SIGTERM)
+            try:
+                await asyncio.wait_for(self.proc.wait(), timeout=10)
+            except TimeoutError:
+                signal_child(self.proc)
+                await self.proc.wait()
+        await self.pump
+
+
+async def wait_serving(child: Child, what: str, probe: Callable[[], Awaitable[bool]]) -> None:
+    """Poll ``probe`` until it says yes; LaunchError if the child exits or time runs out."""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while not await probe():
+        if child.proc.returncode is not None:
+            raise LaunchError(f"the {what} exited with code {child.proc.returncode}")
+        if time.monotonic() > deadline:
+            raise LaunchError(f"the {what} did not become ready in time")
+        await asyncio.sleep(_PROBE_PERIOD_S)
+
+
+def grpc_serving(port: int, service: str) -> Callable[[], Awaitable[bool]]:
+    """A probe: grpc.health.v1 on 127.0.0.1:``port`` says SERVING for ``service``."""
+
+    async def probe() -> bool:
+        channel = Channel("127.0.0.1", port)
+        try:
+            reply = await HealthStub(channel).Check(HealthCheckRequest(service=service), timeout=2)
+        except (GRPCError, OSError, TimeoutError):
+            return False
+        finally:
+            channel.close()
+        return bool(reply.status == HealthCheckResponse.SERVING)
+
+    return probe
+
+
+def accepting(path: Path) -> Callable[[], Awaitable[bool]]:
+    """A probe: something accepts connections on the Unix socket at ``path``."""
+
+    async def probe() -> bool:
+        try:
+            _, writer = await asyncio.open_unix_connection(str(path))
+        except OSError:
+            return False
+        writer.close()
+        await writer.wait_closed()
+        return True
+
+    return probe

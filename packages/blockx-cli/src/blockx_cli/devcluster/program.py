@@ -1,0 +1,162 @@
+"""``blockx-dev``: a local BlockX cluster in the foreground (``blockx dev up``).
+
+It starts etcd and the Coordinator, a Worker, the Sync Invoker and the proxy
+(``launcher.DevCluster``), then runs the smoke task ``examples/tasks/hello_world.json``
+through the client unless ``--no-smoke``, prints how to reach everything
+(``--ready-json``: one JSON line, for programs such as ``blockx demo``), streams the
+logs (or writes them to ``--log-file``) until Ctrl-C or SIGTERM, and stops everything
+it started. ``--once`` stops right after the smoke task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import sys
+from pathlib import Path
+from typing import IO, Final, NoReturn
+
+import msgspec
+
+from blockx_cli.devcluster.launcher import DevCluster, Endpoints, LaunchOptions
+from blockx_cli.devcluster.processes import LaunchError
+from blockx_cli.devcluster.smoke import run_smoke_task
+from blockx_client import BlockxError, TaskFileError
+from blockx_server.runtime.process import stop_on_signals
+
+PROGRAM: Final = "blockx-dev"
+READY: Final = "BLOCKX_DEV_READY "
+SMOKE_TASK: Final = Path("tasks") / "hello_world.json"
+
+
+def fail(message: str) -> NoReturn:
+    """One line on stderr and exit code 2; never a traceback."""
+    print(f"{PROGRAM}: {message}", file=sys.stderr, flush=True)
+    raise SystemExit(2)
+
+
+def _banner(cluster: DevCluster, e: Endpoints) -> str:
+    return (
+        "\n"
+        "BlockX dev cluster is up\n"
+        f"  etcd          {e.etcd}  (data in {cluster.etcd.data_dir})\n"
+        f"  coordinator   {e.coordinator}  coordinator.v1.CoordinatorService\n"
+        f"  worker        {e.worker}  worker.v1.WorkerService, "
+        f"{cluster.options.executors} executors, functions from {cluster.functions_dir}\n"
+        f"  sync invoker  {e.sync_invoker}  syncinvoker.v1.SyncInvokerService\n"
+        f"  proxy         unix:{e.proxy_socket}  (PROXY_SOCKET_PATH)\n"
+        f"  metrics       {e.metrics}\n"
+    )
+
+
+async def run(
+    options: LaunchOptions,
+    log: IO[str],
+    *,
+    smoke: bool = True,
+    ready_json: bool = False,
+    once: bool = False,
+) -> None:
+    stop = stop_on_signals()
+    examples = options.examples.resolve()
+    task_file = examples / SMOKE_TASK
+    if not (examples / "functions").is_dir() or not task_file.is_file():
+        fail(
+            f"{options.examples} has no functions/ and {SMOKE_TASK}; "
+            "run from the repository root or pass --examples"
+        )
+    cluster = DevCluster(options, log)
+    try:
+        endpoints = await cluster.start()
+        if not ready_json:
+            print(_banner(cluster, endpoints), flush=True)
+        if smoke:
+            print(f"Smoke task: {task_file}", file=log, flush=True)
+            print(await run_smoke_task(endpoints.coordinator, task_file) + "\n", flush=True)
+        if ready_json:
+            print(READY + json.dumps(msgspec.structs.asdict(endpoints)), flush=True)
+        if once:
+            return
+        if not ready_json:
+            print("Press Ctrl-C to stop.", flush=True)
+        waiters: list[asyncio.Task[object]] = [asyncio.create_task(stop.wait())]
+        waiters += [asyncio.create_task(c.proc.wait()) for c in cluster.children]
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for w in waiters:
+            w.cancel()
+        for child in cluster.exited():
+            print(f"{PROGRAM}: {child.name} exited with code {child.proc.returncode}")
+    finally:
+        await cluster.stop()
+        print(f"{PROGRAM}: stopped", file=log, flush=True)
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.split("\n\n")[0])
+    p.add_argument("--coordinator-port", type=int, default=8080)
+    p.add_argument("--worker-port", type=int, default=9090)
+    p.add_argument("--sync-invoker-port", type=int, default=9091)
+    p.add_argument("--metrics-port", type=int, default=9100)
+    p.add_argument("--proxy-socket", help="the proxy's Unix socket [a temporary path]")
+    p.add_argument("--executors", type=int, default=2)
+    p.add_argument("--examples", type=Path, default=Path("examples"))
+    p.add_argument("--once", action="store_true", help="stop after the smoke task")
+    p.add_argument("--no-smoke", action="store_true", help="skip the smoke task")
+    p.add_argument(
+        "--ready-json", action="store_true", help="print one BLOCKX_DEV_READY {json} line"
+    )
+    p.add_argument("--log-file", help="write the processes' logs here, not to stdout")
+    return p
+
+
+def launch(
+    options: LaunchOptions,
+    *,
+    smoke: bool = True,
+    ready_json: bool = False,
+    once: bool = False,
+    log_file: str | None = None,
+) -> None:
+    """Run the cluster until Ctrl-C or SIGTERM (or the smoke task, with ``once``)."""
+    log: IO[str] = sys.stdout
+    if log_file is not None:
+        try:
+            log = open(log_file, "a", buffering=1)  # noqa: SIM115 (closed at exit)
+        except OSError as exc:
+            fail(f"cannot write the log file {log_file}: {exc.strerror}")
+    try:
+        asyncio.run(run(options, log, smoke=smoke, ready_json=ready_json, once=once))
+    except (LaunchError, TaskFileError) as exc:
+        fail(str(exc))
+    except BlockxError as exc:
+        fail(f"the smoke task: {exc.message}")
+    except KeyboardInterrupt:
+        pass
+    with contextlib.suppress(BrokenPipeError):
+        sys.stdout.flush()
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    options = LaunchOptions(
+        coordinator_port=args.coordinator_port,
+        worker_port=args.worker_port,
+        sync_invoker_port=args.sync_invoker_port,
+        metrics_port=args.metrics_port,
+        proxy_socket=Path(args.proxy_socket) if args.proxy_socket else None,
+        executors=args.executors,
+        examples=args.examples,
+    )
+    launch(
+        options,
+        smoke=not args.no_smoke,
+        ready_json=args.ready_json,
+        once=args.once,
+        log_file=args.log_file,
+    )
+
+
+if __name__ == "__main__":
+    main()

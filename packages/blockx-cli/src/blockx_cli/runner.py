@@ -1,0 +1,44 @@
+"""Running a command's coroutine: a BlockX error is one clear line and an exit code."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+import typer
+
+from blockx_cli.output import EXIT_SERVICE, EXIT_USAGE, fail
+from blockx_client import (
+    BlockxError,
+    ConnectError,
+    NoSlotError,
+    TaskFileError,
+    UnavailableError,
+)
+
+T = TypeVar("T")
+
+TASK_FILE_HINT = "see examples/tasks/hello_world.json for the format"
+
+
+def hint_for(exc: BlockxError) -> str | None:
+    if isinstance(exc, ConnectError):
+        return "is the cluster running? `blockx dev up` starts one locally"
+    if isinstance(exc, NoSlotError):
+        return "every worker is busy; try again later or wait longer (--deadline / --timeout)"
+    if isinstance(exc, UnavailableError):
+        return "the coordinator sees no live worker yet (is etcd up, is a worker registered?)"
+    return None
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command; a BlockX error is one clear line and exit code 3, never a traceback."""
+    try:
+        return asyncio.run(coro)
+    except TaskFileError as exc:
+        fail(str(exc), EXIT_USAGE, hint=TASK_FILE_HINT)
+    except BlockxError as exc:
+        fail(exc.message, EXIT_SERVICE, hint=hint_for(exc))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None

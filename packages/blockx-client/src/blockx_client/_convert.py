@@ -1,0 +1,148 @@
+"""The client's only protobuf conversion: public models to wire messages and back."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Final
+
+from msgspec.structs import replace
+
+from blockx_client.models import (
+    Durations,
+    Invocation,
+    IoTrace,
+    PluginOutput,
+    Precheck,
+    Task,
+    TaskResult,
+    TaskState,
+    TaskUpdate,
+)
+from blockx_proto import syncinvoker_v1, worker_v1
+
+_STATES: Final[dict[worker_v1.TaskState, TaskState]] = {
+    worker_v1.TaskState.ALLOCATED: TaskState.ALLOCATED,
+    worker_v1.TaskState.RUNNING: TaskState.RUNNING,
+    worker_v1.TaskState.SUCCEEDED: TaskState.SUCCEEDED,
+    worker_v1.TaskState.FAILED: TaskState.FAILED,
+}
+
+
+def task_to_pb(task: Task) -> worker_v1.TaskInput:
+    handler = task.result_handler
+    return worker_v1.TaskInput(
+        task_id=task.task_id,
+        function_call_config=worker_v1.FunctionCallConfig(
+            type=task.function_call_config.type,
+            config=task.function_call_config.config_text(),
+        ),
+        result_handler=(
+            worker_v1.ResultHandler(type=handler.type, config=handler.config_text())
+            if handler is not None
+            else None
+        ),
+        task_timeout_ms=task.task_timeout_ms,
+    )
+
+
+def state_from_pb(state: worker_v1.TaskState) -> TaskState:
+    """UNSPECIFIED (a task the worker will never run) reads as UNKNOWN."""
+    return _STATES.get(state, TaskState.UNKNOWN)
+
+
+def result_from_pb(
+    task_id: str,
+    state: worker_v1.TaskState,
+    pb: worker_v1.TaskResult | None,
+    worker_addr: str = "",
+    error: str = "",
+) -> TaskResult:
+    er = pb.execute_result if pb is not None else None
+    return TaskResult(
+        task_id=task_id,
+        state=state_from_pb(state),
+        worker_addr=worker_addr,
+        success=bool(pb and pb.success),
+        failure_code=er.failure_code if er else "",
+        failure_message=er.failure_message if er else "",
+        retryable=bool(er and er.retryable),
+        plugin_results=tuple(
+            PluginOutput(
+                plugin_name=p.plugin_name,
+                success=p.success,
+                failure_code=p.failure_code,
+                failure_message=p.failure_message,
+                result=p.result,
+            )
+            for p in (er.plugin_results if er else [])
+        ),
+        error=error,
+    )
+
+
+def update_from_pb(update: worker_v1.TaskUpdate) -> TaskUpdate:
+    result = None
+    if update.is_terminal:
+        result = result_from_pb(
+            update.task_id, update.state, update.result, update.worker_addr, update.error
+        )
+    return TaskUpdate(
+        task_id=update.task_id,
+        state=state_from_pb(update.state),
+        is_terminal=update.is_terminal,
+        worker_addr=update.worker_addr,
+        timestamp_ms=update.timestamp_ms,
+        error=update.error,
+        result=result,
+    )
+
+
+def args_to_pb(args: tuple[Any, ...]) -> str:
+    """A call's positional arguments as the Sync Invoker takes them: a JSON array."""
+    return json.dumps(list(args))
+
+
+def invocation_from_pb(reply: syncinvoker_v1.InvokeResponse) -> Invocation:
+    durations = reply.durations or syncinvoker_v1.CallDurations()
+    return Invocation(
+        call_id=reply.call_id,
+        success=reply.success,
+        value=json.loads(reply.result) if reply.success and reply.result else None,
+        failure_code=reply.failure_code,
+        failure_message=reply.failure_message,
+        retryable=reply.retryable,
+        durations=Durations(
+            queue_us=durations.queue_us, cpu_us=durations.cpu_us, io_us=durations.io_us
+        ),
+        code_epoch=reply.code_epoch,
+    )
+
+
+def debug_invocation_from_pb(reply: syncinvoker_v1.DebugInvokeResponse) -> Invocation:
+    base = invocation_from_pb(reply.response or syncinvoker_v1.InvokeResponse())
+    return replace(
+        base,
+        output=reply.output,
+        io_trace=tuple(
+            IoTrace(
+                backend=t.backend,
+                op=t.op,
+                request=t.request,
+                duration_us=t.duration_us,
+                success=t.success,
+                error=t.error,
+            )
+            for t in reply.io_trace
+        ),
+    )
+
+
+def precheck_from_pb(reply: syncinvoker_v1.PrecheckResponse) -> Precheck:
+    return Precheck(
+        ok=reply.ok,
+        failure_code=reply.failure_code,
+        message=reply.message,
+        signature=reply.signature,
+        is_async=reply.is_async,
+        code_epoch=reply.code_epoch,
+    )

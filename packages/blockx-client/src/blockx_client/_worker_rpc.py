@@ -1,0 +1,87 @@
+"""The worker.v1 calls a client makes: RequestTaskSlot, SubmitTask, GetTaskResult,
+WatchTasks. One call each, no retries: placement and waiting build on these."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Sequence
+
+from grpclib.exceptions import GRPCError, StreamTerminatedError
+
+from blockx_client._convert import result_from_pb, task_to_pb, update_from_pb
+from blockx_client._options import ClientOptions
+from blockx_client.errors import ConnectError, error_for
+from blockx_client.models import Reservation, SubmitAnswer, Task, TaskResult, TaskUpdate
+from blockx_client.transport import Transport
+from blockx_proto import worker_v1
+
+
+class WorkerRpc:
+    def __init__(self, options: ClientOptions, transport: Transport) -> None:
+        self._options = options
+        self._transport = transport
+
+    def _stub(self, worker_addr: str) -> tuple[worker_v1.WorkerServiceStub, dict[str, str] | None]:
+        channel, metadata = self._transport.worker(worker_addr)
+        return worker_v1.WorkerServiceStub(channel), metadata
+
+    async def request_task_slot(
+        self, worker_addr: str, task_id: str | None = None, *, ttl_ms: int = 5000
+    ) -> Reservation:
+        task_id = task_id or str(uuid.uuid4())
+        stub, metadata = self._stub(worker_addr)
+        reply = await self._transport.unary(
+            worker_addr,
+            stub.request_task_slot(
+                worker_v1.RequestTaskSlotRequest(task_id=task_id, ttl_ms=ttl_ms),
+                timeout=self._options.rpc_timeout_s,
+                metadata=metadata,
+            ),
+        )
+        return Reservation(reply.task_id, reply.worker_addr or worker_addr, reply.slot_id)
+
+    async def submit_task(self, task: Task, *, worker_addr: str, slot_id: str = "") -> SubmitAnswer:
+        task = task.with_id()
+        stub, metadata = self._stub(worker_addr)
+        reply = await self._transport.unary(
+            worker_addr,
+            stub.submit_task(
+                worker_v1.SubmitTaskRequest(task=task_to_pb(task), slot_id=slot_id),
+                timeout=self._options.rpc_timeout_s,
+                metadata=metadata,
+            ),
+        )
+        result = result_from_pb(task.task_id, reply.state, reply.result, worker_addr)
+        return SubmitAnswer(
+            task_id=task.task_id,
+            state=result.state,
+            slot_id=reply.slot_id,
+            worker_addr=worker_addr,
+            result=result if result.state.is_terminal else None,
+        )
+
+    async def get_task_result(self, task_id: str, *, worker_addr: str) -> TaskResult:
+        stub, metadata = self._stub(worker_addr)
+        reply = await self._transport.unary(
+            worker_addr,
+            stub.get_task_result(
+                worker_v1.GetTaskResultRequest(task_id=task_id),
+                timeout=self._options.rpc_timeout_s,
+                metadata=metadata,
+            ),
+        )
+        return result_from_pb(task_id, reply.state, reply.result, worker_addr)
+
+    async def watch_tasks(
+        self, task_ids: Sequence[str], *, worker_addr: str
+    ) -> AsyncIterator[TaskUpdate]:
+        stub, metadata = self._stub(worker_addr)
+        try:
+            async for update in stub.watch_tasks(
+                worker_v1.WatchTasksRequest(task_ids=list(task_ids)), metadata=metadata
+            ):
+                yield update_from_pb(update)
+        except GRPCError as exc:
+            raise error_for(exc.status, exc.message or "") from None
+        except (OSError, StreamTerminatedError) as exc:
+            raise ConnectError(f"lost the Watch stream to {worker_addr}: {exc}") from None
