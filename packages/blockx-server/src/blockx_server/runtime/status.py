@@ -24,7 +24,7 @@ WORKER_STATUS: Final[Mapping[ErrorCode, Status]] = {
     ErrorCode.NOT_FOUND: Status.NOT_FOUND,
 }
 
-# How a Coordinator answers ReserveWorkerSlot (the seeds' coordCodeToGRPC).
+# How a Coordinator answers ReserveWorkerSlot.
 COORDINATOR_STATUS: Final[Mapping[ErrorCode, Status]] = {
     ErrorCode.INVALID_ARGUMENT: Status.INVALID_ARGUMENT,
     ErrorCode.UNAVAILABLE: Status.UNAVAILABLE,
