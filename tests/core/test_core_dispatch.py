@@ -17,7 +17,9 @@ from typing import Any, TypeVar
 
 import pytest
 
+from blockx_core.calls import RootOutput
 from blockx_core.dispatch import (
+    RETRYABLE,
     CallFailureKind,
     CallRetryPolicy,
     CancelCalls,
@@ -73,6 +75,15 @@ def root_ids(cmds: Sequence[DispatchCommand]) -> dict[int, int]:
 
 def roots(n: int) -> list[list[Any]]:
     return [[i] for i in range(n)]
+
+
+def tagged(values: list[bytes]) -> list[RootOutput]:
+    """Outputs in root order, as the core tags them (no context)."""
+    return [RootOutput(i, value) for i, value in enumerate(values)]
+
+
+def values(converge: ConvergeTaskCalls) -> list[bytes]:
+    return [o.value_json for o in converge.outputs]
 
 
 def result(i: int) -> bytes:
@@ -143,7 +154,7 @@ def test_empty_call_list_converges_at_once(executors: tuple[str, ...]) -> None:
     core = make()
     up(core, *executors)
     assert core.start_task("t1", CODE, FN, [], 0) == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=[])
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([]))
     ]
     assert not core.has_task("t1")
     assert core.live_calls() == 0
@@ -335,7 +346,7 @@ def test_window_doubles_after_a_window_of_completions_up_to_the_limit(
         new = root_ids(last)
         assert not set(new) & set(outstanding)
         outstanding.update(new)
-    assert only_converge(last).outputs == [result(i) for i in range(n)]
+    assert values(only_converge(last)) == [result(i) for i in range(n)]
     assert not outstanding
 
 
@@ -369,7 +380,7 @@ def test_outputs_are_in_root_order_whatever_the_completion_order(batches: list[l
             converges += of(out, ConvergeTaskCalls)
             assert of(out, SendCalls) == []
     assert converges == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=[result(i) for i in range(4)])
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(i) for i in range(4)]))
     ]
     assert not core.has_task("t1")
     assert core.live_calls() == 0
@@ -405,7 +416,7 @@ def test_results_the_core_does_not_expect_are_ignored(case: str) -> None:
             core.calls_completed(where[ids[i]], [ids[i]], [result(i)], 3), ConvergeTaskCalls
         )
     assert converges == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=[result(0), result(1)])
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(0), result(1)]))
     ]
     assert core.calls_completed(where[ids[1]], [ids[1]], [result(1)], 4) == []
 
@@ -421,7 +432,7 @@ def test_result_of_an_attempt_on_a_lost_executor_is_ignored_even_if_it_returns()
     retry = core.tick(110)
     assert placement(retry) == {ids[0]: "e1"}
     assert core.calls_completed("e1", [ids[0]], [result(0)], 120) == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=[result(0)])
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(0)]))
     ]
 
 
@@ -452,14 +463,14 @@ def test_output_bytes_exceeded(limit: int, sizes: list[int], fails_at: int | Non
             assert not converge.success
             assert converge.failure_code is FailureCode.OUTPUT_BYTES_EXCEEDED
             assert str(limit) in converge.failure_message
-            assert converge.outputs == []
+            assert values(converge) == []
             rest = {(where[ids[i]], ids[i]) for i in range(n, len(sizes))}
             assert cancelled(out) == rest
             assert out[-1] == converge
             assert core.live_calls() == 0
             break
         if n == len(sizes):
-            assert only_converge(out).outputs == [b"x" * s for s in sizes]
+            assert values(only_converge(out)) == [b"x" * s for s in sizes]
         else:
             assert out == []
     else:
@@ -497,7 +508,7 @@ def test_non_retryable_failure_fast_fails_the_task(kind: CallFailureKind) -> Non
     assert converge.task_id == "t1"
     assert not converge.success
     assert converge.failure_code is FailureCode.CALL_FAILED
-    assert converge.outputs == []
+    assert values(converge) == []
     for part in ("#2", FN, "blk2", kind.value, TRACEBACK):
         assert part in converge.failure_message
     assert "attempts" not in converge.failure_message
@@ -534,7 +545,7 @@ def test_fast_fail_spares_other_tasks() -> None:
     assert cancelled(out) == {("e1", a[1])}
     assert only_converge(out).task_id == "a"
     assert core.calls_completed("e1", [b[0]], [result(0)], 2) == [
-        ConvergeTaskCalls(task_id="b", success=True, outputs=[result(0)])
+        ConvergeTaskCalls(task_id="b", success=True, outputs=tagged([result(0)]))
     ]
 
 
@@ -697,7 +708,7 @@ def test_child_result_resumes_the_parent_on_the_parents_executor() -> None:
     ]
     # The parent's own result is the only output.
     assert core.calls_completed("e1", [root], [result(0)], 3) == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=[result(0)])
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(0)]))
     ]
     assert core.live_calls() == 0
 
@@ -712,7 +723,7 @@ def test_nested_subcalls_resume_each_parent_in_turn() -> None:
     assert core.calls_completed(child_ex, [child], [b"8"], 3) == [
         ResumeWithResult(executor_id="e1", call_id=root, ok=True, value_json=b"8")
     ]
-    assert only_converge(core.calls_completed("e1", [root], [b"9"], 4)).outputs == [b"9"]
+    assert values(only_converge(core.calls_completed("e1", [root], [b"9"], 4))) == [b"9"]
 
 
 @pytest.mark.parametrize("kind", NON_RETRYABLE)
@@ -722,7 +733,12 @@ def test_child_terminal_failure_resumes_the_parent_with_the_error(kind: CallFail
     out = core.call_failed(child_ex, child, kind, TRACEBACK, 2)
     assert out == [
         ResumeWithResult(
-            executor_id="e1", call_id=root, ok=False, error_kind=kind.value, error=TRACEBACK
+            executor_id="e1",
+            call_id=root,
+            ok=False,
+            error_kind=kind.value,
+            error=TRACEBACK,
+            retryable=RETRYABLE[kind],
         )
     ]
     # The parent may handle it: the task is still alive and can succeed.
@@ -740,7 +756,12 @@ def test_child_retryable_failure_is_retried_and_resumes_only_when_terminal() -> 
     out = core.call_failed(again[child], child, lost, "died again", 200)
     assert out == [
         ResumeWithResult(
-            executor_id="e1", call_id=root, ok=False, error_kind="EXECUTOR_LOST", error="died again"
+            executor_id="e1",
+            call_id=root,
+            ok=False,
+            error_kind="EXECUTOR_LOST",
+            error="died again",
+            retryable=True,
         )
     ]
     assert core.has_task("t1")

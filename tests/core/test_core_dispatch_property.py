@@ -342,7 +342,7 @@ class DispatchMachine(RuleBasedStateMachine):
             want_c = exp.converges[c.task_id]
             assert c.task_id not in self.converged, f"{c.task_id} converged twice"
             self.converged.add(c.task_id)
-            assert (c.success, c.failure_code, c.outputs) == (
+            assert (c.success, c.failure_code, [o.value_json for o in c.outputs]) == (
                 want_c.success,
                 want_c.code,
                 want_c.outputs,

@@ -162,7 +162,7 @@ class Gate:
 
 def outputs(result: ConvergeTaskCalls) -> list[Any]:
     assert result.success, result.failure_message
-    return [json.loads(o) for o in result.outputs]
+    return [json.loads(o.value_json) for o in result.outputs]
 
 
 @pytest.fixture
