@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
+
+if TYPE_CHECKING:
+    from blockx_core.dispatch._state import Call
 
 
 class CallFailureKind(enum.StrEnum):
@@ -58,3 +61,20 @@ class CallFailure(msgspec.Struct, frozen=True, kw_only=True):
     # May the same call succeed if run again (the kind's RETRYABLE entry, unless the
     # attempt said a retry cannot succeed).
     retryable: bool = False
+
+
+def failure_text(call: Call, kind: CallFailureKind, message: str) -> str:
+    """The CALL_FAILED message for people: which root call, how often, why."""
+    attempts = f" after {call.attempt} attempts" if call.attempt > 1 else ""
+    return (
+        f"call #{call.root_index} {call.function}({_short_args(call.args, call.kwargs)}) "
+        f"failed{attempts}: {kind.value}: {message}"
+    )
+
+
+def _short_args(args: list[Any], kwargs: dict[str, Any] | None, limit: int = 120) -> str:
+    parts = [repr(a) for a in args]
+    if kwargs:
+        parts += [f"{k}={v!r}" for k, v in kwargs.items()]
+    text = ", ".join(parts)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -2,9 +2,58 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections import defaultdict
+from collections.abc import Iterable, Iterator
 
-from blockx_core.dispatch._state import Executor
+from blockx_core.dispatch._commands import SendCalls
+from blockx_core.dispatch._state import Call, Executor
+
+
+def place(calls: list[Call], executors: dict[str, Executor], max_batch: int) -> list[SendCalls]:
+    """Assign calls to executors (at least one is up), spreading by load, in batches
+    of one task's one function of at most ``max_batch`` calls."""
+    first = calls[0]
+    if all(
+        c.task is first.task and c.code == first.code and c.function == first.function
+        for c in calls
+    ):
+        groups: Iterator[list[Call]] = iter([calls])
+    else:
+        by_key: dict[tuple[str, str, str], list[Call]] = defaultdict(list)
+        for call in calls:
+            by_key[(call.task.task_id, call.code, call.function)].append(call)
+        groups = iter(by_key.values())
+    out: list[SendCalls] = []
+    for group in groups:
+        head = group[0]
+        budget_ms = head.task.budget_ms
+        # Columns for keyword arguments and contexts only when some call has them.
+        with_kwargs = any(c.kwargs is not None for c in group)
+        with_contexts = any(c.context is not None for c in group)
+        offset = 0
+        for ex, share in water_fill(executors.values(), len(group)):
+            ex_id = ex.executor_id
+            ex_calls = ex.calls
+            for lo in range(offset, offset + share, max_batch):
+                batch = group[lo : min(lo + max_batch, offset + share)]
+                for call in batch:
+                    call.executor_id = ex_id
+                    ex_calls.add(call.call_id)
+                out.append(
+                    SendCalls(
+                        executor_id=ex_id,
+                        task_id=head.task.task_id,
+                        code=head.code,
+                        function=head.function,
+                        budget_ms=budget_ms,
+                        call_ids=[c.call_id for c in batch],
+                        args=[c.args for c in batch],
+                        kwargs=[c.kwargs or {} for c in batch] if with_kwargs else None,
+                        contexts=[c.context for c in batch] if with_contexts else None,
+                    )
+                )
+            offset += share
+    return out
 
 
 def water_fill(executors: Iterable[Executor], n: int) -> list[tuple[Executor, int]]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
 from typing import Any
 
 from blockx_core.calls import CallContext, RootCall, RootOutput
@@ -146,3 +148,25 @@ class Executor:
         self.last_heartbeat_ms = now_ms
         self.running_call = 0
         self.running_us = 0
+
+
+def detach(
+    calls: dict[int, Call], executors: dict[str, Executor], call_ids: Iterable[int]
+) -> dict[str, list[int]]:
+    """Forget these calls and their sub-calls, transitively; returns, per executor,
+    the ids it still holds and must cancel."""
+    cancels: dict[str, list[int]] = defaultdict(list)
+    stack = list(call_ids)
+    while stack:
+        call = calls.pop(stack.pop(), None)
+        if call is None:
+            continue
+        call.task.live.discard(call.call_id)
+        if call.executor_id is not None:
+            cancels[call.executor_id].append(call.call_id)
+            ex = executors.get(call.executor_id)
+            if ex is not None:
+                ex.calls.discard(call.call_id)
+        if call.children:
+            stack.extend(call.children)
+    return cancels

@@ -18,14 +18,13 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot, FunctionSource
 from blockx_core.dispatch import (
-    CallFailure,
     CallFailureKind,
     CancelCalls,
     ConvergeTaskCalls,
@@ -36,10 +35,9 @@ from blockx_core.dispatch import (
     ResumeWithResult,
     SendCalls,
 )
-from blockx_core.errors import FailureCode
 from blockx_executor import protocol as wire
 from blockx_server.calls.executor_pool import ExecutorPool, ExecutorPoolConfig
-from blockx_server.io.errors import IoOutcome
+from blockx_server.calls.run import CallObserver, CallRun, RunState
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 
@@ -49,37 +47,6 @@ log = logging.getLogger(__name__)
 class CallEngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     dispatch: DispatchConfig = DispatchConfig()
     pool: ExecutorPoolConfig = ExecutorPoolConfig()
-
-
-class CallObserver(Protocol):
-    """Sees the individual calls of one run (the Sync Invoker's durations and debug trace)."""
-
-    def call_finished(self, call_id: int, cpu_us: int, io_us: int) -> None: ...
-    def call_output(self, call_id: int, text: str) -> None: ...
-    def io_traced(
-        self,
-        call_id: int,
-        request: wire.IoRequested,
-        outcome: IoOutcome,
-    ) -> None: ...
-
-
-class _Run:
-    __slots__ = ("debug", "future", "io", "observer", "snapshot")
-
-    def __init__(
-        self,
-        future: asyncio.Future[ConvergeTaskCalls],
-        snapshot: CodeSnapshot,
-        io: TaskIoScope,
-        observer: CallObserver | None,
-        debug: bool,
-    ) -> None:
-        self.future = future
-        self.snapshot = snapshot
-        self.io = io
-        self.observer = observer
-        self.debug = debug
 
 
 class CallEngine:
@@ -96,7 +63,7 @@ class CallEngine:
         self._loaded: dict[str, set[str]] = {}  # executor -> digests it has
         self._outbox: dict[str, list[Any]] = defaultdict(list)
         self._flush_scheduled = False
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, RunState] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ms: int | None = None
         self._io_tasks: set[asyncio.Task[None]] = set()
@@ -149,7 +116,7 @@ class CallEngine:
         if task_id in self._runs:
             raise RuntimeError(f"task {task_id!r} is already in its Calls phase")
         loop = asyncio.get_running_loop()
-        run = _Run(loop.create_future(), snapshot, io, observer, debug)
+        run = RunState(loop.create_future(), snapshot, io, observer, debug)
         source = snapshot.resolve(function)
         if source is None:
             return CallRun(self, task_id, run, missing=snapshot.describe_missing(function))
@@ -186,13 +153,15 @@ class CallEngine:
         run.done()
         return await run.result()
 
-    def _add_roots(self, task_id: str, roots: Sequence[RootCall | list[Any]]) -> None:
+    # ---- CallRun -------------------------------------------------------------------
+
+    def add_roots(self, task_id: str, roots: Sequence[RootCall | list[Any]]) -> None:
         self._apply(self._core.add_roots(task_id, roots, self._clock.now_ms()))
 
-    def _roots_done(self, task_id: str) -> None:
+    def roots_done(self, task_id: str) -> None:
         self._apply(self._core.roots_done(task_id, self._clock.now_ms()))
 
-    def _close_run(self, task_id: str, run: _Run) -> None:
+    def close_run(self, task_id: str, run: RunState) -> None:
         if self._runs.get(task_id) is not run:
             return
         del self._runs[task_id]
@@ -426,61 +395,6 @@ class CallEngine:
         self._timer = None
         self._timer_at_ms = None
         self._apply(self._core.tick(self._clock.now_ms()))
-
-
-class CallRun:
-    """One task's Calls phase as a producer sees it: ``add`` root calls as they come
-    (each gets the next root index), ``done`` when there are no more, and ``await
-    result()`` for the convergence. Adding to a run that has already failed
-    (fastFail, output cap) does nothing."""
-
-    def __init__(
-        self, engine: CallEngine, task_id: str, run: _Run, *, missing: str | None = None
-    ) -> None:
-        self.task_id = task_id
-        self._engine = engine
-        self._run = run
-        # The function is not in the pinned snapshot: the first root call fails the run.
-        self._missing = missing
-        self._done = False
-
-    def add(self, roots: Sequence[RootCall | list[Any]]) -> None:
-        if self._done:
-            raise RuntimeError(f"task {self.task_id!r}: root calls added after done()")
-        if not roots or self._run.future.done():
-            return
-        if self._missing is not None:
-            self._run.future.set_result(
-                ConvergeTaskCalls(
-                    task_id=self.task_id,
-                    success=False,
-                    failure_code=FailureCode.CALL_FAILED,
-                    failure_message=f"{CallFailureKind.FUNCTION_NOT_FOUND.value}: {self._missing}",
-                    failed_call=CallFailure(
-                        index=0, kind=CallFailureKind.FUNCTION_NOT_FOUND, message=self._missing
-                    ),
-                )
-            )
-            return
-        self._engine._add_roots(self.task_id, roots)
-
-    def done(self) -> None:
-        if self._done:
-            return
-        self._done = True
-        if self._missing is not None:
-            if not self._run.future.done():
-                self._run.future.set_result(
-                    ConvergeTaskCalls(task_id=self.task_id, success=True, outputs=[])
-                )
-            return
-        self._engine._roots_done(self.task_id)
-
-    async def result(self) -> ConvergeTaskCalls:
-        try:
-            return await self._run.future
-        finally:
-            self._engine._close_run(self.task_id, self._run)
 
 
 def _failure_kind(kind: str) -> CallFailureKind:
