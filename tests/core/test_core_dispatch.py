@@ -17,9 +17,10 @@ from typing import Any, TypeVar
 
 import pytest
 
-from blockx_core.calls import RootOutput
+from blockx_core.calls import CallContext, RootCall, RootOutput
 from blockx_core.dispatch import (
     RETRYABLE,
+    CallFailure,
     CallFailureKind,
     CallRetryPolicy,
     CancelCalls,
@@ -1141,3 +1142,168 @@ def test_cancel_unknown_task_is_a_no_op() -> None:
     core = make()
     up(core, "e1")
     assert core.cancel_task("nope", 0) == []
+
+
+# ---- root calls that come incrementally ---------------------------------------------------
+
+
+def complete_all(core: DispatcherCore, cmds: Sequence[DispatchCommand], now_ms: int) -> list[Any]:
+    """Complete every call the commands sent (result: the first argument as JSON),
+    and every call those completions send in turn; return all commands."""
+    seen: list[DispatchCommand] = []
+    pending = list(cmds)
+    while pending:
+        seen += pending
+        sends = of(pending, SendCalls)
+        pending = []
+        for s in sends:
+            results = [str(args[0]).encode() for args in s.args]
+            pending += core.calls_completed(s.executor_id, s.call_ids, results, now_ms)
+    return seen
+
+
+def test_an_open_task_converges_only_when_its_source_is_done() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    assert core.open_task("t1", CODE, FN, 0) == []
+    first = complete_all(core, core.add_roots("t1", [[0], [1]], 1), 1)
+    assert of(first, ConvergeTaskCalls) == []
+    assert core.has_task("t1")
+    assert core.add_roots("t1", [], 2) == []
+    more = complete_all(core, core.add_roots("t1", [[2]], 3), 3)
+    assert of(more, ConvergeTaskCalls) == []
+    assert core.roots_done("t1", 4) == [
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([b"0", b"1", b"2"]))
+    ]
+    assert not core.has_task("t1")
+
+
+def test_roots_done_before_the_roots_finish_converges_at_the_last_result() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    core.open_task("t1", CODE, FN, 0)
+    sent = core.add_roots("t1", [[0], [1]], 0)
+    assert core.roots_done("t1", 1) == []
+    assert values(only_converge(complete_all(core, sent, 2))) == [b"0", b"1"]
+
+
+def test_an_empty_source_converges_with_no_outputs() -> None:
+    core = make()
+    core.open_task("t1", CODE, FN, 0)
+    assert core.roots_done("t1", 0) == [ConvergeTaskCalls(task_id="t1", success=True)]
+
+
+def test_roots_added_after_the_source_is_done_are_a_caller_bug() -> None:
+    core = make()
+    up(core, "e1")
+    core.open_task("t1", CODE, FN, 0)
+    core.add_roots("t1", [[0]], 0)
+    core.roots_done("t1", 0)
+    with pytest.raises(BlockxUsageError):
+        core.add_roots("t1", [[1]], 0)
+
+
+def test_roots_added_to_a_failed_task_are_ignored() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    core.open_task("t1", CODE, FN, 0)
+    [root] = placement(core.add_roots("t1", [[0]], 0))
+    failed = core.call_failed("e1", root, CallFailureKind.USER_ERROR, "boom", 1)
+    assert only_converge(failed).failure_code is FailureCode.CALL_FAILED
+    assert core.add_roots("t1", [[1]], 2) == []
+    assert core.roots_done("t1", 2) == []
+
+
+def test_the_window_spans_chunks() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB, initial_window=2)
+    up(core, "e1")
+    core.open_task("t1", CODE, FN, 0)
+    assert len(placement(core.add_roots("t1", [[0]], 0))) == 1
+    assert len(placement(core.add_roots("t1", [[1], [2], [3]], 0))) == 1
+    assert core.task_inflight("t1") == 2
+
+
+# ---- keyword arguments, contexts, failures as fields --------------------------------------
+
+BLOCK = CallContext(block_number=7, block_hash="0x07")
+
+
+def test_batches_carry_kwargs_and_contexts_only_when_some_call_has_them() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    [plain] = of(core.start_task("a", CODE, FN, [RootCall([0]), [1]], 0), SendCalls)
+    assert (plain.kwargs, plain.contexts) == (None, None)
+    calls = [RootCall([0], {"x": 1}), RootCall([1], context=BLOCK), RootCall([2])]
+    [send] = of(core.start_task("b", CODE, FN, calls, 0), SendCalls)
+    assert send.args == [[0], [1], [2]]
+    assert send.kwargs == [{"x": 1}, {}, {}]
+    assert send.contexts == [None, BLOCK, None]
+    converge = only_converge(complete_all(core, [send], 1))
+    assert converge.outputs == [
+        RootOutput(0, b"0"),
+        RootOutput(1, b"1", BLOCK),
+        RootOutput(2, b"2"),
+    ]
+
+
+def test_a_sub_call_inherits_its_parents_context_and_carries_its_kwargs() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    [root] = placement(core.start_task("t1", CODE, FN, [RootCall([0], context=BLOCK)], 0))
+    [send] = of(
+        core.subcall_requested("e1", root, "lib@2", "helper", [1], 1, kwargs={"y": 2}), SendCalls
+    )
+    assert (send.kwargs, send.contexts) == ([{"y": 2}], [BLOCK])
+
+
+def test_a_fast_failure_names_the_failed_call() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    ids = root_ids(core.start_task("t1", CODE, FN, [[0], [1, "k"]], 0))
+    converge = only_converge(core.call_failed("e1", ids[1], CallFailureKind.BAD_RESULT, "no", 1))
+    assert converge.failed_call == CallFailure(
+        index=1, kind=CallFailureKind.BAD_RESULT, message="no", attempts=1, retryable=False
+    )
+    assert converge.failure_message == "call #1 score_block(1, 'k') failed: BAD_RESULT: no"
+
+
+def test_kwargs_show_in_the_failure_message() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    [root] = placement(core.start_task("t1", CODE, FN, [RootCall([0], {"to": 9})], 0))
+    converge = only_converge(core.call_failed("e1", root, CallFailureKind.USER_ERROR, "x", 1))
+    assert converge.failure_message == "call #0 score_block(0, to=9) failed: USER_ERROR: x"
+
+
+@pytest.mark.parametrize(
+    ("retryable", "attempts"),
+    [
+        # A retry policy that lists IO_ERROR retries a read that may pass...
+        (True, 2),
+        # ...but not one that fails the same way every time (e.g. UNKNOWN_BACKEND).
+        (False, 1),
+    ],
+)
+def test_an_attempt_that_cannot_succeed_on_retry_is_not_retried(
+    retryable: bool, attempts: int
+) -> None:
+    policy = CallRetryPolicy(max_attempts=2, retry_on=frozenset({CallFailureKind.IO_ERROR}))
+    core = make(executor_heartbeat_timeout_ms=NO_HB, retry=policy)
+    up(core, "e1")
+    [root] = placement(core.start_task("t1", CODE, FN, roots(1), 0))
+    now = 0
+    for _ in range(attempts - 1):
+        assert (
+            core.call_failed("e1", root, CallFailureKind.IO_ERROR, "down", now, retryable=retryable)
+            == []
+        )
+        now += 10_000
+        assert list(placement(core.tick(now))) == [root]
+    out = core.call_failed("e1", root, CallFailureKind.IO_ERROR, "down", now, retryable=retryable)
+    failed = only_converge(out).failed_call
+    assert failed is not None
+    assert (failed.attempts, failed.retryable) == (attempts, retryable)
+
+
+def test_every_failure_kind_says_whether_it_is_retryable() -> None:
+    assert set(RETRYABLE) == set(CallFailureKind)
