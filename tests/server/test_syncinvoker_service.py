@@ -104,6 +104,14 @@ async def chatty(x):
 
 async def gated(x):
     return await io.gate.wait(x)
+
+
+async def reads_nowhere():
+    return await io.nowhere.get("k")
+
+
+async def reads_badly():
+    return await io.memory.get()
 '''
 
 # Precheck must never run any of these.
@@ -359,6 +367,17 @@ async def test_a_write_is_refused_even_when_caught(invoker: Invoker) -> None:
         assert response.failure_code == "WRITE_FORBIDDEN", function
         assert "io.memory.put is a write" in response.failure_message
         assert not response.retryable
+
+
+async def test_an_escaped_io_error_is_retryable_only_when_a_retry_may_pass(
+    invoker: Invoker,
+) -> None:
+    # UNKNOWN_BACKEND and BAD_REQUEST fail the same way every time.
+    for function, kind in (("reads_nowhere", "UNKNOWN_BACKEND"), ("reads_badly", "BAD_REQUEST")):
+        response = await invoker.invoke(function)
+        assert response.failure_code == "IO_ERROR", function
+        assert f"IoError: {kind}" in response.failure_message, function
+        assert not response.retryable, function
 
 
 async def test_sub_calls_run_inside_an_invoke(invoker: Invoker) -> None:
