@@ -30,9 +30,10 @@ class RootCall(msgspec.Struct, frozen=True):
     context: CallContext | None = None
 
 
-class RootOutput(msgspec.Struct, frozen=True):
+class RootOutput(msgspec.Struct, frozen=True, gc=False):
     """The result of root call ``index`` (0-based, in the order the roots came) as
-    JSON text, with the context its Builder gave the call."""
+    JSON text, with the context its Builder gave the call. (Untracked by the
+    garbage collector: it holds only bytes and a context, and tasks make many.)"""
 
     index: int
     value_json: bytes

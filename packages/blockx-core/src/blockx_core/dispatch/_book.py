@@ -58,6 +58,16 @@ class CallBook:
         task.live.add(call_id)
         return call
 
+    def _new_root(self, task: TaskCalls, index: int, root: RootCall | list[Any]) -> Call:
+        assert isinstance(root, RootCall)
+        context = root.context
+        if context is not None:
+            task.set_context(index, context)
+        kwargs = root.kwargs or None
+        if kwargs is not None or context is not None:
+            task.extras = True
+        return self._new_call(task, index, 0, task.code, task.function, root.args, kwargs, context)
+
     def _fill(self, task: TaskCalls, out: list[DispatchCommand]) -> None:
         """Dispatch new root calls up to the task's window."""
         n = min(task.window - task.inflight_roots, task.undispatched())
@@ -68,19 +78,13 @@ class CallBook:
         base = task.base
         code, function = task.code, task.function
         new_call = self._new_call
-        new: list[Call] = []
-        for i in range(start, start + n):
-            root = pending[i]
-            if type(root) is list:  # the shorthand: positional arguments only
-                new.append(new_call(task, base + i, 0, code, function, root, None, None))
-                continue
-            assert isinstance(root, RootCall)
-            context = root.context
-            if context is not None:
-                task.set_context(base + i, context)
-            new.append(
-                new_call(task, base + i, 0, code, function, root.args, root.kwargs or None, context)
-            )
+        new = [
+            # The shorthand (a list of positional arguments) is the common case.
+            new_call(task, base + i, 0, code, function, root, None, None)
+            if type(root := pending[i]) is list
+            else self._new_root(task, base + i, root)
+            for i in range(start, start + n)
+        ]
         task.next_root = start + n
         task.inflight_roots += n
         self._send(new, out)

@@ -296,6 +296,8 @@ class DispatcherCore(CallBook):
         child = self._new_call(
             parent.task, -1, parent_call_id, code, function, args, kwargs or None, parent.context
         )
+        if child.kwargs is not None:
+            parent.task.extras = True
         if parent.children is None:
             parent.children = []
         parent.children.append(child.call_id)

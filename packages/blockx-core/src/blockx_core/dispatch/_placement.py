@@ -28,8 +28,9 @@ def place(calls: list[Call], executors: dict[str, Executor], max_batch: int) -> 
         head = group[0]
         budget_ms = head.task.budget_ms
         # Columns for keyword arguments and contexts only when some call has them.
-        with_kwargs = any(c.kwargs is not None for c in group)
-        with_contexts = any(c.context is not None for c in group)
+        extras = head.task.extras
+        with_kwargs = extras and any(c.kwargs is not None for c in group)
+        with_contexts = extras and any(c.context is not None for c in group)
         offset = 0
         for ex, share in water_fill(executors.values(), len(group)):
             ex_id = ex.executor_id

@@ -25,6 +25,7 @@ class TaskCalls:
         "code",
         "contexts",
         "done_roots",
+        "extras",
         "function",
         "grown",
         "inflight_roots",
@@ -57,6 +58,9 @@ class TaskCalls:
         self.contexts: list[CallContext | None] | None = None
         self.output_bytes = 0
         self.live: set[int] = set()  # every call of the task still in the core
+        # Some call of the task has keyword arguments or a context: only then do its
+        # batches need those columns.
+        self.extras = False
 
     def add(self, roots: list[RootCall | list[Any]]) -> None:
         if self.next_root == len(self.pending):
@@ -83,13 +87,11 @@ class TaskCalls:
 
     def tagged_outputs(self) -> list[RootOutput]:
         contexts = self.contexts
+        indexes = range(len(self.outputs))
         if contexts is None:
-            return [RootOutput(i, value) for i, value in enumerate(self.outputs)]
+            return list(map(RootOutput, indexes, self.outputs))
         contexts.extend([None] * (len(self.outputs) - len(contexts)))
-        return [
-            RootOutput(i, value, context)
-            for i, (value, context) in enumerate(zip(self.outputs, contexts, strict=True))
-        ]
+        return list(map(RootOutput, indexes, self.outputs, contexts))
 
 
 class Call:
