@@ -112,6 +112,10 @@ async def reads_nowhere():
 
 async def reads_badly():
     return await io.memory.get()
+
+
+async def reads_with_default(key):
+    return await io.memory.get(key, default=7)
 '''
 
 # Precheck must never run any of these.
@@ -493,6 +497,13 @@ async def test_debug_invoke_returns_output_and_io_trace(invoker: Invoker) -> Non
     assert failed.error.startswith("UNKNOWN_OP: io.memory has no operation 'no_such_op'")
     # A plain Invoke of the same function carries neither.
     assert result(await invoker.invoke("chatty", "x")) == 42
+
+
+async def test_the_io_trace_shows_keyword_arguments(invoker: Invoker) -> None:
+    debug = await invoker.debug_invoke("reads_with_default", "missing")
+    assert result(inner(debug)) == 7
+    [get] = debug.io_trace
+    assert json.loads(get.request) == {"args": ["missing"], "kwargs": {"default": 7}}
 
 
 async def test_debug_invoke_of_a_failing_function(invoker: Invoker) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -61,10 +61,14 @@ class InvokeObserver:
         if len(self.trace) >= MAX_IO_TRACE_ENTRIES:
             self.dropped_trace += 1
             return
+        # The positional arguments, or both kinds when the read has keyword arguments.
+        arguments: Any = request.args
+        if request.kwargs:
+            arguments = {"args": request.args, "kwargs": request.kwargs}
         try:
-            request_json = _json.encode(request.args).decode()
+            request_json = _json.encode(arguments).decode()
         except (TypeError, ValueError):
-            request_json = repr(request.args)
+            request_json = repr(arguments)
         self.trace.append(
             IoTraceRecord(
                 backend=request.backend,
