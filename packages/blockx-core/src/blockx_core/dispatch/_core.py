@@ -21,8 +21,9 @@ Rules:
 
 * fastFail: a root call that fails terminally stops the task: its other calls are
   cancelled, outputs are discarded, and it converges CALL_FAILED.
-* Outputs (JSON texts of the root calls' results) are collected in root order; more
-  than ``max_collected_output_bytes`` in total converges OUTPUT_BYTES_EXCEEDED.
+* Outputs (JSON texts of the root calls' results, each tagged with its root index
+  and context) are collected in root order; more than
+  ``max_collected_output_bytes`` in total converges OUTPUT_BYTES_EXCEEDED.
 * A sub-call is a new call bound to its parent (and inherits its context); its
   result resumes the parent and never appears in the outputs. Sub-calls bypass the
   task window, so a window full of waiting parents cannot deadlock.
