@@ -5,7 +5,9 @@ Run: uv run python bench/calls_bench.py [--trivial 100000] [--sha 20000] [--io 2
 Prints one JSON line. In one run, on the same machine:
 
 * ``trivial``: ``x * 2`` calls; ``sha3``: ten ``hashlib.sha3_256`` digests of 1 KiB
-  per call; ``io``: calls that each await one ``io.memory.get`` answered by the Worker.
+  per call; ``io``: calls that each await one ``io.memory.get`` answered by the Worker;
+  ``kwargs_context``: the trivial call with a keyword argument and a block context
+  on every call (what the extra columns cost).
 * The same trivial and sha3 work through ``concurrent.futures.ProcessPoolExecutor(2)``,
   as one ``submit`` per call and as ``map(..., chunksize=256)`` (the baselines).
 * Ratios: ours / pool-submit and ours / pool-map.
@@ -25,6 +27,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from blockx_core.calls import CallContext, RootCall
 from blockx_core.code_view import build_snapshot
 from blockx_core.dispatch import DispatchConfig
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
@@ -39,6 +42,9 @@ from blockx_executor import io
 
 def double(x):
     return x * 2
+
+def scaled(x, *, scale):
+    return x * scale
 
 def sha3(i):
     data = b"x" * 1024
@@ -93,11 +99,17 @@ async def engine_rates(n_trivial: int, n_sha: int, n_io: int) -> dict[str, float
             "double",
             [[i] for i in range(5000)],
         )
-        for name, function, calls in (
-            ("trivial", "double", [[i] for i in range(n_trivial)]),
+        with_extras = [
+            RootCall([i], {"scale": 2}, CallContext(block_number=i)) for i in range(n_trivial)
+        ]
+        plain: list[list[Any]] = [[i] for i in range(n_trivial)]
+        cases: list[tuple[str, str, list[RootCall] | list[list[Any]]]] = [
+            ("trivial", "double", plain),
             ("sha3", "sha3", [[i] for i in range(n_sha)]),
             ("io", "fetch", [["k"]] * n_io),
-        ):
+            ("kwargs_context", "scaled", with_extras),
+        ]
+        for name, function, calls in cases:
             started = time.perf_counter()
             task_id = f"bench-{name}"
             io = TaskIoScope(registry, task_id)

@@ -17,7 +17,10 @@ from typing import Any, TypeVar
 
 import pytest
 
+from blockx_core.calls import CallContext, RootCall, RootOutput
 from blockx_core.dispatch import (
+    RETRYABLE,
+    CallFailure,
     CallFailureKind,
     CallRetryPolicy,
     CancelCalls,
@@ -73,6 +76,15 @@ def root_ids(cmds: Sequence[DispatchCommand]) -> dict[int, int]:
 
 def roots(n: int) -> list[list[Any]]:
     return [[i] for i in range(n)]
+
+
+def tagged(values: list[bytes]) -> list[RootOutput]:
+    """Outputs in root order, as the core tags them (no context)."""
+    return [RootOutput(i, value) for i, value in enumerate(values)]
+
+
+def values(converge: ConvergeTaskCalls) -> list[bytes]:
+    return [o.value_json for o in converge.outputs]
 
 
 def result(i: int) -> bytes:
@@ -143,7 +155,7 @@ def test_empty_call_list_converges_at_once(executors: tuple[str, ...]) -> None:
     core = make()
     up(core, *executors)
     assert core.start_task("t1", CODE, FN, [], 0) == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=[])
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([]))
     ]
     assert not core.has_task("t1")
     assert core.live_calls() == 0
@@ -335,7 +347,7 @@ def test_window_doubles_after_a_window_of_completions_up_to_the_limit(
         new = root_ids(last)
         assert not set(new) & set(outstanding)
         outstanding.update(new)
-    assert only_converge(last).outputs == [result(i) for i in range(n)]
+    assert values(only_converge(last)) == [result(i) for i in range(n)]
     assert not outstanding
 
 
@@ -369,7 +381,7 @@ def test_outputs_are_in_root_order_whatever_the_completion_order(batches: list[l
             converges += of(out, ConvergeTaskCalls)
             assert of(out, SendCalls) == []
     assert converges == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=[result(i) for i in range(4)])
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(i) for i in range(4)]))
     ]
     assert not core.has_task("t1")
     assert core.live_calls() == 0
@@ -405,7 +417,7 @@ def test_results_the_core_does_not_expect_are_ignored(case: str) -> None:
             core.calls_completed(where[ids[i]], [ids[i]], [result(i)], 3), ConvergeTaskCalls
         )
     assert converges == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=[result(0), result(1)])
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(0), result(1)]))
     ]
     assert core.calls_completed(where[ids[1]], [ids[1]], [result(1)], 4) == []
 
@@ -421,7 +433,7 @@ def test_result_of_an_attempt_on_a_lost_executor_is_ignored_even_if_it_returns()
     retry = core.tick(110)
     assert placement(retry) == {ids[0]: "e1"}
     assert core.calls_completed("e1", [ids[0]], [result(0)], 120) == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=[result(0)])
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(0)]))
     ]
 
 
@@ -452,14 +464,14 @@ def test_output_bytes_exceeded(limit: int, sizes: list[int], fails_at: int | Non
             assert not converge.success
             assert converge.failure_code is FailureCode.OUTPUT_BYTES_EXCEEDED
             assert str(limit) in converge.failure_message
-            assert converge.outputs == []
+            assert values(converge) == []
             rest = {(where[ids[i]], ids[i]) for i in range(n, len(sizes))}
             assert cancelled(out) == rest
             assert out[-1] == converge
             assert core.live_calls() == 0
             break
         if n == len(sizes):
-            assert only_converge(out).outputs == [b"x" * s for s in sizes]
+            assert values(only_converge(out)) == [b"x" * s for s in sizes]
         else:
             assert out == []
     else:
@@ -497,7 +509,7 @@ def test_non_retryable_failure_fast_fails_the_task(kind: CallFailureKind) -> Non
     assert converge.task_id == "t1"
     assert not converge.success
     assert converge.failure_code is FailureCode.CALL_FAILED
-    assert converge.outputs == []
+    assert values(converge) == []
     for part in ("#2", FN, "blk2", kind.value, TRACEBACK):
         assert part in converge.failure_message
     assert "attempts" not in converge.failure_message
@@ -534,7 +546,7 @@ def test_fast_fail_spares_other_tasks() -> None:
     assert cancelled(out) == {("e1", a[1])}
     assert only_converge(out).task_id == "a"
     assert core.calls_completed("e1", [b[0]], [result(0)], 2) == [
-        ConvergeTaskCalls(task_id="b", success=True, outputs=[result(0)])
+        ConvergeTaskCalls(task_id="b", success=True, outputs=tagged([result(0)]))
     ]
 
 
@@ -697,7 +709,7 @@ def test_child_result_resumes_the_parent_on_the_parents_executor() -> None:
     ]
     # The parent's own result is the only output.
     assert core.calls_completed("e1", [root], [result(0)], 3) == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=[result(0)])
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(0)]))
     ]
     assert core.live_calls() == 0
 
@@ -712,7 +724,7 @@ def test_nested_subcalls_resume_each_parent_in_turn() -> None:
     assert core.calls_completed(child_ex, [child], [b"8"], 3) == [
         ResumeWithResult(executor_id="e1", call_id=root, ok=True, value_json=b"8")
     ]
-    assert only_converge(core.calls_completed("e1", [root], [b"9"], 4)).outputs == [b"9"]
+    assert values(only_converge(core.calls_completed("e1", [root], [b"9"], 4))) == [b"9"]
 
 
 @pytest.mark.parametrize("kind", NON_RETRYABLE)
@@ -722,7 +734,12 @@ def test_child_terminal_failure_resumes_the_parent_with_the_error(kind: CallFail
     out = core.call_failed(child_ex, child, kind, TRACEBACK, 2)
     assert out == [
         ResumeWithResult(
-            executor_id="e1", call_id=root, ok=False, error_kind=kind.value, error=TRACEBACK
+            executor_id="e1",
+            call_id=root,
+            ok=False,
+            error_kind=kind.value,
+            error=TRACEBACK,
+            retryable=RETRYABLE[kind],
         )
     ]
     # The parent may handle it: the task is still alive and can succeed.
@@ -740,7 +757,12 @@ def test_child_retryable_failure_is_retried_and_resumes_only_when_terminal() -> 
     out = core.call_failed(again[child], child, lost, "died again", 200)
     assert out == [
         ResumeWithResult(
-            executor_id="e1", call_id=root, ok=False, error_kind="EXECUTOR_LOST", error="died again"
+            executor_id="e1",
+            call_id=root,
+            ok=False,
+            error_kind="EXECUTOR_LOST",
+            error="died again",
+            retryable=True,
         )
     ]
     assert core.has_task("t1")
@@ -1120,3 +1142,168 @@ def test_cancel_unknown_task_is_a_no_op() -> None:
     core = make()
     up(core, "e1")
     assert core.cancel_task("nope", 0) == []
+
+
+# ---- root calls that come incrementally ---------------------------------------------------
+
+
+def complete_all(core: DispatcherCore, cmds: Sequence[DispatchCommand], now_ms: int) -> list[Any]:
+    """Complete every call the commands sent (result: the first argument as JSON),
+    and every call those completions send in turn; return all commands."""
+    seen: list[DispatchCommand] = []
+    pending = list(cmds)
+    while pending:
+        seen += pending
+        sends = of(pending, SendCalls)
+        pending = []
+        for s in sends:
+            results = [str(args[0]).encode() for args in s.args]
+            pending += core.calls_completed(s.executor_id, s.call_ids, results, now_ms)
+    return seen
+
+
+def test_an_open_task_converges_only_when_its_source_is_done() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    assert core.open_task("t1", CODE, FN, 0) == []
+    first = complete_all(core, core.add_roots("t1", [[0], [1]], 1), 1)
+    assert of(first, ConvergeTaskCalls) == []
+    assert core.has_task("t1")
+    assert core.add_roots("t1", [], 2) == []
+    more = complete_all(core, core.add_roots("t1", [[2]], 3), 3)
+    assert of(more, ConvergeTaskCalls) == []
+    assert core.roots_done("t1", 4) == [
+        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([b"0", b"1", b"2"]))
+    ]
+    assert not core.has_task("t1")
+
+
+def test_roots_done_before_the_roots_finish_converges_at_the_last_result() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    core.open_task("t1", CODE, FN, 0)
+    sent = core.add_roots("t1", [[0], [1]], 0)
+    assert core.roots_done("t1", 1) == []
+    assert values(only_converge(complete_all(core, sent, 2))) == [b"0", b"1"]
+
+
+def test_an_empty_source_converges_with_no_outputs() -> None:
+    core = make()
+    core.open_task("t1", CODE, FN, 0)
+    assert core.roots_done("t1", 0) == [ConvergeTaskCalls(task_id="t1", success=True)]
+
+
+def test_roots_added_after_the_source_is_done_are_a_caller_bug() -> None:
+    core = make()
+    up(core, "e1")
+    core.open_task("t1", CODE, FN, 0)
+    core.add_roots("t1", [[0]], 0)
+    core.roots_done("t1", 0)
+    with pytest.raises(BlockxUsageError):
+        core.add_roots("t1", [[1]], 0)
+
+
+def test_roots_added_to_a_failed_task_are_ignored() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    core.open_task("t1", CODE, FN, 0)
+    [root] = placement(core.add_roots("t1", [[0]], 0))
+    failed = core.call_failed("e1", root, CallFailureKind.USER_ERROR, "boom", 1)
+    assert only_converge(failed).failure_code is FailureCode.CALL_FAILED
+    assert core.add_roots("t1", [[1]], 2) == []
+    assert core.roots_done("t1", 2) == []
+
+
+def test_the_window_spans_chunks() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB, initial_window=2)
+    up(core, "e1")
+    core.open_task("t1", CODE, FN, 0)
+    assert len(placement(core.add_roots("t1", [[0]], 0))) == 1
+    assert len(placement(core.add_roots("t1", [[1], [2], [3]], 0))) == 1
+    assert core.task_inflight("t1") == 2
+
+
+# ---- keyword arguments, contexts, failures as fields --------------------------------------
+
+BLOCK = CallContext(block_number=7, block_hash="0x07")
+
+
+def test_batches_carry_kwargs_and_contexts_only_when_some_call_has_them() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    [plain] = of(core.start_task("a", CODE, FN, [RootCall([0]), [1]], 0), SendCalls)
+    assert (plain.kwargs, plain.contexts) == (None, None)
+    calls = [RootCall([0], {"x": 1}), RootCall([1], context=BLOCK), RootCall([2])]
+    [send] = of(core.start_task("b", CODE, FN, calls, 0), SendCalls)
+    assert send.args == [[0], [1], [2]]
+    assert send.kwargs == [{"x": 1}, {}, {}]
+    assert send.contexts == [None, BLOCK, None]
+    converge = only_converge(complete_all(core, [send], 1))
+    assert converge.outputs == [
+        RootOutput(0, b"0"),
+        RootOutput(1, b"1", BLOCK),
+        RootOutput(2, b"2"),
+    ]
+
+
+def test_a_sub_call_inherits_its_parents_context_and_carries_its_kwargs() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    [root] = placement(core.start_task("t1", CODE, FN, [RootCall([0], context=BLOCK)], 0))
+    [send] = of(
+        core.subcall_requested("e1", root, "lib@2", "helper", [1], 1, kwargs={"y": 2}), SendCalls
+    )
+    assert (send.kwargs, send.contexts) == ([{"y": 2}], [BLOCK])
+
+
+def test_a_fast_failure_names_the_failed_call() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    ids = root_ids(core.start_task("t1", CODE, FN, [[0], [1, "k"]], 0))
+    converge = only_converge(core.call_failed("e1", ids[1], CallFailureKind.BAD_RESULT, "no", 1))
+    assert converge.failed_call == CallFailure(
+        index=1, kind=CallFailureKind.BAD_RESULT, message="no", attempts=1, retryable=False
+    )
+    assert converge.failure_message == "call #1 score_block(1, 'k') failed: BAD_RESULT: no"
+
+
+def test_kwargs_show_in_the_failure_message() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    [root] = placement(core.start_task("t1", CODE, FN, [RootCall([0], {"to": 9})], 0))
+    converge = only_converge(core.call_failed("e1", root, CallFailureKind.USER_ERROR, "x", 1))
+    assert converge.failure_message == "call #0 score_block(0, to=9) failed: USER_ERROR: x"
+
+
+@pytest.mark.parametrize(
+    ("retryable", "attempts"),
+    [
+        # A retry policy that lists IO_ERROR retries a read that may pass...
+        (True, 2),
+        # ...but not one that fails the same way every time (e.g. UNKNOWN_BACKEND).
+        (False, 1),
+    ],
+)
+def test_an_attempt_that_cannot_succeed_on_retry_is_not_retried(
+    retryable: bool, attempts: int
+) -> None:
+    policy = CallRetryPolicy(max_attempts=2, retry_on=frozenset({CallFailureKind.IO_ERROR}))
+    core = make(executor_heartbeat_timeout_ms=NO_HB, retry=policy)
+    up(core, "e1")
+    [root] = placement(core.start_task("t1", CODE, FN, roots(1), 0))
+    now = 0
+    for _ in range(attempts - 1):
+        assert (
+            core.call_failed("e1", root, CallFailureKind.IO_ERROR, "down", now, retryable=retryable)
+            == []
+        )
+        now += 10_000
+        assert list(placement(core.tick(now))) == [root]
+    out = core.call_failed("e1", root, CallFailureKind.IO_ERROR, "down", now, retryable=retryable)
+    failed = only_converge(out).failed_call
+    assert failed is not None
+    assert (failed.attempts, failed.retryable) == (attempts, retryable)
+
+
+def test_every_failure_kind_says_whether_it_is_retryable() -> None:
+    assert set(RETRYABLE) == set(CallFailureKind)

@@ -1,5 +1,6 @@
-"""Property tests for DispatcherCore: water-filling, and random interleavings of every
-event against a model built from the commands the core emits.
+"""Property tests for DispatcherCore: water-filling, root calls fed in chunks against
+the same roots fed at once, and random interleavings of every event against a model
+built from the commands the core emits.
 
 The model knows only what an adapter would know: which executor holds which call
 (from ``SendCalls``, ``CancelCalls``, ``KillExecutor`` and the events it fed in), how
@@ -34,6 +35,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
+from blockx_core.calls import CallContext, RootCall
 from blockx_core.dispatch import (
     CallFailureKind,
     CallRetryPolicy,
@@ -47,6 +49,73 @@ from blockx_core.dispatch import (
     SendCalls,
 )
 from blockx_core.errors import BlockxUsageError, FailureCode
+
+# ---- root calls in chunks ---------------------------------------------------------------
+
+
+def chunk_root(i: int) -> RootCall | list[Any]:
+    """Root ``i``: a mix of the shorthand, keyword arguments and contexts."""
+    if i % 3 == 0:
+        return [i]
+    context = CallContext(block_number=i, block_hash=f"0x{i:x}") if i % 2 else None
+    return RootCall([i], {"k": i} if i % 5 else {}, context)
+
+
+def drive_chunks(
+    cfg: DispatchConfig, chunks: list[list[RootCall | list[Any]]], data: st.DataObject
+) -> ConvergeTaskCalls:
+    """Feed the chunks, completing a random share of the held calls (in random order)
+    between chunks, then say done and complete the rest; return the convergence."""
+    core = DispatcherCore(cfg)
+    for ex in ("e1", "e2"):
+        core.executor_up(ex, 0)
+    held: dict[int, tuple[str, list[Any]]] = {}
+    converged: list[ConvergeTaskCalls] = []
+
+    def absorb(cmds: list[DispatchCommand]) -> None:
+        for c in cmds:
+            if isinstance(c, SendCalls):
+                for cid, args in zip(c.call_ids, c.args, strict=True):
+                    held[cid] = (c.executor_id, args)
+            elif isinstance(c, ConvergeTaskCalls):
+                converged.append(c)
+
+    def complete(how_many: int) -> None:
+        for _ in range(min(how_many, len(held))):
+            cid = data.draw(st.sampled_from(sorted(held)))
+            ex, args = held.pop(cid)
+            absorb(core.calls_completed(ex, [cid], [f'"v{args[0]}"'.encode()], 0))
+
+    absorb(core.open_task("t", "code@1", "f", 0))
+    for chunk in chunks:
+        absorb(core.add_roots("t", chunk, 0))
+        complete(data.draw(st.integers(0, len(held))))
+        assert converged == []
+    absorb(core.roots_done("t", 0))
+    while held:
+        complete(1)
+    assert len(converged) == 1
+    return converged[0]
+
+
+@settings(max_examples=150, deadline=None)
+@given(n=st.integers(0, 60), window=st.integers(1, 8), data=st.data())
+def test_roots_in_chunks_give_the_outputs_of_roots_at_once(
+    n: int, window: int, data: st.DataObject
+) -> None:
+    cfg = DispatchConfig(initial_window=window, task_max_inflight_calls=16, max_batch_calls=3)
+    roots = [chunk_root(i) for i in range(n)]
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=8)))
+    chunks = [roots[lo:hi] for lo, hi in zip([0, *cuts], [*cuts, n], strict=True)]
+    at_once = drive_chunks(cfg, [roots], data)
+    in_chunks = drive_chunks(cfg, chunks, data)
+    assert in_chunks == at_once
+    assert [o.index for o in at_once.outputs] == list(range(n))
+    assert [o.value_json for o in at_once.outputs] == [f'"v{i}"'.encode() for i in range(n)]
+    assert [o.context for o in at_once.outputs] == [
+        None if isinstance(r, list) else r.context for r in roots
+    ]
+
 
 # ---- water-filling -----------------------------------------------------------------------
 
@@ -342,7 +411,7 @@ class DispatchMachine(RuleBasedStateMachine):
             want_c = exp.converges[c.task_id]
             assert c.task_id not in self.converged, f"{c.task_id} converged twice"
             self.converged.add(c.task_id)
-            assert (c.success, c.failure_code, c.outputs) == (
+            assert (c.success, c.failure_code, [o.value_json for o in c.outputs]) == (
                 want_c.success,
                 want_c.code,
                 want_c.outputs,

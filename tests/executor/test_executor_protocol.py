@@ -12,6 +12,7 @@ from blockx_executor import CallError, IoError, call, current_call, io
 from blockx_executor.api import IoRequest, SubCallRequest
 from blockx_executor.protocol import (
     MAX_FRAME_BYTES,
+    CallContext,
     CallFailed,
     CallsCompleted,
     ExecuteCalls,
@@ -24,6 +25,7 @@ from blockx_executor.protocol import (
     LoadCode,
     ProtocolError,
     ResumeCall,
+    SubCallRequested,
     ToExecutor,
 )
 from blockx_executor.sandbox import _hook
@@ -33,12 +35,26 @@ TO_EXECUTOR: list[Any] = [
     ExecuteCalls("task", "d1", "f", 5_000_000, [1, 2], [[1], ["two", {"k": [3]}]]),
     ResumeCall(1, True, b'{"a":1}', io_us=17),
     ResumeCall(2, False, error_kind="UNKNOWN_OP", error="no"),
+    ExecuteCalls(
+        "task",
+        "d1",
+        "f",
+        5_000_000,
+        [3, 4],
+        [[1], []],
+        kwargs=[{}, {"to_block": 9}],
+        contexts=[CallContext(17, "0xab"), None],
+    ),
+    ResumeCall(5, False, error_kind="UNAVAILABLE", error="down", retryable=True),
 ]
 FROM_EXECUTOR: list[Any] = [
     Hello("x0.1", 123),
     CallsCompleted([1, 2], [b"1", b'"two"'], [5, 6], [0, 9]),
     CallFailed(3, "USER_ERROR", "ValueError: x", 10, 0),
     IoRequested(4, "memory", "get", ["k"]),
+    IoRequested(5, "blockdb", "logs", [100], {"to_block": 200, "address": "0xa"}),
+    SubCallRequested(6, "f", [1], {"x": 2}),
+    CallFailed(7, "IO_ERROR", "IoError: UNKNOWN_BACKEND", retryable=False),
 ]
 
 
@@ -98,6 +114,24 @@ def test_awaiting_a_request_yields_it_and_returns_the_answer() -> None:
     assert done.value.value == {"number": 7}
 
 
+def test_io_requests_carry_keyword_arguments() -> None:
+    request = io.blockdb.logs(100, to_block=200, address="0xa")
+    assert isinstance(request, IoRequest)
+    assert (request.args, request.kwargs) == ([100], {"to_block": 200, "address": "0xa"})
+    assert repr(request) == "io.blockdb.logs(100, to_block=200, address='0xa')"
+
+
+def test_sub_calls_carry_keyword_arguments_even_one_named_function() -> None:
+    request = call("other", 1, x=2, function="f")
+    assert isinstance(request, SubCallRequest)
+    assert (request.function, request.args, request.kwargs) == (
+        "other",
+        [1],
+        {"x": 2, "function": "f"},
+    )
+    assert repr(request) == "call('other', 1, x=2, function='f')"
+
+
 def test_call_builds_a_sub_call() -> None:
     request = call("other", 1, "x")
     assert isinstance(request, SubCallRequest)
@@ -126,6 +160,8 @@ def test_errors_carry_their_kind() -> None:
         "UNKNOWN_OP: no such op",
     )
     assert isinstance(CallError("USER_ERROR", ""), Exception)
+    assert not err.retryable
+    assert IoError("UNAVAILABLE", "down", retryable=True).retryable
 
 
 @pytest.mark.parametrize(

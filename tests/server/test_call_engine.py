@@ -13,13 +13,20 @@ from typing import Any
 import pytest
 from support import wait_until
 
+from blockx_core.calls import CallContext, RootCall, RootOutput
 from blockx_core.code_view import CodeSnapshot, FunctionCodeView, build_snapshot
-from blockx_core.dispatch import CallRetryPolicy, ConvergeTaskCalls, DispatchConfig
+from blockx_core.dispatch import (
+    CallFailureKind,
+    CallRetryPolicy,
+    ConvergeTaskCalls,
+    DispatchConfig,
+)
 from blockx_core.errors import FailureCode
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
 from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.io.backends.memory import MemoryBackend
+from blockx_server.io.errors import BackendError, IoErrorKind
 from blockx_server.io.registry import IoRegistry
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK
@@ -133,6 +140,34 @@ async def awaits_asyncio():
 
 def version():
     return "v1"
+
+def scaled(x, *, scale=1, offset=0):
+    return x * scale + offset
+
+async def fetch_default(key):
+    return await io.memory.get(key, default="none")
+
+async def scaled_by_sub_call(x):
+    return await call("scaled", x, scale=10, offset=1)
+
+def where():
+    info = current_call()
+    return [info.block_number, info.block_hash]
+
+async def where_in_sub_call():
+    return await call("where")
+
+async def unknown_backend_retryable():
+    try:
+        await io.nowhere.get("k")
+    except IoError as exc:
+        return [exc.kind, exc.retryable]
+
+async def escapes_unknown_backend():
+    return await io.nowhere.get("k")
+
+async def escapes_flaky():
+    return await io.flaky.get()
 """
 
 
@@ -162,7 +197,7 @@ class Gate:
 
 def outputs(result: ConvergeTaskCalls) -> list[Any]:
     assert result.success, result.failure_message
-    return [json.loads(o) for o in result.outputs]
+    return [json.loads(o.value_json) for o in result.outputs]
 
 
 @pytest.fixture
@@ -482,3 +517,134 @@ async def test_executor_heartbeats_make_the_pool_ready(engine: CallEngine) -> No
     ids = engine.pool.executor_ids()
     assert len(ids) == 2
     assert sorted(engine.core.executor_ids()) == sorted(ids)
+
+
+# ---- keyword arguments, call context, root calls that stream in ----------------------
+
+
+async def test_root_calls_and_sub_calls_carry_keyword_arguments(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    calls = [RootCall([2], {"scale": 3}), RootCall([2]), RootCall([1], {"offset": 5})]
+    result = await engine.run_calls("kw", snapshot, scope(engine, "kw"), "scaled", calls)
+    assert outputs(result) == [6, 2, 6]
+    assert outputs(await run(engine, snapshot, "scaled_by_sub_call", [[4]])) == [41]
+
+
+async def test_io_requests_carry_keyword_arguments(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    assert outputs(await run(engine, snapshot, "fetch_default", [["a"], ["zz"]])) == [1, "none"]
+
+
+async def test_the_call_context_reaches_current_call_and_sub_calls_and_tags_the_output(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    block = CallContext(block_number=17, block_hash="0xab")
+    calls = [RootCall([], context=block), RootCall([])]
+    for function in ("where", "where_in_sub_call"):
+        task_id = f"ctx-{function}"
+        result = await engine.run_calls(task_id, snapshot, scope(engine, task_id), function, calls)
+        assert result.outputs == [
+            RootOutput(0, b'[17,"0xab"]', block),
+            RootOutput(1, b"[null,null]"),
+        ]
+
+
+async def test_root_calls_fed_in_chunks_converge_once_the_source_is_done(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    run = engine.open_calls("stream", snapshot, scope(engine, "stream"), "double")
+    run.add([[1], [2]])
+    run.add([])
+    # Nothing converges while the source may still give calls, even when all ran.
+    await wait_until(lambda: engine.core.live_calls() == 0, "the first chunk done")
+    result_task = asyncio.ensure_future(run.result())
+    await asyncio.sleep(0)
+    assert not result_task.done()
+    run.add([RootCall([3])])
+    run.done()
+    async with asyncio.timeout(30):
+        assert outputs(await result_task) == [2, 4, 6]
+    assert not engine.core.has_task("stream")
+
+
+async def test_a_run_of_a_missing_function_fails_at_its_first_root_call(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    empty = engine.open_calls("none-yet", snapshot, scope(engine, "none-yet"), "doubel")
+    empty.done()
+    assert (await empty.result()).success
+    run = engine.open_calls("missing", snapshot, scope(engine, "missing"), "doubel")
+    run.add([[1]])
+    run.done()
+    result = await run.result()
+    assert result.failed_call is not None
+    assert result.failed_call.kind is CallFailureKind.FUNCTION_NOT_FOUND
+
+
+async def test_a_failed_root_call_is_a_field_of_the_convergence(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    result = await run(engine, snapshot, "boom", [[42]])
+    failed = result.failed_call
+    assert failed is not None
+    assert (failed.index, failed.kind, failed.retryable) == (0, CallFailureKind.USER_ERROR, False)
+    assert failed.message.startswith("ValueError: bad input 42")
+    assert result.failure_message.endswith(failed.message)
+
+
+class Flaky:
+    """io.flaky.get(): UNAVAILABLE for the first ``failures`` requests, then 'ok'."""
+
+    name = "flaky"
+    read_ops = frozenset({"get"})
+    write_ops: frozenset[str] = frozenset()
+
+    def __init__(self, failures: int) -> None:
+        self.failures = failures
+        self.requests = 0
+
+    async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        self.requests += 1
+        if self.requests <= self.failures:
+            raise BackendError(IoErrorKind.UNAVAILABLE, "try again")
+        return "ok"
+
+
+async def test_an_io_error_that_cannot_succeed_on_retry_is_not_retried(
+    snapshot: CodeSnapshot,
+) -> None:
+    config = CallEngineConfig(
+        dispatch=DispatchConfig(
+            retry=CallRetryPolicy(
+                max_attempts=3,
+                backoff_ms=1,
+                backoff_max_ms=5,
+                retry_on=frozenset({CallFailureKind.IO_ERROR}),
+            )
+        ),
+        pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
+    )
+    eng = CallEngine(config)
+    flaky = Flaky(failures=1)
+    registry = IoRegistry([MemoryBackend({}), flaky])
+    await eng.start()
+    try:
+        async with asyncio.timeout(30):
+            await eng.wait_ready()
+
+            async def go(function: str) -> ConvergeTaskCalls:
+                io = TaskIoScope(registry, function)
+                return await eng.run_calls(function, snapshot, io, function, [[]])
+
+            assert outputs(await go("unknown_backend_retryable")) == [["UNKNOWN_BACKEND", False]]
+            permanent = await go("escapes_unknown_backend")
+            assert permanent.failed_call is not None
+            assert permanent.failed_call.kind is CallFailureKind.IO_ERROR
+            assert (permanent.failed_call.attempts, permanent.failed_call.retryable) == (1, False)
+            # UNAVAILABLE may pass: the second attempt reads "ok".
+            assert outputs(await go("escapes_flaky")) == ["ok"]
+            assert flaky.requests == 2
+    finally:
+        await eng.close()

@@ -17,7 +17,8 @@ from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from support import free_port, wait_until
 
-from blockx_core.dispatch import CallFailureKind, ConvergeTaskCalls
+from blockx_core.calls import RootOutput
+from blockx_core.dispatch import CallFailure, CallFailureKind, ConvergeTaskCalls
 from blockx_core.errors import FailureCode
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.syncinvoker.app import serve
@@ -27,7 +28,6 @@ from blockx_server.syncinvoker.service import (
     InvokeObserver,
     InvokeOutcome,
     invoke_outcome,
-    split_call_failure,
 )
 
 FUNCTIONS = '''
@@ -104,6 +104,18 @@ async def chatty(x):
 
 async def gated(x):
     return await io.gate.wait(x)
+
+
+async def reads_nowhere():
+    return await io.nowhere.get("k")
+
+
+async def reads_badly():
+    return await io.memory.get()
+
+
+async def reads_with_default(key):
+    return await io.memory.get(key, default=7)
 '''
 
 # Precheck must never run any of these.
@@ -361,6 +373,17 @@ async def test_a_write_is_refused_even_when_caught(invoker: Invoker) -> None:
         assert not response.retryable
 
 
+async def test_an_escaped_io_error_is_retryable_only_when_a_retry_may_pass(
+    invoker: Invoker,
+) -> None:
+    # UNKNOWN_BACKEND and BAD_REQUEST fail the same way every time.
+    for function, kind in (("reads_nowhere", "UNKNOWN_BACKEND"), ("reads_badly", "BAD_REQUEST")):
+        response = await invoker.invoke(function)
+        assert response.failure_code == "IO_ERROR", function
+        assert f"IoError: {kind}" in response.failure_message, function
+        assert not response.retryable, function
+
+
 async def test_sub_calls_run_inside_an_invoke(invoker: Invoker) -> None:
     assert result(await invoker.invoke("doubled", 21)) == {"x": 21, "double": 42}
     assert result(await invoker.invoke("calls_boom")) == "USER_ERROR"
@@ -474,6 +497,13 @@ async def test_debug_invoke_returns_output_and_io_trace(invoker: Invoker) -> Non
     assert failed.error.startswith("UNKNOWN_OP: io.memory has no operation 'no_such_op'")
     # A plain Invoke of the same function carries neither.
     assert result(await invoker.invoke("chatty", "x")) == 42
+
+
+async def test_the_io_trace_shows_keyword_arguments(invoker: Invoker) -> None:
+    debug = await invoker.debug_invoke("reads_with_default", "missing")
+    assert result(inner(debug)) == 7
+    [get] = debug.io_trace
+    assert json.loads(get.request) == {"args": ["missing"], "kwargs": {"default": 7}}
 
 
 async def test_debug_invoke_of_a_failing_function(invoker: Invoker) -> None:
@@ -638,58 +668,21 @@ async def test_a_code_update_is_picked_up_without_a_restart(invoker: Invoker) ->
 
 # ---- the answer to a finished run (pure) ----------------------------------------------
 
-# Truncated by the dispatcher (120 characters), with a fake marker before the cut.
-LONG = "y" * 50 + ") failed: USER_ERROR: z" + "x" * 150
-SPLITS = [
-    # (CALL_FAILED message, function, args, (kind, message) or None)
-    (
-        "call #0 f(1) failed: USER_ERROR: ValueError: x\nTraceback ...",
-        "f",
-        [1],
-        ("USER_ERROR", "ValueError: x\nTraceback ..."),
-    ),
-    (
-        "call #0 f(1) failed after 3 attempts: EXECUTOR_LOST: executor x0.1 lost",
-        "f",
-        [1],
-        ("EXECUTOR_LOST", "executor x0.1 lost"),
-    ),
-    (
-        "call #0 f(') failed: USER_ERROR: y') failed: IO_ERROR: IoError: down",
-        "f",
-        [") failed: USER_ERROR: y"],
-        ("IO_ERROR", "IoError: down"),
-    ),
-    (
-        f"call #0 f('{LONG[:116]}...) failed: BAD_RESULT: not JSON",
-        "f",
-        [LONG],
-        ("BAD_RESULT", "not JSON"),
-    ),
-    # A drifted format still finds the first marker with a known kind.
-    ("f(1) failed: USER_ERROR: boom", "f", [2], ("USER_ERROR", "boom")),
-    ("collected 70000000 output bytes, over 67108864", "f", [1], None),
-    ("call #0 f(1) failed: NOT_A_KIND: boom", "f", [1], None),
-]
-
-
-@pytest.mark.parametrize(("message", "function", "args", "expected"), SPLITS)
-def test_split_call_failure(
-    message: str, function: str, args: list[Any], expected: tuple[str, str] | None
-) -> None:
-    assert split_call_failure(message, function, args) == expected
-
 
 def _failed(kind: str, message: str) -> ConvergeTaskCalls:
+    failure_kind = CallFailureKind(kind)
     return ConvergeTaskCalls(
         task_id="t",
         success=False,
         failure_code=FailureCode.CALL_FAILED,
         failure_message=f"call #0 f(1) failed: {kind}: {message}",
+        failed_call=CallFailure(
+            index=0, kind=failure_kind, message=message, retryable=RETRYABLE[failure_kind]
+        ),
     )
 
 
-OK = ConvergeTaskCalls(task_id="t", success=True, outputs=[b"42"])
+OK = ConvergeTaskCalls(task_id="t", success=True, outputs=[RootOutput(0, b"42")])
 OUTCOMES = [
     # (converged, (cpu_us, io_us) finished calls, wall_us, expected)
     (
@@ -768,9 +761,6 @@ def test_invoke_outcome(
         call_id="c",
         converged=converged,
         observer=observer,
-        function="f",
-        args=[1],
-        budget_ms=1,
         wall_us=wall_us,
         epoch=0,
     )

@@ -1,5 +1,5 @@
 """``python -m blockx_executor``: run one executor process (started by a Worker)."""
 
-from blockx_executor.runner import main
+from blockx_executor.process import main
 
 main()

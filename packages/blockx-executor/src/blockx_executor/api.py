@@ -1,7 +1,7 @@
 """The API user functions are written against.
 
 A user function is plain Python, ``def`` or ``async def``, called by its name with
-the call's argument list as positional parameters. Arguments and return values
+the call's positional and keyword arguments. Arguments and return values
 are JSON-compatible data. An ``async def`` function reaches data and other
 functions through two awaitables::
 
@@ -12,13 +12,16 @@ functions through two awaitables::
         label = await call("format_amount", balance)          # another function
         return {"address": address, "balance": label}
 
-* ``await io.<backend>.<op>(*args)`` sends a read request to the Worker's IO
+* ``await io.<backend>.<op>(*args, **kwargs)`` sends a read request to the Worker's IO
   backend ``<backend>`` and returns its answer. Functions are read-only: a write
   (``put``, ``delete``, ...) fails the call; writes belong to a Writer Plugin.
-  A failed read raises ``IoError`` (``.kind`` says why), which you may catch.
-* ``await call(name, *args)`` runs another function as a sub-call (in the same
-  task and code epoch) and returns its value; its failure raises ``CallError``.
-* ``current_call()`` describes the call being run (for logs).
+  A failed read raises ``IoError`` (``.kind`` says why, ``.retryable`` whether
+  asking again may succeed), which you may catch.
+* ``await call(name, *args, **kwargs)`` runs another function as a sub-call (in the
+  same task, code epoch and call context) and returns its value; its failure raises
+  ``CallError``.
+* ``current_call()`` describes the call being run: its ids and function, and the
+  block number and hash when the task's Builder set them.
 
 While one call awaits, other calls on the same executor run. Only these
 awaitables can be awaited: the executor has no event loop, and functions never
@@ -45,11 +48,14 @@ __all__ = [
 
 
 class CallInfo(msgspec.Struct, frozen=True):
-    """The call a function body is running as."""
+    """The call a function body is running as. ``block_number`` and ``block_hash``
+    are the chain facts its Builder attached (None when it attached none)."""
 
     call_id: int
     task_id: str
     function: str
+    block_number: int | None = None
+    block_hash: str | None = None
 
 
 _current_call: ContextVar[CallInfo] = ContextVar("blockx_current_call")
@@ -64,12 +70,14 @@ def current_call() -> CallInfo:
 
 
 class BlockxError(Exception):
-    """Base of the errors the API raises into a function; ``kind`` is a stable code."""
+    """Base of the errors the API raises into a function; ``kind`` is a stable code,
+    ``retryable`` whether the same request may succeed if made again."""
 
-    def __init__(self, kind: str, message: str) -> None:
+    def __init__(self, kind: str, message: str, *, retryable: bool = False) -> None:
         super().__init__(f"{kind}: {message}" if message else kind)
         self.kind = kind
         self.message = message
+        self.retryable = retryable
 
 
 class IoError(BlockxError):
@@ -81,36 +89,48 @@ class CallError(BlockxError):
 
 
 class IoRequest:
-    """Awaitable: ``io.<backend>.<op>(*args)``. The executor answers the ``yield``."""
+    """Awaitable: ``io.<backend>.<op>(*args, **kwargs)``. The executor answers the
+    ``yield``."""
 
-    __slots__ = ("args", "backend", "op")
+    __slots__ = ("args", "backend", "kwargs", "op")
 
-    def __init__(self, backend: str, op: str, args: list[Any]) -> None:
+    def __init__(
+        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any] | None = None
+    ) -> None:
         self.backend = backend
         self.op = op
         self.args = args
+        self.kwargs = kwargs or {}
 
     def __await__(self) -> Generator[Any, Any, Any]:
         return (yield self)
 
     def __repr__(self) -> str:
-        return f"io.{self.backend}.{self.op}{tuple(self.args)!r}"
+        return f"io.{self.backend}.{self.op}({_arguments(self.args, self.kwargs)})"
 
 
 class SubCallRequest:
-    """Awaitable: ``call(function, *args)``."""
+    """Awaitable: ``call(function, *args, **kwargs)``."""
 
-    __slots__ = ("args", "function")
+    __slots__ = ("args", "function", "kwargs")
 
-    def __init__(self, function: str, args: list[Any]) -> None:
+    def __init__(
+        self, function: str, args: list[Any], kwargs: dict[str, Any] | None = None
+    ) -> None:
         self.function = function
         self.args = args
+        self.kwargs = kwargs or {}
 
     def __await__(self) -> Generator[Any, Any, Any]:
         return (yield self)
 
     def __repr__(self) -> str:
-        return f"call({self.function!r}, *{self.args!r})"
+        arguments = _arguments(self.args, self.kwargs)
+        return f"call({self.function!r}{', ' if arguments else ''}{arguments})"
+
+
+def _arguments(args: list[Any], kwargs: dict[str, Any]) -> str:
+    return ", ".join([repr(a) for a in args] + [f"{k}={v!r}" for k, v in kwargs.items()])
 
 
 class _Backend:
@@ -124,8 +144,8 @@ class _Backend:
             raise AttributeError(op)
         backend = self._name
 
-        def request(*args: Any) -> Awaitable[Any]:
-            return IoRequest(backend, op, list(args))
+        def request(*args: Any, **kwargs: Any) -> Awaitable[Any]:
+            return IoRequest(backend, op, list(args), kwargs)
 
         request.__name__ = op
         return request
@@ -135,7 +155,8 @@ class _Backend:
 
 
 class _Io:
-    """``io.<backend>`` is a backend; ``io.<backend>.<op>(*args)`` an awaitable read."""
+    """``io.<backend>`` is a backend; ``io.<backend>.<op>(*args, **kwargs)`` an
+    awaitable read."""
 
     __slots__ = ()
 
@@ -151,8 +172,9 @@ class _Io:
 io = _Io()
 
 
-def call(function: str, *args: Any) -> Awaitable[Any]:
-    """Run ``function(*args)`` as a sub-call and return its value (``await`` it)."""
+def call(function: str, /, *args: Any, **kwargs: Any) -> Awaitable[Any]:
+    """Run ``function(*args, **kwargs)`` as a sub-call and return its value (``await``
+    it)."""
     if not isinstance(function, str) or not function:
         raise TypeError("call() needs a function name (a non-empty string)")
-    return SubCallRequest(function, list(args))
+    return SubCallRequest(function, list(args), kwargs)

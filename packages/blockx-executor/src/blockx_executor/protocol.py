@@ -34,8 +34,16 @@ class FailureKind(enum.StrEnum):
     FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
     BAD_RESULT = "BAD_RESULT"
     BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
-    # An IoError escaped the function (retried when CALL_RETRY_ON lists it).
+    # An IoError escaped the function (retried when CALL_RETRY_ON lists it and the
+    # IoError was retryable).
     IO_ERROR = "IO_ERROR"
+
+
+class CallContext(msgspec.Struct, frozen=True, array_like=True):
+    """Chain facts the call is about, as its Builder set them (``current_call()``)."""
+
+    block_number: int | None = None
+    block_hash: str | None = None
 
 
 # ---- Worker -> Executor -------------------------------------------------------------
@@ -50,7 +58,11 @@ class LoadCode(msgspec.Struct, frozen=True, array_like=True, tag="load"):
 
 
 class ExecuteCalls(msgspec.Struct, frozen=True, array_like=True, tag="exec"):
-    """Calls of one function (in the module with ``digest``), as columns."""
+    """Calls of one function (in the module with ``digest``), as columns.
+
+    ``kwargs`` and ``contexts`` are None unless some call of the batch has keyword
+    arguments or a context, so a plain batch pays nothing per call for them.
+    """
 
     task_id: str
     digest: str
@@ -60,13 +72,17 @@ class ExecuteCalls(msgspec.Struct, frozen=True, array_like=True, tag="exec"):
     args: list[list[Any]]
     # Capture what the calls print or log and send it as CallOutput (DebugInvoke).
     debug: bool = False
+    kwargs: list[dict[str, Any]] | None = None
+    contexts: list[CallContext | None] | None = None
 
 
 class ResumeCall(msgspec.Struct, frozen=True, array_like=True, tag="resume"):
     """The answer to a suspended call's IO request or sub-call.
 
     ``value_json`` is the JSON of the value when ``ok``; otherwise ``error_kind``
-    and ``error`` say what failed. ``io_us`` is IO backend time charged to the call.
+    and ``error`` say what failed and ``retryable`` whether asking again may
+    succeed (it becomes ``IoError.retryable`` / ``CallError.retryable``). ``io_us``
+    is IO backend time charged to the call.
     """
 
     call_id: int
@@ -75,6 +91,7 @@ class ResumeCall(msgspec.Struct, frozen=True, array_like=True, tag="resume"):
     error_kind: str = ""
     error: str = ""
     io_us: int = 0
+    retryable: bool = False
 
 
 class CancelCalls(msgspec.Struct, frozen=True, array_like=True, tag="cancel"):
@@ -111,11 +128,16 @@ class CallsCompleted(msgspec.Struct, frozen=True, array_like=True, tag="done"):
 
 
 class CallFailed(msgspec.Struct, frozen=True, array_like=True, tag="fail"):
+    """``retryable`` is False when a retry cannot succeed whatever the kind says: an
+    escaped IoError of a kind that fails the same way every time (UNKNOWN_BACKEND,
+    BAD_REQUEST, ...)."""
+
     call_id: int
     kind: str
     message: str
     cpu_us: int = 0
     io_us: int = 0
+    retryable: bool = True
 
 
 class CallOutput(msgspec.Struct, frozen=True, array_like=True, tag="out"):
@@ -126,20 +148,22 @@ class CallOutput(msgspec.Struct, frozen=True, array_like=True, tag="out"):
 
 
 class IoRequested(msgspec.Struct, frozen=True, array_like=True, tag="io"):
-    """CallWaiting: the call awaits ``io.<backend>.<op>(*args)``."""
+    """CallWaiting: the call awaits ``io.<backend>.<op>(*args, **kwargs)``."""
 
     call_id: int
     backend: str
     op: str
     args: list[Any]
+    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 class SubCallRequested(msgspec.Struct, frozen=True, array_like=True, tag="sub"):
-    """CallWaiting: the call awaits ``call(function, *args)``."""
+    """CallWaiting: the call awaits ``call(function, *args, **kwargs)``."""
 
     call_id: int
     function: str
     args: list[Any]
+    kwargs: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
 ToExecutor = LoadCode | ExecuteCalls | ResumeCall | CancelCalls

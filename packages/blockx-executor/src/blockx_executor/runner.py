@@ -23,22 +23,16 @@ thread's CPU clock) and the Worker kills the process.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import contextvars
-import inspect
 import io
-import linecache
-import logging
 import os
 import resource
 import socket
-import sys
 import threading
 import time
-import traceback
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -51,7 +45,10 @@ from blockx_executor.api import (
     SubCallRequest,
     _current_call,
 )
+from blockx_executor.capture import capturing
+from blockx_executor.code import CodeCache, Function, Unavailable, describe
 from blockx_executor.protocol import (
+    CallContext,
     CallFailed,
     CallOutput,
     CallsCompleted,
@@ -68,33 +65,13 @@ from blockx_executor.protocol import (
     SubCallRequested,
     ToExecutor,
 )
-from blockx_executor.sandbox import install_sandbox
 
 # Flush completions at least this often while working through a long batch.
 _FLUSH_EVERY_NS: Final = 10_000_000
 _FLUSH_EVERY_CALLS: Final = 1024
 _RECV_BYTES: Final = 4 * 1024 * 1024
-_RUNNER_FILE: Final = __file__
 _thread_time_ns = time.thread_time_ns
 _perf_counter_ns = time.perf_counter_ns
-
-
-class _Unavailable:
-    """Why a function cannot be called (cached like a function)."""
-
-    __slots__ = ("kind", "message")
-
-    def __init__(self, kind: FailureKind, message: str) -> None:
-        self.kind = kind
-        self.message = message
-
-
-class _Function:
-    __slots__ = ("fn", "is_async")
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.is_async = inspect.iscoroutinefunction(fn)
 
 
 class _Suspended:
@@ -130,9 +107,7 @@ class Runner:
         self._decoder: FrameDecoder[ToExecutor] = FrameDecoder(ToExecutor)
         self._json = msgspec.json.Encoder()
         self._json_decode = msgspec.json.Decoder().decode
-        self._sources: dict[str, LoadCode] = {}
-        self._modules: dict[str, dict[str, Any] | _Unavailable] = {}
-        self._functions: dict[tuple[str, str], _Function | _Unavailable] = {}
+        self._code = CodeCache()
         self._suspended: dict[int, _Suspended] = {}
         # Debug calls: what they print or log, per call, until they end.
         self._captures: dict[int, io.StringIO] = {}
@@ -173,7 +148,7 @@ class Runner:
             case ResumeCall():
                 self._resume(message)
             case LoadCode():
-                self._sources[message.digest] = message
+                self._code.load(message)
             case CancelCalls():
                 for call_id in message.call_ids:
                     suspended = self._suspended.pop(call_id, None)
@@ -184,23 +159,34 @@ class Runner:
     # ---- running calls ---------------------------------------------------------------
 
     def _execute(self, batch: ExecuteCalls) -> None:
-        entry = self._function(batch.digest, batch.function)
-        if isinstance(entry, _Unavailable):
+        entry = self._code.function(batch.digest, batch.function)
+        if isinstance(entry, Unavailable):
             for call_id in batch.call_ids:
                 self._out.append(CallFailed(call_id, entry.kind, entry.message))
             return
-        fn = entry.fn
         budget_ns = batch.budget_us * 1000
         task_id = batch.task_id
         function = batch.function
-        for call_id, args in zip(batch.call_ids, batch.args, strict=True):
-            info = CallInfo(call_id, task_id, function)
+        n = len(batch.call_ids)
+        kwargs_column: Sequence[dict[str, Any] | None] = [None] * n
+        if batch.kwargs is not None:
+            kwargs_column = batch.kwargs
+        contexts: list[CallContext | None] = batch.contexts or [None] * n
+        for call_id, args, kwargs, context in zip(
+            batch.call_ids, batch.args, kwargs_column, contexts, strict=True
+        ):
+            if context is None:
+                info = CallInfo(call_id, task_id, function)
+            else:
+                info = CallInfo(
+                    call_id, task_id, function, context.block_number, context.block_hash
+                )
             if batch.debug:
                 self._captures[call_id] = io.StringIO()
-                with self._capturing(call_id):
-                    self._start(entry, call_id, fn, args, budget_ns, info)
+                with capturing(self._captures.get(call_id)):
+                    self._start(entry, call_id, args, kwargs or None, budget_ns, info)
             else:
-                self._start(entry, call_id, fn, args, budget_ns, info)
+                self._start(entry, call_id, args, kwargs or None, budget_ns, info)
             if (
                 len(self._done_ids) >= _FLUSH_EVERY_CALLS
                 or _perf_counter_ns() - self._last_flush_ns > _FLUSH_EVERY_NS
@@ -209,37 +195,17 @@ class Runner:
 
     def _start(
         self,
-        entry: _Function,
+        entry: Function,
         call_id: int,
-        fn: Callable[..., Any],
         args: list[Any],
+        kwargs: dict[str, Any] | None,
         budget_ns: int,
         info: CallInfo,
     ) -> None:
         if entry.is_async:
-            self._start_async(call_id, fn, args, budget_ns, info)
+            self._start_async(call_id, entry.fn, args, kwargs, budget_ns, info)
         else:
-            self._run_sync(call_id, fn, args, budget_ns, info)
-
-    @contextlib.contextmanager
-    def _capturing(self, call_id: int) -> Iterator[None]:
-        """Route print() and logging of a debug call's segment into its buffer."""
-        buffer = self._captures.get(call_id)
-        if buffer is None:
-            yield
-            return
-        handler = logging.StreamHandler(buffer)
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        root = logging.getLogger()
-        level = root.level
-        root.addHandler(handler)
-        root.setLevel(logging.DEBUG)
-        try:
-            with contextlib.redirect_stdout(buffer), contextlib.redirect_stderr(buffer):
-                yield
-        finally:
-            root.removeHandler(handler)
-            root.setLevel(level)
+            self._run_sync(call_id, entry.fn, args, kwargs, budget_ns, info)
 
     def _emit_output(self, call_id: int) -> None:
         buffer = self._captures.pop(call_id, None)
@@ -247,17 +213,23 @@ class Runner:
             self._out.append(CallOutput(call_id, buffer.getvalue()))
 
     def _run_sync(
-        self, call_id: int, fn: Callable[..., Any], args: list[Any], budget_ns: int, info: CallInfo
+        self,
+        call_id: int,
+        fn: Callable[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any] | None,
+        budget_ns: int,
+        info: CallInfo,
     ) -> None:
         token = _current_call.set(info)
         started = _thread_time_ns()
         self._running = (call_id, started, 0)
         try:
-            value = fn(*args)
+            value = fn(*args) if kwargs is None else fn(*args, **kwargs)
         except BaseException as exc:
             self._running = None
             _current_call.reset(token)
-            self._fail(call_id, FailureKind.USER_ERROR, _describe(exc), _thread_time_ns() - started)
+            self._fail(call_id, FailureKind.USER_ERROR, describe(exc), _thread_time_ns() - started)
             return
         cpu_ns = _thread_time_ns() - started
         self._running = None
@@ -272,14 +244,20 @@ class Runner:
         self._complete(call_id, value, cpu_ns, 0, budget_ns)
 
     def _start_async(
-        self, call_id: int, fn: Callable[..., Any], args: list[Any], budget_ns: int, info: CallInfo
+        self,
+        call_id: int,
+        fn: Callable[..., Any],
+        args: list[Any],
+        kwargs: dict[str, Any] | None,
+        budget_ns: int,
+        info: CallInfo,
     ) -> None:
         ctx = contextvars.copy_context()
         ctx.run(_current_call.set, info)
         try:
-            coro = ctx.run(fn, *args)
+            coro = ctx.run(fn, *args) if kwargs is None else ctx.run(fn, *args, **kwargs)
         except BaseException as exc:  # wrong arguments for the signature
-            self._fail(call_id, FailureKind.USER_ERROR, _describe(exc), 0)
+            self._fail(call_id, FailureKind.USER_ERROR, describe(exc), 0)
             return
         self._step(_Suspended(call_id, coro, ctx, budget_ns), None, None)
 
@@ -303,8 +281,19 @@ class Runner:
         except BaseException as exc:
             self._running = None
             cpu_ns = call.consumed_ns - call.io_ns + (_thread_time_ns() - started)
-            kind = FailureKind.IO_ERROR if isinstance(exc, IoError) else FailureKind.USER_ERROR
-            self._fail(call.call_id, kind, _describe(exc), cpu_ns, call.io_ns)
+            if isinstance(exc, IoError):
+                # The Worker must not retry, nor report retryable, a read that fails
+                # the same way every time.
+                self._fail(
+                    call.call_id,
+                    FailureKind.IO_ERROR,
+                    describe(exc),
+                    cpu_ns,
+                    call.io_ns,
+                    retryable=exc.retryable,
+                )
+            else:
+                self._fail(call.call_id, FailureKind.USER_ERROR, describe(exc), cpu_ns, call.io_ns)
             return
         self._running = None
         call.consumed_ns += _thread_time_ns() - started
@@ -316,11 +305,15 @@ class Runner:
         if isinstance(request, IoRequest):
             call.waiting_io = True
             self._out.append(
-                IoRequested(call.call_id, request.backend, request.op, list(request.args))
+                IoRequested(
+                    call.call_id, request.backend, request.op, list(request.args), request.kwargs
+                )
             )
         else:
             call.waiting_io = False
-            self._out.append(SubCallRequested(call.call_id, request.function, request.args))
+            self._out.append(
+                SubCallRequested(call.call_id, request.function, request.args, request.kwargs)
+            )
 
     def _resume(self, message: ResumeCall) -> None:
         call = self._suspended.pop(message.call_id, None)
@@ -342,9 +335,9 @@ class Runner:
                 error = IoError("BAD_ANSWER", f"undecodable answer: {exc}")
         else:
             error_type = IoError if call.waiting_io else CallError
-            error = error_type(message.error_kind, message.error)
+            error = error_type(message.error_kind, message.error, retryable=message.retryable)
         if self._captures:
-            with self._capturing(call.call_id):
+            with capturing(self._captures.get(call.call_id)):
                 self._step(call, value, error)
         else:
             self._step(call, value, error)
@@ -372,11 +365,20 @@ class Runner:
         self._done_io.append(io_ns // 1000)
 
     def _fail(
-        self, call_id: int, kind: FailureKind, message: str, cpu_ns: int, io_ns: int = 0
+        self,
+        call_id: int,
+        kind: FailureKind,
+        message: str,
+        cpu_ns: int,
+        io_ns: int = 0,
+        *,
+        retryable: bool = True,
     ) -> None:
         if self._captures:
             self._emit_output(call_id)
-        self._out.append(CallFailed(call_id, kind, message, cpu_ns // 1000, io_ns // 1000))
+        self._out.append(
+            CallFailed(call_id, kind, message, cpu_ns // 1000, io_ns // 1000, retryable)
+        )
 
     def _fail_budget(self, call_id: int, used_ns: int, budget_ns: int, io_ns: int) -> None:
         self._fail(
@@ -387,61 +389,6 @@ class Runner:
             used_ns - io_ns,
             io_ns,
         )
-
-    # ---- code ------------------------------------------------------------------------
-
-    def _function(self, digest: str, name: str) -> _Function | _Unavailable:
-        key = (digest, name)
-        entry = self._functions.get(key)
-        if entry is None:
-            entry = self._resolve(digest, name)
-            self._functions[key] = entry
-        return entry
-
-    def _resolve(self, digest: str, name: str) -> _Function | _Unavailable:
-        namespace = self._modules.get(digest)
-        if namespace is None:
-            namespace = self._compile(digest)
-            self._modules[digest] = namespace
-        if isinstance(namespace, _Unavailable):
-            return namespace
-        fn = namespace.get(name)
-        if fn is None or not callable(fn):
-            module = self._sources[digest].module
-            return _Unavailable(
-                FailureKind.FUNCTION_NOT_FOUND, f"module {module}.py defines no function {name!r}"
-            )
-        return _Function(fn)
-
-    def _compile(self, digest: str) -> dict[str, Any] | _Unavailable:
-        code = self._sources.get(digest)
-        if code is None:
-            return _Unavailable(FailureKind.COMPILE_ERROR, f"no source loaded for digest {digest}")
-        filename = f"{code.module}.py"
-        # Tracebacks show the user's source lines.
-        linecache.cache[filename] = (
-            len(code.source),
-            None,
-            code.source.splitlines(keepends=True),
-            filename,
-        )
-        module = types.ModuleType(f"blockx_functions.{code.module}_{digest[:12]}")
-        module.__file__ = filename
-        sys.modules[module.__name__] = module
-        try:
-            compiled = compile(code.source, filename, "exec")
-            exec(compiled, module.__dict__)
-        except SyntaxError as exc:
-            return _Unavailable(
-                FailureKind.COMPILE_ERROR,
-                f"{filename} does not compile: {exc.msg} (line {exc.lineno}, column {exc.offset})",
-            )
-        except BaseException as exc:
-            return _Unavailable(
-                FailureKind.COMPILE_ERROR,
-                f"{filename} failed while loading: {_describe(exc)}",
-            )
-        return module.__dict__
 
     # ---- the wire --------------------------------------------------------------------
 
@@ -497,61 +444,9 @@ def _close_quietly(call: _Suspended) -> None:
         call.ctx.run(call.coro.close)
 
 
-def _describe(exc: BaseException) -> str:
-    """``Type: message`` and the traceback from the user's first frame on."""
-    tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == _RUNNER_FILE:
-        tb = tb.tb_next
-    headline = f"{type(exc).__name__}: {exc}"
-    if tb is None and exc.__cause__ is None and exc.__context__ is None:
-        return headline  # raised before any user frame ran (e.g. wrong arguments)
-    text = "".join(traceback.format_exception(type(exc), exc, tb)).rstrip()
-    return f"{headline}\n{text}"
-
-
 def _rss_bytes() -> int:
     try:
         with open("/proc/self/statm", "rb") as statm:
             return int(statm.read().split()[1]) * resource.getpagesize()
     except (OSError, ValueError, IndexError):
         return 0
-
-
-def _apply_limits(memory_limit_bytes: int, max_open_files: int) -> None:
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    if memory_limit_bytes > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (memory_limit_bytes, memory_limit_bytes))
-    if max_open_files > 0:
-        _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        limit = max_open_files if hard == resource.RLIM_INFINITY else min(max_open_files, hard)
-        resource.setrlimit(resource.RLIMIT_NOFILE, (limit, hard))
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m blockx_executor")
-    parser.add_argument("--socket", required=True, help="the Worker's Unix socket")
-    parser.add_argument("--executor-id", required=True)
-    parser.add_argument("--heartbeat-interval-ms", type=int, default=200)
-    parser.add_argument("--memory-limit-bytes", type=int, default=0)
-    parser.add_argument("--max-open-files", type=int, default=256)
-    parser.add_argument(
-        "--no-sandbox", action="store_true", help="allow network, processes and file writes"
-    )
-    args = parser.parse_args(argv)
-    sys.dont_write_bytecode = True
-    _apply_limits(args.memory_limit_bytes, args.max_open_files)
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(args.socket)
-    except OSError as exc:
-        print(f"blockx_executor: cannot connect to {args.socket}: {exc}", file=sys.stderr)
-        raise SystemExit(2) from None
-    if not args.no_sandbox:
-        install_sandbox()
-    runner = Runner(sock, args.executor_id, args.heartbeat_interval_ms / 1000)
-    try:
-        runner.serve()
-    except (BrokenPipeError, ConnectionResetError):
-        pass  # the Worker went away
-    finally:
-        sock.close()

@@ -8,10 +8,13 @@ from blockx_core.dispatch._commands import (
     ResumeWithResult,
     SendCalls,
 )
-from blockx_core.dispatch._config import CallFailureKind, CallRetryPolicy, DispatchConfig
+from blockx_core.dispatch._config import CallRetryPolicy, DispatchConfig
 from blockx_core.dispatch._core import DispatcherCore
+from blockx_core.dispatch._failures import RETRYABLE, CallFailure, CallFailureKind
 
 __all__ = [
+    "RETRYABLE",
+    "CallFailure",
     "CallFailureKind",
     "CallRetryPolicy",
     "CancelCalls",

@@ -6,11 +6,18 @@ from typing import Any
 
 import msgspec
 
+from blockx_core.calls import CallContext, RootOutput
+from blockx_core.dispatch._failures import CallFailure
 from blockx_core.errors import FailureCode
 
 
 class SendCalls(msgspec.Struct, frozen=True, kw_only=True):
-    """Run these calls (all of one function) on one executor."""
+    """Run these calls (all of one function) on one executor, as columns.
+
+    ``kwargs`` and ``contexts`` are None when no call of the batch has keyword
+    arguments or a context, so the common batch carries nothing per call but its
+    id and positional arguments.
+    """
 
     executor_id: str
     task_id: str
@@ -19,6 +26,8 @@ class SendCalls(msgspec.Struct, frozen=True, kw_only=True):
     budget_ms: int
     call_ids: list[int]
     args: list[list[Any]]
+    kwargs: list[dict[str, Any]] | None = None
+    contexts: list[CallContext | None] | None = None
 
 
 class CancelCalls(msgspec.Struct, frozen=True, kw_only=True):
@@ -29,7 +38,8 @@ class CancelCalls(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ResumeWithResult(msgspec.Struct, frozen=True, kw_only=True):
-    """A sub-call ended: resume its parent with the value (JSON) or the failure."""
+    """A sub-call ended: resume its parent with the value (JSON) or the failure
+    (``retryable``: whether running the sub-call again might succeed)."""
 
     executor_id: str
     call_id: int
@@ -37,6 +47,7 @@ class ResumeWithResult(msgspec.Struct, frozen=True, kw_only=True):
     value_json: bytes = b"null"
     error_kind: str = ""
     error: str = ""
+    retryable: bool = False
 
 
 class KillExecutor(msgspec.Struct, frozen=True, kw_only=True):
@@ -47,14 +58,20 @@ class KillExecutor(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ConvergeTaskCalls(msgspec.Struct, frozen=True, kw_only=True):
-    """The Calls phase of a task ended. ``outputs`` are the root calls' JSON results
-    in root order (empty unless ``success``)."""
+    """The Calls phase of a task ended.
+
+    ``outputs`` are the root calls' results in root order, each tagged with its
+    index and context (empty unless ``success``). A task that a root call failed
+    (CALL_FAILED) says which call and how in ``failed_call``; ``failure_message``
+    is the whole text for people.
+    """
 
     task_id: str
     success: bool
     failure_code: FailureCode | None = None
     failure_message: str = ""
-    outputs: list[bytes] = msgspec.field(default_factory=list)
+    failed_call: CallFailure | None = None
+    outputs: list[RootOutput] = msgspec.field(default_factory=list)
 
 
 DispatchCommand = SendCalls | CancelCalls | ResumeWithResult | KillExecutor | ConvergeTaskCalls

@@ -1,32 +1,11 @@
-"""Dispatcher configuration: windows, budgets, the retry policy, failure kinds."""
+"""Dispatcher configuration: windows, budgets, the retry policy."""
 
 from __future__ import annotations
 
-import enum
-
 import msgspec
 
+from blockx_core.dispatch._failures import CallFailureKind
 from blockx_core.errors import InvalidConfig
-
-
-class CallFailureKind(enum.StrEnum):
-    """Why one call attempt failed."""
-
-    # The function raised (its type, message and traceback are in the message).
-    USER_ERROR = "USER_ERROR"
-    # The module does not compile or its top level raised.
-    COMPILE_ERROR = "COMPILE_ERROR"
-    FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
-    # The return value is not JSON-compatible data.
-    BAD_RESULT = "BAD_RESULT"
-    # CPU + IO time over CallDeadlineMs.
-    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
-    # The executor process died or was killed while the call was on it.
-    EXECUTOR_LOST = "EXECUTOR_LOST"
-    # An IO read failed and the function did not handle it.
-    IO_ERROR = "IO_ERROR"
-    # The function attempted a write; writes go through a Writer Plugin.
-    WRITE_FORBIDDEN = "WRITE_FORBIDDEN"
 
 
 class CallRetryPolicy(msgspec.Struct, frozen=True, kw_only=True):

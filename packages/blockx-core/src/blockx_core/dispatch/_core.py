@@ -1,6 +1,6 @@
 """DispatcherCore: the sans-IO engine of the Calls phase.
 
-It owns, per task, a TaskDispatchState (root calls, a window that doubles from
+It owns, per task, a TaskCalls record (root calls, a window that doubles from
 ``initial_window`` up to ``task_max_inflight_calls``, outputs in root order), the
 calls in flight and which executor holds each, bounded attempt retries, sub-calls
 bound to their parents, and the executors' liveness. Its inputs are events (calls
@@ -10,19 +10,27 @@ completed or failed, a call waiting on a sub-call, executor up / heartbeat / los
 clock: every event takes ``now_ms``; ``next_deadline_ms`` tells the adapter when to
 call ``tick``.
 
+Root calls come incrementally: ``open_task`` starts a task's Calls phase,
+``add_roots`` gives it more root calls (any number of times), and ``roots_done``
+says the source has no more; the task converges once the source is done and every
+root call finished. ``start_task`` does all three at once for a list known up
+front. A root call is a ``RootCall`` (positional and keyword arguments, a
+context) or, as a shorthand, the list of its positional arguments.
+
 Rules:
 
 * fastFail: a root call that fails terminally stops the task: its other calls are
   cancelled, outputs are discarded, and it converges CALL_FAILED.
-* Outputs (JSON texts of the root calls' results) are collected in root order; more
-  than ``max_collected_output_bytes`` in total converges OUTPUT_BYTES_EXCEEDED.
-* A sub-call is a new call bound to its parent; its result resumes the parent and
-  never appears in the outputs. Sub-calls bypass the task window, so a window full
-  of waiting parents cannot deadlock.
-* A failed attempt is retried (with back-off) when its kind is in the retry policy
-  and attempts remain; a result from an attempt the core no longer expects (its
-  executor was declared lost, the task ended) is ignored, so no call is reported
-  twice.
+* Outputs (JSON texts of the root calls' results, each tagged with its root index
+  and context) are collected in root order; more than
+  ``max_collected_output_bytes`` in total converges OUTPUT_BYTES_EXCEEDED.
+* A sub-call is a new call bound to its parent (and inherits its context); its
+  result resumes the parent and never appears in the outputs. Sub-calls bypass the
+  task window, so a window full of waiting parents cannot deadlock.
+* A failed attempt is retried (with back-off) when its kind is in the retry policy,
+  attempts remain and the attempt did not say a retry cannot succeed; a result
+  from an attempt the core no longer expects (its executor was declared lost, the
+  task ended) is ignored, so no call is reported twice.
 * An executor whose running call is over budget, or that stopped heartbeating, is
   killed; the over-budget call fails BUDGET_EXCEEDED, the others on it are retried
   as EXECUTOR_LOST.
@@ -31,125 +39,24 @@ Rules:
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from blockx_core.calls import RootCall
+from blockx_core.dispatch._book import CallBook
 from blockx_core.dispatch._commands import (
     CancelCalls,
-    ConvergeTaskCalls,
     DispatchCommand,
-    KillExecutor,
-    ResumeWithResult,
-    SendCalls,
 )
-from blockx_core.dispatch._config import CallFailureKind, DispatchConfig
-from blockx_core.errors import BlockxUsageError, FailureCode
+from blockx_core.dispatch._config import DispatchConfig
+from blockx_core.dispatch._failures import CallFailureKind
+from blockx_core.dispatch._state import Call, Executor, TaskCalls
+from blockx_core.errors import BlockxUsageError
 
 
-class _Task:
-    __slots__ = (
-        "budget_ms",
-        "code",
-        "done_roots",
-        "function",
-        "grown",
-        "inflight_roots",
-        "live",
-        "next_root",
-        "output_bytes",
-        "outputs",
-        "roots",
-        "task_id",
-        "window",
-    )
-
-    def __init__(
-        self,
-        task_id: str,
-        code: str,
-        function: str,
-        roots: Sequence[list[Any]],
-        window: int,
-        budget_ms: int,
-    ) -> None:
-        self.task_id = task_id
-        self.budget_ms = budget_ms  # CPU + IO per call attempt, sub-calls included
-        self.code = code
-        self.function = function
-        self.roots = roots
-        self.next_root = 0
-        self.window = window
-        self.grown = 0  # root completions since the window last grew
-        self.inflight_roots = 0  # dispatched (or waiting for a retry) and not done
-        self.done_roots = 0
-        self.outputs: list[bytes] = [b""] * len(roots)
-        self.output_bytes = 0
-        self.live: set[int] = set()  # every call of the task still in the core
-
-
-class _Call:
-    __slots__ = (
-        "args",
-        "attempt",
-        "call_id",
-        "children",
-        "code",
-        "executor_id",
-        "function",
-        "parent",
-        "retry_due",
-        "root_index",
-        "task",
-    )
-
-    def __init__(
-        self,
-        call_id: int,
-        task: _Task,
-        root_index: int,
-        parent: int,
-        code: str,
-        function: str,
-        args: list[Any],
-    ) -> None:
-        self.call_id = call_id
-        self.task = task
-        self.root_index = root_index  # -1 for a sub-call
-        self.parent = parent  # 0 for a root call
-        self.code = code
-        self.function = function
-        self.args = args
-        self.attempt = 1
-        self.executor_id: str | None = None
-        self.retry_due = False
-        self.children: list[int] | None = None
-
-
-class _Executor:
-    __slots__ = ("calls", "executor_id", "last_heartbeat_ms", "running_call", "running_us")
-
-    def __init__(self, executor_id: str, now_ms: int) -> None:
-        self.executor_id = executor_id
-        self.calls: set[int] = set()
-        self.last_heartbeat_ms = now_ms
-        self.running_call = 0
-        self.running_us = 0
-
-
-class DispatcherCore:
-    """See the module docstring."""
-
-    def __init__(self, config: DispatchConfig | None = None) -> None:
-        self._config = config or DispatchConfig()
-        self._config.validate()
-        self._budget_us = self._config.call_deadline_ms * 1000
-        self._executors: dict[str, _Executor] = {}
-        self._tasks: dict[str, _Task] = {}
-        self._calls: dict[int, _Call] = {}
-        self._next_call_id = 1
-        self._unassigned: list[_Call] = []  # waiting for an executor to come up
-        self._retries: list[tuple[int, int]] = []  # (due_ms, call_id), lazily invalidated
+class DispatcherCore(CallBook):
+    """See the module docstring. The state and the moves its events share are in
+    ``CallBook`` (``_book.py``); this class is the events."""
 
     # ---- inspection ------------------------------------------------------------------
 
@@ -190,7 +97,7 @@ class DispatcherCore:
     def executor_up(self, executor_id: str, now_ms: int) -> list[DispatchCommand]:
         if executor_id in self._executors:
             raise BlockxUsageError(f"executor {executor_id!r} is already up")
-        self._executors[executor_id] = _Executor(executor_id, now_ms)
+        self._executors[executor_id] = Executor(executor_id, now_ms)
         out: list[DispatchCommand] = []
         if self._unassigned:
             waiting, self._unassigned = self._unassigned, []
@@ -231,32 +138,69 @@ class DispatcherCore:
 
     # ---- tasks -------------------------------------------------------------------------
 
+    def open_task(
+        self,
+        task_id: str,
+        code: str,
+        function: str,
+        now_ms: int,
+        *,
+        budget_ms: int | None = None,
+    ) -> list[DispatchCommand]:
+        """Start a Calls phase with no root calls yet: every root call will be of
+        ``function`` in ``code`` (an opaque reference the adapter resolves).
+        ``budget_ms`` is the per-call budget of this task (default:
+        ``call_deadline_ms``). Follow with ``add_roots`` and ``roots_done``."""
+        if task_id in self._tasks:
+            raise BlockxUsageError(f"task {task_id!r} already has a Calls phase")
+        if budget_ms is not None and budget_ms < 1:
+            raise BlockxUsageError(f"budget_ms must be >= 1 (got {budget_ms})")
+        window = min(self._config.initial_window, self._config.task_max_inflight_calls)
+        self._tasks[task_id] = TaskCalls(
+            task_id, code, function, window, budget_ms or self._config.call_deadline_ms
+        )
+        return []
+
+    def add_roots(
+        self, task_id: str, roots: Sequence[RootCall | list[Any]], now_ms: int
+    ) -> list[DispatchCommand]:
+        """More root calls for an open task; they get the next root indexes. A task
+        that has already failed (fastFail, output cap) or was cancelled ignores them."""
+        task = self._tasks.get(task_id)
+        if task is None:
+            return []
+        if task.source_done:
+            raise BlockxUsageError(f"task {task_id!r}: root calls added after roots_done")
+        out: list[DispatchCommand] = []
+        if roots:
+            task.add(list(roots))
+            self._fill(task, out)
+        return out
+
+    def roots_done(self, task_id: str, now_ms: int) -> list[DispatchCommand]:
+        """The task's source has no more root calls: it converges once they finish."""
+        task = self._tasks.get(task_id)
+        if task is None or task.source_done:
+            return []
+        task.source_done = True
+        out: list[DispatchCommand] = []
+        self._after_progress(task, out)
+        return out
+
     def start_task(
         self,
         task_id: str,
         code: str,
         function: str,
-        calls: Sequence[list[Any]],
+        calls: Sequence[RootCall | list[Any]],
         now_ms: int,
         *,
         budget_ms: int | None = None,
     ) -> list[DispatchCommand]:
-        """Start the Calls phase: one root call per argument list, all of ``function``
-        in ``code`` (an opaque reference the adapter resolves). ``budget_ms`` is the
-        per-call budget of this task (default: ``call_deadline_ms``)."""
-        if task_id in self._tasks:
-            raise BlockxUsageError(f"task {task_id!r} already has a Calls phase")
-        if budget_ms is not None and budget_ms < 1:
-            raise BlockxUsageError(f"budget_ms must be >= 1 (got {budget_ms})")
-        if not calls:
-            return [ConvergeTaskCalls(task_id=task_id, success=True, outputs=[])]
-        window = min(self._config.initial_window, self._config.task_max_inflight_calls)
-        task = _Task(
-            task_id, code, function, list(calls), window, budget_ms or self._config.call_deadline_ms
-        )
-        self._tasks[task_id] = task
-        out: list[DispatchCommand] = []
-        self._fill(task, out)
+        """``open_task``, ``add_roots(calls)`` and ``roots_done`` in one go."""
+        out = self.open_task(task_id, code, function, now_ms, budget_ms=budget_ms)
+        out += self.add_roots(task_id, calls, now_ms)
+        out += self.roots_done(task_id, now_ms)
         return out
 
     def cancel_task(self, task_id: str, now_ms: int) -> list[DispatchCommand]:
@@ -282,7 +226,7 @@ class DispatcherCore:
         calls = self._calls
         ex_calls = ex.calls
         out: list[DispatchCommand] = []
-        touched: dict[str, _Task] = {}
+        touched: dict[str, TaskCalls] = {}
         for call_id, result in zip(call_ids, results, strict=True):
             call = calls.get(call_id)
             if call is None or call.executor_id != executor_id:
@@ -315,9 +259,12 @@ class DispatcherCore:
         now_ms: int,
         *,
         cancel_on_executor: bool = False,
+        retryable: bool = True,
     ) -> list[DispatchCommand]:
         """An attempt failed. ``cancel_on_executor`` when the Worker (not the executor)
-        failed it, e.g. a write attempt, so the executor drops the suspended call."""
+        failed it, e.g. a write attempt, so the executor drops the suspended call.
+        ``retryable=False`` says a retry cannot succeed (an IO error that fails the
+        same way every time): no retry whatever the policy, reported not retryable."""
         call = self._calls.get(call_id)
         if call is None or call.executor_id != executor_id:
             return []
@@ -328,7 +275,7 @@ class DispatcherCore:
         if ex is not None:
             ex.calls.discard(call_id)
         call.executor_id = None
-        self._attempt_failed(call, kind, message, now_ms, out)
+        self._attempt_failed(call, kind, message, now_ms, out, retryable=retryable)
         return out
 
     def subcall_requested(
@@ -339,12 +286,19 @@ class DispatcherCore:
         function: str,
         args: list[Any],
         now_ms: int,
+        *,
+        kwargs: dict[str, Any] | None = None,
     ) -> list[DispatchCommand]:
-        """The parent awaits ``call(function, *args)``: schedule the child."""
+        """The parent awaits ``call(function, *args, **kwargs)``: schedule the child,
+        with the parent's context."""
         parent = self._calls.get(parent_call_id)
         if parent is None or parent.executor_id != executor_id:
             return []
-        child = self._new_call(parent.task, -1, parent_call_id, code, function, args)
+        child = self._new_call(
+            parent.task, -1, parent_call_id, code, function, args, kwargs or None, parent.context
+        )
+        if child.kwargs is not None:
+            parent.task.extras = True
         if parent.children is None:
             parent.children = []
         parent.children.append(child.call_id)
@@ -366,7 +320,7 @@ class DispatcherCore:
             ):
                 blamed = None
             self._kill(ex, blamed, used_us, f"no heartbeat for {silent_ms} ms", now_ms, out)
-        ready: list[_Call] = []
+        ready: list[Call] = []
         retries = self._retries
         while retries and retries[0][0] <= now_ms:
             _, call_id = heapq.heappop(retries)
@@ -387,276 +341,3 @@ class DispatcherCore:
         if self._retries:
             deadlines.append(self._retries[0][0])
         return min(deadlines) if deadlines else None
-
-    # ---- internals ----------------------------------------------------------------------
-
-    def _new_call(
-        self, task: _Task, root_index: int, parent: int, code: str, function: str, args: list[Any]
-    ) -> _Call:
-        call_id = self._next_call_id
-        self._next_call_id = call_id + 1
-        call = _Call(call_id, task, root_index, parent, code, function, args)
-        self._calls[call_id] = call
-        task.live.add(call_id)
-        return call
-
-    def _fill(self, task: _Task, out: list[DispatchCommand]) -> None:
-        """Dispatch new root calls up to the task's window."""
-        n = min(task.window - task.inflight_roots, len(task.roots) - task.next_root)
-        if n <= 0:
-            return
-        start = task.next_root
-        roots = task.roots
-        code, function = task.code, task.function
-        new = [
-            self._new_call(task, i, 0, code, function, roots[i]) for i in range(start, start + n)
-        ]
-        task.next_root = start + n
-        task.inflight_roots += n
-        self._send(new, out)
-
-    def _after_progress(self, task: _Task, out: list[DispatchCommand]) -> None:
-        if task.task_id not in self._tasks:
-            return
-        if task.output_bytes > self._config.max_collected_output_bytes:
-            self._fail_task(
-                task,
-                FailureCode.OUTPUT_BYTES_EXCEEDED,
-                f"the calls' outputs exceed MAX_COLLECTED_OUTPUT_BYTES "
-                f"({task.output_bytes} > {self._config.max_collected_output_bytes} bytes)",
-                out,
-            )
-            return
-        if task.done_roots == len(task.roots):
-            del self._tasks[task.task_id]
-            self._drop_calls(task, out)  # anything still live can no longer matter
-            out.append(ConvergeTaskCalls(task_id=task.task_id, success=True, outputs=task.outputs))
-            return
-        limit = self._config.task_max_inflight_calls
-        if task.grown >= task.window and task.window < limit:
-            task.window = min(limit, task.window * 2)
-            task.grown = 0
-        self._fill(task, out)
-
-    def _send(self, calls: list[_Call], out: list[DispatchCommand]) -> None:
-        """Assign calls to executors, spreading by load, in batches per function."""
-        if not self._executors:
-            self._unassigned.extend(calls)
-            return
-        first = calls[0]
-        if all(
-            c.task is first.task and c.code == first.code and c.function == first.function
-            for c in calls
-        ):
-            groups: Iterator[list[_Call]] = iter([calls])
-        else:
-            by_key: dict[tuple[str, str, str], list[_Call]] = defaultdict(list)
-            for call in calls:
-                by_key[(call.task.task_id, call.code, call.function)].append(call)
-            groups = iter(by_key.values())
-        max_batch = self._config.max_batch_calls
-        for group in groups:
-            head = group[0]
-            budget_ms = head.task.budget_ms
-            offset = 0
-            for ex, share in self._water_fill(len(group)):
-                ex_id = ex.executor_id
-                ex_calls = ex.calls
-                for lo in range(offset, offset + share, max_batch):
-                    batch = group[lo : min(lo + max_batch, offset + share)]
-                    for call in batch:
-                        call.executor_id = ex_id
-                        ex_calls.add(call.call_id)
-                    out.append(
-                        SendCalls(
-                            executor_id=ex_id,
-                            task_id=head.task.task_id,
-                            code=head.code,
-                            function=head.function,
-                            budget_ms=budget_ms,
-                            call_ids=[c.call_id for c in batch],
-                            args=[c.args for c in batch],
-                        )
-                    )
-                offset += share
-
-    def _water_fill(self, n: int) -> list[tuple[_Executor, int]]:
-        """Split ``n`` new calls so that executor loads end as even as possible."""
-        exs = sorted(self._executors.values(), key=lambda e: len(e.calls))
-        loads = [len(e.calls) for e in exs]
-        count = len(exs)
-        level = loads[0]
-        width = 1
-        remaining = n
-        # Raise the lowest executors together until the next one's load is reached.
-        while True:
-            while width < count and loads[width] <= level:
-                width += 1
-            if width == count:
-                break
-            room = (loads[width] - level) * width
-            if room >= remaining:
-                break
-            remaining -= room
-            level = loads[width]
-        per, extra = divmod(remaining, width)
-        shares = []
-        for i in range(width):
-            share = level - loads[i] + per + (1 if i < extra else 0)
-            if share > 0:
-                shares.append((exs[i], share))
-        return shares
-
-    def _attempt_failed(
-        self,
-        call: _Call,
-        kind: CallFailureKind,
-        message: str,
-        now_ms: int,
-        out: list[DispatchCommand],
-    ) -> None:
-        self._cancel_children(call, out)
-        policy = self._config.retry
-        if kind in policy.retry_on and call.attempt < policy.max_attempts:
-            due = now_ms + policy.backoff_for(call.attempt)
-            call.attempt += 1
-            call.retry_due = True
-            heapq.heappush(self._retries, (due, call.call_id))
-            return
-        self._terminal_failure(call, kind, message, out)
-
-    def _terminal_failure(
-        self, call: _Call, kind: CallFailureKind, message: str, out: list[DispatchCommand]
-    ) -> None:
-        del self._calls[call.call_id]
-        task = call.task
-        task.live.discard(call.call_id)
-        if call.parent:
-            self._resume_parent(call, False, b"null", kind.value, message, out)
-            return
-        attempts = f" after {call.attempt} attempts" if call.attempt > 1 else ""
-        self._fail_task(
-            task,
-            FailureCode.CALL_FAILED,
-            f"call #{call.root_index} {call.function}({_short_args(call.args)}) "
-            f"failed{attempts}: {kind.value}: {message}",
-            out,
-        )
-
-    def _resume_parent(
-        self,
-        child: _Call,
-        ok: bool,
-        value_json: bytes,
-        error_kind: str,
-        error: str,
-        out: list[DispatchCommand],
-    ) -> None:
-        parent = self._calls.get(child.parent)
-        if parent is None or parent.executor_id is None:
-            return  # the parent is gone or being retried: it will ask again
-        if parent.children is not None:
-            parent.children.remove(child.call_id)
-        out.append(
-            ResumeWithResult(
-                executor_id=parent.executor_id,
-                call_id=parent.call_id,
-                ok=ok,
-                value_json=value_json,
-                error_kind=error_kind,
-                error=error,
-            )
-        )
-
-    def _cancel_children(self, call: _Call, out: list[DispatchCommand]) -> None:
-        """A parent attempt ended: its sub-calls (and theirs) are no longer wanted."""
-        if not call.children:
-            return
-        cancels: dict[str, list[int]] = defaultdict(list)
-        stack = list(call.children)
-        call.children = None
-        while stack:
-            child = self._calls.pop(stack.pop(), None)
-            if child is None:
-                continue
-            child.task.live.discard(child.call_id)
-            if child.executor_id is not None:
-                cancels[child.executor_id].append(child.call_id)
-                ex = self._executors.get(child.executor_id)
-                if ex is not None:
-                    ex.calls.discard(child.call_id)
-            if child.children:
-                stack.extend(child.children)
-        out.extend(CancelCalls(executor_id=e, call_ids=ids) for e, ids in cancels.items())
-
-    def _fail_task(
-        self, task: _Task, code: FailureCode, message: str, out: list[DispatchCommand]
-    ) -> None:
-        del self._tasks[task.task_id]
-        self._drop_calls(task, out)
-        out.append(
-            ConvergeTaskCalls(
-                task_id=task.task_id, success=False, failure_code=code, failure_message=message
-            )
-        )
-
-    def _drop_calls(self, task: _Task, out: list[DispatchCommand]) -> None:
-        cancels: dict[str, list[int]] = defaultdict(list)
-        for call_id in task.live:
-            call = self._calls.pop(call_id)
-            if call.executor_id is not None:
-                cancels[call.executor_id].append(call_id)
-                ex = self._executors.get(call.executor_id)
-                if ex is not None:
-                    ex.calls.discard(call_id)
-        task.live.clear()
-        self._unassigned = [c for c in self._unassigned if c.task is not task]
-        out.extend(CancelCalls(executor_id=e, call_ids=sorted(ids)) for e, ids in cancels.items())
-
-    def _kill(
-        self,
-        ex: _Executor,
-        over_budget: _Call | None,
-        used_us: int,
-        reason: str,
-        now_ms: int,
-        out: list[DispatchCommand],
-    ) -> None:
-        del self._executors[ex.executor_id]
-        out.append(KillExecutor(executor_id=ex.executor_id, reason=reason))
-        self._reschedule_lost(
-            ex, over_budget, used_us, f"executor {ex.executor_id} killed: {reason}", now_ms, out
-        )
-
-    def _reschedule_lost(
-        self,
-        ex: _Executor,
-        over_budget: _Call | None,
-        used_us: int,
-        reason: str,
-        now_ms: int,
-        out: list[DispatchCommand],
-    ) -> None:
-        """Every call the executor held fails this attempt (the culprit for good)."""
-        lost = [self._calls[c] for c in sorted(ex.calls) if c in self._calls]
-        ex.calls.clear()
-        for call in lost:
-            call.executor_id = None
-        if over_budget is not None and over_budget in lost:
-            lost.remove(over_budget)
-            self._attempt_failed(
-                over_budget,
-                CallFailureKind.BUDGET_EXCEEDED,
-                f"the call used {used_us // 1000} ms of CPU and IO time, over its budget of "
-                f"{over_budget.task.budget_ms} ms; its executor was killed",
-                now_ms,
-                out,
-            )
-        for call in lost:
-            if call.call_id in self._calls and call.task.task_id in self._tasks:
-                self._attempt_failed(call, CallFailureKind.EXECUTOR_LOST, reason, now_ms, out)
-
-
-def _short_args(args: list[Any], limit: int = 120) -> str:
-    text = ", ".join(repr(a) for a in args)
-    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,10 +1,12 @@
-"""CallEngine: drives the DispatcherCore with an ExecutorPool, the tasks' IO scopes
+r"""CallEngine: drives the DispatcherCore with an ExecutorPool, the tasks' IO scopes
 and the Function Code View. This is the Calls phase of a task, as the Worker and
 the Sync Invoker run it.
 
-``run_calls(task_id, snapshot, io, function, calls)`` starts the phase and returns
-its ``ConvergeTaskCalls``; every IO request of its calls goes through ``io``, the
-task's scope. Everything happens on one event loop: executor frames are
+``open_calls(task_id, snapshot, io, function)`` starts the phase and returns a
+``CallRun``: a producer ``add``\ s root calls as they come and says ``done``;
+``await run.result()`` gives the phase's ``ConvergeTaskCalls``. ``run_calls`` does
+all of it for a list known up front. Every IO request of the calls goes through
+``io``, the task's scope. Everything happens on one event loop: executor frames are
 decoded in ``data_received``, fed to the core, and the commands it returns are
 turned into messages that are buffered per executor and flushed once per loop
 iteration, so one frame carries everything that became ready together.
@@ -15,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import defaultdict
-from typing import Any, Protocol
+from collections.abc import Sequence
+from typing import Any
 
 import msgspec
 
+from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot, FunctionSource
 from blockx_core.dispatch import (
     CallFailureKind,
@@ -31,10 +35,9 @@ from blockx_core.dispatch import (
     ResumeWithResult,
     SendCalls,
 )
-from blockx_core.errors import FailureCode
 from blockx_executor import protocol as wire
 from blockx_server.calls.executor_pool import ExecutorPool, ExecutorPoolConfig
-from blockx_server.io.errors import IoOutcome
+from blockx_server.calls.run import CallObserver, CallRun, RunState
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 
@@ -44,37 +47,6 @@ log = logging.getLogger(__name__)
 class CallEngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     dispatch: DispatchConfig = DispatchConfig()
     pool: ExecutorPoolConfig = ExecutorPoolConfig()
-
-
-class CallObserver(Protocol):
-    """Sees the individual calls of one run (the Sync Invoker's durations and debug trace)."""
-
-    def call_finished(self, call_id: int, cpu_us: int, io_us: int) -> None: ...
-    def call_output(self, call_id: int, text: str) -> None: ...
-    def io_traced(
-        self,
-        call_id: int,
-        request: wire.IoRequested,
-        outcome: IoOutcome,
-    ) -> None: ...
-
-
-class _Run:
-    __slots__ = ("debug", "future", "io", "observer", "snapshot")
-
-    def __init__(
-        self,
-        future: asyncio.Future[ConvergeTaskCalls],
-        snapshot: CodeSnapshot,
-        io: TaskIoScope,
-        observer: CallObserver | None,
-        debug: bool,
-    ) -> None:
-        self.future = future
-        self.snapshot = snapshot
-        self.io = io
-        self.observer = observer
-        self.debug = debug
 
 
 class CallEngine:
@@ -91,7 +63,7 @@ class CallEngine:
         self._loaded: dict[str, set[str]] = {}  # executor -> digests it has
         self._outbox: dict[str, list[Any]] = defaultdict(list)
         self._flush_scheduled = False
-        self._runs: dict[str, _Run] = {}
+        self._runs: dict[str, RunState] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at_ms: int | None = None
         self._io_tasks: set[asyncio.Task[None]] = set()
@@ -122,63 +94,81 @@ class CallEngine:
             self._timer.cancel()
         await self._pool.close()
 
+    def open_calls(
+        self,
+        task_id: str,
+        snapshot: CodeSnapshot,
+        io: TaskIoScope,
+        function: str,
+        *,
+        observer: CallObserver | None = None,
+        debug: bool = False,
+        budget_ms: int | None = None,
+    ) -> CallRun:
+        """Start a Calls phase whose root calls come later, through the returned
+        run's ``add``; ``done`` says no more will come.
+
+        An ``observer`` sees each call's durations and IO; ``debug`` captures what
+        the calls print; ``budget_ms`` replaces CALL_DEADLINE_MS as this run's
+        per-call budget. Cancelling the coroutine awaiting ``result()`` cancels the
+        task's calls.
+        """
+        if task_id in self._runs:
+            raise RuntimeError(f"task {task_id!r} is already in its Calls phase")
+        loop = asyncio.get_running_loop()
+        run = RunState(loop.create_future(), snapshot, io, observer, debug)
+        source = snapshot.resolve(function)
+        if source is None:
+            return CallRun(self, task_id, run, missing=snapshot.describe_missing(function))
+        self._sources[source.digest] = source
+        self._runs[task_id] = run
+        if observer is not None:
+            self._observed += 1
+        self._apply(
+            self._core.open_task(
+                task_id, source.digest, function, self._clock.now_ms(), budget_ms=budget_ms
+            )
+        )
+        return CallRun(self, task_id, run)
+
     async def run_calls(
         self,
         task_id: str,
         snapshot: CodeSnapshot,
         io: TaskIoScope,
         function: str,
-        calls: list[list[Any]],
+        calls: Sequence[RootCall | list[Any]],
         *,
         observer: CallObserver | None = None,
         debug: bool = False,
         budget_ms: int | None = None,
     ) -> ConvergeTaskCalls:
-        """Run one root call per argument list; return how the phase converged.
+        """Run one root call per entry of ``calls`` (a RootCall, or the list of a
+        call's positional arguments); return how the phase converged. The keyword
+        arguments are those of ``open_calls``."""
+        run = self.open_calls(
+            task_id, snapshot, io, function, observer=observer, debug=debug, budget_ms=budget_ms
+        )
+        run.add(calls)
+        run.done()
+        return await run.result()
 
-        Cancelling the awaiting coroutine cancels the task's calls. An ``observer``
-        sees each call's durations and IO; ``debug`` captures what the calls print;
-        ``budget_ms`` replaces CALL_DEADLINE_MS as this run's per-call budget.
-        """
-        source = snapshot.resolve(function)
-        if source is None:
-            if not calls:
-                return ConvergeTaskCalls(task_id=task_id, success=True, outputs=[])
-            return ConvergeTaskCalls(
-                task_id=task_id,
-                success=False,
-                failure_code=FailureCode.CALL_FAILED,
-                failure_message=(
-                    f"{CallFailureKind.FUNCTION_NOT_FOUND.value}: "
-                    f"{snapshot.describe_missing(function)}"
-                ),
-            )
-        if task_id in self._runs:
-            raise RuntimeError(f"task {task_id!r} is already in its Calls phase")
-        self._sources[source.digest] = source
-        loop = asyncio.get_running_loop()
-        run = _Run(loop.create_future(), snapshot, io, observer, debug)
-        self._runs[task_id] = run
-        if observer is not None:
-            self._observed += 1
-        try:
-            self._apply(
-                self._core.start_task(
-                    task_id,
-                    source.digest,
-                    function,
-                    calls,
-                    self._clock.now_ms(),
-                    budget_ms=budget_ms,
-                )
-            )
-            return await run.future
-        finally:
-            del self._runs[task_id]
-            if observer is not None:
-                self._observed -= 1
-            if self._core.has_task(task_id):
-                self._apply(self._core.cancel_task(task_id, self._clock.now_ms()))
+    # ---- CallRun -------------------------------------------------------------------
+
+    def add_roots(self, task_id: str, roots: Sequence[RootCall | list[Any]]) -> None:
+        self._apply(self._core.add_roots(task_id, roots, self._clock.now_ms()))
+
+    def roots_done(self, task_id: str) -> None:
+        self._apply(self._core.roots_done(task_id, self._clock.now_ms()))
+
+    def close_run(self, task_id: str, run: RunState) -> None:
+        if self._runs.get(task_id) is not run:
+            return
+        del self._runs[task_id]
+        if run.observer is not None:
+            self._observed -= 1
+        if self._core.has_task(task_id):
+            self._apply(self._core.cancel_task(task_id, self._clock.now_ms()))
 
     # ---- PoolListener ---------------------------------------------------------------
 
@@ -210,6 +200,7 @@ class CallEngine:
                         _failure_kind(message.kind),
                         message.message,
                         now_ms,
+                        retryable=message.retryable,
                     )
                 case wire.ExecutorHeartbeat():
                     commands += core.executor_heartbeat(
@@ -273,7 +264,13 @@ class CallEngine:
             return []
         self._sources[source.digest] = source
         return self._core.subcall_requested(
-            executor_id, message.call_id, source.digest, message.function, message.args, now_ms
+            executor_id,
+            message.call_id,
+            source.digest,
+            message.function,
+            message.args,
+            now_ms,
+            kwargs=message.kwargs,
         )
 
     async def _serve_io(self, executor_id: str, request: wire.IoRequested) -> None:
@@ -281,7 +278,7 @@ class CallEngine:
         run = self._runs.get(task_id) if task_id is not None else None
         if run is None:
             return  # the call's task has converged; nobody waits for this answer
-        outcome = await run.io.request(request.backend, request.op, request.args)
+        outcome = await run.io.request(request.backend, request.op, request.args, request.kwargs)
         if self._observed:
             observer = self._observer_of(request.call_id)
             if observer is not None:
@@ -308,6 +305,7 @@ class CallEngine:
                 outcome.error_kind,
                 outcome.error,
                 outcome.io_us,
+                outcome.retryable,
             )
         )
         self._schedule_flush()
@@ -327,6 +325,7 @@ class CallEngine:
                             command.value_json,
                             command.error_kind,
                             command.error,
+                            retryable=command.retryable,
                         )
                     )
                 case KillExecutor():
@@ -358,6 +357,13 @@ class CallEngine:
                 command.call_ids,
                 command.args,
                 run is not None and run.debug,
+                command.kwargs,
+                None
+                if command.contexts is None
+                else [
+                    None if c is None else wire.CallContext(c.block_number, c.block_hash)
+                    for c in command.contexts
+                ],
             )
         )
 

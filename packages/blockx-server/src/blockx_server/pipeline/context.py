@@ -1,4 +1,4 @@
-"""What a task's Builder and Writer Plugin see of it (the seeds' TaskCtx)."""
+"""What a task's Builder and Writer Plugin see of it (the specification's TaskCtx)."""
 
 from __future__ import annotations
 

@@ -30,10 +30,8 @@ from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.process import stop_on_signals
 from blockx_server.runtime.serving import listening, serving_server
 from blockx_server.syncinvoker.config import PROGRAM, SyncInvokerConfig
-from blockx_server.syncinvoker.service import (
-    SyncInvokerMetrics,
-    SyncInvokerService,
-)
+from blockx_server.syncinvoker.metrics import SyncInvokerMetrics
+from blockx_server.syncinvoker.service import SyncInvokerService
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 
+from blockx_core.calls import RootOutput
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.errors import FailureCode
@@ -73,7 +74,7 @@ class _Runtime:
         self.deadline_ms = deadline_ms
         self.ctx: TaskContext | None = None
         self.calls: CallList | None = None
-        self.outputs: list[bytes] = []
+        self.outputs: list[RootOutput] = []
         self.job: asyncio.Task[None] | None = None
         # Set when the core already converged the task (timeout, lost watch): a
         # cancelled phase then reports nothing.

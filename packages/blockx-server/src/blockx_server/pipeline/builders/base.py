@@ -10,15 +10,17 @@ from typing import Any, Protocol
 
 import msgspec
 
+from blockx_core.calls import RootCall
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.registry import Named
 
 
 class CallList(msgspec.Struct, frozen=True):
-    """Root calls: ``function`` once per argument list."""
+    """Root calls of ``function``, in root order: each with its positional and keyword
+    arguments and the context (block number, hash) the Builder gives it."""
 
     function: str
-    calls: list[list[Any]]
+    calls: list[RootCall]
 
 
 class BuilderError(Exception):

@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from blockx_core.calls import RootCall
 from blockx_server.pipeline.builders.base import BuilderError, CallList
 from blockx_server.pipeline.context import TaskContext
 
@@ -28,4 +29,4 @@ class CallListCallConfig:
             ) from None
         if not decl.function:
             raise BuilderError("CallListCallConfig: `function` must not be empty")
-        return CallList(decl.function, decl.call_list)
+        return CallList(decl.function, [RootCall(args) for args in decl.call_list])

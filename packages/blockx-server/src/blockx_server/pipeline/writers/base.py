@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
+from blockx_core.calls import RootOutput
 from blockx_core.errors import FailureCode
 from blockx_core.task import PluginResult
 from blockx_server.pipeline.context import TaskContext
@@ -26,9 +27,11 @@ class WriterError(Exception):
 
 
 class WriterPlugin(Protocol):
-    async def execute(self, ctx: TaskContext, config: Any, outputs: list[bytes]) -> bytes:
-        """Write or return the outputs (JSON texts, in root order); the answer is the
-        plugin's ``result`` (JSON bytes). Raise WriterError on failure."""
+    async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
+        """Write or return the outputs (in root order, each with its root index, JSON
+        value and the context its Builder gave the call, so a plugin can group them
+        per block); the answer is the plugin's ``result`` (JSON bytes). Raise
+        WriterError on failure."""
         ...
 
 

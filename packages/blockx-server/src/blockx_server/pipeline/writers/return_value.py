@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from blockx_core.calls import RootOutput
 from blockx_server.pipeline.context import TaskContext
 
 
 class ReturnValueResultHandler:
     """``pluginResults[0].result`` = the JSON array of the call outputs."""
 
-    async def execute(self, ctx: TaskContext, config: Any, outputs: list[bytes]) -> bytes:
-        return b"[" + b",".join(outputs) + b"]"
+    async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
+        return b"[" + b",".join([output.value_json for output in outputs]) + b"]"

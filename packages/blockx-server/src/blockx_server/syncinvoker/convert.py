@@ -1,0 +1,86 @@
+"""The Sync Invoker's only protobuf conversion: request arguments in, answers out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from blockx_core.signature import PrecheckResult
+from blockx_proto import syncinvoker_v1 as pb
+from blockx_server.syncinvoker.outcome import InvokeOutcome, IoTraceRecord
+
+_JSON_TYPES: Final[Mapping[type, str]] = {
+    dict: "object",
+    str: "string",
+    int: "number",
+    float: "number",
+    bool: "boolean",
+    type(None): "null",
+}
+
+
+def decode_args(text: str) -> list[Any] | str:
+    """The positional arguments of a JSON array text, or why they are refused."""
+    try:
+        args = msgspec.json.decode(text)
+    except msgspec.DecodeError as exc:
+        return f'args must be JSON array text, e.g. ["ct2", 1]: {exc}'
+    if not isinstance(args, list):
+        return (
+            f'args must be a JSON array of the positional arguments, e.g. ["ct2", 1] '
+            f"(got a JSON {_JSON_TYPES.get(type(args), type(args).__name__)})"
+        )
+    try:
+        # Arguments travel to the executor as msgpack, which has no room for huge ints.
+        msgspec.msgpack.encode(args)
+    except (OverflowError, TypeError, ValueError) as exc:
+        return f"args cannot be passed to a function: {exc}"
+    return args
+
+
+def invoke_response(outcome: InvokeOutcome) -> pb.InvokeResponse:
+    return pb.InvokeResponse(
+        call_id=outcome.call_id,
+        success=outcome.success,
+        result=outcome.result,
+        failure_code=outcome.failure_code,
+        failure_message=outcome.failure_message,
+        retryable=outcome.retryable,
+        durations=pb.CallDurations(
+            queue_us=outcome.queue_us, cpu_us=outcome.cpu_us, io_us=outcome.io_us
+        ),
+        code_epoch=outcome.code_epoch,
+    )
+
+
+def debug_invoke_response(
+    outcome: InvokeOutcome, output: str, trace: list[IoTraceRecord]
+) -> pb.DebugInvokeResponse:
+    return pb.DebugInvokeResponse(
+        response=invoke_response(outcome),
+        output=output,
+        io_trace=[
+            pb.IoTraceEntry(
+                backend=r.backend,
+                op=r.op,
+                request=r.request,
+                duration_us=r.duration_us,
+                success=r.success,
+                error=r.error,
+            )
+            for r in trace
+        ],
+    )
+
+
+def precheck_response(result: PrecheckResult) -> pb.PrecheckResponse:
+    return pb.PrecheckResponse(
+        ok=result.ok,
+        failure_code="" if result.failure is None else result.failure.value,
+        message=result.message,
+        signature=result.signature,
+        is_async=result.is_async,
+        code_epoch=result.epoch,
+    )

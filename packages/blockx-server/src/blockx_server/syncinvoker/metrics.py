@@ -1,0 +1,71 @@
+"""The Sync Invoker's Prometheus metrics: requests by RPC and outcome, invoke latency,
+and gauges read from the service when scraped."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from blockx_server.syncinvoker.outcome import InvokeOutcome
+
+if TYPE_CHECKING:
+    from blockx_server.syncinvoker.service import SyncInvokerService
+
+
+class _StateCollector(Collector):
+    def __init__(self, service: SyncInvokerService) -> None:
+        self._service = service
+
+    def collect(self) -> list[GaugeMetricFamily]:
+        service = self._service
+        return [
+            GaugeMetricFamily(
+                "blockx_syncinvoker_invokes_in_flight",
+                "Invoke and DebugInvoke requests running now.",
+                value=service.in_flight,
+            ),
+            GaugeMetricFamily(
+                "blockx_syncinvoker_executors_up",
+                "Python Executor processes connected to this Sync Invoker.",
+                value=len(service.engine.pool.executor_ids()),
+            ),
+            GaugeMetricFamily(
+                "blockx_syncinvoker_code_epoch",
+                "The current Function Code View epoch (0 before code is loaded).",
+                value=service.code_epoch,
+            ),
+            GaugeMetricFamily(
+                "blockx_syncinvoker_ready", "1 when invokes are accepted.", value=int(service.ready)
+            ),
+        ]
+
+
+class SyncInvokerMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._requests = Counter(
+            "blockx_syncinvoker_requests",
+            "Requests by RPC and outcome: ok, a failure code, or the gRPC status of a refusal.",
+            ["rpc", "outcome"],
+            registry=registry,
+        )
+        self._latency = Histogram(
+            "blockx_syncinvoker_invoke_duration_seconds",
+            "Wall time of accepted Invoke / DebugInvoke requests, by RPC and success.",
+            ["rpc", "success"],
+            registry=registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60),
+        )
+
+    def watch(self, service: SyncInvokerService) -> None:
+        self.registry.register(_StateCollector(service))
+
+    def outcome(self, rpc: str, outcome: str) -> None:
+        self._requests.labels(rpc, outcome).inc()
+
+    def invoked(self, rpc: str, outcome: InvokeOutcome, seconds: float) -> None:
+        self.outcome(rpc, "ok" if outcome.success else outcome.failure_code)
+        self._latency.labels(rpc, "true" if outcome.success else "false").observe(seconds)

@@ -1,0 +1,137 @@
+"""One invoke's answer: what its calls cost, printed and read, and how it ended."""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from blockx_core.dispatch import ConvergeTaskCalls
+from blockx_executor import protocol as wire
+from blockx_server.io.errors import IoOutcome
+
+# What a DebugInvoke returns at most, so a chatty function cannot build a reply
+# larger than a gRPC message may be.
+MAX_DEBUG_OUTPUT_CHARS: Final = 1024 * 1024
+MAX_IO_TRACE_ENTRIES: Final = 10_000
+
+_json = msgspec.json.Encoder()
+
+
+class IoTraceRecord(msgspec.Struct, frozen=True, kw_only=True):
+    backend: str
+    op: str
+    request: str
+    duration_us: int
+    success: bool
+    error: str
+
+
+class InvokeObserver:
+    """Collects one invoke's durations (every call of it), output and IO trace."""
+
+    def __init__(self, budget_us: int, debug: bool) -> None:
+        self._budget_us = budget_us
+        self._debug = debug
+        self.cpu_us = 0
+        self.io_us = 0
+        self._output: list[str] = []
+        self._output_chars = 0
+        self._dropped_chars = 0
+        self.trace: list[IoTraceRecord] = []
+        self.dropped_trace = 0
+
+    def call_finished(self, call_id: int, cpu_us: int, io_us: int) -> None:
+        self.cpu_us += cpu_us
+        self.io_us += io_us
+
+    def call_output(self, call_id: int, text: str) -> None:
+        if not self._debug or not text:
+            return
+        room = MAX_DEBUG_OUTPUT_CHARS - self._output_chars
+        if len(text) > room:
+            self._dropped_chars += len(text) - max(room, 0)
+            text = text[: max(room, 0)]
+        self._output.append(text)
+        self._output_chars += len(text)
+
+    def io_traced(self, call_id: int, request: wire.IoRequested, outcome: IoOutcome) -> None:
+        if not self._debug:
+            return
+        if len(self.trace) >= MAX_IO_TRACE_ENTRIES:
+            self.dropped_trace += 1
+            return
+        # The positional arguments, or both kinds when the read has keyword arguments.
+        arguments: Any = request.args
+        if request.kwargs:
+            arguments = {"args": request.args, "kwargs": request.kwargs}
+        try:
+            request_json = _json.encode(arguments).decode()
+        except (TypeError, ValueError):
+            request_json = repr(arguments)
+        self.trace.append(
+            IoTraceRecord(
+                backend=request.backend,
+                op=request.op,
+                request=request_json,
+                duration_us=outcome.io_us,
+                success=outcome.ok,
+                error="" if outcome.ok else f"{outcome.error_kind}: {outcome.error}",
+            )
+        )
+
+    def output(self) -> str:
+        text = "".join(self._output)
+        if self._dropped_chars:
+            text += f"\n[... {self._dropped_chars} more characters of output dropped]\n"
+        return text
+
+
+class InvokeOutcome(msgspec.Struct, frozen=True, kw_only=True):
+    call_id: str
+    success: bool
+    result: bytes = b""
+    failure_code: str = ""
+    failure_message: str = ""
+    retryable: bool = False
+    queue_us: int = 0
+    cpu_us: int = 0
+    io_us: int = 0
+    code_epoch: int = 0
+
+
+def invoke_outcome(
+    *,
+    call_id: str,
+    converged: ConvergeTaskCalls,
+    observer: InvokeObserver,
+    wall_us: int,
+    epoch: int,
+) -> InvokeOutcome:
+    """The answer to one finished run (pure: every input is an argument)."""
+    cpu_us, io_us = observer.cpu_us, observer.io_us
+    success, result, code, message, retryable = converged.success, b"", "", "", False
+    failed = converged.failed_call
+    if success:
+        result = converged.outputs[0].value_json
+    elif failed is not None:
+        # The call failed: answer with its own kind and message.
+        code, message, retryable = failed.kind.value, failed.message, failed.retryable
+    else:
+        # A failure of the run as a whole (e.g. OUTPUT_BYTES_EXCEEDED) keeps its code,
+        # and is not transient.
+        code = converged.failure_code.value if converged.failure_code else "CALL_FAILED"
+        message = converged.failure_message
+    return InvokeOutcome(
+        call_id=call_id,
+        success=success,
+        result=result,
+        failure_code=code,
+        failure_message=message,
+        retryable=retryable,
+        # Everything that was not CPU or IO: queueing for an executor, transport.
+        queue_us=max(0, wall_us - cpu_us - io_us),
+        cpu_us=cpu_us,
+        io_us=io_us,
+        code_epoch=epoch,
+    )
