@@ -1,7 +1,8 @@
 """A minimal Prometheus scrape endpoint on the process's own event loop.
 
-``BLOCKX_PROMETHEUS_LISTEN_ADDR`` / ``BLOCKX_PROMETHEUS_PATH``. prometheus_client's own server runs in a thread and answers
-on every path; this answers GET on the configured path only, and 404 elsewhere.
+``BLOCKX_PROMETHEUS_LISTEN_ADDR`` / ``BLOCKX_PROMETHEUS_PATH``. prometheus_client's
+own server runs in a thread and answers on every path; this answers GET on the
+configured path only, and 404 elsewhere.
 """
 
 from __future__ import annotations
