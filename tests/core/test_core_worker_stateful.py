@@ -35,7 +35,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from blockx_core.errors import ErrorCode, FailureCode
+from blockx_core.errors import ErrorCode, FailureCode, Refusal
 from blockx_core.task import RETRYABLE, PluginResult, PluginSpec, TaskInput, TaskResult, TaskState
 from blockx_core.worker import (
     AbortTaskWork,
@@ -52,7 +52,6 @@ from blockx_core.worker import (
     WorkerCommand,
     WorkerConfig,
     WorkerCore,
-    WorkerError,
 )
 
 TASK_IDS = ("a", "b", "c", "d")
@@ -97,7 +96,7 @@ PHASE_CODES: dict[TaskPhase, list[FailureCode | None]] = {
         FailureCode.OUTPUT_BYTES_EXCEEDED,
         FailureCode.CANCELLED,
     ],
-    TaskPhase.PLUGIN: [
+    TaskPhase.WRITER: [
         None,
         FailureCode.PLUGIN_FAILED,
         FailureCode.PLUGIN_NOT_FOUND,
@@ -107,11 +106,11 @@ PHASE_CODES: dict[TaskPhase, list[FailureCode | None]] = {
 DEFAULT_CODE = {
     TaskPhase.BUILDER: FailureCode.BUILDER_FAILED,
     TaskPhase.CALLS: FailureCode.CALL_FAILED,
-    TaskPhase.PLUGIN: FailureCode.PLUGIN_FAILED,
+    TaskPhase.WRITER: FailureCode.PLUGIN_FAILED,
 }
 NEXT = {
     TaskPhase.BUILDER: (TaskPhase.CALLS, StartCallPhase),
-    TaskPhase.CALLS: (TaskPhase.PLUGIN, StartWriterPhase),
+    TaskPhase.CALLS: (TaskPhase.WRITER, StartWriterPhase),
 }
 
 
@@ -275,11 +274,11 @@ class WorkerMachine(RuleBasedStateMachine):
     def request_task_slot(self, task_id: str, ttl: int) -> None:
         answer = self.core.handle_request_task_slot(task_id, ttl, self.now)
         if ttl <= 0:
-            assert isinstance(answer, WorkerError)
+            assert isinstance(answer, Refusal)
             assert answer.code is ErrorCode.INVALID_ARGUMENT
             return
         if self._unavailable():
-            assert isinstance(answer, WorkerError)
+            assert isinstance(answer, Refusal)
             assert answer.code is ErrorCode.UNAVAILABLE
             return
         known = self._expected_known(task_id)
@@ -287,7 +286,7 @@ class WorkerMachine(RuleBasedStateMachine):
             assert answer == known
             return
         if self._used() >= self.cfg.task_slots:
-            assert isinstance(answer, WorkerError)
+            assert isinstance(answer, Refusal)
             assert answer.code is ErrorCode.NO_SLOT
             return
         assert isinstance(answer, TaskSnapshot), answer
@@ -323,7 +322,7 @@ class WorkerMachine(RuleBasedStateMachine):
         answer = self.core.handle_submit_task(task, slot_id, self.now)
 
         def rejected(code: ErrorCode) -> None:
-            assert isinstance(answer, WorkerError), answer
+            assert isinstance(answer, Refusal), answer
             assert answer.code is code
             assert answer.message
 
@@ -351,7 +350,7 @@ class WorkerMachine(RuleBasedStateMachine):
                     rejected(ErrorCode.NO_SLOT)
                     return
                 # An inline reservation with DefaultTTLMs: read its slot_id from the answer.
-                assert not isinstance(answer, WorkerError), answer
+                assert not isinstance(answer, Refusal), answer
                 inline = TaskSnapshot(
                     task_id=task_id,
                     slot_id=answer[0].slot_id,
@@ -406,7 +405,7 @@ class WorkerMachine(RuleBasedStateMachine):
         task_id=st.sampled_from(TASK_IDS),
         prefer=PREFER_ACTIVE,
         wrong_phase=st.sampled_from([False, False, True, False, False]),
-        other=st.sampled_from([TaskPhase.BUILDER, TaskPhase.CALLS, TaskPhase.PLUGIN]),
+        other=st.sampled_from([TaskPhase.BUILDER, TaskPhase.CALLS, TaskPhase.WRITER]),
         fail=st.sampled_from([False, False, False, True, False, False]),
         code_pick=st.integers(min_value=0, max_value=3),
         retryable=st.booleans(),
@@ -440,7 +439,7 @@ class WorkerMachine(RuleBasedStateMachine):
                     result=b"[1]" if success else b"",
                 ),
             )
-            if reported is TaskPhase.PLUGIN
+            if reported is TaskPhase.WRITER
             else ()
         )
         message = "" if success else f"{reported.value} of {task_id} failed"
@@ -462,7 +461,7 @@ class WorkerMachine(RuleBasedStateMachine):
             )
             assert cmds == [expected]
             self._converge(task_id, cmds[0])
-        elif reported is TaskPhase.PLUGIN:
+        elif reported is TaskPhase.WRITER:
             assert cmds == [
                 TaskConverged(
                     task_id=task_id,
@@ -625,7 +624,7 @@ class WorkerMachine(RuleBasedStateMachine):
                     task_id=task_id, slot_id=kept.slot_id, state=kept.state, result=kept.result
                 )
             else:
-                assert isinstance(got, WorkerError), got
+                assert isinstance(got, Refusal), got
                 assert got.code is ErrorCode.NOT_FOUND
 
     @invariant()

@@ -174,7 +174,7 @@ def load_worker_config(profile: WorkerProfile, environ: Environ) -> WorkerRuntim
         admission=AdmissionConfig(
             builder_slots=env_int_at_least(environ, "BUILDER_SLOTS", 16, 1),
             executor_task_slots=env_int_at_least(environ, "EXECUTOR_TASK_SLOTS", 32, 1),
-            plugin_slots=env_int_at_least(environ, "PLUGIN_SLOTS", 16, 1),
+            writer_slots=env_int_at_least(environ, "PLUGIN_SLOTS", 16, 1),
         ),
         calls=load_call_settings(environ),
         keepalive_time_ms=env_int_at_least(environ, "GRPC_KEEPALIVE_TIME_MS", 30_000, 1),
