@@ -17,7 +17,7 @@ non-empty) and then applies them to the model. The invariants:
 * ``next_deadline_ms`` is the earliest pending timer.
 
 Time moves in ``tick`` (which then ticks at once) and in ``drift``, which lets time
-pass without a tick, as between two firings of the adapter's 500 ms timer. Drift
+pass without a tick, as before the adapter's timer fires (it may fire late). Drift
 stops short of any slot lease and of any result's retention: the core reclaims
 leases only when ticked (the seeds' TickTimers), which the model does not try to
 mirror; task deadlines and watch graces may be overdue, so a Builder finishing
@@ -73,6 +73,15 @@ CONFIGS = [
         result_retention_ms=250,
         watch_disconnect_grace_ms=40,
     ),
+    # More slots than task ids: reuse of released slots and never-used ones mix.
+    WorkerConfig(
+        task_slots=6,
+        default_ttl_ms=50,
+        task_deadline_ms=150,
+        max_task_timeout_ms=300,
+        result_retention_ms=100,
+        watch_disconnect_grace_ms=30,
+    ),
     WorkerConfig(
         task_slots=3,
         default_ttl_ms=30,
@@ -108,6 +117,10 @@ DEFAULT_CODE = {
     TaskPhase.CALLS: FailureCode.CALL_FAILED,
     TaskPhase.WRITER: FailureCode.PLUGIN_FAILED,
 }
+NOT_FOUND = {
+    TaskPhase.BUILDER: FailureCode.BUILDER_NOT_FOUND,
+    TaskPhase.WRITER: FailureCode.PLUGIN_NOT_FOUND,
+}
 NEXT = {
     TaskPhase.BUILDER: (TaskPhase.CALLS, StartCallPhase),
     TaskPhase.CALLS: (TaskPhase.WRITER, StartWriterPhase),
@@ -137,6 +150,7 @@ class Active:
     watchers: int = 0
     watched: bool = False
     watch_deadline_ms: int | None = None
+    handler: bool = False  # the task names a result handler (a Writer Plugin)
 
 
 @dataclass
@@ -372,7 +386,9 @@ class WorkerMachine(RuleBasedStateMachine):
             [PrepareTaskActivation(task_id=task_id, task=task, deadline_ms=deadline)],
         )
         del self.reserved[task_id]
-        self.active[task_id] = Active(slot_id, TaskPhase.PREPARING, r.lease_ms, deadline)
+        self.active[task_id] = Active(
+            slot_id, TaskPhase.PREPARING, r.lease_ms, deadline, handler=handler
+        )
 
     @rule(
         task_id=st.sampled_from(TASK_IDS),
@@ -480,6 +496,51 @@ class WorkerMachine(RuleBasedStateMachine):
             assert cmds == [command(task_id=task_id)]
             a.phase = next_phase
 
+    @rule(
+        task_id=st.sampled_from(TASK_IDS),
+        prefer=PREFER_ACTIVE,
+        phase=st.sampled_from([TaskPhase.BUILDER, TaskPhase.WRITER]),
+    )
+    def plugin_not_found(self, task_id: str, prefer: bool, phase: TaskPhase) -> None:
+        """The adapter has no builder / writer by the task's name: the core decides."""
+        task_id = self._target(task_id, prefer)
+        a = self.active.get(task_id)
+        message = f"no plug-in for {task_id}"
+        cmds = self.core.handle_plugin_not_found(task_id, phase, message, self.now)
+        if a is None or a.phase is not phase:
+            assert cmds == []
+            return
+        code = NOT_FOUND[phase]
+        results: tuple[PluginResult, ...] = ()
+        if phase is TaskPhase.WRITER and a.handler:
+            results = (
+                PluginResult(
+                    plugin_name="ReturnValueResultHandler",
+                    success=False,
+                    failure_code=code,
+                    failure_message=message,
+                ),
+            )
+        assert cmds == [self._failed(task_id, code, False, message, results)]
+        self._converge(task_id, cmds[0])
+
+    @rule(task_id=st.sampled_from(TASK_IDS), prefer=PREFER_ACTIVE)
+    def builder_built_no_calls(self, task_id: str, prefer: bool) -> None:
+        """An empty call list skips the Calls phase (it takes no executor slot)."""
+        task_id = self._target(task_id, prefer)
+        a = self.active.get(task_id)
+        outcome = PhaseOutcome(success=True, call_count=0)
+        cmds = self.core.handle_task_phase_finished(task_id, TaskPhase.BUILDER, outcome, self.now)
+        if a is None or a.phase is not TaskPhase.BUILDER:
+            assert cmds == []
+        elif self.now >= a.deadline_ms:
+            expected = self._failed(task_id, FailureCode.TIMED_OUT, True, "")
+            assert [blank_message(c) for c in cmds] == [expected]
+            self._converge(task_id, cmds[0])
+        else:
+            assert cmds == [StartWriterPhase(task_id=task_id)]
+            a.phase = TaskPhase.WRITER
+
     @rule(task_id=st.sampled_from(TASK_IDS), prefer=PREFER_ACTIVE)
     def watch_attached(self, task_id: str, prefer: bool) -> None:
         task_id = self._target(task_id, prefer)
@@ -584,6 +645,19 @@ class WorkerMachine(RuleBasedStateMachine):
         # Every convergence freed its slot: only reserved and active tasks hold one.
         assert allocated == len(self.reserved) + preparing
         assert running == len(self.active) - preparing
+
+    @invariant()
+    def incremental_counts_equal_a_recount(self) -> None:
+        """The core keeps counts by state as slots move; recount them from the table."""
+        states = self.core.slot_states()
+        recount = Counter(states)
+        total, allocated, running = self.core.derive_heartbeat()
+        assert total == len(states)
+        assert (allocated, running) == (
+            recount[SlotState.ALLOCATED],
+            recount[SlotState.RUNNING],
+        )
+        assert total - allocated - running == recount[SlotState.FREE]
 
     @invariant()
     def a_task_id_is_in_one_place(self) -> None:
