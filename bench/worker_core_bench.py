@@ -178,7 +178,8 @@ def main() -> None:
             print(f"{slots:>10}  {name:<22}{_fmt(ours):>12}{scan_text:>12}")
     print(
         "full scan: the walk over every slot the previous WorkerCore did for that call "
-        "(request_task_slot did not walk: popping a free list was O(1) there too)"
+        "(request_task_slot did not walk: popping a free list was O(1) there too); "
+        "start-up: WorkerCore plus its activity vs one object per slot, without activity"
     )
 
 
