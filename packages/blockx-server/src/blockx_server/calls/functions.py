@@ -175,6 +175,7 @@ class CodeViewRefresher:
                 self._first_snapshot.set()
             if snapshot is not None:
                 _log_snapshot(snapshot)
+                self.rearm_collection()  # the superseded epoch now has a drop time
             return snapshot
 
     async def run(self) -> None:
