@@ -3,8 +3,8 @@
 Every test drives the core through its public handlers with explicit ``now_ms``
 integers and asserts on the answers and commands it returns; nothing sleeps or
 reads a clock. Slot ids are never hard-coded: they are read back from the
-snapshots the core answers. The authority is seed 002 (task lifecycle: slots and
-admission, the three phases, results and Watch, timing) and issue 4.
+snapshots the core answers. The authority is the specification's task lifecycle
+(slots and admission, the three phases, results and Watch, timing) and issue 4.
 
 The random-interleaving test lives in test_core_worker_stateful.py.
 """
@@ -226,7 +226,7 @@ def test_illegal_slot_transition_raises_and_keeps_state(state: SlotState, event:
 # ---- WorkerConfig ----------------------------------------------------------------------
 
 
-def test_config_defaults_are_the_seeds() -> None:
+def test_config_defaults_are_the_specifications() -> None:
     cfg = WorkerConfig()
     assert (
         cfg.task_slots,
@@ -475,7 +475,7 @@ def test_submit_new_task_answers_running_with_one_prepare() -> None:
 
 SUBMIT_ERRORS = [
     # (name, task, ready, draining, slot, code): slot is "own", "other" (another task's
-    # reservation), "none" or a literal slot_id. The seeds' order: input errors, then
+    # reservation), "none" or a literal slot_id. The specification's order: input errors, then
     # ready/draining, then slot checks.
     ("empty task_id", task_input(""), True, False, "none", ErrorCode.INVALID_ARGUMENT),
     ("empty id, not ready", task_input(""), False, True, "own", ErrorCode.INVALID_ARGUMENT),
@@ -1147,7 +1147,7 @@ def test_timeout_wins_over_watch_grace_in_the_same_tick() -> None:
 # is dropped: WorkerCore.watch_attached (_core.py, `task = self._tasks.get(task_id)`;
 # `if task is not None:`) only counts watchers of submitted tasks. After SubmitTask the
 # task looks never watched, so when that stream goes away watch_detached sees
-# watchers == 0 and returns, and the grace never starts. Seed 002: "once a task has been
+# watchers == 0 and returns, and the grace never starts. The specification: "once a task has been
 # watched for the first time, the disconnection of the last Watch triggers
 # HandleWatchDetached"; issue 4 expects Watch on ALLOCATED tasks (the "slot_expired"
 # case). Expected: WATCH_DISCONNECTED once the grace has passed after the detach.

@@ -1,4 +1,4 @@
-"""WorkerCore under random interleavings, checked against a model of the seeds' rules.
+"""WorkerCore under random interleavings, checked against a model of the specification's rules.
 
 The model knows what the spec says: which task ids are reserved (ALLOCATED, not
 submitted), active (submitted, by phase) or retained (terminal, within retention),
@@ -19,7 +19,7 @@ non-empty) and then applies them to the model. The invariants:
 Time moves in ``tick`` (which then ticks at once) and in ``drift``, which lets time
 pass without a tick, as before the adapter's timer fires (it may fire late). Drift
 stops short of any slot lease and of any result's retention: the core reclaims
-leases only when ticked (the seeds' TickTimers), which the model does not try to
+leases only when ticked (the specification's TickTimers), which the model does not try to
 mirror; task deadlines and watch graces may be overdue, so a Builder finishing
 after the deadline meets the check before Calls. Lazily expired results are covered
 by the table tests in test_core_worker.py.

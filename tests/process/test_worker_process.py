@@ -166,7 +166,7 @@ async def status_of(call: Any) -> Status:
 
 
 def load_example_task() -> worker_v1.TaskInput:
-    """examples/tasks/hello_world.json, as the seeds spell it (config as an object)."""
+    """examples/tasks/hello_world.json, as the specification spells it (config as an object)."""
     raw = json.loads((EXAMPLES / "tasks" / "hello_world.json").read_text())
     return worker_v1.TaskInput(
         task_id=raw["task_id"],

@@ -3,11 +3,11 @@
 The Worker loads the user's function modules (one source text per file stem),
 and every real change to that set becomes a new :class:`CodeSnapshot` with the
 next epoch. A task pins the current epoch when it is activated
-(``TaskContext.TaskCodeEpoch`` in the seeds) and resolves all its calls against
-that snapshot, so code updates only affect later tasks.
+(``TaskContext.TaskCodeEpoch`` in the specification) and resolves all its calls
+against that snapshot, so code updates only affect later tasks.
 
 A superseded snapshot is kept while any task pins it, and for at least
-``retention_ms`` after it was superseded (the seeds: no shorter than
+``retention_ms`` after it was superseded (the specification: no shorter than
 ``MaxTaskTimeoutMs``), so a task that resolved the epoch without pinning it can
 still finish. :meth:`FunctionCodeView.collect` drops the rest; the adapter calls
 it when :meth:`FunctionCodeView.next_collect_ms` comes due.

@@ -1,4 +1,4 @@
-"""worker.v1 wire messages <-> core values (the seeds' ``adapters/wire.go``)."""
+"""worker.v1 wire messages <-> core values (the only protobuf conversion of the Worker)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def _check_json(text: str, field: str) -> Refusal | None:
 
 
 def task_from_pb(request: worker_v1.SubmitTaskRequest) -> TaskInput | Refusal:
-    """Validate the wire task (the seeds' ``submitTaskFromPB``): config must be JSON."""
+    """Validate the wire task (``submitTaskFromPB`` in the specification): config must be JSON."""
     pb = request.task
     if pb is None:
         return Refusal(ErrorCode.INVALID_ARGUMENT, "task is required")

@@ -78,7 +78,7 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Runtime:
-    """The adapter-side state of one task (the seeds' taskRuntime)."""
+    """The adapter-side state of one task (the specification's taskRuntime)."""
 
     __slots__ = ("aborted", "accepted", "calls", "ctx", "deadline_ms", "job", "outputs", "task")
 
