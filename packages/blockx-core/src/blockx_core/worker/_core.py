@@ -236,17 +236,14 @@ class WorkerCore:
         task = self._tasks.get(task_id)
         if task is None or task.phase is not phase:
             return []
-        results: tuple[PluginResult, ...] = ()
         handler = task.input.result_handler
-        if phase is TaskPhase.WRITER and handler is not None:
-            results = (
-                PluginResult(
-                    plugin_name=handler.type,
-                    success=False,
-                    failure_code=code,
-                    failure_message=message,
-                ),
-            )
+        missing = PluginResult(
+            plugin_name="" if handler is None else handler.type,
+            success=False,
+            failure_code=code,
+            failure_message=message,
+        )
+        results = (missing,) if phase is TaskPhase.WRITER and handler is not None else ()
         return self._fail(task, code, RETRYABLE.get(code, False), message, now_ms, results)
 
     def handle_task_phase_finished(

@@ -173,13 +173,14 @@ class Orchestrator:
         self.core.start_draining()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        # The core's timers keep running meanwhile (timeouts, lost watches).
         while self.core.active_task_ids() and loop.time() < deadline:
             self._converged.clear()
             try:
-                async with asyncio.timeout(min(0.5, max(0.0, deadline - loop.time()))):
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
                     await self._converged.wait()
             except TimeoutError:
-                self.tick()
+                break
         for task_id in self.core.active_task_ids():
             runtime = self._runtimes.get(task_id)
             if runtime is not None and runtime.job is not None:
