@@ -10,7 +10,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blockx_core.worker._deadlines import DeadlineHeap
+from blockx_core.deadlines import DeadlineHeap
 
 KEYS = st.sampled_from("abcdefgh")
 OPS = st.lists(

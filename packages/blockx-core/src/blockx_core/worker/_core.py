@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+from blockx_core.deadlines import DeadlineHeap
 from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
 from blockx_core.task import RETRYABLE, PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker._config import WorkerConfig
-from blockx_core.worker._deadlines import DeadlineHeap
 from blockx_core.worker._retention import RetainedResults
 from blockx_core.worker._slots import Slot, SlotTable
 from blockx_core.worker._types import (

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from blockx_core.deadlines import DeadlineHeap
 from blockx_core.task import TaskResult, TaskState
-from blockx_core.worker._deadlines import DeadlineHeap
 from blockx_core.worker._types import TaskSnapshot
 
 

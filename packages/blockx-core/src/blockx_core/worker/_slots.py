@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from typing import Final
 
-from blockx_core.worker._deadlines import DeadlineHeap
+from blockx_core.deadlines import DeadlineHeap
 from blockx_core.worker._types import (
     Activate,
     Allocate,

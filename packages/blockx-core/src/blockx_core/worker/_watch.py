@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from blockx_core.worker._deadlines import DeadlineHeap
+from blockx_core.deadlines import DeadlineHeap
 
 
 class WatchCredentials:
