@@ -9,7 +9,7 @@ subscribers. Each phase runs as an asyncio task and reports back with
 reported with ``handle_plugin_not_found``. The core alone decides what comes next.
 
 Timers: after every batch of commands the orchestrator asks the core for its next
-deadline and arms one ``loop.call_at`` (see ``_arm_timer``); there is no polling.
+deadline and arms one ``loop.call_later`` (see ``_arm_timer``); there is no polling.
 """
 
 from __future__ import annotations
