@@ -3,8 +3,8 @@
 Every test drives the core through its public handlers with explicit ``now_ms``
 integers and asserts on the answers and commands it returns; nothing sleeps or
 reads a clock. Slot ids are never hard-coded: they are read back from the
-snapshots the core answers. The authority is seed 002 (task lifecycle: slots and
-admission, the three phases, results and Watch, timing) and issue 4.
+snapshots the core answers. The authority is the specification's task lifecycle
+(slots and admission, the three phases, results and Watch, timing) and issue 4.
 
 The random-interleaving test lives in test_core_worker_stateful.py.
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, InvalidConfig
+from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, InvalidConfig, Refusal
 from blockx_core.task import PluginResult, PluginSpec, TaskInput, TaskResult, TaskState
 from blockx_core.worker import (
     AbortTaskWork,
@@ -34,10 +34,9 @@ from blockx_core.worker import (
     WorkerCommand,
     WorkerConfig,
     WorkerCore,
-    WorkerError,
 )
 from blockx_core.worker._config import HOUR_MS
-from blockx_core.worker._core import _SLOT_TRANSITIONS, _Slot
+from blockx_core.worker._slots import _SLOT_TRANSITIONS, Slot
 from blockx_core.worker._types import Activate, Allocate, Converge, LeaseExpired, SlotEvent
 
 T0 = 1_000_000
@@ -59,7 +58,7 @@ RUNNING = SlotState.RUNNING
 PREPARING = TaskPhase.PREPARING
 BUILDER = TaskPhase.BUILDER
 CALLS = TaskPhase.CALLS
-PLUGIN = TaskPhase.PLUGIN
+WRITER = TaskPhase.WRITER
 TERMINAL = TaskPhase.TERMINAL
 
 OK = PhaseOutcome(success=True)
@@ -89,20 +88,20 @@ def task_input(
     )
 
 
-def snap(result: TaskSnapshot | WorkerError) -> TaskSnapshot:
+def snap(result: TaskSnapshot | Refusal) -> TaskSnapshot:
     assert isinstance(result, TaskSnapshot), result
     return result
 
 
-def error(result: object) -> WorkerError:
-    assert isinstance(result, WorkerError), result
+def error(result: object) -> Refusal:
+    assert isinstance(result, Refusal), result
     return result
 
 
 def submitted(
-    result: tuple[TaskSnapshot, list[WorkerCommand]] | WorkerError,
+    result: tuple[TaskSnapshot, list[WorkerCommand]] | Refusal,
 ) -> tuple[TaskSnapshot, list[WorkerCommand]]:
-    assert not isinstance(result, WorkerError), result
+    assert not isinstance(result, Refusal), result
     return result
 
 
@@ -151,7 +150,7 @@ def advance_to(core: WorkerCore, task_id: str, phase: TaskPhase, *, now: int = T
     assert core.handle_task_phase_finished(task_id, CALLS, OK, now) == [
         StartWriterPhase(task_id=task_id)
     ]
-    assert phase is PLUGIN
+    assert phase is WRITER
 
 
 def start(core: WorkerCore, task_id: str = "t1", phase: TaskPhase = BUILDER, **kw: Any) -> str:
@@ -167,9 +166,9 @@ def converged(cmds: Sequence[WorkerCommand]) -> TaskConverged:
 
 
 def succeed(core: WorkerCore, task_id: str = "t1", *, now: int = T0) -> TaskConverged:
-    start(core, task_id, PLUGIN, now=now)
+    start(core, task_id, WRITER, now=now)
     outcome = PhaseOutcome(success=True, plugin_results=(PLUGIN_OK,))
-    cmds = core.handle_task_phase_finished(task_id, PLUGIN, outcome, now)
+    cmds = core.handle_task_phase_finished(task_id, WRITER, outcome, now)
     assert len(cmds) == 1
     return converged(cmds)
 
@@ -209,7 +208,7 @@ def test_transition_table_is_exactly_the_allowed_rows() -> None:
 
 @pytest.mark.parametrize(("state", "event", "expected"), ALLOWED)
 def test_allowed_slot_transition(state: SlotState, event: SlotEvent, expected: SlotState) -> None:
-    slot = _Slot(0)
+    slot = Slot(0)
     slot.state = state
     slot.apply(event)
     assert slot.state is expected
@@ -217,7 +216,7 @@ def test_allowed_slot_transition(state: SlotState, event: SlotEvent, expected: S
 
 @pytest.mark.parametrize(("state", "event"), ILLEGAL)
 def test_illegal_slot_transition_raises_and_keeps_state(state: SlotState, event: SlotEvent) -> None:
-    slot = _Slot(3)
+    slot = Slot(3)
     slot.state = state
     with pytest.raises(InvalidTransition, match=type(event).__name__):
         slot.apply(event)
@@ -227,7 +226,7 @@ def test_illegal_slot_transition_raises_and_keeps_state(state: SlotState, event:
 # ---- WorkerConfig ----------------------------------------------------------------------
 
 
-def test_config_defaults_are_the_seeds() -> None:
+def test_config_defaults_are_the_specifications() -> None:
     cfg = WorkerConfig()
     assert (
         cfg.task_slots,
@@ -369,10 +368,10 @@ def test_request_slot_no_capacity() -> None:
     err = error(core.handle_request_task_slot("t3", TTL, T0))
     assert err.code is ErrorCode.NO_SLOT
     assert counts(core) == (1, 1)
-    assert isinstance(core.handle_get_task_result("t3", T0), WorkerError)
+    assert isinstance(core.handle_get_task_result("t3", T0), Refusal)
 
 
-@pytest.mark.parametrize("phase", [None, PREPARING, BUILDER, CALLS, PLUGIN])
+@pytest.mark.parametrize("phase", [None, PREPARING, BUILDER, CALLS, WRITER])
 def test_request_slot_is_idempotent_while_allocated_or_running(phase: TaskPhase | None) -> None:
     core = make_core()
     slot_id = reserve(core, now=T0)
@@ -453,7 +452,7 @@ def test_two_requests_racing_for_the_last_slot(first: str) -> None:
     second = "t2" if first == "t1" else "t1"
     answers = [core.handle_request_task_slot(t, TTL, T0) for t in (first, second)]
     winners = [a for a in answers if isinstance(a, TaskSnapshot)]
-    losers = [a for a in answers if isinstance(a, WorkerError)]
+    losers = [a for a in answers if isinstance(a, Refusal)]
     assert len(winners) == 1
     assert winners[0].task_id == first
     assert [e.code for e in losers] == [ErrorCode.NO_SLOT]
@@ -476,7 +475,7 @@ def test_submit_new_task_answers_running_with_one_prepare() -> None:
 
 SUBMIT_ERRORS = [
     # (name, task, ready, draining, slot, code): slot is "own", "other" (another task's
-    # reservation), "none" or a literal slot_id. The seeds' order: input errors, then
+    # reservation), "none" or a literal slot_id. The specification's order: input errors, then
     # ready/draining, then slot checks.
     ("empty task_id", task_input(""), True, False, "none", ErrorCode.INVALID_ARGUMENT),
     ("empty id, not ready", task_input(""), False, True, "own", ErrorCode.INVALID_ARGUMENT),
@@ -561,7 +560,7 @@ def test_submit_invalid_slot_has_a_message(case: str, mention: str) -> None:
     assert core.task_phase("t1") is None
 
 
-@pytest.mark.parametrize("phase", [PREPARING, BUILDER, CALLS, PLUGIN])
+@pytest.mark.parametrize("phase", [PREPARING, BUILDER, CALLS, WRITER])
 @pytest.mark.parametrize("slot", ["own", "none", "bogus"])
 def test_submit_same_task_while_running_never_starts_a_second_execution(
     phase: TaskPhase, slot: str
@@ -715,7 +714,7 @@ def test_activation_failed(code: FailureCode) -> None:
     assert snap(core.handle_get_task_result("t1", T0 + 2)).state is TaskState.FAILED
 
 
-@pytest.mark.parametrize("phase", [BUILDER, CALLS, PLUGIN])
+@pytest.mark.parametrize("phase", [BUILDER, CALLS, WRITER])
 def test_activation_answers_after_activation_are_ignored(phase: TaskPhase) -> None:
     core = make_core()
     start(core, "t1", phase)
@@ -752,11 +751,11 @@ def test_phases_succeed_in_order(handler: PluginSpec | None) -> None:
     assert core.handle_task_phase_finished("t1", CALLS, OK, T0 + 2) == [
         StartWriterPhase(task_id="t1")
     ]
-    assert core.task_phase("t1") is PLUGIN
+    assert core.task_phase("t1") is WRITER
     plugin_results = (PLUGIN_OK,) if handler is not None else ()
     outcome = PhaseOutcome(success=True, plugin_results=plugin_results)
     result = TaskResult(success=True, plugin_results=plugin_results)
-    assert core.handle_task_phase_finished("t1", PLUGIN, outcome, T0 + 3) == [
+    assert core.handle_task_phase_finished("t1", WRITER, outcome, T0 + 3) == [
         TaskConverged(task_id="t1", slot_id=slot_id, state=TaskState.SUCCEEDED, result=result)
     ]
     assert core.task_phase("t1") is None
@@ -776,11 +775,11 @@ PHASE_FAILURES = [
     (CALLS, F.OUTPUT_BYTES_EXCEEDED, True, F.OUTPUT_BYTES_EXCEEDED, False),
     (CALLS, None, True, F.CALL_FAILED, False),
     (CALLS, F.CANCELLED, False, F.CANCELLED, True),
-    (PLUGIN, F.PLUGIN_NOT_FOUND, True, F.PLUGIN_NOT_FOUND, False),
-    (PLUGIN, F.PLUGIN_FAILED, True, F.PLUGIN_FAILED, True),
-    (PLUGIN, F.PLUGIN_FAILED, False, F.PLUGIN_FAILED, False),
-    (PLUGIN, None, True, F.PLUGIN_FAILED, True),
-    (PLUGIN, F.CANCELLED, False, F.CANCELLED, True),
+    (WRITER, F.PLUGIN_NOT_FOUND, True, F.PLUGIN_NOT_FOUND, False),
+    (WRITER, F.PLUGIN_FAILED, True, F.PLUGIN_FAILED, True),
+    (WRITER, F.PLUGIN_FAILED, False, F.PLUGIN_FAILED, False),
+    (WRITER, None, True, F.PLUGIN_FAILED, True),
+    (WRITER, F.CANCELLED, False, F.CANCELLED, True),
 ]
 
 
@@ -805,7 +804,7 @@ def test_phase_failure(
                 failure_message="db down",
             ),
         )
-        if phase is PLUGIN
+        if phase is WRITER
         else ()
     )
     outcome = PhaseOutcome(
@@ -834,8 +833,8 @@ def test_phase_failure(
 
 WRONG_PHASES = [
     (current, reported)
-    for current in (PREPARING, BUILDER, CALLS, PLUGIN)
-    for reported in (BUILDER, CALLS, PLUGIN)
+    for current in (PREPARING, BUILDER, CALLS, WRITER)
+    for reported in (BUILDER, CALLS, WRITER)
     if reported is not current
 ]
 
@@ -871,7 +870,7 @@ def test_phase_finished_after_convergence_is_ignored(success: bool) -> None:
     core = make_core()
     done = succeed(core, now=T0)
     outcome = PhaseOutcome(success=success, failure_code=None if success else F.CANCELLED)
-    for phase in (BUILDER, CALLS, PLUGIN):
+    for phase in (BUILDER, CALLS, WRITER):
         assert core.handle_task_phase_finished("t1", phase, outcome, T0 + 1) == []
     assert core.handle_task_phase_finished("never", BUILDER, outcome, T0 + 1) == []
     assert snap(core.handle_get_task_result("t1", T0 + 1)).result == done.result
@@ -903,10 +902,10 @@ def test_deadline_is_checked_before_calls(finished_at: int, times_out: bool) -> 
 
 def test_convergence_frees_the_slot_at_once_and_keeps_the_result() -> None:
     core = make_core(WorkerConfig(task_slots=1))
-    start(core, "t1", PLUGIN, now=T0)
+    start(core, "t1", WRITER, now=T0)
     assert counts(core) == (0, 1)
     outcome = PhaseOutcome(success=True, plugin_results=(PLUGIN_OK,))
-    done = converged(core.handle_task_phase_finished("t1", PLUGIN, outcome, T0 + 10))
+    done = converged(core.handle_task_phase_finished("t1", WRITER, outcome, T0 + 10))
     assert counts(core) == (0, 0)  # the heartbeat drops immediately
     assert core.slot_states() == [FREE]
     # The freed slot is usable at once by another task, while t1's result is kept.
@@ -939,7 +938,7 @@ GET_RESULT_CASES = [
     ("preparing", TaskState.RUNNING),
     ("builder", TaskState.RUNNING),
     ("calls", TaskState.RUNNING),
-    ("plugin", TaskState.RUNNING),
+    ("writer", TaskState.RUNNING),
     ("succeeded", TaskState.SUCCEEDED),
     ("failed", TaskState.FAILED),
     ("expired reservation", None),
@@ -955,7 +954,7 @@ def test_get_task_result(setup: str, expected: TaskState | None) -> None:
     result: TaskResult | None = None
     if setup == "reserved":
         slot_id = reserve(core)
-    elif setup in ("preparing", "builder", "calls", "plugin"):
+    elif setup in ("preparing", "builder", "calls", "writer"):
         slot_id = start(core, "t1", TaskPhase[setup.upper()])
     elif setup == "succeeded":
         done = succeed(core)
@@ -1017,7 +1016,7 @@ def test_tick_reclaims_several_expired_reservations_at_once() -> None:
     assert core.slot_states() == [FREE, FREE]
 
 
-@pytest.mark.parametrize("phase", [PREPARING, BUILDER, CALLS, PLUGIN])
+@pytest.mark.parametrize("phase", [PREPARING, BUILDER, CALLS, WRITER])
 def test_tick_times_out_tasks_past_their_deadline(phase: TaskPhase) -> None:
     core = make_core()
     # A lease longer than the timeout, so that a PREPARING task times out, not SLOT_LOST.
@@ -1148,7 +1147,7 @@ def test_timeout_wins_over_watch_grace_in_the_same_tick() -> None:
 # is dropped: WorkerCore.watch_attached (_core.py, `task = self._tasks.get(task_id)`;
 # `if task is not None:`) only counts watchers of submitted tasks. After SubmitTask the
 # task looks never watched, so when that stream goes away watch_detached sees
-# watchers == 0 and returns, and the grace never starts. Seed 002: "once a task has been
+# watchers == 0 and returns, and the grace never starts. The specification: "once a task has been
 # watched for the first time, the disconnection of the last Watch triggers
 # HandleWatchDetached"; issue 4 expects Watch on ALLOCATED tasks (the "slot_expired"
 # case). Expected: WATCH_DISCONNECTED once the grace has passed after the detach.
@@ -1227,7 +1226,7 @@ def test_draining_refuses_new_work_and_lets_running_tasks_converge() -> None:
         StartWriterPhase(task_id="run")
     ]
     outcome = PhaseOutcome(success=True)
-    finished = converged(core.handle_task_phase_finished("run", PLUGIN, outcome, T0 + 2))
+    finished = converged(core.handle_task_phase_finished("run", WRITER, outcome, T0 + 2))
     assert (finished.slot_id, finished.state) == (slot_id, TaskState.SUCCEEDED)
     assert snap(core.handle_get_task_result("run", T0 + 2)).state is TaskState.SUCCEEDED
     # Timers keep running: the reservation is reclaimed.

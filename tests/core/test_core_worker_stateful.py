@@ -1,4 +1,4 @@
-"""WorkerCore under random interleavings, checked against a model of the seeds' rules.
+"""WorkerCore under random interleavings, checked against a model of the specification's rules.
 
 The model knows what the spec says: which task ids are reserved (ALLOCATED, not
 submitted), active (submitted, by phase) or retained (terminal, within retention),
@@ -17,9 +17,9 @@ non-empty) and then applies them to the model. The invariants:
 * ``next_deadline_ms`` is the earliest pending timer.
 
 Time moves in ``tick`` (which then ticks at once) and in ``drift``, which lets time
-pass without a tick, as between two firings of the adapter's 500 ms timer. Drift
+pass without a tick, as before the adapter's timer fires (it may fire late). Drift
 stops short of any slot lease and of any result's retention: the core reclaims
-leases only when ticked (the seeds' TickTimers), which the model does not try to
+leases only when ticked (the specification's TickTimers), which the model does not try to
 mirror; task deadlines and watch graces may be overdue, so a Builder finishing
 after the deadline meets the check before Calls. Lazily expired results are covered
 by the table tests in test_core_worker.py.
@@ -35,7 +35,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from blockx_core.errors import ErrorCode, FailureCode
+from blockx_core.errors import ErrorCode, FailureCode, Refusal
 from blockx_core.task import RETRYABLE, PluginResult, PluginSpec, TaskInput, TaskResult, TaskState
 from blockx_core.worker import (
     AbortTaskWork,
@@ -52,7 +52,6 @@ from blockx_core.worker import (
     WorkerCommand,
     WorkerConfig,
     WorkerCore,
-    WorkerError,
 )
 
 TASK_IDS = ("a", "b", "c", "d")
@@ -73,6 +72,15 @@ CONFIGS = [
         max_task_timeout_ms=300,
         result_retention_ms=250,
         watch_disconnect_grace_ms=40,
+    ),
+    # More slots than task ids: reuse of released slots and never-used ones mix.
+    WorkerConfig(
+        task_slots=6,
+        default_ttl_ms=50,
+        task_deadline_ms=150,
+        max_task_timeout_ms=300,
+        result_retention_ms=100,
+        watch_disconnect_grace_ms=30,
     ),
     WorkerConfig(
         task_slots=3,
@@ -97,7 +105,7 @@ PHASE_CODES: dict[TaskPhase, list[FailureCode | None]] = {
         FailureCode.OUTPUT_BYTES_EXCEEDED,
         FailureCode.CANCELLED,
     ],
-    TaskPhase.PLUGIN: [
+    TaskPhase.WRITER: [
         None,
         FailureCode.PLUGIN_FAILED,
         FailureCode.PLUGIN_NOT_FOUND,
@@ -107,11 +115,15 @@ PHASE_CODES: dict[TaskPhase, list[FailureCode | None]] = {
 DEFAULT_CODE = {
     TaskPhase.BUILDER: FailureCode.BUILDER_FAILED,
     TaskPhase.CALLS: FailureCode.CALL_FAILED,
-    TaskPhase.PLUGIN: FailureCode.PLUGIN_FAILED,
+    TaskPhase.WRITER: FailureCode.PLUGIN_FAILED,
+}
+NOT_FOUND = {
+    TaskPhase.BUILDER: FailureCode.BUILDER_NOT_FOUND,
+    TaskPhase.WRITER: FailureCode.PLUGIN_NOT_FOUND,
 }
 NEXT = {
     TaskPhase.BUILDER: (TaskPhase.CALLS, StartCallPhase),
-    TaskPhase.CALLS: (TaskPhase.PLUGIN, StartWriterPhase),
+    TaskPhase.CALLS: (TaskPhase.WRITER, StartWriterPhase),
 }
 
 
@@ -138,6 +150,7 @@ class Active:
     watchers: int = 0
     watched: bool = False
     watch_deadline_ms: int | None = None
+    handler: bool = False  # the task names a result handler (a Writer Plugin)
 
 
 @dataclass
@@ -275,11 +288,11 @@ class WorkerMachine(RuleBasedStateMachine):
     def request_task_slot(self, task_id: str, ttl: int) -> None:
         answer = self.core.handle_request_task_slot(task_id, ttl, self.now)
         if ttl <= 0:
-            assert isinstance(answer, WorkerError)
+            assert isinstance(answer, Refusal)
             assert answer.code is ErrorCode.INVALID_ARGUMENT
             return
         if self._unavailable():
-            assert isinstance(answer, WorkerError)
+            assert isinstance(answer, Refusal)
             assert answer.code is ErrorCode.UNAVAILABLE
             return
         known = self._expected_known(task_id)
@@ -287,7 +300,7 @@ class WorkerMachine(RuleBasedStateMachine):
             assert answer == known
             return
         if self._used() >= self.cfg.task_slots:
-            assert isinstance(answer, WorkerError)
+            assert isinstance(answer, Refusal)
             assert answer.code is ErrorCode.NO_SLOT
             return
         assert isinstance(answer, TaskSnapshot), answer
@@ -323,7 +336,7 @@ class WorkerMachine(RuleBasedStateMachine):
         answer = self.core.handle_submit_task(task, slot_id, self.now)
 
         def rejected(code: ErrorCode) -> None:
-            assert isinstance(answer, WorkerError), answer
+            assert isinstance(answer, Refusal), answer
             assert answer.code is code
             assert answer.message
 
@@ -351,7 +364,7 @@ class WorkerMachine(RuleBasedStateMachine):
                     rejected(ErrorCode.NO_SLOT)
                     return
                 # An inline reservation with DefaultTTLMs: read its slot_id from the answer.
-                assert not isinstance(answer, WorkerError), answer
+                assert not isinstance(answer, Refusal), answer
                 inline = TaskSnapshot(
                     task_id=task_id,
                     slot_id=answer[0].slot_id,
@@ -373,7 +386,9 @@ class WorkerMachine(RuleBasedStateMachine):
             [PrepareTaskActivation(task_id=task_id, task=task, deadline_ms=deadline)],
         )
         del self.reserved[task_id]
-        self.active[task_id] = Active(slot_id, TaskPhase.PREPARING, r.lease_ms, deadline)
+        self.active[task_id] = Active(
+            slot_id, TaskPhase.PREPARING, r.lease_ms, deadline, handler=handler
+        )
 
     @rule(
         task_id=st.sampled_from(TASK_IDS),
@@ -406,7 +421,7 @@ class WorkerMachine(RuleBasedStateMachine):
         task_id=st.sampled_from(TASK_IDS),
         prefer=PREFER_ACTIVE,
         wrong_phase=st.sampled_from([False, False, True, False, False]),
-        other=st.sampled_from([TaskPhase.BUILDER, TaskPhase.CALLS, TaskPhase.PLUGIN]),
+        other=st.sampled_from([TaskPhase.BUILDER, TaskPhase.CALLS, TaskPhase.WRITER]),
         fail=st.sampled_from([False, False, False, True, False, False]),
         code_pick=st.integers(min_value=0, max_value=3),
         retryable=st.booleans(),
@@ -440,7 +455,7 @@ class WorkerMachine(RuleBasedStateMachine):
                     result=b"[1]" if success else b"",
                 ),
             )
-            if reported is TaskPhase.PLUGIN
+            if reported is TaskPhase.WRITER
             else ()
         )
         message = "" if success else f"{reported.value} of {task_id} failed"
@@ -462,7 +477,7 @@ class WorkerMachine(RuleBasedStateMachine):
             )
             assert cmds == [expected]
             self._converge(task_id, cmds[0])
-        elif reported is TaskPhase.PLUGIN:
+        elif reported is TaskPhase.WRITER:
             assert cmds == [
                 TaskConverged(
                     task_id=task_id,
@@ -480,6 +495,51 @@ class WorkerMachine(RuleBasedStateMachine):
             next_phase, command = NEXT[reported]
             assert cmds == [command(task_id=task_id)]
             a.phase = next_phase
+
+    @rule(
+        task_id=st.sampled_from(TASK_IDS),
+        prefer=PREFER_ACTIVE,
+        phase=st.sampled_from([TaskPhase.BUILDER, TaskPhase.WRITER]),
+    )
+    def plugin_not_found(self, task_id: str, prefer: bool, phase: TaskPhase) -> None:
+        """The adapter has no builder / writer by the task's name: the core decides."""
+        task_id = self._target(task_id, prefer)
+        a = self.active.get(task_id)
+        message = f"no plug-in for {task_id}"
+        cmds = self.core.handle_plugin_not_found(task_id, phase, message, self.now)
+        if a is None or a.phase is not phase:
+            assert cmds == []
+            return
+        code = NOT_FOUND[phase]
+        results: tuple[PluginResult, ...] = ()
+        if phase is TaskPhase.WRITER and a.handler:
+            results = (
+                PluginResult(
+                    plugin_name="ReturnValueResultHandler",
+                    success=False,
+                    failure_code=code,
+                    failure_message=message,
+                ),
+            )
+        assert cmds == [self._failed(task_id, code, False, message, results)]
+        self._converge(task_id, cmds[0])
+
+    @rule(task_id=st.sampled_from(TASK_IDS), prefer=PREFER_ACTIVE)
+    def builder_built_no_calls(self, task_id: str, prefer: bool) -> None:
+        """An empty call list skips the Calls phase (it takes no executor slot)."""
+        task_id = self._target(task_id, prefer)
+        a = self.active.get(task_id)
+        outcome = PhaseOutcome(success=True, call_count=0)
+        cmds = self.core.handle_task_phase_finished(task_id, TaskPhase.BUILDER, outcome, self.now)
+        if a is None or a.phase is not TaskPhase.BUILDER:
+            assert cmds == []
+        elif self.now >= a.deadline_ms:
+            expected = self._failed(task_id, FailureCode.TIMED_OUT, True, "")
+            assert [blank_message(c) for c in cmds] == [expected]
+            self._converge(task_id, cmds[0])
+        else:
+            assert cmds == [StartWriterPhase(task_id=task_id)]
+            a.phase = TaskPhase.WRITER
 
     @rule(task_id=st.sampled_from(TASK_IDS), prefer=PREFER_ACTIVE)
     def watch_attached(self, task_id: str, prefer: bool) -> None:
@@ -587,6 +647,19 @@ class WorkerMachine(RuleBasedStateMachine):
         assert running == len(self.active) - preparing
 
     @invariant()
+    def incremental_counts_equal_a_recount(self) -> None:
+        """The core keeps counts by state as slots move; recount them from the table."""
+        states = self.core.slot_states()
+        recount = Counter(states)
+        total, allocated, running = self.core.derive_heartbeat()
+        assert total == len(states)
+        assert (allocated, running) == (
+            recount[SlotState.ALLOCATED],
+            recount[SlotState.RUNNING],
+        )
+        assert total - allocated - running == recount[SlotState.FREE]
+
+    @invariant()
     def a_task_id_is_in_one_place(self) -> None:
         live = {t for t in self.retained if self._live_retained(t) is not None}
         reserved, active = set(self.reserved), set(self.active)
@@ -625,7 +698,7 @@ class WorkerMachine(RuleBasedStateMachine):
                     task_id=task_id, slot_id=kept.slot_id, state=kept.state, result=kept.result
                 )
             else:
-                assert isinstance(got, WorkerError), got
+                assert isinstance(got, Refusal), got
                 assert got.code is ErrorCode.NOT_FOUND
 
     @invariant()

@@ -166,7 +166,7 @@ async def status_of(call: Any) -> Status:
 
 
 def load_example_task() -> worker_v1.TaskInput:
-    """examples/tasks/hello_world.json, as the seeds spell it (config as an object)."""
+    """examples/tasks/hello_world.json, as the specification spells it (config as an object)."""
     raw = json.loads((EXAMPLES / "tasks" / "hello_world.json").read_text())
     return worker_v1.TaskInput(
         task_id=raw["task_id"],
@@ -245,6 +245,25 @@ async def test_transport_failure_switches_to_the_next_worker(
 
     await wait_until(routed, "a reservation", timeout=20)
     assert (await coordinator.reserve("t-switch")).worker_addr == worker.addr
+
+
+async def test_a_million_slots_start_and_a_lease_expires_on_its_timer(
+    unique_lane: Callable[..., str],
+    start_worker: StartWorker,
+    channels: Callable[[str], worker_v1.WorkerServiceStub],
+) -> None:
+    """The slot table costs what is in use: a Worker of 1,000,000 slots starts, and the
+    timer armed from the core's next deadline ends the lease (no scan of the table)."""
+    worker = start_worker(unique_lane(), TASK_SLOTS="1000000")
+    await worker.wait_ready()
+    stub = channels(worker.addr)
+    slot = await stub.request_task_slot(
+        worker_v1.RequestTaskSlotRequest(task_id="t-big", ttl_ms=300)
+    )
+    assert slot.state is worker_v1.TaskState.ALLOCATED
+    updates = await watch_all(stub, ["t-big"])
+    assert (updates[-1].is_terminal, updates[-1].error) == (True, "slot_expired")
+    assert worker.stop() == 0
 
 
 async def test_expired_slot_is_rejected_and_its_watch_ends(

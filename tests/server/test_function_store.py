@@ -26,6 +26,7 @@ from blockx_server.calls.functions import (
     FunctionStore,
     FunctionStoreError,
 )
+from blockx_server.runtime.clock import SYSTEM_CLOCK
 
 POLL_MS = 10
 RETENTION_MS = 60_000
@@ -413,6 +414,45 @@ async def test_run_collects_superseded_snapshots(tmp_path: Path) -> None:
         clock.advance(999)
         assert refresher.view.next_collect_ms() == clock.now_ms() + 1
         clock.advance(1)
+        await wait_until(lambda: refresher.view.epochs() == [2], "epoch 1 collected")
+
+
+async def test_unpin_then_rearm_collects_at_once_without_a_poll(tmp_path: Path) -> None:
+    clock = FakeClock()
+    write(tmp_path, "greet.py", HELLO_V1)
+    refresher = CodeViewRefresher(
+        DirectoryFunctionStore(tmp_path),
+        FunctionCodeView(retention_ms=1_000),
+        clock,
+        poll_interval_ms=3_600_000,  # no poll comes during the test
+    )
+    async with running(refresher):
+        await asyncio.wait_for(refresher.wait_first_snapshot(), 10)
+        refresher.view.pin("task-1", clock.now_ms())
+        write(tmp_path, "greet.py", HELLO_V2)
+        assert await refresher.refresh_once() is not None
+        clock.advance(1_000)
+        refresher.rearm_collection()
+        assert refresher.view.epochs() == [1, 2]  # still pinned
+        refresher.view.unpin("task-1", clock.now_ms())
+        refresher.rearm_collection()  # what the Orchestrator does when a task converges
+        assert refresher.view.epochs() == [2]
+
+
+async def test_collection_timer_fires_at_the_drop_time_without_a_poll(tmp_path: Path) -> None:
+    write(tmp_path, "greet.py", HELLO_V1)
+    refresher = CodeViewRefresher(
+        DirectoryFunctionStore(tmp_path),
+        FunctionCodeView(retention_ms=50),
+        SYSTEM_CLOCK,
+        poll_interval_ms=3_600_000,  # no poll comes during the test
+    )
+    async with running(refresher):
+        await asyncio.wait_for(refresher.wait_first_snapshot(), 10)
+        write(tmp_path, "greet.py", HELLO_V2)
+        assert await refresher.refresh_once() is not None
+        assert refresher.view.epochs() == [1, 2]
+        # Epoch 1 is unpinned: the timer armed at publish drops it after 50 ms.
         await wait_until(lambda: refresher.view.epochs() == [2], "epoch 1 collected")
 
 

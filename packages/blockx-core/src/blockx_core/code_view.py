@@ -3,11 +3,11 @@
 The Worker loads the user's function modules (one source text per file stem),
 and every real change to that set becomes a new :class:`CodeSnapshot` with the
 next epoch. A task pins the current epoch when it is activated
-(``TaskContext.TaskCodeEpoch`` in the seeds) and resolves all its calls against
-that snapshot, so code updates only affect later tasks.
+(``TaskContext.TaskCodeEpoch`` in the specification) and resolves all its calls
+against that snapshot, so code updates only affect later tasks.
 
 A superseded snapshot is kept while any task pins it, and for at least
-``retention_ms`` after it was superseded (the seeds: no shorter than
+``retention_ms`` after it was superseded (the specification: no shorter than
 ``MaxTaskTimeoutMs``), so a task that resolved the epoch without pinning it can
 still finish. :meth:`FunctionCodeView.collect` drops the rest; the adapter calls
 it when :meth:`FunctionCodeView.next_collect_ms` comes due.
@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping
 
 import msgspec
 
+from blockx_core.deadlines import DeadlineHeap
 from blockx_core.errors import BlockxUsageError, InvalidConfig
 from blockx_core.ids import TaskId
 
@@ -252,6 +253,10 @@ class FunctionCodeView:
         self._superseded_at_ms: dict[int, int] = {}
         self._pins: dict[TaskId, int] = {}
         self._pin_counts: dict[int, int] = {}
+        # Drop times of the superseded epochs nobody pins. Only the current epoch takes
+        # new pins, so an epoch enters once: when superseded unpinned, or at its last
+        # unpin after that.
+        self._collectable: DeadlineHeap[int] = DeadlineHeap()
 
     @property
     def retention_ms(self) -> int:
@@ -271,6 +276,8 @@ class FunctionCodeView:
         snapshot = build_snapshot(1 if current is None else current.epoch + 1, sources)
         if current is not None:
             self._superseded_at_ms[current.epoch] = now_ms
+            if current.epoch not in self._pin_counts:
+                self._collectable.set(current.epoch, now_ms + self._retention_ms)
         self._snapshots[snapshot.epoch] = snapshot
         self._current = snapshot
         return snapshot
@@ -311,8 +318,11 @@ class FunctionCodeView:
         remaining = self._pin_counts[epoch] - 1
         if remaining:
             self._pin_counts[epoch] = remaining
-        else:
-            del self._pin_counts[epoch]
+            return
+        del self._pin_counts[epoch]
+        superseded_ms = self._superseded_at_ms.get(epoch)
+        if superseded_ms is not None:
+            self._collectable.set(epoch, superseded_ms + self._retention_ms)
 
     def snapshot(self, epoch: int) -> CodeSnapshot | None:
         return self._snapshots.get(epoch)
@@ -321,18 +331,11 @@ class FunctionCodeView:
         """Retained epochs, ascending; the last one is current."""
         return list(self._snapshots)
 
-    def _collectable(self) -> Iterable[tuple[int, int]]:
-        """(epoch, earliest drop time) of every superseded snapshot nobody pins."""
-        return (
-            (epoch, superseded_ms + self._retention_ms)
-            for epoch, superseded_ms in self._superseded_at_ms.items()
-            if epoch not in self._pin_counts
-        )
-
     def collect(self, now_ms: int) -> list[int]:
         """Drop superseded, unpinned snapshots whose retention has passed; return
-        their epochs. The current snapshot is never dropped."""
-        dropped = [epoch for epoch, due_ms in self._collectable() if due_ms <= now_ms]
+        their epochs, ascending. The current snapshot is never dropped. Costs only
+        the epochs dropped (a heap of drop times)."""
+        dropped = sorted(self._collectable.pop_due(now_ms))
         for epoch in dropped:
             del self._snapshots[epoch]
             del self._superseded_at_ms[epoch]
@@ -340,6 +343,6 @@ class FunctionCodeView:
 
     def next_collect_ms(self) -> int | None:
         """When :meth:`collect` could next drop something (possibly already past),
-        or None while nothing is collectable. Pins and publishes change the answer,
-        so the adapter asks again after them."""
-        return min((due_ms for _, due_ms in self._collectable()), default=None)
+        or None while nothing is collectable. Unpins and publishes change the answer,
+        so the adapter asks again after them and arms its timer from it."""
+        return self._collectable.earliest_ms()

@@ -16,7 +16,6 @@ from blockx_core.worker._types import (
     TaskPhase,
     TaskSnapshot,
     WorkerCommand,
-    WorkerError,
 )
 
 __all__ = [
@@ -35,5 +34,4 @@ __all__ = [
     "WorkerCommand",
     "WorkerConfig",
     "WorkerCore",
-    "WorkerError",
 ]

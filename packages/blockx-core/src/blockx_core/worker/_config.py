@@ -1,4 +1,4 @@
-"""WorkerCore configuration (the seeds' ``internal/worker/core/config.go`` defaults)."""
+"""WorkerCore configuration; the defaults are the specification's."""
 
 from __future__ import annotations
 

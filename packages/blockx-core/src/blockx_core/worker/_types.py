@@ -6,7 +6,7 @@ import enum
 
 import msgspec
 
-from blockx_core.errors import ErrorCode, FailureCode
+from blockx_core.errors import FailureCode
 from blockx_core.task import PluginResult, TaskInput, TaskResult, TaskState
 
 
@@ -22,7 +22,7 @@ class TaskPhase(enum.Enum):
     PREPARING = "PREPARING"
     BUILDER = "BUILDER"
     CALLS = "CALLS"
-    PLUGIN = "PLUGIN"
+    WRITER = "WRITER"
     TERMINAL = "TERMINAL"
 
 
@@ -55,13 +55,6 @@ class InvalidTransition(Exception):
 # ---- answers -----------------------------------------------------------------------
 
 
-class WorkerError(msgspec.Struct, frozen=True):
-    """An admission failure: answered as a gRPC status, never as a TaskResult."""
-
-    code: ErrorCode
-    message: str
-
-
 class TaskSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
     slot_id: str
@@ -77,6 +70,9 @@ class PhaseOutcome(msgspec.Struct, frozen=True, kw_only=True):
     retryable: bool = False
     message: str = ""
     plugin_results: tuple[PluginResult, ...] = ()
+    # Builder phase: how many calls it built, when known up front. Zero skips the Calls
+    # phase (an empty call list takes no executor slot); None always runs it.
+    call_count: int | None = None
 
 
 # ---- commands ------------------------------------------------------------------------
@@ -91,6 +87,9 @@ class PrepareTaskActivation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StartBuilderPhase(msgspec.Struct, frozen=True, kw_only=True):
+    """Run the task's Call Builder. If the adapter has no builder by that name it
+    answers ``handle_plugin_not_found`` instead of running a phase."""
+
     task_id: str
 
 
@@ -99,6 +98,9 @@ class StartCallPhase(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StartWriterPhase(msgspec.Struct, frozen=True, kw_only=True):
+    """Run the task's Writer Plugin (none: the phase succeeds with no pluginResults).
+    A writer the adapter lacks is answered with ``handle_plugin_not_found``."""
+
     task_id: str
 
 

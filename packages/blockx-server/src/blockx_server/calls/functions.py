@@ -4,7 +4,9 @@ A :class:`FunctionStore` yields the current source set (module name → source
 text); :class:`DirectoryFunctionStore` reads it from ``FUNCTIONS_DIR``. A
 :class:`CodeViewRefresher` polls the store and publishes each change to a
 :class:`~blockx_core.code_view.FunctionCodeView` as a new epoch, so edited,
-added and deleted files take effect for later tasks without a restart.
+added and deleted files take effect for later tasks without a restart. Reading
+the disk is a poll; dropping superseded epochs is not: a timer armed at the
+view's ``next_collect_ms`` does it when it comes due.
 
 A source set that cannot load (two files defining the same function, a file
 name that is not a module name) is logged as one warning and the previous epoch
@@ -144,6 +146,10 @@ class CodeViewRefresher:
         self._first_snapshot = asyncio.Event()
         # The last problem logged, so a poll loop does not repeat it every interval.
         self._last_problem: str | None = None
+        # The collection timer, armed only while run() runs.
+        self._running = False
+        self._collect_timer: asyncio.TimerHandle | None = None
+        self._collect_at_ms: int | None = None
 
     @property
     def view(self) -> FunctionCodeView:
@@ -169,24 +175,63 @@ class CodeViewRefresher:
                 self._first_snapshot.set()
             if snapshot is not None:
                 _log_snapshot(snapshot)
+                self.rearm_collection()  # the superseded epoch now has a drop time
             return snapshot
 
     async def run(self) -> None:
-        """Refresh every poll interval until cancelled, collecting old snapshots.
+        """Refresh every poll interval until cancelled; old snapshots are collected
+        by a timer at the view's next collection time.
 
         A store that cannot be read on the first poll raises (a missing
         ``FUNCTIONS_DIR`` is a configuration error); later failures are logged
         and the current epoch keeps serving."""
         await self.refresh_once()
-        while True:
-            dropped = self._view.collect(self._clock.now_ms())
+        self._running = True
+        try:
+            while True:
+                # After each publish, and after each poll: a pin released by another
+                # owner than rearm_collection's callers is seen within one interval.
+                self.rearm_collection()
+                await asyncio.sleep(self._poll_interval_ms / 1000)
+                try:
+                    await self.refresh_once()
+                except FunctionStoreError as exc:
+                    self._report(f"function code not reloaded, {self._kept()}: {exc}")
+        finally:
+            self._running = False
+            if self._collect_timer is not None:
+                self._collect_timer.cancel()
+            self._collect_timer = self._collect_at_ms = None
+
+    def rearm_collection(self) -> None:
+        """Collect what is due now and arm the timer for the view's next collection.
+
+        Call it after anything that can move ``next_collect_ms`` earlier: a publish
+        (done here) or an unpin (the Orchestrator calls it when a task converges).
+        Does nothing unless :meth:`run` is running."""
+        if not self._running:
+            return
+        now_ms = self._clock.now_ms()
+        due_ms = self._view.next_collect_ms()
+        if due_ms is not None and due_ms <= now_ms:
+            dropped = self._view.collect(now_ms)
             if dropped:
                 log.debug("function code epochs %s released", dropped)
-            await asyncio.sleep(self._poll_interval_ms / 1000)
-            try:
-                await self.refresh_once()
-            except FunctionStoreError as exc:
-                self._report(f"function code not reloaded, {self._kept()}: {exc}")
+            due_ms = self._view.next_collect_ms()
+        if due_ms is None:
+            return  # an armed timer may fire early; it only re-arms
+        if self._collect_timer is not None and self._collect_at_ms is not None:
+            if self._collect_at_ms <= due_ms:
+                return
+            self._collect_timer.cancel()
+        self._collect_at_ms = due_ms
+        self._collect_timer = asyncio.get_running_loop().call_later(
+            max(0, due_ms - now_ms) / 1000, self._on_collect_timer
+        )
+
+    def _on_collect_timer(self) -> None:
+        self._collect_timer = self._collect_at_ms = None
+        self.rearm_collection()
 
     async def wait_first_snapshot(self) -> CodeSnapshot:
         """Wait until the view has a current snapshot (the Worker's readiness)."""

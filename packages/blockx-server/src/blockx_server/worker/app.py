@@ -2,7 +2,9 @@
 
 Start: executors, function code, gRPC server; the Worker turns ready (and starts
 heartbeating into etcd) once every executor has heartbeated and the code is loaded.
-Timers tick every 500 ms. SIGTERM/SIGINT drain: the etcd lease is revoked at once so
+Timers are armed from the core's next deadline (the Orchestrator re-arms after
+every command batch) and from the code view's next collection; nothing polls but
+the FUNCTIONS_DIR reader. SIGTERM/SIGINT drain: the etcd lease is revoked at once so
 coordinators stop routing here, new RequestTaskSlot/SubmitTask answer UNAVAILABLE,
 GetTaskResult and WatchTasks keep working, running tasks converge for up to
 DRAIN_TIMEOUT_MS, then the process exits 0.
@@ -39,8 +41,6 @@ from blockx_server.worker.service import WorkerService
 from blockx_server.worker.subscriptions import SubscriptionManager
 
 log = logging.getLogger(__name__)
-
-TICK_INTERVAL_S = 0.5
 
 
 class _Load:
@@ -87,6 +87,7 @@ async def serve(
         config.admission,
         error_rate,
         metrics.task_converged,
+        refresher.rearm_collection,
     )
     publisher = EtcdHeartbeatPublisher(
         HeartbeatPublisherConfig(
@@ -123,7 +124,6 @@ async def serve(
             async with asyncio.TaskGroup() as tasks:
                 background = [
                     tasks.create_task(refresher.run()),
-                    tasks.create_task(_tick(orchestrator)),
                     tasks.create_task(_become_ready(engine, refresher, core, publisher, serving)),
                 ]
                 await stop.wait()
@@ -151,9 +151,3 @@ async def _become_ready(
     serving.set(True)
     log.info("ready: executors heartbeating, function code loaded")
     await publisher.run()
-
-
-async def _tick(orchestrator: Orchestrator) -> None:
-    while True:
-        await asyncio.sleep(TICK_INTERVAL_S)
-        orchestrator.tick()

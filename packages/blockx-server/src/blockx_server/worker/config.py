@@ -281,7 +281,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         admission=AdmissionConfig(
             builder_slots=reader.get(BUILDER_SLOTS),
             executor_task_slots=reader.get(EXECUTOR_TASK_SLOTS),
-            plugin_slots=reader.get(PLUGIN_SLOTS),
+            writer_slots=reader.get(PLUGIN_SLOTS),
         ),
         calls=read_call_settings(reader),
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),

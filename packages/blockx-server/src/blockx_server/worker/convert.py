@@ -1,4 +1,4 @@
-"""worker.v1 wire messages <-> core values (the seeds' ``adapters/wire.go``)."""
+"""worker.v1 wire messages <-> core values (the only protobuf conversion of the Worker)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,8 @@ from typing import Final
 
 import msgspec
 
-from blockx_core.errors import ErrorCode
+from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.task import PluginSpec, TaskInput, TaskResult, TaskState
-from blockx_core.worker import WorkerError
 from blockx_proto import worker_v1
 
 _STATE: Final = {
@@ -46,22 +45,22 @@ def result_to_pb(result: TaskResult | None) -> worker_v1.TaskResult | None:
     )
 
 
-def _check_json(text: str, field: str) -> WorkerError | None:
+def _check_json(text: str, field: str) -> Refusal | None:
     try:
         msgspec.json.decode(text or "{}")
     except msgspec.DecodeError as exc:
-        return WorkerError(ErrorCode.INVALID_ARGUMENT, f"{field} is not valid JSON: {exc}")
+        return Refusal(ErrorCode.INVALID_ARGUMENT, f"{field} is not valid JSON: {exc}")
     return None
 
 
-def task_from_pb(request: worker_v1.SubmitTaskRequest) -> TaskInput | WorkerError:
-    """Validate the wire task (the seeds' ``submitTaskFromPB``): config must be JSON."""
+def task_from_pb(request: worker_v1.SubmitTaskRequest) -> TaskInput | Refusal:
+    """Validate the wire task (``submitTaskFromPB`` in the specification): config must be JSON."""
     pb = request.task
     if pb is None:
-        return WorkerError(ErrorCode.INVALID_ARGUMENT, "task is required")
+        return Refusal(ErrorCode.INVALID_ARGUMENT, "task is required")
     fcc = pb.function_call_config
     if fcc is None or not fcc.type:
-        return WorkerError(
+        return Refusal(
             ErrorCode.INVALID_ARGUMENT,
             "task.function_call_config.type is required (e.g. CallListCallConfig)",
         )

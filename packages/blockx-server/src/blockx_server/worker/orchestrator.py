@@ -2,10 +2,14 @@
 
 It performs what the core decides: activation (pin the code epoch, open the task's
 IO scope), the three phases under their admission semaphores (BUILDER_SLOTS,
-EXECUTOR_TASK_SLOTS — an empty call list takes none —, PLUGIN_SLOTS), cleanup at
-convergence (cancel unfinished calls, close the IO scope, unpin the epoch) and
-OnTaskTerminal → Watch subscribers. Each phase runs as an asyncio task and reports
-back with ``handle_task_phase_finished``; the core alone decides what comes next.
+EXECUTOR_TASK_SLOTS, PLUGIN_SLOTS), cleanup at convergence (cancel unfinished
+calls, close the IO scope, unpin the epoch) and OnTaskTerminal → Watch
+subscribers. Each phase runs as an asyncio task and reports back with
+``handle_task_phase_finished``; a builder or writer name it has no plug-in for is
+reported with ``handle_plugin_not_found``. The core alone decides what comes next.
+
+Timers: after every batch of commands the orchestrator asks the core for its next
+deadline and arms one ``loop.call_later`` (see ``_arm_timer``); there is no polling.
 """
 
 from __future__ import annotations
@@ -15,14 +19,14 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final, assert_never
 
 import msgspec
 
 from blockx_core.calls import RootOutput
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
-from blockx_core.errors import FailureCode
+from blockx_core.errors import FailureCode, Refusal
 from blockx_core.task import PluginResult, TaskInput
 from blockx_core.worker import (
     AbortTaskWork,
@@ -37,14 +41,18 @@ from blockx_core.worker import (
     TaskSnapshot,
     WorkerCommand,
     WorkerCore,
-    WorkerError,
 )
 from blockx_server.calls.engine import CallEngine
 from blockx_server.io.registry import IoRegistry
 from blockx_server.io.scope import TaskIoScope
-from blockx_server.pipeline.builders import BuilderError, BuilderRegistry, CallList
+from blockx_server.pipeline.builders import BuilderError, BuilderRegistry, CallBuilder, CallList
 from blockx_server.pipeline.context import TaskContext
-from blockx_server.pipeline.writers import WriterError, WriterRegistry, failed_writer_result
+from blockx_server.pipeline.writers import (
+    WriterError,
+    WriterPlugin,
+    WriterRegistry,
+    failed_writer_result,
+)
 from blockx_server.runtime.clock import Clock
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
 
@@ -56,15 +64,22 @@ _WORKER_FAULTS = frozenset(
     {FailureCode.ACTIVATION_FAILED, FailureCode.IO_SCOPE_FAILED, FailureCode.CANCELLED}
 )
 
+# The longest the timer sleeps while a deadline is pending: the spec's 500 ms scan
+# period, kept as an upper bound on lateness. The core's time is the Clock's
+# wall-clock milliseconds, the loop's timer is monotonic; when the two disagree (the
+# wall clock steps, a test clock is moved by hand) a deadline still fires at most
+# this late. With no deadline pending nothing is armed.
+MAX_TIMER_SLEEP_MS: Final = 500
+
 
 class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     builder_slots: int = 16
     executor_task_slots: int = 32
-    plugin_slots: int = 16
+    writer_slots: int = 16
 
 
 class _Runtime:
-    """The adapter-side state of one task (the seeds' taskRuntime)."""
+    """The adapter-side state of one task (the specification's taskRuntime)."""
 
     __slots__ = ("aborted", "accepted", "calls", "ctx", "deadline_ms", "job", "outputs", "task")
 
@@ -95,6 +110,7 @@ class Orchestrator:
         admission: AdmissionConfig | None = None,
         error_rate: ErrorRateWindow | None = None,
         on_terminal: Callable[[TaskConverged, float | None], None] | None = None,
+        on_code_released: Callable[[], None] | None = None,
     ) -> None:
         admission = admission or AdmissionConfig()
         self.core = core
@@ -108,27 +124,43 @@ class Orchestrator:
         self.error_rate = error_rate or ErrorRateWindow()
         self._builder_sem = asyncio.Semaphore(admission.builder_slots)
         self._executor_sem = asyncio.Semaphore(admission.executor_task_slots)
-        self._plugin_sem = asyncio.Semaphore(admission.plugin_slots)
+        self._writer_sem = asyncio.Semaphore(admission.writer_slots)
         self._runtimes: dict[str, _Runtime] = {}
         self._converged = asyncio.Event()
         # Told of every terminal task, with seconds since it was accepted (metrics).
         self._on_terminal = on_terminal
+        # Told when a task unpinned its code epoch (the view's collection may be due).
+        self._on_code_released = on_code_released
+        self._timer: asyncio.TimerHandle | None = None
+        self._timer_at_ms: int | None = None
 
     # ---- the RPCs' entry points ---------------------------------------------------
 
-    def request_task_slot(self, task_id: str, ttl_ms: int) -> TaskSnapshot | WorkerError:
-        return self.core.handle_request_task_slot(task_id, ttl_ms, self.clock.now_ms())
+    def request_task_slot(self, task_id: str, ttl_ms: int) -> TaskSnapshot | Refusal:
+        answer = self.core.handle_request_task_slot(task_id, ttl_ms, self.clock.now_ms())
+        self._arm_timer()  # a new lease
+        return answer
 
-    def submit_task(self, task: TaskInput, slot_id: str) -> TaskSnapshot | WorkerError:
+    def submit_task(self, task: TaskInput, slot_id: str) -> TaskSnapshot | Refusal:
         answer = self.core.handle_submit_task(task, slot_id, self.clock.now_ms())
-        if isinstance(answer, WorkerError):
+        if isinstance(answer, Refusal):
             return answer
         snapshot, commands = answer
         self._run(commands)
         return snapshot
 
-    def get_task_result(self, task_id: str) -> TaskSnapshot | WorkerError:
+    def get_task_result(self, task_id: str) -> TaskSnapshot | Refusal:
         return self.core.handle_get_task_result(task_id, self.clock.now_ms())
+
+    def watch_attached(self, task_id: str) -> None:
+        """A Watch stream now follows the task (its run credential)."""
+        self.core.watch_attached(task_id, self.clock.now_ms())
+        self._arm_timer()
+
+    def watch_detached(self, task_id: str) -> None:
+        """A Watch stream on the task closed before the task ended."""
+        self.core.watch_detached(task_id, self.clock.now_ms())
+        self._arm_timer()  # the watch grace may have started
 
     def tick(self) -> None:
         self._run(self.core.tick_timers(self.clock.now_ms()))
@@ -142,13 +174,14 @@ class Orchestrator:
         self.core.start_draining()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
+        # The core's timers keep running meanwhile (timeouts, lost watches).
         while self.core.active_task_ids() and loop.time() < deadline:
             self._converged.clear()
             try:
-                async with asyncio.timeout(min(0.5, max(0.0, deadline - loop.time()))):
+                async with asyncio.timeout(max(0.0, deadline - loop.time())):
                     await self._converged.wait()
             except TimeoutError:
-                self.tick()
+                break
         for task_id in self.core.active_task_ids():
             runtime = self._runtimes.get(task_id)
             if runtime is not None and runtime.job is not None:
@@ -158,6 +191,9 @@ class Orchestrator:
             if not self.core.active_task_ids():
                 break
             await asyncio.sleep(0.01)
+        if self._timer is not None:
+            self._timer.cancel()  # the process is about to exit; nothing more to rule on
+            self._timer = self._timer_at_ms = None
 
     # ---- commands ------------------------------------------------------------------
 
@@ -169,11 +205,11 @@ class Orchestrator:
                     self._runtimes[command.task_id] = new
                     new.job = asyncio.create_task(self._activate(command.task_id, new))
                 case StartBuilderPhase():
-                    self._start(command.task_id, TaskPhase.BUILDER, self._builder_phase)
+                    self._start_builder(command.task_id)
                 case StartCallPhase():
                     self._start(command.task_id, TaskPhase.CALLS, self._call_phase)
                 case StartWriterPhase():
-                    self._start(command.task_id, TaskPhase.PLUGIN, self._writer_phase)
+                    self._start_writer(command.task_id)
                 case AbortTaskWork():
                     aborted = self._runtimes.get(command.task_id)
                     if aborted is not None and aborted.job is not None:
@@ -189,6 +225,31 @@ class Orchestrator:
                             timestamp_ms=self.clock.now_ms(),
                         )
                     )
+                case _:
+                    assert_never(command)
+        self._arm_timer()
+
+    def _arm_timer(self) -> None:
+        """Arm the one timer for the core's next deadline (capped, see
+        MAX_TIMER_SLEEP_MS). Asked after every batch of commands; an armed timer that
+        is already early enough stays, one that fires early only re-arms."""
+        deadline_ms = self.core.next_deadline_ms()
+        if deadline_ms is None:
+            return  # nothing pending; a later call arms again
+        now_ms = self.clock.now_ms()
+        at_ms = min(deadline_ms, now_ms + MAX_TIMER_SLEEP_MS)
+        if self._timer is not None and self._timer_at_ms is not None:
+            if self._timer_at_ms <= at_ms:
+                return
+            self._timer.cancel()
+        loop = asyncio.get_running_loop()
+        self._timer_at_ms = at_ms
+        self._timer = loop.call_later(max(0, at_ms - now_ms) / 1000, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at_ms = None
+        self.tick()  # runs the commands, then re-arms
 
     def _on_converged(self, command: TaskConverged) -> None:
         now_ms = self.clock.now_ms()
@@ -201,6 +262,8 @@ class Orchestrator:
                 runtime.aborted = True
                 runtime.job.cancel()  # its calls get CancelCall
         self.code_view.unpin(command.task_id, now_ms)
+        if self._on_code_released is not None:
+            self._on_code_released()
         code = command.result.failure_code
         self.error_rate.record(code not in _WORKER_FAULTS, now_ms)
         self.subscriptions.publish(
@@ -245,6 +308,30 @@ class Orchestrator:
         )
         self._run(self.core.handle_task_activation_prepared(task_id, self.clock.now_ms()))
 
+    def _start_builder(self, task_id: str) -> None:
+        runtime = self._runtimes[task_id]
+        name = runtime.task.function_call_config.type
+        builder = self.builders.get(name)
+        if builder is None:
+            message = self.builders.missing(name)
+            now_ms = self.clock.now_ms()
+            self._run(
+                self.core.handle_plugin_not_found(task_id, TaskPhase.BUILDER, message, now_ms)
+            )
+            return
+        self._start(task_id, TaskPhase.BUILDER, lambda rt: self._builder_phase(rt, builder))
+
+    def _start_writer(self, task_id: str) -> None:
+        runtime = self._runtimes[task_id]
+        handler = runtime.task.result_handler
+        writer = None if handler is None else self.writers.get(handler.type)
+        if handler is not None and writer is None:
+            message = self.writers.missing(handler.type)
+            now_ms = self.clock.now_ms()
+            self._run(self.core.handle_plugin_not_found(task_id, TaskPhase.WRITER, message, now_ms))
+            return
+        self._start(task_id, TaskPhase.WRITER, lambda rt: self._writer_phase(rt, writer))
+
     def _start(
         self,
         task_id: str,
@@ -281,16 +368,9 @@ class Orchestrator:
             self.core.handle_task_phase_finished(task_id, phase, outcome, self.clock.now_ms())
         )
 
-    async def _builder_phase(self, runtime: _Runtime) -> PhaseOutcome:
+    async def _builder_phase(self, runtime: _Runtime, builder: CallBuilder) -> PhaseOutcome:
         spec = runtime.task.function_call_config
         async with self._builder_sem:
-            builder = self.builders.get(spec.type)
-            if builder is None:
-                return PhaseOutcome(
-                    success=False,
-                    failure_code=FailureCode.BUILDER_NOT_FOUND,
-                    message=self.builders.missing(spec.type),
-                )
             assert runtime.ctx is not None
             try:
                 runtime.calls = await builder.build(runtime.ctx, _decode(spec.config))
@@ -301,15 +381,12 @@ class Orchestrator:
                     retryable=exc.retryable,
                     message=exc.message,
                 )
-        return PhaseOutcome(success=True)
+        return PhaseOutcome(success=True, call_count=len(runtime.calls.calls))
 
     async def _call_phase(self, runtime: _Runtime) -> PhaseOutcome:
         calls = runtime.calls
         assert calls is not None
         assert runtime.ctx is not None
-        if not calls.calls:
-            runtime.outputs = []
-            return PhaseOutcome(success=True)  # an empty call list takes no executor slot
         async with self._executor_sem:
             converged = await self.engine.run_calls(
                 runtime.task.task_id, runtime.ctx.code, runtime.ctx.io, calls.function, calls.calls
@@ -323,22 +400,11 @@ class Orchestrator:
         runtime.outputs = converged.outputs
         return PhaseOutcome(success=True)
 
-    async def _writer_phase(self, runtime: _Runtime) -> PhaseOutcome:
+    async def _writer_phase(self, runtime: _Runtime, plugin: WriterPlugin | None) -> PhaseOutcome:
         handler = runtime.task.result_handler
-        async with self._plugin_sem:
-            if handler is None:
-                return PhaseOutcome(success=True)  # no plugin runs; pluginResults is empty
-            plugin = self.writers.get(handler.type)
-            if plugin is None:
-                message = self.writers.missing(handler.type)
-                return PhaseOutcome(
-                    success=False,
-                    failure_code=FailureCode.PLUGIN_NOT_FOUND,
-                    message=message,
-                    plugin_results=(
-                        failed_writer_result(handler.type, FailureCode.PLUGIN_NOT_FOUND, message),
-                    ),
-                )
+        async with self._writer_sem:
+            if handler is None or plugin is None:
+                return PhaseOutcome(success=True)  # no writer runs; pluginResults is empty
             assert runtime.ctx is not None
             try:
                 # The Writer Plugin's scope is the only one that may write.

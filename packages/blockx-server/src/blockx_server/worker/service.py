@@ -10,7 +10,8 @@ from collections.abc import AsyncIterator
 
 from grpclib.exceptions import GRPCError
 
-from blockx_core.worker import TaskSnapshot, WorkerError
+from blockx_core.errors import Refusal
+from blockx_core.worker import TaskSnapshot
 from blockx_proto import worker_v1
 from blockx_server.runtime.status import WORKER_STATUS
 from blockx_server.worker.convert import result_to_pb, state_to_pb, task_from_pb
@@ -18,7 +19,7 @@ from blockx_server.worker.orchestrator import Orchestrator
 from blockx_server.worker.subscriptions import TaskEvent
 
 
-def _raise(error: WorkerError) -> GRPCError:
+def _raise(error: Refusal) -> GRPCError:
     return GRPCError(WORKER_STATUS[error.code], error.message)
 
 
@@ -31,7 +32,7 @@ class WorkerService(worker_v1.WorkerServiceBase):
         self, message: worker_v1.RequestTaskSlotRequest
     ) -> worker_v1.TaskSnapshot:
         answer = self._orchestrator.request_task_slot(message.task_id, message.ttl_ms)
-        if isinstance(answer, WorkerError):
+        if isinstance(answer, Refusal):
             raise _raise(answer)
         return worker_v1.TaskSnapshot(
             task_id=answer.task_id,
@@ -45,10 +46,10 @@ class WorkerService(worker_v1.WorkerServiceBase):
         self, message: worker_v1.SubmitTaskRequest
     ) -> worker_v1.SubmitTaskResponse:
         task = task_from_pb(message)
-        if isinstance(task, WorkerError):
+        if isinstance(task, Refusal):
             raise _raise(task)
         answer = self._orchestrator.submit_task(task, message.slot_id)
-        if isinstance(answer, WorkerError):
+        if isinstance(answer, Refusal):
             raise _raise(answer)
         return worker_v1.SubmitTaskResponse(
             task_id=answer.task_id,
@@ -62,7 +63,7 @@ class WorkerService(worker_v1.WorkerServiceBase):
         self, message: worker_v1.GetTaskResultRequest
     ) -> worker_v1.GetTaskResultResponse:
         answer = self._orchestrator.get_task_result(message.task_id)
-        if isinstance(answer, WorkerError):
+        if isinstance(answer, Refusal):
             raise _raise(answer)
         return worker_v1.GetTaskResultResponse(
             task_id=answer.task_id,
@@ -76,7 +77,6 @@ class WorkerService(worker_v1.WorkerServiceBase):
         """A snapshot per task_id, then one terminal update per task still pending;
         the stream ends when all are terminal. Closing it is the unsubscribe."""
         orchestrator = self._orchestrator
-        core = orchestrator.core
         clock = orchestrator.clock
         task_ids = list(dict.fromkeys(message.task_ids))
         # Subscribe before the snapshots, so that no terminal update falls between.
@@ -85,7 +85,7 @@ class WorkerService(worker_v1.WorkerServiceBase):
         try:
             for task_id in task_ids:
                 answer = orchestrator.get_task_result(task_id)
-                if isinstance(answer, WorkerError):
+                if isinstance(answer, Refusal):
                     yield self._update(
                         TaskEvent(task_id=task_id, error="not_found"), clock.now_ms()
                     )
@@ -93,7 +93,7 @@ class WorkerService(worker_v1.WorkerServiceBase):
                 yield self._snapshot_update(answer, clock.now_ms())
                 if not answer.state.is_terminal:
                     pending.add(task_id)
-                    core.watch_attached(task_id, clock.now_ms())
+                    orchestrator.watch_attached(task_id)
             while pending:
                 event = await subscription.queue.get()
                 if event.task_id in pending:
@@ -101,10 +101,9 @@ class WorkerService(worker_v1.WorkerServiceBase):
                     yield self._update(event, clock.now_ms())
         finally:
             orchestrator.subscriptions.unsubscribe(subscription)
-            now_ms = clock.now_ms()
             for task_id in pending:
                 # The stream is gone before the task ended: maybe start the watch grace.
-                core.watch_detached(task_id, now_ms)
+                orchestrator.watch_detached(task_id)
 
     def _snapshot_update(self, answer: TaskSnapshot, now_ms: int) -> worker_v1.TaskUpdate:
         return worker_v1.TaskUpdate(

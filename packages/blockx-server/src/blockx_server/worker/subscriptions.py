@@ -29,7 +29,7 @@ class Subscription:
 
 
 class SubscriptionManager:
-    """The seeds' SubscriptionManager: ``publish`` pushes a terminal event once to every
+    """The specification's SubscriptionManager: ``publish`` pushes a terminal event once to every
     stream subscribed to that task_id."""
 
     def __init__(self) -> None:
