@@ -33,7 +33,7 @@ from blockx_core.dispatch import DispatchConfig
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
 from blockx_server.io.backends.memory import MemoryBackend
-from blockx_server.io.registry import IoRegistry
+from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 
 FUNCTIONS = """
@@ -86,7 +86,7 @@ async def engine_rates(n_trivial: int, n_sha: int, n_io: int) -> dict[str, float
     engine = CallEngine(
         CallEngineConfig(dispatch=DispatchConfig(), pool=ExecutorPoolConfig(count=2))
     )
-    registry = IoRegistry([MemoryBackend({"k": {"balance": 42}})])
+    registry = IoRouter([MemoryBackend({"k": {"balance": 42}})])
     await engine.start()
     try:
         await asyncio.wait_for(engine.wait_ready(), 30)

@@ -27,7 +27,7 @@ from blockx_server.calls.executor_pool import ExecutorPoolConfig
 from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.errors import BackendError, IoErrorKind
-from blockx_server.io.registry import IoRegistry
+from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK
 
@@ -218,7 +218,7 @@ async def engine(gate: Gate) -> AsyncIterator[CallEngine]:
         pool=ExecutorPoolConfig(count=2, heartbeat_interval_ms=50),
     )
     eng = CallEngine(config)
-    _REGISTRIES[eng] = IoRegistry([MemoryBackend({"a": 1, "b": {"nested": [1, 2]}}), gate])
+    _REGISTRIES[eng] = IoRouter([MemoryBackend({"a": 1, "b": {"nested": [1, 2]}}), gate])
     await eng.start()
     async with asyncio.timeout(20):
         await eng.wait_ready()
@@ -232,7 +232,7 @@ def snapshot() -> CodeSnapshot:
 
 
 # Each engine's IO backends; every run opens a read-only scope on them, as a task does.
-_REGISTRIES: dict[CallEngine, IoRegistry] = {}
+_REGISTRIES: dict[CallEngine, IoRouter] = {}
 
 
 def scope(engine: CallEngine, task_id: str) -> TaskIoScope:
@@ -409,7 +409,7 @@ async def test_output_cap(gate: Gate, snapshot: CodeSnapshot) -> None:
         pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
     )
     eng = CallEngine(config)
-    _REGISTRIES[eng] = IoRegistry([MemoryBackend()])
+    _REGISTRIES[eng] = IoRouter([MemoryBackend()])
     await eng.start()
     try:
         async with asyncio.timeout(20):
@@ -628,7 +628,7 @@ async def test_an_io_error_that_cannot_succeed_on_retry_is_not_retried(
     )
     eng = CallEngine(config)
     flaky = Flaky(failures=1)
-    registry = IoRegistry([MemoryBackend({}), flaky])
+    registry = IoRouter([MemoryBackend({}), flaky])
     await eng.start()
     try:
         async with asyncio.timeout(30):

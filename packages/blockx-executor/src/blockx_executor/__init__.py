@@ -9,7 +9,7 @@ or the Sync Invoker, never by hand); see ``blockx_executor.runner``.
 """
 
 from blockx_executor.api import (
-    BlockxError,
+    ApiError,
     CallError,
     CallInfo,
     IoError,
@@ -18,4 +18,4 @@ from blockx_executor.api import (
     io,
 )
 
-__all__ = ["BlockxError", "CallError", "CallInfo", "IoError", "call", "current_call", "io"]
+__all__ = ["ApiError", "CallError", "CallInfo", "IoError", "call", "current_call", "io"]

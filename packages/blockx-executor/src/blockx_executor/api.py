@@ -37,7 +37,7 @@ from typing import Any
 import msgspec
 
 __all__ = [
-    "BlockxError",
+    "ApiError",
     "CallError",
     "CallInfo",
     "IoError",
@@ -69,7 +69,7 @@ def current_call() -> CallInfo:
         raise RuntimeError("current_call() is only available inside a BlockX call") from None
 
 
-class BlockxError(Exception):
+class ApiError(Exception):
     """Base of the errors the API raises into a function; ``kind`` is a stable code,
     ``retryable`` whether the same request may succeed if made again."""
 
@@ -80,11 +80,11 @@ class BlockxError(Exception):
         self.retryable = retryable
 
 
-class IoError(BlockxError):
+class IoError(ApiError):
     """An IO read failed (``kind``: e.g. UNKNOWN_BACKEND, UNKNOWN_OP, BAD_REQUEST, UNAVAILABLE)."""
 
 
-class CallError(BlockxError):
+class CallError(ApiError):
     """A sub-call failed; ``kind`` is its failure kind (USER_ERROR, BUDGET_EXCEEDED, ...)."""
 
 

@@ -33,7 +33,7 @@ import threading
 import time
 import types
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 
@@ -155,6 +155,8 @@ class Runner:
                     if suspended is not None:
                         _close_quietly(suspended)
                     self._captures.pop(call_id, None)
+            case _:
+                assert_never(message)
 
     # ---- running calls ---------------------------------------------------------------
 

@@ -18,7 +18,7 @@ import asyncio
 import logging
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, assert_never
 
 import msgspec
 
@@ -214,6 +214,8 @@ class CallEngine:
                     commands += self._subcall(executor_id, message, now_ms)
                 case wire.Hello() | wire.CallOutput():
                     pass
+                case _:
+                    assert_never(message)
         self._apply(commands)
 
     def _observer_of(self, call_id: int) -> CallObserver | None:
@@ -239,6 +241,8 @@ class CallEngine:
                 observer = self._observer_of(message.call_id)
                 if observer is not None:
                     observer.call_output(message.call_id, message.text)
+            case _:
+                pass  # the other frames carry nothing an observer sees
 
     # ---- internals ----------------------------------------------------------------------
 
@@ -336,6 +340,8 @@ class CallEngine:
                     run = self._runs.get(command.task_id)
                     if run is not None and not run.future.done():
                         run.future.set_result(command)
+                case _:
+                    assert_never(command)
         if self._outbox:
             self._schedule_flush()
         self._arm_timer()

@@ -1,4 +1,4 @@
-"""The IO registry a process starts with, built from its settings."""
+"""The IO backends a process starts with, built from its settings."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from blockx_server.io.backends.memory import MemoryBackend
-from blockx_server.io.registry import IoBackend, IoRegistry
+from blockx_server.io.router import IoBackend, IoRouter
 from blockx_server.runtime.process import StartupError
 
 
@@ -21,6 +21,6 @@ def memory_backend(seed_file: Path | None) -> MemoryBackend:
         raise StartupError(f"IO_MEMORY_SEED_FILE: {exc}") from None
 
 
-def open_registry(memory_seed_file: Path | None, extra: Sequence[IoBackend] = ()) -> IoRegistry:
+def open_router(memory_seed_file: Path | None, extra: Sequence[IoBackend] = ()) -> IoRouter:
     """Every backend of the process: ``memory``, then ``extra`` (tests add their own)."""
-    return IoRegistry([memory_backend(memory_seed_file), *extra])
+    return IoRouter([memory_backend(memory_seed_file), *extra])

@@ -14,7 +14,7 @@ from typing import Any
 import msgspec
 
 from blockx_server.io.errors import IoErrorKind, IoOutcome, failure
-from blockx_server.io.registry import IoRegistry
+from blockx_server.io.router import IoRouter
 
 
 class IoStats(msgspec.Struct, kw_only=True):
@@ -27,8 +27,8 @@ class IoStats(msgspec.Struct, kw_only=True):
 
 
 class TaskIoScope:
-    def __init__(self, registry: IoRegistry, task_id: str, *, writes: bool = False) -> None:
-        self._registry = registry
+    def __init__(self, router: IoRouter, task_id: str, *, writes: bool = False) -> None:
+        self._router = router
         self.task_id = task_id
         self.writes = writes
         self.stats = IoStats()
@@ -41,7 +41,7 @@ class TaskIoScope:
     def writer(self) -> TaskIoScope:
         """The same task's scope for its Writer Plugin: it may write, and it counts
         into the same statistics."""
-        scope = TaskIoScope(self._registry, self.task_id, writes=True)
+        scope = TaskIoScope(self._router, self.task_id, writes=True)
         scope.stats = self.stats
         return scope
 
@@ -50,7 +50,7 @@ class TaskIoScope:
     ) -> IoOutcome:
         if self._closed:
             return failure(IoErrorKind.UNAVAILABLE, "the task's IO scope is closed")
-        outcome = await self._registry.execute(backend, op, args, kwargs or {}, writes=self.writes)
+        outcome = await self._router.execute(backend, op, args, kwargs or {}, writes=self.writes)
         stats = self.stats
         stats.requests += 1
         stats.backend_us += outcome.io_us

@@ -32,7 +32,7 @@ from blockx_core.errors import ErrorCode
 from blockx_core.signature import precheck
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.calls.engine import CallEngine
-from blockx_server.io.registry import IoRegistry
+from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.status import SYNC_INVOKER_STATUS
@@ -77,7 +77,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         self,
         engine: CallEngine,
         view: FunctionCodeView,
-        io: IoRegistry,
+        io: IoRouter,
         *,
         default_timeout_ms: int,
         max_timeout_ms: int,

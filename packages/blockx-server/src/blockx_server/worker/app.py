@@ -28,7 +28,7 @@ from blockx_server.etcd.heartbeat import (
     EtcdHeartbeatPublisher,
     HeartbeatPublisherConfig,
 )
-from blockx_server.io.config import open_registry
+from blockx_server.io.config import open_router
 from blockx_server.pipeline.builders import default_builders
 from blockx_server.pipeline.writers import default_writers
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
@@ -66,7 +66,7 @@ async def serve(
     stop = stop or stop_on_signals()
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
-    io = open_registry(calls.memory_seed_file)
+    io = open_router(calls.memory_seed_file)
     engine = CallEngine(calls.engine, clock)
     # A snapshot is kept while a task pinned to it can still run.
     view = FunctionCodeView(retention_ms=config.core.max_task_timeout_ms)

@@ -43,14 +43,14 @@ from blockx_core.worker import (
     WorkerCore,
 )
 from blockx_server.calls.engine import CallEngine
-from blockx_server.io.registry import IoRegistry
+from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
-from blockx_server.pipeline.builders import BuilderError, BuilderRegistry, CallBuilder, CallList
+from blockx_server.pipeline.builders import BuilderError, Builders, CallBuilder, CallList
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.writers import (
     WriterError,
     WriterPlugin,
-    WriterRegistry,
+    Writers,
     failed_writer_result,
 )
 from blockx_server.runtime.clock import Clock
@@ -102,9 +102,9 @@ class Orchestrator:
         core: WorkerCore,
         engine: CallEngine,
         code_view: FunctionCodeView,
-        io: IoRegistry,
-        builders: BuilderRegistry,
-        writers: WriterRegistry,
+        io: IoRouter,
+        builders: Builders,
+        writers: Writers,
         subscriptions: SubscriptionManager,
         clock: Clock,
         admission: AdmissionConfig | None = None,

@@ -2,17 +2,17 @@
 
 from blockx_server.pipeline.builders.base import (
     BuilderError,
-    BuilderRegistry,
+    Builders,
     CallBuilder,
     CallList,
 )
 from blockx_server.pipeline.builders.call_list import CallListCallConfig
 
 
-def default_builders() -> BuilderRegistry:
-    builders = BuilderRegistry("Call Builder")
+def default_builders() -> Builders:
+    builders = Builders("Call Builder")
     builders.register("CallListCallConfig", CallListCallConfig())
     return builders
 
 
-__all__ = ["BuilderError", "BuilderRegistry", "CallBuilder", "CallList", "default_builders"]
+__all__ = ["BuilderError", "Builders", "CallBuilder", "CallList", "default_builders"]

@@ -1,6 +1,6 @@
 """What a Call Builder is: the Builder phase expands ``function_call_config`` into calls.
 
-A Builder is looked up by ``function_call_config.type`` in a ``BuilderRegistry``;
+A Builder is looked up by ``function_call_config.type`` in a ``Builders``;
 ``blockx_server.pipeline.builders`` registers the ones a Worker has.
 """
 
@@ -12,7 +12,7 @@ import msgspec
 
 from blockx_core.calls import RootCall
 from blockx_server.pipeline.context import TaskContext
-from blockx_server.pipeline.registry import Named
+from blockx_server.pipeline.plugins import Plugins
 
 
 class CallList(msgspec.Struct, frozen=True):
@@ -37,4 +37,4 @@ class CallBuilder(Protocol):
     async def build(self, ctx: TaskContext, config: Any) -> CallList: ...
 
 
-BuilderRegistry = Named[CallBuilder]
+Builders = Plugins[CallBuilder]

@@ -3,14 +3,14 @@
 from blockx_server.pipeline.writers.base import (
     WriterError,
     WriterPlugin,
-    WriterRegistry,
+    Writers,
     failed_writer_result,
 )
 from blockx_server.pipeline.writers.return_value import ReturnValueResultHandler
 
 
-def default_writers() -> WriterRegistry:
-    writers = WriterRegistry("Writer Plugin")
+def default_writers() -> Writers:
+    writers = Writers("Writer Plugin")
     # The Runtime page spells it ReturnValueHandler.
     writers.register(
         "ReturnValueResultHandler", ReturnValueResultHandler(), aliases=["ReturnValueHandler"]
@@ -21,7 +21,7 @@ def default_writers() -> WriterRegistry:
 __all__ = [
     "WriterError",
     "WriterPlugin",
-    "WriterRegistry",
+    "Writers",
     "default_writers",
     "failed_writer_result",
 ]

@@ -1,6 +1,6 @@
 """What a Writer Plugin is: the writer phase writes the calls' outputs or returns them.
 
-A plugin is looked up by ``result_handler.type`` in a ``WriterRegistry``;
+A plugin is looked up by ``result_handler.type`` in a ``Writers``;
 ``blockx_server.pipeline.writers`` registers the ones a Worker has. Its task
 context's IO scope is the only one that may write.
 """
@@ -13,7 +13,7 @@ from blockx_core.calls import RootOutput
 from blockx_core.errors import FailureCode
 from blockx_core.task import PluginResult
 from blockx_server.pipeline.context import TaskContext
-from blockx_server.pipeline.registry import Named
+from blockx_server.pipeline.plugins import Plugins
 
 
 class WriterError(Exception):
@@ -35,7 +35,7 @@ class WriterPlugin(Protocol):
         ...
 
 
-WriterRegistry = Named[WriterPlugin]
+Writers = Plugins[WriterPlugin]
 
 
 def failed_writer_result(name: str, code: FailureCode, message: str) -> PluginResult:

@@ -1,4 +1,4 @@
-"""Plug-ins by name: one registry shape for Call Builders and Writer Plugins.
+"""Plug-ins by name: one shape for Call Builders and Writer Plugins.
 
 A plug-in registers under its name (the ``type`` a task names it by) and under
 any aliases the specification also spells it with.
@@ -12,7 +12,7 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
-class Named(Generic[T]):
+class Plugins(Generic[T]):
     """Plug-ins of one kind by name; ``get`` answers aliases too."""
 
     def __init__(self, kind: str) -> None:

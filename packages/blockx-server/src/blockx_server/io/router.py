@@ -1,6 +1,6 @@
 """The IO backends of a process, by name, and the one place a request meets one.
 
-A backend declares its read and write operations; the registry refuses an
+A backend declares its read and write operations; the router refuses an
 unknown backend or operation, and a write from a scope that may not write,
 before the backend sees the request. It times the backend and encodes its answer
 as JSON. Callers do not use it directly: every request goes through a
@@ -34,7 +34,7 @@ class IoBackend(Protocol):
 _json = msgspec.json.Encoder()
 
 
-class IoRegistry:
+class IoRouter:
     def __init__(self, backends: list[IoBackend] | None = None) -> None:
         self._backends: dict[str, IoBackend] = {}
         for backend in backends or []:
