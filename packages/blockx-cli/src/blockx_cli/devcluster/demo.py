@@ -108,7 +108,7 @@ def _recent(results: list[TaskResult]) -> Table:
 
 
 def _summary(results: list[TaskResult]) -> Table:
-    table = Table(title="results: block statistics per task")
+    table = Table(title="results: block statistics per task (synthetic blocks, not chain data)")
     for column in ("task", "blocks", "txs", "gas used", "top transfer $", "state"):
         table.add_column(column, justify="left" if column in ("task", "blocks") else "right")
     total_txs = total_gas = 0
