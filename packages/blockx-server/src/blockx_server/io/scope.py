@@ -33,22 +33,25 @@ class TaskIoScope:
         self.writes = writes
         self.stats = IoStats()
         self._closed = False
+        # A writer scope lives and dies with the task's scope it was opened from.
+        self._parent: TaskIoScope | None = None
 
     @property
     def closed(self) -> bool:
-        return self._closed
+        return self._closed or (self._parent is not None and self._parent.closed)
 
     def writer(self) -> TaskIoScope:
-        """The same task's scope for its Writer Plugin: it may write, and it counts
-        into the same statistics."""
+        """The same task's scope for its Writer Plugin: it may write, it counts into
+        the same statistics, and it closes when this scope closes."""
         scope = TaskIoScope(self._router, self.task_id, writes=True)
         scope.stats = self.stats
+        scope._parent = self
         return scope
 
     async def request(
         self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any] | None = None
     ) -> IoOutcome:
-        if self._closed:
+        if self.closed:
             return failure(IoErrorKind.UNAVAILABLE, "the task's IO scope is closed")
         outcome = await self._router.execute(backend, op, args, kwargs or {}, writes=self.writes)
         stats = self.stats
