@@ -118,7 +118,8 @@ async def test_a_refused_write_never_reaches_the_backend(
 async def test_the_writer_scope_writes_and_counts_into_the_task(router: IoRouter) -> None:
     scope = TaskIoScope(router, "t1")
     writer = scope.writer()
-    assert writer.writes and not scope.writes
+    assert writer.writes
+    assert not scope.writes
     assert value(await writer.request("memory", "put", ["b"], {"value": {"x": 1}})) is None
     assert value(await writer.request("memory", "mput", [{"c": 3, "d": 4}])) is None
     assert value(await writer.request("memory", "delete", ["d"])) is True
