@@ -345,7 +345,7 @@ def checked_row(table: Table, row: msgspec.Struct, where: str) -> tuple[Any, ...
     (uppercase hex, a uint256) or raises with the rule it broke. Ingest checks
     every cell of every row, so this is on its hot path."""
     values = msgspec.structs.astuple(row)
-    out = []
+    out: list[Any] = []
     for column, value in zip(table.columns, values, strict=True):
         kind = column.type
         if kind is ColumnType.INTEGER:
