@@ -1,18 +1,22 @@
-"""Shared fixtures: real etcd servers (see blockx_server.etcd.local).
+"""Shared fixtures: real etcd servers (see blockx_server.etcd.local) and PostgreSQL.
 
 * ``etcd_server``: one etcd for the whole session. Tests share it and isolate
   themselves by key prefix (``unique_lane``); they must not stop or kill it.
 * ``etcd_factory``: etcds of a test's own, to kill, restart or compact, or to use
   the fixed legacy registry prefixes without meeting other tests' keys.
+* ``postgres_server``: one PostgreSQL server for the session (tests/postgres.py);
+  ``postgres_url``: a fresh database on it for one test, as a BLOCKDB_URL.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
+import asyncpg
 import pytest
 import pytest_asyncio
+from postgres import PostgresServer, find_postgres_bin
 
 from blockx_core.registry import RegistryKind, v2_registry_prefix
 from blockx_server.etcd.local import EtcdServer
@@ -53,3 +57,28 @@ def unique_lane() -> Callable[..., str]:
         return v2_registry_prefix("test", f"t-{secrets.token_hex(5)}", kind)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    bin_dir = find_postgres_bin()
+    if bin_dir is None:
+        pytest.fail(
+            "PostgreSQL is not installed: run scripts/setup.sh (apt-get install postgresql)"
+        )
+    server = PostgresServer(bin_dir)
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest_asyncio.fixture
+async def postgres_url(postgres_server: PostgresServer) -> str:
+    """A BLOCKDB_URL of an empty database of this test's own."""
+    name = f"t_{secrets.token_hex(6)}"
+    conn = await asyncpg.connect(postgres_server.url())
+    try:
+        await conn.execute(f"CREATE DATABASE {name}")
+    finally:
+        await conn.close()
+    return postgres_server.url(name)

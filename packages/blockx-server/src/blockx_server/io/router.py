@@ -10,7 +10,7 @@ as JSON. Callers do not use it directly: every request goes through a
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import msgspec
 
@@ -32,6 +32,9 @@ class IoBackend(Protocol):
 
 
 _json = msgspec.json.Encoder()
+
+# Backends a process has only when a setting names their peer.
+_ENABLED_BY: Final = {"blockdb": "BLOCKDB_URL"}
 
 
 class IoRouter:
@@ -61,8 +64,11 @@ class IoRouter:
         backend = self._backends.get(backend_name)
         if backend is None:
             known = ", ".join(self.names()) or "none"
+            hint = _ENABLED_BY.get(backend_name)
+            setup = f"; set {hint} to enable io.{backend_name}" if hint else ""
             return failure(
-                IoErrorKind.UNKNOWN_BACKEND, f"no IO backend {backend_name!r} (known: {known})"
+                IoErrorKind.UNKNOWN_BACKEND,
+                f"no IO backend {backend_name!r} (known: {known}){setup}",
             )
         if op in backend.write_ops:
             if not writes:

@@ -24,7 +24,7 @@ from prometheus_client import CollectorRegistry
 from blockx_core.code_view import FunctionCodeView
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
-from blockx_server.io.config import open_router
+from blockx_server.io.config import open_router, start_blockdb
 from blockx_server.io.router import IoBackend
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.process import stop_on_signals
@@ -56,7 +56,8 @@ async def serve(
     IO backends registered beside ``memory`` (tests use them)."""
     stop = stop or stop_on_signals()
     calls = config.calls
-    io = open_router(calls.memory_seed_file, backends)
+    blockdb = await start_blockdb(config.blockdb)
+    io = open_router(calls.memory_seed_file, backends, blockdb)
     engine = CallEngine(engine_config(config), clock)
     # Every invoke pins its epoch for its whole run, so superseded code need not linger.
     view = FunctionCodeView(retention_ms=0)
@@ -107,6 +108,8 @@ async def serve(
         log.info("stopped")
     finally:
         await engine.close()
+        if blockdb is not None:
+            await blockdb.close()
 
 
 async def _become_ready(

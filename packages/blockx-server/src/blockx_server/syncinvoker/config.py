@@ -18,6 +18,7 @@ from blockx_server.calls.config import (
     CallSettings,
     read_call_settings,
 )
+from blockx_server.io.config import BLOCKDB_SETTINGS, BlockDbSettings, read_blockdb_settings
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
@@ -48,6 +49,7 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_listen: tuple[str, int] | None
     prometheus_path: str
     log_level: str
+    blockdb: BlockDbSettings | None = None
 
 
 LISTEN: Final = Setting(
@@ -74,6 +76,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     LISTEN,
     MAX_CONCURRENT,
     *CALL_SETTINGS,
+    *BLOCKDB_SETTINGS,
     MAX_INVOKE_TIMEOUT_MS,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -120,4 +123,5 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),
+        blockdb=read_blockdb_settings(reader),
     )

@@ -28,7 +28,7 @@ from blockx_server.etcd.heartbeat import (
     EtcdHeartbeatPublisher,
     HeartbeatPublisherConfig,
 )
-from blockx_server.io.config import open_router
+from blockx_server.io.config import open_router, start_blockdb
 from blockx_server.pipeline.builders import default_builders
 from blockx_server.pipeline.writers import default_writers
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
@@ -66,7 +66,8 @@ async def serve(
     stop = stop or stop_on_signals()
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
-    io = open_router(calls.memory_seed_file)
+    blockdb = await start_blockdb(config.blockdb)
+    io = open_router(calls.memory_seed_file, blockdb=blockdb)
     engine = CallEngine(calls.engine, clock)
     # A snapshot is kept while a task pinned to it can still run.
     view = FunctionCodeView(retention_ms=config.core.max_task_timeout_ms)
@@ -136,6 +137,8 @@ async def serve(
         log.info("drained; exiting")
     finally:
         await engine.close()
+        if blockdb is not None:
+            await blockdb.close()
 
 
 async def _become_ready(

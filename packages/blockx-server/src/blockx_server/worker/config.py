@@ -24,6 +24,7 @@ from blockx_core.registry import (
 from blockx_core.worker import WorkerConfig
 from blockx_server.calls.config import CALL_SETTINGS, CallSettings, read_call_settings
 from blockx_server.etcd.watcher import EtcdWatcherConfig
+from blockx_server.io.config import BLOCKDB_SETTINGS, BlockDbSettings, read_blockdb_settings
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
@@ -80,6 +81,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_listen: tuple[str, int] | None
     prometheus_path: str
     log_level: str
+    blockdb: BlockDbSettings | None = None
 
 
 def primary_address() -> str:
@@ -215,6 +217,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         EXECUTOR_TASK_SLOTS,
         PLUGIN_SLOTS,
         *CALL_SETTINGS,
+        *BLOCKDB_SETTINGS,
         GRPC_KEEPALIVE_TIME_MS,
         GRPC_KEEPALIVE_TIMEOUT_MS,
         DRAIN_TIMEOUT_MS,
@@ -290,4 +293,5 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),
+        blockdb=read_blockdb_settings(reader),
     )

@@ -1,0 +1,419 @@
+"""The block database's schema: one set of tables for SQLite and PostgreSQL.
+
+Rules every row obeys, checked on write (``RowError`` names the column and row):
+
+* hashes, addresses, topics and data are lowercase ``0x`` hex; empty input or
+  data is ``"0x"``; absent values are NULL (a contract creation's ``to_address``,
+  missing topics, a pre-London ``base_fee_per_gas``);
+* ``value`` columns are uint256 decimal strings (SQLite TEXT, PostgreSQL
+  NUMERIC(78,0)), because they do not fit 64 bits;
+* every other number is an INTEGER/BIGINT from 0 to 2**63 - 1; a larger one is
+  refused, never truncated;
+* ``success`` is 0 or 1.
+
+The version of the schema is ``PRAGMA user_version`` in SQLite and the one row of
+``blockx_schema(version)`` in PostgreSQL; ``MIGRATIONS[i]`` takes a database from
+version ``i`` to ``i + 1`` and is applied on open.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+
+class ColumnType(enum.Enum):
+    INTEGER = "integer"  # 0 .. 2**63 - 1
+    HASH = "hash"  # 32 bytes
+    ADDRESS = "address"  # 20 bytes
+    DATA = "data"  # any number of bytes, "0x" when empty
+    UINT256 = "uint256"  # a decimal string
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: ColumnType
+    nullable: bool = False
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+    key: tuple[str, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns)
+
+
+INT, H, A, D, U = (
+    ColumnType.INTEGER,
+    ColumnType.HASH,
+    ColumnType.ADDRESS,
+    ColumnType.DATA,
+    ColumnType.UINT256,
+)
+
+BLOCKS: Final = Table(
+    "blocks",
+    (
+        Column("block_number", INT),
+        Column("block_hash", H),
+        Column("parent_hash", H),
+        Column("timestamp", INT),
+        Column("miner", A),
+        Column("gas_used", INT),
+        Column("gas_limit", INT),
+        Column("base_fee_per_gas", INT, nullable=True),
+        Column("transaction_count", INT),
+    ),
+    key=("block_number",),
+)
+TRANSACTIONS: Final = Table(
+    "transactions",
+    (
+        Column("block_number", INT),
+        Column("transaction_index", INT),
+        Column("transaction_hash", H),
+        Column("block_hash", H),
+        Column("from_address", A),
+        Column("to_address", A, nullable=True),
+        Column("value", U),
+        Column("input", D),
+        Column("nonce", INT),
+        Column("gas_limit", INT),
+        Column("gas_used", INT),
+        Column("effective_gas_price", INT, nullable=True),
+        Column("transaction_type", INT),
+        Column("success", INT, nullable=True),
+        Column("contract_address", A, nullable=True),
+    ),
+    key=("block_number", "transaction_index"),
+)
+LOGS: Final = Table(
+    "logs",
+    (
+        Column("block_number", INT),
+        Column("log_index", INT),
+        Column("transaction_index", INT),
+        Column("transaction_hash", H),
+        Column("block_hash", H),
+        Column("address", A),
+        Column("topic0", H, nullable=True),
+        Column("topic1", H, nullable=True),
+        Column("topic2", H, nullable=True),
+        Column("topic3", H, nullable=True),
+        Column("data", D),
+    ),
+    key=("block_number", "log_index"),
+)
+ERC20_TRANSFERS: Final = Table(
+    "erc20_transfers",
+    (
+        Column("block_number", INT),
+        Column("log_index", INT),
+        Column("transaction_index", INT),
+        Column("transaction_hash", H),
+        Column("block_hash", H),
+        Column("token", A),
+        Column("from_address", A),
+        Column("to_address", A),
+        Column("value", U),
+    ),
+    key=("block_number", "log_index"),
+)
+CHAIN: Final = Table(
+    "chain",
+    (
+        Column("chain_id", INT),
+        Column("genesis_hash", H),
+        Column("head_number", INT, nullable=True),
+        Column("head_hash", H, nullable=True),
+        Column("finalized_number", INT, nullable=True),
+        Column("epoch", INT),
+    ),
+    key=(),
+)
+REORGS: Final = Table(
+    "reorgs",
+    (
+        Column("id", INT),
+        Column("detected_at_ms", INT),
+        Column("fork_block_number", INT),
+        Column("depth", INT),
+        Column("old_head_hash", H),
+        Column("new_head_hash", H),
+    ),
+    key=("id",),
+)
+
+# Tables keyed by block: what delete_above removes, and what insert_blocks replaces.
+BLOCK_TABLES: Final = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS)
+TABLES: Final = (*BLOCK_TABLES, CHAIN, REORGS)
+
+INDEXES: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
+    ("blocks_by_hash", "blocks", ("block_hash",)),
+    ("transactions_by_hash", "transactions", ("transaction_hash",)),
+    ("logs_by_topic0", "logs", ("topic0", "block_number")),
+    ("logs_by_address", "logs", ("address", "block_number")),
+    ("erc20_transfers_by_token", "erc20_transfers", ("token", "block_number")),
+)
+
+# keccak256("Transfer(address,address,uint256)")
+TRANSFER_TOPIC: Final = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
+
+
+class Engine(enum.Enum):
+    SQLITE = "sqlite"
+    POSTGRES = "postgresql"
+
+
+_SQL_TYPES: Final[Mapping[Engine, Mapping[ColumnType, str]]] = {
+    Engine.SQLITE: {INT: "INTEGER", H: "TEXT", A: "TEXT", D: "TEXT", U: "TEXT"},
+    Engine.POSTGRES: {INT: "BIGINT", H: "TEXT", A: "TEXT", D: "TEXT", U: "NUMERIC(78,0)"},
+}
+
+
+def create_table(table: Table, engine: Engine) -> str:
+    types = _SQL_TYPES[engine]
+    lines = []
+    for column in table.columns:
+        if table is REORGS and column.name == "id":
+            # Ids only grow, even after deletes: followers use them as a cursor.
+            lines.append(
+                "id INTEGER PRIMARY KEY AUTOINCREMENT"
+                if engine is Engine.SQLITE
+                else "id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"
+            )
+            continue
+        null = "" if column.nullable else " NOT NULL"
+        lines.append(f"{column.name} {types[column.type]}{null}")
+    if table.key and table is not REORGS:
+        lines.append(f"PRIMARY KEY ({', '.join(table.key)})")
+    return f"CREATE TABLE {table.name} (\n    " + ",\n    ".join(lines) + "\n)"
+
+
+def _schema_v1(engine: Engine) -> list[str]:
+    statements = [create_table(table, engine) for table in TABLES]
+    statements += [
+        f"CREATE INDEX {name} ON {table} ({', '.join(columns)})" for name, table, columns in INDEXES
+    ]
+    # The chain table holds one row: a unique index on a constant refuses a second.
+    statements.append("CREATE UNIQUE INDEX chain_one_row ON chain ((1))")
+    return statements
+
+
+MIGRATIONS: Final = (_schema_v1,)
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+# Rows written by ingest. Field names are the column names.
+
+
+class Block(msgspec.Struct, frozen=True, kw_only=True):
+    block_number: int
+    block_hash: str
+    parent_hash: str
+    timestamp: int
+    miner: str
+    gas_used: int
+    gas_limit: int
+    base_fee_per_gas: int | None
+    transaction_count: int
+
+
+class Transaction(msgspec.Struct, frozen=True, kw_only=True):
+    block_number: int
+    transaction_index: int
+    transaction_hash: str
+    block_hash: str
+    from_address: str
+    to_address: str | None
+    value: int | str
+    input: str
+    nonce: int
+    gas_limit: int
+    gas_used: int
+    effective_gas_price: int | None
+    transaction_type: int
+    success: int | None
+    contract_address: str | None
+
+
+class Log(msgspec.Struct, frozen=True, kw_only=True):
+    block_number: int
+    log_index: int
+    transaction_index: int
+    transaction_hash: str
+    block_hash: str
+    address: str
+    topic0: str | None
+    topic1: str | None
+    topic2: str | None
+    topic3: str | None
+    data: str
+
+
+class BlockRows(msgspec.Struct, frozen=True, kw_only=True):
+    """One block with its transactions and logs, as insert_blocks takes it."""
+
+    block: Block
+    transactions: Sequence[Transaction] = ()
+    logs: Sequence[Log] = ()
+
+
+class ChainState(msgspec.Struct, frozen=True, kw_only=True):
+    chain_id: int
+    genesis_hash: str
+    head_number: int | None
+    head_hash: str | None
+    finalized_number: int | None
+    epoch: int
+
+
+class RowError(ValueError):
+    """A row breaks the schema's rules; nothing of its batch is written."""
+
+
+MAX_INTEGER: Final = 2**63 - 1
+MAX_UINT256: Final = 2**256 - 1
+_HEX: Final = re.compile(r"0x(?:[0-9a-f]{2})*")
+_HEX_LENGTH: Final[Mapping[ColumnType, int]] = {H: 66, A: 42}
+
+
+def check_value(table: Table, column: Column, value: Any, where: str) -> Any:
+    """``value`` as stored in ``column``; RowError when it breaks the column's rule."""
+    name = f"{table.name}.{column.name} of {where}"
+    if value is None:
+        if column.nullable:
+            return None
+        raise RowError(f"{name} is NULL, and the column is NOT NULL")
+    match column.type:
+        case ColumnType.INTEGER:
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise RowError(f"{name} must be an integer, got {value!r}")
+            if not 0 <= value <= MAX_INTEGER:
+                raise RowError(f"{name} does not fit 63 bits: {value}")
+            if column.name == "success" and value not in (0, 1):
+                raise RowError(f"{name} must be 0 or 1, got {value}")
+            return value
+        case ColumnType.UINT256:
+            return uint256_text(value, name)
+        case ColumnType.HASH | ColumnType.ADDRESS | ColumnType.DATA:
+            if not isinstance(value, str):
+                raise RowError(f"{name} must be 0x hex text, got {value!r}")
+            lowered = value.lower()
+            if _HEX.fullmatch(lowered) is None:
+                raise RowError(f"{name} must be 0x hex with whole bytes, got {value!r}")
+            length = _HEX_LENGTH.get(column.type)
+            if length is not None and len(lowered) != length:
+                raise RowError(f"{name} must be {(length - 2) // 2} bytes, got {value!r}")
+            return lowered
+
+
+def uint256_text(value: Any, name: str) -> str:
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        number = int(value)
+    elif isinstance(value, int) and not isinstance(value, bool):
+        number = value
+    else:
+        raise RowError(f"{name} must be a uint256 (an int or a decimal string), got {value!r}")
+    if not 0 <= number <= MAX_UINT256:
+        raise RowError(f"{name} is no uint256: {number}")
+    return str(number)
+
+
+_EXACT_HEX: Final[Mapping[ColumnType, re.Pattern[str]]] = {
+    H: re.compile(r"0x[0-9a-f]{64}"),
+    A: re.compile(r"0x[0-9a-f]{40}"),
+    D: _HEX,
+}
+
+
+def checked_row(table: Table, row: msgspec.Struct, where: str) -> tuple[Any, ...]:
+    """``row``'s values in ``table``'s column order, each checked.
+
+    The common case (an in-range int, lowercase hex of the right length) is
+    accepted inline; anything else goes through check_value, which converts it
+    (uppercase hex, a uint256) or raises with the rule it broke. Ingest checks
+    every cell of every row, so this is on its hot path."""
+    values = msgspec.structs.astuple(row)
+    out: list[Any] = []
+    for column, value in zip(table.columns, values, strict=True):
+        kind = column.type
+        if kind is ColumnType.INTEGER:
+            if type(value) is int and 0 <= value <= MAX_INTEGER and column.name != "success":
+                out.append(value)
+                continue
+        elif (
+            kind is not ColumnType.UINT256
+            and type(value) is str
+            and _EXACT_HEX[kind].fullmatch(value) is not None
+        ):
+            out.append(value)
+            continue
+        out.append(check_value(table, column, value, where))
+    return tuple(out)
+
+
+def erc20_transfer(log: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The erc20_transfers row of a checked logs row, or None when the log is no
+    ERC-20 Transfer (topic0 Transfer, three topics, 32 bytes of data: ERC-721 has a
+    fourth topic and no data)."""
+    (number, log_index, tx_index, tx_hash, block_hash, address, t0, t1, t2, t3, data) = log
+    if t0 != TRANSFER_TOPIC or t1 is None or t2 is None or t3 is not None or len(data) != 66:
+        return None
+    return (
+        number,
+        log_index,
+        tx_index,
+        tx_hash,
+        block_hash,
+        address,
+        "0x" + t1[-40:],
+        "0x" + t2[-40:],
+        str(int(data, 16)),
+    )
+
+
+def block_row_sets(
+    blocks: Sequence[BlockRows],
+) -> dict[str, list[tuple[Any, ...]]]:
+    """The checked rows of every block table for ``blocks``, erc20_transfers derived
+    from the logs; RowError on the first row that breaks a rule, or on a transaction
+    or log whose block_number is not its block's."""
+    rows: dict[str, list[tuple[Any, ...]]] = {t.name: [] for t in BLOCK_TABLES}
+    for bundle in blocks:
+        number = bundle.block.block_number
+        rows[BLOCKS.name].append(checked_row(BLOCKS, bundle.block, f"block {number}"))
+        for tx in bundle.transactions:
+            where = f"block {number} transaction {tx.transaction_index}"
+            if tx.block_number != number:
+                raise RowError(f"{where} says block_number {tx.block_number}")
+            rows[TRANSACTIONS.name].append(checked_row(TRANSACTIONS, tx, where))
+        for log in bundle.logs:
+            where = f"block {number} log {log.log_index}"
+            if log.block_number != number:
+                raise RowError(f"{where} says block_number {log.block_number}")
+            checked = checked_row(LOGS, log, where)
+            rows[LOGS.name].append(checked)
+            transfer = erc20_transfer(checked)
+            if transfer is not None:
+                rows[ERC20_TRANSFERS.name].append(transfer)
+    return rows
+
+
+for _table, _struct in ((BLOCKS, Block), (TRANSACTIONS, Transaction), (LOGS, Log)):
+    # checked_row reads a row's fields in order: they are the table's columns.
+    assert _struct.__struct_fields__ == _table.names, _table.name
+
+
+def chain_row(values: Mapping[str, Any]) -> ChainState:
+    return msgspec.convert(dict(values), ChainState)

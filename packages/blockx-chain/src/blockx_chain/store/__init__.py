@@ -1,0 +1,46 @@
+"""Access to the block database: ``await open_store(url)`` for either engine.
+
+The reads functions see (``head``, ``block``, ``blocks``, ``transactions``,
+``logs``, ``erc20_transfers``), ``chain()`` for finality, and ``writer()`` for
+ingest; see ``blockx_chain.store.base``.
+"""
+
+from __future__ import annotations
+
+from blockx_chain.store.base import BlockStore, BlockWriter
+from blockx_chain.store.errors import (
+    ChainMismatch,
+    SchemaRefused,
+    StoreError,
+    StoreUnavailable,
+    TooManyRows,
+    WriterBusy,
+)
+from blockx_chain.store.reads import DEFAULT_MAX_ROWS
+from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl
+
+__all__ = [
+    "DEFAULT_MAX_ROWS",
+    "BlockStore",
+    "BlockWriter",
+    "ChainMismatch",
+    "SchemaRefused",
+    "StoreError",
+    "StoreUnavailable",
+    "TooManyRows",
+    "WriterBusy",
+    "open_store",
+]
+
+
+async def open_store(url: BlockDbUrl, *, max_rows: int = DEFAULT_MAX_ROWS) -> BlockStore:
+    """The block database at ``url``, opened and migrated to this BlockX's schema."""
+    match url:
+        case SqliteUrl(path):
+            from blockx_chain.store.sqlite import SqliteStore
+
+            return await SqliteStore.open(path, max_rows=max_rows)
+        case PostgresUrl():
+            from blockx_chain.store.postgres import PostgresStore
+
+            return await PostgresStore.open(url, max_rows=max_rows)

@@ -1,0 +1,232 @@
+"""What every block database store does, whatever its engine.
+
+A store answers the function-visible reads and hands out writers. A writer is one
+database transaction that only one process at a time may hold (PostgreSQL: an
+advisory lock; SQLite: ``BEGIN IMMEDIATE``); a second one fails with WriterBusy
+instead of waiting, so two ingests never interleave. Leaving ``async with
+store.writer()`` commits, an exception rolls everything back.
+
+Engines implement ``_fetch`` (rows as dicts keyed by column name) and the few
+writer primitives below; the SQL is shared, with ``?`` placeholders.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+from blockx_chain.schema import (
+    BLOCK_TABLES,
+    BLOCKS,
+    CHAIN,
+    REORGS,
+    BlockRows,
+    ChainState,
+    block_row_sets,
+    chain_row,
+    check_value,
+)
+from blockx_chain.store import reads
+from blockx_chain.store.errors import ChainMismatch, StoreError
+
+
+class BlockWriter(abc.ABC):
+    """The writes of one ingest transaction."""
+
+    @abc.abstractmethod
+    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    async def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
+        """Run one statement; the number of rows it changed."""
+
+    @abc.abstractmethod
+    async def _delete_blocks(self, numbers: list[int]) -> None:
+        """Remove every row of the block tables at these block numbers."""
+
+    @abc.abstractmethod
+    async def _load(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+        """Bulk-insert checked rows."""
+
+    async def chain(self) -> ChainState | None:
+        rows = await self._fetch(reads.CHAIN_SQL, ())
+        return chain_row(rows[0]) if rows else None
+
+    async def init_chain(self, chain_id: int, genesis_hash: str) -> ChainState:
+        """The chain row, made on an empty database; ChainMismatch when the database
+        holds another chain."""
+        chain_id = check_value(CHAIN, CHAIN.columns[0], chain_id, "init_chain")
+        genesis_hash = check_value(CHAIN, CHAIN.columns[1], genesis_hash, "init_chain")
+        current = await self.chain()
+        if current is None:
+            await self._execute(
+                "INSERT INTO chain (chain_id, genesis_hash, head_number, head_hash, "
+                "finalized_number, epoch) VALUES (?, ?, NULL, NULL, NULL, 0)",
+                (chain_id, genesis_hash),
+            )
+            return ChainState(
+                chain_id=chain_id,
+                genesis_hash=genesis_hash,
+                head_number=None,
+                head_hash=None,
+                finalized_number=None,
+                epoch=0,
+            )
+        if (current.chain_id, current.genesis_hash) != (chain_id, genesis_hash):
+            raise ChainMismatch(
+                f"the block database holds chain {current.chain_id} (genesis "
+                f"{current.genesis_hash}), not chain {chain_id} (genesis {genesis_hash})"
+            )
+        return current
+
+    async def insert_blocks(self, blocks: Sequence[BlockRows]) -> dict[str, int]:
+        """Write these blocks with their transactions and logs, and the ERC-20
+        transfers among the logs, replacing whatever the database held at those
+        block numbers (so re-running a range leaves the same rows). Every row is
+        checked first: a RowError writes nothing. Returns the rows written per table."""
+        if not blocks:
+            return {t.name: 0 for t in BLOCK_TABLES}
+        rows = block_row_sets(blocks)
+        numbers = [b.block.block_number for b in blocks]
+        if len(set(numbers)) != len(numbers):
+            raise StoreError("insert_blocks was given the same block number twice")
+        await self._delete_blocks(numbers)
+        for table in BLOCK_TABLES:
+            if rows[table.name]:
+                await self._load(table.name, table.names, rows[table.name])
+        return {name: len(table_rows) for name, table_rows in rows.items()}
+
+    async def delete_above(self, number: int) -> int:
+        """Remove every row of blocks above ``number``; the number of blocks removed."""
+        number = reads.block_number(number, "number")
+        removed = 0
+        for table in BLOCK_TABLES:
+            count = await self._execute(
+                f"DELETE FROM {table.name} WHERE block_number > ?", (number,)
+            )
+            if table is BLOCKS:
+                removed = count
+        return removed
+
+    async def block_hashes(self, from_block: int, to_block: int) -> dict[int, str]:
+        """Stored block hashes in the range, for checking continuity and finding a fork."""
+        start, end = reads.block_range(from_block, to_block)
+        rows = await self._fetch(
+            "SELECT block_number, block_hash FROM blocks WHERE block_number BETWEEN ? AND ?",
+            (start, end),
+        )
+        return {row["block_number"]: row["block_hash"] for row in rows}
+
+    async def record_reorg(
+        self,
+        *,
+        detected_at_ms: int,
+        fork_block_number: int,
+        depth: int,
+        old_head_hash: str,
+        new_head_hash: str,
+    ) -> int:
+        """Append to ``reorgs``; the new row's id (ids only grow)."""
+        values = {
+            "detected_at_ms": detected_at_ms,
+            "fork_block_number": fork_block_number,
+            "depth": depth,
+            "old_head_hash": old_head_hash,
+            "new_head_hash": new_head_hash,
+        }
+        checked = tuple(
+            check_value(REORGS, c, values[c.name], "record_reorg") for c in REORGS.columns[1:]
+        )
+        rows = await self._fetch(
+            "INSERT INTO reorgs (detected_at_ms, fork_block_number, depth, old_head_hash, "
+            "new_head_hash) VALUES (?, ?, ?, ?, ?) RETURNING id",
+            checked,
+        )
+        reorg_id: int = rows[0]["id"]
+        return reorg_id
+
+    async def set_chain(
+        self,
+        *,
+        head_number: int | None,
+        head_hash: str | None,
+        finalized_number: int | None,
+        epoch: int,
+    ) -> None:
+        values = (head_number, head_hash, finalized_number, epoch)
+        checked = tuple(
+            check_value(CHAIN, c, v, "set_chain")
+            for c, v in zip(CHAIN.columns[2:], values, strict=True)
+        )
+        changed = await self._execute(
+            "UPDATE chain SET head_number = ?, head_hash = ?, finalized_number = ?, epoch = ?",
+            checked,
+        )
+        if changed != 1:
+            raise StoreError("set_chain before init_chain: the database has no chain row")
+
+
+class BlockStore(abc.ABC):
+    """One block database: reads, and ``writer()`` for ingest."""
+
+    def __init__(self, description: str, max_rows: int) -> None:
+        if max_rows < 1:
+            raise ValueError(f"max_rows must be >= 1, got {max_rows}")
+        self.description = description
+        self.max_rows = max_rows
+
+    @abc.abstractmethod
+    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]: ...
+
+    @abc.abstractmethod
+    def writer(self) -> AbstractAsyncContextManager[BlockWriter]:
+        """One transaction of writes; WriterBusy when another writer holds the database."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    async def _read(self, read: reads.Read) -> list[dict[str, Any]]:
+        return read.check(await self._fetch(read.sql, read.params))
+
+    async def head(self) -> dict[str, Any] | None:
+        """``{"number", "hash", "finalized"}``; None while nothing is ingested."""
+        rows = await self._fetch(reads.HEAD_SQL, ())
+        if not rows or rows[0]["head_number"] is None:
+            return None
+        row = rows[0]
+        return {
+            "number": row["head_number"],
+            "hash": row["head_hash"],
+            "finalized": row["finalized_number"],
+        }
+
+    async def chain(self) -> ChainState | None:
+        """The chain row (epoch, finalized, head); None on an empty database."""
+        rows = await self._fetch(reads.CHAIN_SQL, ())
+        return chain_row(rows[0]) if rows else None
+
+    async def block(self, number: Any) -> dict[str, Any] | None:
+        rows = await self._read(reads.block(number))
+        return rows[0] if rows else None
+
+    async def blocks(self, from_block: Any, to_block: Any) -> list[dict[str, Any]]:
+        return await self._read(reads.blocks(from_block, to_block, self.max_rows))
+
+    async def transactions(self, block_number: Any) -> list[dict[str, Any]]:
+        return await self._read(reads.transactions(block_number, self.max_rows))
+
+    async def logs(
+        self, from_block: Any, to_block: Any = None, address: Any = None, topic0: Any = None
+    ) -> list[dict[str, Any]]:
+        return await self._read(reads.logs(from_block, to_block, address, topic0, self.max_rows))
+
+    async def erc20_transfers(
+        self, from_block: Any, to_block: Any = None, token: Any = None
+    ) -> list[dict[str, Any]]:
+        return await self._read(reads.erc20_transfers(from_block, to_block, token, self.max_rows))
+
+    async def reorgs(self, after_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
+        """Reorgs with an id above ``after_id``, oldest first: a follower's cursor."""
+        return await self._fetch(reads.REORGS_SQL, (after_id, limit))

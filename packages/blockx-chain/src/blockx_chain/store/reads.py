@@ -1,0 +1,148 @@
+"""The function-visible reads, as SQL shared by both engines.
+
+Each read checks its arguments (TypeError/ValueError for ones it cannot use),
+orders rows by block then index, and asks for one row more than the store's limit
+so that a range too wide fails with TooManyRows instead of answering in part.
+SQL uses ``?`` placeholders; the PostgreSQL store numbers them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from blockx_chain.schema import (
+    BLOCKS,
+    ERC20_TRANSFERS,
+    LOGS,
+    MAX_INTEGER,
+    TRANSACTIONS,
+    Table,
+)
+from blockx_chain.store.errors import TooManyRows
+
+DEFAULT_MAX_ROWS: Final = 100_000
+
+
+class Read:
+    """One SELECT: ``sql`` with ``params``; ``limit`` the rows allowed (the SQL asks
+    for one more), ``what`` the call as the caller wrote it, for errors."""
+
+    __slots__ = ("limit", "params", "sql", "what")
+
+    def __init__(self, sql: str, params: tuple[Any, ...], limit: int | None, what: str) -> None:
+        self.sql = sql
+        self.params = params
+        self.limit = limit
+        self.what = what
+
+    def check(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.limit is not None and len(rows) > self.limit:
+            raise too_many(self.what, self.limit)
+        return rows
+
+
+def too_many(what: str, limit: int) -> TooManyRows:
+    return TooManyRows(
+        f"{what} would return more than {limit} rows (BLOCKDB_MAX_ROWS): narrow the range"
+    )
+
+
+def block_number(value: Any, name: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a block number (int), got {value!r}")
+    if not 0 <= value <= MAX_INTEGER:
+        raise ValueError(f"{name} must be from 0 to 2**63 - 1, got {value}")
+    return value
+
+
+def block_range(from_block: Any, to_block: Any) -> tuple[int, int]:
+    """``(from, to)`` inclusive; ``to_block=None`` means ``from_block`` alone."""
+    start = block_number(from_block, "from_block")
+    end = start if to_block is None else block_number(to_block, "to_block")
+    if end < start:
+        raise ValueError(f"to_block ({end}) is below from_block ({start})")
+    return start, end
+
+
+def hex_filter(value: Any, name: str, length: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be 0x hex text, got {value!r}")
+    lowered = value.lower()
+    digits = lowered[2:]
+    if (
+        not lowered.startswith("0x")
+        or len(lowered) != length
+        or any(c not in "0123456789abcdef" for c in digits)
+    ):
+        raise ValueError(f"{name} must be {(length - 2) // 2} bytes of 0x hex, got {value!r}")
+    return lowered
+
+
+def _select(table: Table) -> str:
+    return f"SELECT {', '.join(table.names)} FROM {table.name}"
+
+
+HEAD_SQL: Final = "SELECT head_number, head_hash, finalized_number FROM chain"
+CHAIN_SQL: Final = (
+    "SELECT chain_id, genesis_hash, head_number, head_hash, finalized_number, epoch FROM chain"
+)
+REORGS_SQL: Final = (
+    "SELECT id, detected_at_ms, fork_block_number, depth, old_head_hash, new_head_hash "
+    "FROM reorgs WHERE id > ? ORDER BY id LIMIT ?"
+)
+
+
+def block(number: Any) -> Read:
+    n = block_number(number, "number")
+    return Read(f"{_select(BLOCKS)} WHERE block_number = ?", (n,), None, f"block({n})")
+
+
+def blocks(from_block: Any, to_block: Any, max_rows: int) -> Read:
+    start = block_number(from_block, "from_block")
+    end = block_number(to_block, "to_block")
+    if end < start:
+        raise ValueError(f"to_block ({end}) is below from_block ({start})")
+    what = f"blocks({start}, {end})"
+    if end - start + 1 > max_rows:
+        raise too_many(what, max_rows)
+    sql = f"{_select(BLOCKS)} WHERE block_number BETWEEN ? AND ? ORDER BY block_number"
+    return Read(sql, (start, end), max_rows, what)
+
+
+def transactions(number: Any, max_rows: int) -> Read:
+    n = block_number(number, "block_number")
+    sql = f"{_select(TRANSACTIONS)} WHERE block_number = ? ORDER BY transaction_index LIMIT ?"
+    return Read(sql, (n, max_rows + 1), max_rows, f"transactions({n})")
+
+
+def logs(from_block: Any, to_block: Any, address: Any, topic0: Any, max_rows: int) -> Read:
+    start, end = block_range(from_block, to_block)
+    filters = {
+        "address": hex_filter(address, "address", 42),
+        "topic0": hex_filter(topic0, "topic0", 66),
+    }
+    return _ranged(LOGS, start, end, filters, max_rows, "logs")
+
+
+def erc20_transfers(from_block: Any, to_block: Any, token: Any, max_rows: int) -> Read:
+    start, end = block_range(from_block, to_block)
+    filters = {"token": hex_filter(token, "token", 42)}
+    return _ranged(ERC20_TRANSFERS, start, end, filters, max_rows, "erc20_transfers")
+
+
+def _ranged(
+    table: Table, start: int, end: int, filters: dict[str, str | None], max_rows: int, op: str
+) -> Read:
+    where = ["block_number BETWEEN ? AND ?"]
+    params: list[Any] = [start, end]
+    shown = [str(start), str(end)]
+    for column, value in filters.items():
+        if value is not None:
+            where.append(f"{column} = ?")
+            params.append(value)
+            shown.append(f"{column}={value!r}")
+    params.append(max_rows + 1)
+    sql = f"{_select(table)} WHERE {' AND '.join(where)} ORDER BY block_number, log_index LIMIT ?"
+    return Read(sql, tuple(params), max_rows, f"{op}({', '.join(shown)})")

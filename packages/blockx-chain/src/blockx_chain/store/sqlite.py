@@ -1,0 +1,215 @@
+"""The block database in one SQLite file.
+
+WAL mode, so reads never wait for ingest. Reads run on a small thread pool with
+one read-only connection per thread (sqlite3 answers a point read in tens of
+microseconds, far less than a thread hop to a shared connection would cost in
+contention); writes run on one connection in one thread of their own. A writer
+is ``BEGIN IMMEDIATE`` with no busy wait: a second writer, in this process or
+another, fails at once with WriterBusy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+from blockx_chain.schema import BLOCK_TABLES, MIGRATIONS, SCHEMA_VERSION, TABLES, Engine
+from blockx_chain.store.base import BlockStore, BlockWriter
+from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
+from blockx_chain.store.reads import DEFAULT_MAX_ROWS
+
+T = TypeVar("T")
+
+READ_THREADS = 4
+_READ_BUSY_TIMEOUT_MS = 5000
+
+
+def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
+    names = [d[0] for d in cursor.description]
+    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+
+
+class _SqliteWriter(BlockWriter):
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+
+    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        return await self._store._on_writer(lambda c: _rows(c.execute(sql, params)))
+
+    async def _execute(self, sql: str, params: tuple[Any, ...]) -> int:
+        return await self._store._on_writer(lambda c: c.execute(sql, params).rowcount)
+
+    async def _delete_blocks(self, numbers: list[int]) -> None:
+        def delete(conn: sqlite3.Connection) -> None:
+            keys = [(n,) for n in numbers]
+            for table in BLOCK_TABLES:
+                conn.executemany(f"DELETE FROM {table.name} WHERE block_number = ?", keys)
+
+        await self._store._on_writer(delete)
+
+    async def _load(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
+        marks = ", ".join("?" * len(columns))
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
+        await self._store._on_writer(lambda c: c.executemany(sql, rows))
+
+
+class SqliteStore(BlockStore):
+    def __init__(self, path: Path, max_rows: int, read_threads: int) -> None:
+        super().__init__(f"sqlite:///{path}", max_rows)
+        self.path = path
+        self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="blockdb-write")
+        self._read_threads = ThreadPoolExecutor(read_threads, thread_name_prefix="blockdb-read")
+        self._local = threading.local()
+        self._readers: list[sqlite3.Connection] = []
+        self._readers_lock = threading.Lock()
+        self._conn: sqlite3.Connection | None = None
+        self._writing = False
+
+    @classmethod
+    async def open(
+        cls, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS, read_threads: int = READ_THREADS
+    ) -> SqliteStore:
+        """Open (and create) the file and apply missing migrations; SchemaRefused for
+        a file that is no BlockX block database or has a newer schema."""
+        store = cls(path, max_rows, read_threads)
+        try:
+            await asyncio.get_running_loop().run_in_executor(store._write_thread, store._connect)
+        except BaseException:
+            await store.close()
+            raise
+        return store
+
+    def _connect(self) -> None:
+        if not self.path.parent.is_dir():
+            raise StoreUnavailable(
+                f"{self.description}: the directory {self.path.parent} does not exist"
+            )
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"{self.description}: {exc}") from None
+        self._conn = conn
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {_READ_BUSY_TIMEOUT_MS}")
+            version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+            _check_version(self.description, version, conn)
+            conn.execute("PRAGMA journal_mode = WAL")
+            if version < SCHEMA_VERSION:
+                conn.execute("BEGIN IMMEDIATE")
+                version = conn.execute("PRAGMA user_version").fetchone()[0]
+                for migrate in MIGRATIONS[version:]:
+                    for statement in migrate(Engine.SQLITE):
+                        conn.execute(statement)
+                conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                conn.execute("COMMIT")
+            # Writers never wait for each other: a second ingest fails at once.
+            conn.execute("PRAGMA busy_timeout = 0")
+        except sqlite3.DatabaseError as exc:
+            raise SchemaRefused(
+                f"{self.description} is not a usable SQLite database: {exc}"
+            ) from None
+
+    async def _on_writer(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        def run() -> T:
+            if self._conn is None:
+                raise StoreError(f"{self.description} is closed")
+            try:
+                return work(self._conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.description}: {exc}") from None
+
+        return await asyncio.get_running_loop().run_in_executor(self._write_thread, run)
+
+    def _reader(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {_READ_BUSY_TIMEOUT_MS}")
+            self._local.conn = conn
+            with self._readers_lock:
+                self._readers.append(conn)
+        return conn
+
+    async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        def run() -> list[dict[str, Any]]:
+            try:
+                return _rows(self._reader().execute(sql, params))
+            except sqlite3.OperationalError as exc:
+                raise StoreUnavailable(f"{self.description}: {exc}") from None
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.description}: {exc}") from None
+
+        return await asyncio.get_running_loop().run_in_executor(self._read_threads, run)
+
+    @asynccontextmanager
+    async def writer(self) -> AsyncIterator[BlockWriter]:
+        if self._writing:
+            raise WriterBusy(f"{self.description} already has a writer in this process")
+        self._writing = True
+        try:
+            await self._on_writer(_begin_immediate(self.description))
+            try:
+                yield _SqliteWriter(self)
+            except BaseException:
+                await self._on_writer(lambda c: c.execute("ROLLBACK"))
+                raise
+            await self._on_writer(lambda c: c.execute("COMMIT"))
+        finally:
+            self._writing = False
+
+    async def close(self) -> None:
+        def close_writer() -> None:
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(self._write_thread, close_writer)
+        self._write_thread.shutdown()
+        self._read_threads.shutdown()
+        with self._readers_lock:
+            for conn in self._readers:
+                conn.close()
+            self._readers.clear()
+
+
+def _begin_immediate(description: str) -> Callable[[sqlite3.Connection], None]:
+    def begin(conn: sqlite3.Connection) -> None:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise WriterBusy(
+                    f"{description} is being written by another ingest; one writes at a time"
+                ) from None
+            raise StoreError(f"{description}: {exc}") from None
+
+    return begin
+
+
+def _check_version(description: str, version: int, conn: sqlite3.Connection) -> None:
+    if version > SCHEMA_VERSION:
+        raise SchemaRefused(
+            f"{description} has schema version {version}, newer than this BlockX's "
+            f"({SCHEMA_VERSION}): upgrade BlockX"
+        )
+    if version == 0:
+        names = {
+            row[0]
+            for row in conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+            )
+        }
+        if names:
+            ours = {t.name for t in TABLES}
+            what = "some of the block tables" if names & ours else "tables"
+            raise SchemaRefused(
+                f"{description} holds {what} but no BlockX schema version (user_version 0): "
+                "it is no BlockX block database"
+            )

@@ -1,0 +1,129 @@
+"""``io.blockdb``: the block database (``BLOCKDB_URL``), read-only for functions.
+
+Reads: ``head()`` -> ``{"number", "hash", "finalized"}`` or None while nothing is
+ingested; ``block(number)`` -> a row or None; ``blocks(from_block, to_block)``
+(inclusive); ``transactions(block_number)``; ``logs(from_block, to_block=None,
+address=None, topic0=None)``; ``erc20_transfers(from_block, to_block=None,
+token=None)`` (``to_block=None`` means ``from_block`` alone). Rows are dicts keyed
+by column name, ordered by block then index. A range whose answer would exceed
+BLOCKDB_MAX_ROWS is BAD_REQUEST (narrow it); a database that cannot be reached is
+a retryable UNAVAILABLE. There are no writes: ingest (``blockx chain ingest``)
+fills the database.
+
+The store is opened at start-up when it can be (``start``) and again on the next
+request when it could not, so a Worker started before its database answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from typing import Any, Final
+
+from blockx_chain.schema import ChainState
+from blockx_chain.store import (
+    BlockStore,
+    StoreError,
+    StoreUnavailable,
+    TooManyRows,
+    open_store,
+)
+from blockx_chain.url import BlockDbUrl, describe
+from blockx_server.io.errors import BackendError, IoErrorKind
+
+log = logging.getLogger(__name__)
+
+READS: Final = ("head", "block", "blocks", "transactions", "logs", "erc20_transfers")
+# What a call may pass: the store's own signatures, less ``self``.
+_SIGNATURES: Final = {
+    op: inspect.signature(getattr(BlockStore, op)).replace(
+        parameters=list(inspect.signature(getattr(BlockStore, op)).parameters.values())[1:]
+    )
+    for op in READS
+}
+# The argument naming the last block a read covers; head() names none (it moves).
+_LAST_BLOCK: Final[dict[str, tuple[str, ...]]] = {
+    "block": ("number",),
+    "blocks": ("to_block",),
+    "transactions": ("block_number",),
+    "logs": ("to_block", "from_block"),
+    "erc20_transfers": ("to_block", "from_block"),
+}
+
+
+class BlockDbBackend:
+    name = "blockdb"
+    read_ops = frozenset(READS)
+    write_ops: frozenset[str] = frozenset()
+
+    def __init__(self, url: BlockDbUrl, max_rows: int) -> None:
+        self.url = url
+        self.max_rows = max_rows
+        self._store: BlockStore | None = None
+        self._opening = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Open the store now; SchemaRefused (a database this BlockX may not use) goes
+        to the caller. An unreachable database is logged and retried on first use."""
+        try:
+            await self._opened()
+        except StoreUnavailable as exc:
+            log.warning("io.blockdb: %s; reads answer UNAVAILABLE until it answers", exc)
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
+
+    async def _opened(self) -> BlockStore:
+        async with self._opening:
+            if self._store is None:
+                self._store = await open_store(self.url, max_rows=self.max_rows)
+                log.info("io.blockdb reads %s", describe(self.url))
+            return self._store
+
+    async def _store_or_unavailable(self) -> BlockStore:
+        try:
+            return await self._opened()
+        except StoreError as exc:
+            raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None
+
+    async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        signature = _SIGNATURES.get(op)
+        if signature is None:
+            raise BackendError(IoErrorKind.UNKNOWN_OP, op)
+        bound = signature.bind(*args, **kwargs)  # TypeError: BAD_REQUEST
+        store = await self._store_or_unavailable()
+        try:
+            return await getattr(store, op)(*bound.args, **bound.kwargs)
+        except TooManyRows as exc:
+            raise BackendError(IoErrorKind.BAD_REQUEST, f"io.blockdb.{exc}") from None
+        except StoreError as exc:
+            # Unreachable, or an error of the database itself: not the caller's fault.
+            raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None
+
+    def immutable(
+        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
+    ) -> bool:
+        """Whether the answer can never change (within one chain epoch): the read
+        names only blocks at or below ``finalized``. head() and any read reaching
+        above the finalized height, or with arguments it cannot use, are not."""
+        names = _LAST_BLOCK.get(op)
+        signature = _SIGNATURES.get(op)
+        if finalized is None or names is None or signature is None:
+            return False
+        try:
+            arguments = signature.bind(*args, **kwargs).arguments
+        except TypeError:
+            return False
+        last = next((arguments[n] for n in names if arguments.get(n) is not None), None)
+        return isinstance(last, int) and not isinstance(last, bool) and 0 <= last <= finalized
+
+    async def chain(self) -> ChainState | None:
+        """The chain row (epoch, finalized and head heights): the finality view."""
+        store = await self._store_or_unavailable()
+        try:
+            return await store.chain()
+        except StoreError as exc:
+            raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None

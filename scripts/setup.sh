@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what the tests and the demo need beyond Python packages, on a Debian
+# machine: PostgreSQL server binaries (for the block database tests) and the npm
+# packages pinned in package-lock.json (anvil, a local Ethereum node). Safe to run
+# again: each step is skipped when what it installs is already there.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+have_postgres() {
+    local bin
+    for bin in /usr/lib/postgresql/*/bin; do
+        if [[ -x "$bin/initdb" && -x "$bin/pg_ctl" ]]; then
+            return 0
+        fi
+    done
+    command -v initdb >/dev/null 2>&1 && command -v pg_ctl >/dev/null 2>&1
+}
+
+if ! have_postgres; then
+    if [[ "$(id -u)" != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "setup: PostgreSQL server binaries are missing; install them (Debian: apt-get install postgresql) or put initdb and pg_ctl on PATH" >&2
+        exit 1
+    fi
+    echo "setup: installing PostgreSQL (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq postgresql >/dev/null
+    have_postgres || { echo "setup: apt-get installed postgresql but no initdb/pg_ctl was found" >&2; exit 1; }
+fi
+
+if [[ -f package-lock.json ]]; then
+    stamp=node_modules/.blockx-setup-lock
+    if [[ ! -f "$stamp" ]] || ! cmp -s package-lock.json "$stamp"; then
+        command -v npm >/dev/null 2>&1 || { echo "setup: npm is missing (install Node.js 20 with npm)" >&2; exit 1; }
+        echo "setup: installing npm packages (npm ci)"
+        npm ci --no-audit --no-fund --loglevel=error
+        mkdir -p node_modules && cp package-lock.json "$stamp"
+    fi
+fi
