@@ -1,5 +1,5 @@
 """Dependencies point one way: cli → client + server, client → core + proto,
-server → core + proto + executor; core and executor depend on nothing here."""
+server → core + proto + executor + chain; core, executor and chain depend on nothing here."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 PACKAGES = Path(__file__).resolve().parents[2] / "packages"
 OURS = {
+    "blockx_chain",
     "blockx_cli",
     "blockx_client",
     "blockx_core",
@@ -20,9 +21,10 @@ OURS = {
 ALLOWED = {
     "blockx_cli": {"blockx_client", "blockx_server", "blockx_core"},
     "blockx_client": {"blockx_core", "blockx_proto"},
-    "blockx_server": {"blockx_core", "blockx_proto", "blockx_executor"},
+    "blockx_server": {"blockx_core", "blockx_proto", "blockx_executor", "blockx_chain"},
     "blockx_core": set(),
     "blockx_executor": set(),
+    "blockx_chain": set(),
 }
 
 
