@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from blockx_server.io.backends.memory import MemoryBackend
+from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
 from blockx_server.io.router import IoBackend, IoRouter
 from blockx_server.runtime.process import StartupError
 
@@ -21,6 +22,15 @@ def memory_backend(seed_file: Path | None) -> MemoryBackend:
         raise StartupError(f"IO_MEMORY_SEED_FILE: {exc}") from None
 
 
-def open_router(memory_seed_file: Path | None, extra: Sequence[IoBackend] = ()) -> IoRouter:
-    """Every backend of the process: ``memory``, then ``extra`` (tests add their own)."""
-    return IoRouter([memory_backend(memory_seed_file), *extra])
+def open_router(
+    memory_seed_file: Path | None,
+    extra: Sequence[IoBackend] = (),
+    *,
+    rpc: RpcSettings | None = None,
+) -> IoRouter:
+    """Every backend of the process: ``memory``, ``rpc`` when CHAIN_RPC_URL is set, then
+    ``extra`` (tests add their own)."""
+    backends: list[IoBackend] = [memory_backend(memory_seed_file)]
+    if rpc is not None and rpc.url is not None:
+        backends.append(RpcBackend.from_settings(rpc))
+    return IoRouter([*backends, *extra])

@@ -56,7 +56,7 @@ async def serve(
     IO backends registered beside ``memory`` (tests use them)."""
     stop = stop or stop_on_signals()
     calls = config.calls
-    io = open_router(calls.memory_seed_file, backends)
+    io = open_router(calls.memory_seed_file, backends, rpc=config.rpc)
     engine = CallEngine(engine_config(config), clock)
     # Every invoke pins its epoch for its whole run, so superseded code need not linger.
     view = FunctionCodeView(retention_ms=0)
