@@ -68,6 +68,8 @@ class Devnet:
     _marks: dict[int, str] = field(default_factory=dict)
     # Each branch draws its transfers from its own seeded generator.
     _branch: int = 0
+    # The head's number as this Devnet last mined or reverted it (None: ask the node).
+    _head: int | None = None
     _rng: random.Random = field(default_factory=random.Random)
 
     def __post_init__(self) -> None:
@@ -158,6 +160,7 @@ class Devnet:
         old_hashes = {parse_quantity(b["number"]): str(b["hash"]) for b in old}
         if await self.client.request("evm_revert", [snapshot]) is not True:
             raise RpcError(RpcErrorKind.BAD_REQUEST, f"evm_revert {snapshot} was refused")
+        self._head = fork
         for number in [n for n in self._marks if n >= fork]:
             del self._marks[number]
         # Another branch: other transfers, and timestamps one second later than the
@@ -209,8 +212,9 @@ class Devnet:
     async def _mine_block(
         self, txs: list[dict[str, Any]], reorgable: bool, shift_s: int = 0
     ) -> MinedBlock:
-        below = await self.head()
-        number = parse_quantity(below["number"])
+        if self._head is None:
+            self._head = parse_quantity((await self.head())["number"])
+        number = self._head
         if reorgable:
             self._marks[number] = str(await self.client.request("evm_snapshot"))
         if txs:
@@ -226,6 +230,7 @@ class Devnet:
                 f"block {number + 1} holds {len(block['transactions'])} of {len(txs)} "
                 "transactions: is anvil mining by itself (run it with --no-mining)?",
             )
+        self._head = number + 1
         return MinedBlock(
             number + 1, str(block["hash"]), parse_quantity(block["timestamp"]), len(txs)
         )

@@ -1,9 +1,11 @@
 """JsonRpcClient: an Ethereum JSON-RPC client over HTTP that batches by itself.
 
-Requests made concurrently are gathered for a short window (``batch_window_s``,
-one event-loop turn when 0) and sent as one JSON-RPC batch of at most
-``max_batch`` requests; answers are matched to their requests by id. One
-``httpx.AsyncClient`` keeps connections alive between batches.
+Requests made concurrently are gathered for a short window and sent as one
+JSON-RPC batch of at most ``max_batch`` requests. The window is one event-loop turn
+by default (everything ``asyncio.gather`` starts together, at no added latency for
+a lone request); ``batch_window_s`` > 0 waits that long for stragglers instead.
+Answers are matched to their requests by id. One ``httpx.AsyncClient`` keeps
+connections alive between batches.
 
 Every failure is an ``RpcError`` of a kind the caller can act on (see
 ``blockx_chain.rpc.errors``). An answer is streamed and cut off once it passes
@@ -64,7 +66,7 @@ class JsonRpcClient:
         *,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         max_batch: int = 100,
-        batch_window_s: float = 0.001,
+        batch_window_s: float = 0.0,
         timeout_s: float = 30.0,
         max_connections: int = 16,
     ) -> None:
