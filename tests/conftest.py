@@ -9,11 +9,12 @@
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 
 import pytest
 import pytest_asyncio
 
+from blockx_chain.devnet import Anvil
 from blockx_core.registry import RegistryKind, v2_registry_prefix
 from blockx_server.etcd.local import EtcdServer
 
@@ -53,3 +54,15 @@ def unique_lane() -> Callable[..., str]:
         return v2_registry_prefix("test", f"t-{secrets.token_hex(5)}", kind)
 
     return make
+
+
+# --- anvil (a local Ethereum node) -------------------------------------------------
+# One anvil per test module, started by blockx_chain.devnet (npm ci installs it). It is
+# a plain subprocess, so tests on their own event loops can all use it; it mines only
+# on request (--no-mining), so each module decides its chain through Devnet.
+
+
+@pytest.fixture(scope="module")
+def anvil() -> Iterator[Anvil]:
+    with Anvil() as node:
+        yield node

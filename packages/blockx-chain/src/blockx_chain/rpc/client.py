@@ -230,8 +230,12 @@ class JsonRpcClient:
 
 def _is_rpc_answer(decoded: Any) -> bool:
     if isinstance(decoded, list):
-        return bool(decoded) and all(isinstance(item, dict) for item in decoded)
-    return isinstance(decoded, dict) and ("result" in decoded or "error" in decoded)
+        return bool(decoded) and all(_is_rpc_answer(item) for item in decoded)
+    return (
+        isinstance(decoded, dict)
+        and decoded.get("jsonrpc") == "2.0"
+        and ("result" in decoded or isinstance(decoded.get("error"), dict))
+    )
 
 
 def _node_error(method: str, error: Any) -> RpcError:
