@@ -90,7 +90,7 @@ class Devnet:
             )
             for i in range(tokens)
         ]
-        blocks = [await self._mine_block(deploys, reorgable)]
+        blocks = [await self.mine_block(deploys, reorgable)]
         receipts = await self.client.request("eth_getBlockReceipts", [quantity(blocks[0].number)])
         self.tokens = [
             Token(str(r["contractAddress"]), f"TT{i}") for i, r in enumerate(receipts or [])
@@ -104,7 +104,7 @@ class Devnet:
             for holder in self.accounts[1:]
         ]
         if hand_out:
-            blocks.append(await self._mine_block(hand_out, reorgable))
+            blocks.append(await self.mine_block(hand_out, reorgable))
         return blocks
 
     async def head(self) -> dict[str, Any]:
@@ -127,7 +127,7 @@ class Devnet:
         mined = []
         for _ in range(blocks):
             mined.append(
-                await self._mine_block(self._transfers(token_transfers, eth_transfers), reorgable)
+                await self.mine_block(self._transfers(token_transfers, eth_transfers), reorgable)
             )
         return mined
 
@@ -170,7 +170,7 @@ class Devnet:
         branch = []
         for _ in range(depth if new_blocks is None else new_blocks):
             txs = self._transfers(token_transfers, eth_transfers)
-            branch.append(await self._mine_block(txs, True, shift_s=1))
+            branch.append(await self.mine_block(txs, True, shift_s=1))
         return Reorg(fork, depth, old_hashes, branch)
 
     async def run_live(
@@ -209,9 +209,12 @@ class Devnet:
             txs.append(_send(sender, receiver, ETH_TRANSFER_GAS, value=rng.randrange(1, 10**15)))
         return txs
 
-    async def _mine_block(
-        self, txs: list[dict[str, Any]], reorgable: bool, shift_s: int = 0
+    async def mine_block(
+        self, txs: list[dict[str, Any]], reorgable: bool = False, shift_s: int = 0
     ) -> MinedBlock:
+        """Mine one block holding exactly ``txs`` (``eth_sendTransaction`` objects from
+        unlocked accounts, with ``gas``), stamped ``interval_s`` after the one below
+        (plus ``shift_s``)."""
         if self._head is None:
             self._head = parse_quantity((await self.head())["number"])
         number = self._head
