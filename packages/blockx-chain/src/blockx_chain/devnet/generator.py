@@ -60,17 +60,17 @@ class Devnet:
     client: JsonRpcClient
     interval_s: int = DEFAULT_BLOCK_INTERVAL_S
     seed: int = 1
-    accounts: list[str] = field(default_factory=list)
-    tokens: list[Token] = field(default_factory=list)
+    accounts: list[str] = field(default_factory=list, init=False)
+    tokens: list[Token] = field(default_factory=list, init=False)
     # Block n's timestamp is genesis_timestamp + n * interval_s (read in setup).
-    genesis_timestamp: int = 0
+    genesis_timestamp: int = field(default=0, init=False)
     # Snapshots taken before a block was mined, by the number of the block below it.
-    _marks: dict[int, str] = field(default_factory=dict)
+    _marks: dict[int, str] = field(default_factory=dict, init=False)
     # Each branch draws its transfers from its own seeded generator.
-    _branch: int = 0
+    _branch: int = field(default=0, init=False)
+    _rng: random.Random = field(init=False)
     # The head's number as this Devnet last mined or reverted it (None: ask the node).
-    _head: int | None = None
-    _rng: random.Random = field(default_factory=random.Random)
+    _head: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(f"{self.seed}/0")
