@@ -56,14 +56,14 @@ async def serve(
     IO backends registered beside ``memory`` (tests use them)."""
     stop = stop or stop_on_signals()
     calls = config.calls
-    io = open_router(calls.memory_seed_file, backends)
+    io = open_router(calls.memory_seed_file, backends, settings=config.io, clock=clock)
     engine = CallEngine(engine_config(config), clock)
     # Every invoke pins its epoch for its whole run, so superseded code need not linger.
     view = FunctionCodeView(retention_ms=0)
     refresher = CodeViewRefresher(
         DirectoryFunctionStore(calls.functions_dir), view, clock, calls.functions_poll_interval_ms
     )
-    metrics = SyncInvokerMetrics(CollectorRegistry())
+    metrics = SyncInvokerMetrics(CollectorRegistry(), io)
     service = SyncInvokerService(
         engine,
         view,

@@ -18,6 +18,8 @@ from blockx_server.calls.config import (
     CallSettings,
     read_call_settings,
 )
+from blockx_server.io.config import IO_SETTINGS, read_io_settings
+from blockx_server.io.settings import IoSettings
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
@@ -48,6 +50,7 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_listen: tuple[str, int] | None
     prometheus_path: str
     log_level: str
+    io: IoSettings = IoSettings()
 
 
 LISTEN: Final = Setting(
@@ -74,6 +77,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     LISTEN,
     MAX_CONCURRENT,
     *CALL_SETTINGS,
+    *IO_SETTINGS,
     MAX_INVOKE_TIMEOUT_MS,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -105,6 +109,7 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
             MAX_INVOKE_TIMEOUT_MS.name,
             f"must be >= CALL_DEADLINE_MS ({max_timeout_ms} < {default_timeout_ms})",
         )
+    io = read_io_settings(reader, default_timeout_ms)
     prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
     prometheus_path = reader.get(PROMETHEUS_PATH)
     return SyncInvokerConfig(
@@ -120,4 +125,5 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),
+        io=io,
     )

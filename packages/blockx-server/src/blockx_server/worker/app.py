@@ -66,7 +66,7 @@ async def serve(
     stop = stop or stop_on_signals()
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
-    io = open_router(calls.memory_seed_file)
+    io = open_router(calls.memory_seed_file, settings=config.io, clock=clock)
     engine = CallEngine(calls.engine, clock)
     # A snapshot is kept while a task pinned to it can still run.
     view = FunctionCodeView(retention_ms=config.core.max_task_timeout_ms)
@@ -74,7 +74,7 @@ async def serve(
         DirectoryFunctionStore(calls.functions_dir), view, clock, calls.functions_poll_interval_ms
     )
     error_rate = ErrorRateWindow()
-    metrics = WorkerMetrics(CollectorRegistry(), core, engine)
+    metrics = WorkerMetrics(CollectorRegistry(), core, engine, io)
     orchestrator = Orchestrator(
         core,
         engine,

@@ -24,6 +24,8 @@ from blockx_core.registry import (
 from blockx_core.worker import WorkerConfig
 from blockx_server.calls.config import CALL_SETTINGS, CallSettings, read_call_settings
 from blockx_server.etcd.watcher import EtcdWatcherConfig
+from blockx_server.io.config import IO_SETTINGS, read_io_settings
+from blockx_server.io.settings import IoSettings
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
@@ -80,6 +82,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_listen: tuple[str, int] | None
     prometheus_path: str
     log_level: str
+    io: IoSettings = IoSettings()
 
 
 def primary_address() -> str:
@@ -215,6 +218,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         EXECUTOR_TASK_SLOTS,
         PLUGIN_SLOTS,
         *CALL_SETTINGS,
+        *IO_SETTINGS,
         GRPC_KEEPALIVE_TIME_MS,
         GRPC_KEEPALIVE_TIMEOUT_MS,
         DRAIN_TIMEOUT_MS,
@@ -266,6 +270,8 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
     core_values = {field: reader.get(setting) for field, setting in _CORE.items()}
     core = reader.validate(msgspec.convert(core_values, WorkerConfig), _CORE_ENV, _CORE_DEFAULTS)
 
+    calls = read_call_settings(reader)
+    io = read_io_settings(reader, calls.engine.dispatch.call_deadline_ms)
     prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
     prometheus_path = reader.get(PROMETHEUS_PATH)
     return WorkerRuntimeConfig(
@@ -283,11 +289,12 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
             executor_task_slots=reader.get(EXECUTOR_TASK_SLOTS),
             writer_slots=reader.get(PLUGIN_SLOTS),
         ),
-        calls=read_call_settings(reader),
+        calls=calls,
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
         keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
         drain_timeout_ms=reader.get(DRAIN_TIMEOUT_MS),
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),
+        io=io,
     )
