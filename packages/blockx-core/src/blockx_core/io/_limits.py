@@ -13,8 +13,10 @@
   found out from a small ``initial`` limit (default 4), where its baseline latency
   is measured, without a slow climb.
 - An error, or a latency over the target, multiplies the limit by ``backoff_ratio``
-  (default 0.9), at most once per target latency: the samples of requests already in
-  flight when the limit dropped say nothing new about the smaller limit.
+  (default 0.8), at most once per target latency: the samples of requests already in
+  flight when the limit dropped say nothing new about the smaller limit. The drop is
+  deep enough to take concurrency back below the point where latency started to
+  rise, so every cycle re-measures the baseline and it cannot creep upwards.
 - The limit stays within [min_limit, max_limit].
 
 Latency grows once a backend queues internally; holding latency near its baseline
@@ -62,7 +64,7 @@ class AimdLimit:
         max_limit: int = 64,
         initial: int | None = None,
         tolerance: float = 1.5,
-        backoff_ratio: float = 0.9,
+        backoff_ratio: float = 0.8,
         baseline_memory: int = 1000,
     ) -> None:
         if not 1 <= min_limit <= max_limit:
