@@ -51,11 +51,9 @@ def test_the_cache_stays_within_its_bytes_and_never_serves_a_mutable_read(
                     assert answer is None
             case "epoch":
                 cache.set_epoch(epoch)
-                assert all(k.epoch == epoch for k in cache._entries)
+                assert all(k.epoch == epoch for k, _ in cache.items())
         assert 0 <= cache.bytes_used <= max_bytes
-        assert cache.bytes_used == sum(
-            ReadCache.entry_bytes(k, v) for k, v in cache._entries.items()
-        )
+        assert cache.bytes_used == sum(ReadCache.entry_bytes(k, v) for k, v in cache.items())
 
 
 @given(keys=st.lists(st.integers(0, 5), max_size=100), completes=st.lists(st.integers(0, 5)))

@@ -37,7 +37,7 @@ class Chain:
     ``fail_next`` UNAVAILABLE answers come first."""
 
     name = "chain"
-    read_ops = frozenset({"block", "head", "bad"})
+    read_ops = frozenset({"block", "head", "bad", "crash"})
     write_ops = frozenset({"put"})
 
     def __init__(self) -> None:
@@ -64,6 +64,8 @@ class Chain:
                 raise BackendError(IoErrorKind.UNAVAILABLE, "the node is busy")
             if op == "bad":
                 raise ValueError("bad argument")
+            if op == "crash":
+                raise RuntimeError("a bug in the backend")
             return {"op": op, "args": args}
         finally:
             self.in_flight -= 1
@@ -276,6 +278,17 @@ async def test_requests_beyond_the_limit_wait_their_turn(chain: Chain) -> None:
     assert all(o.ok for o in await asyncio.gather(*reads))
     assert chain.max_in_flight == 2
     assert gate.in_flight == 0
+
+
+async def test_a_backend_bug_propagates_and_frees_its_admission_and_window(
+    router: IoRouter,
+) -> None:
+    scope = TaskIoScope(router, "t1")
+    with pytest.raises(RuntimeError, match="a bug"):
+        await scope.request("chain", "crash", [])
+    (gate,) = router.gates()
+    assert gate.in_flight == 0
+    assert (await scope.request("chain", "head", [])).ok
 
 
 # -- retry scopes ----------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any, Final
 
 import msgspec
@@ -57,6 +58,10 @@ class ReadCache:
 
     def __contains__(self, key: CacheKey) -> bool:
         return key in self._entries
+
+    def items(self) -> Iterator[tuple[CacheKey, bytes]]:
+        """The entries, least recently used first (for inspection; no reordering)."""
+        return iter(list(self._entries.items()))
 
     @staticmethod
     def entry_bytes(key: CacheKey, value: bytes) -> int:

@@ -12,7 +12,6 @@ IO window and retries.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -159,7 +158,9 @@ class IoRouter:
                 f"io.{backend_name} has no operation {op!r} (reads: {reads})",
             )
         epoch, finalized = self._finality()
-        key = CacheKey(backend_name, op, canonical_arguments(args, kwargs), epoch)
+        # A write is neither cached nor merged: it needs no canonical arguments.
+        arguments = "" if write else canonical_arguments(args, kwargs)
+        key = CacheKey(backend_name, op, arguments, epoch)
         cacheable = False
         if not write and self.cache.max_bytes > 0:
             try:
@@ -196,7 +197,8 @@ class IoRouter:
         started = time.perf_counter_ns()
         try:
             outcome = await self._call(prepared)
-        except asyncio.CancelledError:
+        except BaseException:
+            # Cancelled, or a backend bug: the room is handed on, nothing is learnt.
             gate.abandon()
             raise
         # Only an unavailable backend is a sign of overload; a bad request is not.
