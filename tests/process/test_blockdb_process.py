@@ -18,7 +18,7 @@ import pytest
 from chain_rows import GENESIS, TOKEN, block_hash, make_block
 from grpclib.client import Channel
 from processes import SyncInvokerProcess, WorkerProcess
-from support import free_port
+from support import free_port, wait_until
 
 from blockx_chain.schema import SCHEMA_VERSION, TRANSFER_TOPIC
 from blockx_chain.store import open_store
@@ -40,6 +40,9 @@ async def chain_view(n):
         "transfers": await io.blockdb.erc20_transfers(n, n + 1, token=TOKEN),
         "missing": await io.blockdb.block(10_000),
     }
+
+async def logs_of(n):
+    return len(await io.blockdb.logs(n))
 
 async def read_error(op, args):
     try:
@@ -149,6 +152,61 @@ async def test_a_task_on_a_real_worker_reads_the_block_database(
     finally:
         assert worker.stop() == 0
     assert "Traceback" not in worker.output()
+
+
+def _metric(text: str, name: str) -> float:
+    """The value of an unlabelled counter or gauge in a Prometheus text page."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    raise AssertionError(f"{name} not in the metrics page")
+
+
+async def test_finalized_reads_are_served_from_the_cache_and_unfinalized_ones_never(
+    etcd_server: EtcdServer, unique_lane: Any, functions_dir: Path, tmp_path: Path
+) -> None:
+    """The chain row says blocks 0..7 are final: a second read of block 3 is a cache
+    hit; reads of block 9 (above the finalized height) always reach the database."""
+    url = f"sqlite:///{tmp_path}/chain.db"
+    await seed(url)
+    worker = WorkerProcess(
+        {
+            "ETCD_ENDPOINTS": etcd_server.endpoint,
+            "WORKER_REGISTRY_PREFIX": unique_lane(),
+            "FUNCTIONS_DIR": str(functions_dir),
+            "BLOCKDB_URL": url,
+            "IO_FINALITY_REFRESH_MS": "50",
+        },
+        tmp_path / "worker.log",
+    )
+    try:
+        await worker.wait_ready()
+        channel = Channel("127.0.0.1", worker.port)
+        try:
+            stub = worker_v1.WorkerServiceStub(channel)
+
+            async def finality_known() -> bool:
+                await run_task(stub, f"t-warm-{os.urandom(4).hex()}", "logs_of", [[2]])
+                return _metric(worker.metrics(), "blockx_io_cache_bytes") > 0
+
+            await wait_until(finality_known, "the first finalized read cached", timeout=20)
+            before = worker.metrics()
+            logs = len(make_block(3).logs)
+            assert await run_task(stub, "t-final-1", "logs_of", [[3]]) == [logs]
+            assert await run_task(stub, "t-final-2", "logs_of", [[3]]) == [logs]
+            middle = worker.metrics()
+            assert await run_task(stub, "t-head-1", "logs_of", [[9]]) == [logs]
+            assert await run_task(stub, "t-head-2", "logs_of", [[9]]) == [logs]
+            after = worker.metrics()
+        finally:
+            channel.close()
+        hits = "blockx_io_cache_hits_total"
+        misses = "blockx_io_cache_misses_total"
+        assert _metric(middle, hits) - _metric(before, hits) == 1
+        assert _metric(middle, misses) - _metric(before, misses) == 1
+        assert _metric(after, hits) == _metric(middle, hits)
+    finally:
+        assert worker.stop() == 0
 
 
 async def run_task(

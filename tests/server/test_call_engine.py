@@ -29,6 +29,7 @@ from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.errors import BackendError, IoErrorKind
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
+from blockx_server.io.settings import IoSettings
 from blockx_server.runtime.clock import SYSTEM_CLOCK
 
 FUNCTIONS = """
@@ -185,6 +186,11 @@ class Gate:
         self.open_at = 1
         self.opened = asyncio.Event()
 
+    def immutable(
+        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
+    ) -> bool:
+        return False
+
     async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         self.waiting += 1
         self.max_waiting = max(self.max_waiting, self.waiting)
@@ -218,7 +224,12 @@ async def engine(gate: Gate) -> AsyncIterator[CallEngine]:
         pool=ExecutorPoolConfig(count=2, heartbeat_interval_ms=50),
     )
     eng = CallEngine(config)
-    _REGISTRIES[eng] = IoRouter([MemoryBackend({"a": 1, "b": {"nested": [1, 2]}}), gate])
+    # The gate opens only once 8 reads wait at once: the backends' admission must
+    # let 8 in from the start.
+    _REGISTRIES[eng] = IoRouter(
+        [MemoryBackend({"a": 1, "b": {"nested": [1, 2]}}), gate],
+        settings=IoSettings(backend_min_concurrency=8),
+    )
     await eng.start()
     async with asyncio.timeout(20):
         await eng.wait_ready()
@@ -604,6 +615,11 @@ class Flaky:
     def __init__(self, failures: int) -> None:
         self.failures = failures
         self.requests = 0
+
+    def immutable(
+        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
+    ) -> bool:
+        return False
 
     async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         self.requests += 1

@@ -24,6 +24,11 @@ class Odd:
     def __init__(self) -> None:
         self.served = 0
 
+    def immutable(
+        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
+    ) -> bool:
+        return False
+
     async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         self.served += 1
         if op == "down":

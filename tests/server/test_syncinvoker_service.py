@@ -168,6 +168,11 @@ class Gate:
         self.waiting = 0
         self.opened = asyncio.Event()
 
+    def immutable(
+        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
+    ) -> bool:
+        return False
+
     async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         self.waiting += 1
         try:

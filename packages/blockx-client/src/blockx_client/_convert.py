@@ -131,6 +131,9 @@ def debug_invocation_from_pb(reply: syncinvoker_v1.DebugInvokeResponse) -> Invoc
                 duration_us=t.duration_us,
                 success=t.success,
                 error=t.error,
+                cached=t.cached,
+                shared=t.shared,
+                queue_us=t.queue_us,
             )
             for t in reply.io_trace
         ),

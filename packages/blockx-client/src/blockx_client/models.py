@@ -146,6 +146,10 @@ class IoTrace(msgspec.Struct, frozen=True, kw_only=True):
     duration_us: int
     success: bool
     error: str = ""
+    # A read cache hit, a read shared with an identical one in flight, time waited.
+    cached: bool = False
+    shared: bool = False
+    queue_us: int = 0
 
 
 class Invocation(msgspec.Struct, frozen=True, kw_only=True):

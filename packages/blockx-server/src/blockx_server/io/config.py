@@ -1,8 +1,13 @@
-"""The IO backends a process starts with, built from its settings."""
+"""The IO subsystem's settings, and the IO backends a process starts with.
+
+Read by every process with IO: the Worker and the Sync Invoker (each reads them in
+its own ``config.py``). Each variable is declared once below with its default, rule
+and help.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -10,13 +15,105 @@ import msgspec
 
 from blockx_chain.store import DEFAULT_MAX_ROWS, SchemaRefused
 from blockx_chain.url import FORMS, BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
+from blockx_core.io import ConcurrencyLimit
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
+from blockx_server.io.finality import FinalityView
 from blockx_server.io.router import IoBackend, IoRouter
+from blockx_server.io.settings import IoSettings
+from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.env import ConfigReader
 from blockx_server.runtime.process import StartupError
 from blockx_server.runtime.settings import InvalidValue, Setting, integer
+
+
+def _optional_integer(at_least: int) -> Callable[[str], int | None]:
+    parse = integer(at_least=at_least)
+
+    def parse_optional(raw: str) -> int | None:
+        return parse(raw)
+
+    return parse_optional
+
+
+IO_CACHE_MAX_BYTES: Final = Setting(
+    name="IO_CACHE_MAX_BYTES",
+    default=256 * 1024 * 1024,
+    parse=integer(at_least=0),
+    help="bytes of immutable reads the process caches (0 = no cache)",
+)
+IO_TASK_MAX_INFLIGHT: Final = Setting(
+    name="IO_TASK_MAX_INFLIGHT",
+    default=64,
+    parse=integer(at_least=1),
+    help="backend requests of one task in flight; more wait",
+)
+IO_BACKEND_MIN_CONCURRENCY: Final = Setting(
+    name="IO_BACKEND_MIN_CONCURRENCY",
+    default=1,
+    parse=integer(at_least=1),
+    help="the lowest adaptive concurrency limit of a backend",
+)
+IO_BACKEND_MAX_CONCURRENCY: Final = Setting(
+    name="IO_BACKEND_MAX_CONCURRENCY",
+    default=64,
+    parse=integer(at_least=1),
+    help="the highest adaptive concurrency limit; >= IO_BACKEND_MIN_CONCURRENCY",
+)
+IO_QUEUE_TIMEOUT_MS: Final[Setting[int | None]] = Setting(
+    name="IO_QUEUE_TIMEOUT_MS",
+    default=None,
+    parse=_optional_integer(at_least=1),
+    shown_default="CALL_DEADLINE_MS",
+    help="wall time a request may queue for a backend; then retryable UNAVAILABLE",
+)
+IO_RETRY_MAX_ATTEMPTS: Final = Setting(
+    name="IO_RETRY_MAX_ATTEMPTS",
+    default=3,
+    parse=integer(at_least=1),
+    help="attempts of a Builder's read or a Writer's write (1 = no retry)",
+)
+IO_FINALITY_REFRESH_MS: Final = Setting(
+    name="IO_FINALITY_REFRESH_MS",
+    default=1000,
+    parse=integer(at_least=1),
+    help="how often the chain's finalized height and epoch are re-read",
+)
+
+IO_SETTINGS: Final[tuple[Setting[Any], ...]] = (
+    IO_CACHE_MAX_BYTES,
+    IO_TASK_MAX_INFLIGHT,
+    IO_BACKEND_MIN_CONCURRENCY,
+    IO_BACKEND_MAX_CONCURRENCY,
+    IO_QUEUE_TIMEOUT_MS,
+    IO_RETRY_MAX_ATTEMPTS,
+    IO_FINALITY_REFRESH_MS,
+)
+
+
+def read_io_settings(reader: ConfigReader, call_deadline_ms: int) -> IoSettings:
+    """The settings above, read through ``reader`` (which collects the bad ones);
+    ``call_deadline_ms`` is IO_QUEUE_TIMEOUT_MS's default."""
+    low = reader.get(IO_BACKEND_MIN_CONCURRENCY)
+    high = reader.get(IO_BACKEND_MAX_CONCURRENCY)
+    if reader.valid(IO_BACKEND_MIN_CONCURRENCY.name, IO_BACKEND_MAX_CONCURRENCY.name) and (
+        high < low
+    ):
+        reader.report(
+            IO_BACKEND_MAX_CONCURRENCY.name,
+            f"must be >= IO_BACKEND_MIN_CONCURRENCY ({high} < {low})",
+        )
+    queue_timeout_ms = reader.get(IO_QUEUE_TIMEOUT_MS)
+    return IoSettings(
+        cache_max_bytes=reader.get(IO_CACHE_MAX_BYTES),
+        task_max_inflight=reader.get(IO_TASK_MAX_INFLIGHT),
+        backend_min_concurrency=low,
+        backend_max_concurrency=max(low, high),
+        queue_timeout_ms=queue_timeout_ms if queue_timeout_ms is not None else call_deadline_ms,
+        retry_max_attempts=reader.get(IO_RETRY_MAX_ATTEMPTS),
+        finality_refresh_ms=reader.get(IO_FINALITY_REFRESH_MS),
+    )
 
 
 def memory_backend(seed_file: Path | None) -> MemoryBackend:
@@ -36,15 +133,26 @@ def open_router(
     blockdb: BlockDbBackend | None = None,
     *,
     rpc: RpcSettings | None = None,
+    settings: IoSettings | None = None,
+    finality: FinalityView | None = None,
+    limits: Callable[[str], ConcurrencyLimit] | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> IoRouter:
     """Every backend of the process: ``memory``, ``blockdb`` when BLOCKDB_URL is set,
-    ``rpc`` when CHAIN_RPC_URL is set, then ``extra`` (tests add their own)."""
+    ``rpc`` when CHAIN_RPC_URL is set, then ``extra`` (tests add their own), with the
+    process's read cache and each backend's admission."""
     backends: list[IoBackend] = [memory_backend(memory_seed_file)]
     if blockdb is not None:
         backends.append(blockdb)
     if rpc is not None and rpc.url is not None:
         backends.append(RpcBackend.from_settings(rpc))
-    return IoRouter([*backends, *extra])
+    return IoRouter(
+        [*backends, *extra],
+        settings=settings,
+        finality=finality,
+        limits=limits,
+        clock=clock,
+    )
 
 
 # io.blockdb: the block database.

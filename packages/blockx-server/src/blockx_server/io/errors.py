@@ -46,13 +46,22 @@ class BackendError(Exception):
 
 class IoOutcome(msgspec.Struct, frozen=True):
     """The answer to one IO request: a JSON value, or a failure kind and message.
-    ``io_us`` is the time the backend took, which is charged to the caller's budget."""
+
+    ``io_us`` is the time the backend took for this caller, the only part charged to
+    the caller's budget: 0 for a cache hit (``cached``) and for a request that shared
+    another one in flight (``shared``). ``queue_us`` is the time spent waiting
+    instead (the task's IO window, the backend's admission queue, the shared
+    request), for traces; it is never charged.
+    """
 
     ok: bool
     value_json: bytes = b"null"
     error_kind: str = ""
     error: str = ""
     io_us: int = 0
+    queue_us: int = 0
+    cached: bool = False
+    shared: bool = False
 
     @property
     def write_forbidden(self) -> bool:

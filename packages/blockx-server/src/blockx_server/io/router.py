@@ -2,26 +2,46 @@
 
 A backend declares its read and write operations; the router refuses an
 unknown backend or operation, and a write from a scope that may not write,
-before the backend sees the request. It times the backend and encodes its answer
-as JSON. Callers do not use it directly: every request goes through a
-``TaskIoScope`` (``blockx_server.io.scope``).
+before the backend sees the request. The router holds what the process's tasks
+share: the read cache (answers a backend declares immutable, keyed by the chain's
+epoch) and each backend's adaptive admission. It times the backend and encodes its
+answer as JSON. Callers do not use it directly: every request goes through a
+``TaskIoScope`` (``blockx_server.io.scope``), which adds the task's singleflight,
+IO window and retries.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 import msgspec
 
+from blockx_core.io import (
+    AimdLimit,
+    CacheKey,
+    ConcurrencyLimit,
+    ReadCache,
+    RetryPolicy,
+    canonical_arguments,
+)
+from blockx_server.io.admission import BackendGate
 from blockx_server.io.errors import BackendError, IoErrorKind, IoOutcome, failure
+from blockx_server.io.finality import FinalityView
+from blockx_server.io.settings import IoSettings
+from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 
 
 class IoBackend(Protocol):
     """One backend: ``io.<name>.<op>(*args, **kwargs)`` reaches ``serve(op, args, kwargs)``.
 
     ``serve`` raises BackendError for a failure a function should see, and TypeError or
-    ValueError for arguments it cannot use (BAD_REQUEST).
+    ValueError for arguments it cannot use (BAD_REQUEST). ``immutable`` says whether
+    the answer to a read can never change (for chain data: it names a block at or
+    below ``finalized``, the finalized height, None while unknown); only those
+    answers are cached.
     """
 
     name: str
@@ -30,28 +50,86 @@ class IoBackend(Protocol):
 
     async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any: ...
 
+    def immutable(
+        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
+    ) -> bool: ...
+
+
+class IoObserver(Protocol):
+    """What the router reports as it serves (``blockx_server.io.metrics``)."""
+
+    def request_done(self, backend: str, op: str, outcome: IoOutcome) -> None: ...
+
+    def backend_done(self, backend: str, op: str, seconds: float) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A request the router accepted: its backend, and its key in the cache and in a
+    task's singleflight table (``cacheable``: the answer may be cached)."""
+
+    backend: IoBackend
+    op: str
+    args: list[Any]
+    kwargs: dict[str, Any]
+    write: bool
+    key: CacheKey
+    cacheable: bool
+
 
 _json = msgspec.json.Encoder()
 
 # Backends a process has only when a setting names their peer.
-_ENABLED_BY: Final = {"blockdb": "BLOCKDB_URL"}
+_ENABLED_BY: Final = {"blockdb": "BLOCKDB_URL", "rpc": "CHAIN_RPC_URL"}
 
 
 class IoRouter:
-    def __init__(self, backends: list[IoBackend] | None = None) -> None:
+    def __init__(
+        self,
+        backends: list[IoBackend] | None = None,
+        *,
+        settings: IoSettings | None = None,
+        finality: FinalityView | None = None,
+        limits: Callable[[str], ConcurrencyLimit] | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.settings = settings or IoSettings()
+        self.finality = finality
+        self.cache = ReadCache(self.settings.cache_max_bytes)
+        self.retry_policy = RetryPolicy(max_attempts=self.settings.retry_max_attempts)
+        self.shared_total = 0
+        self._limits = limits or self._adaptive_limit
+        self._clock = clock
+        self._observer: IoObserver | None = None
         self._backends: dict[str, IoBackend] = {}
+        self._gates: dict[str, BackendGate] = {}
         for backend in backends or []:
             self.register(backend)
+
+    def _adaptive_limit(self, backend: str) -> ConcurrencyLimit:
+        return AimdLimit(
+            min_limit=self.settings.backend_min_concurrency,
+            max_limit=self.settings.backend_max_concurrency,
+        )
 
     def register(self, backend: IoBackend) -> None:
         if backend.name in self._backends:
             raise ValueError(f"IO backend {backend.name!r} is registered twice")
         self._backends[backend.name] = backend
+        self._gates[backend.name] = BackendGate(
+            backend.name, self._limits(backend.name), self.settings.queue_timeout_ms, self._clock
+        )
+
+    def observe(self, observer: IoObserver) -> None:
+        self._observer = observer
 
     def names(self) -> list[str]:
         return sorted(self._backends)
 
-    async def execute(
+    def gates(self) -> list[BackendGate]:
+        return [self._gates[name] for name in self.names()]
+
+    def prepare(
         self,
         backend_name: str,
         op: str,
@@ -59,8 +137,9 @@ class IoRouter:
         kwargs: dict[str, Any],
         *,
         writes: bool,
-    ) -> IoOutcome:
-        """Serve one request; ``writes`` says whether the caller may write."""
+    ) -> Prepared | IoOutcome:
+        """The accepted request, or why it is refused; ``writes`` says whether the
+        caller may write."""
         backend = self._backends.get(backend_name)
         if backend is None:
             known = ", ".join(self.names()) or "none"
@@ -70,7 +149,8 @@ class IoRouter:
                 IoErrorKind.UNKNOWN_BACKEND,
                 f"no IO backend {backend_name!r} (known: {known}){setup}",
             )
-        if op in backend.write_ops:
+        write = op in backend.write_ops
+        if write:
             if not writes:
                 return failure(
                     IoErrorKind.WRITE_FORBIDDEN,
@@ -83,6 +163,93 @@ class IoRouter:
                 IoErrorKind.UNKNOWN_OP,
                 f"io.{backend_name} has no operation {op!r} (reads: {reads})",
             )
+        epoch, finalized = self._finality()
+        # A write is neither cached nor merged: it needs no canonical arguments.
+        arguments = "" if write else canonical_arguments(args, kwargs)
+        key = CacheKey(backend_name, op, arguments, epoch)
+        cacheable = False
+        if not write and self.cache.max_bytes > 0:
+            try:
+                cacheable = backend.immutable(op, args, kwargs, finalized)
+            except (TypeError, ValueError):
+                cacheable = False  # bad arguments: the backend says so when it serves
+        return Prepared(backend, op, args, kwargs, write, key, cacheable)
+
+    def cached(self, prepared: Prepared) -> IoOutcome | None:
+        """The cached answer of an immutable read, or None."""
+        if not prepared.cacheable:
+            return None
+        value = self.cache.get(prepared.key)
+        if value is None:
+            return None
+        return IoOutcome(True, value, cached=True)
+
+    async def serve(self, prepared: Prepared) -> IoOutcome:
+        """Admission, then the backend; a successful immutable read is cached.
+        ``io_us`` is the backend's time, ``queue_us`` the admission queue's."""
+        name = prepared.key.backend
+        gate = self._gates[name]
+        queued = time.perf_counter_ns()
+        if not await gate.acquire():
+            waited = _since_us(queued)
+            timed_out = failure(
+                IoErrorKind.UNAVAILABLE,
+                f"io.{name}.{prepared.op} waited {waited // 1000} ms for the backend's "
+                f"admission (IO_QUEUE_TIMEOUT_MS {self.settings.queue_timeout_ms}): "
+                "the backend is overloaded",
+            )
+            return msgspec.structs.replace(timed_out, queue_us=waited)
+        queue_us = _since_us(queued)
+        started = time.perf_counter_ns()
+        try:
+            outcome = await self._call(prepared)
+        except BaseException:
+            # Cancelled, or a backend bug: the room is handed on, nothing is learnt.
+            gate.abandon()
+            raise
+        # Only an unavailable backend is a sign of overload; a bad request is not.
+        gate.release(latency_us=outcome.io_us, ok=outcome.error_kind != IoErrorKind.UNAVAILABLE)
+        if self._observer is not None:
+            self._observer.backend_done(name, prepared.op, (time.perf_counter_ns() - started) / 1e9)
+        if outcome.ok and prepared.cacheable:
+            self.cache.put(prepared.key, outcome.value_json, immutable=True)
+        return msgspec.structs.replace(outcome, queue_us=queue_us)
+
+    async def execute(
+        self,
+        backend_name: str,
+        op: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        *,
+        writes: bool,
+    ) -> IoOutcome:
+        """Serve one request outside any task (no singleflight, window or retry)."""
+        prepared = self.prepare(backend_name, op, args, kwargs, writes=writes)
+        if isinstance(prepared, IoOutcome):
+            outcome = prepared
+        else:
+            outcome = self.cached(prepared) or await self.serve(prepared)
+        self.record(backend_name, op, outcome)
+        return outcome
+
+    def record(self, backend: str, op: str, outcome: IoOutcome) -> None:
+        """One request answered at the door (served, cached, shared or refused)."""
+        if outcome.shared:
+            self.shared_total += 1
+        if self._observer is not None:
+            self._observer.request_done(backend, op, outcome)
+
+    def _finality(self) -> tuple[int, int | None]:
+        if self.finality is None:
+            return 0, None
+        epoch = self.finality.epoch
+        if epoch != self.cache.epoch:
+            self.cache.set_epoch(epoch)
+        return epoch, self.finality.finalized
+
+    async def _call(self, prepared: Prepared) -> IoOutcome:
+        backend, op, args, kwargs = prepared.backend, prepared.op, prepared.args, prepared.kwargs
         started = time.perf_counter_ns()
         try:
             value = await backend.serve(op, args, kwargs)
@@ -91,7 +258,7 @@ class IoRouter:
         except (TypeError, ValueError) as exc:
             return failure(
                 IoErrorKind.BAD_REQUEST,
-                f"io.{backend_name}.{op}{_call_text(args, kwargs)}: {exc}",
+                f"io.{backend.name}.{op}{_call_text(args, kwargs)}: {exc}",
                 _since_us(started),
             )
         io_us = _since_us(started)

@@ -4,26 +4,81 @@ Every read of a Builder, every read of a function (an executor's IO request) and
 every write of a Writer Plugin goes through the scope of its task. A scope opened
 for functions and Builders is read-only (a write fails WRITE_FORBIDDEN); the
 Writer Plugin's scope may write. The scope counts the task's requests, backend
-time and bytes; task-level policies (singleflight, IO windows) live here.
+time and bytes.
+
+What a request goes through, in order: the process's read cache (an immutable
+read answered there costs no backend time); the task's singleflight (an identical
+read already in flight is waited for, not sent again); the task's IO window (at
+most IO_TASK_MAX_INFLIGHT backend requests of the task in flight, the rest wait
+FIFO); the backend's admission (``IoRouter.serve``). Only the backend's time is
+``io_us``, charged to a call; every wait is ``queue_us``.
+
+Functions' requests are answered as they come: a failure reaches the function as
+``IoError``. Builders and Writers ask with ``retry=True`` (or through
+``retrying()``): a retryable failure is tried again up to IO_RETRY_MAX_ATTEMPTS
+attempts with jittered exponential back-off.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import asyncio
+import itertools
+import random
+import time
+from typing import Any, assert_never
 
 import msgspec
 
+from blockx_core.io import CacheKey, GiveUp, IoWindow, RetryAfter, Singleflight
 from blockx_server.io.errors import IoErrorKind, IoOutcome, failure
-from blockx_server.io.router import IoRouter
+from blockx_server.io.router import IoRouter, Prepared
 
 
 class IoStats(msgspec.Struct, kw_only=True):
-    """What one task's IO cost: requests, failed requests, backend time, answer bytes."""
+    """What one task's IO cost: requests, failed requests, backend time, answer bytes,
+    and how many requests the cache or a shared request answered."""
 
     requests: int = 0
     failures: int = 0
     backend_us: int = 0
+    queue_us: int = 0
     bytes: int = 0
+    cache_hits: int = 0
+    shared: int = 0
+    retries: int = 0
+
+
+class _TaskIo:
+    """What a task's scopes share: the singleflight table and the IO window."""
+
+    def __init__(self, max_inflight: int) -> None:
+        self.flights: Singleflight[CacheKey, asyncio.Future[IoOutcome]] = Singleflight()
+        self.window: IoWindow[int] = IoWindow(max_inflight)
+        self.window_waiters: dict[int, asyncio.Future[None]] = {}
+        self.tickets = itertools.count()
+
+    async def enter_window(self) -> None:
+        ticket = next(self.tickets)
+        if self.window.request(ticket):
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        self.window_waiters[ticket] = waiter
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            self.window_waiters.pop(ticket, None)
+            admitted = waiter.done() and not waiter.cancelled()
+            if not self.window.cancel(ticket) and admitted:
+                self.leave_window()
+            raise
+
+    def leave_window(self) -> None:
+        while (ticket := self.window.release()) is not None:
+            waiter = self.window_waiters.pop(ticket, None)
+            if waiter is not None and not waiter.done():
+                waiter.set_result(None)
+                return
+            # That waiter was cancelled before it started: pass its turn on.
 
 
 class TaskIoScope:
@@ -33,6 +88,7 @@ class TaskIoScope:
         self.writes = writes
         self.stats = IoStats()
         self._closed = False
+        self._task_io = _TaskIo(router.settings.task_max_inflight)
         # A writer scope lives and dies with the task's scope it was opened from.
         self._parent: TaskIoScope | None = None
 
@@ -42,26 +98,122 @@ class TaskIoScope:
 
     def writer(self) -> TaskIoScope:
         """The same task's scope for its Writer Plugin: it may write, it counts into
-        the same statistics, and it closes when this scope closes."""
+        the same statistics and the same IO window, and it closes when this scope
+        closes."""
         scope = TaskIoScope(self._router, self.task_id, writes=True)
         scope.stats = self.stats
+        scope._task_io = self._task_io
         scope._parent = self
         return scope
 
+    def retrying(self) -> RetryingIo:
+        """This scope, for a Builder or a Writer: every request retries."""
+        return RetryingIo(self)
+
     async def request(
-        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any] | None = None
+        self,
+        backend: str,
+        op: str,
+        args: list[Any],
+        kwargs: dict[str, Any] | None = None,
+        *,
+        retry: bool = False,
+    ) -> IoOutcome:
+        """One request; with ``retry`` a retryable failure is tried again
+        (IO_RETRY_MAX_ATTEMPTS attempts, jittered back-off). The answer's ``io_us``
+        and ``queue_us`` cover every attempt."""
+        outcome = await self._attempt(backend, op, args, kwargs or {})
+        if not retry:
+            return outcome
+        attempts, io_us, queue_us = 1, outcome.io_us, outcome.queue_us
+        while True:
+            decision = self._router.retry_policy.decide(
+                attempts=attempts, retryable=outcome.retryable, jitter=random.random()
+            )
+            match decision:
+                case GiveUp():
+                    break
+                case RetryAfter():
+                    await asyncio.sleep(decision.delay_ms / 1000)
+                case _:
+                    assert_never(decision)
+            attempts += 1
+            self.stats.retries += 1
+            outcome = await self._attempt(backend, op, args, kwargs or {})
+            io_us += outcome.io_us
+            queue_us += outcome.queue_us
+        return msgspec.structs.replace(outcome, io_us=io_us, queue_us=queue_us)
+
+    def close(self) -> None:
+        self._closed = True
+
+    async def _attempt(
+        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any]
     ) -> IoOutcome:
         if self.closed:
-            return failure(IoErrorKind.UNAVAILABLE, "the task's IO scope is closed")
-        outcome = await self._router.execute(backend, op, args, kwargs or {}, writes=self.writes)
+            outcome = failure(IoErrorKind.UNAVAILABLE, "the task's IO scope is closed")
+        else:
+            prepared = self._router.prepare(backend, op, args, kwargs, writes=self.writes)
+            if isinstance(prepared, IoOutcome):
+                outcome = prepared
+            else:
+                outcome = self._router.cached(prepared) or await self._fetch(prepared)
+        self._count(outcome)
+        self._router.record(backend, op, outcome)
+        return outcome
+
+    async def _fetch(self, prepared: Prepared) -> IoOutcome:
+        if prepared.write:
+            return await self._send(prepared)
+        flights = self._task_io.flights
+        waiter: asyncio.Future[IoOutcome] = asyncio.get_running_loop().create_future()
+        if not flights.arrive(prepared.key, waiter):
+            started = time.perf_counter_ns()
+            shared = await waiter
+            waited = (time.perf_counter_ns() - started) // 1000
+            return msgspec.structs.replace(shared, io_us=0, queue_us=waited, shared=True)
+        outcome: IoOutcome | None = None
+        try:
+            outcome = await self._send(prepared)
+            return outcome
+        finally:
+            answer = outcome or failure(
+                IoErrorKind.UNAVAILABLE, "the shared request was cancelled before it answered"
+            )
+            for follower in flights.complete(prepared.key):
+                if not follower.done():
+                    follower.set_result(answer)
+
+    async def _send(self, prepared: Prepared) -> IoOutcome:
+        started = time.perf_counter_ns()
+        await self._task_io.enter_window()
+        window_us = (time.perf_counter_ns() - started) // 1000
+        try:
+            outcome = await self._router.serve(prepared)
+        finally:
+            self._task_io.leave_window()
+        return msgspec.structs.replace(outcome, queue_us=outcome.queue_us + window_us)
+
+    def _count(self, outcome: IoOutcome) -> None:
         stats = self.stats
         stats.requests += 1
         stats.backend_us += outcome.io_us
+        stats.queue_us += outcome.queue_us
+        stats.cache_hits += outcome.cached
+        stats.shared += outcome.shared
         if outcome.ok:
             stats.bytes += len(outcome.value_json)
         else:
             stats.failures += 1
-        return outcome
 
-    def close(self) -> None:
-        self._closed = True
+
+class RetryingIo:
+    """A scope whose requests retry (what Builders and Writers read and write with)."""
+
+    def __init__(self, scope: TaskIoScope) -> None:
+        self.scope = scope
+
+    async def request(
+        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any] | None = None
+    ) -> IoOutcome:
+        return await self.scope.request(backend, op, args, kwargs, retry=True)

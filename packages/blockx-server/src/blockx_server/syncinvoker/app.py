@@ -25,6 +25,7 @@ from blockx_core.code_view import FunctionCodeView
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.io.config import open_router, start_blockdb
+from blockx_server.io.finality import ChainFinality
 from blockx_server.io.router import IoBackend
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.process import stop_on_signals
@@ -57,14 +58,23 @@ async def serve(
     stop = stop or stop_on_signals()
     calls = config.calls
     blockdb = await start_blockdb(config.blockdb)
-    io = open_router(calls.memory_seed_file, backends, blockdb, rpc=config.rpc)
+    finality = None if blockdb is None else ChainFinality(blockdb, config.io.finality_refresh_ms)
+    io = open_router(
+        calls.memory_seed_file,
+        backends,
+        blockdb,
+        rpc=config.rpc,
+        settings=config.io,
+        finality=finality,
+        clock=clock,
+    )
     engine = CallEngine(engine_config(config), clock)
     # Every invoke pins its epoch for its whole run, so superseded code need not linger.
     view = FunctionCodeView(retention_ms=0)
     refresher = CodeViewRefresher(
         DirectoryFunctionStore(calls.functions_dir), view, clock, calls.functions_poll_interval_ms
     )
-    metrics = SyncInvokerMetrics(CollectorRegistry())
+    metrics = SyncInvokerMetrics(CollectorRegistry(), io)
     service = SyncInvokerService(
         engine,
         view,
@@ -99,6 +109,8 @@ async def serve(
                     tasks.create_task(refresher.run()),
                     tasks.create_task(_become_ready(engine, refresher, service, serving)),
                 ]
+                if finality is not None:
+                    background.append(tasks.create_task(finality.run()))
                 await stop.wait()
                 log.info("stopping: refusing new requests, letting running invokes finish")
                 serving.set(False)

@@ -19,7 +19,14 @@ from blockx_server.calls.config import (
     read_call_settings,
 )
 from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_settings
-from blockx_server.io.config import BLOCKDB_SETTINGS, BlockDbSettings, read_blockdb_settings
+from blockx_server.io.config import (
+    BLOCKDB_SETTINGS,
+    IO_SETTINGS,
+    BlockDbSettings,
+    read_blockdb_settings,
+    read_io_settings,
+)
+from blockx_server.io.settings import IoSettings
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
@@ -53,6 +60,7 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_path: str
     log_level: str
     blockdb: BlockDbSettings | None = None
+    io: IoSettings = IoSettings()
 
 
 LISTEN: Final = Setting(
@@ -81,6 +89,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     *CALL_SETTINGS,
     *BLOCKDB_SETTINGS,
     *RPC_SETTINGS,
+    *IO_SETTINGS,
     MAX_INVOKE_TIMEOUT_MS,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -112,6 +121,7 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
             MAX_INVOKE_TIMEOUT_MS.name,
             f"must be >= CALL_DEADLINE_MS ({max_timeout_ms} < {default_timeout_ms})",
         )
+    io = read_io_settings(reader, default_timeout_ms)
     prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
     prometheus_path = reader.get(PROMETHEUS_PATH)
     return SyncInvokerConfig(
@@ -129,4 +139,5 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),
         blockdb=read_blockdb_settings(reader),
+        io=io,
     )

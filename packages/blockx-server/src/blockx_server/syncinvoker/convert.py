@@ -69,6 +69,9 @@ def debug_invoke_response(
                 duration_us=r.duration_us,
                 success=r.success,
                 error=r.error,
+                cached=r.cached,
+                shared=r.shared,
+                queue_us=r.queue_us,
             )
             for r in trace
         ],

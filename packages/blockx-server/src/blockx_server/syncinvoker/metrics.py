@@ -9,6 +9,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from blockx_server.io.metrics import IoMetrics
+from blockx_server.io.router import IoRouter
 from blockx_server.syncinvoker.outcome import InvokeOutcome
 
 if TYPE_CHECKING:
@@ -44,8 +46,9 @@ class _StateCollector(Collector):
 
 
 class SyncInvokerMetrics:
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, io: IoRouter | None = None) -> None:
         self.registry = registry
+        self.io = IoMetrics(registry, io) if io is not None else None
         self._requests = Counter(
             "blockx_syncinvoker_requests",
             "Requests by RPC and outcome: ok, a failure code, or the gRPC status of a refusal.",

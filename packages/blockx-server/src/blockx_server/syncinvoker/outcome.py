@@ -19,12 +19,18 @@ _json = msgspec.json.Encoder()
 
 
 class IoTraceRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One IO request of an invoke: ``duration_us`` is the backend's time (0 when the
+    read cache or a shared request answered), ``queue_us`` the time spent waiting."""
+
     backend: str
     op: str
     request: str
     duration_us: int
     success: bool
     error: str
+    cached: bool = False
+    shared: bool = False
+    queue_us: int = 0
 
 
 class InvokeObserver:
@@ -77,6 +83,9 @@ class InvokeObserver:
                 duration_us=outcome.io_us,
                 success=outcome.ok,
                 error="" if outcome.ok else f"{outcome.error_kind}: {outcome.error}",
+                cached=outcome.cached,
+                shared=outcome.shared,
+                queue_us=outcome.queue_us,
             )
         )
 

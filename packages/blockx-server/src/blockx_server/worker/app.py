@@ -29,6 +29,7 @@ from blockx_server.etcd.heartbeat import (
     HeartbeatPublisherConfig,
 )
 from blockx_server.io.config import open_router, start_blockdb
+from blockx_server.io.finality import ChainFinality
 from blockx_server.pipeline.builders import default_builders
 from blockx_server.pipeline.writers import default_writers
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
@@ -67,7 +68,16 @@ async def serve(
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
     blockdb = await start_blockdb(config.blockdb)
-    io = open_router(calls.memory_seed_file, blockdb=blockdb, rpc=config.rpc)
+    finality = None if blockdb is None else ChainFinality(blockdb, config.io.finality_refresh_ms)
+    io = open_router(
+        calls.memory_seed_file,
+        (),
+        blockdb,
+        rpc=config.rpc,
+        settings=config.io,
+        finality=finality,
+        clock=clock,
+    )
     engine = CallEngine(calls.engine, clock)
     # A snapshot is kept while a task pinned to it can still run.
     view = FunctionCodeView(retention_ms=config.core.max_task_timeout_ms)
@@ -75,7 +85,7 @@ async def serve(
         DirectoryFunctionStore(calls.functions_dir), view, clock, calls.functions_poll_interval_ms
     )
     error_rate = ErrorRateWindow()
-    metrics = WorkerMetrics(CollectorRegistry(), core, engine)
+    metrics = WorkerMetrics(CollectorRegistry(), core, engine, io)
     orchestrator = Orchestrator(
         core,
         engine,
@@ -127,6 +137,8 @@ async def serve(
                     tasks.create_task(refresher.run()),
                     tasks.create_task(_become_ready(engine, refresher, core, publisher, serving)),
                 ]
+                if finality is not None:
+                    background.append(tasks.create_task(finality.run()))
                 await stop.wait()
                 log.info("draining: deregistering and letting running tasks finish")
                 serving.set(False)

@@ -25,7 +25,14 @@ from blockx_core.worker import WorkerConfig
 from blockx_server.calls.config import CALL_SETTINGS, CallSettings, read_call_settings
 from blockx_server.etcd.watcher import EtcdWatcherConfig
 from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_settings
-from blockx_server.io.config import BLOCKDB_SETTINGS, BlockDbSettings, read_blockdb_settings
+from blockx_server.io.config import (
+    BLOCKDB_SETTINGS,
+    IO_SETTINGS,
+    BlockDbSettings,
+    read_blockdb_settings,
+    read_io_settings,
+)
+from blockx_server.io.settings import IoSettings
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
@@ -85,6 +92,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_path: str
     log_level: str
     blockdb: BlockDbSettings | None = None
+    io: IoSettings = IoSettings()
 
 
 def primary_address() -> str:
@@ -222,6 +230,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         *CALL_SETTINGS,
         *BLOCKDB_SETTINGS,
         *RPC_SETTINGS,
+        *IO_SETTINGS,
         GRPC_KEEPALIVE_TIME_MS,
         GRPC_KEEPALIVE_TIMEOUT_MS,
         DRAIN_TIMEOUT_MS,
@@ -273,6 +282,8 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
     core_values = {field: reader.get(setting) for field, setting in _CORE.items()}
     core = reader.validate(msgspec.convert(core_values, WorkerConfig), _CORE_ENV, _CORE_DEFAULTS)
 
+    calls = read_call_settings(reader)
+    io = read_io_settings(reader, calls.engine.dispatch.call_deadline_ms)
     prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
     prometheus_path = reader.get(PROMETHEUS_PATH)
     return WorkerRuntimeConfig(
@@ -290,7 +301,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
             executor_task_slots=reader.get(EXECUTOR_TASK_SLOTS),
             writer_slots=reader.get(PLUGIN_SLOTS),
         ),
-        calls=read_call_settings(reader),
+        calls=calls,
         rpc=read_rpc_settings(reader),
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
         keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
@@ -299,4 +310,5 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),
         blockdb=read_blockdb_settings(reader),
+        io=io,
     )

@@ -10,6 +10,8 @@ from prometheus_client.registry import Collector
 
 from blockx_core.worker import TaskConverged, WorkerCore
 from blockx_server.calls.engine import CallEngine
+from blockx_server.io.metrics import IoMetrics
+from blockx_server.io.router import IoRouter
 
 
 class _SlotsCollector(Collector):
@@ -42,9 +44,16 @@ class _SlotsCollector(Collector):
 
 
 class WorkerMetrics:
-    def __init__(self, registry: CollectorRegistry, core: WorkerCore, engine: CallEngine) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        core: WorkerCore,
+        engine: CallEngine,
+        io: IoRouter | None = None,
+    ) -> None:
         self.registry = registry
         registry.register(_SlotsCollector(core, engine))
+        self.io = IoMetrics(registry, io) if io is not None else None
         self._tasks = Counter(
             "blockx_worker_tasks",
             "Tasks that reached a terminal state, by state and failure code.",

@@ -34,6 +34,12 @@ class MemoryBackend:
             raise ValueError(f"memory seed {path} must hold a JSON object")
         return cls(data)
 
+    def immutable(
+        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
+    ) -> bool:
+        """Never: a Writer may change any key at any time, so nothing is cached."""
+        return False
+
     def seed(self, data: Mapping[str, Any]) -> None:
         """For tests and configuration; not reachable from functions."""
         self._data.update(data)

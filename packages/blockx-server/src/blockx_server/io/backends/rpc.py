@@ -264,7 +264,9 @@ class RpcBackend:
                 return _int(await self._send("eth_blockNumber", []))
         raise BackendError(IoErrorKind.UNKNOWN_OP, op)
 
-    def immutable(self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int) -> bool:
+    def immutable(
+        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
+    ) -> bool:
         """Whether the answer to this read can never change (see the module's text);
         False for anything it cannot decide."""
         try:

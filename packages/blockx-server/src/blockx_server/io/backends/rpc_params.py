@@ -72,7 +72,7 @@ def numbered(block: Any) -> bool:
     return isinstance(param, str) and param.startswith("0x")
 
 
-def fixed(param: str | dict[str, Any], finalized: int) -> bool:
+def fixed(param: str | dict[str, Any], finalized: int | None) -> bool:
     """Whether state or contents at ``param`` can never change."""
     if isinstance(param, dict):
         if "blockHash" in param:
@@ -80,10 +80,10 @@ def fixed(param: str | dict[str, Any], finalized: int) -> bool:
         param = param["blockNumber"]
     if isinstance(param, dict):
         return False
-    return param.startswith("0x") and int(param, 16) <= finalized
+    return finalized is not None and param.startswith("0x") and int(param, 16) <= finalized
 
 
-def request_immutable(method: str, params: list[Any], finalized: int) -> bool:
+def request_immutable(method: str, params: list[Any], finalized: int | None) -> bool:
     if method == "eth_chainId":
         return True
     if method == "eth_getBlockByHash":

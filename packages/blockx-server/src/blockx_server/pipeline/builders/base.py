@@ -11,6 +11,7 @@ from typing import Any, Protocol
 import msgspec
 
 from blockx_core.calls import RootCall
+from blockx_server.io.errors import IoOutcome
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.plugins import Plugins
 
@@ -31,6 +32,14 @@ class BuilderError(Exception):
         super().__init__(message)
         self.message = message
         self.retryable = retryable
+
+    @classmethod
+    def from_io(cls, outcome: IoOutcome, what: str = "a read") -> BuilderError:
+        """The Builder failed because of a failed IO request: retryable exactly when
+        the IO error is."""
+        return cls(
+            f"{what} failed: {outcome.error_kind}: {outcome.error}", retryable=outcome.retryable
+        )
 
 
 class CallBuilder(Protocol):

@@ -12,6 +12,7 @@ from typing import Any, Protocol
 from blockx_core.calls import RootOutput
 from blockx_core.errors import FailureCode
 from blockx_core.task import PluginResult
+from blockx_server.io.errors import IoOutcome
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.plugins import Plugins
 
@@ -24,6 +25,14 @@ class WriterError(Exception):
         super().__init__(message)
         self.message = message
         self.retryable = retryable
+
+    @classmethod
+    def from_io(cls, outcome: IoOutcome, what: str = "a write") -> WriterError:
+        """The plugin failed because of a failed IO request: retryable exactly when
+        the IO error is."""
+        return cls(
+            f"{what} failed: {outcome.error_kind}: {outcome.error}", retryable=outcome.retryable
+        )
 
 
 class WriterPlugin(Protocol):

@@ -154,10 +154,30 @@ class IoTraceEntry(betterproto2.Message):
     """
 
     duration_us: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    Backend time of this request (0 for a cache hit or a shared request): what the
+    call's budget is charged.
+    """
 
     success: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
 
     error: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    cached: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    Answered by the read cache of immutable reads.
+    """
+
+    shared: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
+    """
+    Answered by an identical read of the same task already in flight.
+    """
+
+    queue_us: "int" = betterproto2.field(9, betterproto2.TYPE_INT64)
+    """
+    Time spent waiting (the task's IO window, the backend's admission queue, the
+    shared request); never charged to the budget.
+    """
 
 
 default_message_pool.register_message("syncinvoker.v1", "IoTraceEntry", IoTraceEntry)

@@ -1,0 +1,81 @@
+"""The IO subsystem's Prometheus metrics, on every process with IO.
+
+``blockx_io_requests_total{backend,op,outcome}`` counts every request answered at
+the door (outcome ``ok`` or the IoError kind), including cache hits and shared
+requests; ``blockx_io_backend_seconds{backend,op}`` times only the requests that
+reached a backend. The cache, singleflight and admission figures are read from the
+router when scraped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from blockx_server.io.errors import IoOutcome
+from blockx_server.io.router import IoRouter
+
+
+class _IoStateCollector(Collector):
+    def __init__(self, router: IoRouter) -> None:
+        self._router = router
+
+    def collect(self) -> Iterable[CounterMetricFamily | GaugeMetricFamily]:
+        router, cache = self._router, self._router.cache
+        yield CounterMetricFamily(
+            "blockx_io_cache_hits", "Reads answered by the read cache.", value=cache.hits
+        )
+        yield CounterMetricFamily(
+            "blockx_io_cache_misses",
+            "Cacheable reads the read cache did not hold.",
+            value=cache.misses,
+        )
+        yield GaugeMetricFamily(
+            "blockx_io_cache_bytes", "Bytes the read cache holds.", value=cache.bytes_used
+        )
+        yield CounterMetricFamily(
+            "blockx_io_singleflight_shared",
+            "Reads that waited for an identical read of their task in flight.",
+            value=router.shared_total,
+        )
+        limit = GaugeMetricFamily(
+            "blockx_io_backend_limit", "Adaptive concurrency limit.", labels=["backend"]
+        )
+        in_flight = GaugeMetricFamily(
+            "blockx_io_backend_inflight", "Requests at the backend now.", labels=["backend"]
+        )
+        for gate in router.gates():
+            limit.add_metric([gate.backend], gate.limit)
+            in_flight.add_metric([gate.backend], gate.in_flight)
+        yield limit
+        yield in_flight
+
+
+class IoMetrics:
+    """Registers the IO metrics on ``registry`` and observes ``router``."""
+
+    def __init__(self, registry: CollectorRegistry, router: IoRouter) -> None:
+        registry.register(_IoStateCollector(router))
+        self._requests = Counter(
+            "blockx_io_requests",
+            "IO requests by backend, operation and outcome (ok or the IoError kind).",
+            ["backend", "op", "outcome"],
+            registry=registry,
+        )
+        self._backend_seconds = Histogram(
+            "blockx_io_backend_seconds",
+            "Time of requests that reached a backend (admission queueing excluded).",
+            ["backend", "op"],
+            registry=registry,
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5),
+        )
+        router.observe(self)
+
+    def request_done(self, backend: str, op: str, outcome: IoOutcome) -> None:
+        self._requests.labels(backend, op, "ok" if outcome.ok else outcome.error_kind).inc()
+
+    def backend_done(self, backend: str, op: str, seconds: float) -> None:
+        self._backend_seconds.labels(backend, op).observe(seconds)
