@@ -18,6 +18,7 @@ import pytest
 import pytest_asyncio
 from postgres import PostgresServer, find_postgres_bin
 
+from blockx_chain.devnet import Anvil
 from blockx_core.registry import RegistryKind, v2_registry_prefix
 from blockx_server.etcd.local import EtcdServer
 
@@ -82,3 +83,15 @@ async def postgres_url(postgres_server: PostgresServer) -> str:
     finally:
         await conn.close()
     return postgres_server.url(name)
+
+
+# --- anvil (a local Ethereum node) -------------------------------------------------
+# One anvil per test module, started by blockx_chain.devnet (npm ci installs it). It is
+# a plain subprocess, so tests on their own event loops can all use it; it mines only
+# on request (--no-mining), so each module decides its chain through Devnet.
+
+
+@pytest.fixture(scope="module")
+def anvil() -> Iterator[Anvil]:
+    with Anvil() as node:
+        yield node

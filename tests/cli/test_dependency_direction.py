@@ -1,4 +1,4 @@
-"""Dependencies point one way: cli → client + server, client → core + proto,
+"""Dependencies point one way: cli → client + server + chain, client → core + proto,
 server → core + proto + executor + chain, chain → core; core and executor depend
 on nothing here."""
 
@@ -20,7 +20,7 @@ OURS = {
     "blockx_server",
 }
 ALLOWED = {
-    "blockx_cli": {"blockx_client", "blockx_server", "blockx_core"},
+    "blockx_cli": {"blockx_client", "blockx_server", "blockx_core", "blockx_chain"},
     "blockx_client": {"blockx_core", "blockx_proto"},
     "blockx_server": {"blockx_core", "blockx_proto", "blockx_executor", "blockx_chain"},
     "blockx_chain": {"blockx_core"},

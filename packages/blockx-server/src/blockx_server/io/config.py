@@ -12,6 +12,7 @@ from blockx_chain.store import DEFAULT_MAX_ROWS, SchemaRefused
 from blockx_chain.url import FORMS, BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.memory import MemoryBackend
+from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
 from blockx_server.io.router import IoBackend, IoRouter
 from blockx_server.runtime.env import ConfigReader
 from blockx_server.runtime.process import StartupError
@@ -33,11 +34,17 @@ def open_router(
     memory_seed_file: Path | None,
     extra: Sequence[IoBackend] = (),
     blockdb: BlockDbBackend | None = None,
+    *,
+    rpc: RpcSettings | None = None,
 ) -> IoRouter:
     """Every backend of the process: ``memory``, ``blockdb`` when BLOCKDB_URL is set,
-    then ``extra`` (tests add their own)."""
-    optional: list[IoBackend] = [] if blockdb is None else [blockdb]
-    return IoRouter([memory_backend(memory_seed_file), *optional, *extra])
+    ``rpc`` when CHAIN_RPC_URL is set, then ``extra`` (tests add their own)."""
+    backends: list[IoBackend] = [memory_backend(memory_seed_file)]
+    if blockdb is not None:
+        backends.append(blockdb)
+    if rpc is not None and rpc.url is not None:
+        backends.append(RpcBackend.from_settings(rpc))
+    return IoRouter([*backends, *extra])
 
 
 # io.blockdb: the block database.

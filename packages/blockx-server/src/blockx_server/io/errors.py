@@ -18,6 +18,8 @@ class IoErrorKind(enum.StrEnum):
     WRITE_FORBIDDEN = "WRITE_FORBIDDEN"
     UNAVAILABLE = "UNAVAILABLE"
     BAD_VALUE = "BAD_VALUE"
+    # The backend does not know what was named (a block or transaction a node has not seen).
+    NOT_FOUND = "NOT_FOUND"
 
 
 # Only a backend that could not answer may answer on a second try; a request that
@@ -29,6 +31,7 @@ RETRYABLE: Final[Mapping[IoErrorKind, bool]] = {
     IoErrorKind.WRITE_FORBIDDEN: False,
     IoErrorKind.UNAVAILABLE: True,
     IoErrorKind.BAD_VALUE: False,
+    IoErrorKind.NOT_FOUND: False,
 }
 
 

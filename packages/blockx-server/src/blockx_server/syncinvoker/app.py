@@ -57,7 +57,7 @@ async def serve(
     stop = stop or stop_on_signals()
     calls = config.calls
     blockdb = await start_blockdb(config.blockdb)
-    io = open_router(calls.memory_seed_file, backends, blockdb)
+    io = open_router(calls.memory_seed_file, backends, blockdb, rpc=config.rpc)
     engine = CallEngine(engine_config(config), clock)
     # Every invoke pins its epoch for its whole run, so superseded code need not linger.
     view = FunctionCodeView(retention_ms=0)

@@ -18,6 +18,7 @@ from blockx_server.calls.config import (
     CallSettings,
     read_call_settings,
 )
+from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_settings
 from blockx_server.io.config import BLOCKDB_SETTINGS, BlockDbSettings, read_blockdb_settings
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
@@ -44,6 +45,8 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_timeout_ms: int
     drain_timeout_ms: int
     calls: CallSettings
+    # io.rpc: present when CHAIN_RPC_URL is set.
+    rpc: RpcSettings = RpcSettings()
     keepalive_time_ms: int
     keepalive_timeout_ms: int
     prometheus_listen: tuple[str, int] | None
@@ -77,6 +80,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     MAX_CONCURRENT,
     *CALL_SETTINGS,
     *BLOCKDB_SETTINGS,
+    *RPC_SETTINGS,
     MAX_INVOKE_TIMEOUT_MS,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -118,6 +122,7 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
         max_timeout_ms=max_timeout_ms,
         drain_timeout_ms=reader.get(DRAIN_TIMEOUT_MS),
         calls=calls,
+        rpc=read_rpc_settings(reader),
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
         keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
         prometheus_listen=prometheus_listen,

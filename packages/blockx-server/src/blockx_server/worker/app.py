@@ -67,7 +67,7 @@ async def serve(
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
     blockdb = await start_blockdb(config.blockdb)
-    io = open_router(calls.memory_seed_file, blockdb=blockdb)
+    io = open_router(calls.memory_seed_file, blockdb=blockdb, rpc=config.rpc)
     engine = CallEngine(calls.engine, clock)
     # A snapshot is kept while a task pinned to it can still run.
     view = FunctionCodeView(retention_ms=config.core.max_task_timeout_ms)

@@ -24,6 +24,7 @@ from blockx_core.registry import (
 from blockx_core.worker import WorkerConfig
 from blockx_server.calls.config import CALL_SETTINGS, CallSettings, read_call_settings
 from blockx_server.etcd.watcher import EtcdWatcherConfig
+from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_settings
 from blockx_server.io.config import BLOCKDB_SETTINGS, BlockDbSettings, read_blockdb_settings
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
@@ -75,6 +76,8 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     core: WorkerConfig
     admission: AdmissionConfig
     calls: CallSettings
+    # io.rpc: present when CHAIN_RPC_URL is set.
+    rpc: RpcSettings = RpcSettings()
     keepalive_time_ms: int
     keepalive_timeout_ms: int
     drain_timeout_ms: int
@@ -218,6 +221,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         PLUGIN_SLOTS,
         *CALL_SETTINGS,
         *BLOCKDB_SETTINGS,
+        *RPC_SETTINGS,
         GRPC_KEEPALIVE_TIME_MS,
         GRPC_KEEPALIVE_TIMEOUT_MS,
         DRAIN_TIMEOUT_MS,
@@ -287,6 +291,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
             writer_slots=reader.get(PLUGIN_SLOTS),
         ),
         calls=read_call_settings(reader),
+        rpc=read_rpc_settings(reader),
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
         keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
         drain_timeout_ms=reader.get(DRAIN_TIMEOUT_MS),

@@ -1,0 +1,22 @@
+"""A local Ethereum devnet for tests and the demo: anvil plus a transfer generator."""
+
+from blockx_chain.devnet.anvil import (
+    Anvil,
+    AnvilFailed,
+    AnvilNotFound,
+    AnvilOptions,
+    find_anvil,
+)
+from blockx_chain.devnet.generator import Devnet, MinedBlock, Reorg, Token
+
+__all__ = [
+    "Anvil",
+    "AnvilFailed",
+    "AnvilNotFound",
+    "AnvilOptions",
+    "Devnet",
+    "MinedBlock",
+    "Reorg",
+    "Token",
+    "find_anvil",
+]

@@ -1,0 +1,250 @@
+"""Devnet: fills an anvil with a chain of ERC-20 and ETH transfers.
+
+Everything goes through batched raw JSON-RPC: each block's transactions are sent
+as one batch of ``eth_sendTransaction`` from anvil's unlocked accounts (with an
+explicit ``gas``, so the node does not estimate each one), then ``evm_mine
+[timestamp]`` seals them with the timestamp the caller chose. anvil must run with
+``--no-mining`` (the default of ``AnvilOptions``) so every block holds exactly the
+transactions sent for it.
+
+Transfers are drawn from a seeded ``random.Random``: the same seed on the same
+chain gives the same blocks. A reorg reverts to an ``evm_snapshot`` taken before
+an earlier block and mines a different branch (another seed, timestamps one
+second later), so every block above the fork point gets a new hash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from blockx_chain.contracts import deploy_data, transfer_data
+from blockx_chain.rpc import JsonRpcClient, RpcError, RpcErrorKind, parse_quantity, quantity
+
+TOKEN_TRANSFER_GAS: Final = 100_000
+ETH_TRANSFER_GAS: Final = 21_000
+DEPLOY_GAS: Final = 2_000_000
+TOKEN_SUPPLY: Final = 10**9 * 10**18
+DEFAULT_BLOCK_INTERVAL_S: Final = 12
+
+
+@dataclass(frozen=True)
+class Token:
+    address: str
+    symbol: str
+
+
+@dataclass(frozen=True)
+class MinedBlock:
+    number: int
+    hash: str
+    timestamp: int
+    transactions: int
+
+
+@dataclass(frozen=True)
+class Reorg:
+    fork_block_number: int  # the last block both branches share
+    depth: int  # blocks of the old branch abandoned
+    old_hashes: dict[int, str]
+    new_blocks: list[MinedBlock]
+
+
+@dataclass
+class Devnet:
+    """``Devnet(client)``; ``await setup(tokens=3)``; ``await mine(100)``; ``await reorg(5)``."""
+
+    client: JsonRpcClient
+    interval_s: int = DEFAULT_BLOCK_INTERVAL_S
+    seed: int = 1
+    accounts: list[str] = field(default_factory=list)
+    tokens: list[Token] = field(default_factory=list)
+    # Block n's timestamp is genesis_timestamp + n * interval_s (read in setup).
+    genesis_timestamp: int = 0
+    # Snapshots taken before a block was mined, by the number of the block below it.
+    _marks: dict[int, str] = field(default_factory=dict)
+    # Each branch draws its transfers from its own seeded generator.
+    _branch: int = 0
+    # The head's number as this Devnet last mined or reverted it (None: ask the node).
+    _head: int | None = None
+    _rng: random.Random = field(default_factory=random.Random)
+
+    def __post_init__(self) -> None:
+        self._rng = random.Random(f"{self.seed}/0")
+
+    async def setup(self, tokens: int = 3, *, reorgable: bool = False) -> list[MinedBlock]:
+        """Deploy ``tokens`` test tokens from the first account (one block), then hand
+        every account a share of each (a second block)."""
+        self.accounts = [str(a) for a in await self.client.request("eth_accounts")]
+        genesis = await self.client.request("eth_getBlockByNumber", ["0x0", False])
+        self.genesis_timestamp = parse_quantity(genesis["timestamp"])
+        if len(self.accounts) < 2:
+            raise RpcError(RpcErrorKind.BAD_REQUEST, "the devnet needs at least 2 accounts")
+        owner = self.accounts[0]
+        deploys = [
+            _send(
+                owner, None, DEPLOY_GAS, data=deploy_data(f"Test Token {i}", f"TT{i}", TOKEN_SUPPLY)
+            )
+            for i in range(tokens)
+        ]
+        blocks = [await self._mine_block(deploys, reorgable)]
+        receipts = await self.client.request("eth_getBlockReceipts", [quantity(blocks[0].number)])
+        self.tokens = [
+            Token(str(r["contractAddress"]), f"TT{i}") for i, r in enumerate(receipts or [])
+        ]
+        if len(self.tokens) != tokens or any(r["status"] != "0x1" for r in receipts or []):
+            raise RpcError(RpcErrorKind.BAD_REQUEST, "a test token failed to deploy")
+        share = TOKEN_SUPPLY // (2 * len(self.accounts))
+        hand_out = [
+            _send(owner, token.address, TOKEN_TRANSFER_GAS, data=transfer_data(holder, share))
+            for token in self.tokens
+            for holder in self.accounts[1:]
+        ]
+        if hand_out:
+            blocks.append(await self._mine_block(hand_out, reorgable))
+        return blocks
+
+    async def head(self) -> dict[str, Any]:
+        block = await self.client.request("eth_getBlockByNumber", ["latest", False])
+        if not isinstance(block, dict):
+            raise RpcError(RpcErrorKind.NOT_FOUND, "the node has no latest block")
+        return block
+
+    async def mine(
+        self,
+        blocks: int,
+        *,
+        token_transfers: int = 8,
+        eth_transfers: int = 4,
+        reorgable: bool = False,
+    ) -> list[MinedBlock]:
+        """Mine ``blocks`` blocks, each ``interval_s`` after the one below, holding
+        ``token_transfers`` ERC-20 and ``eth_transfers`` ETH transfers. With
+        ``reorgable`` a snapshot is taken before each block, so ``reorg`` can fork there."""
+        mined = []
+        for _ in range(blocks):
+            mined.append(
+                await self._mine_block(self._transfers(token_transfers, eth_transfers), reorgable)
+            )
+        return mined
+
+    async def reorg(
+        self,
+        depth: int,
+        *,
+        new_blocks: int | None = None,
+        token_transfers: int = 8,
+        eth_transfers: int = 4,
+    ) -> Reorg:
+        """Abandon the top ``depth`` blocks and mine ``new_blocks`` (default ``depth``)
+        different ones on the block below them. Those blocks must have been mined
+        with ``reorgable=True``."""
+        if depth < 1:
+            raise ValueError("a reorg abandons at least one block")
+        head = parse_quantity((await self.head())["number"])
+        fork = head - depth
+        snapshot = self._marks.get(fork)
+        if snapshot is None:
+            raise ValueError(
+                f"no snapshot before block {fork + 1}: mine the blocks to reorg with reorgable=True"
+            )
+        old = await asyncio.gather(
+            *(
+                self.client.request("eth_getBlockByNumber", [quantity(n), False])
+                for n in range(fork + 1, head + 1)
+            )
+        )
+        old_hashes = {parse_quantity(b["number"]): str(b["hash"]) for b in old}
+        if await self.client.request("evm_revert", [snapshot]) is not True:
+            raise RpcError(RpcErrorKind.BAD_REQUEST, f"evm_revert {snapshot} was refused")
+        self._head = fork
+        for number in [n for n in self._marks if n >= fork]:
+            del self._marks[number]
+        # Another branch: other transfers, and timestamps one second later than the
+        # abandoned blocks had, so no new block can equal an old one.
+        self._branch += 1
+        self._rng = random.Random(f"{self.seed}/{self._branch}")
+        branch = []
+        for _ in range(depth if new_blocks is None else new_blocks):
+            txs = self._transfers(token_transfers, eth_transfers)
+            branch.append(await self._mine_block(txs, True, shift_s=1))
+        return Reorg(fork, depth, old_hashes, branch)
+
+    async def run_live(
+        self,
+        block_time_s: float,
+        stop: asyncio.Event,
+        *,
+        token_transfers: int = 8,
+        eth_transfers: int = 4,
+    ) -> int:
+        """Mine a block of transfers every ``block_time_s`` seconds (wall clock) until
+        ``stop`` is set; the blocks' timestamps still step by ``interval_s``."""
+        count = 0
+        while not stop.is_set():
+            await self.mine(1, token_transfers=token_transfers, eth_transfers=eth_transfers)
+            count += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), block_time_s)
+        return count
+
+    def _transfers(self, token_transfers: int, eth_transfers: int) -> list[dict[str, Any]]:
+        rng = self._rng
+        txs = []
+        holders = self.accounts
+        for _ in range(token_transfers if self.tokens else 0):
+            token = rng.choice(self.tokens)
+            sender, receiver = rng.sample(holders, 2)
+            value = rng.randrange(1, 10**18)
+            txs.append(
+                _send(
+                    sender, token.address, TOKEN_TRANSFER_GAS, data=transfer_data(receiver, value)
+                )
+            )
+        for _ in range(eth_transfers):
+            sender, receiver = rng.sample(holders, 2)
+            txs.append(_send(sender, receiver, ETH_TRANSFER_GAS, value=rng.randrange(1, 10**15)))
+        return txs
+
+    async def _mine_block(
+        self, txs: list[dict[str, Any]], reorgable: bool, shift_s: int = 0
+    ) -> MinedBlock:
+        if self._head is None:
+            self._head = parse_quantity((await self.head())["number"])
+        number = self._head
+        if reorgable:
+            self._marks[number] = str(await self.client.request("evm_snapshot"))
+        if txs:
+            await self.client.batch([("eth_sendTransaction", [tx]) for tx in txs])
+        timestamp = self._timestamp_of(number + 1) + shift_s
+        await self.client.request("evm_mine", [timestamp])
+        block = await self.client.request("eth_getBlockByNumber", [quantity(number + 1), False])
+        if not isinstance(block, dict):
+            raise RpcError(RpcErrorKind.NOT_FOUND, f"block {number + 1} was not mined")
+        if len(block["transactions"]) != len(txs):
+            raise RpcError(
+                RpcErrorKind.BAD_REQUEST,
+                f"block {number + 1} holds {len(block['transactions'])} of {len(txs)} "
+                "transactions: is anvil mining by itself (run it with --no-mining)?",
+            )
+        self._head = number + 1
+        return MinedBlock(
+            number + 1, str(block["hash"]), parse_quantity(block["timestamp"]), len(txs)
+        )
+
+    def _timestamp_of(self, number: int) -> int:
+        return self.genesis_timestamp + number * self.interval_s
+
+
+def _send(
+    sender: str, to: str | None, gas: int, *, data: str = "0x", value: int = 0
+) -> dict[str, Any]:
+    tx: dict[str, Any] = {"from": sender, "gas": quantity(gas), "data": data}
+    if to is not None:
+        tx["to"] = to
+    if value:
+        tx["value"] = quantity(value)
+    return tx

@@ -1,0 +1,255 @@
+"""JsonRpcClient: an Ethereum JSON-RPC client over HTTP that batches by itself.
+
+Requests made concurrently are gathered for a short window and sent as one
+JSON-RPC batch of at most ``max_batch`` requests. The window is one event-loop turn
+by default (everything ``asyncio.gather`` starts together, at no added latency for
+a lone request); ``batch_window_s`` > 0 waits that long for stragglers instead.
+Answers are matched to their requests by id. One ``httpx.AsyncClient`` keeps
+connections alive between batches.
+
+Every failure is an ``RpcError`` of a kind the caller can act on (see
+``blockx_chain.rpc.errors``). An answer is streamed and cut off once it passes
+``max_response_bytes``: a batch answer that is too large is re-sent one request at
+a time, so only the requests whose own answer is too large fail (BAD_REQUEST).
+A ``null`` result is returned as ``None``; whether that is an error is the caller's
+call (the typed helpers of ``blockx_chain.rpc.eth`` decide it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import httpx
+import msgspec
+
+from blockx_chain.rpc.errors import (
+    RpcError,
+    RpcErrorKind,
+    classify_http_status,
+    classify_node_error,
+)
+
+DEFAULT_MAX_RESPONSE_BYTES: Final = 32 * 1024 * 1024
+
+_encoder = msgspec.json.Encoder()
+_decoder = msgspec.json.Decoder()
+
+
+class _TooLarge(Exception):
+    pass
+
+
+@dataclass
+class _Pending:
+    id: int
+    method: str
+    params: list[Any]
+    answer: asyncio.Future[Any] = field(repr=False)
+
+
+@dataclass
+class RpcStats:
+    """What the client sent: HTTP requests (one per batch) and JSON-RPC requests."""
+
+    http_requests: int = 0
+    rpc_requests: int = 0
+    largest_batch: int = 0
+
+
+class JsonRpcClient:
+    def __init__(
+        self,
+        url: str,
+        *,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        max_batch: int = 100,
+        batch_window_s: float = 0.0,
+        timeout_s: float = 30.0,
+        max_connections: int = 16,
+    ) -> None:
+        if max_batch < 1:
+            raise ValueError("max_batch must be >= 1")
+        self.url = url
+        self.max_response_bytes = max_response_bytes
+        self.max_batch = max_batch
+        self.batch_window_s = batch_window_s
+        self.stats = RpcStats()
+        self._http = httpx.AsyncClient(
+            timeout=timeout_s,
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+            headers={"content-type": "application/json"},
+        )
+        self._ids = itertools.count(1)
+        self._pending: list[_Pending] = []
+        self._flush_handle: asyncio.Handle | None = None
+        self._sending: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    async def __aenter__(self) -> JsonRpcClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        self._closed = True
+        self._flush()
+        if self._sending:
+            await asyncio.gather(*self._sending, return_exceptions=True)
+        await self._http.aclose()
+
+    async def request(self, method: str, params: list[Any] | None = None) -> Any:
+        """The node's ``result`` for one request (``None`` for a JSON null)."""
+        if self._closed:
+            raise RpcError(RpcErrorKind.UNAVAILABLE, "the JSON-RPC client is closed")
+        loop = asyncio.get_running_loop()
+        pending = _Pending(next(self._ids), method, list(params or []), loop.create_future())
+        self._pending.append(pending)
+        if len(self._pending) >= self.max_batch:
+            self._flush()
+        elif self._flush_handle is None:
+            # The first request of a window arms its flush; later ones ride along.
+            if self.batch_window_s > 0:
+                self._flush_handle = loop.call_later(self.batch_window_s, self._flush)
+            else:
+                self._flush_handle = loop.call_soon(self._flush)
+        return await pending.answer
+
+    async def batch(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
+        """Several requests at once; the first failure is raised."""
+        return list(await asyncio.gather(*(self.request(m, p) for m, p in calls)))
+
+    def _flush(self) -> None:
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+            self._flush_handle = None
+        while self._pending:
+            batch, self._pending = self._pending[: self.max_batch], self._pending[self.max_batch :]
+            task = asyncio.get_running_loop().create_task(self._send(batch))
+            self._sending.add(task)
+            task.add_done_callback(self._sending.discard)
+
+    async def _send(self, batch: list[_Pending]) -> None:
+        try:
+            answers = await self._post(batch)
+        except _TooLarge:
+            if len(batch) > 1:
+                # Find which answers are too large: each request alone.
+                await asyncio.gather(*(self._send([one]) for one in batch))
+                return
+            _fail(
+                batch,
+                RpcError(
+                    RpcErrorKind.BAD_REQUEST,
+                    f"{batch[0].method}: the answer is larger than {self.max_response_bytes} "
+                    "bytes (RPC_MAX_RESPONSE_BYTES); ask for less",
+                ),
+            )
+            return
+        except RpcError as exc:
+            _fail(batch, exc)
+            return
+        except Exception as exc:  # a bug here must not leave callers waiting forever
+            _fail(batch, RpcError(RpcErrorKind.UNAVAILABLE, f"JSON-RPC request failed: {exc!r}"))
+            return
+        by_id = {answer.get("id"): answer for answer in answers if isinstance(answer, dict)}
+        for pending in batch:
+            if pending.answer.done():
+                continue
+            answer = by_id.get(pending.id)
+            if answer is None:
+                pending.answer.set_exception(
+                    RpcError(
+                        RpcErrorKind.UNAVAILABLE,
+                        f"{pending.method}: the node's answer has no response for this request",
+                    )
+                )
+                continue
+            error = answer.get("error")
+            if error is not None:
+                pending.answer.set_exception(_node_error(pending.method, error))
+            else:
+                pending.answer.set_result(answer.get("result"))
+
+    async def _post(self, batch: list[_Pending]) -> list[Any]:
+        bodies = [
+            {"jsonrpc": "2.0", "id": p.id, "method": p.method, "params": p.params} for p in batch
+        ]
+        # A lone request goes as a plain object: every node accepts that.
+        content = _encoder.encode(bodies if len(bodies) > 1 else bodies[0])
+        self.stats.http_requests += 1
+        self.stats.rpc_requests += len(batch)
+        self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
+        try:
+            async with self._http.stream("POST", self.url, content=content) as response:
+                body = await self._read_capped(response)
+                status = response.status_code
+        except httpx.TransportError as exc:
+            raise RpcError(
+                RpcErrorKind.UNAVAILABLE, f"cannot reach the node at {self.url}: {exc!r}"
+            ) from None
+        try:
+            decoded = _decoder.decode(body)
+        except msgspec.DecodeError:
+            decoded = None
+        if status == 429 or status >= 500 or (status != 200 and not _is_rpc_answer(decoded)):
+            raise RpcError(
+                classify_http_status(status),
+                f"the node at {self.url} answered HTTP {status}: {body[:200]!r}",
+            )
+        if isinstance(decoded, dict):
+            if decoded.get("id") is None and decoded.get("error") is not None:
+                # An error for the whole batch (e.g. the node refuses batches).
+                raise _node_error(batch[0].method, decoded["error"])
+            return [decoded]
+        if isinstance(decoded, list):
+            return decoded
+        raise RpcError(
+            RpcErrorKind.UNAVAILABLE,
+            f"the node at {self.url} answered something that is not JSON-RPC: {body[:200]!r}",
+        )
+
+    async def _read_capped(self, response: httpx.Response) -> bytes:
+        declared = response.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_response_bytes:
+            raise _TooLarge
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > self.max_response_bytes:
+                raise _TooLarge  # leaving the stream closes the connection unread
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def _is_rpc_answer(decoded: Any) -> bool:
+    if isinstance(decoded, list):
+        return bool(decoded) and all(_is_rpc_answer(item) for item in decoded)
+    return (
+        isinstance(decoded, dict)
+        and decoded.get("jsonrpc") == "2.0"
+        and ("result" in decoded or isinstance(decoded.get("error"), dict))
+    )
+
+
+def _node_error(method: str, error: Any) -> RpcError:
+    if not isinstance(error, dict):
+        return RpcError(RpcErrorKind.UNAVAILABLE, f"{method}: malformed error {error!r}")
+    code = error.get("code")
+    code = code if isinstance(code, int) else 0
+    message = str(error.get("message", ""))
+    data = error.get("data")
+    text = f"{method}: {message}" + (f" ({data})" if data not in (None, "") else "")
+    return RpcError(classify_node_error(code, message), text, code)
+
+
+def _fail(batch: list[_Pending], error: RpcError) -> None:
+    for pending in batch:
+        if not pending.answer.done():
+            pending.answer.set_exception(error)

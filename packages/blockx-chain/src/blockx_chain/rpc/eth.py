@@ -1,0 +1,97 @@
+"""Typed Ethereum reads over a JsonRpcClient, for ingest and tools.
+
+Quantities are ints, block and receipt objects the node's dicts. A block or
+receipt list the node answers ``null`` for is NOT_FOUND: a caller that asked for
+block n must not mistake "unknown" for "empty".
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from blockx_chain.rpc.client import JsonRpcClient
+from blockx_chain.rpc.errors import RpcError, RpcErrorKind, is_method_missing
+
+
+def quantity(value: int) -> str:
+    """An int as a JSON-RPC quantity (``0x``-prefixed, no leading zeros)."""
+    if value < 0:
+        raise ValueError(f"a quantity is not negative (got {value})")
+    return hex(value)
+
+
+def parse_quantity(value: Any) -> int:
+    if not isinstance(value, str) or not value.startswith("0x"):
+        raise RpcError(RpcErrorKind.BAD_REQUEST, f"not a JSON-RPC quantity: {value!r}")
+    return int(value, 16)
+
+
+class EthRpc:
+    def __init__(self, client: JsonRpcClient) -> None:
+        self.client = client
+        # None until the node has been asked; False once it lacked eth_getBlockReceipts.
+        self._block_receipts: bool | None = None
+
+    async def block_number(self) -> int:
+        return parse_quantity(await self.client.request("eth_blockNumber"))
+
+    async def chain_id(self) -> int:
+        return parse_quantity(await self.client.request("eth_chainId"))
+
+    async def finalized_block(self) -> int | None:
+        """The node's finalized block number; None when it has no ``finalized`` tag."""
+        try:
+            block = await self.client.request("eth_getBlockByNumber", ["finalized", False])
+        except RpcError as exc:
+            if exc.kind is RpcErrorKind.UNAVAILABLE:
+                raise
+            return None
+        if block is None:
+            return None
+        return parse_quantity(block["number"])
+
+    async def get_block(self, number: int, full: bool = True) -> dict[str, Any]:
+        block = await self.client.request("eth_getBlockByNumber", [quantity(number), full])
+        if block is None:
+            raise RpcError(RpcErrorKind.NOT_FOUND, f"the node has no block {number}")
+        if not isinstance(block, dict):
+            raise RpcError(RpcErrorKind.BAD_REQUEST, f"block {number}: not an object")
+        return block
+
+    async def get_blocks(self, numbers: list[int], full: bool = True) -> list[dict[str, Any]]:
+        """Blocks in the order asked (one JSON-RPC batch when they fit one)."""
+        return list(await asyncio.gather(*(self.get_block(n, full) for n in numbers)))
+
+    async def get_block_receipts(self, numbers: list[int]) -> list[list[dict[str, Any]]]:
+        """Every receipt of each block, in transaction order. Uses eth_getBlockReceipts,
+        or per-transaction receipts on a node that lacks it."""
+        if self._block_receipts is not False:
+            try:
+                asked = (self._block_receipts_of(n) for n in numbers)
+                receipts = list(await asyncio.gather(*asked))
+            except RpcError as exc:
+                if not is_method_missing(exc):
+                    raise
+                self._block_receipts = False
+            else:
+                self._block_receipts = True
+                return receipts
+        blocks = await self.get_blocks(numbers, full=False)
+        return list(await asyncio.gather(*(self._receipts_one_by_one(b) for b in blocks)))
+
+    async def _block_receipts_of(self, number: int) -> list[dict[str, Any]]:
+        receipts = await self.client.request("eth_getBlockReceipts", [quantity(number)])
+        if receipts is None:
+            raise RpcError(RpcErrorKind.NOT_FOUND, f"the node has no receipts of block {number}")
+        return list(receipts)
+
+    async def _receipts_one_by_one(self, block: dict[str, Any]) -> list[dict[str, Any]]:
+        hashes: list[str] = list(block.get("transactions") or [])
+        receipts = await asyncio.gather(
+            *(self.client.request("eth_getTransactionReceipt", [h]) for h in hashes)
+        )
+        for tx_hash, receipt in zip(hashes, receipts, strict=True):
+            if receipt is None:
+                raise RpcError(RpcErrorKind.NOT_FOUND, f"the node has no receipt of {tx_hash}")
+        return list(receipts)

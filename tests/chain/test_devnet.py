@@ -1,0 +1,157 @@
+"""The devnet against a real anvil: timestamps as asked, token transfers in the logs,
+reorgs that change every hash above the fork point, finding anvil, and the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+
+from blockx_chain.contracts import (
+    BALANCE_OF_SELECTOR,
+    SIGNATURES,
+    TRANSFER_TOPIC,
+    balance_of_data,
+    token_artifact,
+)
+from blockx_chain.devnet import Anvil, AnvilNotFound, AnvilOptions, Devnet, find_anvil
+from blockx_chain.devnet import anvil as anvil_module
+from blockx_chain.devnet.generator import TOKEN_SUPPLY
+from blockx_chain.rpc import JsonRpcClient, quantity
+
+
+@pytest_asyncio.fixture
+async def client(anvil: Anvil) -> AsyncIterator[JsonRpcClient]:
+    async with JsonRpcClient(anvil.url) as rpc:
+        yield rpc
+
+
+async def _block(client: JsonRpcClient, number: int) -> dict[str, str]:
+    block = await client.request("eth_getBlockByNumber", [quantity(number), False])
+    assert isinstance(block, dict)
+    return block
+
+
+def test_anvil_runs_with_cancun_and_a_bounded_history() -> None:
+    args = Anvil(binary=Path("/bin/true")).args(8545)
+    assert args[args.index("--hardfork") + 1] == "cancun"
+    assert args[args.index("--prune-history") + 1] == "512"
+    assert "--no-mining" in args
+    assert args[args.index("--host") + 1] == "127.0.0.1"
+
+
+async def test_blocks_carry_the_timestamps_asked_and_transfers_show_in_logs() -> None:
+    genesis = 1_600_000_000
+    with Anvil(AnvilOptions(timestamp=genesis)) as node:
+        async with JsonRpcClient(node.url) as client:
+            await _mine_and_check(client, genesis)
+
+
+async def _mine_and_check(client: JsonRpcClient, genesis: int) -> None:
+    devnet = Devnet(client, interval_s=7)
+    setup = await devnet.setup(tokens=3)
+    mined = await devnet.mine(20, token_transfers=6, eth_transfers=3)
+    assert [b.number for b in setup + mined] == list(range(1, 23))
+    assert [b.timestamp for b in setup + mined] == [genesis + 7 * n for n in range(1, 23)]
+    assert (await _block(client, 0))["timestamp"] == hex(genesis)
+    for block in mined:
+        assert (await _block(client, block.number))["timestamp"] == hex(block.timestamp)
+        assert block.transactions == 9
+
+    first, last = quantity(mined[0].number), quantity(mined[-1].number)
+    logs = await client.request(
+        "eth_getLogs", [{"fromBlock": first, "toBlock": last, "topics": [TRANSFER_TOPIC]}]
+    )
+    assert len(logs) == 20 * 6
+    assert {log["address"] for log in logs} <= {t.address for t in devnet.tokens}
+    # Transfers move tokens; they never make or destroy them.
+    token = devnet.tokens[0].address
+    calls = [{"to": token, "data": balance_of_data(a)} for a in devnet.accounts]
+    balances = await client.batch([("eth_call", [call, "latest"]) for call in calls])
+    assert sum(int(b, 16) for b in balances) == TOKEN_SUPPLY
+
+
+@pytest.mark.parametrize("depth", [1, 5])
+async def test_a_reorg_changes_every_hash_above_the_fork(client: JsonRpcClient, depth: int) -> None:
+    devnet = Devnet(client, seed=depth)
+    await devnet.setup(tokens=1)
+    below = await devnet.mine(3)
+    await devnet.mine(depth, reorgable=True)
+    head = below[-1].number + depth
+    before = {n: (await _block(client, n))["hash"] for n in range(1, head + 1)}
+
+    reorg = await devnet.reorg(depth)
+
+    assert reorg.fork_block_number == head - depth
+    assert reorg.depth == depth
+    assert [b.number for b in reorg.new_blocks] == list(range(head - depth + 1, head + 1))
+    after = {n: (await _block(client, n))["hash"] for n in range(1, head + 1)}
+    for number in range(1, head + 1):
+        if number <= reorg.fork_block_number:
+            assert after[number] == before[number]
+        else:
+            assert after[number] != before[number]
+            assert reorg.old_hashes[number] == before[number]
+    # The new branch links to the fork point.
+    first_new = await _block(client, reorg.fork_block_number + 1)
+    assert first_new["parentHash"] == before[reorg.fork_block_number]
+
+
+async def test_a_reorg_needs_a_snapshot_below_it(client: JsonRpcClient) -> None:
+    devnet = Devnet(client)
+    await devnet.setup(tokens=1)
+    await devnet.mine(2)
+    with pytest.raises(ValueError, match="reorgable=True"):
+        await devnet.reorg(1)
+
+
+async def test_selectors_and_topic_are_the_nodes_keccak(client: JsonRpcClient) -> None:
+    for digest, signature in SIGNATURES.items():
+        hashed = await client.request("web3_sha3", ["0x" + signature.encode().hex()])
+        assert hashed.startswith(digest), signature
+    assert BALANCE_OF_SELECTOR in SIGNATURES
+    assert token_artifact()["evmVersion"] == "cancun"
+
+
+def test_a_missing_anvil_names_npm_ci(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("ANVIL_BIN", raising=False)
+    monkeypatch.setattr(anvil_module, "_NPM_BINARY", Path("no/such/anvil"))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(AnvilNotFound, match="npm ci"):
+        find_anvil()
+    monkeypatch.setenv("ANVIL_BIN", str(tmp_path / "anvil"))
+    with pytest.raises(AnvilNotFound, match="ANVIL_BIN"):
+        find_anvil()
+
+
+def test_the_cli_generates_a_devnet_and_exits() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "blockx_chain.devnet",
+            "--blocks",
+            "4",
+            "--reorg-depth",
+            "2",
+            "--tokens",
+            "2",
+            "--exit",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary["head"] == 2 + 4
+    assert summary["chain_id"] == 31337
+    assert len(summary["tokens"]) == 2
+    assert len(summary["accounts"]) == 20
