@@ -145,11 +145,11 @@ def plan_reorg(
 ) -> ReorgPlan:
     """What to do about a stored branch the node no longer has, or why not."""
     if fork is None or head_number - fork > max_depth:
-        depth = "more than" if fork is None else f"{head_number - fork}, more than"
+        abandoned = f"more than {max_depth}" if fork is None else str(head_number - fork)
         raise ReorgTooDeep(
-            f"the node's chain left the stored one more than --max-reorg-depth blocks "
-            f"below the stored head {head_number} (abandoned blocks: {depth} {max_depth}); "
-            "re-ingest into a fresh database or raise --max-reorg-depth"
+            f"a reorg below the stored head {head_number} would abandon {abandoned} blocks, "
+            f"more than --max-reorg-depth {max_depth}: nothing was changed; raise "
+            "--max-reorg-depth or re-ingest into a fresh database"
         )
     below_final = finalized is not None and fork < finalized
     if below_final and not allow_deep_reorg:
