@@ -113,6 +113,8 @@ class IngestProgress(msgspec.Struct, frozen=True, kw_only=True):
 
 
 ProgressCallback = Callable[[IngestProgress], None]
+# Fetches under way, oldest first: written in this order.
+_Pending = deque[tuple[range, "asyncio.Task[list[BlockRows]]"]]
 
 
 async def ingest(
@@ -183,16 +185,10 @@ class _Run:
         if opts.from_block is None or start > (self.head or -1):
             next_number = await self._check_tip(next_number)
             self.summary.from_block = min(start, next_number)
-        pending: deque[tuple[range, asyncio.Task[list[BlockRows]]]] = deque()
+        pending: _Pending = deque()
         try:
             while not self.stop.is_set():
-                while len(pending) < opts.in_flight:
-                    numbers = plan.next_batch(next_number, target, opts.batch_size)
-                    if numbers is None:
-                        break
-                    task = asyncio.create_task(self.fetcher.blocks(numbers))
-                    pending.append((numbers, task))
-                    next_number = numbers.stop
+                next_number = self._fill(pending, next_number, target)
                 if not pending:
                     if not opts.follow or self._reached_to(next_number):
                         break
@@ -203,8 +199,11 @@ class _Run:
                     self.summary.from_block = min(self.summary.from_block, next_number)
                     self._report(target)
                     continue
-                numbers, task = pending.popleft()
-                restart = await self._write(await task)
+                _, task = pending.popleft()
+                batch = await task
+                # Keep in_flight batches coming while this one is written.
+                next_number = self._fill(pending, next_number, target)
+                restart = await self._write(batch)
                 if restart is not None:
                     _cancel(pending)
                     next_number = restart
@@ -217,6 +216,16 @@ class _Run:
             _cancel(pending)
         self.summary.seconds = time.monotonic() - self.started
         return self.summary
+
+    def _fill(self, pending: _Pending, next_number: int, target: int) -> int:
+        """Start fetches until ``in_flight`` are under way; the next block to fetch."""
+        while len(pending) < self.options.in_flight:
+            numbers = plan.next_batch(next_number, target, self.options.batch_size)
+            if numbers is None:
+                break
+            pending.append((numbers, asyncio.create_task(self.fetcher.blocks(numbers))))
+            next_number = numbers.stop
+        return next_number
 
     def _target(self) -> int:
         to = self.options.to_block
@@ -359,7 +368,7 @@ class _Run:
         await self._set_chain(w)
 
 
-def _cancel(pending: deque[tuple[range, asyncio.Task[list[BlockRows]]]]) -> None:
+def _cancel(pending: _Pending) -> None:
     while pending:
         _, task = pending.popleft()
         task.cancel()
