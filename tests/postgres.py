@@ -63,12 +63,22 @@ class PostgresServer:
             user = pwd.getpwnam(SERVER_USER)
             os.chown(self.dir, user.pw_uid, user.pw_gid)
         self._run("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "-N")
+        self.start_server()
+
+    def start_server(self) -> None:
+        """Start the initialised server (again, after stop_server)."""
         options = f"-h 127.0.0.1 -p {self.port} -k {self.dir} -c fsync=off"
         self._run("pg_ctl", "-D", str(self.data), "-w", "-l", str(self.log), "-o", options, "start")
 
+    def stop_server(self) -> None:
+        """Stop the server and keep its data."""
+        self._run("pg_ctl", "-D", str(self.data), "-w", "-m", "fast", "stop")
+
     def stop(self) -> None:
+        """Stop the server and remove its directory."""
         try:
-            self._run("pg_ctl", "-D", str(self.data), "-w", "-m", "fast", "stop")
+            if (self.data / "postmaster.pid").exists():
+                self.stop_server()
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
 

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 import pytest
 from chain_rows import GENESIS, block_hash, make_block
+from postgres import PostgresServer, find_postgres_bin
 from support import free_port
 
 from blockx_chain.store import open_store
@@ -160,3 +161,32 @@ def test_bad_settings_name_their_variable(env: dict[str, str], words: str) -> No
     with pytest.raises(ConfigError) as refused:
         _settings(env)
     assert words in str(refused.value)
+
+
+async def test_a_server_that_goes_away_is_unavailable_until_it_returns() -> None:
+    bin_dir = find_postgres_bin()
+    assert bin_dir is not None, "PostgreSQL is not installed: run scripts/setup.sh"
+    server = PostgresServer(bin_dir)
+    server.start()
+    try:
+        url = parse_blockdb_url(server.url())
+        store = await open_store(url)
+        async with store.writer() as w:
+            await w.init_chain(31337, GENESIS)
+            await w.insert_blocks([make_block(0)])
+        await store.close()
+        backend = BlockDbBackend(url, max_rows=10)
+        await backend.start()
+        io = open_router(None, blockdb=backend)
+        assert (await read(io, "block", 0))["block_number"] == 0
+        server.stop_server()
+        down = await io.execute("blockdb", "block", [0], {}, writes=False)
+        assert down.error_kind == IoErrorKind.UNAVAILABLE
+        assert down.retryable
+        server.start_server()
+        # The pool drops its dead connections and opens new ones.
+        answers = [await io.execute("blockdb", "block", [0], {}, writes=False) for _ in range(5)]
+        assert answers[-1].ok, answers[-1].error
+        await backend.close()
+    finally:
+        server.stop()

@@ -330,9 +330,37 @@ def uint256_text(value: Any, name: str) -> str:
     return str(number)
 
 
+_EXACT_HEX: Final[Mapping[ColumnType, re.Pattern[str]]] = {
+    H: re.compile(r"0x[0-9a-f]{64}"),
+    A: re.compile(r"0x[0-9a-f]{40}"),
+    D: _HEX,
+}
+
+
 def checked_row(table: Table, row: msgspec.Struct, where: str) -> tuple[Any, ...]:
-    """``row``'s values in ``table``'s column order, each checked."""
-    return tuple(check_value(table, c, getattr(row, c.name), where) for c in table.columns)
+    """``row``'s values in ``table``'s column order, each checked.
+
+    The common case (an in-range int, lowercase hex of the right length) is
+    accepted inline; anything else goes through check_value, which converts it
+    (uppercase hex, a uint256) or raises with the rule it broke. Ingest checks
+    every cell of every row, so this is on its hot path."""
+    values = msgspec.structs.astuple(row)
+    out: list[Any] = []
+    for column, value in zip(table.columns, values, strict=True):
+        kind = column.type
+        if kind is ColumnType.INTEGER:
+            if type(value) is int and 0 <= value <= MAX_INTEGER and column.name != "success":
+                out.append(value)
+                continue
+        elif (
+            kind is not ColumnType.UINT256
+            and type(value) is str
+            and _EXACT_HEX[kind].fullmatch(value) is not None
+        ):
+            out.append(value)
+            continue
+        out.append(check_value(table, column, value, where))
+    return tuple(out)
 
 
 def erc20_transfer(log: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -380,6 +408,11 @@ def block_row_sets(
             if transfer is not None:
                 rows[ERC20_TRANSFERS.name].append(transfer)
     return rows
+
+
+for _table, _struct in ((BLOCKS, Block), (TRANSACTIONS, Transaction), (LOGS, Log)):
+    # checked_row reads a row's fields in order: they are the table's columns.
+    assert _struct.__struct_fields__ == _table.names, _table.name
 
 
 def chain_row(values: Mapping[str, Any]) -> ChainState:

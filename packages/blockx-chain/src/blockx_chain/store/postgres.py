@@ -27,7 +27,7 @@ from blockx_chain.schema import (
     Engine,
 )
 from blockx_chain.store.base import BlockStore, BlockWriter
-from blockx_chain.store.errors import SchemaRefused, StoreUnavailable, WriterBusy
+from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
 from blockx_chain.store.reads import DEFAULT_MAX_ROWS
 from blockx_chain.url import PostgresUrl, describe
 
@@ -58,11 +58,12 @@ def _decoded(record: asyncpg.Record) -> dict[str, Any]:
     return row
 
 
+# The server is down, restarting, full or gone: a later try may succeed.
 _UNREACHABLE: Final = (
     OSError,
     TimeoutError,
     asyncpg.PostgresConnectionError,
-    asyncpg.CannotConnectNowError,
+    asyncpg.exceptions.OperatorInterventionError,
     asyncpg.InterfaceError,
     asyncpg.TooManyConnectionsError,
 )
@@ -70,10 +71,14 @@ _UNREACHABLE: Final = (
 
 @contextmanager
 def _reachable(description: str) -> Iterator[None]:
+    """asyncpg's failures as StoreErrors: StoreUnavailable when the server cannot
+    answer now, StoreError for any other error the server reports."""
     try:
         yield
     except _UNREACHABLE as exc:
         raise StoreUnavailable(f"{description} is unreachable: {exc}") from None
+    except asyncpg.PostgresError as exc:
+        raise StoreError(f"{description}: {type(exc).__name__}: {exc}") from None
 
 
 class _PostgresWriter(BlockWriter):
@@ -130,8 +135,9 @@ class PostgresStore(BlockStore):
                 pool = await asyncpg.create_pool(
                     url.dsn, min_size=1, max_size=pool_size, timeout=_CONNECT_TIMEOUT_S
                 )
-        except asyncpg.PostgresError as exc:
-            raise StoreUnavailable(f"{description}: {exc}") from None
+        except StoreError as exc:
+            # A missing database or a refused login: nothing here can use it until fixed.
+            raise StoreUnavailable(str(exc)) from None
         store = cls(pool, description, max_rows)
         try:
             await store._migrate()
@@ -167,21 +173,14 @@ class PostgresStore(BlockStore):
     @asynccontextmanager
     async def writer(self) -> AsyncIterator[BlockWriter]:
         with _reachable(self.description):
-            conn = await self._pool.acquire()
-        try:
-            async with conn.transaction():
-                with _reachable(self.description):
-                    locked = await conn.fetchval(
-                        "SELECT pg_try_advisory_xact_lock($1)", WRITER_LOCK
-                    )
+            async with self._pool.acquire() as conn, conn.transaction():
+                locked = await conn.fetchval("SELECT pg_try_advisory_xact_lock($1)", WRITER_LOCK)
                 if not locked:
                     raise WriterBusy(
                         f"{self.description} is being written by another ingest; "
                         "one writes at a time"
                     )
                 yield _PostgresWriter(conn, self.description)
-        finally:
-            await self._pool.release(conn)
 
     async def close(self) -> None:
         await self._pool.close()

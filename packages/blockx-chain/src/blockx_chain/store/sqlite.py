@@ -119,7 +119,10 @@ class SqliteStore(BlockStore):
         def run() -> T:
             if self._conn is None:
                 raise StoreError(f"{self.description} is closed")
-            return work(self._conn)
+            try:
+                return work(self._conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.description}: {exc}") from None
 
         return await asyncio.get_running_loop().run_in_executor(self._write_thread, run)
 
@@ -139,6 +142,8 @@ class SqliteStore(BlockStore):
                 return _rows(self._reader().execute(sql, params))
             except sqlite3.OperationalError as exc:
                 raise StoreUnavailable(f"{self.description}: {exc}") from None
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.description}: {exc}") from None
 
         return await asyncio.get_running_loop().run_in_executor(self._read_threads, run)
 

@@ -24,7 +24,6 @@ from typing import Any, Final
 from blockx_chain.schema import ChainState
 from blockx_chain.store import (
     BlockStore,
-    SchemaRefused,
     StoreError,
     StoreUnavailable,
     TooManyRows,
@@ -100,9 +99,8 @@ class BlockDbBackend:
             return await getattr(store, op)(*bound.args, **bound.kwargs)
         except TooManyRows as exc:
             raise BackendError(IoErrorKind.BAD_REQUEST, f"io.blockdb.{exc}") from None
-        except StoreUnavailable as exc:
-            raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None
-        except SchemaRefused as exc:
+        except StoreError as exc:
+            # Unreachable, or an error of the database itself: not the caller's fault.
             raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None
 
     def immutable(
@@ -127,5 +125,5 @@ class BlockDbBackend:
         store = await self._store_or_unavailable()
         try:
             return await store.chain()
-        except StoreUnavailable as exc:
+        except StoreError as exc:
             raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None
