@@ -3,6 +3,7 @@ reorgs that change every hash above the fork point, finding anvil, and the CLI."
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
+from support import wait_until
 
 from blockx_chain.contracts import (
     BALANCE_OF_SELECTOR,
@@ -155,3 +157,25 @@ def test_the_cli_generates_a_devnet_and_exits() -> None:
     assert summary["chain_id"] == 31337
     assert len(summary["tokens"]) == 2
     assert len(summary["accounts"]) == 20
+
+
+async def test_live_mining_keeps_adding_blocks_of_transfers(client: JsonRpcClient) -> None:
+    devnet = Devnet(client)
+    await devnet.setup(tokens=1)
+    start = int((await devnet.head())["number"], 16)
+    stop = asyncio.Event()
+    live = asyncio.create_task(devnet.run_live(0.01, stop, token_transfers=2, eth_transfers=1))
+
+    async def grew() -> bool:
+        return int((await devnet.head())["number"], 16) >= start + 3
+
+    await wait_until(grew, "three live blocks")
+    stop.set()
+    mined = await live
+    head = int((await devnet.head())["number"], 16)
+    assert head == start + mined
+    for number in range(start + 1, head + 1):
+        block = await _block(client, number)
+        assert len(block["transactions"]) == 3
+        parent = await _block(client, number - 1)
+        assert int(block["timestamp"], 16) - int(parent["timestamp"], 16) == devnet.interval_s

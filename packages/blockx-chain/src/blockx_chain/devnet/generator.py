@@ -60,17 +60,17 @@ class Devnet:
     client: JsonRpcClient
     interval_s: int = DEFAULT_BLOCK_INTERVAL_S
     seed: int = 1
-    accounts: list[str] = field(default_factory=list)
-    tokens: list[Token] = field(default_factory=list)
+    accounts: list[str] = field(default_factory=list, init=False)
+    tokens: list[Token] = field(default_factory=list, init=False)
     # Block n's timestamp is genesis_timestamp + n * interval_s (read in setup).
-    genesis_timestamp: int = 0
+    genesis_timestamp: int = field(default=0, init=False)
     # Snapshots taken before a block was mined, by the number of the block below it.
-    _marks: dict[int, str] = field(default_factory=dict)
+    _marks: dict[int, str] = field(default_factory=dict, init=False)
     # Each branch draws its transfers from its own seeded generator.
-    _branch: int = 0
+    _branch: int = field(default=0, init=False)
+    _rng: random.Random = field(init=False)
     # The head's number as this Devnet last mined or reverted it (None: ask the node).
-    _head: int | None = None
-    _rng: random.Random = field(default_factory=random.Random)
+    _head: int | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(f"{self.seed}/0")
@@ -90,7 +90,7 @@ class Devnet:
             )
             for i in range(tokens)
         ]
-        blocks = [await self._mine_block(deploys, reorgable)]
+        blocks = [await self.mine_block(deploys, reorgable)]
         receipts = await self.client.request("eth_getBlockReceipts", [quantity(blocks[0].number)])
         self.tokens = [
             Token(str(r["contractAddress"]), f"TT{i}") for i, r in enumerate(receipts or [])
@@ -104,7 +104,7 @@ class Devnet:
             for holder in self.accounts[1:]
         ]
         if hand_out:
-            blocks.append(await self._mine_block(hand_out, reorgable))
+            blocks.append(await self.mine_block(hand_out, reorgable))
         return blocks
 
     async def head(self) -> dict[str, Any]:
@@ -127,7 +127,7 @@ class Devnet:
         mined = []
         for _ in range(blocks):
             mined.append(
-                await self._mine_block(self._transfers(token_transfers, eth_transfers), reorgable)
+                await self.mine_block(self._transfers(token_transfers, eth_transfers), reorgable)
             )
         return mined
 
@@ -170,7 +170,7 @@ class Devnet:
         branch = []
         for _ in range(depth if new_blocks is None else new_blocks):
             txs = self._transfers(token_transfers, eth_transfers)
-            branch.append(await self._mine_block(txs, True, shift_s=1))
+            branch.append(await self.mine_block(txs, True, shift_s=1))
         return Reorg(fork, depth, old_hashes, branch)
 
     async def run_live(
@@ -209,9 +209,12 @@ class Devnet:
             txs.append(_send(sender, receiver, ETH_TRANSFER_GAS, value=rng.randrange(1, 10**15)))
         return txs
 
-    async def _mine_block(
-        self, txs: list[dict[str, Any]], reorgable: bool, shift_s: int = 0
+    async def mine_block(
+        self, txs: list[dict[str, Any]], reorgable: bool = False, shift_s: int = 0
     ) -> MinedBlock:
+        """Mine one block holding exactly ``txs`` (``eth_sendTransaction`` objects from
+        unlocked accounts, with ``gas``), stamped ``interval_s`` after the one below
+        (plus ``shift_s``)."""
         if self._head is None:
             self._head = parse_quantity((await self.head())["number"])
         number = self._head

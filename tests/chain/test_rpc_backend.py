@@ -1,0 +1,288 @@
+"""``io.rpc`` through the IO door (IoRouter + TaskIoScope) against a real anvil:
+shapes, reads at the block a hash names, writes refused before anything is sent,
+unknown methods, NOT_FOUND, bad arguments, answers too large; and which reads a
+cache may keep (``immutable``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from support import free_port
+
+from blockx_chain.contracts import TRANSFER_TOPIC, balance_of_data
+from blockx_chain.devnet import Anvil, Devnet
+from blockx_chain.devnet.generator import TOKEN_SUPPLY
+from blockx_chain.rpc import JsonRpcClient
+from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
+from blockx_server.io.config import open_router
+from blockx_server.io.errors import IoErrorKind, IoOutcome
+from blockx_server.io.router import IoRouter
+from blockx_server.io.scope import TaskIoScope
+
+FRESH = "0x000000000000000000000000000000000000b10c"
+UNKNOWN_HASH = "0x" + "11" * 32
+
+
+@dataclass(frozen=True)
+class Chain:
+    url: str
+    token: str
+    owner: str
+    before: dict[str, Any]  # the block below the one that paid FRESH
+    paid: dict[str, Any]  # the block that paid FRESH 12345 wei
+    payment: str  # that transaction's hash
+    head: int
+
+
+_chains: dict[str, Chain] = {}
+
+
+@pytest_asyncio.fixture
+async def chain(anvil: Anvil) -> Chain:
+    """Tokens, 3 blocks of transfers, a block paying FRESH, 2 more blocks (mined once
+    per module)."""
+    if anvil.url not in _chains:
+        async with JsonRpcClient(anvil.url) as client:
+            devnet = Devnet(client)
+            await devnet.setup(tokens=1)
+            below = (await devnet.mine(3))[-1]
+            pay = {"from": devnet.accounts[19], "to": FRESH, "value": hex(12345), "gas": "0x5208"}
+            paid = await devnet.mine_block([pay])
+            await devnet.mine(2)
+            before = await client.request("eth_getBlockByNumber", [hex(below.number), False])
+            block = await client.request("eth_getBlockByNumber", [hex(paid.number), False])
+            _chains[anvil.url] = Chain(
+                anvil.url,
+                devnet.tokens[0].address,
+                devnet.accounts[0],
+                before,
+                block,
+                block["transactions"][0],
+                paid.number + 2,
+            )
+    return _chains[anvil.url]
+
+
+@pytest_asyncio.fixture
+async def backend(chain: Chain) -> AsyncIterator[RpcBackend]:
+    rpc = RpcBackend(JsonRpcClient(chain.url))
+    yield rpc
+    await rpc.aclose()
+
+
+@pytest.fixture
+def scope(backend: RpcBackend) -> TaskIoScope:
+    return TaskIoScope(IoRouter([backend]), "t-rpc")
+
+
+def value(outcome: IoOutcome) -> Any:
+    assert outcome.ok, outcome.error
+    return json.loads(outcome.value_json)
+
+
+async def read(scope: TaskIoScope, op: str, *args: Any, **kwargs: Any) -> Any:
+    return value(await scope.request("rpc", op, list(args), kwargs))
+
+
+async def test_reads_have_the_shapes_functions_are_promised(
+    scope: TaskIoScope, chain: Chain
+) -> None:
+    assert await read(scope, "chain_id") == 31337
+    assert await read(scope, "block_number") == chain.head
+    assert await read(scope, "balance", FRESH) == "12345"
+    code = await read(scope, "code", chain.token)
+    assert code.startswith("0x60")
+    assert await read(scope, "code", FRESH) == "0x"
+    # TestToken's storage: name (0), symbol (1), totalSupply (2).
+    assert int(await read(scope, "storage", chain.token, 2), 16) == TOKEN_SUPPLY
+    assert int(await read(scope, "storage", chain.token, "0x2", "latest"), 16) == TOKEN_SUPPLY
+    owned = await read(scope, "call", chain.token, balance_of_data(chain.owner))
+    assert 0 < int(owned, 16) < TOKEN_SUPPLY
+
+    block = await read(scope, "block", int(chain.paid["number"], 16))
+    assert block["hash"] == chain.paid["hash"]
+    assert block["transactions"] == [chain.payment]
+    full = await read(scope, "block", chain.paid["hash"], full=True)
+    assert full["transactions"][0]["to"] == FRESH
+    assert (await read(scope, "block", "latest"))["number"] == hex(chain.head)
+    receipt = await read(scope, "receipt", chain.payment)
+    assert receipt["status"] == "0x1"
+    logs = await read(scope, "logs", 1, chain.head, address=chain.token, topics=[TRANSFER_TOPIC])
+    assert logs
+    assert {log["address"] for log in logs} == {chain.token}
+    assert await read(scope, "request", "eth_getBalance", [FRESH, "latest"]) == hex(12345)
+    assert await read(scope, "request", "eth_chainId") == "0x7a69"
+
+
+async def test_state_is_read_at_exactly_the_block_a_hash_names(
+    scope: TaskIoScope, chain: Chain
+) -> None:
+    before, paid = chain.before["hash"], chain.paid["hash"]
+    assert await read(scope, "balance", FRESH, before) == "0"
+    assert await read(scope, "balance", FRESH, paid) == "12345"
+    assert await read(scope, "balance", FRESH, {"blockHash": before}) == "0"
+    assert await read(scope, "balance", FRESH, {"blockHash": paid, "requireCanonical": True}) == (
+        "12345"
+    )
+    assert await read(scope, "balance", FRESH, int(chain.before["number"], 16)) == "0"
+    assert await read(scope, "balance", FRESH, {"blockNumber": chain.paid["number"]}) == "12345"
+    assert await read(scope, "code", chain.token, before) == await read(scope, "code", chain.token)
+
+
+WRITES = [
+    ("eth_sendTransaction", [{"from": "0x" + "00" * 20}]),
+    ("eth_sendRawTransaction", ["0x00"]),
+    ("eth_sign", ["0x" + "00" * 20, "0x00"]),
+    ("eth_signTypedData_v4", []),
+    ("personal_sign", []),
+    ("anvil_mine", [5]),
+    ("anvil_setBalance", [FRESH, "0x1"]),
+    ("evm_mine", []),
+    ("evm_revert", ["0x1"]),
+    ("hardhat_mine", []),
+    ("miner_start", []),
+    ("admin_addPeer", []),
+    ("debug_setHead", ["0x1"]),
+]
+
+
+@pytest.mark.parametrize(("method", "params"), WRITES)
+async def test_a_state_changing_method_is_refused_before_anything_is_sent(
+    scope: TaskIoScope, backend: RpcBackend, chain: Chain, method: str, params: list[Any]
+) -> None:
+    outcome = await scope.request("rpc", "request", [method, params])
+    assert outcome.error_kind == IoErrorKind.WRITE_FORBIDDEN
+    assert outcome.write_forbidden
+    assert not outcome.retryable
+    assert method in outcome.error
+    assert backend.client.stats.http_requests == 0
+    # Not even a Writer Plugin's scope may write through io.rpc.
+    writer = await scope.writer().request("rpc", "request", [method, params])
+    assert writer.error_kind == IoErrorKind.WRITE_FORBIDDEN
+    assert await read(scope, "block_number") == chain.head
+
+
+FAILURES = [
+    # (op, args, kwargs, kind, words)
+    ("request", ["eth_foo", []], {}, IoErrorKind.UNKNOWN_OP, "does not allow 'eth_foo'"),
+    ("request", ["net_version", []], {}, IoErrorKind.UNKNOWN_OP, "eth_getLogs"),
+    ("request", ["eth_getBlockByNumber", ["0x2710", False]], {}, IoErrorKind.NOT_FOUND, "know"),
+    ("request", ["eth_getBalance", "x"], {}, IoErrorKind.BAD_REQUEST, "params: list"),
+    ("block", [10_000], {}, IoErrorKind.NOT_FOUND, "eth_getBlockByNumber"),
+    ("block", [UNKNOWN_HASH], {}, IoErrorKind.NOT_FOUND, "eth_getBlockByHash"),
+    ("receipt", [UNKNOWN_HASH], {}, IoErrorKind.NOT_FOUND, "eth_getTransactionReceipt"),
+    ("balance", [FRESH, UNKNOWN_HASH], {}, IoErrorKind.NOT_FOUND, "not found"),
+    ("logs", [1, 10_000], {}, IoErrorKind.NOT_FOUND, "0x2710"),
+    ("balance", ["0xnothex"], {}, IoErrorKind.BAD_REQUEST, "an address is 0x"),
+    ("balance", [FRESH, "yesterday"], {}, IoErrorKind.BAD_REQUEST, "a block is a number"),
+    ("balance", [FRESH, -1], {}, IoErrorKind.BAD_REQUEST, "not negative"),
+    ("block", [True], {}, IoErrorKind.BAD_REQUEST, "not a bool"),
+    ("block", [1], {"full": "yes"}, IoErrorKind.BAD_REQUEST, "full is a bool"),
+    ("storage", [FRESH, "slot"], {}, IoErrorKind.BAD_REQUEST, "storage slot"),
+    ("call", [FRESH, "0x1"], {}, IoErrorKind.BAD_REQUEST, "whole bytes"),
+    ("balance", [], {}, IoErrorKind.BAD_REQUEST, "balance(address"),
+    ("chain_id", [1], {}, IoErrorKind.BAD_REQUEST, "chain_id()"),
+    ("transfer", [], {}, IoErrorKind.UNKNOWN_OP, "no operation 'transfer'"),
+]
+
+
+@pytest.mark.parametrize(("op", "args", "kwargs", "kind", "words"), FAILURES)
+async def test_failures(
+    scope: TaskIoScope,
+    op: str,
+    args: list[Any],
+    kwargs: dict[str, Any],
+    kind: IoErrorKind,
+    words: str,
+) -> None:
+    outcome = await scope.request("rpc", op, args, kwargs)
+    assert outcome.error_kind == kind, outcome.error
+    assert words in outcome.error
+    assert not outcome.retryable
+
+
+async def test_an_answer_too_large_is_bad_request(chain: Chain) -> None:
+    backend = RpcBackend(JsonRpcClient(chain.url, max_response_bytes=2048))
+    try:
+        outcome = await IoRouter([backend]).execute("rpc", "code", [chain.token], {}, writes=False)
+    finally:
+        await backend.aclose()
+    assert outcome.error_kind == IoErrorKind.BAD_REQUEST
+    assert "RPC_MAX_RESPONSE_BYTES" in outcome.error
+
+
+async def test_an_unreachable_node_is_retryable_unavailable() -> None:
+    router = open_router(None, rpc=RpcSettings(url=f"http://127.0.0.1:{free_port()}"))
+    outcome = await router.execute("rpc", "block_number", [], {}, writes=False)
+    assert outcome.error_kind == IoErrorKind.UNAVAILABLE
+    assert outcome.retryable
+
+
+def test_without_chain_rpc_url_there_is_no_rpc_backend() -> None:
+    assert open_router(None).names() == ["memory"]
+    assert open_router(None, rpc=RpcSettings(url="http://127.0.0.1:8545")).names() == [
+        "memory",
+        "rpc",
+    ]
+
+
+H = "0x" + "ab" * 32
+IMMUTABLE = [
+    # (op, args, kwargs, immutable with finalized = 100)
+    ("chain_id", [], {}, True),
+    ("block_number", [], {}, False),
+    ("balance", [FRESH], {}, False),
+    ("balance", [FRESH, "latest"], {}, False),
+    ("balance", [FRESH, "pending"], {}, False),
+    ("balance", [FRESH, "finalized"], {}, False),
+    ("balance", [FRESH, 100], {}, True),
+    ("balance", [FRESH], {"block": 101}, False),
+    ("balance", [FRESH, "0x64"], {}, True),
+    ("balance", [FRESH, H], {}, True),
+    ("balance", [FRESH, {"blockHash": H}], {}, True),
+    ("balance", [FRESH, {"blockHash": H, "requireCanonical": True}], {}, False),
+    ("balance", [FRESH, {"blockNumber": "0x10"}], {}, True),
+    ("code", [FRESH, 5], {}, True),
+    ("call", [FRESH, "0x"], {"block": 5}, True),
+    ("call", [FRESH, "0x"], {}, False),
+    ("storage", [FRESH, 0, 100], {}, True),
+    ("storage", [FRESH, 0, 200], {}, False),
+    ("block", [50], {}, True),
+    ("block", [50], {"full": True}, True),
+    ("block", [150], {}, False),
+    ("block", [H], {}, True),
+    ("block", ["latest"], {}, False),
+    ("receipt", [H], {}, False),
+    ("logs", [10, 100], {}, True),
+    ("logs", [10, 101], {}, False),
+    ("logs", ["earliest", 50], {}, False),
+    ("logs", [10, "latest"], {}, False),
+    ("request", ["eth_chainId"], {}, True),
+    ("request", ["eth_blockNumber"], {}, False),
+    ("request", ["eth_getBlockByNumber", ["0x10", False]], {}, True),
+    ("request", ["eth_getBlockByNumber", ["latest", False]], {}, False),
+    ("request", ["eth_getBlockByHash", [H, False]], {}, True),
+    ("request", ["eth_getBalance", [FRESH, "0x10"]], {}, True),
+    ("request", ["eth_getBalance", [FRESH]], {}, False),
+    ("request", ["eth_getStorageAt", [FRESH, "0x0", "0x10"]], {}, True),
+    ("request", ["eth_getLogs", [{"fromBlock": "0x1", "toBlock": "0x10"}]], {}, True),
+    ("request", ["eth_getLogs", [{"fromBlock": "0x1"}]], {}, False),
+    ("request", ["eth_getLogs", [{"blockHash": H}]], {}, True),
+    ("request", ["eth_getTransactionReceipt", [H]], {}, False),
+    ("request", ["eth_gasPrice"], {}, False),
+    ("block", ["nonsense"], {}, False),
+    ("balance", [], {}, False),
+]
+
+
+@pytest.mark.parametrize(("op", "args", "kwargs", "expected"), IMMUTABLE)
+def test_which_reads_can_never_change(
+    op: str, args: list[Any], kwargs: dict[str, Any], expected: bool
+) -> None:
+    backend = RpcBackend(JsonRpcClient("http://127.0.0.1:1"))
+    assert backend.immutable(op, args, kwargs, finalized=100) is expected
