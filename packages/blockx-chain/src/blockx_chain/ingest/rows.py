@@ -19,19 +19,22 @@ class Inconsistent(Exception):
     """A block and its receipts disagree: the node changed between two requests."""
 
 
-def _int(value: Any, what: str) -> int:
-    if not isinstance(value, str) or not value.startswith("0x"):
-        raise ValueError(f"{what} is not a JSON-RPC quantity: {value!r}")
-    return int(value, 16)
-
-
-def _opt_int(value: Any, what: str) -> int | None:
-    return None if value is None else _int(value, what)
+def _opt_int(value: str | None) -> int | None:
+    return None if value is None else int(value, 16)
 
 
 def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRows:
-    """One block's rows; ValueError for an answer missing a required field."""
-    number = _int(block.get("number"), "block number")
+    """One block's rows; ValueError naming the block for an answer that lacks a
+    field or has a malformed one."""
+    try:
+        return _block_rows(block, receipts)
+    except (KeyError, TypeError, ValueError) as exc:
+        what = f"a missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+        raise ValueError(f"block {block.get('number')}: {what}") from None
+
+
+def _block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRows:
+    number = int(block["number"], 16)
     where = f"block {number}"
     block_hash = str(block.get("hash")).lower()
     txs: list[dict[str, Any]] = block.get("transactions") or []
@@ -41,13 +44,13 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
     logs = []
     for tx, receipt in zip(txs, receipts, strict=True):
         if not isinstance(tx, dict):
-            raise ValueError(f"{where}: transactions are hashes, not objects (full=false?)")
+            raise ValueError("transactions are hashes, not objects (full=false?)")
         tx_hash = str(tx.get("hash")).lower()
         if str(receipt.get("transactionHash")).lower() != tx_hash or (
             str(receipt.get("blockHash")).lower() != block_hash
         ):
             raise Inconsistent(f"{where}: a receipt is not of transaction {tx_hash}")
-        index = _int(tx.get("transactionIndex"), f"{where} transactionIndex")
+        index = int(tx["transactionIndex"], 16)
         status = receipt.get("status")
         transactions.append(
             Transaction(
@@ -57,28 +60,26 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
                 block_hash=block_hash,
                 from_address=tx["from"],
                 to_address=tx.get("to"),
-                value=_int(tx.get("value"), f"{where} tx {index} value"),
+                value=int(tx["value"], 16),
                 input=tx.get("input", "0x"),
-                nonce=_int(tx.get("nonce"), f"{where} tx {index} nonce"),
-                gas_limit=_int(tx.get("gas"), f"{where} tx {index} gas"),
-                gas_used=_int(receipt.get("gasUsed"), f"{where} tx {index} gasUsed"),
-                effective_gas_price=_opt_int(
-                    receipt.get("effectiveGasPrice"), f"{where} tx {index} effectiveGasPrice"
-                ),
-                transaction_type=_int(tx.get("type", "0x0"), f"{where} tx {index} type"),
-                success=_opt_int(status, f"{where} tx {index} status"),
+                nonce=int(tx["nonce"], 16),
+                gas_limit=int(tx["gas"], 16),
+                gas_used=int(receipt["gasUsed"], 16),
+                effective_gas_price=_opt_int(receipt.get("effectiveGasPrice")),
+                transaction_type=int(tx.get("type", "0x0"), 16),
+                success=_opt_int(status),
                 contract_address=receipt.get("contractAddress"),
             )
         )
         for log in receipt.get("logs") or []:
             topics: list[str] = log.get("topics") or []
             if len(topics) > 4:
-                raise ValueError(f"{where}: a log has {len(topics)} topics (at most 4)")
+                raise ValueError(f"a log has {len(topics)} topics (at most 4)")
             padded = [*topics, None, None, None, None]
             logs.append(
                 Log(
                     block_number=number,
-                    log_index=_int(log.get("logIndex"), f"{where} logIndex"),
+                    log_index=int(log["logIndex"], 16),
                     transaction_index=index,
                     transaction_hash=tx_hash,
                     block_hash=block_hash,
@@ -95,11 +96,11 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
             block_number=number,
             block_hash=block_hash,
             parent_hash=str(block.get("parentHash")).lower(),
-            timestamp=_int(block.get("timestamp"), f"{where} timestamp"),
+            timestamp=int(block["timestamp"], 16),
             miner=block["miner"],
-            gas_used=_int(block.get("gasUsed"), f"{where} gasUsed"),
-            gas_limit=_int(block.get("gasLimit"), f"{where} gasLimit"),
-            base_fee_per_gas=_opt_int(block.get("baseFeePerGas"), f"{where} baseFeePerGas"),
+            gas_used=int(block["gasUsed"], 16),
+            gas_limit=int(block["gasLimit"], 16),
+            base_fee_per_gas=_opt_int(block.get("baseFeePerGas")),
             transaction_count=len(txs),
         ),
         transactions=transactions,
