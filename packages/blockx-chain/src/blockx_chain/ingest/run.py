@@ -172,6 +172,11 @@ class _Run:
         await self._poll_head()
         start = plan.start_block(self.head, opts.from_block)
         target = self._target()
+        if opts.from_block is not None and opts.from_block > self.node_head and not opts.follow:
+            raise IngestError(
+                f"--from {opts.from_block} is above the node's head {self.node_head}: "
+                "pass --follow to wait for it"
+            )
         if opts.to_block is not None and not opts.follow:
             if opts.to_block > self.node_head:
                 raise IngestError(
@@ -205,7 +210,7 @@ class _Run:
                 next_number = self._fill(pending, next_number, target)
                 restart = await self._write(batch)
                 if restart is not None:
-                    _cancel(pending)
+                    await _cancel(pending)
                     next_number = restart
                     self.summary.from_block = min(self.summary.from_block, restart)
                     # The new branch may be shorter than the old head was.
@@ -213,7 +218,7 @@ class _Run:
                     target = self._target() if opts.follow else min(target, self.node_head)
                 self._report(target)
         finally:
-            _cancel(pending)
+            await _cancel(pending)
         self.summary.seconds = time.monotonic() - self.started
         return self.summary
 
@@ -368,7 +373,10 @@ class _Run:
         await self._set_chain(w)
 
 
-def _cancel(pending: _Pending) -> None:
-    while pending:
-        _, task = pending.popleft()
+async def _cancel(pending: _Pending) -> None:
+    """Stop fetches no longer wanted (their blocks may be of an abandoned branch)."""
+    tasks = [task for _, task in pending]
+    pending.clear()
+    for task in tasks:
         task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
