@@ -264,3 +264,18 @@ def test_a_second_ingest_says_so(tmp_path: Path) -> None:
         finally:
             first.send_signal(signal.SIGTERM)
             assert first.wait(20) == 0
+
+
+def test_chain_devnet_runs_the_devnet_cli() -> None:
+    result = subprocess.run(
+        [blockx(), "chain", "devnet", "--blocks", "2", "--tokens", "1", "--exit"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["head"] == 4  # the token's deployment, its hand-out, two blocks
+    assert len(summary["tokens"]) == 1
