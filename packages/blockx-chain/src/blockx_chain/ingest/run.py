@@ -187,7 +187,7 @@ class _Run:
                 raise IngestError(f"--to {opts.to_block} is below --from {start}")
         self.summary = IngestSummary(from_block=start, to_block=max(target, start - 1))
         next_number = start
-        if opts.from_block is None or start > (self.head or -1):
+        if self.head is not None and start > self.head:
             next_number = await self._check_tip(next_number)
             self.summary.from_block = min(start, next_number)
         pending: _Pending = deque()
