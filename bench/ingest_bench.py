@@ -14,7 +14,10 @@ Prints one JSON line. In one run, against one anvil holding ``--blocks`` blocks 
 * ``sqlite`` and ``postgres``: ``blockx_chain.ingest.ingest`` of the whole chain
   into a fresh database, wall clock from the call to its return (opening the
   database, the chain check and the lock included);
-* ratios to the raw ceiling (goal: SQLite >= 0.8).
+* ratios to the raw ceiling (goal: SQLite >= 0.8);
+* the CPU seconds anvil and this process spent per round: on a small machine
+  anvil's own CPU at the ceiling bounds what ingest's work can add without
+  slowing the node down.
 
 Each figure is the median of ``--rounds`` rounds, the kinds interleaved so drift
 of the machine hits all alike. PostgreSQL is the server at ``--postgres``, or
@@ -26,12 +29,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import statistics
 import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -99,30 +104,65 @@ async def fresh_postgres_db(server_url: str) -> str:
     return f"{base}/{name}"
 
 
+def anvil_cpu_s() -> float:
+    """CPU seconds the anvil child of this process has used so far (Linux /proc)."""
+    me = os.getpid()
+    children = Path(f"/proc/{me}/task/{me}/children").read_text().split()
+    for pid in children:
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "anvil":
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            # utime and stime, fields 14 and 15 of stat (11 and 12 after the name).
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return float("nan")
+
+
+class Measure:
+    """Wall seconds, this process's CPU seconds and anvil's, per kind and round."""
+
+    def __init__(self) -> None:
+        self.wall: dict[str, list[float]] = {}
+        self.cpu: dict[str, list[float]] = {}
+        self.anvil: dict[str, list[float]] = {}
+
+    async def run(self, kind: str, work: Coroutine[Any, Any, float]) -> None:
+        cpu, anvil = time.process_time(), anvil_cpu_s()
+        self.wall.setdefault(kind, []).append(await work)
+        self.cpu.setdefault(kind, []).append(time.process_time() - cpu)
+        self.anvil.setdefault(kind, []).append(anvil_cpu_s() - anvil)
+
+
 async def run(args: argparse.Namespace, url: str, postgres: str | None) -> dict[str, Any]:
     head = await mine(url, args.blocks)
     blocks = head + 1
-    times: dict[str, list[float]] = {"raw": [], "sqlite": []}
-    if postgres is not None:
-        times["postgres"] = []
+    size, flight = args.batch_size, args.in_flight
+    measure = Measure()
     with tempfile.TemporaryDirectory(prefix="ingest-bench-") as folder:
         for round_ in range(args.rounds):
-            times["raw"].append(await raw_ceiling(url, head, args.batch_size, args.in_flight))
+            await measure.run("raw", raw_ceiling(url, head, size, flight))
             db = f"sqlite:///{folder}/round{round_}.db"
-            times["sqlite"].append(await ingest_seconds(url, db, args.batch_size, args.in_flight))
+            await measure.run("sqlite", ingest_seconds(url, db, size, flight))
             if postgres is not None:
                 db = await fresh_postgres_db(postgres)
-                seconds = await ingest_seconds(url, db, args.batch_size, args.in_flight)
-                times["postgres"].append(seconds)
-    rate = {kind: blocks / statistics.median(values) for kind, values in times.items()}
+                await measure.run("postgres", ingest_seconds(url, db, size, flight))
+    rate = {kind: blocks / statistics.median(values) for kind, values in measure.wall.items()}
     result: dict[str, Any] = {
         "blocks": blocks,
         "transactions_per_block": 12,
-        "batch_size": args.batch_size,
-        "in_flight": args.in_flight,
+        "batch_size": size,
+        "in_flight": flight,
         "rounds": args.rounds,
+        "cores": os.cpu_count(),
         "blocks_per_s": {kind: round(value, 1) for kind, value in rate.items()},
         "sqlite_vs_raw": round(rate["sqlite"] / rate["raw"], 3),
+        # Where the time goes: anvil's CPU and this process's (the ingest, or the
+        # raw client), median per round.
+        "cpu_s": {
+            kind: {
+                "anvil": round(statistics.median(measure.anvil[kind]), 3),
+                "bench": round(statistics.median(measure.cpu[kind]), 3),
+            }
+            for kind in measure.wall
+        },
     }
     if postgres is not None:
         result["postgres_vs_raw"] = round(rate["postgres"] / rate["raw"], 3)
