@@ -6,6 +6,7 @@ one ingest at a time, follow mode."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -15,8 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import httpx
 import pytest
 import pytest_asyncio
+from rpc_scripted import ScriptedRpcServer, error
 from support import wait_until
 
 from blockx_chain.devnet import Anvil, Devnet
@@ -459,3 +462,62 @@ def _blockx() -> str:
     binary = shutil.which("blockx")
     assert binary is not None
     return binary
+
+
+class Proxy:
+    """A node in front of anvil that lacks eth_getBlockReceipts, and that answers
+    its next ``busy`` requests for blocks in full with HTTP 503 (a node under load)."""
+
+    def __init__(self, upstream: str, busy: int = 0) -> None:
+        self.upstream = upstream
+        self.busy = busy
+        self.methods: list[str] = []
+        self.http = httpx.AsyncClient()
+
+    async def __call__(self, request: Any) -> tuple[int, bytes]:
+        requests = request if isinstance(request, list) else [request]
+        if self.busy > 0 and any(_full_block(r) for r in requests):
+            self.busy -= 1
+            return 503, b"busy"
+        self.methods += [r["method"] for r in requests]
+        missing = [r for r in requests if r["method"] == "eth_getBlockReceipts"]
+        forwarded = [r for r in requests if r["method"] != "eth_getBlockReceipts"]
+        answers = [error(r, -32601, "Method not found") for r in missing]
+        if forwarded:
+            upstream = await self.http.post(self.upstream, json=forwarded)
+            answers += upstream.json()
+        body = answers if isinstance(request, list) else answers[0]
+        return 200, json.dumps(body).encode()
+
+
+def _full_block(request: dict[str, Any]) -> bool:
+    return request["method"] == "eth_getBlockByNumber" and request["params"][1] is True
+
+
+async def test_a_node_without_block_receipts_gets_one_request_per_transaction(
+    node: Anvil, client: JsonRpcClient, db_url: str, store: BlockStore
+) -> None:
+    await devnet(client, 10)
+    proxy = Proxy(node.url)
+    async with ScriptedRpcServer(proxy) as server:
+        summary = await ingest(server.url, parse_blockdb_url(db_url), IngestOptions())
+    await proxy.http.aclose()
+    assert summary.blocks == 13
+    assert "eth_getTransactionReceipt" in proxy.methods
+    await assert_matches_node(store, client)
+
+
+async def test_a_busy_node_is_retried(
+    node: Anvil, client: JsonRpcClient, db_url: str, store: BlockStore
+) -> None:
+    net = await devnet(client, 10)
+    proxy = Proxy(node.url)
+    async with ScriptedRpcServer(proxy) as server:
+        await ingest(server.url, parse_blockdb_url(db_url), IngestOptions())
+        await net.mine(5)
+        proxy.busy = 3  # the next batches meet HTTP 503 three times
+        summary = await ingest(server.url, parse_blockdb_url(db_url), IngestOptions())
+    await proxy.http.aclose()
+    assert proxy.busy == 0  # every 503 was met, and retried
+    assert summary.blocks == 5
+    await assert_matches_node(store, client)
