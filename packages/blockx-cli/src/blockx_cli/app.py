@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from blockx_cli.commands import dev, function, task, version, workers
+from blockx_cli.commands import chain, dev, function, task, version, workers
 from blockx_cli.settings import Settings
 
 app = typer.Typer(
@@ -28,6 +28,7 @@ app = typer.Typer(
 for commands in (task.app, function.app, workers.app, dev.app, version.app):
     app.add_typer(commands)
 app.add_typer(dev.group, name="dev")
+app.add_typer(chain.group, name="chain")
 
 
 @app.callback()

@@ -1,0 +1,111 @@
+"""Fetching a batch of blocks from the node: blocks in full and their receipts, in
+one JSON-RPC batch, retried when the node is busy or changed between requests."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import random
+from collections.abc import Sequence
+from typing import Any, Final
+
+from blockx_chain.ingest.errors import NodeUnusable
+from blockx_chain.ingest.rows import Inconsistent, block_rows
+from blockx_chain.rpc import EthRpc, RpcError, parse_quantity, quantity
+from blockx_chain.schema import BlockRows
+
+RETRY_ATTEMPTS: Final = 6
+RETRY_BASE_S: Final = 0.1
+RETRY_MAX_S: Final = 3.0
+
+
+def backoff_s(attempt: int) -> float:
+    """Jittered exponential back-off before retry ``attempt`` (1, 2, ...)."""
+    ceiling: float = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (attempt - 1))
+    return random.uniform(ceiling / 2, ceiling)
+
+
+class BatchFetcher:
+    def __init__(self, eth: EthRpc, attempts: int = RETRY_ATTEMPTS) -> None:
+        self.eth = eth
+        self.attempts = attempts
+
+    async def blocks(self, numbers: range) -> list[BlockRows]:
+        """Rows of ``numbers``, a chain (each block's parent is the one before); a
+        node that keeps failing or changing is NodeUnusable."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                return await self._once(numbers)
+            except RpcError as exc:
+                if not exc.retryable or attempt == self.attempts:
+                    raise NodeUnusable(f"blocks {_span(numbers)}: {exc.message}") from None
+            except Inconsistent as exc:
+                if attempt == self.attempts:
+                    raise NodeUnusable(
+                        f"blocks {_span(numbers)}: the node keeps changing them ({exc})"
+                    ) from None
+            await asyncio.sleep(backoff_s(attempt))
+        raise AssertionError("unreachable")
+
+    async def _once(self, numbers: range) -> list[BlockRows]:
+        wanted = list(numbers)
+        # Issued in one loop turn, both go out in the same JSON-RPC batch.
+        blocks, receipts = await asyncio.gather(
+            self.eth.get_blocks(wanted, full=True), self.eth.get_block_receipts(wanted)
+        )
+        try:
+            rows = [block_rows(b, r) for b, r in zip(blocks, receipts, strict=True)]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise NodeUnusable(f"blocks {_span(numbers)}: an unusable answer: {exc}") from None
+        for before, after in itertools.pairwise(rows):
+            if after.block.parent_hash != before.block.block_hash:
+                raise Inconsistent(f"block {after.block.block_number} is not on its parent")
+        return rows
+
+    async def hashes(self, numbers: Sequence[int]) -> dict[int, str]:
+        """The node's block hashes, for a fork walk (headers only)."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                blocks = await self.eth.get_blocks(list(numbers), full=False)
+                return {parse_quantity(b["number"]): str(b["hash"]).lower() for b in blocks}
+            except RpcError as exc:
+                if not exc.retryable or attempt == self.attempts:
+                    raise NodeUnusable(f"fork walk: {exc.message}") from None
+            await asyncio.sleep(backoff_s(attempt))
+        raise AssertionError("unreachable")
+
+    async def head(self) -> tuple[int, int | None]:
+        """The node's head and its finalized block (None when it reports none)."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                head, finalized = await asyncio.gather(
+                    self.eth.block_number(), self.eth.finalized_block()
+                )
+                return head, finalized
+            except RpcError as exc:
+                if not exc.retryable or attempt == self.attempts:
+                    raise NodeUnusable(f"the node's head: {exc.message}") from None
+            await asyncio.sleep(backoff_s(attempt))
+        raise AssertionError("unreachable")
+
+
+async def node_identity(eth: EthRpc) -> tuple[int, str]:
+    """The chain id and genesis hash, asked once (no retry: a node that does not
+    answer at the start is reported at once)."""
+    try:
+        chain_id, genesis = await asyncio.gather(
+            eth.chain_id(), eth.client.request("eth_getBlockByNumber", [quantity(0), False])
+        )
+    except RpcError as exc:
+        raise NodeUnusable(exc.message) from None
+    if not isinstance(genesis, dict) or not isinstance(genesis.get("hash"), str):
+        raise NodeUnusable(
+            f"the node at {eth.client.url} has no genesis block"
+            + (" (it prunes its history)" if genesis is None else "")
+        )
+    hash_: Any = genesis["hash"]
+    return chain_id, str(hash_).lower()
+
+
+def _span(numbers: range) -> str:
+    return f"{numbers.start}..{numbers.stop - 1}"

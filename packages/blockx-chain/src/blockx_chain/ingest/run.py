@@ -1,0 +1,382 @@
+"""One ingest run: fill the block database from a node, reorg-aware.
+
+The run:
+
+1. asks the node its chain id, genesis block and head (a node that does not answer
+   is reported before anything is opened or written);
+2. opens the database, takes the run's ingest lock (one ingest per database), and
+   records or checks the chain (``init_chain``: a database of another chain is
+   refused);
+3. checks the stored head against the node (a reorg at the same height shows
+   only there);
+4. fetches batches of blocks, ``in_flight`` of them at a time, and writes them in
+   order, one database transaction per batch. Each batch is compared with the
+   stored blocks around it (``plan.check_batch``): it extends the chain, or the
+   stored branch is no longer the node's, and the run walks back to the fork
+   point, deletes every row above it, records the reorg (one transaction) and
+   goes on from the fork;
+5. with ``follow``, polls the node's head until ``stop`` is set, then returns after
+   the transaction under way.
+
+The decisions are the pure functions of ``blockx_chain.ingest.plan``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import msgspec
+
+from blockx_chain.ingest import plan
+from blockx_chain.ingest.errors import IngestError
+from blockx_chain.ingest.fetch import BatchFetcher, node_identity
+from blockx_chain.ingest.lock import ingest_lock
+from blockx_chain.rpc import EthRpc, JsonRpcClient
+from blockx_chain.schema import BLOCKS, ERC20_TRANSFERS, LOGS, TRANSACTIONS, BlockRows, RowError
+from blockx_chain.store import BlockStore, BlockWriter, open_store
+from blockx_chain.url import BlockDbUrl
+
+DEFAULT_IN_FLIGHT = 4
+DEFAULT_POLL_INTERVAL_S = 1.0
+
+
+class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):
+    from_block: int | None = None  # None: the stored head + 1, or 0 when empty
+    to_block: int | None = None  # None: the node's head ("latest")
+    follow: bool = False
+    confirmations: int = plan.DEFAULT_CONFIRMATIONS
+    batch_size: int = plan.DEFAULT_BATCH_SIZE
+    max_reorg_depth: int = plan.DEFAULT_MAX_REORG_DEPTH
+    allow_deep_reorg: bool = False
+    in_flight: int = DEFAULT_IN_FLIGHT
+    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+
+    def check(self) -> None:
+        for name, value, least in (
+            ("batch size", self.batch_size, 1),
+            ("confirmations", self.confirmations, 0),
+            ("max reorg depth", self.max_reorg_depth, 1),
+            ("batches in flight", self.in_flight, 1),
+        ):
+            if value < least:
+                raise IngestError(f"the {name} must be {least} or more, got {value}")
+        if self.to_block is not None and self.to_block < 0:
+            raise IngestError(f"--to must be 0 or more, got {self.to_block}")
+
+
+class IngestSummary(msgspec.Struct, kw_only=True):
+    """This run's work: ``from_block`` the lowest block it wrote or meant to (a reorg
+    takes it down to the fork point + 1), ``to_block`` the highest it aimed for."""
+
+    from_block: int
+    to_block: int
+    blocks: int = 0
+    transactions: int = 0
+    logs: int = 0
+    erc20_transfers: int = 0
+    reorgs: int = 0
+    seconds: float = 0.0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "from": self.from_block,
+            "to": self.to_block,
+            "blocks": self.blocks,
+            "transactions": self.transactions,
+            "logs": self.logs,
+            "erc20_transfers": self.erc20_transfers,
+            "reorgs": self.reorgs,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class IngestProgress(msgspec.Struct, frozen=True, kw_only=True):
+    head: int | None  # the stored head
+    node_head: int
+    finalized: int | None
+    blocks: int
+    reorgs: int
+    seconds: float
+
+    @property
+    def lag(self) -> int:
+        return self.node_head - (-1 if self.head is None else self.head)
+
+    @property
+    def blocks_per_s(self) -> float:
+        return self.blocks / self.seconds if self.seconds > 0 else 0.0
+
+
+ProgressCallback = Callable[[IngestProgress], None]
+# Fetches under way, oldest first: written in this order.
+_Pending = deque[tuple[range, "asyncio.Task[list[BlockRows]]"]]
+
+
+async def ingest(
+    rpc_url: str,
+    db_url: BlockDbUrl,
+    options: IngestOptions | None = None,
+    *,
+    stop: asyncio.Event | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> IngestSummary:
+    """Run one ingest; IngestError (or a StoreError) says why it stopped."""
+    options = options or IngestOptions()
+    options.check()
+    async with JsonRpcClient(rpc_url, max_batch=2 * options.batch_size) as client:
+        eth = EthRpc(client)
+        chain_id, genesis = await node_identity(eth)
+        fetcher = BatchFetcher(eth)
+        store = await open_store(db_url)
+        try:
+            async with ingest_lock(db_url):
+                run = _Run(store, fetcher, options, stop or asyncio.Event(), on_progress)
+                return await run.run(chain_id, genesis)
+        finally:
+            await store.close()
+
+
+class _Run:
+    def __init__(
+        self,
+        store: BlockStore,
+        fetcher: BatchFetcher,
+        options: IngestOptions,
+        stop: asyncio.Event,
+        on_progress: ProgressCallback | None,
+    ) -> None:
+        self.store = store
+        self.fetcher = fetcher
+        self.options = options
+        self.stop = stop
+        self.on_progress = on_progress
+        self.started = time.monotonic()
+        self.head: int | None = None
+        self.head_hash: str | None = None
+        self.finalized: int | None = None
+        self.epoch = 0
+        self.node_head = 0
+        self.node_finalized: int | None = None
+
+    async def run(self, chain_id: int, genesis: str) -> IngestSummary:
+        opts = self.options
+        async with self.store.writer() as w:
+            state = await w.init_chain(chain_id, genesis)
+        self.head, self.head_hash = state.head_number, state.head_hash
+        self.finalized, self.epoch = state.finalized_number, state.epoch
+        await self._poll_head()
+        start = plan.start_block(self.head, opts.from_block)
+        target = self._target()
+        if opts.from_block is not None and opts.from_block > self.node_head and not opts.follow:
+            raise IngestError(
+                f"--from {opts.from_block} is above the node's head {self.node_head}: "
+                "pass --follow to wait for it"
+            )
+        if opts.to_block is not None and not opts.follow:
+            if opts.to_block > self.node_head:
+                raise IngestError(
+                    f"--to {opts.to_block} is above the node's head {self.node_head}: "
+                    "pass --follow to wait for it"
+                )
+            if opts.to_block < start:
+                raise IngestError(f"--to {opts.to_block} is below --from {start}")
+        self.summary = IngestSummary(from_block=start, to_block=max(target, start - 1))
+        next_number = start
+        if self.head is not None and start > self.head:
+            next_number = await self._check_tip(next_number)
+            self.summary.from_block = min(start, next_number)
+        pending: _Pending = deque()
+        try:
+            while not self.stop.is_set():
+                next_number = self._fill(pending, next_number, target)
+                if not pending:
+                    if not opts.follow or self._reached_to(next_number):
+                        break
+                    await self._wait(opts.poll_interval_s)
+                    await self._poll_head()
+                    target = self._target()
+                    next_number = await self._check_tip(next_number)
+                    self.summary.from_block = min(self.summary.from_block, next_number)
+                    self._report(target)
+                    continue
+                _, task = pending.popleft()
+                batch = await task
+                # Keep in_flight batches coming while this one is written.
+                next_number = self._fill(pending, next_number, target)
+                restart = await self._write(batch)
+                if restart is not None:
+                    await _cancel(pending)
+                    next_number = restart
+                    self.summary.from_block = min(self.summary.from_block, restart)
+                    # The new branch may be shorter than the old head was.
+                    await self._poll_head()
+                    target = self._target() if opts.follow else min(target, self.node_head)
+                self._report(target)
+        finally:
+            await _cancel(pending)
+        self.summary.seconds = time.monotonic() - self.started
+        return self.summary
+
+    def _fill(self, pending: _Pending, next_number: int, target: int) -> int:
+        """Start fetches until ``in_flight`` are under way; the next block to fetch."""
+        while len(pending) < self.options.in_flight:
+            numbers = plan.next_batch(next_number, target, self.options.batch_size)
+            if numbers is None:
+                break
+            pending.append((numbers, asyncio.create_task(self.fetcher.blocks(numbers))))
+            next_number = numbers.stop
+        return next_number
+
+    def _target(self) -> int:
+        to = self.options.to_block
+        return self.node_head if to is None else min(to, self.node_head)
+
+    def _reached_to(self, next_number: int) -> bool:
+        to = self.options.to_block
+        return to is not None and next_number > to
+
+    async def _wait(self, seconds: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.stop.wait(), seconds)
+
+    async def _poll_head(self) -> None:
+        self.node_head, self.node_finalized = await self.fetcher.head()
+
+    def _report(self, target: int) -> None:
+        self.summary.to_block = max(self.summary.to_block, target)
+        if self.on_progress is not None:
+            self.on_progress(
+                IngestProgress(
+                    head=self.head,
+                    node_head=self.node_head,
+                    finalized=self.finalized,
+                    blocks=self.summary.blocks,
+                    reorgs=self.summary.reorgs,
+                    seconds=time.monotonic() - self.started,
+                )
+            )
+
+    async def _check_tip(self, next_number: int) -> int:
+        """A reorg that kept the height shows only at the stored head: compare it
+        with the node's block there. The block to go on from."""
+        if self.head is None or self.head_hash is None or self.node_head < self.head:
+            # A node behind the database (lagging, or on a shorter branch) is waited
+            # for: its next block above the stored head settles which it is.
+            return next_number
+        node = await self.fetcher.hashes([self.head])
+        if node.get(self.head) == self.head_hash:
+            return next_number
+        fork = await self._reorg(self.head)
+        return min(next_number, fork + 1)
+
+    async def _stored(self, first: int, last: int) -> dict[int, plan.StoredBlock]:
+        rows = await self.store.blocks(max(first, 0), last)
+        return {
+            r["block_number"]: plan.StoredBlock(r["block_hash"], r["parent_hash"]) for r in rows
+        }
+
+    async def _write(self, batch: list[BlockRows]) -> int | None:
+        """Write one fetched batch in one transaction. None when it was written; the
+        block to go on from when a reorg below the batch had to be applied first."""
+        numbers = [b.block.block_number for b in batch]
+        hashes = [b.block.block_hash for b in batch]
+        first, last = numbers[0], numbers[-1]
+        async with self.store.writer() as w:
+            stored = await self._stored(first - 1, last + 1)
+            check = plan.check_batch(numbers, hashes, [b.block.parent_hash for b in batch], stored)
+            match check:
+                case plan.Diverges(fork=None):
+                    pass  # walk back below the batch, outside this transaction
+                case plan.Diverges(fork=int(fork)):
+                    # The batch itself sits on the fork: drop the old branch and
+                    # write the batch in the same transaction.
+                    await self._apply_reorg(w, fork, {fork: stored[fork].hash}, hashes[-1])
+                    await self._insert(w, batch)
+                    return None
+                case plan.Extends():
+                    await self._insert(w, batch)
+                    return None
+        fork = await self._reorg(first - 1)
+        return fork + 1
+
+    async def _insert(self, w: BlockWriter, batch: list[BlockRows]) -> None:
+        try:
+            written = await w.insert_blocks(batch)
+        except RowError as exc:
+            raise IngestError(f"a block breaks the block database's schema: {exc}") from None
+        self.summary.blocks += written[BLOCKS.name]
+        self.summary.transactions += written[TRANSACTIONS.name]
+        self.summary.logs += written[LOGS.name]
+        self.summary.erc20_transfers += written[ERC20_TRANSFERS.name]
+        last = batch[-1].block
+        if self.head is None or last.block_number >= self.head:
+            self.head, self.head_hash = last.block_number, last.block_hash
+        await self._set_chain(w)
+
+    async def _set_chain(self, w: BlockWriter) -> None:
+        self.finalized = plan.finalized_number(
+            self.head, self.options.confirmations, self.node_finalized, self.finalized
+        )
+        await w.set_chain(
+            head_number=self.head,
+            head_hash=self.head_hash,
+            finalized_number=self.finalized,
+            epoch=self.epoch,
+        )
+
+    async def _reorg(self, top: int) -> int:
+        """Walk back from ``top`` to the last block the stored chain shares with the
+        node's, and delete everything above it (one transaction). The fork point."""
+        assert self.head is not None
+        window = plan.walk_window(top, self.head, self.options.max_reorg_depth)
+        node = await self.fetcher.hashes([n for n in window if n <= self.node_head])
+        stored = {n: b.hash for n, b in (await self._stored(window.start, window.stop - 1)).items()}
+        fork = plan.fork_point(stored, node, top)
+        async with self.store.writer() as w:
+            new_head = node.get(top) or node.get(max(node, default=-1), "")
+            await self._apply_reorg(w, fork, stored, new_head)
+        assert fork is not None  # _apply_reorg refused otherwise
+        return fork
+
+    async def _apply_reorg(
+        self, w: BlockWriter, fork: int | None, stored: dict[int, str], new_head_hash: str
+    ) -> None:
+        assert self.head is not None
+        assert self.head_hash is not None
+        decision = plan.plan_reorg(
+            fork,
+            self.head,
+            self.finalized,
+            self.options.max_reorg_depth,
+            self.options.allow_deep_reorg,
+        )
+        fork_number = decision.fork_block_number
+        await w.delete_above(fork_number)
+        await w.record_reorg(
+            detected_at_ms=int(time.time() * 1000),
+            fork_block_number=fork_number,
+            depth=decision.depth,
+            old_head_hash=self.head_hash,
+            new_head_hash=new_head_hash,
+        )
+        self.summary.reorgs += 1
+        self.head, self.head_hash = fork_number, stored[fork_number]
+        if decision.new_epoch:
+            # Blocks once final changed: every read cached under the old epoch drops.
+            self.epoch += 1
+            self.finalized = None
+        await self._set_chain(w)
+
+
+async def _cancel(pending: _Pending) -> None:
+    """Stop fetches no longer wanted (their blocks may be of an abandoned branch)."""
+    tasks = [task for _, task in pending]
+    pending.clear()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,211 @@
+"""Chain data: ``chain ingest`` fills the block database from a node, ``chain devnet``
+starts a local anvil full of token transfers.
+
+Exit codes of ``chain ingest``: 0 done (or stopped by SIGINT/SIGTERM after its
+transaction); 1 refused (another ingest holds the database, a database of another
+chain or schema, a gap, a reorg deeper than allowed or below the finalized block);
+2 usage (a malformed URL or flag); 3 the node or the database cannot be reached.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated
+
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from blockx_chain.ingest import (
+    IngestError,
+    IngestOptions,
+    IngestProgress,
+    IngestSummary,
+    NodeUnusable,
+    ingest,
+)
+from blockx_chain.ingest.plan import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CONFIRMATIONS,
+    DEFAULT_MAX_REORG_DEPTH,
+)
+from blockx_chain.store import StoreError, StoreUnavailable
+from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
+from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
+
+# ``blockx chain ...``
+group = typer.Typer(help="Chain data: the block database and a local devnet.", no_args_is_help=True)
+
+
+def _rpc_url(raw: str | None) -> str:
+    if not raw:
+        fail("no node: pass --rpc or set CHAIN_RPC_URL", EXIT_USAGE)
+    parts = urllib.parse.urlsplit(raw.strip())
+    try:
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
+        fail(f"--rpc must be an http:// or https:// URL of a JSON-RPC node (got {raw!r})", 2)
+    return raw.strip()
+
+
+def _db_url(raw: str | None) -> BlockDbUrl:
+    if not raw:
+        fail("no block database: pass --db or set BLOCKDB_URL", EXIT_USAGE)
+    try:
+        return parse_blockdb_url(raw)
+    except InvalidBlockDbUrl as exc:
+        fail(f"--db {exc}", EXIT_USAGE)
+
+
+def _to_block(raw: str) -> int | None:
+    if raw == "latest":
+        return None
+    if raw.isascii() and raw.isdigit():
+        return int(raw)
+    fail(f"--to must be a block number or latest (got {raw!r})", EXIT_USAGE)
+
+
+def _progress_view(progress: IngestProgress | None) -> Table:
+    table = Table(show_header=True, header_style="bold", box=None)
+    for column in ("blocks", "blocks/s", "head", "node head", "lag", "finalized", "reorgs"):
+        table.add_column(column, justify="right")
+    if progress is not None:
+        table.add_row(
+            str(progress.blocks),
+            f"{progress.blocks_per_s:,.0f}",
+            "-" if progress.head is None else str(progress.head),
+            str(progress.node_head),
+            str(progress.lag),
+            "-" if progress.finalized is None else str(progress.finalized),
+            str(progress.reorgs),
+        )
+    return table
+
+
+@contextmanager
+def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+async def _run(
+    rpc: str, db: BlockDbUrl, options: IngestOptions, live: Live | None
+) -> IngestSummary:
+    stop = asyncio.Event()
+
+    def show(progress: IngestProgress) -> None:
+        if live is not None:
+            live.update(_progress_view(progress))
+
+    with _stop_on_signals(stop):
+        return await ingest(rpc, db, options, stop=stop, on_progress=show)
+
+
+def _exit_code(exc: Exception) -> int:
+    if isinstance(exc, NodeUnusable | StoreUnavailable):
+        return EXIT_SERVICE
+    return EXIT_FAILED
+
+
+@group.command("ingest")
+def chain_ingest(
+    *,
+    rpc: Annotated[
+        str | None,
+        typer.Option(envvar="CHAIN_RPC_URL", help="The node's JSON-RPC URL (http/https)."),
+    ] = None,
+    db: Annotated[
+        str | None,
+        typer.Option(
+            envvar="BLOCKDB_URL",
+            help="The block database: sqlite:////abs.db, sqlite:///rel.db or "
+            "postgresql://user@host:port/db.",
+        ),
+    ] = None,
+    from_block: Annotated[
+        int | None,
+        typer.Option(
+            "--from", min=0, help="First block (default: the stored head + 1, or 0 when empty)."
+        ),
+    ] = None,
+    to: Annotated[str, typer.Option("--to", help="Last block: a number or latest.")] = "latest",
+    follow: Annotated[
+        bool, typer.Option("--follow", help="Keep tailing the head until SIGINT/SIGTERM.")
+    ] = False,
+    confirmations: Annotated[
+        int, typer.Option(min=0, help="Blocks below the head that count as finalized.")
+    ] = DEFAULT_CONFIRMATIONS,
+    batch_size: Annotated[
+        int, typer.Option(min=1, help="Blocks per JSON-RPC batch and per transaction.")
+    ] = DEFAULT_BATCH_SIZE,
+    max_reorg_depth: Annotated[
+        int, typer.Option(min=1, help="The deepest reorg applied; deeper is an error.")
+    ] = DEFAULT_MAX_REORG_DEPTH,
+    allow_deep_reorg: Annotated[
+        bool,
+        typer.Option(
+            "--allow-deep-reorg",
+            help="Apply a reorg below the finalized block (starts a new cache epoch).",
+        ),
+    ] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Fill the block database from a node: batched, resumable and reorg-aware."""
+    rpc_url = _rpc_url(rpc)
+    db_url = _db_url(db)
+    options = IngestOptions(
+        from_block=from_block,
+        to_block=_to_block(to),
+        follow=follow,
+        confirmations=confirmations,
+        batch_size=batch_size,
+        max_reorg_depth=max_reorg_depth,
+        allow_deep_reorg=allow_deep_reorg,
+    )
+    show_live = console.is_terminal and not json_output
+    try:
+        if show_live:
+            with Live(_progress_view(None), console=console, refresh_per_second=4) as live:
+                summary = asyncio.run(_run(rpc_url, db_url, options, live))
+        else:
+            summary = asyncio.run(_run(rpc_url, db_url, options, None))
+    except (IngestError, StoreError) as exc:
+        fail(str(exc), _exit_code(exc))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    data = summary.as_json()
+    if json_output:
+        Output(console, json_mode=True).emit(data)
+        return
+    console.print(
+        f"ingested blocks {data['from']}..{data['to']}: {data['blocks']} blocks, "
+        f"{data['transactions']} transactions, {data['logs']} logs, "
+        f"{data['erc20_transfers']} ERC-20 transfers, {data['reorgs']} reorgs "
+        f"in {data['seconds']:.1f} s",
+        highlight=False,
+    )
+
+
+@group.command(
+    "devnet",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+    add_help_option=False,
+)
+def chain_devnet(ctx: typer.Context) -> None:
+    """Start anvil, deploy test tokens and mine blocks of transfers (the options of
+    blockx-chain-devnet; --help lists them)."""
+    from blockx_chain.devnet.__main__ import main as devnet_main
+
+    raise typer.Exit(devnet_main(list(ctx.args)))

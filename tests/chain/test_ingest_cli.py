@@ -1,0 +1,281 @@
+"""``blockx chain ingest`` as a real subprocess: the --json summary, follow mode
+stopped by SIGTERM, and bad input — one clear line, an exit code, nothing written."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from blockx_chain.devnet import Anvil, AnvilOptions, Devnet
+from blockx_chain.rpc import JsonRpcClient
+from blockx_chain.store import open_store
+from blockx_chain.url import parse_blockdb_url
+
+ROOT = Path(__file__).resolve().parents[2]
+SUMMARY_KEYS = {
+    "from",
+    "to",
+    "blocks",
+    "transactions",
+    "logs",
+    "erc20_transfers",
+    "reorgs",
+    "seconds",
+}
+
+
+def blockx() -> str:
+    binary = shutil.which("blockx")
+    assert binary is not None
+    return binary
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CHAIN_RPC_URL", "BLOCKDB_URL")}
+    return {**env, **extra}
+
+
+def ingest_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [blockx(), "chain", "ingest", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env=env or clean_env(),
+        check=False,
+    )
+
+
+def assert_one_line(result: subprocess.CompletedProcess[str], code: int, words: str) -> None:
+    assert result.returncode == code, result.stdout + result.stderr
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    assert words in lines[0]
+
+
+def mine(url: str, blocks: int) -> int:
+    """Set up the devnet's tokens and mine ``blocks`` blocks; the head."""
+
+    async def go() -> int:
+        async with JsonRpcClient(url) as client:
+            net = Devnet(client)
+            await net.setup(tokens=2)
+            mined = await net.mine(blocks)
+            return mined[-1].number
+
+    return asyncio.run(go())
+
+
+@pytest.fixture(scope="module")
+def chain_node() -> Iterator[tuple[Anvil, int]]:
+    """One anvil for the module's tests, with a short chain; no test adds to it."""
+    with Anvil() as node:
+        yield node, mine(node.url, 20)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/chain.db"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+def test_the_json_summary(chain_node: tuple[Anvil, int], db_url: str) -> None:
+    node, head = chain_node
+    # --rpc and --db default to CHAIN_RPC_URL and BLOCKDB_URL.
+    result = ingest_cli("--json", env=clean_env(CHAIN_RPC_URL=node.url, BLOCKDB_URL=db_url))
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert set(summary) == SUMMARY_KEYS
+    assert (summary["from"], summary["to"], summary["blocks"]) == (0, head, head + 1)
+    assert summary["erc20_transfers"] > 0
+    assert summary["reorgs"] == 0
+    again = json.loads(ingest_cli("--rpc", node.url, "--db", db_url, "--json").stdout)
+    assert (again["from"], again["to"], again["blocks"]) == (head + 1, head, 0)
+
+
+def test_without_json_it_prints_one_summary_line(
+    chain_node: tuple[Anvil, int], tmp_path: Path
+) -> None:
+    node, head = chain_node
+    result = ingest_cli("--rpc", node.url, "--db", f"sqlite:///{tmp_path}/c.db")
+    assert result.returncode == 0, result.stderr
+    assert f"ingested blocks 0..{head}: {head + 1} blocks" in result.stdout
+
+
+def test_follow_stops_on_sigterm_after_its_transaction(tmp_path: Path) -> None:
+    db = tmp_path / "follow.db"
+    with Anvil() as node:
+        head = mine(node.url, 3)
+        args = ["--rpc", node.url, "--db", f"sqlite:///{db}", "--follow", "--json"]
+        proc = subprocess.Popen(
+            [blockx(), "chain", "ingest", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+            env=clean_env(),
+        )
+        try:
+            wait_for_head(db, head)
+            more = mine(node.url, 2)  # two more setup blocks, then two
+            wait_for_head(db, more)
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=20)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert proc.returncode == 0, err
+    summary = json.loads(out)
+    assert (summary["from"], summary["to"], summary["blocks"]) == (0, more, more + 1)
+
+
+def stored_head(db: Path) -> int | None:
+    if not db.exists():
+        return None
+    with sqlite3.connect(db) as conn:
+        try:
+            row = conn.execute("SELECT head_number FROM chain").fetchone()
+        except sqlite3.OperationalError:
+            return None
+    return None if row is None else row[0]
+
+
+def wait_for_head(db: Path, number: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while stored_head(db) != number:
+        assert time.monotonic() < deadline, f"the database never reached block {number}"
+        time.sleep(0.05)
+
+
+# -- bad input ----------------------------------------------------------------------
+
+
+RPC = "http://127.0.0.1:8545"
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["--rpc", "localhost:8545"], "--rpc must be an http:// or https:// URL"),
+        (["--rpc", "ftp://127.0.0.1:8545"], "--rpc must be an http:// or https:// URL"),
+        (["--rpc", "http://127.0.0.1:99999"], "--rpc must be an http:// or https:// URL"),
+        (["--rpc", RPC, "--db", "sqlite://rel.db"], "--db must be sqlite:////abs/path.db"),
+        (["--rpc", RPC, "--db", "mysql://host/db"], "unknown scheme"),
+        (["--rpc", RPC, "--to", "soon"], "--to must be a block number or latest"),
+    ],
+)
+def test_malformed_input_is_one_line_and_exit_2(
+    args: list[str], words: str, tmp_path: Path
+) -> None:
+    db = [] if "--db" in args else ["--db", f"sqlite:///{tmp_path}/x.db"]
+    assert_one_line(ingest_cli(*args, *db), 2, words)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_no_node_and_no_database_are_usage_errors() -> None:
+    assert_one_line(ingest_cli("--db", "sqlite:////tmp/x.db"), 2, "CHAIN_RPC_URL")
+    assert_one_line(ingest_cli("--rpc", "http://127.0.0.1:1"), 2, "BLOCKDB_URL")
+
+
+def test_an_unreachable_node_writes_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "never.db"
+    result = ingest_cli("--rpc", "http://127.0.0.1:1", "--db", f"sqlite:///{db}")
+    assert_one_line(result, 3, "cannot reach the node at http://127.0.0.1:1")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_unreachable_database(chain_node: tuple[Anvil, int]) -> None:
+    node, _ = chain_node
+    result = ingest_cli("--rpc", node.url, "--db", "postgresql://postgres@127.0.0.1:1/blocks")
+    assert_one_line(result, 3, "unreachable")
+
+
+def test_a_database_of_another_chain_is_refused(chain_node: tuple[Anvil, int], db_url: str) -> None:
+    node, head = chain_node
+    with Anvil(AnvilOptions(chain_id=999)) as other:
+        mine(other.url, 2)
+        assert ingest_cli("--rpc", other.url, "--db", db_url).returncode == 0
+    before = head_of(db_url)
+    result = ingest_cli("--rpc", node.url, "--db", db_url, "--json")
+    assert_one_line(result, 1, "holds chain 999")
+    assert head_of(db_url) == before
+    assert before is not None
+    assert before["number"] != head
+
+
+def head_of(db_url: str) -> dict[str, object] | None:
+    async def read() -> dict[str, object] | None:
+        store = await open_store(parse_blockdb_url(db_url))
+        try:
+            return await store.head()
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def test_a_database_of_another_schema_is_refused(
+    chain_node: tuple[Anvil, int], tmp_path: Path
+) -> None:
+    node, _ = chain_node
+    foreign = tmp_path / "foreign.db"
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE blocks (x INTEGER)")
+    newer = tmp_path / "newer.db"
+    with sqlite3.connect(newer) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    for path, words in ((foreign, "no BlockX block database"), (newer, "schema version 99")):
+        before = path.read_bytes()
+        assert_one_line(ingest_cli("--rpc", node.url, "--db", f"sqlite:///{path}"), 1, words)
+        assert path.read_bytes() == before
+
+
+def test_a_second_ingest_says_so(tmp_path: Path) -> None:
+    db = tmp_path / "busy.db"
+    with Anvil() as node:
+        head = mine(node.url, 2)
+        first = subprocess.Popen(
+            [blockx(), "chain", "ingest", "--rpc", node.url, "--db", f"sqlite:///{db}", "--follow"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+            env=clean_env(),
+        )
+        try:
+            wait_for_head(db, head)
+            second = ingest_cli("--rpc", node.url, "--db", f"sqlite:///{db}")
+            assert_one_line(second, 1, "being written by another ingest")
+        finally:
+            first.send_signal(signal.SIGTERM)
+            assert first.wait(20) == 0
+
+
+def test_chain_devnet_runs_the_devnet_cli() -> None:
+    result = subprocess.run(
+        [blockx(), "chain", "devnet", "--blocks", "2", "--tokens", "1", "--exit"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["head"] == 4  # the token's deployment, its hand-out, two blocks
+    assert len(summary["tokens"]) == 1
