@@ -13,6 +13,7 @@ writer primitives below; the SQL is shared, with ``?`` placeholders.
 from __future__ import annotations
 
 import abc
+import asyncio
 from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
@@ -88,7 +89,9 @@ class BlockWriter(abc.ABC):
         checked first: a RowError writes nothing. Returns the rows written per table."""
         if not blocks:
             return {t.name: 0 for t in BLOCK_TABLES}
-        rows = block_row_sets(blocks)
+        # Checking every cell is CPU work: off the event loop, so fetches of the next
+        # batches go on meanwhile.
+        rows = await asyncio.to_thread(block_row_sets, blocks)
         numbers = [b.block.block_number for b in blocks]
         if len(set(numbers)) != len(numbers):
             raise StoreError("insert_blocks was given the same block number twice")
