@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import shutil
 import signal
 import subprocess
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 from grpclib.client import Channel
 from grpclib.const import Status
@@ -16,7 +19,7 @@ from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from support import free_port, wait_until
 
-from blockx_proto import coordinator_v1
+from blockx_proto import coordinator_v1, worker_v1
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -212,3 +215,36 @@ def _get(url: str) -> str:
     with urllib.request.urlopen(url, timeout=5) as response:
         body: bytes = response.read()
     return body.decode()
+
+
+def call_list_task(task_id: str, function: str, calls: list[list[Any]]) -> worker_v1.TaskInput:
+    """A worker.v1 task: ``function`` once per argument list, outputs returned."""
+    return worker_v1.TaskInput(
+        task_id=task_id,
+        function_call_config=worker_v1.FunctionCallConfig(
+            type="CallListCallConfig",
+            config=json.dumps({"function": function, "callList": calls}),
+        ),
+        result_handler=worker_v1.ResultHandler(type="ReturnValueResultHandler", config="{}"),
+    )
+
+
+async def run_to_end(
+    stub: worker_v1.WorkerServiceStub, task: worker_v1.TaskInput, timeout: float = 60
+) -> worker_v1.TaskUpdate:
+    """Submit ``task`` without a slot and watch it to its terminal update."""
+    await stub.submit_task(worker_v1.SubmitTaskRequest(task=task))
+    async with asyncio.timeout(timeout):
+        updates = [
+            u async for u in stub.watch_tasks(worker_v1.WatchTasksRequest(task_ids=[task.task_id]))
+        ]
+    final = updates[-1]
+    assert final.is_terminal, final
+    return final
+
+
+def execute_result(update: worker_v1.TaskUpdate) -> worker_v1.ExecuteResult:
+    """The ExecuteResult of a terminal update (which always carries one)."""
+    assert update.result is not None, update
+    assert update.result.execute_result is not None, update
+    return update.result.execute_result

@@ -4,7 +4,6 @@ store's write API; start-up with a bad BLOCKDB_URL or an unusable database."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -17,7 +16,7 @@ from typing import Any
 import pytest
 from chain_rows import GENESIS, TOKEN, block_hash, make_block
 from grpclib.client import Channel
-from processes import SyncInvokerProcess, WorkerProcess
+from processes import SyncInvokerProcess, WorkerProcess, call_list_task, execute_result, run_to_end
 from support import free_port, wait_until
 
 from blockx_chain.schema import SCHEMA_VERSION, TRANSFER_TOPIC
@@ -212,24 +211,10 @@ async def test_finalized_reads_are_served_from_the_cache_and_unfinalized_ones_ne
 async def run_task(
     stub: worker_v1.WorkerServiceStub, task_id: str, function: str, calls: list[list[Any]]
 ) -> list[Any]:
-    task = worker_v1.TaskInput(
-        task_id=task_id,
-        function_call_config=worker_v1.FunctionCallConfig(
-            type="CallListCallConfig",
-            config=json.dumps({"function": function, "callList": calls}),
-        ),
-        result_handler=worker_v1.ResultHandler(type="ReturnValueResultHandler", config="{}"),
-    )
-    await stub.submit_task(worker_v1.SubmitTaskRequest(task=task))
-    async with asyncio.timeout(30):
-        updates = [
-            u async for u in stub.watch_tasks(worker_v1.WatchTasksRequest(task_ids=[task_id]))
-        ]
-    final = updates[-1]
+    """The outputs of a task that must succeed."""
+    final = await run_to_end(stub, call_list_task(task_id, function, calls), timeout=30)
     assert final.state is worker_v1.TaskState.SUCCEEDED, final
-    assert final.result is not None
-    assert final.result.execute_result is not None
-    values: list[Any] = json.loads(final.result.execute_result.plugin_results[0].result)
+    values: list[Any] = json.loads(execute_result(final).plugin_results[0].result)
     return values
 
 

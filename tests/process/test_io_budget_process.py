@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from grpclib.client import Channel
-from processes import WorkerProcess
+from processes import WorkerProcess, call_list_task, execute_result, run_to_end
 from rpc_scripted import ScriptedRpcServer, answer, each
 
 from blockx_proto import worker_v1
@@ -36,26 +36,6 @@ async def balances(n):
 """
 
 DELAY_S = 0.15
-
-
-def _task(task_id: str, function: str, call_list: list[list[Any]]) -> worker_v1.TaskInput:
-    return worker_v1.TaskInput(
-        task_id=task_id,
-        function_call_config=worker_v1.FunctionCallConfig(
-            type="CallListCallConfig",
-            config=json.dumps({"function": function, "callList": call_list}),
-        ),
-        result_handler=worker_v1.ResultHandler(type="ReturnValueResultHandler", config="{}"),
-    )
-
-
-async def _run(stub: worker_v1.WorkerServiceStub, task: worker_v1.TaskInput) -> Any:
-    await stub.submit_task(worker_v1.SubmitTaskRequest(task=task))
-    async with asyncio.timeout(60):
-        updates = [
-            u async for u in stub.watch_tasks(worker_v1.WatchTasksRequest(task_ids=[task.task_id]))
-        ]
-    return updates[-1]
 
 
 async def test_queueing_for_a_slow_node_is_not_charged_but_its_answers_are(
@@ -99,18 +79,20 @@ async def test_queueing_for_a_slow_node_is_not_charged_but_its_answers_are(
             channel = Channel("127.0.0.1", worker.port)
             try:
                 stub = worker_v1.WorkerServiceStub(channel)
-                queued = await _run(stub, _task("t-queued", "balance", [[i] for i in range(8)]))
-                over = await _run(stub, _task("t-over", "balances", [[4]]))
+                queued = await run_to_end(
+                    stub, call_list_task("t-queued", "balance", [[i] for i in range(8)])
+                )
+                over = await run_to_end(stub, call_list_task("t-over", "balances", [[4]]))
             finally:
                 channel.close()
         finally:
             worker.stop()
     assert queued.state is worker_v1.TaskState.SUCCEEDED, queued
-    execute = queued.result.execute_result
+    execute = execute_result(queued)
     assert json.loads(execute.plugin_results[0].result) == ["42"] * 8
     # The node never saw more than one request at a time, so calls did queue.
     assert most_in_flight == 1
     assert over.state is worker_v1.TaskState.FAILED
-    failed = over.result.execute_result
+    failed = execute_result(over)
     assert failed.failure_code == "CALL_FAILED"
     assert "BUDGET_EXCEEDED" in failed.failure_message

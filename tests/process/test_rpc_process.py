@@ -5,7 +5,6 @@ reaching the function, and a malformed CHAIN_RPC_URL refusing start-up."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import shutil
@@ -18,7 +17,14 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from grpclib.client import Channel
-from processes import EXAMPLES, SyncInvokerProcess, WorkerProcess
+from processes import (
+    EXAMPLES,
+    SyncInvokerProcess,
+    WorkerProcess,
+    call_list_task,
+    execute_result,
+    run_to_end,
+)
 from support import free_port
 
 from blockx_chain.devnet import Anvil, Devnet
@@ -149,29 +155,6 @@ async def test_the_sync_invoker_reads_the_chain_and_refuses_writes(
     assert "Traceback" not in invoker.output()
 
 
-def _task(task_id: str, function: str, call_list: list[list[Any]]) -> worker_v1.TaskInput:
-    return worker_v1.TaskInput(
-        task_id=task_id,
-        function_call_config=worker_v1.FunctionCallConfig(
-            type="CallListCallConfig",
-            config=json.dumps({"function": function, "callList": call_list}),
-        ),
-        result_handler=worker_v1.ResultHandler(type="ReturnValueResultHandler", config="{}"),
-    )
-
-
-async def _run(stub: worker_v1.WorkerServiceStub, task: worker_v1.TaskInput) -> Any:
-    await stub.submit_task(worker_v1.SubmitTaskRequest(task=task))
-    async with asyncio.timeout(30):
-        updates = [
-            u async for u in stub.watch_tasks(worker_v1.WatchTasksRequest(task_ids=[task.task_id]))
-        ]
-    final = updates[-1]
-    assert final.is_terminal
-    assert final.result is not None
-    return final
-
-
 async def test_a_worker_reads_the_chain_and_refuses_writes(
     chain: Chain,
     functions_dir: Path,
@@ -193,23 +176,23 @@ async def test_a_worker_reads_the_chain_and_refuses_writes(
         channel = Channel("127.0.0.1", worker.port)
         try:
             stub = worker_v1.WorkerServiceStub(channel)
-            reads = await _run(
+            reads = await run_to_end(
                 stub,
-                _task(
+                call_list_task(
                     "t-rpc-reads",
                     "balance_at",
                     [[FRESH, chain.before_hash], [FRESH, chain.paid_hash], [FRESH, "latest"]],
                 ),
             )
             assert reads.state is worker_v1.TaskState.SUCCEEDED
-            assert reads.result.execute_result is not None
-            plugin = reads.result.execute_result.plugin_results[0]
+            plugin = execute_result(reads).plugin_results[0]
             assert json.loads(plugin.result) == ["0", "777", "777"]
 
-            refused = await _run(stub, _task("t-rpc-write", "mines_and_swallows", [[]]))
+            refused = await run_to_end(
+                stub, call_list_task("t-rpc-write", "mines_and_swallows", [[]])
+            )
             assert refused.state is worker_v1.TaskState.FAILED
-            execute = refused.result.execute_result
-            assert execute is not None
+            execute = execute_result(refused)
             assert execute.failure_code == "CALL_FAILED"
             assert "WRITE_FORBIDDEN" in execute.failure_message
             assert not execute.retryable
