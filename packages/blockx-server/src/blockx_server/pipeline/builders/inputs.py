@@ -28,7 +28,8 @@ class _InputsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 
 def _depth(value: Any) -> int:
-    """How deeply containers nest in ``value`` (a scalar is 0), without recursion."""
+    """How deeply containers nest in ``value`` (a scalar is 0), without recursion;
+    stops counting once past MAX_DEPTH."""
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
@@ -69,7 +70,7 @@ class InputsCallConfig:
                     raise BuilderError(
                         f"{NAME}: inputs[{i}] has key {key!r}, not a keyword argument name"
                     )
-            if _depth(item) - 1 > MAX_DEPTH:
+            if any(_depth(value) > MAX_DEPTH for value in item.values()):
                 raise BuilderError(f"{NAME}: inputs[{i}] nests more than {MAX_DEPTH} levels deep")
             calls.append(RootCall([], dict(item)))
         return CallList(decl.function, calls)
