@@ -45,17 +45,20 @@ def check_where(builder: str, where: dict[str, Any]) -> None:
             )
 
 
+class _TooWide(BuilderError):
+    """The answer would exceed BLOCKDB_MAX_ROWS: read fewer blocks at a time."""
+
+
 async def _read(ctx: TaskContext, op: str, what: str, *args: Any) -> Any:
     outcome = await ctx.io.request("blockdb", op, list(args), {}, retry=True)
     if not outcome.ok:
         # A refused argument (a column the table lacks, a value the column cannot
         # hold) is the config's fault: BAD_REQUEST is not retryable.
-        raise BuilderError.from_io(outcome, what)
+        error = BuilderError.from_io(outcome, what)
+        if outcome.error_kind == IoErrorKind.BAD_REQUEST and "BLOCKDB_MAX_ROWS" in outcome.error:
+            raise _TooWide(error.message)
+        raise error
     return msgspec.json.decode(outcome.value_json)
-
-
-def _too_wide(error: BuilderError) -> bool:
-    return IoErrorKind.BAD_REQUEST in error.message and "BLOCKDB_MAX_ROWS" in error.message
 
 
 class ChainScanner:
@@ -92,8 +95,8 @@ class ChainScanner:
             last = min(end, at + self.chunk - 1)
             try:
                 out.extend(await self._chunk(at, last))
-            except BuilderError as exc:
-                if not _too_wide(exc) or last == at:
+            except _TooWide:
+                if last == at:
                     raise
                 self.chunk = max(1, (last - at + 1) // 2)
                 continue
