@@ -230,6 +230,13 @@ class BlockStore(abc.ABC):
     ) -> list[dict[str, Any]]:
         return await self._read(reads.erc20_transfers(from_block, to_block, token, self.max_rows))
 
+    async def rows(
+        self, table: Any, from_block: Any, to_block: Any = None, where: Any = None
+    ) -> list[dict[str, Any]]:
+        """Rows of chain table ``table`` in ``[from_block, to_block]`` whose columns
+        equal ``where``'s values, ordered by block then index."""
+        return await self._read(reads.rows(table, from_block, to_block, where, self.max_rows))
+
     async def reorgs(self, after_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """Reorgs with an id above ``after_id``, oldest first: a follower's cursor."""
         return await self._fetch(reads.REORGS_SQL, (after_id, limit))

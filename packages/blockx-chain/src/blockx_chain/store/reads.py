@@ -16,7 +16,9 @@ from blockx_chain.schema import (
     LOGS,
     MAX_INTEGER,
     TRANSACTIONS,
+    ColumnType,
     Table,
+    check_value,
 )
 from blockx_chain.store.errors import TooManyRows
 
@@ -146,3 +148,47 @@ def _ranged(
     params.append(max_rows + 1)
     sql = f"{_select(table)} WHERE {' AND '.join(where)} ORDER BY block_number, log_index LIMIT ?"
     return Read(sql, tuple(params), max_rows, f"{op}({', '.join(shown)})")
+
+
+# The tables ``rows`` reads, and the column that orders rows within a block.
+ROW_TABLES: Final = {t.name: t for t in (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS)}
+_ORDER: Final = {
+    "blocks": "block_number",
+    "transactions": "block_number, transaction_index",
+    "logs": "block_number, log_index",
+    "erc20_transfers": "block_number, log_index",
+}
+
+
+def rows(table: Any, from_block: Any, to_block: Any, where: Any, max_rows: int) -> Read:
+    """Rows of one chain table in a block range whose columns equal ``where``'s
+    values. Column names are checked against the schema and values against the
+    column's rule; only ``?`` parameters reach the SQL. A UINT256 column cannot be
+    filtered on (its stored form differs between the engines)."""
+    if not isinstance(table, str) or table not in ROW_TABLES:
+        raise ValueError(f"table must be one of {', '.join(ROW_TABLES)}, got {table!r}")
+    schema = ROW_TABLES[table]
+    start, end = block_range(from_block, to_block)
+    if where is None:
+        where = {}
+    if not isinstance(where, dict):
+        raise TypeError(f"where must be an object of column: value, got {where!r}")
+    columns = {c.name: c for c in schema.columns}
+    clauses = ["block_number BETWEEN ? AND ?"]
+    params: list[Any] = [start, end]
+    shown = [str(start), str(end)]
+    for name, value in sorted(where.items()):
+        column = columns.get(name) if isinstance(name, str) else None
+        if column is None:
+            raise ValueError(f"{table} has no column {name!r} (columns: {', '.join(schema.names)})")
+        if column.type is ColumnType.UINT256:
+            raise ValueError(f"{table}.{name} holds 256-bit numbers and cannot be filtered on")
+        if value is None:
+            clauses.append(f"{name} IS NULL")
+        else:
+            clauses.append(f"{name} = ?")
+            params.append(check_value(schema, column, value, "where"))
+        shown.append(f"{name}={value!r}")
+    params.append(max_rows + 1)
+    sql = f"{_select(schema)} WHERE {' AND '.join(clauses)} ORDER BY {_ORDER[table]} LIMIT ?"
+    return Read(sql, tuple(params), max_rows, f"rows({table}, {', '.join(shown)})")

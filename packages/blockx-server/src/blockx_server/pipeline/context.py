@@ -2,11 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.task import TaskInput
 from blockx_server.io.scope import TaskIoScope
+
+
+@dataclass(slots=True)
+class ChainScan:
+    """What a chain Builder scanned, for the task's Writer Plugin: the source
+    ``table``, every block of the range with the hash it read (blocks without a
+    matching row included, so a writer can tell "no rows" from "not covered"), and
+    the ``bundle_size`` of a BlockBundleCallConfig (None for other builders).
+    Empty until a chain Builder records it."""
+
+    table: str | None = None
+    block_hashes: dict[int, str] = field(default_factory=dict)
+    bundle_size: int | None = None
+
+    def record(self, table: str, block_hashes: dict[int, str], bundle_size: int | None) -> None:
+        self.table = table
+        self.block_hashes = block_hashes
+        self.bundle_size = bundle_size
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +35,8 @@ class TaskContext:
     # The Function Code View epoch pinned at activation.
     code: CodeSnapshot
     io: TaskIoScope
+    # Filled by BlockTableCallConfig / BlockBundleCallConfig in the Builder phase.
+    scan: ChainScan = field(default_factory=ChainScan)
 
     @property
     def task_id(self) -> str:

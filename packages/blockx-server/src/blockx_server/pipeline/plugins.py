@@ -1,12 +1,14 @@
 """Plug-ins by name: one shape for Call Builders and Writer Plugins.
 
 A plug-in registers under its name (the ``type`` a task names it by) and under
-any aliases the specification also spells it with.
+any aliases the specification also spells it with. The two clusters have different
+sets; ``elsewhere`` names the cluster that has a plug-in this one lacks, so the
+NOT_FOUND message can say where to send the task.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -15,8 +17,12 @@ T = TypeVar("T")
 class Plugins(Generic[T]):
     """Plug-ins of one kind by name; ``get`` answers aliases too."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, *, cluster: str = "", elsewhere: Mapping[str, str] = {}) -> None:
         self.kind = kind
+        # The cluster this set belongs to ("block", "bundle"), for messages.
+        self.cluster = cluster
+        # Plug-in name (or alias) -> the cluster that has it.
+        self.elsewhere = dict(elsewhere)
         self._entries: dict[str, T] = {}
         self._aliases: dict[str, str] = {}
 
@@ -38,4 +44,9 @@ class Plugins(Generic[T]):
     def missing(self, name: str) -> str:
         """What to tell a user who named a plug-in this worker does not have."""
         known = ", ".join(self.names()) or "none"
-        return f"no {self.kind} {name!r} on this worker (known: {known})"
+        here = f"the {self.cluster} worker" if self.cluster else "this worker"
+        message = f"no {self.kind} {name!r} on {here} (known: {known})"
+        other = self.elsewhere.get(name)
+        if other is not None:
+            message += f"; {name} runs on the {other} cluster: submit the task there"
+        return message

@@ -30,8 +30,8 @@ from blockx_server.etcd.heartbeat import (
 )
 from blockx_server.io.config import open_router, start_blockdb
 from blockx_server.io.finality import ChainFinality
-from blockx_server.pipeline.builders import default_builders
-from blockx_server.pipeline.writers import default_writers
+from blockx_server.pipeline.builders import builders_for
+from blockx_server.pipeline.writers import writers_for
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.process import stop_on_signals
 from blockx_server.runtime.serving import listening, serving_server
@@ -91,8 +91,9 @@ async def serve(
         engine,
         view,
         io,
-        default_builders(),
-        default_writers(),
+        # The block and the bundle cluster serve different plug-ins.
+        builders_for(config.profile.deployment),
+        writers_for(config.profile.deployment),
         SubscriptionManager(),
         clock,
         config.admission,

@@ -4,7 +4,9 @@ Reads: ``head()`` -> ``{"number", "hash", "finalized"}`` or None while nothing i
 ingested; ``block(number)`` -> a row or None; ``blocks(from_block, to_block)``
 (inclusive); ``transactions(block_number)``; ``logs(from_block, to_block=None,
 address=None, topic0=None)``; ``erc20_transfers(from_block, to_block=None,
-token=None)`` (``to_block=None`` means ``from_block`` alone). Rows are dicts keyed
+token=None)``; ``rows(table, from_block, to_block=None, where=None)``: any of the
+four chain tables, ``where`` a ``{column: value}`` equality filter (``to_block=None``
+means ``from_block`` alone). Rows are dicts keyed
 by column name, ordered by block then index. A range whose answer would exceed
 BLOCKDB_MAX_ROWS is BAD_REQUEST (narrow it); a database that cannot be reached is
 a retryable UNAVAILABLE. There are no writes: ingest (``blockx chain ingest``)
@@ -34,7 +36,15 @@ from blockx_server.io.errors import BackendError, IoErrorKind
 
 log = logging.getLogger(__name__)
 
-READS: Final = ("head", "block", "blocks", "transactions", "logs", "erc20_transfers")
+READS: Final = (
+    "head",
+    "block",
+    "blocks",
+    "transactions",
+    "logs",
+    "erc20_transfers",
+    "rows",
+)
 # What a call may pass: the store's own signatures, less ``self``.
 _SIGNATURES: Final = {
     op: inspect.signature(getattr(BlockStore, op)).replace(
@@ -49,6 +59,7 @@ _LAST_BLOCK: Final[dict[str, tuple[str, ...]]] = {
     "transactions": ("block_number",),
     "logs": ("to_block", "from_block"),
     "erc20_transfers": ("to_block", "from_block"),
+    "rows": ("to_block", "from_block"),
 }
 
 

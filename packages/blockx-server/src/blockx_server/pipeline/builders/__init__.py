@@ -1,18 +1,58 @@
-"""The Call Builders a Worker has: one module each, one registration line each."""
+"""The Call Builders of each cluster: one module each, one registration line each.
 
+| block Worker | BlockTableCallConfig, BlockBundleCallConfig, InputsCallConfig,
+|              | CallListCallConfig
+| bundle Worker | BlockBundleCallConfig, InputsCallConfig
+
+A name the Worker lacks fails BUILDER_NOT_FOUND, naming the cluster that has it.
+"""
+
+from blockx_core.registry import RegistryKind
 from blockx_server.pipeline.builders.base import (
     BuilderError,
     Builders,
     CallBuilder,
     CallList,
 )
+from blockx_server.pipeline.builders.block_bundle import BlockBundleCallConfig
+from blockx_server.pipeline.builders.block_table import BlockTableCallConfig
 from blockx_server.pipeline.builders.call_list import CallListCallConfig
+from blockx_server.pipeline.builders.inputs import InputsCallConfig
+
+_KIND = "Call Builder"
 
 
-def default_builders() -> Builders:
-    builders = Builders("Call Builder")
+def block_builders() -> Builders:
+    builders = Builders(_KIND, cluster="block")
+    builders.register("BlockTableCallConfig", BlockTableCallConfig())
+    builders.register("BlockBundleCallConfig", BlockBundleCallConfig())
+    builders.register("InputsCallConfig", InputsCallConfig())
     builders.register("CallListCallConfig", CallListCallConfig())
     return builders
 
 
-__all__ = ["BuilderError", "Builders", "CallBuilder", "CallList", "default_builders"]
+def bundle_builders() -> Builders:
+    builders = Builders(
+        _KIND,
+        cluster="bundle",
+        elsewhere={"BlockTableCallConfig": "block", "CallListCallConfig": "block"},
+    )
+    builders.register("BlockBundleCallConfig", BlockBundleCallConfig())
+    builders.register("InputsCallConfig", InputsCallConfig())
+    return builders
+
+
+def builders_for(deployment: RegistryKind) -> Builders:
+    """The Call Builders of the block or the bundle Worker."""
+    return bundle_builders() if deployment is RegistryKind.BUNDLE else block_builders()
+
+
+__all__ = [
+    "BuilderError",
+    "Builders",
+    "CallBuilder",
+    "CallList",
+    "block_builders",
+    "builders_for",
+    "bundle_builders",
+]

@@ -1,5 +1,16 @@
-"""The Writer Plugins a Worker has: one module each, one registration line each."""
+"""The Writer Plugins of each cluster: one module each, one registration line each.
 
+| block Worker | BlockWriteResultHandler = BlockTableWriteHandler (per block),
+|              | TableUpsertsResultHandler = NormalTableWriteHandler,
+|              | ReturnValueResultHandler = ReturnValueHandler
+| bundle Worker | BlockBundleWriteResultHandler = BlockTableWriteHandler (per bundle),
+|               | TableUpsertsResultHandler = NormalTableWriteHandler
+
+A name the Worker lacks fails PLUGIN_NOT_FOUND, naming the cluster that has it.
+The bundle Worker has no ReturnValue handler: its tasks write into tables.
+"""
+
+from blockx_core.registry import RegistryKind
 from blockx_server.pipeline.writers.base import (
     WriterError,
     WriterPlugin,
@@ -8,20 +19,56 @@ from blockx_server.pipeline.writers.base import (
 )
 from blockx_server.pipeline.writers.return_value import ReturnValueResultHandler
 
+_KIND = "Writer Plugin"
 
-def default_writers() -> Writers:
-    writers = Writers("Writer Plugin")
+
+def block_writers() -> Writers:
+    writers = Writers(
+        _KIND,
+        cluster="block",
+        elsewhere={"BlockBundleWriteResultHandler": "bundle"},
+    )
     # The Runtime page spells it ReturnValueHandler.
     writers.register(
         "ReturnValueResultHandler", ReturnValueResultHandler(), aliases=["ReturnValueHandler"]
     )
+    # Table writers of the block cluster (registered here once their modules exist):
+    # writers.register("BlockWriteResultHandler", BlockWriteResultHandler(),
+    #                  aliases=["BlockTableWriteHandler"])
+    # writers.register("TableUpsertsResultHandler", TableUpsertsResultHandler(),
+    #                  aliases=["NormalTableWriteHandler"])
     return writers
+
+
+def bundle_writers() -> Writers:
+    writers = Writers(
+        _KIND,
+        cluster="bundle",
+        elsewhere={
+            "ReturnValueResultHandler": "block",
+            "ReturnValueHandler": "block",
+            "BlockWriteResultHandler": "block",
+        },
+    )
+    # Table writers of the bundle cluster (registered here once their modules exist):
+    # writers.register("BlockBundleWriteResultHandler", BlockBundleWriteResultHandler(),
+    #                  aliases=["BlockTableWriteHandler"])
+    # writers.register("TableUpsertsResultHandler", TableUpsertsResultHandler(),
+    #                  aliases=["NormalTableWriteHandler"])
+    return writers
+
+
+def writers_for(deployment: RegistryKind) -> Writers:
+    """The Writer Plugins of the block or the bundle Worker."""
+    return bundle_writers() if deployment is RegistryKind.BUNDLE else block_writers()
 
 
 __all__ = [
     "WriterError",
     "WriterPlugin",
     "Writers",
-    "default_writers",
+    "block_writers",
+    "bundle_writers",
     "failed_writer_result",
+    "writers_for",
 ]

@@ -1,0 +1,77 @@
+"""``BlockTableCallConfig``: the calls of one block, from a table of the block database.
+
+``{"function", "table", "block", "where"?, "unit"?}``: ``block`` is a number, or
+``{"number", "hash"}`` to pin the branch. A pinned hash that is no longer
+canonical fails BUILDER_FAILED, not retryable (that block is gone for good); a
+block not yet ingested fails BUILDER_FAILED, retryable (ingest will bring it).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from blockx_server.pipeline.builders.base import BuilderError, CallList
+from blockx_server.pipeline.builders.chain_scan import (
+    BlockNumber,
+    ChainScanner,
+    Unit,
+    calls_of,
+    check_table,
+    check_where,
+    hashes_of,
+)
+from blockx_server.pipeline.context import TaskContext
+
+NAME = "BlockTableCallConfig"
+_SHAPE = (
+    '{"function": "<name>", "table": "blocks|transactions|logs|erc20_transfers", '
+    '"block": <number> | {"number": <number>, "hash": "0x..."}, '
+    '"where"?: {"<column>": <value>}, "unit"?: "row"|"block"}'
+)
+
+
+class BlockPin(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    number: BlockNumber
+    hash: Annotated[str, msgspec.Meta(pattern="^0x[0-9a-fA-F]{64}$")]
+
+
+class _BlockTableConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    function: str
+    table: str
+    block: BlockNumber | BlockPin
+    where: dict[str, Any] = msgspec.field(default_factory=dict)
+    unit: Unit = Unit.ROW
+
+
+class BlockTableCallConfig:
+    async def build(self, ctx: TaskContext, config: Any) -> CallList:
+        try:
+            decl = msgspec.convert(config, _BlockTableConfig)
+        except msgspec.ValidationError as exc:
+            raise BuilderError(f"{NAME}: {exc}; expected {_SHAPE}") from None
+        if not decl.function:
+            raise BuilderError(f"{NAME}: `function` must not be empty")
+        check_table(NAME, decl.table)
+        check_where(NAME, decl.where)
+        number, pinned = (
+            (decl.block.number, decl.block.hash.lower())
+            if isinstance(decl.block, BlockPin)
+            else (decl.block, None)
+        )
+        scanner = ChainScanner(ctx, NAME, decl.table, decl.where)
+        canonical = await scanner.block(number)
+        if pinned is not None and canonical["block_hash"] != pinned:
+            raise BuilderError(
+                f"{NAME}: block {number} {pinned} is no longer canonical "
+                f"(the chain has {canonical['block_hash']} there)"
+            )
+        scanned = await scanner.range(number, number)
+        if scanned[0][0]["block_hash"] != canonical["block_hash"]:
+            raise BuilderError(
+                f"{NAME}: block {number} changed while it was read (a reorg); try again",
+                retryable=True,
+            )
+        ctx.scan.record(decl.table, hashes_of(scanned), None)
+        return CallList(decl.function, calls_of(scanned, decl.unit))

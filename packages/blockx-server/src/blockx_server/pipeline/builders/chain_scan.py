@@ -1,0 +1,155 @@
+"""Reading the block database for the chain Builders (BlockTable, BlockBundle).
+
+Every read goes through the task's IO scope (``io.blockdb``) with retry, so it is
+budgeted, traced and retried like any Builder read. The shape of the calls is
+shared: ``unit: "row"`` makes one call per row with the row as its argument,
+``unit: "block"`` one call per block with ``{"block": <block row>, "rows": [...]}``;
+each call's context carries its block number and hash.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Final, assert_never
+
+import msgspec
+
+from blockx_core.calls import CallContext, RootCall
+from blockx_server.io.errors import IoErrorKind
+from blockx_server.pipeline.builders.base import BuilderError
+from blockx_server.pipeline.context import TaskContext
+
+TABLES: Final = ("blocks", "transactions", "logs", "erc20_transfers")
+# Blocks read per request at first; halved while an answer would exceed BLOCKDB_MAX_ROWS.
+FIRST_CHUNK_BLOCKS: Final = 1000
+
+
+BlockNumber = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+
+
+class Unit(enum.StrEnum):
+    ROW = "row"
+    BLOCK = "block"
+
+
+def check_table(builder: str, table: str) -> None:
+    if table not in TABLES:
+        raise BuilderError(f"{builder}: `table` must be one of {', '.join(TABLES)}, got {table!r}")
+
+
+def check_where(builder: str, where: dict[str, Any]) -> None:
+    for column, value in where.items():
+        if isinstance(value, dict | list):
+            raise BuilderError(
+                f"{builder}: `where` compares columns with single values; {column!r} has {value!r}"
+            )
+
+
+class _TooWide(BuilderError):
+    """The answer would exceed BLOCKDB_MAX_ROWS: read fewer blocks at a time."""
+
+
+async def _read(ctx: TaskContext, op: str, what: str, *args: Any) -> Any:
+    outcome = await ctx.io.request("blockdb", op, list(args), {}, retry=True)
+    if not outcome.ok:
+        # A refused argument (a column the table lacks, a value the column cannot
+        # hold) is the config's fault: BAD_REQUEST is not retryable.
+        error = BuilderError.from_io(outcome, what)
+        if outcome.error_kind == IoErrorKind.BAD_REQUEST and "BLOCKDB_MAX_ROWS" in outcome.error:
+            raise _TooWide(error.message)
+        raise error
+    return msgspec.json.decode(outcome.value_json)
+
+
+class ChainScanner:
+    """Reads ``table`` rows matching ``where`` and the block rows of a range, in
+    chunks that fit BLOCKDB_MAX_ROWS, checking every row against its block's hash."""
+
+    def __init__(self, ctx: TaskContext, builder: str, table: str, where: dict[str, Any]) -> None:
+        self.ctx = ctx
+        self.builder = builder
+        self.table = table
+        self.where = where
+        self.chunk = FIRST_CHUNK_BLOCKS
+
+    async def block(self, number: int) -> dict[str, Any]:
+        """The canonical block row at ``number``; retryable while not yet ingested."""
+        row = await _read(self.ctx, "block", f"{self.builder}: reading block {number}", number)
+        if row is None:
+            head = await _read(self.ctx, "head", f"{self.builder}: reading the head")
+            shown = "nothing is ingested" if head is None else f"the head is {head['number']}"
+            raise BuilderError(
+                f"{self.builder}: block {number} is not in the block database yet ({shown})",
+                retryable=True,
+            )
+        assert isinstance(row, dict)
+        return row
+
+    async def range(
+        self, start: int, end: int
+    ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        """``(block row, matching rows)`` for every block of ``[start, end]``."""
+        out: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+        at = start
+        while at <= end:
+            last = min(end, at + self.chunk - 1)
+            try:
+                out.extend(await self._chunk(at, last))
+            except _TooWide:
+                if last == at:
+                    raise
+                self.chunk = max(1, (last - at + 1) // 2)
+                continue
+            at = last + 1
+        return out
+
+    async def _chunk(
+        self, start: int, end: int
+    ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+        what = f"{self.builder}: reading blocks {start}..{end}"
+        blocks: list[dict[str, Any]] = await _read(self.ctx, "blocks", what, start, end)
+        have = {b["block_number"] for b in blocks}
+        missing = [n for n in range(start, end + 1) if n not in have]
+        if missing:
+            raise BuilderError(
+                f"{self.builder}: block {missing[0]} is not in the block database yet "
+                f"({len(missing)} of blocks {start}..{end} missing)",
+                retryable=True,
+            )
+        what = f"{self.builder}: reading {self.table} of blocks {start}..{end}"
+        rows: list[dict[str, Any]] = await _read(
+            self.ctx, "rows", what, self.table, start, end, self.where
+        )
+        by_block: dict[int, list[dict[str, Any]]] = {b["block_number"]: [] for b in blocks}
+        hashes = {b["block_number"]: b["block_hash"] for b in blocks}
+        for row in rows:
+            number = row["block_number"]
+            if row["block_hash"] != hashes[number]:
+                # A reorg replaced the block between the two reads: read again later.
+                raise BuilderError(
+                    f"{self.builder}: block {number} changed while it was read "
+                    f"(a reorg); try again",
+                    retryable=True,
+                )
+            by_block[number].append(row)
+        return [(b, by_block[b["block_number"]]) for b in blocks]
+
+
+def calls_of(
+    scanned: list[tuple[dict[str, Any], list[dict[str, Any]]]], unit: Unit
+) -> list[RootCall]:
+    calls: list[RootCall] = []
+    for block, rows in scanned:
+        context = CallContext(block_number=block["block_number"], block_hash=block["block_hash"])
+        match unit:
+            case Unit.ROW:
+                calls.extend(RootCall([row], context=context) for row in rows)
+            case Unit.BLOCK:
+                calls.append(RootCall([{"block": block, "rows": rows}], context=context))
+            case _:
+                assert_never(unit)
+    return calls
+
+
+def hashes_of(scanned: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> dict[int, str]:
+    return {block["block_number"]: block["block_hash"] for block, _ in scanned}

@@ -1,0 +1,76 @@
+"""``InputsCallConfig``: one call per input object, its fields the keyword arguments.
+
+``{"function", "inputs": [{...}, ...]}``. The specification names this builder
+without describing it; this shape is BlockX's own. Inputs are bounded (count and
+nesting depth) and every key must be a keyword argument name.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from blockx_core.calls import RootCall
+from blockx_server.pipeline.builders.base import BuilderError, CallList
+from blockx_server.pipeline.context import TaskContext
+
+NAME = "InputsCallConfig"
+MAX_INPUTS: Final = 100_000
+# Containers nested inside one argument value.
+MAX_DEPTH: Final = 32
+_SHAPE = '{"function": "<name>", "inputs": [{"<argument>": <value>, ...}, ...]}'
+
+
+class _InputsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    function: str
+    inputs: list[Any]
+
+
+def _depth(value: Any) -> int:
+    """How deeply containers nest in ``value`` (a scalar is 0), without recursion;
+    stops counting once past MAX_DEPTH."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth + 1)
+        if deepest > MAX_DEPTH:
+            return deepest
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+class InputsCallConfig:
+    async def build(self, ctx: TaskContext, config: Any) -> CallList:
+        try:
+            decl = msgspec.convert(config, _InputsConfig)
+        except msgspec.ValidationError as exc:
+            raise BuilderError(f"{NAME}: {exc}; expected {_SHAPE}") from None
+        if not decl.function:
+            raise BuilderError(f"{NAME}: `function` must not be empty")
+        if len(decl.inputs) > MAX_INPUTS:
+            raise BuilderError(
+                f"{NAME}: {len(decl.inputs)} inputs, more than {MAX_INPUTS}: split the task"
+            )
+        calls = []
+        for i, item in enumerate(decl.inputs):
+            if not isinstance(item, dict):
+                raise BuilderError(
+                    f"{NAME}: inputs[{i}] must be an object of keyword arguments, got {item!r}"
+                )
+            for key in item:
+                if not key.isidentifier():
+                    raise BuilderError(
+                        f"{NAME}: inputs[{i}] has key {key!r}, not a keyword argument name"
+                    )
+            if any(_depth(value) > MAX_DEPTH for value in item.values()):
+                raise BuilderError(f"{NAME}: inputs[{i}] nests more than {MAX_DEPTH} levels deep")
+            calls.append(RootCall([], dict(item)))
+        return CallList(decl.function, calls)
