@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import time
 from collections.abc import Awaitable, Callable
@@ -38,11 +39,27 @@ def heartbeat(
     )
 
 
+# Ports handed out below the kernel's ephemeral range (32768-60999 here): a port
+# from that range can be taken by any outgoing connection (to etcd, PostgreSQL, a
+# node) between the test choosing it and the server binding it.
+_PORTS = range(20_000, 32_000)
+_given: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
+    """A loopback port nobody listens on, never handed out twice in one run."""
+    for _ in range(1000):
+        port = random.choice(_PORTS)
+        if port in _given:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _given.add(port)
         return port
+    raise RuntimeError("no free loopback port in 20000-31999")
 
 
 async def wait_until(
