@@ -104,7 +104,10 @@ async def test_a_bad_row_rolls_the_whole_write_back(sink: SinkStore) -> None:
     before, ledger = await sink.rows("t"), await sink.written("t")
     # Block 1 would be replaced fine, block 2's row does not fit: neither changes,
     # and the new column of block 1's row is not added either.
-    bad = [(1, "0x1b", [{"v": 10, "w": "x"}]), (2, "0x2b", [{"v": "nope"}])]
+    bad: list[tuple[int, str, list[dict[str, object]]]] = [
+        (1, "0x1b", [{"v": 10, "w": "x"}]),
+        (2, "0x2b", [{"v": "nope"}]),
+    ]
     with pytest.raises(SinkRejected, match="column 'v'"):
         await sink.replace_blocks("t", bad, task_id="b")
     assert await sink.rows("t") == before
