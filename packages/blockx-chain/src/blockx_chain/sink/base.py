@@ -179,6 +179,7 @@ class SinkStore(abc.ABC):
     async def written(self, table: str) -> list[dict[str, Any]]:
         """The ledger rows of ``table``, by block number."""
         async with self.transaction() as tx:
+            await self._known(tx, table)  # makes the ledger on a sink never written
             return await tx.fetch(
                 f"SELECT * FROM {LEDGER} WHERE table_name = ? ORDER BY block_number", (table,)
             )
