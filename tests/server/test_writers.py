@@ -220,3 +220,20 @@ async def test_an_unreachable_sink_is_retryable_and_a_missing_one_is_not(tmp_pat
             [_out(0, {"k": 1}, 1)],
         )
     assert not failed.value.retryable
+
+
+async def test_a_reorged_bundle_stops_the_bundle_writer_after_the_bundles_before_it(
+    stack: Stack,
+) -> None:
+    writers = _writers(bundle=True)
+    outputs = [_out(0, {"n": 1}, 1), _out(1, {"n": 2}, 2), _out(2, {"n": 5}, 5, branch=1)]
+    with pytest.raises(WriterError, match="block 5") as failed:
+        await _run(
+            writers,
+            stack.router,
+            "BlockTableWriteHandler",
+            {"table": "c", "bundleSize": 2},
+            outputs,
+        )
+    assert failed.value.retryable
+    assert [r["block_number"] for r in await stack.sink.written("c")] == [1, 2]
