@@ -29,7 +29,7 @@ from blockx_server.io.settings import IoSettings
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.writers import WriterError, Writers
 from blockx_server.pipeline.writers.block_bundle_write import BlockBundleWriteResultHandler
-from blockx_server.pipeline.writers.block_write import BlockWriteResultHandler
+from blockx_server.pipeline.writers.block_write import BlockWriteResultHandler, rows_per_block
 from blockx_server.pipeline.writers.table_upserts import TableUpsertsResultHandler
 
 EPOCH = 4
@@ -237,3 +237,15 @@ async def test_a_reorged_bundle_stops_the_bundle_writer_after_the_bundles_before
         )
     assert failed.value.retryable
     assert [r["block_number"] for r in await stack.sink.written("c")] == [1, 2]
+
+
+async def test_covered_blocks_without_calls_are_written_empty() -> None:
+    covered = {n: block_hash(n) for n in (3, 4, 5)}
+    blocks = rows_per_block([_out(0, {"v": 1}, 4)], "W", covered)
+    assert blocks == [
+        (3, block_hash(3), []),
+        (4, block_hash(4), [{"v": 1}]),
+        (5, block_hash(5), []),
+    ]
+    with pytest.raises(WriterError, match="two hashes"):
+        rows_per_block([_out(0, {"v": 1}, 4, branch=1)], "W", covered)

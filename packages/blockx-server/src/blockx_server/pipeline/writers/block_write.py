@@ -18,7 +18,7 @@ Worker without ``io.blockdb`` writes unchecked.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -68,9 +68,13 @@ def output_rows(output: RootOutput, plugin: str) -> list[dict[str, Any]]:
             )
 
 
-def rows_per_block(outputs: Sequence[RootOutput], plugin: str) -> list[BlockRows]:
-    """Every block the outputs are about, in block order, with its rows in call order."""
-    blocks: dict[int, BlockRows] = {}
+def rows_per_block(
+    outputs: Sequence[RootOutput], plugin: str, covered: Mapping[int, str] | None = None
+) -> list[BlockRows]:
+    """Every block the outputs are about, and every block of ``covered`` (block
+    number to hash: what a chain Builder scanned, blocks without calls included),
+    in block order, each with its rows in call order."""
+    blocks: dict[int, BlockRows] = {n: (n, h, []) for n, h in (covered or {}).items()}
     for output in outputs:
         context = output.context
         if context is None or context.block_number is None or context.block_hash is None:
