@@ -19,6 +19,7 @@ from blockx_core.io import ConcurrencyLimit
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
+from blockx_server.io.backends.sink import SinkBackend
 from blockx_server.io.finality import FinalityView
 from blockx_server.io.router import IoBackend, IoRouter
 from blockx_server.io.settings import IoSettings
@@ -133,19 +134,23 @@ def open_router(
     blockdb: BlockDbBackend | None = None,
     *,
     rpc: RpcSettings | None = None,
+    sink: SinkBackend | None = None,
     settings: IoSettings | None = None,
     finality: FinalityView | None = None,
     limits: Callable[[str], ConcurrencyLimit] | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> IoRouter:
     """Every backend of the process: ``memory``, ``blockdb`` when BLOCKDB_URL is set,
-    ``rpc`` when CHAIN_RPC_URL is set, then ``extra`` (tests add their own), with the
-    process's read cache and each backend's admission."""
+    ``rpc`` when CHAIN_RPC_URL is set, ``sink`` when SINK_DB_URL is set, then
+    ``extra`` (tests add their own), with the process's read cache and each
+    backend's admission."""
     backends: list[IoBackend] = [memory_backend(memory_seed_file)]
     if blockdb is not None:
         backends.append(blockdb)
     if rpc is not None and rpc.url is not None:
         backends.append(RpcBackend.from_settings(rpc))
+    if sink is not None:
+        backends.append(sink)
     return IoRouter(
         [*backends, *extra],
         settings=settings,
@@ -203,4 +208,24 @@ async def start_blockdb(settings: BlockDbSettings | None) -> BlockDbBackend | No
     except SchemaRefused as exc:
         await backend.close()
         raise StartupError(f"BLOCKDB_URL: {exc}") from None
+    return backend
+
+
+# io.sink: the sink database Writer Plugins write.
+
+
+SINK_DB_URL: Final[Setting[BlockDbUrl | None]] = Setting(
+    name="SINK_DB_URL",
+    default=None,
+    parse=_blockdb_url,
+    help=f"the sink database Writer Plugins write ({FORMS}); unset: no io.sink",
+)
+
+
+async def start_sink(url: BlockDbUrl | None) -> SinkBackend | None:
+    """``io.sink`` opened (or to be opened on first write), or None without SINK_DB_URL."""
+    if url is None:
+        return None
+    backend = SinkBackend(url)
+    await backend.start()
     return backend

@@ -80,7 +80,7 @@ class Prepared:
 _json = msgspec.json.Encoder()
 
 # Backends a process has only when a setting names their peer.
-_ENABLED_BY: Final = {"blockdb": "BLOCKDB_URL", "rpc": "CHAIN_RPC_URL"}
+_ENABLED_BY: Final = {"blockdb": "BLOCKDB_URL", "rpc": "CHAIN_RPC_URL", "sink": "SINK_DB_URL"}
 
 
 class IoRouter:

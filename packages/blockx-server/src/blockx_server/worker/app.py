@@ -28,7 +28,7 @@ from blockx_server.etcd.heartbeat import (
     EtcdHeartbeatPublisher,
     HeartbeatPublisherConfig,
 )
-from blockx_server.io.config import open_router, start_blockdb
+from blockx_server.io.config import open_router, start_blockdb, start_sink
 from blockx_server.io.finality import ChainFinality
 from blockx_server.pipeline.builders import builders_for
 from blockx_server.pipeline.writers import writers_for
@@ -68,12 +68,14 @@ async def serve(
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
     blockdb = await start_blockdb(config.blockdb)
+    sink = await start_sink(config.sink_url)
     finality = None if blockdb is None else ChainFinality(blockdb, config.io.finality_refresh_ms)
     io = open_router(
         calls.memory_seed_file,
         (),
         blockdb,
         rpc=config.rpc,
+        sink=sink,
         settings=config.io,
         finality=finality,
         clock=clock,
@@ -152,6 +154,8 @@ async def serve(
         await engine.close()
         if blockdb is not None:
             await blockdb.close()
+        if sink is not None:
+            await sink.close()
 
 
 async def _become_ready(

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import msgspec
 
+from blockx_chain.url import BlockDbUrl
 from blockx_core.addr import join_host_port
 from blockx_core.errors import InvalidConfig
 from blockx_core.registry import (
@@ -28,6 +29,7 @@ from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_se
 from blockx_server.io.config import (
     BLOCKDB_SETTINGS,
     IO_SETTINGS,
+    SINK_DB_URL,
     BlockDbSettings,
     read_blockdb_settings,
     read_io_settings,
@@ -92,6 +94,8 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_path: str
     log_level: str
     blockdb: BlockDbSettings | None = None
+    # io.sink: the database Writer Plugins write (SINK_DB_URL); None when unset.
+    sink_url: BlockDbUrl | None = None
     io: IoSettings = IoSettings()
 
 
@@ -229,6 +233,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         PLUGIN_SLOTS,
         *CALL_SETTINGS,
         *BLOCKDB_SETTINGS,
+        SINK_DB_URL,
         *RPC_SETTINGS,
         *IO_SETTINGS,
         GRPC_KEEPALIVE_TIME_MS,
@@ -310,5 +315,6 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),
         blockdb=read_blockdb_settings(reader),
+        sink_url=reader.get(SINK_DB_URL),
         io=io,
     )

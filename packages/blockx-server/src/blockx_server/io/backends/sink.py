@@ -1,0 +1,83 @@
+"""``io.sink``: the sink database (``SINK_DB_URL``), written only by Writer Plugins.
+
+Writes, no reads: ``replace_blocks(table, blocks, key=None, columns=None,
+code_epoch=0, task_id="", now_ms=0)`` with ``blocks`` a list of ``[block_number,
+block_hash, rows]``, and ``upsert(table, rows, key, columns=None)`` (see
+``blockx_chain.sink``). A function's scope is read-only, so the router refuses
+both with WRITE_FORBIDDEN before they reach the database.
+
+Failures: rows that do not fit their table, a changed column type, a refused
+table are BAD_REQUEST (not retryable); an unreachable database, a lock not
+granted in time and any unclassified database error are UNAVAILABLE (retryable).
+The store is opened at start-up when it can be, and again on the next write when
+it could not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from typing import Any, Final
+
+from blockx_chain.sink import SinkError, SinkRejected, SinkStore, open_sink
+from blockx_chain.url import BlockDbUrl, describe
+from blockx_server.io.errors import BackendError, IoErrorKind
+
+log = logging.getLogger(__name__)
+
+WRITES: Final = ("replace_blocks", "upsert")
+_SIGNATURES: Final = {
+    op: inspect.signature(getattr(SinkStore, op)).replace(
+        parameters=list(inspect.signature(getattr(SinkStore, op)).parameters.values())[1:]
+    )
+    for op in WRITES
+}
+
+
+class SinkBackend:
+    name = "sink"
+    read_ops: frozenset[str] = frozenset()
+    write_ops = frozenset(WRITES)
+
+    def __init__(self, url: BlockDbUrl) -> None:
+        self.url = url
+        self._store: SinkStore | None = None
+        self._opening = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Open the store now; an unreachable database is logged and retried on first use."""
+        try:
+            await self._opened()
+        except SinkError as exc:
+            log.warning("io.sink: %s; writes answer UNAVAILABLE until it answers", exc)
+
+    async def close(self) -> None:
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
+
+    async def _opened(self) -> SinkStore:
+        async with self._opening:
+            if self._store is None:
+                self._store = await open_sink(self.url)
+                log.info("io.sink writes %s", describe(self.url))
+            return self._store
+
+    async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        signature = _SIGNATURES.get(op)
+        if signature is None:
+            raise BackendError(IoErrorKind.UNKNOWN_OP, op)
+        bound = signature.bind(*args, **kwargs)  # TypeError: BAD_REQUEST
+        try:
+            store = await self._opened()
+            return await getattr(store, op)(*bound.args, **bound.kwargs)
+        except SinkRejected as exc:
+            raise BackendError(IoErrorKind.BAD_REQUEST, f"io.sink.{op}: {exc}") from None
+        except SinkError as exc:
+            raise BackendError(IoErrorKind.UNAVAILABLE, f"io.sink.{op}: {exc}") from None
+
+    def immutable(
+        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
+    ) -> bool:
+        return False

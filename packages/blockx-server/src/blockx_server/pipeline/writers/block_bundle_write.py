@@ -1,0 +1,67 @@
+"""``BlockBundleWriteResultHandler`` (``BlockTableWriteHandler`` on the bundle
+cluster): the block writer's replacement, one transaction per bundle of blocks.
+
+``{"table", "key"?, "columns"?, "bundleSize"?}`` (default 100, the same default as
+BlockBundleCallConfig's). The blocks the task covered (the blocks of its outputs)
+are cut into bundles of ``bundleSize`` consecutive block numbers counted from the
+first covered block; each bundle is checked canonical and written in its own
+``io.sink.replace_blocks`` transaction, in block order. A failure stops at its
+bundle: the bundles before it stay written (re-running the task rewrites them to
+the same rows), nothing of it or after it is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from blockx_core.calls import RootOutput
+from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.writers.base import WriterError
+from blockx_server.pipeline.writers.block_write import (
+    BlockRows,
+    BlockWriteConfig,
+    parse_config,
+    replace_blocks,
+    rows_per_block,
+)
+
+DEFAULT_BUNDLE_SIZE = 100
+
+
+class BlockBundleWriteConfig(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename="camel"
+):
+    table: str
+    key: list[str] | None = None
+    columns: dict[str, str] | None = None
+    bundle_size: int = DEFAULT_BUNDLE_SIZE
+
+
+def bundles(blocks: list[BlockRows], size: int) -> list[list[BlockRows]]:
+    """``blocks`` (in block order) cut at every ``size`` block numbers from the first."""
+    cut: dict[int, list[BlockRows]] = {}
+    first = blocks[0][0] if blocks else 0
+    for block in blocks:
+        cut.setdefault((block[0] - first) // size, []).append(block)
+    return [cut[k] for k in sorted(cut)]
+
+
+class BlockBundleWriteResultHandler:
+    """Result ``{"table", "bundles", "blocks", "rows"}``."""
+
+    name = "BlockBundleWriteResultHandler"
+
+    async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
+        parsed: BlockBundleWriteConfig = parse_config(config, BlockBundleWriteConfig, self.name)
+        if parsed.bundle_size < 1:
+            raise WriterError(f"{self.name} config: bundleSize must be >= 1", retryable=False)
+        per_block = BlockWriteConfig(table=parsed.table, key=parsed.key, columns=parsed.columns)
+        done = {"bundles": 0, "blocks": 0, "rows": 0}
+        for bundle in bundles(rows_per_block(outputs, self.name), parsed.bundle_size):
+            written = await replace_blocks(ctx, self.name, per_block, bundle)
+            done["bundles"] += 1
+            done["blocks"] += written["blocks"]
+            done["rows"] += written["rows"]
+        return msgspec.json.encode({"table": parsed.table, **done})

@@ -1,0 +1,169 @@
+"""``BlockWriteResultHandler`` (``BlockTableWriteHandler`` on the block cluster):
+each block's rows replace that block's rows of a sink table.
+
+A function returns a block's rows: a dict (one row), a list of dicts, or None.
+The outputs are grouped by the block their call was about (the call context its
+Builder gave it); the blocks the task covered are the blocks of its outputs, and
+each of them is written, with no rows if its calls returned none, so the ledger
+(``_blockx_written``) tells "no rows" from "not written". All blocks go in one
+``io.sink.replace_blocks`` transaction.
+
+Before writing, every block's hash is checked against ``io.blockdb``: a block
+reorged away during the task fails the write, retryable, and nothing is written.
+The check and the commit are not atomic when the sink and the block database are
+different databases (``blockx follow`` reconciles what slips between them). A
+Worker without ``io.blockdb`` writes unchecked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+import msgspec
+
+from blockx_core.calls import RootOutput
+from blockx_server.io.errors import IoErrorKind
+from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.writers.base import WriterError
+
+# The widest block range one canonical-hash read asks for.
+CHECK_SPAN: Final = 1000
+
+BlockRows = tuple[int, str, list[dict[str, Any]]]
+
+
+class BlockWriteConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    table: str
+    key: list[str] | None = None
+    columns: dict[str, str] | None = None
+
+
+def parse_config(config: Any, kind: type[msgspec.Struct], plugin: str) -> Any:
+    try:
+        return msgspec.convert(config, kind)
+    except msgspec.ValidationError as exc:
+        raise WriterError(f"{plugin} config: {exc}", retryable=False) from None
+
+
+def output_rows(output: RootOutput, plugin: str) -> list[dict[str, Any]]:
+    """The rows one call returned: a dict, a list of dicts, or None (no rows)."""
+    try:
+        value = msgspec.json.decode(output.value_json)
+    except msgspec.DecodeError as exc:
+        raise WriterError(f"{plugin}: output {output.index} is no JSON: {exc}") from None
+    match value:
+        case None:
+            return []
+        case dict():
+            return [value]
+        case list() if all(isinstance(row, dict) for row in value):
+            return value
+        case _:
+            raise WriterError(
+                f"{plugin}: call {output.index} returned {type(value).__name__}, not a row "
+                "(a dict), a list of rows or None",
+                retryable=False,
+            )
+
+
+def rows_per_block(
+    outputs: Sequence[RootOutput], plugin: str, covered: Mapping[int, str] | None = None
+) -> list[BlockRows]:
+    """Every block the outputs are about, and every block of ``covered`` (block
+    number to hash: what a chain Builder scanned, blocks without calls included),
+    in block order, each with its rows in call order."""
+    blocks: dict[int, BlockRows] = {n: (n, h, []) for n, h in (covered or {}).items()}
+    for output in outputs:
+        context = output.context
+        if context is None or context.block_number is None or context.block_hash is None:
+            raise WriterError(
+                f"{plugin}: call {output.index} is about no block (its call has no block "
+                "number and hash): it writes the outputs of a block Call Builder "
+                "(BlockTableCallConfig, BlockBundleCallConfig)",
+                retryable=False,
+            )
+        number, block_hash = context.block_number, context.block_hash
+        entry = blocks.setdefault(number, (number, block_hash, []))
+        if entry[1] != block_hash:
+            raise WriterError(
+                f"{plugin}: block {number} came with two hashes ({entry[1]}, {block_hash})",
+                retryable=False,
+            )
+        entry[2].extend(output_rows(output, plugin))
+    return [blocks[n] for n in sorted(blocks)]
+
+
+async def check_canonical(ctx: TaskContext, blocks: Sequence[BlockRows], plugin: str) -> None:
+    """WriterError (retryable) naming the blocks whose hash is no longer the block
+    database's; nothing to check against without io.blockdb."""
+    numbers = [number for number, _, _ in blocks]
+    canonical: dict[int, str] = {}
+    start = 0
+    while start < len(numbers):
+        end = start
+        while end + 1 < len(numbers) and numbers[end + 1] - numbers[start] < CHECK_SPAN:
+            end += 1
+        outcome = await ctx.io.request(
+            "blockdb", "blocks", [numbers[start], numbers[end]], retry=True
+        )
+        if not outcome.ok:
+            if outcome.error_kind == IoErrorKind.UNKNOWN_BACKEND:
+                return
+            raise WriterError.from_io(outcome, f"{plugin}: checking the blocks are canonical")
+        for row in msgspec.json.decode(outcome.value_json):
+            canonical[row["block_number"]] = row["block_hash"]
+        start = end + 1
+    gone = [(n, h) for n, h, _ in blocks if canonical.get(n) != h]
+    if gone:
+        shown = ", ".join(f"{n} ({h})" for n, h in gone[:5])
+        more = f" and {len(gone) - 5} more" if len(gone) > 5 else ""
+        raise WriterError(
+            f"{plugin}: block {shown}{more} is no longer on the canonical chain (reorged "
+            "during the task): nothing was written for it; retry the task",
+            retryable=True,
+        )
+
+
+async def replace_blocks(
+    ctx: TaskContext,
+    plugin: str,
+    config: BlockWriteConfig,
+    blocks: Sequence[BlockRows],
+) -> dict[str, int]:
+    """One ``io.sink.replace_blocks`` transaction, after the canonical check."""
+    await check_canonical(ctx, blocks, plugin)
+    outcome = await ctx.io.request(
+        "sink",
+        "replace_blocks",
+        [],
+        {
+            "table": config.table,
+            "blocks": [list(block) for block in blocks],
+            "key": config.key,
+            "columns": config.columns,
+            "code_epoch": ctx.code.epoch,
+            "task_id": ctx.task_id,
+            "now_ms": time.time_ns() // 1_000_000,
+        },
+        retry=True,
+    )
+    if not outcome.ok:
+        raise WriterError.from_io(outcome, f"{plugin}: writing table {config.table!r}")
+    written: dict[str, int] = msgspec.json.decode(outcome.value_json)
+    return written
+
+
+class BlockWriteResultHandler:
+    """``{"table", "key"?, "columns"?}``; result ``{"table", "blocks", "rows"}``."""
+
+    name = "BlockWriteResultHandler"
+
+    async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
+        parsed: BlockWriteConfig = parse_config(config, BlockWriteConfig, self.name)
+        blocks = rows_per_block(outputs, self.name)
+        written = {"blocks": 0, "rows": 0}
+        if blocks:
+            written = await replace_blocks(ctx, self.name, parsed, blocks)
+        return msgspec.json.encode({"table": parsed.table, **written})

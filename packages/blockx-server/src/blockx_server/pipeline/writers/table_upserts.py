@@ -1,0 +1,52 @@
+"""``TableUpsertsResultHandler`` (``NormalTableWriteHandler``): the calls' rows
+upserted into a sink table by a key.
+
+``{"table", "key", "columns"?}``; ``key`` (a column or a list of columns) is
+required. A function returns a dict (one row), a list of dicts, or None; every
+row of the task goes in one ``io.sink.upsert`` transaction, a row whose key is
+already there replacing its columns. Rows are written as returned (no block
+stamps).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from blockx_core.calls import RootOutput
+from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.writers.base import WriterError
+from blockx_server.pipeline.writers.block_write import output_rows, parse_config
+
+
+class TableUpsertsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    table: str
+    key: list[str] | str
+    columns: dict[str, str] | None = None
+
+
+class TableUpsertsResultHandler:
+    """Result ``{"table", "rows"}``."""
+
+    name = "TableUpsertsResultHandler"
+
+    async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
+        parsed: TableUpsertsConfig = parse_config(config, TableUpsertsConfig, self.name)
+        key = [parsed.key] if isinstance(parsed.key, str) else parsed.key
+        if not key:
+            raise WriterError(f"{self.name} config: key names no column", retryable=False)
+        rows = [row for output in outputs for row in output_rows(output, self.name)]
+        written = {"rows": 0}
+        if rows:
+            outcome = await ctx.io.request(
+                "sink",
+                "upsert",
+                [],
+                {"table": parsed.table, "rows": rows, "key": key, "columns": parsed.columns},
+                retry=True,
+            )
+            if not outcome.ok:
+                raise WriterError.from_io(outcome, f"{self.name}: writing table {parsed.table!r}")
+            written = msgspec.json.decode(outcome.value_json)
+        return msgspec.json.encode({"table": parsed.table, **written})

@@ -1,0 +1,181 @@
+"""The sink database on both engines: tables made and widened from rows, block
+replacement with its ledger, upserts, refusals, rollback, two writers of one block."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from blockx_chain.sink import SinkRejected, SinkStore, open_sink
+from blockx_chain.store import open_store
+from blockx_chain.url import parse_blockdb_url
+
+BIG = 2**70 + 1
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/sink.db"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
+
+
+@pytest.fixture
+async def sink(db_url: str) -> AsyncIterator[SinkStore]:
+    opened = await open_sink(parse_blockdb_url(db_url))
+    yield opened
+    await opened.close()
+
+
+def _user_columns(rows: list[dict[str, object]]) -> list[dict[str, object]]:
+    return [{k: v for k, v in r.items() if k not in ("code_epoch",)} for r in rows]
+
+
+async def test_a_table_is_inferred_stamped_and_replaced_per_block(sink: SinkStore) -> None:
+    first = [
+        (1, "0xa1", [{"token": "t", "amount": BIG, "n": 2, "price": 1.5, "meta": {"x": [1]}}]),
+        (2, "0xa2", [{"token": "u", "amount": 3, "n": 1}, {"token": "v", "amount": 4, "n": 1}]),
+    ]
+    result = await sink.replace_blocks("volume", first, code_epoch=7, task_id="t1", now_ms=99)
+    assert result == {"blocks": 2, "rows": 3}
+    rows = await sink.rows("volume")
+    assert [(r["block_number"], r["row_index"], r["token"]) for r in rows] == [
+        (1, 0, "t"),
+        (2, 0, "u"),
+        (2, 1, "v"),
+    ]
+    # An int beyond 63 bits is NUMERIC: exact, read back as decimal text.
+    assert rows[0]["amount"] == str(BIG)
+    assert rows[1]["amount"] == "3"
+    assert rows[0]["block_hash"] == "0xa1"
+    assert rows[0]["code_epoch"] == 7
+    assert rows[0]["price"] == 1.5
+    assert rows[1]["price"] is None
+
+    # Again, the same: idempotent. Then block 2 on a new hash with one row.
+    await sink.replace_blocks("volume", first, code_epoch=7, task_id="t1", now_ms=99)
+    assert await sink.rows("volume") == rows
+    await sink.replace_blocks(
+        "volume", [(2, "0xb2", [{"token": "w", "amount": 5, "n": 1, "extra": "new"}])]
+    )
+    rows = await sink.rows("volume")
+    assert [(r["block_number"], r["block_hash"], r["token"]) for r in rows] == [
+        (1, "0xa1", "t"),
+        (2, "0xb2", "w"),
+    ]
+    # A new column is added, nullable.
+    assert rows[0]["extra"] is None
+    assert rows[1]["extra"] == "new"
+    ledger = await sink.written("volume")
+    assert [(r["block_number"], r["block_hash"], r["task_id"]) for r in ledger] == [
+        (1, "0xa1", "t1"),
+        (2, "0xb2", ""),
+    ]
+
+
+async def test_a_block_without_rows_is_in_the_ledger(sink: SinkStore) -> None:
+    await sink.replace_blocks("empty", [(5, "0x05", [{"a": 1}]), (6, "0x06", [])], task_id="t")
+    await sink.replace_blocks("empty", [(5, "0x05", [])], task_id="t2")
+    assert await sink.rows("empty") == []
+    assert [(r["block_number"], r["task_id"]) for r in await sink.written("empty")] == [
+        (5, "t2"),
+        (6, "t"),
+    ]
+
+
+async def test_declared_columns_and_a_changed_type(sink: SinkStore) -> None:
+    await sink.replace_blocks(
+        "typed", [(1, "0x1", [{"v": "1"}])], columns={"v": "text", "j": "JSON"}
+    )
+    with pytest.raises(SinkRejected, match="column 'v' of table 'typed' is TEXT"):
+        await sink.replace_blocks("typed", [(1, "0x1", [{"v": 1}])])
+    with pytest.raises(SinkRejected, match="is TEXT, the writer declares INTEGER"):
+        await sink.replace_blocks("typed", [(1, "0x1", [])], columns={"v": "INTEGER"})
+    with pytest.raises(SinkRejected, match="not one of"):
+        await sink.replace_blocks("typed", [(1, "0x1", [])], columns={"v": "BLOB"})
+
+
+async def test_a_bad_row_rolls_the_whole_write_back(sink: SinkStore) -> None:
+    await sink.replace_blocks("t", [(1, "0x1", [{"v": 1}]), (2, "0x2", [{"v": 2}])], task_id="a")
+    before, ledger = await sink.rows("t"), await sink.written("t")
+    # Block 1 would be replaced fine, block 2's row does not fit: neither changes,
+    # and the new column of block 1's row is not added either.
+    bad: list[tuple[int, str, list[dict[str, object]]]] = [
+        (1, "0x1b", [{"v": 10, "w": "x"}]),
+        (2, "0x2b", [{"v": "nope"}]),
+    ]
+    with pytest.raises(SinkRejected, match="column 'v'"):
+        await sink.replace_blocks("t", bad, task_id="b")
+    assert await sink.rows("t") == before
+    assert await sink.written("t") == ledger
+    with pytest.raises(SinkRejected, match="carries block_number 9"):
+        await sink.replace_blocks("t", [(1, "0x1", [{"v": 1, "block_number": 9}])])
+    with pytest.raises(SinkRejected, match="no key column 'id'"):
+        await sink.replace_blocks("k", [(1, "0x1", [{"id": 1}, {"v": 2}])], key=["id"])
+    with pytest.raises(SinkRejected, match="do not fit"):
+        await sink.replace_blocks("k", [(1, "0x1", [{"id": 1}, {"id": 1}])], key=["id"])
+    assert await sink.rows("k") == []
+
+
+@pytest.mark.parametrize(
+    "table", ["blocks", "logs", "erc20_transfers", "Reorgs", "_blockx_written", "bad name", "1x"]
+)
+async def test_chain_and_reserved_tables_and_bad_names_are_refused(
+    sink: SinkStore, table: str
+) -> None:
+    with pytest.raises(SinkRejected):
+        await sink.replace_blocks(table, [(1, "0x1", [{"v": 1}])])
+    with pytest.raises(SinkRejected):
+        await sink.upsert(table, [{"v": 1}], key=["v"])
+
+
+async def test_a_bad_column_name_is_refused(sink: SinkStore) -> None:
+    with pytest.raises(SinkRejected, match="column 'a\"b'"):
+        await sink.replace_blocks("t", [(1, "0x1", [{'a"b': 1}])])
+
+
+async def test_the_sink_can_share_the_block_database(db_url: str) -> None:
+    store = await open_store(parse_blockdb_url(db_url))
+    sink = await open_sink(parse_blockdb_url(db_url))
+    try:
+        with pytest.raises(SinkRejected, match="block database table"):
+            await sink.replace_blocks("transactions", [(1, "0x1", [{"v": 1}])])
+        await sink.replace_blocks("mine", [(1, "0x1", [{"v": 1}])])
+        assert await store.head() is None
+    finally:
+        await sink.close()
+        await store.close()
+    # The block database still opens (the sink's tables do not confuse it).
+    reopened = await open_store(parse_blockdb_url(db_url))
+    await reopened.close()
+
+
+async def test_upsert_by_key(sink: SinkStore) -> None:
+    await sink.upsert("balances", [{"who": "a", "n": 1}, {"who": "b", "n": 2}], key=["who"])
+    await sink.upsert("balances", [{"who": "a", "n": 5, "note": "x"}], key=["who"])
+    rows = sorted(await sink.rows("balances"), key=lambda r: str(r["who"]))
+    assert rows == [{"who": "a", "n": 5, "note": "x"}, {"who": "b", "n": 2, "note": None}]
+    with pytest.raises(SinkRejected, match="no key column 'who'"):
+        await sink.upsert("balances", [{"n": 1}], key=["who"])
+
+
+async def test_two_writers_of_one_block_never_both_commit(db_url: str) -> None:
+    url = parse_blockdb_url(db_url)
+    one, two = await open_sink(url), await open_sink(url)
+    try:
+        await one.replace_blocks("race", [(1, "0x1", [{"v": 0}])])
+        for _ in range(3):
+            await asyncio.gather(
+                one.replace_blocks("race", [(1, "0x1", [{"v": 1, "w": i} for i in range(20)])]),
+                two.replace_blocks("race", [(1, "0x1", [{"v": 2, "w": i} for i in range(30)])]),
+            )
+            rows = await one.rows("race")
+            assert {r["v"] for r in rows} in ({1}, {2})
+            assert len(rows) == (20 if rows[0]["v"] == 1 else 30)
+    finally:
+        await one.close()
+        await two.close()
