@@ -17,7 +17,10 @@ from blockx_server.pipeline.writers.base import (
     Writers,
     failed_writer_result,
 )
+from blockx_server.pipeline.writers.block_bundle_write import BlockBundleWriteResultHandler
+from blockx_server.pipeline.writers.block_write import BlockWriteResultHandler
 from blockx_server.pipeline.writers.return_value import ReturnValueResultHandler
+from blockx_server.pipeline.writers.table_upserts import TableUpsertsResultHandler
 
 _KIND = "Writer Plugin"
 
@@ -32,11 +35,14 @@ def block_writers() -> Writers:
     writers.register(
         "ReturnValueResultHandler", ReturnValueResultHandler(), aliases=["ReturnValueHandler"]
     )
-    # Table writers of the block cluster (registered here once their modules exist):
-    # writers.register("BlockWriteResultHandler", BlockWriteResultHandler(),
-    #                  aliases=["BlockTableWriteHandler"])
-    # writers.register("TableUpsertsResultHandler", TableUpsertsResultHandler(),
-    #                  aliases=["NormalTableWriteHandler"])
+    writers.register(
+        "BlockWriteResultHandler", BlockWriteResultHandler(), aliases=["BlockTableWriteHandler"]
+    )
+    writers.register(
+        "TableUpsertsResultHandler",
+        TableUpsertsResultHandler(),
+        aliases=["NormalTableWriteHandler"],
+    )
     return writers
 
 
@@ -50,11 +56,16 @@ def bundle_writers() -> Writers:
             "BlockWriteResultHandler": "block",
         },
     )
-    # Table writers of the bundle cluster (registered here once their modules exist):
-    # writers.register("BlockBundleWriteResultHandler", BlockBundleWriteResultHandler(),
-    #                  aliases=["BlockTableWriteHandler"])
-    # writers.register("TableUpsertsResultHandler", TableUpsertsResultHandler(),
-    #                  aliases=["NormalTableWriteHandler"])
+    writers.register(
+        "BlockBundleWriteResultHandler",
+        BlockBundleWriteResultHandler(),
+        aliases=["BlockTableWriteHandler"],
+    )
+    writers.register(
+        "TableUpsertsResultHandler",
+        TableUpsertsResultHandler(),
+        aliases=["NormalTableWriteHandler"],
+    )
     return writers
 
 

@@ -36,7 +36,8 @@ class BlockBundleWriteConfig(
     table: str
     key: list[str] | None = None
     columns: dict[str, str] | None = None
-    bundle_size: int = DEFAULT_BUNDLE_SIZE
+    # Unset: the BlockBundleCallConfig's bundleSize, else DEFAULT_BUNDLE_SIZE.
+    bundle_size: int | None = None
 
 
 def bundles(blocks: list[BlockRows], size: int) -> list[list[BlockRows]]:
@@ -55,11 +56,13 @@ class BlockBundleWriteResultHandler:
 
     async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
         parsed: BlockBundleWriteConfig = parse_config(config, BlockBundleWriteConfig, self.name)
-        if parsed.bundle_size < 1:
+        size = parsed.bundle_size or ctx.scan.bundle_size or DEFAULT_BUNDLE_SIZE
+        if size < 1:
             raise WriterError(f"{self.name} config: bundleSize must be >= 1", retryable=False)
         per_block = BlockWriteConfig(table=parsed.table, key=parsed.key, columns=parsed.columns)
         done = {"bundles": 0, "blocks": 0, "rows": 0}
-        for bundle in bundles(rows_per_block(outputs, self.name), parsed.bundle_size):
+        covered = rows_per_block(outputs, self.name, ctx.scan.block_hashes)
+        for bundle in bundles(covered, size):
             written = await replace_blocks(ctx, self.name, per_block, bundle)
             done["bundles"] += 1
             done["blocks"] += written["blocks"]

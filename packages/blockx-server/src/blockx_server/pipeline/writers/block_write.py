@@ -162,7 +162,8 @@ class BlockWriteResultHandler:
 
     async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
         parsed: BlockWriteConfig = parse_config(config, BlockWriteConfig, self.name)
-        blocks = rows_per_block(outputs, self.name)
+        # Every block the Builder scanned reaches the ledger, with or without rows.
+        blocks = rows_per_block(outputs, self.name, ctx.scan.block_hashes)
         written = {"blocks": 0, "rows": 0}
         if blocks:
             written = await replace_blocks(ctx, self.name, parsed, blocks)
