@@ -64,6 +64,10 @@ class ChainFinality:
         except BackendError as exc:
             log.warning("cannot read the chain's finality from the block database: %s", exc)
             return
+        except Exception:
+            # A bug must not take the Worker down with it: the view only stays old.
+            log.exception("reading the chain's finality failed")
+            return
         if chain is not None:
             self.epoch = chain.epoch
             self.finalized = chain.finalized_number
