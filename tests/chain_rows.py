@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from blockx_chain.schema import TRANSFER_TOPIC, Block, BlockRows, Log, Transaction
+from blockx_chain.store import open_store
+from blockx_chain.url import parse_blockdb_url
 
 GENESIS = "0x" + "00" * 31 + "01"
 TOKEN = "0x" + "aa" * 20
@@ -91,3 +93,19 @@ def make_block(number: int, *, txs: int = 2, branch: int = 0) -> BlockRows:
         transaction_count=txs,
     )
     return BlockRows(block=block, transactions=transactions, logs=logs)
+
+
+async def seed_chain(url: str, count: int) -> None:
+    """A block database at ``url`` holding blocks 0..count-1 (``make_block``), the
+    last one the head and the one four below it finalized."""
+    store = await open_store(parse_blockdb_url(url))
+    try:
+        async with store.writer() as w:
+            await w.init_chain(31337, GENESIS)
+            await w.insert_blocks([make_block(n) for n in range(count)])
+            last = count - 1
+            await w.set_chain(
+                head_number=last, head_hash=block_hash(last), finalized_number=last - 4, epoch=0
+            )
+    finally:
+        await store.close()

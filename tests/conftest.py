@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -83,6 +84,15 @@ async def postgres_url(postgres_server: PostgresServer) -> str:
     finally:
         await conn.close()
     return postgres_server.url(name)
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A database URL of this test's own, once on SQLite and once on PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/chain.db"
+    url: str = request.getfixturevalue("postgres_url")
+    return url
 
 
 # --- anvil (a local Ethereum node) -------------------------------------------------

@@ -4,7 +4,6 @@ equality filters on checked columns, order, the row limit, refused arguments."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,14 +12,6 @@ from chain_rows import GENESIS, OTHER_TOPIC, TOKEN, make_block
 from blockx_chain.schema import TRANSFER_TOPIC
 from blockx_chain.store import BlockStore, TooManyRows, open_store
 from blockx_chain.url import parse_blockdb_url
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/chain.db"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
 
 
 @pytest.fixture

@@ -30,14 +30,6 @@ from blockx_chain.store import (
 from blockx_chain.url import parse_blockdb_url
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/chain.db"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
 @pytest.fixture
 async def store(db_url: str) -> AsyncIterator[BlockStore]:
     opened = await open_store(parse_blockdb_url(db_url), max_rows=50)

@@ -39,14 +39,6 @@ from blockx_chain.url import PostgresUrl, SqliteUrl, parse_blockdb_url
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/chain.db"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
 @pytest.fixture
 def node() -> Iterator[Anvil]:
     """An anvil of this test's own: reorgs and kills must not meet other tests' blocks."""

@@ -86,14 +86,6 @@ def chain_node() -> Iterator[tuple[Anvil, int]]:
         yield node, mine(node.url, 20)
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/chain.db"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
 def test_the_json_summary(chain_node: tuple[Anvil, int], db_url: str) -> None:
     node, head = chain_node
     # --rpc and --db default to CHAIN_RPC_URL and BLOCKDB_URL.

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -14,14 +13,6 @@ from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 
 BIG = 2**70 + 1
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/sink.db"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
 
 
 @pytest.fixture

@@ -14,14 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chain_rows import GENESIS, TOKEN, block_hash, make_block
+from chain_rows import TOKEN, block_hash, make_block, seed_chain
 from grpclib.client import Channel
 from processes import SyncInvokerProcess, WorkerProcess, call_list_task, execute_result, run_to_end
 from support import free_port, wait_until
 
 from blockx_chain.schema import SCHEMA_VERSION, TRANSFER_TOPIC
-from blockx_chain.store import open_store
-from blockx_chain.url import parse_blockdb_url
 from blockx_proto import syncinvoker_v1, worker_v1
 from blockx_server.etcd.local import EtcdServer
 
@@ -64,28 +62,6 @@ def functions_dir(tmp_path: Path) -> Path:
     return d
 
 
-async def seed(url: str, count: int = 12) -> None:
-    store = await open_store(parse_blockdb_url(url), max_rows=1000)
-    try:
-        async with store.writer() as w:
-            await w.init_chain(31337, GENESIS)
-            await w.insert_blocks([make_block(n) for n in range(count)])
-            last = count - 1
-            await w.set_chain(
-                head_number=last, head_hash=block_hash(last), finalized_number=last - 4, epoch=0
-            )
-    finally:
-        await store.close()
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def blockdb_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/chain.db"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
 def check_view(view: dict[str, Any], n: int) -> None:
     rows = make_block(n)
     assert view["head"] == {"number": 11, "hash": block_hash(11), "finalized": 7}
@@ -111,16 +87,16 @@ async def test_a_task_on_a_real_worker_reads_the_block_database(
     etcd_server: EtcdServer,
     unique_lane: Any,
     functions_dir: Path,
-    blockdb_url: str,
+    db_url: str,
     tmp_path: Path,
 ) -> None:
-    await seed(blockdb_url)
+    await seed_chain(db_url, 12)
     worker = WorkerProcess(
         {
             "ETCD_ENDPOINTS": etcd_server.endpoint,
             "WORKER_REGISTRY_PREFIX": unique_lane(),
             "FUNCTIONS_DIR": str(functions_dir),
-            "BLOCKDB_URL": blockdb_url,
+            "BLOCKDB_URL": db_url,
             "BLOCKDB_MAX_ROWS": "20",
         },
         tmp_path / "worker.log",
@@ -167,7 +143,7 @@ async def test_finalized_reads_are_served_from_the_cache_and_unfinalized_ones_ne
     """The chain row says blocks 0..7 are final: a second read of block 3 is a cache
     hit; reads of block 9 (above the finalized height) always reach the database."""
     url = f"sqlite:///{tmp_path}/chain.db"
-    await seed(url)
+    await seed_chain(url, 12)
     worker = WorkerProcess(
         {
             "ETCD_ENDPOINTS": etcd_server.endpoint,
@@ -251,7 +227,7 @@ async def test_the_sync_invoker_reads_it_and_without_blockdb_url_names_the_varia
     tmp_path: Path,
 ) -> None:
     url = f"sqlite:///{tmp_path}/chain.db"
-    await seed(url)
+    await seed_chain(url, 12)
     with_db = SyncInvokerProcess({**invoker_env, "BLOCKDB_URL": url}, tmp_path / "with.log")
     without = SyncInvokerProcess(invoker_env, tmp_path / "without.log")
     started += [with_db, without]

@@ -10,13 +10,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chain_rows import GENESIS, block_hash, make_block
+from chain_rows import block_hash, seed_chain
 from grpclib.client import Channel
 from processes import WorkerProcess, execute_result, run_to_end
 
 from blockx_chain.schema import TRANSFER_TOPIC
-from blockx_chain.store import open_store
-from blockx_chain.url import parse_blockdb_url
 from blockx_core.registry import RegistryKind
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
@@ -58,12 +56,7 @@ async def workers(
     etcd_server: EtcdServer, unique_lane: Callable[..., str], tmp_path: Path
 ) -> AsyncIterator[tuple[worker_v1.WorkerServiceStub, worker_v1.WorkerServiceStub]]:
     url = f"sqlite:///{tmp_path}/chain.db"
-    store = await open_store(parse_blockdb_url(url))
-    async with store.writer() as w:
-        await w.init_chain(31337, GENESIS)
-        await w.insert_blocks([make_block(n) for n in range(HEAD + 1)])
-        await w.set_chain(head_number=HEAD, head_hash=block_hash(HEAD), finalized_number=3, epoch=0)
-    await store.close()
+    await seed_chain(url, HEAD + 1)  # blocks 0..HEAD, finalized HEAD - 4
     functions = tmp_path / "functions"
     functions.mkdir()
     (functions / "chainfns.py").write_text(FUNCTIONS)

@@ -11,13 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chain_rows import GENESIS, block_hash, make_block
+from chain_rows import block_hash, make_block, seed_chain
 from grpclib.client import Channel
 from processes import WorkerProcess, execute_result, run_to_end
 
 from blockx_chain.schema import TRANSFER_TOPIC
 from blockx_chain.sink import open_sink
-from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_core.registry import RegistryKind
 from blockx_proto import worker_v1
@@ -51,12 +50,7 @@ async def cluster(
 ) -> AsyncIterator[tuple[worker_v1.WorkerServiceStub, worker_v1.WorkerServiceStub, str]]:
     chain_url = f"sqlite:///{tmp_path}/chain.db"
     sink_url = f"sqlite:///{tmp_path}/sink.db"
-    store = await open_store(parse_blockdb_url(chain_url))
-    async with store.writer() as w:
-        await w.init_chain(31337, GENESIS)
-        await w.insert_blocks([make_block(n) for n in range(HEAD + 1)])
-        await w.set_chain(head_number=HEAD, head_hash=block_hash(HEAD), finalized_number=3, epoch=0)
-    await store.close()
+    await seed_chain(chain_url, HEAD + 1)  # blocks 0..HEAD, finalized HEAD - 4
     functions = tmp_path / "functions"
     functions.mkdir()
     (functions / "writes.py").write_text(FUNCTIONS)

@@ -35,14 +35,6 @@ from blockx_server.pipeline.writers.table_upserts import TableUpsertsResultHandl
 EPOCH = 4
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/chain.db"
-    url: str = request.getfixturevalue("postgres_url")
-    return url
-
-
 @dataclass
 class Stack:
     router: IoRouter
