@@ -6,7 +6,7 @@ A Builder is looked up by ``function_call_config.type`` in a ``Builders``;
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import msgspec
 
@@ -40,6 +40,26 @@ class BuilderError(Exception):
         return cls(
             f"{what} failed: {outcome.error_kind}: {outcome.error}", retryable=outcome.retryable
         )
+
+
+class _HasFunction(Protocol):
+    @property
+    def function(self) -> str: ...
+
+
+Config = TypeVar("Config", bound=_HasFunction)
+
+
+def decode_config(builder: str, config: Any, kind: type[Config], shape: str) -> Config:
+    """A builder's config as ``kind``; BuilderError (not retryable) naming ``builder``
+    and the expected ``shape`` when it does not fit, or names no function."""
+    try:
+        decl = msgspec.convert(config, kind)
+    except msgspec.ValidationError as exc:
+        raise BuilderError(f"{builder}: {exc}; expected {shape}") from None
+    if not decl.function:
+        raise BuilderError(f"{builder}: `function` must not be empty")
+    return decl
 
 
 class CallBuilder(Protocol):

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from blockx_server.pipeline.builders.base import BuilderError, CallList
+from blockx_server.pipeline.builders.base import BuilderError, CallList, decode_config
 from blockx_server.pipeline.builders.chain_scan import (
     BlockNumber,
     ChainScanner,
@@ -47,12 +47,7 @@ class _BlockBundleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True
 
 class BlockBundleCallConfig:
     async def build(self, ctx: TaskContext, config: Any) -> CallList:
-        try:
-            decl = msgspec.convert(config, _BlockBundleConfig)
-        except msgspec.ValidationError as exc:
-            raise BuilderError(f"{NAME}: {exc}; expected {_SHAPE}") from None
-        if not decl.function:
-            raise BuilderError(f"{NAME}: `function` must not be empty")
+        decl = decode_config(NAME, config, _BlockBundleConfig, _SHAPE)
         if decl.to_block < decl.from_block:
             raise BuilderError(
                 f"{NAME}: toBlock ({decl.to_block}) is below fromBlock ({decl.from_block})"

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from blockx_server.pipeline.builders.base import BuilderError, CallList
+from blockx_server.pipeline.builders.base import BuilderError, CallList, decode_config
 from blockx_server.pipeline.builders.chain_scan import (
     BlockNumber,
     ChainScanner,
@@ -47,12 +47,7 @@ class _BlockTableConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
 
 class BlockTableCallConfig:
     async def build(self, ctx: TaskContext, config: Any) -> CallList:
-        try:
-            decl = msgspec.convert(config, _BlockTableConfig)
-        except msgspec.ValidationError as exc:
-            raise BuilderError(f"{NAME}: {exc}; expected {_SHAPE}") from None
-        if not decl.function:
-            raise BuilderError(f"{NAME}: `function` must not be empty")
+        decl = decode_config(NAME, config, _BlockTableConfig, _SHAPE)
         check_table(NAME, decl.table)
         check_where(NAME, decl.where)
         number, pinned = (

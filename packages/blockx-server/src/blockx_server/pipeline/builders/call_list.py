@@ -7,8 +7,11 @@ from typing import Any
 import msgspec
 
 from blockx_core.calls import RootCall
-from blockx_server.pipeline.builders.base import BuilderError, CallList
+from blockx_server.pipeline.builders.base import CallList, decode_config
 from blockx_server.pipeline.context import TaskContext
+
+NAME = "CallListCallConfig"
+_SHAPE = '{"function": "<name>", "callList": [[<args>], ...]}'
 
 
 class _CallListConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
@@ -20,13 +23,5 @@ class CallListCallConfig:
     """``{"function": "name", "callList": [[args...], ...]}``: one root call per list."""
 
     async def build(self, ctx: TaskContext, config: Any) -> CallList:
-        try:
-            decl = msgspec.convert(config, _CallListConfig)
-        except msgspec.ValidationError as exc:
-            raise BuilderError(
-                f"CallListCallConfig: {exc}; expected "
-                '{"function": "<name>", "callList": [[<args>], ...]}'
-            ) from None
-        if not decl.function:
-            raise BuilderError("CallListCallConfig: `function` must not be empty")
+        decl = decode_config(NAME, config, _CallListConfig, _SHAPE)
         return CallList(decl.function, [RootCall(args) for args in decl.call_list])

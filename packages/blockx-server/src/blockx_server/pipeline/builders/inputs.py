@@ -12,7 +12,7 @@ from typing import Any, Final
 import msgspec
 
 from blockx_core.calls import RootCall
-from blockx_server.pipeline.builders.base import BuilderError, CallList
+from blockx_server.pipeline.builders.base import BuilderError, CallList, decode_config
 from blockx_server.pipeline.context import TaskContext
 
 NAME = "InputsCallConfig"
@@ -49,12 +49,7 @@ def _depth(value: Any) -> int:
 
 class InputsCallConfig:
     async def build(self, ctx: TaskContext, config: Any) -> CallList:
-        try:
-            decl = msgspec.convert(config, _InputsConfig)
-        except msgspec.ValidationError as exc:
-            raise BuilderError(f"{NAME}: {exc}; expected {_SHAPE}") from None
-        if not decl.function:
-            raise BuilderError(f"{NAME}: `function` must not be empty")
+        decl = decode_config(NAME, config, _InputsConfig, _SHAPE)
         if len(decl.inputs) > MAX_INPUTS:
             raise BuilderError(
                 f"{NAME}: {len(decl.inputs)} inputs, more than {MAX_INPUTS}: split the task"
