@@ -34,21 +34,24 @@ def test_the_cache_stays_within_its_bytes_and_never_serves_a_mutable_read(
     max_bytes: int, ops: list[tuple[str, int, int, bool, int]]
 ) -> None:
     cache = ReadCache(max_bytes)
-    # What each key last was: mutable keys must never be answered.
-    mutable: set[CacheKey] = set()
+    # The answer each key was last stored with by an immutable put. A key is answered
+    # only from there: a key only ever put as mutable never is. (An answer once
+    # immutable stays so within its epoch, as a finalized height only grows, so a
+    # later mutable put of the same key leaves it.)
+    stored_immutable: dict[CacheKey, bytes] = {}
     for kind, number, size, immutable, epoch in ops:
         key = CacheKey("b", "get", canonical_arguments([number], {}), cache.epoch)
         match kind:
             case "put":
-                value = bytes(size)
+                value = bytes(size) if immutable else b"m" * size
                 stored = cache.put(key, value, immutable=immutable)
                 assert stored <= immutable
-                if not immutable:
-                    mutable.add(key)
+                if stored:
+                    stored_immutable[key] = value
             case "get":
                 answer = cache.get(key)
-                if key in mutable:
-                    assert answer is None
+                if answer is not None:
+                    assert answer == stored_immutable[key]
             case "epoch":
                 cache.set_epoch(epoch)
                 assert all(k.epoch == epoch for k, _ in cache.items())
