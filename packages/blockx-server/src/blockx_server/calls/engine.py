@@ -40,6 +40,7 @@ from blockx_server.calls.executor_pool import ExecutorPool, ExecutorPoolConfig
 from blockx_server.calls.run import CallObserver, CallRun, RunState
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
+from blockx_server.runtime.timer import DeadlineTimer
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +65,7 @@ class CallEngine:
         self._outbox: dict[str, list[Any]] = defaultdict(list)
         self._flush_scheduled = False
         self._runs: dict[str, RunState] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at_ms: int | None = None
+        self._timer = DeadlineTimer(clock, self._on_timer)
         self._io_tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._observed = 0  # runs with an observer: only then are calls mapped to runs
@@ -90,8 +90,7 @@ class CallEngine:
             self._apply(self._core.cancel_task(task_id, self._clock.now_ms()))
         for task in list(self._io_tasks):
             task.cancel()
-        if self._timer is not None:
-            self._timer.cancel()
+        self._timer.cancel()
         await self._pool.close()
 
     def open_calls(
@@ -386,20 +385,10 @@ class CallEngine:
                 self._pool.send(executor_id, messages)
 
     def _arm_timer(self) -> None:
-        deadline = self._core.next_deadline_ms()
-        if deadline is None or self._loop is None:
-            return
-        if self._timer_at_ms is not None and self._timer_at_ms <= deadline:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        delay_s = max(0.0, (deadline - self._clock.now_ms()) / 1000)
-        self._timer_at_ms = deadline
-        self._timer = self._loop.call_later(delay_s, self._on_timer)
+        if self._loop is not None:  # before start() nothing runs that could be due
+            self._timer.arm(self._core.next_deadline_ms())
 
     def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at_ms = None
         self._apply(self._core.tick(self._clock.now_ms()))
 
 

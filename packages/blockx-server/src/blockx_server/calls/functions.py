@@ -26,6 +26,7 @@ from typing import Final, Protocol
 from blockx_core.code_view import CodeLoadError, CodeSnapshot, FunctionCodeView
 from blockx_core.errors import InvalidConfig
 from blockx_server.runtime.clock import Clock
+from blockx_server.runtime.timer import DeadlineTimer
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +149,7 @@ class CodeViewRefresher:
         self._last_problem: str | None = None
         # The collection timer, armed only while run() runs.
         self._running = False
-        self._collect_timer: asyncio.TimerHandle | None = None
-        self._collect_at_ms: int | None = None
+        self._collect_timer = DeadlineTimer(clock, self.rearm_collection)
 
     @property
     def view(self) -> FunctionCodeView:
@@ -199,9 +199,7 @@ class CodeViewRefresher:
                     self._report(f"function code not reloaded, {self._kept()}: {exc}")
         finally:
             self._running = False
-            if self._collect_timer is not None:
-                self._collect_timer.cancel()
-            self._collect_timer = self._collect_at_ms = None
+            self._collect_timer.cancel()
 
     def rearm_collection(self) -> None:
         """Collect what is due now and arm the timer for the view's next collection.
@@ -218,20 +216,8 @@ class CodeViewRefresher:
             if dropped:
                 log.debug("function code epochs %s released", dropped)
             due_ms = self._view.next_collect_ms()
-        if due_ms is None:
-            return  # an armed timer may fire early; it only re-arms
-        if self._collect_timer is not None and self._collect_at_ms is not None:
-            if self._collect_at_ms <= due_ms:
-                return
-            self._collect_timer.cancel()
-        self._collect_at_ms = due_ms
-        self._collect_timer = asyncio.get_running_loop().call_later(
-            max(0, due_ms - now_ms) / 1000, self._on_collect_timer
-        )
-
-    def _on_collect_timer(self) -> None:
-        self._collect_timer = self._collect_at_ms = None
-        self.rearm_collection()
+        # An armed timer may fire early; it only re-arms.
+        self._collect_timer.arm(due_ms)
 
     async def wait_first_snapshot(self) -> CodeSnapshot:
         """Wait until the view has a current snapshot (the Worker's readiness)."""

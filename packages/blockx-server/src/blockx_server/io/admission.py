@@ -14,6 +14,7 @@ import itertools
 
 from blockx_core.io import Admit, BackendAdmission, ConcurrencyLimit
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
+from blockx_server.runtime.timer import DeadlineTimer
 
 
 class BackendGate:
@@ -29,8 +30,7 @@ class BackendGate:
         self._clock = clock
         self._tickets = itertools.count()
         self._waiters: dict[int, asyncio.Future[bool]] = {}
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at_ms: int | None = None
+        self._timer = DeadlineTimer(clock, self._on_timer)
 
     @property
     def limit(self) -> int:
@@ -81,20 +81,9 @@ class BackendGate:
                 self._wake(self.core.abandon())
 
     def _arm_timer(self) -> None:
-        deadline = self.core.next_deadline_ms()
-        if deadline is None:
-            return
-        if self._timer_at_ms is not None and self._timer_at_ms <= deadline:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        delay_s = max(0.0, (deadline - self._clock.now_ms()) / 1000)
-        self._timer_at_ms = deadline
-        self._timer = asyncio.get_running_loop().call_later(delay_s, self._on_timer)
+        self._timer.arm(self.core.next_deadline_ms())
 
     def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at_ms = None
         for timed_out in self.core.tick(self._clock.now_ms()):
             waiter = self._waiters.pop(timed_out.ticket, None)
             if waiter is not None and not waiter.done():

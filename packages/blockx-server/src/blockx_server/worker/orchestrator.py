@@ -54,6 +54,7 @@ from blockx_server.pipeline.writers import (
     failed_writer_result,
 )
 from blockx_server.runtime.clock import Clock
+from blockx_server.runtime.timer import DeadlineTimer
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
 
 log = logging.getLogger(__name__)
@@ -131,8 +132,7 @@ class Orchestrator:
         self._on_terminal = on_terminal
         # Told when a task unpinned its code epoch (the view's collection may be due).
         self._on_code_released = on_code_released
-        self._timer: asyncio.TimerHandle | None = None
-        self._timer_at_ms: int | None = None
+        self._timer = DeadlineTimer(clock, self.tick)  # tick runs the commands, then re-arms
 
     # ---- the RPCs' entry points ---------------------------------------------------
 
@@ -191,9 +191,7 @@ class Orchestrator:
             if not self.core.active_task_ids():
                 break
             await asyncio.sleep(0.01)
-        if self._timer is not None:
-            self._timer.cancel()  # the process is about to exit; nothing more to rule on
-            self._timer = self._timer_at_ms = None
+        self._timer.cancel()  # the process is about to exit; nothing more to rule on
 
     # ---- commands ------------------------------------------------------------------
 
@@ -236,20 +234,7 @@ class Orchestrator:
         deadline_ms = self.core.next_deadline_ms()
         if deadline_ms is None:
             return  # nothing pending; a later call arms again
-        now_ms = self.clock.now_ms()
-        at_ms = min(deadline_ms, now_ms + MAX_TIMER_SLEEP_MS)
-        if self._timer is not None and self._timer_at_ms is not None:
-            if self._timer_at_ms <= at_ms:
-                return
-            self._timer.cancel()
-        loop = asyncio.get_running_loop()
-        self._timer_at_ms = at_ms
-        self._timer = loop.call_later(max(0, at_ms - now_ms) / 1000, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at_ms = None
-        self.tick()  # runs the commands, then re-arms
+        self._timer.arm(min(deadline_ms, self.clock.now_ms() + MAX_TIMER_SLEEP_MS))
 
     def _on_converged(self, command: TaskConverged) -> None:
         now_ms = self.clock.now_ms()
