@@ -18,7 +18,7 @@ import asyncpg
 
 from blockx_chain.sink.base import SinkStore, SinkTx
 from blockx_chain.sink.errors import SinkError, SinkRejected, SinkUnavailable
-from blockx_chain.store.postgres import numbered
+from blockx_chain.store.postgres import UNREACHABLE, numbered
 from blockx_chain.url import PostgresUrl, describe
 
 SINK_LOCK_TIMEOUT_MS: Final = 10_000
@@ -26,12 +26,7 @@ POOL_SIZE: Final = 4
 _CONNECT_TIMEOUT_S: Final = 10.0
 
 _UNREACHABLE: Final = (
-    OSError,
-    TimeoutError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.OperatorInterventionError,
-    asyncpg.InterfaceError,
-    asyncpg.TooManyConnectionsError,
+    *UNREACHABLE,
     # A lock not granted in time, a deadlock broken by the server: try again.
     asyncpg.exceptions.LockNotAvailableError,
     asyncpg.exceptions.DeadlockDetectedError,

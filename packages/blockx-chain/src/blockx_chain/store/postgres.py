@@ -59,7 +59,7 @@ def _decoded(record: asyncpg.Record) -> dict[str, Any]:
 
 
 # The server is down, restarting, full or gone: a later try may succeed.
-_UNREACHABLE: Final = (
+UNREACHABLE: Final = (
     OSError,
     TimeoutError,
     asyncpg.PostgresConnectionError,
@@ -75,7 +75,7 @@ def _reachable(description: str) -> Iterator[None]:
     answer now, StoreError for any other error the server reports."""
     try:
         yield
-    except _UNREACHABLE as exc:
+    except UNREACHABLE as exc:
         raise StoreUnavailable(f"{description} is unreachable: {exc}") from None
     except asyncpg.PostgresError as exc:
         raise StoreError(f"{description}: {type(exc).__name__}: {exc}") from None
