@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from blockx_server.io.backends.arguments import bind_arguments
 from blockx_server.io.errors import BackendError, IoErrorKind
 
 
@@ -47,28 +48,30 @@ class MemoryBackend:
     async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         match op:
             case "get":
-                key, default = _bind(args, kwargs, "get(key, default=None)", ("key",), ("default",))
+                key, default = bind_arguments(
+                    args, kwargs, "get(key, default=None)", ("key",), ("default",)
+                )
                 return self._data.get(_key(key), default)
             case "mget":
-                (keys,) = _bind(args, kwargs, "mget(keys: list)", ("keys",))
+                (keys,) = bind_arguments(args, kwargs, "mget(keys: list)", ("keys",))
                 if not isinstance(keys, list):
                     raise TypeError("mget(keys: list)")
                 return [self._data.get(_key(k)) for k in keys]
             case "has":
-                (key,) = _bind(args, kwargs, "has(key)", ("key",))
+                (key,) = bind_arguments(args, kwargs, "has(key)", ("key",))
                 return _key(key) in self._data
             case "keys":
-                (prefix,) = _bind(args, kwargs, "keys(prefix: str = '')", (), ("prefix",))
+                (prefix,) = bind_arguments(args, kwargs, "keys(prefix: str = '')", (), ("prefix",))
                 prefix = "" if prefix is None else prefix
                 if not isinstance(prefix, str):
                     raise TypeError("keys(prefix: str = '')")
                 return sorted(k for k in self._data if k.startswith(prefix))
             case "put" | "set":
-                key, value = _bind(args, kwargs, f"{op}(key, value)", ("key", "value"))
+                key, value = bind_arguments(args, kwargs, f"{op}(key, value)", ("key", "value"))
                 self._data[_key(key)] = value
                 return None
             case "mput":
-                (mapping,) = _bind(args, kwargs, "mput(mapping: dict)", ("mapping",))
+                (mapping,) = bind_arguments(args, kwargs, "mput(mapping: dict)", ("mapping",))
                 if not isinstance(mapping, dict):
                     raise TypeError("mput(mapping: dict)")
                 for key in mapping:
@@ -76,31 +79,9 @@ class MemoryBackend:
                 self._data.update(mapping)
                 return None
             case "delete":
-                (key,) = _bind(args, kwargs, "delete(key)", ("key",))
+                (key,) = bind_arguments(args, kwargs, "delete(key)", ("key",))
                 return self._data.pop(_key(key), None) is not None
         raise BackendError(IoErrorKind.UNKNOWN_OP, op)
-
-
-def _bind(
-    args: list[Any],
-    kwargs: dict[str, Any],
-    signature: str,
-    required: tuple[str, ...],
-    optional: tuple[str, ...] = (),
-) -> list[Any]:
-    """Positional and keyword arguments as one list in parameter order (None for an
-    optional parameter not given); TypeError naming ``signature`` otherwise."""
-    names = required + optional
-    if len(args) > len(names) or any(name not in names for name in kwargs):
-        raise TypeError(signature)
-    bound: dict[str, Any] = dict(zip(names, args, strict=False))
-    for name, value in kwargs.items():
-        if name in bound:
-            raise TypeError(signature)
-        bound[name] = value
-    if any(name not in bound for name in required):
-        raise TypeError(signature)
-    return [bound.get(name) for name in names]
 
 
 def _key(key: Any) -> str:

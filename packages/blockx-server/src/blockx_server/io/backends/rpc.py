@@ -32,7 +32,7 @@ from typing import Any, Final
 import msgspec
 
 from blockx_chain.rpc import DEFAULT_MAX_RESPONSE_BYTES, JsonRpcClient, RpcError, RpcErrorKind
-from blockx_server.io.backends.memory import _bind
+from blockx_server.io.backends.arguments import bind_arguments
 from blockx_server.io.backends.rpc_params import (
     HASH,
     address_param,
@@ -200,12 +200,12 @@ class RpcBackend:
     async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         match op:
             case "request":
-                method, params = _bind(
+                method, params = bind_arguments(
                     args, kwargs, "request(method, params=[])", ("method",), ("params",)
                 )
                 return await self._request(method, params)
             case "balance":
-                address, block = _bind(
+                address, block = bind_arguments(
                     args, kwargs, 'balance(address, block="latest")', ("address",), ("block",)
                 )
                 raw = await self._send(
@@ -213,18 +213,18 @@ class RpcBackend:
                 )
                 return str(_int(raw))
             case "call":
-                to, data, block = _bind(
+                to, data, block = bind_arguments(
                     args, kwargs, 'call(to, data, block="latest")', ("to", "data"), ("block",)
                 )
                 tx = {"to": address_param(to), "data": data_param(data, "data")}
                 return await self._send("eth_call", [tx, block_param(block)])
             case "code":
-                address, block = _bind(
+                address, block = bind_arguments(
                     args, kwargs, 'code(address, block="latest")', ("address",), ("block",)
                 )
                 return await self._send("eth_getCode", [address_param(address), block_param(block)])
             case "storage":
-                address, slot, block = _bind(
+                address, slot, block = bind_arguments(
                     args,
                     kwargs,
                     'storage(address, slot, block="latest")',
@@ -234,21 +234,21 @@ class RpcBackend:
                 params = [address_param(address), slot_param(slot), block_param(block)]
                 return await self._send("eth_getStorageAt", params)
             case "block":
-                number, full = _bind(
+                number, full = bind_arguments(
                     args, kwargs, "block(number, full=False)", ("number",), ("full",)
                 )
                 if full is not None and not isinstance(full, bool):
                     raise TypeError("block(number, full=False): full is a bool")
                 return await self._block(number, bool(full))
             case "receipt":
-                (tx_hash,) = _bind(args, kwargs, "receipt(tx_hash)", ("tx_hash",))
+                (tx_hash,) = bind_arguments(args, kwargs, "receipt(tx_hash)", ("tx_hash",))
                 if not isinstance(tx_hash, str) or not HASH.match(tx_hash):
                     raise ValueError(
                         f"a transaction hash is 0x and 64 hex digits (got {tx_hash!r})"
                     )
                 return await self._send("eth_getTransactionReceipt", [tx_hash])
             case "logs":
-                from_block, to_block, address, topics = _bind(
+                from_block, to_block, address, topics = bind_arguments(
                     args,
                     kwargs,
                     "logs(from_block, to_block, address=None, topics=None)",
@@ -257,10 +257,10 @@ class RpcBackend:
                 )
                 return await self._logs(from_block, to_block, address, topics)
             case "chain_id":
-                _bind(args, kwargs, "chain_id()", ())
+                bind_arguments(args, kwargs, "chain_id()", ())
                 return _int(await self._send("eth_chainId", []))
             case "block_number":
-                _bind(args, kwargs, "block_number()", ())
+                bind_arguments(args, kwargs, "block_number()", ())
                 return _int(await self._send("eth_blockNumber", []))
         raise BackendError(IoErrorKind.UNKNOWN_OP, op)
 
@@ -274,24 +274,24 @@ class RpcBackend:
                 case "chain_id":
                     return True
                 case "balance" | "code":
-                    block = _bind(args, kwargs, "", ("address",), ("block",))[1]
+                    block = bind_arguments(args, kwargs, "", ("address",), ("block",))[1]
                     return fixed(block_param(block), finalized)
                 case "call":
-                    block = _bind(args, kwargs, "", ("to", "data"), ("block",))[2]
+                    block = bind_arguments(args, kwargs, "", ("to", "data"), ("block",))[2]
                     return fixed(block_param(block), finalized)
                 case "storage":
-                    block = _bind(args, kwargs, "", ("address", "slot"), ("block",))[2]
+                    block = bind_arguments(args, kwargs, "", ("address", "slot"), ("block",))[2]
                     return fixed(block_param(block), finalized)
                 case "block":
-                    number = _bind(args, kwargs, "", ("number",), ("full",))[0]
+                    number = bind_arguments(args, kwargs, "", ("number",), ("full",))[0]
                     return fixed(block_param(number), finalized)
                 case "logs":
-                    from_block, to_block = _bind(
+                    from_block, to_block = bind_arguments(
                         args, kwargs, "", ("from_block", "to_block"), ("address", "topics")
                     )[:2]
                     return numbered(from_block) and fixed(block_param(to_block), finalized)
                 case "request":
-                    method, params = _bind(args, kwargs, "", ("method",), ("params",))
+                    method, params = bind_arguments(args, kwargs, "", ("method",), ("params",))
                     return request_immutable(method, params or [], finalized)
         except (TypeError, ValueError, IndexError, KeyError):
             return False
