@@ -4,7 +4,7 @@ The back-off follows what each attempt met, with the numbers in ``RetryPolicy``:
 
 * RESOURCE_EXHAUSTED (no slot): jittered exponential back-off until the deadline.
 * UNAVAILABLE (the coordinator is not ready): one immediate retry, then back-off,
-  at most ``unavailable_attempts`` in a row.
+  until the caller's deadline (at most ``unavailable_attempts`` in a row without one).
 * a coordinator that cannot be reached (refused, reset, a stream cut): retried the
   same way for as long as the caller's deadline allows (``unreachable_s`` without
   one), then ``CoordinatorUnreachableError`` says for how long it was tried.
@@ -82,7 +82,7 @@ class Placement:
             except UnavailableError as exc:
                 unavailable += 1
                 unreachable = 0
-                if unavailable >= retry.unavailable_attempts:
+                if deadline is None and unavailable >= retry.unavailable_attempts:
                     raise
                 delay = retry.unavailable_delay(unavailable, self._rng)
                 if deadline is not None and time.monotonic() + delay > deadline:

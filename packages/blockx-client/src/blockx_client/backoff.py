@@ -30,7 +30,8 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     # cannot be reached (refused, reset): the first retry is immediate, later ones
     # back off on this schedule.
     unavailable: Backoff = Backoff(initial_s=0.1, max_s=1.0)
-    # UNAVAILABLE answers: this many attempts in a row, then UnavailableError.
+    # UNAVAILABLE answers without a caller's deadline: this many attempts in a row,
+    # then UnavailableError (with a deadline: until the deadline).
     unavailable_attempts: int = 10
     # An unreachable coordinator: keep trying this long when the caller set no
     # deadline (long enough to ride out a coordinator restart).

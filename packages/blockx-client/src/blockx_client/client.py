@@ -157,11 +157,11 @@ class Client:
         deadline_s: float | None = None,
     ) -> Reservation:
         """ReserveWorkerSlot with back-off: RESOURCE_EXHAUSTED → jittered exponential
-        back-off until the deadline; UNAVAILABLE → one immediate retry, then a bounded
-        number with back-off; an unreachable coordinator → retries with back-off until
-        the deadline (``retry.unreachable_s`` without one), then
-        CoordinatorUnreachableError; ABORTED → wait one slot TTL, then the same
-        task_id again."""
+        back-off until the deadline; UNAVAILABLE → one immediate retry, then back-off
+        until the deadline (a bounded number of times without one); an unreachable
+        coordinator → the same, until the deadline (``retry.unreachable_s`` without
+        one), then CoordinatorUnreachableError; ABORTED → wait one slot TTL, then the
+        same task_id again."""
         return await self._placement.reserve_worker_slot(task_id, cluster, deadline_s)
 
     async def request_task_slot(

@@ -28,12 +28,14 @@ _POOL_SIZE: Final = 256
 T = TypeVar("T")
 
 
-# Failures that can come after the request was sent: the connection broke mid-call.
+# Failures that can come after the request was sent: the connection broke mid-call
+# (or went silent: a timeout cannot tell).
 _LOST_MIDWAY: Final = (
     StreamTerminatedError,
     ConnectionResetError,
     ConnectionAbortedError,
     BrokenPipeError,
+    TimeoutError,
 )
 
 
