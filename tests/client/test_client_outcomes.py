@@ -21,7 +21,6 @@ from blockx_client import (
     BlockxError,
     Client,
     ClientFailureCode,
-    Cluster,
     ConnectError,
     CoordinatorUnreachableError,
     InvalidRequestError,
@@ -375,5 +374,22 @@ async def test_a_worker_that_stays_unreachable_makes_its_tasks_worker_lost() -> 
     assert "unreachable for" in result.failure_message
 
 
-def test_cluster_values() -> None:
-    assert [c.value for c in Cluster] == ["block", "bundle"]
+async def test_run_many_reports_a_client_bug_as_an_outcome_too() -> None:
+    fake = Recorder()
+    server, addr = await serve(fake)
+    # A config json cannot encode: SubmitTask is never sent.
+    broken = Task(
+        function_call_config=PluginConfig(type="CallListCallConfig", config={"x": object()}),
+        task_id="t-broken",
+    )
+    try:
+        async with Client(coordinator=addr) as client:
+            [result] = [r async for r in client.run_many([broken])]
+    finally:
+        server.close()
+    assert (result.task_id, result.failure_code, result.retryable) == (
+        "t-broken",
+        ClientFailureCode.PLACEMENT_FAILED,
+        False,
+    )
+    assert result.failure_message.startswith("the client failed: TypeError")

@@ -82,14 +82,14 @@ def outcome_of_error(task_id: str, exc: Exception) -> TaskResult:
     if isinstance(exc, SubmitUncertainError):
         return worker_lost(task_id, exc.worker_addr, exc.message)
     if not isinstance(exc, BlockxError):
-        # A bug in the client or in a caller's hook: report it, do not hide it as
-        # retryable.
+        # A bug in the client, not an answer of the cluster: report it as it is, not
+        # as retryable, and without claiming that nothing ran.
         return client_failure(
             task_id,
             ClientFailureCode.PLACEMENT_FAILED,
-            f"placement failed: {type(exc).__name__}: {exc}",
+            f"the client failed: {type(exc).__name__}: {exc}",
             retryable=False,
-            may_have_run=False,
+            may_have_run=True,
         )
     code = next(
         (c for kind, c in _BY_ERROR if isinstance(exc, kind)), ClientFailureCode.PLACEMENT_FAILED

@@ -18,7 +18,7 @@ async def run_many(
     """``run`` each task, at most ``concurrency`` unfinished at a time, and yield one
     result per task: a task whose ``run`` raised yields ``outcome_of_error(task,
     exc)`` and the others go on. ``tasks`` is read lazily; closing the iterator
-    early cancels the tasks still running."""
+    early stops waiting for the tasks still running (on their workers they run on)."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     gate = asyncio.Semaphore(concurrency)
