@@ -271,7 +271,8 @@ async def test_a_bundle_task_without_a_bundle_coordinator_names_the_setting(
 class ScriptedWorker(worker_v1.WorkerServiceBase):
     """Accepts every SubmitTask, then plays a script: ``cut`` breaks the first Watch
     stream of a task that is still running and finishes it on the next; ``forget``
-    answers as a restarted worker that never heard of the task."""
+    answers as a restarted worker that never heard of the task; ``slow-submit``
+    answers SubmitTask too late, and the task then succeeds."""
 
     def __init__(self, script: str) -> None:
         self.script = script
@@ -282,6 +283,8 @@ class ScriptedWorker(worker_v1.WorkerServiceBase):
         self, message: worker_v1.SubmitTaskRequest
     ) -> worker_v1.SubmitTaskResponse:
         assert message.task is not None
+        if self.script == "slow-submit":
+            await asyncio.sleep(1.0)  # accepted, but the answer comes after the caller gave up
         return worker_v1.SubmitTaskResponse(
             task_id=message.task.task_id, state=worker_v1.TaskState.RUNNING
         )
@@ -393,3 +396,21 @@ async def test_run_many_reports_a_client_bug_as_an_outcome_too() -> None:
         False,
     )
     assert result.failure_message.startswith("the client failed: TypeError")
+
+
+async def test_a_submit_without_an_answer_is_settled_by_asking_the_worker() -> None:
+    worker = ScriptedWorker("slow-submit")
+    worker.watches = 1  # straight to the terminal update
+    server, addr = await serve(worker)
+    try:
+        async with Client(rpc_timeout_s=0.2) as client:
+            with pytest.raises(SubmitUncertainError, match="may have been accepted"):
+                await client.place(Task.call_list("f", [[1]], task_id="t-slow-1"), worker_addr=addr)
+            result = await client.run(
+                Task.call_list("f", [[1]], task_id="t-slow-2"), worker_addr=addr
+            )
+    finally:
+        server.close()
+    # The worker had the task: its answer is the result, not a guess.
+    assert result.state is TaskState.SUCCEEDED
+    assert result.may_have_run
