@@ -19,8 +19,10 @@ from support import free_port, wait_until
 
 from blockx_client import (
     Client,
+    ClientFailureCode,
     ConnectError,
     NoSlotError,
+    PluginConfig,
     RetryPolicy,
     SyncClient,
     Task,
@@ -170,6 +172,27 @@ async def test_run_many(client: Client) -> None:
     assert by_id["many-7"] == ["hello, n7"]
 
 
+async def test_run_many_yields_every_outcome_with_an_invalid_task_among_them(
+    client: Client,
+) -> None:
+    bad = Task(
+        function_call_config=PluginConfig(type="CallListCallConfig", config="{not json"),
+        task_id="many-bad",
+    )
+    good = [Task.call_list("hello_world", [[f"g{i}"]], task_id=f"many-good-{i}") for i in range(8)]
+    results = {r.task_id: r async for r in client.run_many([*good[:4], bad, *good[4:]])}
+    assert sorted(results) == sorted(["many-bad", *(t.task_id for t in good)])
+    assert all(results[t.task_id].ok for t in good)
+    failed = results["many-bad"]
+    assert failed.state is TaskState.FAILED
+    assert (failed.failure_code, failed.retryable, failed.may_have_run) == (
+        ClientFailureCode.INVALID_ARGUMENT,
+        False,
+        False,
+    )
+    assert "INVALID_ARGUMENT" in failed.failure_message
+
+
 async def test_run_with_retries_records_lineage(client: Client) -> None:
     task = Task.call_list("busy", [[3000]], task_timeout_ms=300, task_id="client-timeout")
     attempts = await client.run_with_retries(task, max_attempts=2)
@@ -313,7 +336,8 @@ async def test_failed_precondition_on_submit_reserves_again(cluster: Cluster) ->
 
 
 async def test_an_unreachable_coordinator_is_a_connect_error() -> None:
-    async with Client(coordinator=f"127.0.0.1:{free_port()}") as client:
+    policy = RetryPolicy(unreachable_s=0.5)
+    async with Client(coordinator=f"127.0.0.1:{free_port()}", retry=policy) as client:
         with pytest.raises(ConnectError, match="cannot reach"):
             await client.reserve_worker_slot("t")
 

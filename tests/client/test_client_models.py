@@ -126,9 +126,9 @@ def test_one_task_state_for_client_and_server() -> None:
     from blockx_proto import worker_v1
 
     assert blockx_client.TaskState is TaskState
-    # A task the worker will never run travels as UNSPECIFIED and reads as UNKNOWN.
-    assert state_from_pb(worker_v1.TaskState.UNSPECIFIED) is TaskState.UNKNOWN
-    assert TaskState.UNKNOWN.is_terminal
+    # A task the worker does not know travels as UNSPECIFIED and reads as NOT_FOUND.
+    assert state_from_pb(worker_v1.TaskState.UNSPECIFIED) is TaskState.NOT_FOUND
+    assert TaskState.NOT_FOUND.is_terminal
     assert [state_from_pb(s).value for s in list(worker_v1.TaskState)[1:]] == [
         "ALLOCATED",
         "RUNNING",

@@ -47,6 +47,7 @@ def result_dict(result: TaskResult) -> dict[str, Any]:
         "failure_code": result.failure_code,
         "failure_message": result.failure_message,
         "retryable": result.retryable,
+        "may_have_run": result.may_have_run,
         "error": result.error,
         "plugin_results": [
             {

@@ -8,7 +8,8 @@
 
 ``SyncClient`` offers the same operations for scripts and notebooks. With
 ``PROXY_SOCKET_PATH`` set, every RPC goes through the blockx-proxy Unix socket.
-``TaskState`` is the Worker's own (``blockx_core.task.TaskState``), re-exported.
+``TaskState`` is the Worker's own (``blockx_core.task.TaskState``), re-exported; a
+task a worker does not know reads as ``TaskState.NOT_FOUND``.
 """
 
 from importlib.metadata import version
@@ -18,16 +19,20 @@ from blockx_client.client import Client
 from blockx_client.errors import (
     BlockxError,
     ConnectError,
+    CoordinatorUnreachableError,
     FunctionError,
     InvalidRequestError,
     NoSlotError,
     SlotInvalidError,
     SlotUncertainError,
+    SubmitUncertainError,
     TaskNotFoundError,
     UnavailableError,
 )
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
+    CLIENT_RETRYABLE,
+    ClientFailureCode,
     Cluster,
     Durations,
     Invocation,
@@ -50,11 +55,14 @@ from blockx_client.task_file import TaskFileError, load_task_file, task_from_dic
 __version__ = version("blockx-client")
 
 __all__ = [
+    "CLIENT_RETRYABLE",
     "Backoff",
     "BlockxError",
     "Client",
+    "ClientFailureCode",
     "Cluster",
     "ConnectError",
+    "CoordinatorUnreachableError",
     "Durations",
     "FunctionError",
     "FunctionHandle",
@@ -70,6 +78,7 @@ __all__ = [
     "SlotInvalidError",
     "SlotUncertainError",
     "SubmitAnswer",
+    "SubmitUncertainError",
     "SyncClient",
     "Task",
     "TaskFileError",

@@ -28,6 +28,10 @@ _STATES: Final[dict[worker_v1.TaskState, TaskState]] = {
 }
 
 
+# The states of a task a Worker has accepted (SubmitTask passed).
+_ACCEPTED: Final = frozenset({TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED})
+
+
 def task_to_pb(task: Task) -> worker_v1.TaskInput:
     handler = task.result_handler
     return worker_v1.TaskInput(
@@ -46,8 +50,8 @@ def task_to_pb(task: Task) -> worker_v1.TaskInput:
 
 
 def state_from_pb(state: worker_v1.TaskState) -> TaskState:
-    """UNSPECIFIED (a task the worker will never run) reads as UNKNOWN."""
-    return _STATES.get(state, TaskState.UNKNOWN)
+    """UNSPECIFIED (a task the worker does not know) reads as NOT_FOUND."""
+    return _STATES.get(state, TaskState.NOT_FOUND)
 
 
 def result_from_pb(
@@ -58,9 +62,10 @@ def result_from_pb(
     error: str = "",
 ) -> TaskResult:
     er = pb.execute_result if pb is not None else None
+    client_state = state_from_pb(state)
     return TaskResult(
         task_id=task_id,
-        state=state_from_pb(state),
+        state=client_state,
         worker_addr=worker_addr,
         success=bool(pb and pb.success),
         failure_code=er.failure_code if er else "",
@@ -77,6 +82,7 @@ def result_from_pb(
             for p in (er.plugin_results if er else [])
         ),
         error=error,
+        may_have_run=client_state in _ACCEPTED,
     )
 
 

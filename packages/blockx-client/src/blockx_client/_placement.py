@@ -1,11 +1,20 @@
 """Placement: ReserveWorkerSlot with back-off, then SubmitTask to the slot's worker.
 
-The back-off follows the status of each answer: RESOURCE_EXHAUSTED (no slot) is
-retried with jittered exponential back-off until the deadline; UNAVAILABLE gets a
-few quick retries; ABORTED (a worker may hold a slot for this task_id) waits one
-slot TTL and asks again with the same task_id. A FAILED_PRECONDITION on SubmitTask
-(the slot expired, or the worker restarted) reserves again, same task_id: the
-task_id is the idempotency key throughout.
+The back-off follows what each attempt met, with the numbers in ``RetryPolicy``:
+
+* RESOURCE_EXHAUSTED (no slot): jittered exponential back-off until the deadline.
+* UNAVAILABLE (the coordinator is not ready): one immediate retry, then back-off,
+  until the caller's deadline (at most ``unavailable_attempts`` in a row without one).
+* a coordinator that cannot be reached (refused, reset, a stream cut): retried the
+  same way for as long as the caller's deadline allows (``unreachable_s`` without
+  one), then ``CoordinatorUnreachableError`` says for how long it was tried.
+* ABORTED (a worker may hold a slot for this task_id): wait one slot TTL, ask again.
+
+On SubmitTask, FAILED_PRECONDITION (the slot expired, or the worker restarted),
+UNAVAILABLE (the worker is not ready or drains) and a refused connection reserve
+again; a connection lost after the request was sent raises
+``SubmitUncertainError``, since the worker may have accepted the task. The task_id
+is the idempotency key throughout.
 """
 
 from __future__ import annotations
@@ -20,10 +29,14 @@ from grpclib.const import Status
 from blockx_client._options import ClientOptions
 from blockx_client._worker_rpc import WorkerRpc
 from blockx_client.errors import (
+    BlockxError,
+    ConnectError,
+    CoordinatorUnreachableError,
     InvalidRequestError,
     NoSlotError,
     SlotInvalidError,
     SlotUncertainError,
+    SubmitUncertainError,
     UnavailableError,
 )
 from blockx_client.models import Cluster, Reservation, SubmitAnswer, Task
@@ -49,40 +62,83 @@ class Placement:
     ) -> Reservation:
         retry = self._options.retry
         task_id = task_id or str(uuid.uuid4())
-        deadline = None if deadline_s is None else time.monotonic() + deadline_s
-        no_slot = unavailable = 0
+        started = time.monotonic()
+        deadline = None if deadline_s is None else started + deadline_s
+        no_slot = unavailable = unreachable = 0
+        unreachable_since = 0.0
         while True:
             try:
                 return await self._reserve_once(task_id, cluster, deadline)
             except NoSlotError:
                 no_slot += 1
+                unavailable = unreachable = 0
                 delay = retry.no_slot.delay(no_slot, self._rng)
-            except UnavailableError:
+                if deadline is not None and time.monotonic() + delay > deadline:
+                    raise NoSlotError(
+                        f"no slot for task {task_id} within the deadline of {deadline_s} s "
+                        "(RESOURCE_EXHAUSTED)",
+                        Status.RESOURCE_EXHAUSTED,
+                    ) from None
+            except UnavailableError as exc:
                 unavailable += 1
-                if unavailable >= retry.unavailable_attempts:
+                unreachable = 0
+                if deadline is None and unavailable >= retry.unavailable_attempts:
                     raise
-                delay = retry.unavailable.delay(unavailable, self._rng)
-            except SlotUncertainError:
-                delay = retry.slot_ttl_s
-            if deadline is not None and time.monotonic() + delay > deadline:
-                raise NoSlotError(
-                    f"no slot for task {task_id} within the deadline of {deadline_s} s",
-                    Status.RESOURCE_EXHAUSTED,
+                delay = retry.unavailable_delay(unavailable, self._rng)
+                if deadline is not None and time.monotonic() + delay > deadline:
+                    raise UnavailableError(
+                        f"{exc.message} (still so at the deadline of {deadline_s} s)", exc.status
+                    ) from None
+            except ConnectError as exc:
+                now = time.monotonic()
+                if unreachable == 0:
+                    unreachable_since = now
+                unreachable += 1
+                unavailable = 0
+                delay = retry.unavailable_delay(unreachable, self._rng)
+                give_up_at = (
+                    deadline if deadline is not None else unreachable_since + retry.unreachable_s
                 )
+                if now + delay > give_up_at:
+                    raise self._unreachable(
+                        cluster, now - unreachable_since, unreachable, exc
+                    ) from None
+            except SlotUncertainError:
+                no_slot = unavailable = unreachable = 0
+                delay = retry.slot_ttl_s
+                if deadline is not None and time.monotonic() + delay > deadline:
+                    raise
             await asyncio.sleep(delay)
+
+    def _unreachable(
+        self, cluster: Cluster, for_s: float, attempts: int, last: ConnectError
+    ) -> CoordinatorUnreachableError:
+        addr = self._coordinator_addr(cluster)
+        where = self._transport.describe(addr)
+        return CoordinatorUnreachableError(
+            f"{cluster.value} coordinator unreachable at {where} for {for_s:.1f} s "
+            f"({attempts} attempts; last: {last.message})",
+            may_have_reached=False,
+        )
+
+    def _coordinator_addr(self, cluster: Cluster) -> str:
+        if cluster is Cluster.BLOCK:
+            return self._options.coordinator
+        bundle_addr = self._options.bundle_coordinator
+        if bundle_addr is None and not self._transport.proxied:
+            raise InvalidRequestError(
+                "this task belongs to the bundle cluster, but no bundle coordinator is "
+                "configured: pass bundle_coordinator= (CLI: --bundle-coordinator) or set "
+                "BLOCKX_BUNDLE_COORDINATOR"
+            )
+        return bundle_addr or ""
 
     async def _reserve_once(
         self, task_id: str, cluster: Cluster, deadline: float | None
     ) -> Reservation:
         timeout = self._timeout(deadline)
+        addr = self._coordinator_addr(cluster)
         if cluster is Cluster.BUNDLE:
-            bundle_addr = self._options.bundle_coordinator
-            if bundle_addr is None and not self._transport.proxied:
-                raise InvalidRequestError(
-                    "this task belongs to the bundle cluster, but no bundle coordinator is "
-                    "configured (bundle_coordinator= or BLOCKX_BUNDLE_COORDINATOR)"
-                )
-            addr = bundle_addr or ""
             bundle = bundlecoordinator_v1.BundleCoordinatorServiceStub(
                 self._transport.channel(addr)
             )
@@ -94,7 +150,6 @@ class Placement:
                 ),
             )
             return Reservation(reply.task_id, reply.worker_addr, reply.slot_id)
-        addr = self._options.coordinator
         block = coordinator_v1.CoordinatorServiceStub(self._transport.channel(addr))
         reply2 = await self._transport.unary(
             addr,
@@ -123,10 +178,16 @@ class Placement:
                 addr, slot_id = reservation.worker_addr, reservation.slot_id
             try:
                 return await self._workers.submit_task(task, worker_addr=addr, slot_id=slot_id)
-            except SlotInvalidError:
-                # The slot expired or the worker restarted: reserve again, same task_id.
+            except (SlotInvalidError, UnavailableError, ConnectError) as exc:
+                if _may_have_been_accepted(exc):
+                    raise SubmitUncertainError(
+                        f"SubmitTask to {addr} may have been accepted: {exc.message}", addr
+                    ) from None
+                # Nothing was accepted: reserve again (or retry the named worker).
                 if attempt == retry.resubmit_attempts:
                     raise
+                if worker_addr is not None or not isinstance(exc, SlotInvalidError):
+                    await asyncio.sleep(retry.unavailable_delay(attempt, self._rng))
             except NoSlotError:
                 if worker_addr is None:
                     raise
@@ -138,3 +199,11 @@ class Placement:
         if deadline is None:
             return rpc_timeout_s
         return max(0.001, min(rpc_timeout_s, deadline - time.monotonic()))
+
+
+def _may_have_been_accepted(exc: BlockxError) -> bool:
+    """Whether a failed SubmitTask can still have been accepted by the worker: a
+    connection lost after the request went out, or no answer in time."""
+    if isinstance(exc, ConnectError):
+        return exc.may_have_reached
+    return exc.status is Status.DEADLINE_EXCEEDED

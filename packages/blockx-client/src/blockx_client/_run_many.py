@@ -1,4 +1,5 @@
-"""Many tasks at bounded concurrency, results in the order they finish."""
+"""Many tasks at bounded concurrency, an outcome for every one, in the order they
+finish."""
 
 from __future__ import annotations
 
@@ -9,20 +10,25 @@ from blockx_client.models import Task, TaskResult
 
 
 async def run_many(
-    run: Callable[[Task], Awaitable[TaskResult]], tasks: Iterable[Task], concurrency: int
+    run: Callable[[Task], Awaitable[TaskResult]],
+    tasks: Iterable[Task],
+    concurrency: int,
+    outcome_of_error: Callable[[Task, Exception], TaskResult],
 ) -> AsyncIterator[TaskResult]:
-    """``run`` each task, at most ``concurrency`` unfinished at a time; the first
-    exception ends the iteration and cancels the rest. ``tasks`` is read lazily."""
+    """``run`` each task, at most ``concurrency`` unfinished at a time, and yield one
+    result per task: a task whose ``run`` raised yields ``outcome_of_error(task,
+    exc)`` and the others go on. ``tasks`` is read lazily; closing the iterator
+    early stops waiting for the tasks still running (on their workers they run on)."""
     if concurrency < 1:
         raise ValueError("concurrency must be >= 1")
     gate = asyncio.Semaphore(concurrency)
-    results: asyncio.Queue[TaskResult | BaseException] = asyncio.Queue()
+    results: asyncio.Queue[TaskResult] = asyncio.Queue()
 
     async def one(task: Task) -> None:
         try:
             results.put_nowait(await run(task))
         except Exception as exc:
-            results.put_nowait(exc)
+            results.put_nowait(outcome_of_error(task, exc))
         finally:
             gate.release()
 
@@ -30,7 +36,9 @@ async def run_many(
         count = 0
         for task in tasks:
             await gate.acquire()
-            running.add(asyncio.create_task(one(task)))
+            job = asyncio.create_task(one(task))
+            running.add(job)
+            job.add_done_callback(running.discard)
             count += 1
         return count
 
@@ -44,11 +52,8 @@ async def run_many(
             if getter not in done:
                 getter.cancel()
                 continue
-            item = getter.result()
             received += 1
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+            yield getter.result()
     finally:
         feeder.cancel()
         for task in running:

@@ -1,27 +1,45 @@
-"""Waiting for many tasks with few Watch streams."""
+"""Waiting for many tasks with few Watch streams, and telling a lost Worker from a
+broken stream.
+
+A stream that ends with tasks still pending, or breaks, is never taken as the
+tasks' end: each pending task is re-checked with GetTaskResult. A terminal answer
+resolves it; RUNNING means the worker is alive and the stream is reopened; NOT_FOUND
+(the worker restarted, or the result expired) is WORKER_LOST. Only when the worker
+cannot be asked at all for ``RetryPolicy.worker_unreachable_s`` are its pending
+tasks WORKER_LOST too. Every wait ends in a ``TaskResult``.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import random
+import time
 
+from blockx_client._options import ClientOptions
+from blockx_client._outcomes import worker_lost
 from blockx_client._worker_rpc import WorkerRpc
 from blockx_client.errors import BlockxError, TaskNotFoundError
-from blockx_client.models import TaskResult
+from blockx_client.models import TaskResult, TaskState
+
+_FORGOTTEN = (
+    "it no longer knows the task (it restarted, or the result expired after RESULT_RETENTION_MS)"
+)
 
 
 class WatchBatcher:
     """Waits for many tasks on one worker with few Watch streams: the task_ids that
-    arrive within a short linger share one stream; a broken stream is reopened for
-    the tasks still pending, and a task the worker no longer knows is looked up."""
+    arrive within a short linger share one stream."""
 
     LINGER_S = 0.01
-    # A stream that breaks this many times in a row fails its tasks.
-    MAX_FAILURES = 5
 
-    def __init__(self, workers: WorkerRpc, worker_addr: str) -> None:
+    def __init__(
+        self, workers: WorkerRpc, options: ClientOptions, worker_addr: str, rng: random.Random
+    ) -> None:
         self._workers = workers
+        self._options = options
         self._addr = worker_addr
+        self._rng = rng
         self._pending: dict[str, asyncio.Future[TaskResult]] = {}
         self._batch: set[str] = set()
         self._flusher: asyncio.Task[None] | None = None
@@ -46,35 +64,75 @@ class WatchBatcher:
 
     async def _watch(self, task_ids: list[str]) -> None:
         waiting = set(task_ids)
-        failures = 0
-        while waiting:
-            try:
-                async for update in self._workers.watch_tasks(
-                    sorted(waiting), worker_addr=self._addr
-                ):
-                    if update.is_terminal and update.task_id in waiting:
-                        waiting.discard(update.task_id)
-                        assert update.result is not None
-                        self._resolve(update.task_id, update.result)
-                if waiting:
-                    # The stream ended early (the worker drained?): ask directly.
-                    await self._lookup(waiting)
-            except BlockxError as exc:
-                failures += 1
-                if failures > self.MAX_FAILURES:
-                    for task_id in list(waiting):
-                        self._fail(task_id, exc)
-                    return
-                await asyncio.sleep(min(2.0, 0.1 * 2**failures))
+        try:
+            await self._watch_until_done(waiting)
+        except Exception as exc:
+            # A bug, not an outcome: the waiters raise it rather than hang.
+            for task_id in waiting:
+                future = self._pending.pop(task_id, None)
+                if future is not None and not future.done():
+                    future.set_exception(exc)
+            raise
 
-    async def _lookup(self, waiting: set[str]) -> None:
-        for task_id in list(waiting):
+    async def _watch_until_done(self, waiting: set[str]) -> None:
+        broken = 0  # streams in a row that broke while the worker still answered
+        asked_in_vain = 0
+        unreachable_since: float | None = None
+        while waiting:
+            stream_broke = await self._stream(waiting)
+            if not waiting:
+                return
+            retry = self._options.retry
+            try:
+                await self._recheck(waiting)
+            except BlockxError as exc:
+                # The worker cannot be asked (gone, restarting, not ready yet).
+                now = time.monotonic()
+                if unreachable_since is None:
+                    unreachable_since = now
+                if now - unreachable_since >= retry.worker_unreachable_s:
+                    why = f"unreachable for {now - unreachable_since:.1f} s ({exc.message})"
+                    for task_id in sorted(waiting):
+                        self._resolve(task_id, worker_lost(task_id, self._addr, why))
+                    return
+                asked_in_vain += 1
+                await asyncio.sleep(retry.worker_recheck.delay(asked_in_vain, self._rng))
+                continue
+            unreachable_since, asked_in_vain = None, 0
+            if stream_broke and waiting:
+                # A live worker whose stream broke: reopen it, without spinning.
+                broken += 1
+                await asyncio.sleep(retry.worker_recheck.delay(broken, self._rng))
+            else:
+                broken = 0
+
+    async def _stream(self, waiting: set[str]) -> bool:
+        """Watch ``waiting`` until the stream ends, resolving every task it reports
+        terminal; whether the stream broke. A task the worker does not know (the
+        NOT_FOUND snapshot) stays in ``waiting`` for the re-check."""
+        try:
+            async for update in self._workers.watch_tasks(sorted(waiting), worker_addr=self._addr):
+                if not update.is_terminal or update.task_id not in waiting:
+                    continue
+                if update.state is TaskState.NOT_FOUND or update.result is None:
+                    continue
+                waiting.discard(update.task_id)
+                self._resolve(update.task_id, update.result)
+        except BlockxError:
+            return True
+        return False
+
+    async def _recheck(self, waiting: set[str]) -> None:
+        """GetTaskResult for each pending task: terminal resolves it, NOT_FOUND makes
+        it WORKER_LOST, RUNNING keeps it pending. Raises when the worker cannot be
+        asked."""
+        for task_id in sorted(waiting):
             try:
                 result = await self._workers.get_task_result(task_id, worker_addr=self._addr)
-            except TaskNotFoundError as exc:
-                waiting.discard(task_id)
-                self._fail(task_id, exc)
-                continue
+            except TaskNotFoundError:
+                result = worker_lost(task_id, self._addr, _FORGOTTEN)
+            if result.state is TaskState.NOT_FOUND:
+                result = worker_lost(task_id, self._addr, _FORGOTTEN)
             if result.state.is_terminal:
                 waiting.discard(task_id)
                 self._resolve(task_id, result)
@@ -83,11 +141,6 @@ class WatchBatcher:
         future = self._pending.pop(task_id, None)
         if future is not None and not future.done():
             future.set_result(result)
-
-    def _fail(self, task_id: str, exc: BaseException) -> None:
-        future = self._pending.pop(task_id, None)
-        if future is not None and not future.done():
-            future.set_exception(exc)
 
     async def close(self) -> None:
         tasks = [*self._streams, *([self._flusher] if self._flusher else [])]
@@ -104,14 +157,17 @@ class WatchBatcher:
 class Watchers:
     """One WatchBatcher per worker address, made on first use."""
 
-    def __init__(self, workers: WorkerRpc) -> None:
+    def __init__(self, workers: WorkerRpc, options: ClientOptions, rng: random.Random) -> None:
         self._workers = workers
+        self._options = options
+        self._rng = rng
         self._by_addr: dict[str, WatchBatcher] = {}
 
     async def wait(self, task_id: str, *, worker_addr: str) -> TaskResult:
         batcher = self._by_addr.get(worker_addr)
         if batcher is None:
-            batcher = self._by_addr[worker_addr] = WatchBatcher(self._workers, worker_addr)
+            batcher = WatchBatcher(self._workers, self._options, worker_addr, self._rng)
+            self._by_addr[worker_addr] = batcher
         return await batcher.wait(task_id)
 
     async def close(self) -> None:

@@ -10,9 +10,9 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from blockx_client._convert import result_from_pb, task_to_pb, update_from_pb
 from blockx_client._options import ClientOptions
-from blockx_client.errors import ConnectError, error_for
+from blockx_client.errors import error_for
 from blockx_client.models import Reservation, SubmitAnswer, Task, TaskResult, TaskUpdate
-from blockx_client.transport import Transport
+from blockx_client.transport import Transport, connect_error
 from blockx_proto import worker_v1
 
 
@@ -84,4 +84,4 @@ class WorkerRpc:
         except GRPCError as exc:
             raise error_for(exc.status, exc.message or "") from None
         except (OSError, StreamTerminatedError) as exc:
-            raise ConnectError(f"lost the Watch stream to {worker_addr}: {exc}") from None
+            raise connect_error(f"the Watch stream to {worker_addr}", exc) from None

@@ -5,14 +5,18 @@
         print(result.state, result.outputs())
 
 ``run`` reserves a slot through the task's cluster Coordinator (backing off while
-every worker is full), submits to the returned Worker and waits for the terminal
-state on a Watch stream. ``run_many`` does that for many tasks with bounded
-concurrency and one Watch stream per worker for many task_ids.
+every worker is full or the coordinator is unreachable), submits to the returned
+Worker and waits for the terminal state on a Watch stream; a Worker that vanishes
+meanwhile makes the result WORKER_LOST. ``run_many`` does that for many tasks with
+bounded concurrency and one Watch stream per worker for many task_ids, and yields
+an outcome for every task: one that could not be placed is a FAILED result whose
+``failure_code`` says why (``ClientFailureCode``).
 
 ``Client`` is the facade; each concern lives in its own module: placement with
 back-off (``_placement``), the worker.v1 calls (``_worker_rpc``), watch batching
-(``_watch``), ``run_many`` (``_run_many``), function handles (``functions``), the
-channels (``transport``) and the protobuf conversion (``_convert``).
+and lost workers (``_watch``), the client's own outcomes (``_outcomes``),
+``run_many`` (``_run_many``), function handles (``functions``), the channels
+(``transport``) and the protobuf conversion (``_convert``).
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ from typing import Any, Final
 from msgspec.structs import replace
 
 from blockx_client._options import ClientOptions
+from blockx_client._outcomes import outcome_of_error
 from blockx_client._placement import Placement
 from blockx_client._run_many import run_many as _run_many
 from blockx_client._watch import Watchers
 from blockx_client._worker_rpc import WorkerRpc
 from blockx_client.backoff import RetryPolicy
+from blockx_client.errors import BlockxError, SubmitUncertainError
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     Cluster,
@@ -79,10 +85,9 @@ class Client:
         )
         self._transport = Transport(proxy_socket or env.get("PROXY_SOCKET_PATH") or None)
         self._workers = WorkerRpc(self._options, self._transport)
-        self._placement = Placement(
-            self._options, self._transport, self._workers, rng or random.Random()
-        )
-        self._watchers = Watchers(self._workers)
+        rng = rng or random.Random()
+        self._placement = Placement(self._options, self._transport, self._workers, rng)
+        self._watchers = Watchers(self._workers, self._options, rng)
 
     # ---- settings (read on every call, so setting one takes effect at once) -------------
 
@@ -152,8 +157,11 @@ class Client:
         deadline_s: float | None = None,
     ) -> Reservation:
         """ReserveWorkerSlot with back-off: RESOURCE_EXHAUSTED → jittered exponential
-        back-off until the deadline; UNAVAILABLE → a few quick retries; ABORTED →
-        wait one slot TTL, then the same task_id again."""
+        back-off until the deadline; UNAVAILABLE → one immediate retry, then back-off
+        until the deadline (a bounded number of times without one); an unreachable
+        coordinator → the same, until the deadline (``retry.unreachable_s`` without
+        one), then CoordinatorUnreachableError; ABORTED → wait one slot TTL, then the
+        same task_id again."""
         return await self._placement.reserve_worker_slot(task_id, cluster, deadline_s)
 
     async def request_task_slot(
@@ -169,7 +177,8 @@ class Client:
         return await self._workers.submit_task(task, worker_addr=worker_addr, slot_id=slot_id)
 
     async def get_task_result(self, task_id: str, *, worker_addr: str) -> TaskResult:
-        """The task's current state; TaskNotFoundError when unknown or expired."""
+        """The task's current state; TaskNotFoundError when the worker answers
+        NOT_FOUND (never submitted there, restarted since, or the result expired)."""
         return await self._workers.get_task_result(task_id, worker_addr=worker_addr)
 
     def watch_tasks(
@@ -193,11 +202,18 @@ class Client:
 
         The task_id (generated if empty) is kept across every placement retry: it is
         the idempotency key. With ``worker_addr`` the coordinator is skipped and the
-        worker reserves a slot inline.
+        worker reserves a slot inline. A task that cannot be placed raises (a
+        BlockxError saying why); once a Worker may have accepted it, the answer is
+        always a result: the Worker's, or WORKER_LOST when the Worker vanished.
         """
-        placed = await self.place(
-            task, cluster=cluster, worker_addr=worker_addr, deadline_s=deadline_s
-        )
+        task = task.with_id()
+        try:
+            placed = await self.place(
+                task, cluster=cluster, worker_addr=worker_addr, deadline_s=deadline_s
+            )
+        except SubmitUncertainError as exc:
+            # The worker may hold the task: its own answer (or its absence) decides.
+            return await self._watchers.wait(task.task_id, worker_addr=exc.worker_addr)
         if placed.result is not None:
             return placed.result  # an earlier run of this task_id, retained
         return await self._watchers.wait(placed.task_id, worker_addr=placed.worker_addr)
@@ -226,25 +242,36 @@ class Client:
         deadline_s: float | None = None,
     ) -> AsyncIterator[TaskResult]:
         """Run many tasks: at most ``concurrency`` placed and unfinished at a time,
-        results yielded as tasks finish (not in input order)."""
+        one result per task yielded as tasks finish (not in input order). Nothing
+        raises for one task: a task that could not be placed yields a FAILED result
+        with a ``ClientFailureCode`` (``retryable`` as the code says), and the rest
+        go on."""
 
         async def one(task: Task) -> TaskResult:
             return await self.run(task, cluster=cluster, deadline_s=deadline_s)
 
-        return _run_many(one, tasks, concurrency)
+        def failed(task: Task, exc: Exception) -> TaskResult:
+            return outcome_of_error(task.task_id, exc)
+
+        return _run_many(one, (t.with_id() for t in tasks), concurrency, failed)
 
     async def run_with_retries(
         self, task: Task, *, max_attempts: int = 3, **kwargs: Any
     ) -> list[TaskResult]:
         """Run, and re-run retryable failures under a NEW task_id each time (a worker
         answers a resubmitted task_id with its retained result, never a new run).
+        WORKER_LOST and transient placement failures (no slot, an unreachable or
+        unavailable coordinator) are retryable results here, not exceptions.
         Returns every attempt, the last one last; each records its lineage."""
         task = task.with_id()
         original = task.task_id
         attempts: list[TaskResult] = []
         for n in range(1, max_attempts + 1):
             this = task if n == 1 else replace(task, task_id=f"{original}.retry-{n}")
-            result = await self.run(this, **kwargs)
+            try:
+                result = await self.run(this, **kwargs)
+            except BlockxError as exc:
+                result = outcome_of_error(this.task_id, exc)
             result = replace(result, attempt=n, original_task_id=original)
             attempts.append(result)
             if result.ok or not result.retryable:

@@ -1,4 +1,5 @@
-"""What the client raises. Task failures are not exceptions: they are results."""
+"""What the client raises. Task failures are not exceptions: they are results
+(``run_many`` and ``run_with_retries`` report placement failures as results too)."""
 
 from __future__ import annotations
 
@@ -40,7 +41,30 @@ class TaskNotFoundError(BlockxError):
 
 
 class ConnectError(BlockxError):
-    """A coordinator, worker, proxy or sync invoker could not be reached."""
+    """A coordinator, worker, proxy or sync invoker could not be reached, or the
+    connection was lost during the call. ``may_have_reached`` is False only when
+    nothing can have reached the server (the connection was never made)."""
+
+    def __init__(
+        self, message: str, status: Status | None = None, *, may_have_reached: bool = True
+    ) -> None:
+        super().__init__(message, status)
+        self.may_have_reached = may_have_reached
+
+
+class CoordinatorUnreachableError(ConnectError):
+    """Placement gave up on a coordinator it could not reach for the whole time it
+    was allowed to try (the caller's deadline, or ``RetryPolicy.unreachable_s``)."""
+
+
+class SubmitUncertainError(ConnectError):
+    """SubmitTask to ``worker_addr`` may have been accepted: the connection was lost,
+    or the call timed out, after the request was sent. ``Client.run`` resolves it by
+    asking the worker (GetTaskResult); ``place`` raises it."""
+
+    def __init__(self, message: str, worker_addr: str) -> None:
+        super().__init__(message)
+        self.worker_addr = worker_addr
 
 
 class FunctionError(BlockxError):

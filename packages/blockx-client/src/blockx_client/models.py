@@ -9,13 +9,15 @@ from __future__ import annotations
 import enum
 import json
 import uuid
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from blockx_core.task import TaskState
 
 __all__ = [
+    "CLIENT_RETRYABLE",
+    "ClientFailureCode",
     "Cluster",
     "Durations",
     "Invocation",
@@ -98,9 +100,54 @@ class PluginOutput(msgspec.Struct, frozen=True, kw_only=True):
         return json.loads(self.result) if self.result else None
 
 
+class ClientFailureCode(enum.StrEnum):
+    """Why the client reports a task FAILED when no Worker reported its end: the task
+    could not be placed, or its Worker vanished. These share ``failure_code`` with
+    the Worker's own codes (``blockx_core.errors.FailureCode``) and never collide."""
+
+    # The Worker that accepted the task restarted and no longer knows it, or stayed
+    # unreachable, or its Watch stream broke and it could not be asked again.
+    WORKER_LOST = "WORKER_LOST"
+    # No slot before the deadline: every worker stayed full (RESOURCE_EXHAUSTED).
+    NO_SLOT = "NO_SLOT"
+    # The coordinator could not be reached for as long as the client was allowed to try.
+    COORDINATOR_UNREACHABLE = "COORDINATOR_UNREACHABLE"
+    # The coordinator kept answering UNAVAILABLE (no live worker in its view).
+    COORDINATOR_UNAVAILABLE = "COORDINATOR_UNAVAILABLE"
+    # ABORTED with too little time left to wait one slot TTL.
+    SLOT_UNCERTAIN = "SLOT_UNCERTAIN"
+    # Every slot handed out was gone before SubmitTask (FAILED_PRECONDITION).
+    SLOT_INVALID = "SLOT_INVALID"
+    # The request is wrong (bad config, bad address, no coordinator configured for
+    # the task's cluster): resubmitting it unchanged fails the same way.
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    # Any other answer the client cannot place a task through (the message has it).
+    PLACEMENT_FAILED = "PLACEMENT_FAILED"
+
+
+# Whether resubmitting under a new task_id may help, per client-side code.
+# PLACEMENT_FAILED takes it from the status behind it (see ``_outcomes``).
+CLIENT_RETRYABLE: Final[dict[ClientFailureCode, bool]] = {
+    ClientFailureCode.WORKER_LOST: True,
+    ClientFailureCode.NO_SLOT: True,
+    ClientFailureCode.COORDINATOR_UNREACHABLE: True,
+    ClientFailureCode.COORDINATOR_UNAVAILABLE: True,
+    ClientFailureCode.SLOT_UNCERTAIN: True,
+    ClientFailureCode.SLOT_INVALID: True,
+    ClientFailureCode.INVALID_ARGUMENT: False,
+}
+
+
 class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     """Where a task ended. ``retryable`` says whether resubmitting (under a new
-    task_id) may succeed; ``attempt`` / ``original_task_id`` record retries."""
+    task_id) may succeed; ``attempt`` / ``original_task_id`` record retries.
+
+    ``failure_code`` is the Worker's (``CALL_FAILED``, ``TIMED_OUT``, ...) or the
+    client's (``ClientFailureCode``: ``WORKER_LOST``, ``NO_SLOT``, ...).
+    ``may_have_run`` is False only when the client knows no Worker accepted the task
+    (it could not be placed); a Worker's own result, or WORKER_LOST after SubmitTask
+    was accepted, says True: its calls and writes may have happened.
+    """
 
     task_id: str
     state: TaskState
@@ -113,6 +160,7 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     attempt: int = 1
     original_task_id: str = ""
+    may_have_run: bool = False
 
     @property
     def ok(self) -> bool:

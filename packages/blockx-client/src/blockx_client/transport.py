@@ -5,7 +5,8 @@ socket, and worker.v1 calls carry the ``x-blockx-worker-addr`` header naming the
 worker. Without it the client dials coordinators, workers and the Sync Invoker
 directly, one pooled channel per address. Every unary call goes through
 ``Transport.unary``, which turns gRPC statuses and transport failures into the
-client's errors.
+client's errors: a gRPC status by its code, a transport failure as ConnectError,
+which says whether the request can have reached the server (``connect_error``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,27 @@ WORKER_ADDR_HEADER: Final = "x-blockx-worker-addr"
 _POOL_SIZE: Final = 256
 
 T = TypeVar("T")
+
+
+# Failures that can come after the request was sent: the connection broke mid-call
+# (or went silent: a timeout cannot tell).
+_LOST_MIDWAY: Final = (
+    StreamTerminatedError,
+    ConnectionResetError,
+    ConnectionAbortedError,
+    BrokenPipeError,
+    TimeoutError,
+)
+
+
+def connect_error(where: str, exc: BaseException) -> ConnectError:
+    """A transport failure as the client's error. A refused connection, an unknown
+    host or any other failure to connect means nothing reached ``where``; a reset or
+    a stream cut midway means the server may have received (and acted on) the call."""
+    midway = isinstance(exc, _LOST_MIDWAY)
+    how = "lost the connection to" if midway else "cannot reach"
+    detail = str(exc) or type(exc).__name__
+    return ConnectError(f"{how} {where}: {detail}", may_have_reached=midway)
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -72,7 +94,7 @@ class Transport:
 
     async def unary(self, addr: str, call: Awaitable[T]) -> T:
         """Await a unary call; gRPC statuses become BlockxErrors, transport failures
-        ConnectError (a refused connection means nothing reached the server)."""
+        ConnectError (``connect_error``)."""
         try:
             return await call
         except GRPCError as exc:
@@ -82,7 +104,7 @@ class Transport:
                 f"{addr} did not answer in time", Status.DEADLINE_EXCEEDED
             ) from None
         except (OSError, StreamTerminatedError) as exc:
-            raise ConnectError(f"cannot reach {self.describe(addr)}: {exc}") from None
+            raise connect_error(self.describe(addr), exc) from None
 
     def describe(self, addr: str) -> str:
         """How an error names where a call went."""

@@ -17,14 +17,15 @@ class TaskState(enum.Enum):
     RUNNING = "RUNNING"
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
-    # What a client reads for a task the Worker will never run (an unknown task_id,
-    # or a slot that expired before SubmitTask); the wire spells it UNSPECIFIED and
-    # the update's ``error`` says which. No Worker core ever holds a task in it.
-    UNKNOWN = "UNKNOWN"
+    # What a client reads for a task the Worker does not know (never submitted there,
+    # its result expired, or a slot that expired before SubmitTask); the wire spells
+    # it UNSPECIFIED and the update's ``error`` says which. No Worker core ever holds
+    # a task in it; clients and the CLI call it NOT_FOUND, like the gRPC status.
+    NOT_FOUND = "NOT_FOUND"
 
     @property
     def is_terminal(self) -> bool:
-        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.UNKNOWN)
+        return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.NOT_FOUND)
 
 
 class PluginSpec(msgspec.Struct, frozen=True, kw_only=True):

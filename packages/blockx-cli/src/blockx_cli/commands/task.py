@@ -40,12 +40,18 @@ from blockx_client import (
 
 app = typer.Typer()
 
+# What NOT_FOUND means, wherever the CLI shows it.
+_NOT_KNOWN: Final = (
+    "not known to the worker: never submitted there, the worker restarted since, or "
+    "its result has expired (kept RESULT_RETENTION_MS)"
+)
+
 STATE_STYLE: Final = {
     TaskState.ALLOCATED: "yellow",
     TaskState.RUNNING: "cyan",
     TaskState.SUCCEEDED: "green",
     TaskState.FAILED: "red",
-    TaskState.UNKNOWN: "magenta",
+    TaskState.NOT_FOUND: "magenta",
 }
 
 
@@ -224,11 +230,13 @@ async def _get_result(settings: Settings, out: Output, task_id: str, worker: str
         except TaskNotFoundError:
             # Not an error of the client: results are kept RESULT_RETENTION_MS only.
             if out.json_mode:
-                out.emit({"task_id": task_id, "state": "NOT_FOUND", "worker_addr": worker})
+                out.emit(
+                    {"task_id": task_id, "state": TaskState.NOT_FOUND.value, "worker_addr": worker}
+                )
             else:
                 out.console.print(
-                    f"task {task_id} is not known to {worker}: never submitted there, or its "
-                    "result has expired (kept RESULT_RETENTION_MS)"
+                    f"task {task_id} on {worker}: [magenta]{TaskState.NOT_FOUND.value}[/] "
+                    f"({_NOT_KNOWN})"
                 )
             return EXIT_FAILED
     print_result(out, result)
@@ -277,7 +285,7 @@ def _watch_table(latest: dict[str, TaskUpdate], started: float) -> Table:
     for update in latest.values():
         counts[update.state.value] = counts.get(update.state.value, 0) + 1
         style = STATE_STYLE[update.state]
-        detail = update.error
+        detail = _NOT_KNOWN if update.state is TaskState.NOT_FOUND else update.error
         if update.result is not None and update.result.failure_code:
             detail = f"{update.result.failure_code}: {update.result.failure_message[:60]}"
         table.add_row(
@@ -297,7 +305,8 @@ def print_result(out: Output, result: TaskResult) -> None:
     )
     if result.failure_code:
         out.console.print(
-            f"  failure: [red]{result.failure_code}[/] (retryable={result.retryable})",
+            f"  failure: [red]{result.failure_code}[/] (retryable={result.retryable}, "
+            f"may_have_run={result.may_have_run})",
             highlight=False,
         )
         if result.failure_message:
