@@ -171,8 +171,8 @@ async def test_a_scan_that_fails_midway_fails_the_task_after_some_calls_ran(
     workers: tuple[WorkerProcess, WorkerProcess, str],
 ) -> None:
     streaming, eager, _ = workers
-    # The first chunk (1000 blocks) has too many rows and shrinks to a few blocks:
-    # the gap is found many chunks in.
+    # The eager scan's first chunk (1000 blocks) has too many rows and shrinks, the
+    # streamed one starts small: either way the gap is found many chunks in.
     start, end = 100, BLOCKS - 1
     for worker, name in ((streaming, "streamed"), (eager, "eager")):
         final = await run_on(worker, bundle_task(f"t-gap-{name}", start, end, f"gap_{name}"))

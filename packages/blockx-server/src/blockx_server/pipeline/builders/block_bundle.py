@@ -3,11 +3,11 @@
 ``{"function", "table", "fromBlock", "toBlock", "bundleSize"?, "where"?, "unit"?}``:
 the range ``[fromBlock, toBlock]`` is read in chunks that fit BLOCKDB_MAX_ROWS.
 ``build`` reads it all before any call runs; with stream build on,
-``prepare_stream`` checks the config and that the range is below the head and its
-first block ingested,
-and the chunks are read during the Calls phase (``streaming.py``). ``bundleSize``
-(blocks per writer transaction, default 100) goes to the Writer Plugin in
-``ctx.scan.bundle_size``, and every scanned block's hash in ``ctx.scan.block_hashes``.
+``prepare_stream`` checks the config, that the range is not above the head and that
+its first block is ingested, and chunks of about STREAM_CHUNK_ROWS rows are read
+during the Calls phase (``streaming.py``). ``bundleSize`` (blocks per writer
+transaction, default 100) goes to the Writer Plugin in ``ctx.scan.bundle_size``,
+and every scanned block's hash in ``ctx.scan.block_hashes``.
 Any block of the range not yet ingested fails BUILDER_FAILED, retryable.
 """
 
@@ -33,6 +33,9 @@ from blockx_server.pipeline.builders.streaming import CallStream
 from blockx_server.pipeline.context import ChainScan, TaskContext
 
 NAME = "BlockBundleCallConfig"
+# Rows per chunk of a streamed scan: a few call windows (TASK_MAX_INFLIGHT_CALLS is
+# 1024 by default), so the scan holds little more than what runs.
+STREAM_CHUNK_ROWS: Final = 2048
 DEFAULT_BUNDLE_SIZE: Final = 100
 MAX_BUNDLE_SIZE: Final = 100_000
 _SHAPE = (
@@ -73,7 +76,7 @@ class BlockBundleCallConfig:
 
     async def prepare_stream(self, ctx: TaskContext, config: Any) -> CallStream:
         decl = _decode(config)
-        scanner = ChainScanner(ctx, NAME, decl.table, decl.where)
+        scanner = ChainScanner(ctx, NAME, decl.table, decl.where, chunk_rows=STREAM_CHUNK_ROWS)
         # A range not ingested yet fails here, before any call runs; a block missing
         # inside it is only found when its chunk is read.
         head = await scanner.head()

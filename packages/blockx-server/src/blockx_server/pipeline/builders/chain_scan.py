@@ -23,6 +23,8 @@ from blockx_server.pipeline.context import TaskContext
 TABLES: Final = ("blocks", "transactions", "logs", "erc20_transfers")
 # Blocks read per request at first; halved while an answer would exceed BLOCKDB_MAX_ROWS.
 FIRST_CHUNK_BLOCKS: Final = 1000
+# A scan sized by rows (a streaming one) starts this small and adapts.
+FIRST_SIZED_CHUNK_BLOCKS: Final = 8
 
 
 BlockNumber = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
@@ -66,14 +68,28 @@ async def _read(ctx: TaskContext, op: str, what: str, *args: Any) -> Any:
 
 class ChainScanner:
     """Reads ``table`` rows matching ``where`` and the block rows of a range, in
-    chunks that fit BLOCKDB_MAX_ROWS, checking every row against its block's hash."""
+    chunks that fit BLOCKDB_MAX_ROWS, checking every row against its block's hash.
 
-    def __init__(self, ctx: TaskContext, builder: str, table: str, where: dict[str, Any]) -> None:
+    With ``chunk_rows`` each chunk aims at about that many rows instead (never
+    wider than what fit BLOCKDB_MAX_ROWS): the next chunk's width follows the rows
+    per block of the last one."""
+
+    def __init__(
+        self,
+        ctx: TaskContext,
+        builder: str,
+        table: str,
+        where: dict[str, Any],
+        *,
+        chunk_rows: int | None = None,
+    ) -> None:
         self.ctx = ctx
         self.builder = builder
         self.table = table
         self.where = where
-        self.chunk = FIRST_CHUNK_BLOCKS
+        self.chunk_rows = chunk_rows
+        self.chunk = FIRST_CHUNK_BLOCKS if chunk_rows is None else FIRST_SIZED_CHUNK_BLOCKS
+        self.widest = FIRST_CHUNK_BLOCKS  # a wider chunk had too many rows
 
     async def block(self, number: int) -> dict[str, Any]:
         """The canonical block row at ``number``; retryable while not yet ingested."""
@@ -110,10 +126,17 @@ class ChainScanner:
             except _TooWide:
                 if last == at:
                     raise
-                self.chunk = max(1, (last - at + 1) // 2)
+                self.chunk = self.widest = max(1, (last - at + 1) // 2)
                 continue
+            if self.chunk_rows is not None:
+                self._aim(last - at + 1, sum(len(rows) for _, rows in chunk))
             at = last + 1
             yield chunk
+
+    def _aim(self, blocks: int, rows: int) -> None:
+        assert self.chunk_rows is not None
+        wanted = blocks * self.chunk_rows // rows if rows else blocks * 2
+        self.chunk = max(1, min(self.widest, wanted))
 
     async def _chunk(self, start: int, end: int) -> list[Scanned]:
         what = f"{self.builder}: reading blocks {start}..{end}"
