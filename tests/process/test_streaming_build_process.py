@@ -36,6 +36,11 @@ async def tag(row):
     if row["block_number"] >= 1000 and row["log_index"] == 0:
         await io.memory.get(f"seen:{row['block_number']}", 0)
     return {"log_index": row["log_index"], "value": row["value"]}
+
+def fails_at_500(row):
+    if row["block_number"] == 500:
+        raise ValueError("block 500 is the bad one")
+    return None
 """
 BLOCKS = 1500
 PER_BLOCK = 20
@@ -194,6 +199,26 @@ async def test_a_scan_that_fails_midway_fails_the_task_after_some_calls_ran(
     result = execute_result(final)
     assert (result.failure_code, result.retryable) == ("BUILDER_FAILED", False)
     assert "no_such_column" in result.failure_message
+
+
+async def test_a_failed_call_stops_the_scan(
+    workers: tuple[WorkerProcess, WorkerProcess, str],
+) -> None:
+    streaming, _, _ = workers
+
+    def reads() -> float:
+        return counter(streaming.metrics(), "blockx_io_requests", backend="blockdb", op="rows")
+
+    before = reads()
+    final = await run_on(
+        streaming, bundle_task("t-fails", *FULL_RANGE, "never", function="fails_at_500")
+    )
+    result = execute_result(final)
+    assert (result.failure_code, result.retryable) == ("CALL_FAILED", False)
+    assert "block 500 is the bad one" in result.failure_message
+    # The scan stopped soon after block 500: far fewer reads than the range needs.
+    whole_range = (FULL_RANGE[1] - FULL_RANGE[0] + 1) * PER_BLOCK / MAX_ROWS
+    assert reads() - before < 0.75 * whole_range
 
 
 @pytest.mark.parametrize("program", ["blockx-worker", "blockx-bundle-worker"])
