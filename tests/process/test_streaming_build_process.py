@@ -192,6 +192,18 @@ async def test_a_scan_that_fails_midway_fails_the_task_after_some_calls_ran(
     # Nothing reached the sink.
     assert await sink_rows(workers[2], "gap_streamed") == []
 
+    # A range with no matching row runs no call and still covers its blocks.
+    final = await run_on(
+        streaming, bundle_task("t-none", 0, 10, "none", where={"token": "0x" + "bb" * 20})
+    )
+    assert final.state is worker_v1.TaskState.SUCCEEDED, final
+    assert json.loads(execute_result(final).plugin_results[0].result) == {
+        "table": "none",
+        "bundles": 1,
+        "blocks": 11,
+        "rows": 0,
+    }
+
     # A read the block database refuses (a column the table lacks) is not retryable.
     final = await run_on(
         streaming, bundle_task("t-bad-where", 0, 10, "never", where={"no_such_column": 1})
