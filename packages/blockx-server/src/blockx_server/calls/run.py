@@ -3,9 +3,9 @@
 ``CallRun`` is the producer's handle: ``add`` root calls as they come, ``done``
 when there are no more, ``await result()`` for the convergence; a producer that
 reads its roots as it goes (a streaming Builder) awaits ``wait_room()`` between
-chunks, so it never runs ahead of the dispatcher by more than a call window. ``RunState`` is
-what the engine keeps per open run; ``CallObserver`` sees the individual calls
-(the Sync Invoker's durations and debug trace).
+chunks, so it never runs ahead of the dispatcher by more than a call window.
+``RunState`` is what the engine keeps per open run; ``CallObserver`` sees the
+individual calls (the Sync Invoker's durations and debug trace).
 """
 
 from __future__ import annotations
