@@ -81,6 +81,11 @@ class DispatcherCore(CallBook):
         """Root calls dispatched (or waiting for a retry) and not yet done."""
         return self._tasks[task_id].inflight_roots
 
+    def task_pending(self, task_id: str) -> int:
+        """Root calls added and not yet done, dispatched or not (0 for no such task)."""
+        task = self._tasks.get(task_id)
+        return 0 if task is None else task.added - task.done_roots
+
     def call_task(self, call_id: int) -> str | None:
         call = self._calls.get(call_id)
         return None if call is None else call.task.task_id

@@ -3,7 +3,8 @@ and the Function Code View. This is the Calls phase of a task, as the Worker and
 the Sync Invoker run it.
 
 ``open_calls(task_id, snapshot, io, function)`` starts the phase and returns a
-``CallRun``: a producer ``add``\ s root calls as they come and says ``done``;
+``CallRun``: a producer ``add``\ s root calls as they come (awaiting ``wait_room``
+to stay within a call window of the dispatcher) and says ``done``;
 ``await run.result()`` gives the phase's ``ConvergeTaskCalls``. ``run_calls`` does
 all of it for a list known up front. Every IO request of the calls goes through
 ``io``, the task's scope. Everything happens on one event loop: executor frames are
@@ -69,6 +70,7 @@ class CallEngine:
         self._io_tasks: set[asyncio.Task[None]] = set()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._observed = 0  # runs with an observer: only then are calls mapped to runs
+        self._room_waiters: dict[str, RunState] = {}  # producers waiting in wait_room()
 
     @property
     def core(self) -> DispatcherCore:
@@ -160,6 +162,32 @@ class CallEngine:
     def roots_done(self, task_id: str) -> None:
         self._apply(self._core.roots_done(task_id, self._clock.now_ms()))
 
+    async def wait_room(self, task_id: str, run: RunState) -> None:
+        if self._has_room(task_id, run):
+            return
+        waiter = asyncio.get_running_loop().create_future()
+        run.room = waiter
+        self._room_waiters[task_id] = run
+        try:
+            await waiter
+        finally:
+            run.room = None
+            if self._room_waiters.get(task_id) is run:
+                del self._room_waiters[task_id]
+
+    def _has_room(self, task_id: str, run: RunState) -> bool:
+        core = self._core
+        if self._runs.get(task_id) is not run or run.future.done() or not core.has_task(task_id):
+            return True  # the run has ended: the producer stops waiting and sees it
+        return core.task_pending(task_id) <= core.task_window(task_id)
+
+    def _wake_producers(self) -> None:
+        for task_id, run in list(self._room_waiters.items()):
+            if self._has_room(task_id, run):
+                del self._room_waiters[task_id]
+                if run.room is not None and not run.room.done():
+                    run.room.set_result(None)
+
     def close_run(self, task_id: str, run: RunState) -> None:
         if self._runs.get(task_id) is not run:
             return
@@ -168,6 +196,8 @@ class CallEngine:
             self._observed -= 1
         if self._core.has_task(task_id):
             self._apply(self._core.cancel_task(task_id, self._clock.now_ms()))
+        if self._room_waiters:
+            self._wake_producers()  # a producer of this run stops waiting
 
     # ---- PoolListener ---------------------------------------------------------------
 
@@ -341,6 +371,8 @@ class CallEngine:
                         run.future.set_result(command)
                 case _:
                     assert_never(command)
+        if self._room_waiters:
+            self._wake_producers()
         if self._outbox:
             self._schedule_flush()
         self._arm_timer()

@@ -1,9 +1,11 @@
 """One Calls phase as its producer and the engine see it.
 
 ``CallRun`` is the producer's handle: ``add`` root calls as they come, ``done``
-when there are no more, ``await result()`` for the convergence. ``RunState`` is
-what the engine keeps per open run; ``CallObserver`` sees the individual calls
-(the Sync Invoker's durations and debug trace).
+when there are no more, ``await result()`` for the convergence; a producer that
+reads its roots as it goes (a streaming Builder) awaits ``wait_room()`` between
+chunks, so it never runs ahead of the dispatcher by more than a call window.
+``RunState`` is what the engine keeps per open run; ``CallObserver`` sees the
+individual calls (the Sync Invoker's durations and debug trace).
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class CallObserver(Protocol):
 class RunState:
     """What the engine keeps for one open run."""
 
-    __slots__ = ("debug", "future", "io", "observer", "snapshot")
+    __slots__ = ("debug", "future", "io", "observer", "room", "snapshot")
 
     def __init__(
         self,
@@ -52,6 +54,8 @@ class RunState:
         self.io = io
         self.observer = observer
         self.debug = debug
+        # Set while the producer waits in wait_room(); resolved by the engine.
+        self.room: asyncio.Future[None] | None = None
 
 
 class RunOwner(Protocol):
@@ -59,6 +63,7 @@ class RunOwner(Protocol):
 
     def add_roots(self, task_id: str, roots: Sequence[RootCall | list[Any]]) -> None: ...
     def roots_done(self, task_id: str) -> None: ...
+    async def wait_room(self, task_id: str, run: RunState) -> None: ...
     def close_run(self, task_id: str, run: RunState) -> None: ...
 
 
@@ -109,6 +114,25 @@ class CallRun:
                 )
             return
         self._engine.roots_done(self.task_id)
+
+    @property
+    def ended(self) -> bool:
+        """The run has converged already (fastFail, output cap, missing function):
+        more roots would be ignored."""
+        return self._run.future.done()
+
+    async def wait_room(self) -> None:
+        """Until the roots added but not finished are no more than the task's call
+        window (so every added root has been dispatched), or the run has ended.
+        Bounds what a streaming producer holds: one window in flight plus the chunk
+        it is reading."""
+        if self._missing is None and not self._done:
+            await self._engine.wait_room(self.task_id, self._run)
+
+    def close(self) -> None:
+        """Give the run up: its calls are cancelled and it never converges. For a
+        producer that failed; ``result()`` does the same when it returns."""
+        self._engine.close_run(self.task_id, self._run)
 
     async def result(self) -> ConvergeTaskCalls:
         try:

@@ -102,6 +102,7 @@ async def serve(
         error_rate,
         metrics.task_converged,
         refresher.rearm_collection,
+        stream_build=config.stream_build,
     )
     publisher = EtcdHeartbeatPublisher(
         HeartbeatPublisherConfig(

@@ -35,6 +35,7 @@ from blockx_server.io.config import (
     read_io_settings,
 )
 from blockx_server.io.settings import IoSettings
+from blockx_server.pipeline.builders import StreamBuildConfig
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
@@ -46,6 +47,7 @@ from blockx_server.runtime.settings import (
     PROMETHEUS_PATH,
     InvalidValue,
     Setting,
+    flag,
     integer,
     listen_address,
     text,
@@ -57,17 +59,21 @@ class WorkerProfile(msgspec.Struct, frozen=True, kw_only=True):
     deployment: RegistryKind
     registry_prefix: str
     program: str
+    # STREAM_BUILD_ENABLED's default: the bundle cluster backfills long ranges.
+    stream_build: bool
 
 
 BLOCK_WORKER: Final = WorkerProfile(
     deployment=RegistryKind.BLOCK,
     registry_prefix=LEGACY_BLOCK_WORKER_REGISTRY_PREFIX,
     program="blockx-worker",
+    stream_build=False,
 )
 BUNDLE_WORKER: Final = WorkerProfile(
     deployment=RegistryKind.BUNDLE,
     registry_prefix=LEGACY_BUNDLE_WORKER_REGISTRY_PREFIX,
     program="blockx-bundle-worker",
+    stream_build=True,
 )
 
 _WILDCARDS: Final = ("", "0.0.0.0", "::")
@@ -97,6 +103,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     # io.sink: the database Writer Plugins write (SINK_DB_URL); None when unset.
     sink_url: BlockDbUrl | None = None
     io: IoSettings = IoSettings()
+    stream_build: StreamBuildConfig = StreamBuildConfig()
 
 
 def primary_address() -> str:
@@ -214,6 +221,19 @@ EXECUTOR_TASK_SLOTS: Final = Setting(
 PLUGIN_SLOTS: Final = Setting(
     name="PLUGIN_SLOTS", default=16, parse=integer(at_least=1), help="tasks in the writer phase"
 )
+SCAN_SLOTS: Final = Setting(
+    name="SCAN_SLOTS",
+    default=StreamBuildConfig().scan_slots,
+    parse=integer(at_least=1),
+    help="streaming Builder scans running at once (scanSem)",
+)
+# Read through _stream_build_setting(profile): the default is the profile's.
+STREAM_BUILD_ENABLED: Final = Setting(
+    name="STREAM_BUILD_ENABLED",
+    default=BLOCK_WORKER.stream_build,
+    parse=flag,
+    help="BlockBundleCallConfig scans inside the Calls phase, feeding calls as it reads",
+)
 
 
 def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
@@ -231,6 +251,8 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         BUILDER_SLOTS,
         EXECUTOR_TASK_SLOTS,
         PLUGIN_SLOTS,
+        _stream_build_setting(profile),
+        SCAN_SLOTS,
         *CALL_SETTINGS,
         *BLOCKDB_SETTINGS,
         SINK_DB_URL,
@@ -259,6 +281,10 @@ def _prefix_setting(profile: WorkerProfile) -> Setting[str]:
         return raw
 
     return dataclasses.replace(REGISTRY_PREFIX, default=profile.registry_prefix, parse=parse)
+
+
+def _stream_build_setting(profile: WorkerProfile) -> Setting[bool]:
+    return dataclasses.replace(STREAM_BUILD_ENABLED, default=profile.stream_build)
 
 
 def load_worker_config(profile: WorkerProfile, environ: Environ) -> WorkerRuntimeConfig:
@@ -317,4 +343,8 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         blockdb=read_blockdb_settings(reader),
         sink_url=reader.get(SINK_DB_URL),
         io=io,
+        stream_build=StreamBuildConfig(
+            enabled=reader.get(_stream_build_setting(profile)),
+            scan_slots=reader.get(SCAN_SLOTS),
+        ),
     )

@@ -2,7 +2,8 @@
 
 It performs what the core decides: activation (pin the code epoch, open the task's
 IO scope), the three phases under their admission semaphores (BUILDER_SLOTS,
-EXECUTOR_TASK_SLOTS, PLUGIN_SLOTS), cleanup at convergence (cancel unfinished
+EXECUTOR_TASK_SLOTS, PLUGIN_SLOTS; a streaming Builder's scan, which runs inside
+the Calls phase, also under SCAN_SLOTS), cleanup at convergence (cancel unfinished
 calls, close the IO scope, unpin the epoch) and OnTaskTerminal → Watch
 subscribers. Each phase runs as an asyncio task and reports back with
 ``handle_task_phase_finished``; a builder or writer name it has no plug-in for is
@@ -45,7 +46,16 @@ from blockx_core.worker import (
 from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
-from blockx_server.pipeline.builders import BuilderError, Builders, CallBuilder, CallList
+from blockx_server.pipeline.builders import (
+    BuilderError,
+    Builders,
+    CallBuilder,
+    CallList,
+    CallStream,
+    StreamBuildConfig,
+    StreamingCallBuilder,
+    feed_calls,
+)
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.writers import (
     WriterError,
@@ -89,7 +99,8 @@ class _Runtime:
         self.accepted = time.perf_counter()
         self.deadline_ms = deadline_ms
         self.ctx: TaskContext | None = None
-        self.calls: CallList | None = None
+        # The Builder's calls: a list, or a stream a streaming Builder prepared.
+        self.calls: CallList | CallStream | None = None
         self.outputs: list[RootOutput] = []
         self.job: asyncio.Task[None] | None = None
         # Set when the core already converged the task (timeout, lost watch): a
@@ -112,8 +123,10 @@ class Orchestrator:
         error_rate: ErrorRateWindow | None = None,
         on_terminal: Callable[[TaskConverged, float | None], None] | None = None,
         on_code_released: Callable[[], None] | None = None,
+        stream_build: StreamBuildConfig | None = None,
     ) -> None:
         admission = admission or AdmissionConfig()
+        self.stream_build = stream_build or StreamBuildConfig()
         self.core = core
         self.engine = engine
         self.code_view = code_view
@@ -126,6 +139,7 @@ class Orchestrator:
         self._builder_sem = asyncio.Semaphore(admission.builder_slots)
         self._executor_sem = asyncio.Semaphore(admission.executor_task_slots)
         self._writer_sem = asyncio.Semaphore(admission.writer_slots)
+        self._scan_sem = asyncio.Semaphore(self.stream_build.scan_slots)
         self._runtimes: dict[str, _Runtime] = {}
         self._converged = asyncio.Event()
         # Told of every terminal task, with seconds since it was accepted (metrics).
@@ -358,24 +372,35 @@ class Orchestrator:
         async with self._builder_sem:
             assert runtime.ctx is not None
             try:
-                runtime.calls = await builder.build(runtime.ctx, _decode(spec.config))
+                if self.stream_build.enabled and isinstance(builder, StreamingCallBuilder):
+                    runtime.calls = await builder.prepare_stream(runtime.ctx, _decode(spec.config))
+                    return PhaseOutcome(success=True)  # the count is known after the scan
+                calls = await builder.build(runtime.ctx, _decode(spec.config))
             except BuilderError as exc:
-                return PhaseOutcome(
-                    success=False,
-                    failure_code=FailureCode.BUILDER_FAILED,
-                    retryable=exc.retryable,
-                    message=exc.message,
-                )
-        return PhaseOutcome(success=True, call_count=len(runtime.calls.calls))
+                return _builder_failed(exc)
+        runtime.calls = calls
+        return PhaseOutcome(success=True, call_count=len(calls.calls))
 
     async def _call_phase(self, runtime: _Runtime) -> PhaseOutcome:
-        calls = runtime.calls
+        ctx, calls = runtime.ctx, runtime.calls
+        assert ctx is not None
         assert calls is not None
-        assert runtime.ctx is not None
         async with self._executor_sem:
-            converged = await self.engine.run_calls(
-                runtime.task.task_id, runtime.ctx.code, runtime.ctx.io, calls.function, calls.calls
-            )
+            if not isinstance(calls, CallList):
+                # A streaming Builder's scan feeds the calls as it reads, under scanSem.
+                # One that fails midway fails the task BUILDER_FAILED; calls of the
+                # chunks before may have run.
+                run = self.engine.open_calls(ctx.task_id, ctx.code, ctx.io, calls.function)
+                try:
+                    async with self._scan_sem:
+                        await feed_calls(calls, run)
+                except BuilderError as exc:
+                    return _builder_failed(exc)
+                converged = await run.result()
+            else:
+                converged = await self.engine.run_calls(
+                    ctx.task_id, ctx.code, ctx.io, calls.function, calls.calls
+                )
         if not converged.success:
             return PhaseOutcome(
                 success=False,
@@ -409,6 +434,15 @@ class Orchestrator:
             success=True,
             plugin_results=(PluginResult(plugin_name=handler.type, success=True, result=result),),
         )
+
+
+def _builder_failed(exc: BuilderError) -> PhaseOutcome:
+    return PhaseOutcome(
+        success=False,
+        failure_code=FailureCode.BUILDER_FAILED,
+        retryable=exc.retryable,
+        message=exc.message,
+    )
 
 
 def _decode(config: str) -> Any:

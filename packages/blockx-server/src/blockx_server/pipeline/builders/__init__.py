@@ -5,6 +5,9 @@
 | bundle Worker | BlockBundleCallConfig, InputsCallConfig
 
 A name the Worker lacks fails BUILDER_NOT_FOUND, naming the cluster that has it.
+BlockBundleCallConfig is also a StreamingCallBuilder: with STREAM_BUILD_ENABLED
+(default on on the bundle Worker, off on the block Worker) its scan runs inside the
+Calls phase.
 """
 
 from blockx_core.registry import RegistryKind
@@ -18,6 +21,12 @@ from blockx_server.pipeline.builders.block_bundle import BlockBundleCallConfig
 from blockx_server.pipeline.builders.block_table import BlockTableCallConfig
 from blockx_server.pipeline.builders.call_list import CallListCallConfig
 from blockx_server.pipeline.builders.inputs import InputsCallConfig
+from blockx_server.pipeline.builders.streaming import (
+    CallStream,
+    StreamBuildConfig,
+    StreamingCallBuilder,
+    feed_calls,
+)
 
 _KIND = "Call Builder"
 
@@ -52,7 +61,11 @@ __all__ = [
     "Builders",
     "CallBuilder",
     "CallList",
+    "CallStream",
+    "StreamBuildConfig",
+    "StreamingCallBuilder",
     "block_builders",
     "builders_for",
     "bundle_builders",
+    "feed_calls",
 ]

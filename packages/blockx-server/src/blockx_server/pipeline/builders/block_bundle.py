@@ -1,18 +1,24 @@
 """``BlockBundleCallConfig``: the calls of a block range, from a table of the block database.
 
 ``{"function", "table", "fromBlock", "toBlock", "bundleSize"?, "where"?, "unit"?}``:
-the whole range ``[fromBlock, toBlock]`` is read here, in chunks that fit
-BLOCKDB_MAX_ROWS, before any call runs. ``bundleSize`` (blocks per writer
-transaction, default 100) goes to the Writer Plugin in ``ctx.scan.bundle_size``.
+the range ``[fromBlock, toBlock]`` is read in chunks that fit BLOCKDB_MAX_ROWS.
+``build`` reads it all before any call runs; with stream build on,
+``prepare_stream`` checks the config, that the range is not above the head and that
+its first block is ingested, and chunks of about STREAM_CHUNK_ROWS rows are read
+during the Calls phase (``streaming.py``). ``bundleSize`` (blocks per writer
+transaction, default 100) goes to the Writer Plugin in ``ctx.scan.bundle_size``,
+and every scanned block's hash in ``ctx.scan.block_hashes``.
 Any block of the range not yet ingested fails BUILDER_FAILED, retryable.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator, Sequence
 from typing import Annotated, Any, Final
 
 import msgspec
 
+from blockx_core.calls import RootCall
 from blockx_server.pipeline.builders.base import BuilderError, CallList, decode_config
 from blockx_server.pipeline.builders.chain_scan import (
     BlockNumber,
@@ -23,9 +29,13 @@ from blockx_server.pipeline.builders.chain_scan import (
     check_where,
     hashes_of,
 )
-from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.builders.streaming import CallStream
+from blockx_server.pipeline.context import ChainScan, TaskContext
 
 NAME = "BlockBundleCallConfig"
+# Rows per chunk of a streamed scan: a few call windows (TASK_MAX_INFLIGHT_CALLS is
+# 1024 by default), so the scan holds little more than what runs.
+STREAM_CHUNK_ROWS: Final = 2048
 DEFAULT_BUNDLE_SIZE: Final = 100
 MAX_BUNDLE_SIZE: Final = 100_000
 _SHAPE = (
@@ -45,16 +55,52 @@ class _BlockBundleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     unit: Unit = Unit.ROW
 
 
+def _decode(config: Any) -> _BlockBundleConfig:
+    decl = decode_config(NAME, config, _BlockBundleConfig, _SHAPE)
+    if decl.to_block < decl.from_block:
+        raise BuilderError(
+            f"{NAME}: toBlock ({decl.to_block}) is below fromBlock ({decl.from_block})"
+        )
+    check_table(NAME, decl.table)
+    check_where(NAME, decl.where)
+    return decl
+
+
 class BlockBundleCallConfig:
     async def build(self, ctx: TaskContext, config: Any) -> CallList:
-        decl = decode_config(NAME, config, _BlockBundleConfig, _SHAPE)
-        if decl.to_block < decl.from_block:
-            raise BuilderError(
-                f"{NAME}: toBlock ({decl.to_block}) is below fromBlock ({decl.from_block})"
-            )
-        check_table(NAME, decl.table)
-        check_where(NAME, decl.where)
+        decl = _decode(config)
         scanner = ChainScanner(ctx, NAME, decl.table, decl.where)
         scanned = await scanner.range(decl.from_block, decl.to_block)
         ctx.scan.record(decl.table, hashes_of(scanned), decl.bundle_size)
         return CallList(decl.function, calls_of(scanned, decl.unit))
+
+    async def prepare_stream(self, ctx: TaskContext, config: Any) -> CallStream:
+        decl = _decode(config)
+        scanner = ChainScanner(ctx, NAME, decl.table, decl.where, chunk_rows=STREAM_CHUNK_ROWS)
+        # A range not ingested yet fails here, before any call runs; a block missing
+        # inside it is only found when its chunk is read.
+        head = await scanner.head()
+        if head is None or head < decl.to_block:
+            first = decl.from_block if head is None else max(decl.from_block, head + 1)
+            raise scanner.not_ingested(first, head)
+        await scanner.block(decl.from_block)
+        ctx.scan.record(decl.table, {}, decl.bundle_size)
+        return _BundleStream(decl, scanner, ctx.scan)
+
+
+class _BundleStream:
+    def __init__(self, decl: _BlockBundleConfig, scanner: ChainScanner, scan: ChainScan) -> None:
+        self._decl = decl
+        self._scanner = scanner
+        self._scan = scan
+
+    @property
+    def function(self) -> str:
+        return self._decl.function
+
+    async def chunks(self) -> AsyncGenerator[Sequence[RootCall]]:
+        decl = self._decl
+        async for scanned in self._scanner.chunks(decl.from_block, decl.to_block):
+            # Per block only: the writer's bundles and reorg check need every hash.
+            self._scan.block_hashes.update(hashes_of(scanned))
+            yield calls_of(scanned, decl.unit)

@@ -10,6 +10,7 @@ each call's context carries its block number and hash.
 from __future__ import annotations
 
 import enum
+from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final, assert_never
 
 import msgspec
@@ -22,9 +23,13 @@ from blockx_server.pipeline.context import TaskContext
 TABLES: Final = ("blocks", "transactions", "logs", "erc20_transfers")
 # Blocks read per request at first; halved while an answer would exceed BLOCKDB_MAX_ROWS.
 FIRST_CHUNK_BLOCKS: Final = 1000
+# A scan sized by rows (a streaming one) starts this small and adapts.
+FIRST_SIZED_CHUNK_BLOCKS: Final = 8
 
 
 BlockNumber = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+# A scanned block: its row and its matching rows of the table.
+Scanned = tuple[dict[str, Any], list[dict[str, Any]]]
 
 
 class Unit(enum.StrEnum):
@@ -63,49 +68,77 @@ async def _read(ctx: TaskContext, op: str, what: str, *args: Any) -> Any:
 
 class ChainScanner:
     """Reads ``table`` rows matching ``where`` and the block rows of a range, in
-    chunks that fit BLOCKDB_MAX_ROWS, checking every row against its block's hash."""
+    chunks that fit BLOCKDB_MAX_ROWS, checking every row against its block's hash.
 
-    def __init__(self, ctx: TaskContext, builder: str, table: str, where: dict[str, Any]) -> None:
+    With ``chunk_rows`` each chunk aims at about that many rows instead (never
+    wider than what fit BLOCKDB_MAX_ROWS): the next chunk's width follows the rows
+    per block of the last one."""
+
+    def __init__(
+        self,
+        ctx: TaskContext,
+        builder: str,
+        table: str,
+        where: dict[str, Any],
+        *,
+        chunk_rows: int | None = None,
+    ) -> None:
         self.ctx = ctx
         self.builder = builder
         self.table = table
         self.where = where
-        self.chunk = FIRST_CHUNK_BLOCKS
+        self.chunk_rows = chunk_rows
+        self.chunk = FIRST_CHUNK_BLOCKS if chunk_rows is None else FIRST_SIZED_CHUNK_BLOCKS
+        self.widest = FIRST_CHUNK_BLOCKS  # a wider chunk had too many rows
 
     async def block(self, number: int) -> dict[str, Any]:
         """The canonical block row at ``number``; retryable while not yet ingested."""
         row = await _read(self.ctx, "block", f"{self.builder}: reading block {number}", number)
         if row is None:
-            head = await _read(self.ctx, "head", f"{self.builder}: reading the head")
-            shown = "nothing is ingested" if head is None else f"the head is {head['number']}"
-            raise BuilderError(
-                f"{self.builder}: block {number} is not in the block database yet ({shown})",
-                retryable=True,
-            )
+            raise self.not_ingested(number, await self.head())
         assert isinstance(row, dict)
         return row
 
-    async def range(
-        self, start: int, end: int
-    ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    async def head(self) -> int | None:
+        """The number of the block database's head; None while nothing is ingested."""
+        head = await _read(self.ctx, "head", f"{self.builder}: reading the head")
+        return None if head is None else int(head["number"])
+
+    def not_ingested(self, number: int, head: int | None) -> BuilderError:
+        shown = "nothing is ingested" if head is None else f"the head is {head}"
+        return BuilderError(
+            f"{self.builder}: block {number} is not in the block database yet ({shown})",
+            retryable=True,
+        )
+
+    async def range(self, start: int, end: int) -> list[Scanned]:
         """``(block row, matching rows)`` for every block of ``[start, end]``."""
-        out: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+        return [scanned async for chunk in self.chunks(start, end) for scanned in chunk]
+
+    async def chunks(self, start: int, end: int) -> AsyncIterator[list[Scanned]]:
+        """``range`` one chunk at a time, in block order: each chunk is one read of
+        the blocks and one of the rows, at most BLOCKDB_MAX_ROWS rows."""
         at = start
         while at <= end:
             last = min(end, at + self.chunk - 1)
             try:
-                out.extend(await self._chunk(at, last))
+                chunk = await self._chunk(at, last)
             except _TooWide:
                 if last == at:
                     raise
-                self.chunk = max(1, (last - at + 1) // 2)
+                self.chunk = self.widest = max(1, (last - at + 1) // 2)
                 continue
+            if self.chunk_rows is not None:
+                self._aim(last - at + 1, sum(len(rows) for _, rows in chunk))
             at = last + 1
-        return out
+            yield chunk
 
-    async def _chunk(
-        self, start: int, end: int
-    ) -> list[tuple[dict[str, Any], list[dict[str, Any]]]]:
+    def _aim(self, blocks: int, rows: int) -> None:
+        assert self.chunk_rows is not None
+        wanted = blocks * self.chunk_rows // rows if rows else blocks * 2
+        self.chunk = max(1, min(self.widest, wanted))
+
+    async def _chunk(self, start: int, end: int) -> list[Scanned]:
         what = f"{self.builder}: reading blocks {start}..{end}"
         blocks: list[dict[str, Any]] = await _read(self.ctx, "blocks", what, start, end)
         have = {b["block_number"] for b in blocks}
@@ -135,9 +168,7 @@ class ChainScanner:
         return [(b, by_block[b["block_number"]]) for b in blocks]
 
 
-def calls_of(
-    scanned: list[tuple[dict[str, Any], list[dict[str, Any]]]], unit: Unit
-) -> list[RootCall]:
+def calls_of(scanned: list[Scanned], unit: Unit) -> list[RootCall]:
     calls: list[RootCall] = []
     for block, rows in scanned:
         context = CallContext(block_number=block["block_number"], block_hash=block["block_hash"])
@@ -151,5 +182,5 @@ def calls_of(
     return calls
 
 
-def hashes_of(scanned: list[tuple[dict[str, Any], list[dict[str, Any]]]]) -> dict[int, str]:
+def hashes_of(scanned: list[Scanned]) -> dict[int, str]:
     return {block["block_number"]: block["block_hash"] for block, _ in scanned}
