@@ -24,7 +24,7 @@ from blockx_chain.schema import TRANSFER_TOPIC
 from blockx_chain.sink import open_sink
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
-from blockx_client.backfill import BackfillDone, BackfillPlanned, backfill
+from blockx_client.backfill import BackfillDone, BackfillPlanned
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
 
@@ -202,8 +202,7 @@ async def test_a_rerun_skips_what_is_written_and_force_rewrites_it(setup: Setup)
     async with setup.cluster.client() as client:
         first = [
             e
-            async for e in backfill(
-                client,
+            async for e in client.backfill(
                 function="transfer",
                 source_table="logs",
                 where={"topic0": TRANSFER_TOPIC},
