@@ -41,10 +41,13 @@ WHERE = json.dumps({"topic0": TRANSFER_TOPIC})
 
 
 class Setup:
-    def __init__(self, cluster: ChainCluster, chain_url: str, sink_url: str) -> None:
+    def __init__(
+        self, cluster: ChainCluster, chain_url: str, sink_url: str, functions: Path
+    ) -> None:
         self.cluster = cluster
         self.chain_url = chain_url
         self.sink_url = sink_url
+        self.functions = functions
 
     def argv(self, table: str, *extra: str, to_block: int = BLOCKS - 1) -> list[str]:
         return [
@@ -95,7 +98,7 @@ def setup(etcd_server: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> 
     )
     try:
         asyncio.run(cluster.wait_ready())
-        yield Setup(cluster, chain_url, sink_url)
+        yield Setup(cluster, chain_url, sink_url, functions)
     finally:
         cluster.stop()
     assert "Traceback" not in cluster.worker.output()
@@ -247,6 +250,45 @@ async def test_a_rerun_skips_what_is_written_and_force_rewrites_it(setup: Setup)
     assert all(
         new["task_id"] != old["task_id"] for new, old in zip(ledger_again, ledger, strict=True)
     )
+
+
+async def test_a_backfill_into_a_postgresql_sink(
+    setup: Setup, etcd_server: EtcdServer, postgres_url: str, tmp_path: Path
+) -> None:
+    cluster = ChainCluster(
+        etcd_server,
+        tmp_path,
+        RegistryKind.BUNDLE,
+        chain_url=setup.chain_url,
+        sink_url=postgres_url,
+        functions=setup.functions,
+    )
+    try:
+        await cluster.wait_ready()
+        last = 3 * PER_TASK - 1
+        async with cluster.client() as client:
+            events = [
+                e
+                async for e in client.backfill(
+                    function="transfer",
+                    source_table="logs",
+                    where={"topic0": TRANSFER_TOPIC},
+                    from_block=0,
+                    to_block=last,
+                    blocks_per_task=PER_TASK,
+                    sink_table="transfers",
+                    db_url=setup.chain_url,
+                    sink_db_url=postgres_url,
+                )
+            ]
+    finally:
+        cluster.stop()
+    done = events[-1]
+    assert isinstance(done, BackfillDone)
+    assert (done.blocks, done.tasks, done.failed) == (last + 1, 3, 0)
+    rows, ledger = await sink_state(postgres_url, "transfers")
+    assert rows == expected_rows(range(last + 1))
+    assert [w["block_number"] for w in ledger] == list(range(last + 1))
 
 
 def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
