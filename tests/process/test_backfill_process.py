@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -198,6 +199,31 @@ async def test_a_worker_killed_mid_run_leaves_no_block_missing_or_doubled(setup:
     assert [(w["block_number"], w["block_hash"]) for w in ledger] == [
         (n, block_hash(n)) for n in range(BLOCKS)
     ]
+
+
+async def test_sigint_stops_a_backfill_and_a_rerun_finishes_it(setup: Setup) -> None:
+    proc = await cli(setup.argv("stopped", "--json"))
+    assert proc.stdout is not None
+    async with asyncio.timeout(60):
+        while True:
+            event = json.loads(await proc.stdout.readline())
+            if event["event"] == "task" and event["outcome"] == "written":
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = await proc.communicate()
+    assert proc.returncode == 130, err.decode()
+    assert "Traceback" not in err.decode()
+    assert "done" not in {json.loads(line)["event"] for line in out.decode().splitlines()}
+    _, ledger = await sink_state(setup.sink_url, "stopped")
+    assert 0 < len(ledger) < BLOCKS
+
+    code, events, err_text = await json_lines(setup.argv("stopped", "--json"))
+    assert code == 0, err_text
+    assert events[0]["skipped_tasks"] >= 1
+    assert events[-1]["failed"] == 0
+    rows, ledger = await sink_state(setup.sink_url, "stopped")
+    assert rows == expected_rows(range(BLOCKS))
+    assert [w["block_number"] for w in ledger] == list(range(BLOCKS))
 
 
 async def test_a_rerun_skips_what_is_written_and_force_rewrites_it(setup: Setup) -> None:
