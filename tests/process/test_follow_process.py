@@ -325,4 +325,4 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(setup: Setup) 
     assert new_head == fork + 1
     assert rows == expected
     assert ledger == [(n, h) for n, h, _ in expected]
-    assert {e["event"] for e in events} <= {"start", "block", "reorg", "deleted"}
+    assert {e["event"] for e in events} <= {"start", "block", "retry", "reorg", "deleted"}

@@ -49,6 +49,7 @@ from blockx_client.backfill import (
 )
 from blockx_client.follow import (
     BlockFailed,
+    BlockRetrying,
     BlocksDeleted,
     BlockWritten,
     FollowEvent,
@@ -338,6 +339,11 @@ def _describe(event: FollowEvent) -> str:
             return (
                 f"block {event.number} {event.hash[:10]}…: {event.rows} rows, "
                 f"lag {event.lag_ms / 1000:.1f} s ({event.seen_lag_ms} ms after it was seen)"
+            )
+        case BlockRetrying():
+            return (
+                f"[yellow]block {event.number} retrying[/] after attempt {event.attempt}: "
+                f"{event.failure_code}: {event.failure_message}"
             )
         case BlockFailed():
             return (

@@ -10,6 +10,7 @@ with reorgs reconciled (see ``blockx_client.follow.follower``).
 
 from blockx_client.follow.events import (
     BlockFailed,
+    BlockRetrying,
     BlocksDeleted,
     BlockWritten,
     FollowEvent,
@@ -30,6 +31,7 @@ __all__ = [
     "DEFAULT_POLL_INTERVAL_S",
     "RESUME_WINDOW",
     "BlockFailed",
+    "BlockRetrying",
     "BlockWritten",
     "BlocksDeleted",
     "FollowEvent",

@@ -36,6 +36,18 @@ class BlockFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed", tag_f
     failure_message: str
 
 
+class BlockRetrying(msgspec.Struct, frozen=True, kw_only=True, tag="retry", tag_field="event"):
+    """An attempt that failed retryably (or whose Worker was lost): the block runs
+    again under a new task_id of its lineage."""
+
+    number: int
+    hash: str
+    task_id: str
+    attempt: int
+    failure_code: str
+    failure_message: str
+
+
 class ReorgReconciled(msgspec.Struct, frozen=True, kw_only=True, tag="reorg", tag_field="event"):
     """A reorg recorded in the block database's ``reorgs``, and what follow did about
     the sink: blocks written on the abandoned branch that it runs again on the new
@@ -56,4 +68,6 @@ class BlocksDeleted(msgspec.Struct, frozen=True, kw_only=True, tag="deleted", ta
     numbers: tuple[int, ...]
 
 
-FollowEvent = FollowStarted | BlockWritten | BlockFailed | ReorgReconciled | BlocksDeleted
+FollowEvent = (
+    FollowStarted | BlockWritten | BlockRetrying | BlockFailed | ReorgReconciled | BlocksDeleted
+)

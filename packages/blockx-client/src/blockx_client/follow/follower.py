@@ -38,14 +38,16 @@ from blockx_client.backfill.driver import as_url
 from blockx_client.backfill.plan import UNITS
 from blockx_client.follow.events import (
     BlockFailed,
+    BlockRetrying,
     BlocksDeleted,
     BlockWritten,
     FollowEvent,
     FollowStarted,
     ReorgReconciled,
 )
+from blockx_client.follow.spec import FollowSpec
 from blockx_client.ledger import canonical_blocks, reconcile, written_hashes
-from blockx_client.models import PluginConfig, Task, TaskResult
+from blockx_client.models import TaskResult
 from blockx_client.resubmit import (
     DEFAULT_MAX_ATTEMPTS,
     Verdict,
@@ -58,52 +60,11 @@ if TYPE_CHECKING:
     from blockx_client.client import Client
 
 RESUME_WINDOW: Final = 1000
+# How long a stopped follow waits for the tasks under way before it cancels them.
+STOP_GRACE_S: Final = 15.0
 # Blocks read from the block database at a time while catching up.
 SCAN_AHEAD: Final = 64
 _REORG_PAGE: Final = 1000
-
-
-class FollowSpec:
-    """What to compute and where to write it."""
-
-    def __init__(
-        self,
-        *,
-        function: str,
-        source_table: str,
-        where: Mapping[str, Any] | None,
-        unit: str,
-        sink_table: str,
-        writer: str,
-        writer_config: Mapping[str, Any] | None,
-        tasks_in_flight: int,
-        max_attempts: int,
-        poll_interval_s: float,
-    ) -> None:
-        self.function = function
-        self.source_table = source_table
-        self.where = dict(where) if where else None
-        self.unit = unit
-        self.sink_table = sink_table
-        self.writer = writer
-        self.writer_config = {**(writer_config or {}), "table": sink_table}
-        self.tasks_in_flight = tasks_in_flight
-        self.max_attempts = max_attempts
-        self.poll_interval_s = poll_interval_s
-
-    def task(self, number: int, block_hash: str) -> Task:
-        config: dict[str, Any] = {
-            "function": self.function,
-            "table": self.source_table,
-            "block": {"number": number, "hash": block_hash},
-            "unit": self.unit,
-        }
-        if self.where:
-            config["where"] = self.where
-        return Task(
-            function_call_config=PluginConfig(type="BlockTableCallConfig", config=config),
-            result_handler=PluginConfig(type=self.writer, config=self.writer_config),
-        )
 
 
 class _Job:
@@ -204,6 +165,7 @@ class Follower:
 
     async def events(self, stop: asyncio.Event) -> AsyncIterator[FollowEvent]:
         stopper = asyncio.ensure_future(stop.wait())
+        give_up_at: float | None = None
         try:
             while True:
                 if not stop.is_set():
@@ -211,8 +173,11 @@ class Follower:
                         self._cursor = row["id"]
                         yield await self._reconcile(row)
                     await self._fill()
-                if stop.is_set() and not self._running:
-                    return
+                else:
+                    if give_up_at is None:
+                        give_up_at = time.monotonic() + STOP_GRACE_S
+                    if not self._running or time.monotonic() > give_up_at:
+                        return  # what still runs is cancelled below; a restart resumes it
                 waiting: set[asyncio.Future[Any]] = set(self._running)
                 if not stop.is_set():
                     waiting.add(stopper)
@@ -309,8 +274,16 @@ class Follower:
                 seen_lag_ms=now - job.seen_ms,
             )
         if judged is Verdict.RETRY and job.attempt < self._spec.max_attempts:
+            retrying = BlockRetrying(
+                number=job.number,
+                hash=job.hash,
+                task_id=result.task_id,
+                attempt=job.attempt,
+                failure_code=result.failure_code,
+                failure_message=result.failure_message or result.error,
+            )
             self._queued[job.number] = job.again()
-            return None
+            return retrying
         return BlockFailed(
             number=job.number,
             hash=job.hash,
