@@ -167,6 +167,8 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
         fail(exc.message, EXIT_SERVICE, hint=hint_for(exc))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None
+    except Exception as exc:  # a bug: still one line, never a traceback
+        fail(f"unexpected error: {type(exc).__name__}: {exc}", EXIT_FAILED)
 
 
 # ---- backfill -------------------------------------------------------------------------

@@ -173,7 +173,7 @@ class Follower:
                         self._cursor = row["id"]
                         yield await self._reconcile(row)
                     await self._fill()
-                else:
+                if stop.is_set():  # (it may have been set during the reads above)
                     if give_up_at is None:
                         give_up_at = time.monotonic() + STOP_GRACE_S
                     if not self._running or time.monotonic() > give_up_at:
