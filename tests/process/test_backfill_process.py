@@ -368,6 +368,19 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
     assert code == 3, output
     code, output = run(setup.argv("errors", to_block=BLOCKS + 5))
     assert (code, f"block {BLOCKS} is not in the block database" in output) == (1, True)
+    follow_base = ["follow", "--function", "f", "--source-table", "logs", "--sink-table", "s"]
+    follow_dbs = ["--db", setup.chain_url, "--sink-db", setup.sink_url]
+    code, output = run([*follow_base, *follow_dbs, "--where", "[1]"])
+    assert (code, "--where must be a JSON object" in output) == (2, True)
+    code, output = run([*follow_base, *follow_dbs, "--from", "-1"])
+    assert (code, "--from" in output) == (2, True)
+    code, output = run([*follow_base, *follow_dbs, "--unit", "tx"])
+    assert (code, "--unit" in output) == (2, True)
+    result = runner.invoke(
+        app, [*follow_base, "--db", setup.chain_url], env={"SINK_DB_URL": None, "COLUMNS": "200"}
+    )
+    assert result.exit_code == 2
+    assert "no sink database: pass --sink-db or set SINK_DB_URL" in result.output
     # The bundle cluster's task with no bundle coordinator configured.
     no_bundle = base[2:]
     result = runner.invoke(
