@@ -19,13 +19,16 @@ from typing import Any
 import pytest
 from chain_cluster import ChainCluster
 from chain_rows import block_hash, make_block, seed_chain
+from support import free_port
 from typer.testing import CliRunner
 
 from blockx_chain.schema import TRANSFER_TOPIC
 from blockx_chain.sink import open_sink
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
-from blockx_client.backfill import BackfillDone, BackfillPlanned
+from blockx_client import Client
+from blockx_client.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
+from blockx_client.resubmit import ClusterUnreachable
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
 
@@ -315,6 +318,30 @@ async def test_a_backfill_into_a_postgresql_sink(
     rows, ledger = await sink_state(postgres_url, "transfers")
     assert rows == expected_rows(range(last + 1))
     assert [w["block_number"] for w in ledger] == list(range(last + 1))
+
+
+async def test_a_cluster_out_of_reach_ends_the_backfill(setup: Setup) -> None:
+    async with Client(bundle_coordinator=f"127.0.0.1:{free_port()}") as client:
+        events = client.backfill(
+            function="transfer",
+            source_table="logs",
+            from_block=0,
+            to_block=PER_TASK - 1,
+            sink_table="unreached",
+            db_url=setup.chain_url,
+            sink_db_url=setup.sink_url,
+            max_attempts=2,
+        )
+        seen: list[Any] = []
+
+        async def consume() -> None:
+            async for event in events:
+                seen.append(event)
+
+        with pytest.raises(ClusterUnreachable, match="2 attempts and the cluster never answered"):
+            await consume()
+    assert [type(e) for e in seen] == [BackfillPlanned, TaskFinished, TaskFinished]
+    assert [e.outcome for e in seen[1:]] == [TaskOutcome.RETRYING, TaskOutcome.FAILED]
 
 
 def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(

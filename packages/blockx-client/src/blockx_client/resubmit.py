@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 
 from msgspec.structs import replace
 
-from blockx_client.errors import BlockxError, InvalidRequestError
+from blockx_client.errors import BlockxError, ConnectError, InvalidRequestError
 from blockx_client.models import Task, TaskResult, TaskState
 
 if TYPE_CHECKING:  # the Client's own backfill/follow methods import this module
@@ -35,6 +35,11 @@ RETRY_CAP_S: Final = 5.0
 # The failure code of an attempt whose outcome the client could not learn.
 CLIENT_ERROR: Final = "CLIENT_ERROR"
 WORKER_LOST: Final = "WORKER_LOST"
+
+
+class ClusterUnreachable(ConnectError):
+    """A task used up its attempts without the client once learning its fate: the
+    cluster is out of reach, and the other tasks would fare no better."""
 
 
 class Verdict(enum.Enum):

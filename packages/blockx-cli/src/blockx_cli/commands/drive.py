@@ -57,7 +57,6 @@ from blockx_client.follow import (
     ReorgReconciled,
     follow,
 )
-from blockx_client.resubmit import CLIENT_ERROR
 
 app = typer.Typer()
 T = TypeVar("T")
@@ -320,13 +319,12 @@ def backfill_command(
             highlight=False,
         )
     if failures:
-        unreachable = summary.blocks == 0 and all(f.failure_code == CLIENT_ERROR for f in failures)
         last = failures[-1]
         message = (
             f"{summary.failed} of {summary.tasks} tasks failed; the last: blocks "
             f"{last.from_block}..{last.to_block}: {last.failure_code}: {last.failure_message}"
         )
-        fail(message, EXIT_SERVICE if unreachable else EXIT_FAILED)
+        fail(message, EXIT_FAILED)
 
 
 # ---- follow ---------------------------------------------------------------------------

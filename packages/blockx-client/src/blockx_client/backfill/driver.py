@@ -5,7 +5,9 @@ The range is cut into BlockBundleCallConfig tasks of ``blocks_per_task`` blocks
 attempt fails retryably (or whose fate the client could not learn: a Worker
 killed, a connection cut) runs again under a new task_id of its lineage, after a
 back-off (``blockx_client.resubmit``), up to ``max_attempts`` attempts. Every
-finished attempt is reported as it ends; the iteration ends with the summary.
+finished attempt is reported as it ends; the iteration ends with the summary. A
+task whose attempts all went without an answer from the cluster ends the
+backfill with ClusterUnreachable: the other tasks would fare no better.
 
 BlockX itself generates no tasks: this is a client, and the task model stays the
 Coordinator/Worker one. Stopping the iteration early (``aclose``, cancellation)
@@ -46,7 +48,9 @@ from blockx_client.backfill.progress import (
 from blockx_client.ledger import canonical_hashes, written_hashes
 from blockx_client.models import Task, TaskResult
 from blockx_client.resubmit import (
+    CLIENT_ERROR,
     DEFAULT_MAX_ATTEMPTS,
+    ClusterUnreachable,
     Verdict,
     retry_delay_s,
     run_attempt,
@@ -166,8 +170,9 @@ async def backfill(
 
     Raises ValueError for arguments it cannot use, BackfillError when a block of the
     range is not in the block database, the stores' unavailable errors when a
-    database cannot be reached, and InvalidRequestError when the cluster refuses the
-    task (no bundle coordinator configured)."""
+    database cannot be reached, ClusterUnreachable (a ConnectError) when a task's
+    attempts never reached the cluster, and InvalidRequestError when the cluster
+    refuses the task (no bundle coordinator configured)."""
     if unit not in UNITS:
         raise ValueError(f"unit must be row or block, got {unit!r}")
     if tasks_in_flight < 1:
@@ -227,6 +232,11 @@ async def backfill(
                         _Attempt(attempt.range, attempt.task, attempt.original, attempt.attempt + 1)
                     )
                 yield tally.record(event, time.monotonic())
+                if event.outcome is TaskOutcome.FAILED and event.failure_code == CLIENT_ERROR:
+                    raise ClusterUnreachable(
+                        f"blocks {event.from_block}..{event.to_block}: {event.attempt} attempts "
+                        f"and the cluster never answered: {event.failure_message}"
+                    )
     finally:
         for waiting in running:
             waiting.cancel()

@@ -25,8 +25,8 @@ class BlockWritten(msgspec.Struct, frozen=True, kw_only=True, tag="block", tag_f
 
 
 class BlockFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed", tag_field="event"):
-    """A block whose task failed for good (not retryable, or out of attempts) while
-    its hash was still canonical: follow goes on without it."""
+    """A block whose task failed for good (not retryable, or out of ``max_attempts``)
+    while its hash was still canonical: follow goes on without it."""
 
     number: int
     hash: str

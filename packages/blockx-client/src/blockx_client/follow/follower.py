@@ -49,7 +49,6 @@ from blockx_client.follow.spec import FollowSpec
 from blockx_client.ledger import canonical_blocks, reconcile, written_hashes
 from blockx_client.models import TaskResult
 from blockx_client.resubmit import (
-    DEFAULT_MAX_ATTEMPTS,
     Verdict,
     retry_delay_s,
     run_attempt,
@@ -273,7 +272,8 @@ class Follower:
                 lag_ms=now - job.timestamp_s * 1000,
                 seen_lag_ms=now - job.seen_ms,
             )
-        if judged is Verdict.RETRY and job.attempt < self._spec.max_attempts:
+        limit = self._spec.max_attempts
+        if judged is Verdict.RETRY and (limit is None or job.attempt < limit):
             retrying = BlockRetrying(
                 number=job.number,
                 hash=job.hash,
@@ -351,7 +351,7 @@ async def follow(
     writer: str = DEFAULT_FOLLOW_WRITER,
     writer_config: Mapping[str, Any] | None = None,
     tasks_in_flight: int = DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    max_attempts: int | None = None,
     stop: asyncio.Event | None = None,
 ) -> AsyncIterator[FollowEvent]:
     """Follow the block database's head: ``function`` over ``source_table`` for each
@@ -360,15 +360,17 @@ async def follow(
     FollowStarted, then BlockWritten / BlockFailed / ReorgReconciled / BlocksDeleted
     as they happen, until ``stop`` is set and the tasks under way have finished.
 
-    Raises ValueError for arguments it cannot use, the stores' unavailable errors
+    A retryable failure is resubmitted until it succeeds (a block is never skipped
+    because the cluster or the sink is down for a while) unless ``max_attempts``
+    bounds it. Raises ValueError for arguments it cannot use, the stores' unavailable errors
     when a database cannot be reached, and InvalidRequestError when the cluster
     refuses the task."""
     if unit not in UNITS:
         raise ValueError(f"unit must be row or block, got {unit!r}")
     if tasks_in_flight < 1:
         raise ValueError(f"tasks_in_flight must be >= 1, got {tasks_in_flight}")
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+    if max_attempts is not None and max_attempts < 1:
+        raise ValueError(f"max_attempts must be >= 1 or None, got {max_attempts}")
     if poll_interval_s <= 0:
         raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
     if from_block is not None and (isinstance(from_block, bool) or from_block < 0):

@@ -22,7 +22,7 @@ class FollowSpec:
         writer: str,
         writer_config: Mapping[str, Any] | None,
         tasks_in_flight: int,
-        max_attempts: int,
+        max_attempts: int | None,
         poll_interval_s: float,
     ) -> None:
         self.function = function
