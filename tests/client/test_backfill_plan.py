@@ -20,6 +20,7 @@ from blockx_client.backfill import (
 from blockx_client.backfill.plan import bundle_task, missing_block
 from blockx_client.backfill.progress import Tally
 from blockx_client.follow import BlockWritten, ReorgReconciled
+from blockx_client.follow.follower import Follower
 from blockx_client.ledger import Reconciliation, reconcile
 from blockx_client.models import PluginConfig, Task
 from blockx_client.resubmit import Verdict, attempt_task, retry_delay_s, verdict
@@ -191,3 +192,16 @@ def test_events_encode_as_one_object_naming_the_event() -> None:
         "rewritten": [4],
         "deleted": [5],
     }
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        ({5: "a", 6: "b", 7: "c"}, 8),  # no gap: after the highest
+        ({5: "a", 7: "c"}, 6),  # an interrupted run left block 6 out
+    ],
+)
+def test_follow_resumes_at_the_oldest_gap_of_the_ledger(
+    written: dict[int, str], expected: int
+) -> None:
+    assert Follower._oldest_gap(written, 5, 7) == expected
