@@ -1,4 +1,5 @@
-"""Dependencies point one way: cli → client + server + chain, client → core + proto,
+"""Dependencies point one way: cli → client + server + chain, client → core + proto + chain
+(backfill and follow read the block database and the sink ledger),
 server → core + proto + executor + chain, chain → core; core and executor depend
 on nothing here."""
 
@@ -21,7 +22,7 @@ OURS = {
 }
 ALLOWED = {
     "blockx_cli": {"blockx_client", "blockx_server", "blockx_core", "blockx_chain"},
-    "blockx_client": {"blockx_core", "blockx_proto"},
+    "blockx_client": {"blockx_core", "blockx_proto", "blockx_chain"},
     "blockx_server": {"blockx_core", "blockx_proto", "blockx_executor", "blockx_chain"},
     "blockx_chain": {"blockx_core"},
     "blockx_core": set(),

@@ -283,3 +283,20 @@ class Client:
     def function(self, name: str) -> FunctionHandle:
         """A handle to call one function through the Sync Invoker (outside executors)."""
         return FunctionHandle(self, name)
+
+    # ---- driving the chain clusters (imported on use: they need blockx_chain) ---------
+
+    def backfill(self, **kwargs: Any) -> AsyncIterator[Any]:
+        """``blockx_client.backfill.backfill(self, **kwargs)``: a block range through
+        the bundle cluster into a sink table; an async iterator of BackfillEvent."""
+        from blockx_client.backfill import backfill
+
+        return backfill(self, **kwargs)
+
+    def follow(self, **kwargs: Any) -> AsyncIterator[Any]:
+        """``blockx_client.follow.follow(self, **kwargs)``: each new block through the
+        block cluster into a sink table, reorgs reconciled; an async iterator of
+        FollowEvent."""
+        from blockx_client.follow import follow
+
+        return follow(self, **kwargs)

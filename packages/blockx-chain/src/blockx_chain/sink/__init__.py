@@ -1,9 +1,9 @@
 """The sink database: where Writer Plugins write the rows functions return.
 
 ``await open_sink(url)`` for either engine (the block database's URL forms; the
-sink may be the block database itself). ``replace_blocks`` and ``upsert`` are its
-writes, ``rows`` and ``written`` (the ``_blockx_written`` ledger) its reads; see
-``blockx_chain.sink.base``.
+sink may be the block database itself). ``replace_blocks``, ``upsert`` and
+``delete_blocks`` are its writes, ``rows`` and ``written`` (the ``_blockx_written``
+ledger) its reads; see ``blockx_chain.sink.base``.
 """
 
 from __future__ import annotations

@@ -176,13 +176,64 @@ class SinkStore(abc.ABC):
             names = ", ".join(identifier(n, "column") for n in types)
             return await tx.fetch(f"SELECT {names} FROM {quoted}{order}", ())
 
-    async def written(self, table: str) -> list[dict[str, Any]]:
-        """The ledger rows of ``table``, by block number."""
+    async def written(
+        self, table: str, from_block: int | None = None, to_block: int | None = None
+    ) -> list[dict[str, Any]]:
+        """The ledger rows of ``table`` (within ``[from_block, to_block]`` when given),
+        by block number."""
+        where = "table_name = ?"
+        params: list[Any] = [table]
+        if from_block is not None:
+            where += " AND block_number >= ?"
+            params.append(from_block)
+        if to_block is not None:
+            where += " AND block_number <= ?"
+            params.append(to_block)
         async with self.transaction() as tx:
             await self._known(tx, table)  # makes the ledger on a sink never written
             return await tx.fetch(
-                f"SELECT * FROM {LEDGER} WHERE table_name = ? ORDER BY block_number", (table,)
+                f"SELECT * FROM {LEDGER} WHERE {where} ORDER BY block_number", tuple(params)
             )
+
+    async def written_span(self, table: str) -> tuple[int, int] | None:
+        """The lowest and highest block numbers in the ledger of ``table``."""
+        async with self.transaction() as tx:
+            await self._known(tx, table)
+            rows = await tx.fetch(
+                f"SELECT MIN(block_number) AS low, MAX(block_number) AS high FROM {LEDGER} "
+                "WHERE table_name = ?",
+                (table,),
+            )
+        if not rows or rows[0]["high"] is None:
+            return None
+        return int(rows[0]["low"]), int(rows[0]["high"])
+
+    async def delete_blocks(self, table: str, numbers: Sequence[int]) -> int:
+        """In one transaction, remove ``table``'s rows of these blocks and their
+        ledger entries (blocks that left the canonical chain). Returns the ledger
+        entries removed."""
+        writable_table(table)
+        wanted = sorted(set(numbers))
+        if not wanted:
+            return 0
+        async with self.transaction() as tx:
+            await tx.lock([f"{table}:{n}" for n in wanted])
+            if await self._known(tx, table):
+                await tx.executemany(
+                    f"DELETE FROM {identifier(table, 'table')} WHERE block_number = ?",
+                    [(n,) for n in wanted],
+                )
+            marks = ", ".join("?" for _ in wanted)
+            present = await tx.fetch(
+                f"SELECT block_number FROM {LEDGER} WHERE table_name = ? "
+                f"AND block_number IN ({marks})",
+                (table, *wanted),
+            )
+            await tx.executemany(
+                f"DELETE FROM {LEDGER} WHERE table_name = ? AND block_number = ?",
+                [(table, n) for n in wanted],
+            )
+        return len(present)
 
     async def _known(self, tx: SinkTx, table: str) -> dict[str, SinkType]:
         if not self._meta_ready:

@@ -1,0 +1,408 @@
+"""Driving the chain clusters: ``blockx backfill`` and ``blockx follow``.
+
+Both are clients of the cluster (BlockX itself generates no tasks): ``backfill``
+runs a block range through the bundle cluster into a sink table, resumably;
+``follow`` computes each new block on the block cluster and keeps the sink table
+matching the canonical chain across reorgs. ``--json`` prints one JSON object per
+line as events happen.
+
+Exit codes: 0 done (``follow``: stopped by SIGINT/SIGTERM); 1 a task failed for
+good, or the range is not in the block database; 2 usage (a bad flag, no bundle
+coordinator configured); 3 a database or the cluster cannot be reached; 130
+``backfill`` interrupted (a re-run resumes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import json
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
+from contextlib import contextmanager
+from typing import Annotated, Any, TypeVar, assert_never
+
+import msgspec
+import typer
+from rich.live import Live
+from rich.table import Table
+
+from blockx_chain.sink import SinkError, SinkUnavailable
+from blockx_chain.store import StoreError, StoreUnavailable
+from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
+from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, console, fail
+from blockx_cli.runner import hint_for
+from blockx_cli.settings import Settings, settings_of
+from blockx_client import BlockxError, InvalidRequestError
+from blockx_client.backfill import (
+    DEFAULT_BACKFILL_WRITER,
+    DEFAULT_BLOCKS_PER_TASK,
+    DEFAULT_TASKS_IN_FLIGHT,
+    BackfillDone,
+    BackfillError,
+    BackfillEvent,
+    BackfillPlanned,
+    TaskFinished,
+    TaskOutcome,
+    backfill,
+)
+from blockx_client.follow import (
+    BlockFailed,
+    BlockRetrying,
+    BlocksDeleted,
+    BlockWritten,
+    FollowEvent,
+    FollowStarted,
+    ReorgReconciled,
+    follow,
+)
+
+app = typer.Typer()
+T = TypeVar("T")
+
+
+class Unit(enum.Enum):
+    ROW = "row"
+    BLOCK = "block"
+
+
+FunctionOpt = Annotated[str, typer.Option("--function", help="The function to run.")]
+SourceTableOpt = Annotated[
+    str,
+    typer.Option(
+        "--source-table",
+        help="The block database table it scans: blocks, transactions, logs, erc20_transfers.",
+    ),
+]
+WhereOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--where", help='Column equality filter, a JSON object (e.g. \'{"address": "0x…"}\').'
+    ),
+]
+UnitOpt = Annotated[
+    Unit,
+    typer.Option(
+        "--unit", case_sensitive=False, help="row: one call per row; block: one call per block."
+    ),
+]
+SinkTableOpt = Annotated[str, typer.Option("--sink-table", help="The sink table to write.")]
+DbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--db",
+        envvar="BLOCKDB_URL",
+        help="The block database: sqlite:////abs.db, sqlite:///rel.db or "
+        "postgresql://user@host:port/db.",
+    ),
+]
+SinkDbOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--sink-db",
+        envvar="SINK_DB_URL",
+        help="The sink database the Workers write (SINK_DB_URL), in the same forms.",
+    ),
+]
+JsonLinesOpt = Annotated[
+    bool, typer.Option("--json", help="One JSON object per line, as events happen.")
+]
+
+
+def _url(raw: str | None, flag: str, variable: str, what: str) -> BlockDbUrl:
+    if not raw:
+        fail(f"no {what}: pass {flag} or set {variable}", EXIT_USAGE)
+    try:
+        return parse_blockdb_url(raw)
+    except InvalidBlockDbUrl as exc:
+        fail(f"{flag} {exc}", EXIT_USAGE)
+
+
+def _where(raw: str | None) -> dict[str, Any] | None:
+    if raw is None:
+        return None
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        fail(f"--where must be a JSON object of column: value ({exc})", EXIT_USAGE)
+    if not isinstance(value, dict):
+        fail(f"--where must be a JSON object of column: value, got {raw!r}", EXIT_USAGE)
+    return value
+
+
+def _print_json(event: msgspec.Struct) -> None:
+    sys.stdout.write(msgspec.json.encode(event).decode() + "\n")
+    sys.stdout.flush()
+
+
+@contextmanager
+def _on_signals(handler: Callable[[], object]) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, handler)
+    try:
+        yield
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a command: every expected error is one line and an exit code."""
+    try:
+        return asyncio.run(coro)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    except BackfillError as exc:
+        fail(str(exc), EXIT_FAILED)
+    except (StoreUnavailable, SinkUnavailable) as exc:
+        fail(str(exc), EXIT_SERVICE)
+    except (StoreError, SinkError) as exc:
+        fail(str(exc), EXIT_FAILED)
+    except InvalidRequestError as exc:
+        fail(exc.message, EXIT_USAGE, hint="pass --bundle-coordinator or --coordinator")
+    except BlockxError as exc:
+        fail(exc.message, EXIT_SERVICE, hint=hint_for(exc))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    except Exception as exc:  # a bug: still one line, never a traceback
+        fail(f"unexpected error: {type(exc).__name__}: {exc}", EXIT_FAILED)
+
+
+# ---- backfill -------------------------------------------------------------------------
+
+
+class _View:
+    """The live progress table of a backfill."""
+
+    def __init__(self) -> None:
+        self.planned: BackfillPlanned | None = None
+        self.last: TaskFinished | None = None
+
+    def render(self) -> Table:
+        table = Table(show_header=True, header_style="bold", box=None)
+        for column in ("blocks", "rows", "blocks/s", "rows/s", "tasks", "failed", "ETA"):
+            table.add_column(column, justify="right")
+        planned, last = self.planned, self.last
+        if planned is not None:
+            blocks = 0 if last is None else last.blocks_done
+            eta = None if last is None else last.eta_s
+            table.add_row(
+                f"{blocks:,}/{planned.blocks:,}",
+                f"{0 if last is None else last.rows_done:,}",
+                f"{0 if last is None else last.blocks_per_s:,.0f}",
+                f"{0 if last is None else last.rows_per_s:,.0f}",
+                f"{0 if last is None else last.tasks_done}/{planned.tasks}",
+                str(0 if last is None else last.tasks_failed),
+                "-" if eta is None else f"{eta:,.0f} s",
+            )
+        return table
+
+
+async def _backfill(
+    settings: Settings, json_mode: bool, kwargs: dict[str, Any]
+) -> tuple[BackfillDone | None, list[TaskFinished]]:
+    failures: list[TaskFinished] = []
+    view = _View()
+    live = (
+        Live(view.render(), console=console, refresh_per_second=4)
+        if (console.is_terminal and not json_mode)
+        else None
+    )
+    summary: BackfillDone | None = None
+
+    async def consume() -> None:
+        nonlocal summary
+        async with settings.client() as client:
+            events: AsyncIterator[BackfillEvent] = backfill(client, **kwargs)
+            async for event in events:
+                if json_mode:
+                    _print_json(event)
+                match event:
+                    case BackfillPlanned():
+                        view.planned = event
+                    case TaskFinished():
+                        view.last = event
+                        if event.outcome is TaskOutcome.FAILED:
+                            failures.append(event)
+                        elif event.outcome is TaskOutcome.RETRYING and live is not None:
+                            live.console.print(
+                                f"[yellow]retrying[/] blocks {event.from_block}.."
+                                f"{event.to_block} ({event.failure_code}: "
+                                f"{event.failure_message})",
+                                highlight=False,
+                            )
+                    case BackfillDone():
+                        summary = event
+                if live is not None:
+                    live.update(view.render())
+
+    work = asyncio.ensure_future(consume())
+    with _on_signals(work.cancel):
+        if live is not None:
+            live.start()
+        try:
+            await work
+        except asyncio.CancelledError:
+            pass  # interrupted: what was written stays, a re-run resumes
+        finally:
+            if live is not None:
+                live.stop()
+    return summary, failures
+
+
+@app.command("backfill")
+def backfill_command(
+    ctx: typer.Context,
+    *,
+    function: FunctionOpt,
+    source_table: SourceTableOpt,
+    from_block: Annotated[int, typer.Option("--from", min=0, help="First block.")],
+    to_block: Annotated[int, typer.Option("--to", min=0, help="Last block.")],
+    sink_table: SinkTableOpt,
+    where: WhereOpt = None,
+    unit: UnitOpt = Unit.ROW,
+    blocks_per_task: Annotated[
+        int, typer.Option("--blocks-per-task", min=1, help="Blocks per task.")
+    ] = DEFAULT_BLOCKS_PER_TASK,
+    bundle_size: Annotated[
+        int | None,
+        typer.Option(
+            "--bundle-size",
+            min=1,
+            help="Blocks per writer transaction (the builder's default: 100).",
+        ),
+    ] = None,
+    tasks_in_flight: Annotated[
+        int, typer.Option("--tasks-in-flight", min=1, help="Tasks running at a time.")
+    ] = DEFAULT_TASKS_IN_FLIGHT,
+    writer: Annotated[
+        str, typer.Option("--writer", help="The Writer Plugin.")
+    ] = DEFAULT_BACKFILL_WRITER,
+    db: DbOpt = None,
+    sink_db: SinkDbOpt = None,
+    force: Annotated[bool, typer.Option("--force", help="Rewrite ranges already written.")] = False,
+    json_output: JsonLinesOpt = False,
+) -> None:
+    """Run a block range through the bundle cluster into a sink table, resumably."""
+    if to_block < from_block:
+        fail(f"--to ({to_block}) is below --from ({from_block})", EXIT_USAGE)
+    kwargs: dict[str, Any] = {
+        "function": function,
+        "source_table": source_table,
+        "where": _where(where),
+        "unit": unit.value,
+        "from_block": from_block,
+        "to_block": to_block,
+        "blocks_per_task": blocks_per_task,
+        "bundle_size": bundle_size,
+        "tasks_in_flight": tasks_in_flight,
+        "sink_table": sink_table,
+        "writer": writer,
+        "db_url": _url(db, "--db", "BLOCKDB_URL", "block database"),
+        "sink_db_url": _url(sink_db, "--sink-db", "SINK_DB_URL", "sink database"),
+        "force": force,
+    }
+    summary, failures = _run(_backfill(settings_of(ctx), json_output, kwargs))
+    if summary is None:
+        if not json_output:
+            console.print("stopped: what was written stays; run again to resume", highlight=False)
+        raise typer.Exit(130)
+    if not json_output:
+        console.print(
+            f"backfilled {summary.blocks:,} blocks, {summary.rows:,} rows in "
+            f"{summary.tasks} tasks ({summary.skipped} skipped as written, "
+            f"{summary.retries} retries, {summary.failed} failed) in "
+            f"{summary.seconds:.1f} s: {summary.blocks_per_s:,.0f} blocks/s, "
+            f"{summary.rows_per_s:,.0f} rows/s",
+            highlight=False,
+        )
+    if failures:
+        last = failures[-1]
+        message = (
+            f"{summary.failed} of {summary.tasks} tasks failed; the last: blocks "
+            f"{last.from_block}..{last.to_block}: {last.failure_code}: {last.failure_message}"
+        )
+        fail(message, EXIT_FAILED)
+
+
+# ---- follow ---------------------------------------------------------------------------
+
+
+def _describe(event: FollowEvent) -> str:
+    match event:
+        case FollowStarted():
+            head = "nothing ingested yet" if event.head is None else f"head {event.head}"
+            return f"following from block {event.from_block} ({head})"
+        case BlockWritten():
+            return (
+                f"block {event.number} {event.hash[:10]}…: {event.rows} rows, "
+                f"lag {event.lag_ms / 1000:.1f} s ({event.seen_lag_ms} ms after it was seen)"
+            )
+        case BlockRetrying():
+            return (
+                f"[yellow]block {event.number} retrying[/] after attempt {event.attempt}: "
+                f"{event.failure_code}: {event.failure_message}"
+            )
+        case BlockFailed():
+            return (
+                f"[red]block {event.number} failed[/] after {event.attempt} attempts: "
+                f"{event.failure_code}: {event.failure_message}"
+            )
+        case ReorgReconciled():
+            return (
+                f"[yellow]reorg[/] of depth {event.depth} at block {event.fork_block_number}: "
+                f"rewriting {len(event.rewritten)} blocks, deleted {len(event.deleted)}"
+            )
+        case BlocksDeleted():
+            return f"deleted blocks {', '.join(map(str, event.numbers))} (no longer in the chain)"
+        case _:
+            assert_never(event)
+
+
+async def _follow(settings: Settings, json_mode: bool, kwargs: dict[str, Any]) -> None:
+    stop = asyncio.Event()
+    with _on_signals(stop.set):
+        async with settings.client() as client:
+            async for event in follow(client, stop=stop, **kwargs):
+                if json_mode:
+                    _print_json(event)
+                else:
+                    console.print(_describe(event), highlight=False)
+
+
+@app.command("follow")
+def follow_command(
+    ctx: typer.Context,
+    *,
+    function: FunctionOpt,
+    source_table: SourceTableOpt,
+    sink_table: SinkTableOpt,
+    where: WhereOpt = None,
+    unit: UnitOpt = Unit.ROW,
+    from_block: Annotated[
+        int | None,
+        typer.Option(
+            "--from",
+            min=0,
+            help="First block [default: where the sink table's ledger left off, or the head].",
+        ),
+    ] = None,
+    db: DbOpt = None,
+    sink_db: SinkDbOpt = None,
+    json_output: JsonLinesOpt = False,
+) -> None:
+    """Compute every new block on the block cluster into a sink table, reorgs included,
+    until SIGINT/SIGTERM."""
+    kwargs: dict[str, Any] = {
+        "function": function,
+        "source_table": source_table,
+        "where": _where(where),
+        "unit": unit.value,
+        "sink_table": sink_table,
+        "from_block": from_block,
+        "db_url": _url(db, "--db", "BLOCKDB_URL", "block database"),
+        "sink_db_url": _url(sink_db, "--sink-db", "SINK_DB_URL", "sink database"),
+    }
+    _run(_follow(settings_of(ctx), json_output, kwargs))

@@ -1,0 +1,49 @@
+"""Backfill: a block range through the bundle cluster into a sink table, resumable.
+
+    async for event in backfill(client, function="volume", source_table="erc20_transfers",
+                                from_block=0, to_block=9_999, sink_table="volume",
+                                db_url=BLOCKDB_URL, sink_db_url=SINK_DB_URL):
+        print(event)
+
+``plan`` cuts the range and skips what the sink's ledger already holds for the
+current block hashes; ``driver`` runs the tasks with bounded concurrency and
+resubmits with lineage; ``progress`` holds the events.
+"""
+
+from blockx_client.backfill.driver import (
+    DEFAULT_BACKFILL_WRITER,
+    DEFAULT_TASKS_IN_FLIGHT,
+    backfill,
+)
+from blockx_client.backfill.plan import (
+    DEFAULT_BLOCKS_PER_TASK,
+    BackfillError,
+    BackfillPlan,
+    TaskRange,
+    plan,
+    split,
+)
+from blockx_client.backfill.progress import (
+    BackfillDone,
+    BackfillEvent,
+    BackfillPlanned,
+    TaskFinished,
+    TaskOutcome,
+)
+
+__all__ = [
+    "DEFAULT_BACKFILL_WRITER",
+    "DEFAULT_BLOCKS_PER_TASK",
+    "DEFAULT_TASKS_IN_FLIGHT",
+    "BackfillDone",
+    "BackfillError",
+    "BackfillEvent",
+    "BackfillPlan",
+    "BackfillPlanned",
+    "TaskFinished",
+    "TaskOutcome",
+    "TaskRange",
+    "backfill",
+    "plan",
+    "split",
+]

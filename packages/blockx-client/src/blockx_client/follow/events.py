@@ -1,0 +1,73 @@
+"""What ``follow`` reports: tagged msgspec Structs; encoded as JSON each is one
+object whose ``event`` field names it."""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class FollowStarted(msgspec.Struct, frozen=True, kw_only=True, tag="start", tag_field="event"):
+    from_block: int  # the first block follow looks at
+    head: int | None  # the block database's head then (None: nothing ingested yet)
+    reorg_cursor: int  # reorgs with a higher id are handled as they appear
+
+
+class BlockWritten(msgspec.Struct, frozen=True, kw_only=True, tag="block", tag_field="event"):
+    number: int
+    hash: str
+    rows: int
+    task_id: str
+    attempt: int
+    # Now minus the block's timestamp, and now minus when follow first saw the
+    # block in the block database.
+    lag_ms: int
+    seen_lag_ms: int
+
+
+class BlockFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed", tag_field="event"):
+    """A block whose task failed for good (not retryable, or out of ``max_attempts``)
+    while its hash was still canonical: follow goes on without it."""
+
+    number: int
+    hash: str
+    task_id: str
+    attempt: int
+    failure_code: str
+    failure_message: str
+
+
+class BlockRetrying(msgspec.Struct, frozen=True, kw_only=True, tag="retry", tag_field="event"):
+    """An attempt that failed retryably (or whose Worker was lost): the block runs
+    again under a new task_id of its lineage."""
+
+    number: int
+    hash: str
+    task_id: str
+    attempt: int
+    failure_code: str
+    failure_message: str
+
+
+class ReorgReconciled(msgspec.Struct, frozen=True, kw_only=True, tag="reorg", tag_field="event"):
+    """A reorg recorded in the block database's ``reorgs``, and what follow did about
+    the sink: blocks written on the abandoned branch that it runs again on the new
+    one (``rewritten``), and blocks above the new head whose rows and ledger entries
+    it deleted (``deleted``)."""
+
+    reorg_id: int
+    fork_block_number: int  # the last block both branches share
+    depth: int
+    rewritten: tuple[int, ...]
+    deleted: tuple[int, ...]
+
+
+class BlocksDeleted(msgspec.Struct, frozen=True, kw_only=True, tag="deleted", tag_field="event"):
+    """Blocks whose rows follow deleted outside a reorg event: written (or being
+    written) when the chain no longer held them."""
+
+    numbers: tuple[int, ...]
+
+
+FollowEvent = (
+    FollowStarted | BlockWritten | BlockRetrying | BlockFailed | ReorgReconciled | BlocksDeleted
+)

@@ -1,0 +1,51 @@
+"""What a follow run computes and where it writes it: the task of one block."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from blockx_client.models import PluginConfig, Task
+
+
+class FollowSpec:
+    """What to compute and where to write it."""
+
+    def __init__(
+        self,
+        *,
+        function: str,
+        source_table: str,
+        where: Mapping[str, Any] | None,
+        unit: str,
+        sink_table: str,
+        writer: str,
+        writer_config: Mapping[str, Any] | None,
+        tasks_in_flight: int,
+        max_attempts: int | None,
+        poll_interval_s: float,
+    ) -> None:
+        self.function = function
+        self.source_table = source_table
+        self.where = dict(where) if where else None
+        self.unit = unit
+        self.sink_table = sink_table
+        self.writer = writer
+        self.writer_config = {**(writer_config or {}), "table": sink_table}
+        self.tasks_in_flight = tasks_in_flight
+        self.max_attempts = max_attempts
+        self.poll_interval_s = poll_interval_s
+
+    def task(self, number: int, block_hash: str) -> Task:
+        config: dict[str, Any] = {
+            "function": self.function,
+            "table": self.source_table,
+            "block": {"number": number, "hash": block_hash},
+            "unit": self.unit,
+        }
+        if self.where:
+            config["where"] = self.where
+        return Task(
+            function_call_config=PluginConfig(type="BlockTableCallConfig", config=config),
+            result_handler=PluginConfig(type=self.writer, config=self.writer_config),
+        )

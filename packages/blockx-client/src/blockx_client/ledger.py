@@ -1,0 +1,77 @@
+"""The sink's ``_blockx_written`` ledger against the canonical chain.
+
+A block writer records, per sink table and block, the hash of the block it wrote.
+Backfill skips a block whose recorded hash is still the canonical one; follow
+rewrites a block whose recorded hash is no longer canonical and deletes one that
+is no longer in the chain at all (above the head of a shorter new branch).
+``reconcile`` is that decision, a pure function; the reads sit beside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from blockx_chain.sink import SinkStore
+from blockx_chain.store import BlockStore
+
+
+class Reconciliation(msgspec.Struct, frozen=True, kw_only=True):
+    """What to do so the ledger matches the chain: ``rewrite`` blocks (number →
+    canonical hash) written on another branch, ``delete`` blocks no longer in it."""
+
+    rewrite: dict[int, str] = msgspec.field(default_factory=dict)
+    delete: tuple[int, ...] = ()
+
+    @property
+    def empty(self) -> bool:
+        return not self.rewrite and not self.delete
+
+
+def reconcile(written: Mapping[int, str], canonical: Mapping[int, str]) -> Reconciliation:
+    """Compare ``written`` (number → hash, from the ledger) with ``canonical``
+    (number → hash of every stored block over the same numbers)."""
+    rewrite = {}
+    delete = []
+    for number in sorted(written):
+        current = canonical.get(number)
+        if current is None:
+            delete.append(number)
+        elif current != written[number]:
+            rewrite[number] = current
+    return Reconciliation(rewrite=rewrite, delete=tuple(delete))
+
+
+def up_to_date(numbers: range, written: Mapping[int, str], canonical: Mapping[int, str]) -> bool:
+    """Every block of ``numbers`` is written with its canonical hash."""
+    return all(n in canonical and written.get(n) == canonical[n] for n in numbers)
+
+
+async def canonical_blocks(
+    store: BlockStore, from_block: int, to_block: int
+) -> dict[int, dict[str, Any]]:
+    """The stored blocks in ``[from_block, to_block]`` by number (read in pages the
+    store's row limit allows)."""
+    found: dict[int, dict[str, Any]] = {}
+    start = from_block
+    while start <= to_block:
+        end = min(to_block, start + store.max_rows - 1)
+        for row in await store.blocks(start, end):
+            found[row["block_number"]] = row
+        start = end + 1
+    return found
+
+
+async def canonical_hashes(store: BlockStore, from_block: int, to_block: int) -> dict[int, str]:
+    blocks = await canonical_blocks(store, from_block, to_block)
+    return {n: row["block_hash"] for n, row in blocks.items()}
+
+
+async def written_hashes(
+    sink: SinkStore, table: str, from_block: int | None = None, to_block: int | None = None
+) -> dict[int, str]:
+    """The ledger of ``table``: block number → the hash written."""
+    rows = await sink.written(table, from_block, to_block)
+    return {r["block_number"]: r["block_hash"] for r in rows}

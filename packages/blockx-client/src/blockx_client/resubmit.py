@@ -1,0 +1,91 @@
+"""One attempt of a task, and whether to resubmit it: what backfill and follow share.
+
+A resubmission runs under a NEW task_id (a Worker answers a task_id it has seen
+with its retained result and never runs it twice), named the way
+``Client.run_with_retries`` names it: ``<original>.retry-<attempt>``. The block
+writers replace a block's rows in one transaction, so running a block again after
+an attempt that may have written it leaves the same rows.
+
+An attempt is worth resubmitting when its result says ``retryable``, when it was
+lost with its Worker (``WORKER_LOST``, or a state other than SUCCEEDED/FAILED),
+or when the client could not learn its fate (a connection refused or cut, no slot
+in time, the Worker no longer knowing the task). A request the cluster refuses as
+malformed or misconfigured (``InvalidRequestError``, e.g. no bundle coordinator
+configured) is raised: no attempt would fare better.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import TYPE_CHECKING, Final
+
+from msgspec.structs import replace
+
+from blockx_client._outcomes import outcome_of_error
+from blockx_client.errors import BlockxError, ConnectError, InvalidRequestError
+from blockx_client.models import ClientFailureCode, Task, TaskResult, TaskState
+
+if TYPE_CHECKING:  # the Client's own backfill/follow methods import this module
+    from blockx_client.client import Client
+
+DEFAULT_MAX_ATTEMPTS: Final = 8
+# Waits before attempt 2, 3, ...: doubling from BASE up to CAP, long enough for a
+# killed Worker to be restarted or dropped from the coordinator's view.
+RETRY_BASE_S: Final = 0.5
+RETRY_CAP_S: Final = 5.0
+_CLIENT_CODES: Final = frozenset(code.value for code in ClientFailureCode)
+
+
+class ClusterUnreachable(ConnectError):
+    """A task used up its attempts without the client once learning its fate: the
+    cluster is out of reach, and the other tasks would fare no better."""
+
+
+class Verdict(enum.Enum):
+    DONE = "done"
+    RETRY = "retry"
+    FAILED = "failed"
+
+
+def attempt_task(task: Task, original_task_id: str, attempt: int) -> Task:
+    """``task`` as attempt number ``attempt`` of the lineage ``original_task_id``."""
+    task_id = original_task_id if attempt == 1 else f"{original_task_id}.retry-{attempt}"
+    return replace(task, task_id=task_id)
+
+
+def retry_delay_s(attempt: int) -> float:
+    """How long to wait before ``attempt`` (0 before the first)."""
+    if attempt <= 1:
+        return 0.0
+    return float(min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (attempt - 2)))
+
+
+def verdict(result: TaskResult) -> Verdict:
+    if result.ok:
+        return Verdict.DONE
+    lost = (
+        result.state is not TaskState.FAILED or result.failure_code == ClientFailureCode.WORKER_LOST
+    )
+    return Verdict.RETRY if result.retryable or lost else Verdict.FAILED
+
+
+async def run_attempt(
+    client: Client, task: Task, original_task_id: str, attempt: int
+) -> TaskResult:
+    """Run attempt ``attempt`` of ``task`` (named by ``attempt_task``); a transient
+    client error comes back as a retryable result instead of an exception."""
+    this = attempt_task(task, original_task_id, attempt)
+    try:
+        result = await client.run(this)
+    except InvalidRequestError:
+        raise
+    except BlockxError as exc:
+        # Any other refusal of the client may pass: a later attempt is worth it.
+        result = replace(outcome_of_error(this.task_id, exc), retryable=True)
+    return replace(result, attempt=attempt, original_task_id=original_task_id)
+
+
+def unanswered(result: TaskResult) -> bool:
+    """The cluster never answered this attempt: the client's own failure, with
+    nothing run (no slot, no coordinator, no worker taking the task)."""
+    return result.failure_code in _CLIENT_CODES and not result.may_have_run

@@ -1,0 +1,207 @@
+"""Backfill and follow decisions without a cluster: how a range is cut, which ranges
+a re-run skips, how the ledger is reconciled with the chain, which attempt outcomes
+are resubmitted and under which task_id, and the running totals."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from blockx_client import TaskResult, TaskState
+from blockx_client.backfill import (
+    BackfillDone,
+    BackfillPlanned,
+    TaskFinished,
+    TaskOutcome,
+    TaskRange,
+    plan,
+    split,
+)
+from blockx_client.backfill.plan import bundle_task, missing_block
+from blockx_client.backfill.progress import Tally
+from blockx_client.follow import BlockWritten, ReorgReconciled
+from blockx_client.follow.follower import Follower
+from blockx_client.ledger import Reconciliation, reconcile
+from blockx_client.models import PluginConfig, Task
+from blockx_client.resubmit import Verdict, attempt_task, retry_delay_s, verdict
+
+CANONICAL = {n: f"0x{n:02x}" for n in range(10)}
+
+
+def test_a_range_is_cut_into_tasks_the_last_one_shorter() -> None:
+    assert split(3, 12, 4) == [TaskRange(3, 6), TaskRange(7, 10), TaskRange(11, 12)]
+    assert split(5, 5, 1000) == [TaskRange(5, 5)]
+    with pytest.raises(ValueError, match="below from_block"):
+        split(5, 4, 10)
+    with pytest.raises(ValueError, match="blocks_per_task"):
+        split(0, 4, 0)
+
+
+CASES = [
+    # (written, force, ranges run)
+    ({}, False, [(0, 4), (5, 9)]),
+    (dict(CANONICAL), False, []),
+    (dict(CANONICAL), True, [(0, 4), (5, 9)]),
+    # A range written in part, or on another branch, runs again.
+    ({n: CANONICAL[n] for n in range(9)}, False, [(5, 9)]),
+    ({**CANONICAL, 2: "0xold"}, False, [(0, 4)]),
+]
+
+
+@pytest.mark.parametrize(("written", "force", "expected"), CASES)
+def test_a_rerun_skips_ranges_written_for_the_current_hashes(
+    written: dict[int, str], force: bool, expected: list[tuple[int, int]]
+) -> None:
+    planned = plan(split(0, 9, 5), CANONICAL, written, force=force)
+    assert [(r.from_block, r.to_block) for r in planned.run] == expected
+    assert len(planned.run) + len(planned.skipped) == 2
+
+
+def test_a_block_not_in_the_database_is_found() -> None:
+    assert missing_block(0, 9, CANONICAL) is None
+    assert missing_block(8, 12, CANONICAL) == 10
+
+
+def test_a_bundle_task_carries_the_range_and_the_writer() -> None:
+    task = bundle_task(
+        TaskRange(10, 19),
+        function="volume",
+        source_table="logs",
+        where={"topic0": "0x01"},
+        unit="block",
+        bundle_size=5,
+        writer="BlockBundleWriteResultHandler",
+        writer_config={"table": "volume"},
+    )
+    assert task.function_call_config == PluginConfig(
+        type="BlockBundleCallConfig",
+        config={
+            "function": "volume",
+            "table": "logs",
+            "fromBlock": 10,
+            "toBlock": 19,
+            "unit": "block",
+            "bundleSize": 5,
+            "where": {"topic0": "0x01"},
+        },
+    )
+    assert task.result_handler == PluginConfig(
+        type="BlockBundleWriteResultHandler", config={"table": "volume"}
+    )
+
+
+RECONCILE = [
+    # (written, canonical, expected)
+    ({1: "a", 2: "b"}, {1: "a", 2: "b"}, Reconciliation()),
+    # Same height, new branch: rewrite on the new hashes.
+    ({1: "a", 2: "b", 3: "c"}, {1: "a", 2: "B", 3: "C"}, Reconciliation(rewrite={2: "B", 3: "C"})),
+    # A shorter new branch: what is above its head goes.
+    ({1: "a", 2: "b", 3: "c"}, {1: "a", 2: "B"}, Reconciliation(rewrite={2: "B"}, delete=(3,))),
+    ({4: "d"}, {}, Reconciliation(delete=(4,))),
+]
+
+
+@pytest.mark.parametrize(("written", "canonical", "expected"), RECONCILE)
+def test_the_ledger_is_reconciled_with_the_canonical_chain(
+    written: dict[int, str], canonical: dict[int, str], expected: Reconciliation
+) -> None:
+    assert reconcile(written, canonical) == expected
+
+
+def result(state: TaskState, *, retryable: bool = False, code: str = "") -> TaskResult:
+    return TaskResult(task_id="t", state=state, retryable=retryable, failure_code=code)
+
+
+VERDICTS = [
+    (result(TaskState.SUCCEEDED), Verdict.DONE),
+    (result(TaskState.FAILED, retryable=True, code="PLUGIN_FAILED"), Verdict.RETRY),
+    (result(TaskState.FAILED, code="BUILDER_FAILED"), Verdict.FAILED),
+    # Lost with its Worker, however the SDK spells it.
+    (result(TaskState.NOT_FOUND), Verdict.RETRY),
+    (result(TaskState.FAILED, code="WORKER_LOST"), Verdict.RETRY),
+]
+
+
+@pytest.mark.parametrize(("outcome", "expected"), VERDICTS)
+def test_which_outcomes_are_resubmitted(outcome: TaskResult, expected: Verdict) -> None:
+    assert verdict(outcome) is expected
+
+
+def test_a_resubmission_has_a_new_task_id_of_its_lineage() -> None:
+    task = Task(function_call_config=PluginConfig(type="BlockBundleCallConfig"))
+    assert attempt_task(task, "backfill-1", 1).task_id == "backfill-1"
+    assert attempt_task(task, "backfill-1", 3).task_id == "backfill-1.retry-3"
+    assert [retry_delay_s(n) for n in (1, 2, 3, 10)] == [0.0, 0.5, 1.0, 5.0]
+
+
+def finished(outcome: TaskOutcome, blocks: int, rows: int) -> TaskFinished:
+    return TaskFinished(
+        task_id="t",
+        original_task_id="t",
+        attempt=1,
+        from_block=0,
+        to_block=blocks - 1,
+        outcome=outcome,
+        blocks=blocks,
+        rows=rows,
+    )
+
+
+def test_the_totals_rates_and_eta() -> None:
+    planned = BackfillPlanned(
+        from_block=0, to_block=99, tasks=4, blocks=100, skipped_tasks=1, skipped_blocks=25
+    )
+    tally = Tally(planned, started=0.0)
+    first = tally.record(finished(TaskOutcome.WRITTEN, 25, 50), now=1.0)
+    assert (first.blocks_done, first.rows_done, first.tasks_done) == (25, 50, 1)
+    assert (first.blocks_per_s, first.rows_per_s, first.eta_s) == (25.0, 50.0, 3.0)
+    tally.record(finished(TaskOutcome.RETRYING, 25, 0), now=1.5)
+    last = tally.record(finished(TaskOutcome.FAILED, 25, 0), now=2.0)
+    assert (last.tasks_done, last.tasks_failed) == (1, 1)
+    assert tally.summary(now=2.0) == BackfillDone(
+        blocks=25,
+        rows=50,
+        tasks=2,
+        failed=1,
+        seconds=2.0,
+        skipped=1,
+        retries=1,
+        blocks_per_s=12.5,
+        rows_per_s=25.0,
+    )
+
+
+def test_events_encode_as_one_object_naming_the_event() -> None:
+    done = msgspec.json.decode(
+        msgspec.json.encode(BackfillDone(blocks=1, rows=2, tasks=1, failed=0, seconds=0.5))
+    )
+    assert done["event"] == "done"
+    assert {"blocks", "rows", "tasks", "failed", "seconds"} <= set(done)
+    task = msgspec.json.decode(msgspec.json.encode(finished(TaskOutcome.WRITTEN, 1, 1)))
+    assert (task["event"], task["outcome"]) == ("task", "written")
+    block = BlockWritten(
+        number=1, hash="0x1", rows=0, task_id="t", attempt=1, lag_ms=5, seen_lag_ms=1
+    )
+    assert msgspec.json.decode(msgspec.json.encode(block))["event"] == "block"
+    reorg = ReorgReconciled(reorg_id=1, fork_block_number=3, depth=2, rewritten=(4,), deleted=(5,))
+    assert msgspec.json.decode(msgspec.json.encode(reorg)) == {
+        "event": "reorg",
+        "reorg_id": 1,
+        "fork_block_number": 3,
+        "depth": 2,
+        "rewritten": [4],
+        "deleted": [5],
+    }
+
+
+@pytest.mark.parametrize(
+    ("written", "expected"),
+    [
+        ({5: "a", 6: "b", 7: "c"}, 8),  # no gap: after the highest
+        ({5: "a", 7: "c"}, 6),  # an interrupted run left block 6 out
+    ],
+)
+def test_follow_resumes_at_the_oldest_gap_of_the_ledger(
+    written: dict[int, str], expected: int
+) -> None:
+    assert Follower._oldest_gap(written, 5, 7) == expected

@@ -1,0 +1,418 @@
+"""``blockx backfill`` on a real bundle cluster (a ``blockx-bundle-coordinator`` and a
+``blockx-bundle-worker`` over a SQLite block database and sink): the sink ends up
+with exactly the rows computed independently from the chain, a Worker killed with
+SIGKILL mid-run and restarted leaves no block missing or doubled, a re-run skips
+everything and ``--force`` rewrites it; flag and database errors are one line and
+an exit code."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from chain_cluster import ChainCluster
+from chain_rows import block_hash, make_block, seed_chain
+from support import free_port
+from typer.testing import CliRunner
+
+from blockx_chain.schema import TRANSFER_TOPIC
+from blockx_chain.sink import open_sink
+from blockx_chain.url import parse_blockdb_url
+from blockx_cli.app import app
+from blockx_client import Client
+from blockx_client.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
+from blockx_client.resubmit import ClusterUnreachable
+from blockx_core.registry import RegistryKind
+from blockx_server.etcd.local import EtcdServer
+
+FUNCTIONS = """
+import time
+
+def transfer(row):
+    time.sleep(0.01)  # long enough for a task to be under way when its Worker dies
+    return {"log_index": row["log_index"], "data": row["data"]}
+"""
+BLOCKS = 240
+PER_TASK = 10
+WHERE = json.dumps({"topic0": TRANSFER_TOPIC})
+
+
+class Setup:
+    def __init__(
+        self, cluster: ChainCluster, chain_url: str, sink_url: str, functions: Path
+    ) -> None:
+        self.cluster = cluster
+        self.chain_url = chain_url
+        self.sink_url = sink_url
+        self.functions = functions
+
+    def argv(self, table: str, *extra: str, to_block: int = BLOCKS - 1) -> list[str]:
+        return [
+            *self.cluster.cli_args(),
+            "backfill",
+            "--function",
+            "transfer",
+            "--source-table",
+            "logs",
+            "--where",
+            WHERE,
+            "--from",
+            "0",
+            "--to",
+            str(to_block),
+            "--blocks-per-task",
+            str(PER_TASK),
+            "--bundle-size",
+            "5",
+            "--tasks-in-flight",
+            "2",
+            "--sink-table",
+            table,
+            "--db",
+            self.chain_url,
+            "--sink-db",
+            self.sink_url,
+            *extra,
+        ]
+
+
+@pytest.fixture(scope="module")
+def setup(etcd_server: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
+    root = tmp_path_factory.mktemp("backfill")
+    chain_url = f"sqlite:///{root}/chain.db"
+    sink_url = f"sqlite:///{root}/sink.db"
+    asyncio.run(seed_chain(chain_url, BLOCKS))
+    functions = root / "functions"
+    functions.mkdir()
+    (functions / "transfers.py").write_text(FUNCTIONS)
+    cluster = ChainCluster(
+        etcd_server,
+        root,
+        RegistryKind.BUNDLE,
+        chain_url=chain_url,
+        sink_url=sink_url,
+        functions=functions,
+    )
+    try:
+        asyncio.run(cluster.wait_ready())
+        yield Setup(cluster, chain_url, sink_url, functions)
+    finally:
+        cluster.stop()
+    assert "Traceback" not in cluster.worker.output()
+
+
+def expected_rows(blocks: range) -> list[tuple[Any, ...]]:
+    """The rows the function gives, computed from the chain without BlockX."""
+    return [
+        (n, block_hash(n), index, log.log_index, log.data)
+        for n in blocks
+        for index, log in enumerate(
+            log for log in make_block(n).logs if log.topic0 == TRANSFER_TOPIC
+        )
+    ]
+
+
+async def sink_state(url: str, table: str) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+    sink = await open_sink(parse_blockdb_url(url))
+    try:
+        rows = await sink.rows(table)
+        ledger = await sink.written(table)
+    finally:
+        await sink.close()
+    shaped = [
+        (r["block_number"], r["block_hash"], r["row_index"], r["log_index"], r["data"])
+        for r in rows
+    ]
+    return shaped, ledger
+
+
+async def cli(argv: list[str]) -> asyncio.subprocess.Process:
+    blockx = shutil.which("blockx")
+    assert blockx is not None
+    return await asyncio.create_subprocess_exec(
+        blockx,
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+
+
+async def json_lines(argv: list[str]) -> tuple[int, list[dict[str, Any]], str]:
+    proc = await cli(argv)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, [json.loads(line) for line in out.decode().splitlines()], err.decode()
+
+
+async def test_a_worker_killed_mid_run_leaves_no_block_missing_or_doubled(setup: Setup) -> None:
+    cluster = setup.cluster
+    proc = await cli(setup.argv("transfers", "--json"))
+    assert proc.stdout is not None
+    events: list[dict[str, Any]] = []
+    written = 0
+    killed = False
+    async with asyncio.timeout(150):
+        while True:
+            line = await proc.stdout.readline()
+            if not line:
+                break
+            event = json.loads(line)
+            events.append(event)
+            if event["event"] == "task" and event["outcome"] == "written":
+                written += 1
+            if written == 3 and not killed:
+                # Tasks are under way on the Worker: SIGKILL it, start it again.
+                cluster.kill_worker()
+                killed = True
+                await cluster.restart_worker()
+        err = (await proc.stderr.read()).decode() if proc.stderr else ""
+        assert await proc.wait() == 0, err
+    assert killed
+    assert "Traceback" not in err
+    done = events[-1]
+    assert done["event"] == "done"
+    assert (done["blocks"], done["rows"], done["tasks"], done["failed"]) == (
+        BLOCKS,
+        2 * BLOCKS,
+        BLOCKS // PER_TASK,
+        0,
+    )
+    tasks = [e for e in events if e["event"] == "task"]
+    retried = [e for e in tasks if e["outcome"] == "retrying"]
+    assert retried, "the kill hit no task under way"
+    # Each resubmission ran under a new task_id of its lineage.
+    later = [e for e in tasks if e["attempt"] > 1]
+    assert later
+    assert all(e["task_id"] == f"{e['original_task_id']}.retry-{e['attempt']}" for e in later)
+    assert sorted((e["from_block"], e["to_block"]) for e in tasks if e["outcome"] == "written") == [
+        (a, a + PER_TASK - 1) for a in range(0, BLOCKS, PER_TASK)
+    ]
+    assert {"blocks_per_s", "rows_per_s", "eta_s", "tasks_done", "tasks_failed"} <= set(tasks[0])
+
+    rows, ledger = await sink_state(setup.sink_url, "transfers")
+    assert rows == expected_rows(range(BLOCKS))
+    assert [(w["block_number"], w["block_hash"]) for w in ledger] == [
+        (n, block_hash(n)) for n in range(BLOCKS)
+    ]
+
+
+async def test_sigint_stops_a_backfill_and_a_rerun_finishes_it(setup: Setup) -> None:
+    proc = await cli(setup.argv("stopped", "--json"))
+    assert proc.stdout is not None
+    async with asyncio.timeout(60):
+        while True:
+            event = json.loads(await proc.stdout.readline())
+            if event["event"] == "task" and event["outcome"] == "written":
+                break
+        proc.send_signal(signal.SIGINT)
+        out, err = await proc.communicate()
+    assert proc.returncode == 130, err.decode()
+    assert "Traceback" not in err.decode()
+    assert "done" not in {json.loads(line)["event"] for line in out.decode().splitlines()}
+    _, ledger = await sink_state(setup.sink_url, "stopped")
+    assert 0 < len(ledger) < BLOCKS
+
+    code, events, err_text = await json_lines(setup.argv("stopped", "--json"))
+    assert code == 0, err_text
+    assert events[0]["skipped_tasks"] >= 1
+    assert events[-1]["failed"] == 0
+    rows, ledger = await sink_state(setup.sink_url, "stopped")
+    assert rows == expected_rows(range(BLOCKS))
+    assert [w["block_number"] for w in ledger] == list(range(BLOCKS))
+
+
+async def test_a_rerun_skips_what_is_written_and_force_rewrites_it(setup: Setup) -> None:
+    last = 4 * PER_TASK - 1
+    async with setup.cluster.client() as client:
+        first = [
+            e
+            async for e in client.backfill(
+                function="transfer",
+                source_table="logs",
+                where={"topic0": TRANSFER_TOPIC},
+                from_block=0,
+                to_block=last,
+                blocks_per_task=PER_TASK,
+                tasks_in_flight=2,
+                sink_table="again",
+                db_url=setup.chain_url,
+                sink_db_url=setup.sink_url,
+            )
+        ]
+        assert isinstance(first[0], BackfillPlanned)
+        assert (first[0].tasks, first[0].skipped_tasks) == (4, 0)
+        done = first[-1]
+        assert isinstance(done, BackfillDone)
+        assert (done.blocks, done.rows, done.tasks, done.failed) == (last + 1, 2 * (last + 1), 4, 0)
+    rows, ledger = await sink_state(setup.sink_url, "again")
+    assert rows == expected_rows(range(last + 1))
+
+    code, events, err = await json_lines(setup.argv("again", "--json", to_block=last))
+    assert code == 0, err
+    assert events[0] == {
+        "event": "plan",
+        "from_block": 0,
+        "to_block": last,
+        "tasks": 0,
+        "blocks": 0,
+        "skipped_tasks": 4,
+        "skipped_blocks": last + 1,
+    }
+    assert [e["event"] for e in events] == ["plan", "done"]
+    assert (events[-1]["tasks"], events[-1]["skipped"], events[-1]["blocks"]) == (0, 4, 0)
+    assert (await sink_state(setup.sink_url, "again"))[1] == ledger
+
+    code, events, err = await json_lines(setup.argv("again", "--json", "--force", to_block=last))
+    assert code == 0, err
+    assert [e["event"] for e in events] == ["plan", "task", "task", "task", "task", "done"]
+    assert events[-1]["tasks"] == 4
+    rows_again, ledger_again = await sink_state(setup.sink_url, "again")
+    assert rows_again == rows
+    assert all(
+        new["task_id"] != old["task_id"] for new, old in zip(ledger_again, ledger, strict=True)
+    )
+
+
+async def test_a_backfill_into_a_postgresql_sink(
+    setup: Setup, etcd_server: EtcdServer, postgres_url: str, tmp_path: Path
+) -> None:
+    cluster = ChainCluster(
+        etcd_server,
+        tmp_path,
+        RegistryKind.BUNDLE,
+        chain_url=setup.chain_url,
+        sink_url=postgres_url,
+        functions=setup.functions,
+    )
+    try:
+        await cluster.wait_ready()
+        last = 3 * PER_TASK - 1
+        async with cluster.client() as client:
+            events = [
+                e
+                async for e in client.backfill(
+                    function="transfer",
+                    source_table="logs",
+                    where={"topic0": TRANSFER_TOPIC},
+                    from_block=0,
+                    to_block=last,
+                    blocks_per_task=PER_TASK,
+                    sink_table="transfers",
+                    db_url=setup.chain_url,
+                    sink_db_url=postgres_url,
+                )
+            ]
+    finally:
+        cluster.stop()
+    done = events[-1]
+    assert isinstance(done, BackfillDone)
+    assert (done.blocks, done.tasks, done.failed) == (last + 1, 3, 0)
+    rows, ledger = await sink_state(postgres_url, "transfers")
+    assert rows == expected_rows(range(last + 1))
+    assert [w["block_number"] for w in ledger] == list(range(last + 1))
+
+
+async def test_a_cluster_out_of_reach_ends_the_backfill(setup: Setup) -> None:
+    async with Client(bundle_coordinator=f"127.0.0.1:{free_port()}") as client:
+        events = client.backfill(
+            function="transfer",
+            source_table="logs",
+            from_block=0,
+            to_block=PER_TASK - 1,
+            sink_table="unreached",
+            db_url=setup.chain_url,
+            sink_db_url=setup.sink_url,
+            max_attempts=2,
+        )
+        seen: list[Any] = []
+
+        async def consume() -> None:
+            async for event in events:
+                seen.append(event)
+
+        with pytest.raises(ClusterUnreachable, match="2 attempts and the cluster never answered"):
+            await consume()
+    assert [type(e) for e in seen] == [BackfillPlanned, TaskFinished, TaskFinished]
+    assert [e.outcome for e in seen[1:]] == [TaskOutcome.RETRYING, TaskOutcome.FAILED]
+
+
+def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
+    setup: Setup, tmp_path: Path
+) -> None:
+    runner = CliRunner()
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        result = runner.invoke(app, argv, env={"COLUMNS": "200"})
+        assert result.exception is None or isinstance(result.exception, SystemExit), result
+        return result.exit_code, result.output
+
+    base = setup.argv("errors")
+    bad_where = [
+        *base[: base.index("--where") + 1],
+        "{not json",
+        *base[base.index("--where") + 2 :],
+    ]
+    code, output = run(bad_where)
+    assert (code, "--where must be a JSON object" in output) == (2, True)
+    code, output = run(
+        [
+            *setup.cluster.cli_args(),
+            "backfill",
+            "--function",
+            "f",
+            "--source-table",
+            "logs",
+            "--from",
+            "9",
+            "--to",
+            "3",
+            "--sink-table",
+            "s",
+            "--db",
+            setup.chain_url,
+            "--sink-db",
+            setup.sink_url,
+        ]
+    )
+    assert (code, "--to (3) is below --from (9)" in output) == (2, True)
+    code, output = run([*base, "--blocks-per-task", "0"])
+    assert (code, "--blocks-per-task" in output) == (2, True)
+    no_db = [a for a in base if a not in ("--db", setup.chain_url)]
+    code, output = run(no_db)
+    assert (code, "no block database: pass --db or set BLOCKDB_URL" in output) == (2, True)
+    code, output = run([*base, "--db", "mysql://x"])
+    assert (code, "--db" in output) == (2, True)
+    unreachable = [*base, "--db", "postgresql://blockx@127.0.0.1:1/nowhere"]
+    code, output = run(unreachable)
+    assert code == 3, output
+    code, output = run(setup.argv("errors", to_block=BLOCKS + 5))
+    assert (code, f"block {BLOCKS} is not in the block database" in output) == (1, True)
+    follow_base = ["follow", "--function", "f", "--source-table", "logs", "--sink-table", "s"]
+    follow_dbs = ["--db", setup.chain_url, "--sink-db", setup.sink_url]
+    code, output = run([*follow_base, *follow_dbs, "--where", "[1]"])
+    assert (code, "--where must be a JSON object" in output) == (2, True)
+    code, output = run([*follow_base, *follow_dbs, "--from", "-1"])
+    assert (code, "--from" in output) == (2, True)
+    code, output = run([*follow_base, *follow_dbs, "--unit", "tx"])
+    assert (code, "--unit" in output) == (2, True)
+    result = runner.invoke(
+        app, [*follow_base, "--db", setup.chain_url], env={"SINK_DB_URL": None, "COLUMNS": "200"}
+    )
+    assert result.exit_code == 2
+    assert "no sink database: pass --sink-db or set SINK_DB_URL" in result.output
+    # The bundle cluster's task with no bundle coordinator configured.
+    no_bundle = base[2:]
+    result = runner.invoke(
+        app, no_bundle, env={"BLOCKX_BUNDLE_COORDINATOR": None, "COLUMNS": "200"}
+    )
+    assert result.exit_code == 2, result.output
+    assert "no bundle coordinator is configured" in result.output
+    assert "Traceback" not in result.output
