@@ -123,6 +123,8 @@ IMMUTABLE = [
     ("block", [True], {}, 9, False),
     ("block", [1, 2], {}, 9, False),
     ("nope", [1], {}, 9, False),
+    # A builder's range scan is read once: never cached, finalized or not.
+    ("rows", ["erc20_transfers", 1, 5], {}, 9, False),
 ]
 
 

@@ -78,7 +78,7 @@ class Client:
         env = os.environ
         self._options = ClientOptions(
             coordinator=coordinator or env.get("BLOCKX_COORDINATOR") or DEFAULT_COORDINATOR,
-            bundle_coordinator=bundle_coordinator or env.get("BLOCKX_BUNDLE_COORDINATOR"),
+            bundle_coordinator=(bundle_coordinator or env.get("BLOCKX_BUNDLE_COORDINATOR") or None),
             sync_invoker=sync_invoker or env.get("BLOCKX_SYNC_INVOKER") or DEFAULT_SYNC_INVOKER,
             retry=retry or RetryPolicy(),
             rpc_timeout_s=rpc_timeout_s,

@@ -59,8 +59,9 @@ _LAST_BLOCK: Final[dict[str, tuple[str, ...]]] = {
     "transactions": ("block_number",),
     "logs": ("to_block", "from_block"),
     "erc20_transfers": ("to_block", "from_block"),
-    "rows": ("to_block", "from_block"),
 }
+# ``rows`` is not in the table above, so it is never cached: it is the builders'
+# range scan, read once per task, and caching it would evict what functions reuse.
 
 
 class BlockDbBackend:
