@@ -79,15 +79,16 @@ class LocalCluster:
     def wait_ready(self, timeout_s: float = 60) -> dict[str, Any]:
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout_s
+        seen: list[str] = []
         for line in self.proc.stdout:
             if line.startswith(READY):
                 endpoints: dict[str, Any] = json.loads(line[len(READY) :])
                 return endpoints
+            seen.append(line)
             if time.monotonic() > deadline:
                 break
-        raise RuntimeError(
-            f"the local cluster did not start:\n{self.proc.stdout.read()}{self._log_tail()}"
-        )
+        said = "".join(seen[-20:])
+        raise RuntimeError(f"the local cluster did not start:\n{said}{self._log_tail()}")
 
     def _log_tail(self) -> str:
         try:
