@@ -3,6 +3,7 @@ a sink table, through the bundle cluster versus a hand-written pipeline.
 
 Run: uv run python bench/backfill_bench.py [--blocks 10000] [--blocks-per-task 1000]
      [--in-flight 4] [--rounds 5] [--cache-dir DIR]
+     [--worker-env NAME=VALUE ...]
 
 The chain: anvil + ``Devnet`` (3 test tokens, 4 ERC-20 and 1 ETH transfer a block),
 ingested into a SQLite block database once and cached under ``--cache-dir``
@@ -133,8 +134,11 @@ def ranges(blocks: int, per_task: int) -> list[tuple[int, int]]:
 class BundleCluster:
     """etcd, a bundle Coordinator and a bundle Worker with 2 executors."""
 
-    def __init__(self, chain: Path, sink: Path, log: Any) -> None:
+    def __init__(
+        self, chain: Path, sink: Path, log: Any, extra_env: dict[str, str] | None = None
+    ) -> None:
         self.chain, self.sink, self.log = chain, sink, log
+        self.extra_env = extra_env or {}
         self.etcd = EtcdServer()
         self.children: list[Child] = []
         self.coordinator = f"127.0.0.1:{free_port()}"
@@ -164,6 +168,7 @@ class BundleCluster:
                 "EXECUTOR_COUNT": "2",
                 "BLOCKDB_URL": f"sqlite:///{self.chain}",
                 "SINK_DB_URL": f"sqlite:///{self.sink}",
+                **self.extra_env,
             },
             self.log,
         )
@@ -346,6 +351,13 @@ def main() -> None:
     p.add_argument("--blocks-per-task", type=int, default=1000)
     p.add_argument("--in-flight", type=int, default=4)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an extra variable for the bundle Worker (repeatable)",
+    )
     p.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "blockx-bench")
     args = p.parse_args()
     chain, generated = chain_file(args.cache_dir, args.blocks)
@@ -366,7 +378,8 @@ async def bench(
     sink = work / "sink.db"
     times: dict[str, list[float]] = {"blockx": [], "hand": [], "group_by": []}
     if True:
-        cluster = BundleCluster(chain, sink, log)
+        extra = dict(item.split("=", 1) for item in args.worker_env)
+        cluster = BundleCluster(chain, sink, log, extra)
         try:
             await cluster.start()
             async with Client(bundle_coordinator=cluster.coordinator) as client:
