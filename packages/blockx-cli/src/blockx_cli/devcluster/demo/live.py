@@ -2,15 +2,16 @@
 
 Three loops run side by side for ``seconds``:
 
-* the miner mines a block of transfers every ``block_time_s`` (with a snapshot
+* ``LiveChain`` mines a block of transfers every ``block_time_s`` (with a snapshot
   before each, so the Devnet can fork there) and, part-way, abandons the top
   ``reorg_depth`` blocks for a new branch of as many;
 * an ingest follows the node's head into the block database;
-* the submitter watches the block database: every block whose hash it has not
-  submitted yet (a new block, or a block of the new branch after a reorg) gets a
-  ``BlockTableCallConfig`` task pinned to that hash, on the block cluster. A task
-  of a block reorged away fails (its hash is no longer canonical) and is counted
-  as superseded: the block's new hash has its own task.
+* ``BlockFollower``, the part ``client.follow`` does for a user, watches the
+  block database: every block whose hash it has not submitted yet (a new block,
+  or a block of the new branch after a reorg) gets a ``BlockTableCallConfig``
+  task pinned to that hash, on the block cluster. A task of a block reorged away
+  fails (its hash is no longer canonical) and is counted as superseded: the
+  block's new hash has its own task.
 
 When mining stops the stage waits until ingest holds the node's head and every
 task has ended, then compares the sink's ledger with the canonical chain and
@@ -64,18 +65,46 @@ class LiveFigures(msgspec.Struct, kw_only=True):
     seconds: float = 0.0
 
 
-class _Live:
+class LiveChain:
+    """The chain side: mines live blocks on the Devnet, with one reorg part-way."""
+
+    def __init__(self, devnet: Devnet, transfers: Transfers, figures: LiveFigures) -> None:
+        self.devnet = devnet
+        self.transfers = transfers
+        self.figures = figures
+        self.node_head = -1
+
+    async def run(self, seconds: float, block_time_s: float, reorg_depth: int) -> None:
+        deadline = time.monotonic() + seconds
+        reorg_at = time.monotonic() + seconds * 0.6
+        mined = 0
+        while time.monotonic() < deadline:
+            tick = time.monotonic()
+            due = reorg_depth > 0 and self.figures.reorg is None and tick >= reorg_at
+            if due and mined > reorg_depth:
+                reorg = await self.transfers.reorg(self.devnet, reorg_depth)
+                now_ms = time.time_ns() // 1_000_000
+                for block in reorg.new_blocks:
+                    self.figures.mined[block.hash] = now_ms
+                self.figures.reorg = reorg
+                self.node_head = reorg.new_blocks[-1].number
+            else:
+                [block] = await self.transfers.mine(self.devnet, 1, reorgable=True)
+                self.figures.mined[block.hash] = time.time_ns() // 1_000_000
+                self.node_head = block.number
+                mined += 1
+            await asyncio.sleep(max(0.0, block_time_s - (time.monotonic() - tick)))
+
+
+class BlockFollower:
+    """The client side: a block-cluster task per new block hash in the block
+    database, from ``figures.first_block`` on."""
+
     def __init__(
-        self,
-        client: Client,
-        job: ChainJob,
-        devnet: Devnet,
-        store: BlockStore,
-        figures: LiveFigures,
+        self, client: Client, job: ChainJob, store: BlockStore, figures: LiveFigures
     ) -> None:
         self.client = client
         self.job = job
-        self.devnet = devnet
         self.store = store
         self.figures = figures
         self.submitted: dict[int, str] = {}
@@ -83,35 +112,7 @@ class _Live:
         self.in_flight: set[int] = set()  # block numbers with a task under way
         self.recent: list[tuple[int, str, str, str]] = []  # number, hash, outcome, lag
         self.ingested = -1
-        self.node_head = -1
         self.run_id = f"demo-{os.getpid()}-live"
-
-    # ---- the miner -------------------------------------------------------------------
-
-    async def mine(
-        self, seconds: float, block_time_s: float, reorg_depth: int, transfers: Transfers
-    ) -> None:
-        deadline = time.monotonic() + seconds
-        reorg_at = time.monotonic() + seconds * 0.6
-        mined_since_start = 0
-        while time.monotonic() < deadline:
-            tick = time.monotonic()
-            if reorg_depth and self.figures.reorg is None and tick >= reorg_at:
-                if mined_since_start > reorg_depth:
-                    reorg = await transfers.reorg(self.devnet, reorg_depth)
-                    now_ms = time.time_ns() // 1_000_000
-                    for block in reorg.new_blocks:
-                        self.figures.mined[block.hash] = now_ms
-                    self.figures.reorg = reorg
-                    self.node_head = reorg.new_blocks[-1].number
-            else:
-                [block] = await transfers.mine(self.devnet, 1, reorgable=True)
-                self.figures.mined[block.hash] = time.time_ns() // 1_000_000
-                self.node_head = block.number
-                mined_since_start += 1
-            await asyncio.sleep(max(0.0, block_time_s - (time.monotonic() - tick)))
-
-    # ---- the submitter ---------------------------------------------------------------
 
     async def poll(self) -> None:
         head = await self.store.head()
@@ -164,15 +165,13 @@ class _Live:
         lag = "" if mined is None else f"{time.time_ns() // 1_000_000 - mined} ms"
         self.recent = [*self.recent[-7:], (number, block_hash, outcome, lag)]
 
-    # ---- settling --------------------------------------------------------------------
-
-    async def settle(self, sink_db_url: str) -> None:
-        """Wait for ingest to hold the node's head and for every task to end; then
+    async def settle(self, node_head: int, sink_db_url: str) -> None:
+        """Wait for ingest to hold ``node_head`` and for every task to end; then
         resubmit what the sink holds under a hash that is not canonical."""
         deadline = time.monotonic() + _SETTLE_TIMEOUT_S
         while time.monotonic() < deadline:
             await self.poll()
-            if self.ingested >= self.node_head and not self.runs:
+            if self.ingested >= node_head and not self.runs:
                 break
             await asyncio.sleep(_POLL_S)
         canonical = {
@@ -193,31 +192,35 @@ class _Live:
             await asyncio.wait(set(self.runs), timeout=max(deadline - time.monotonic(), 1.0))
         self.figures.head = self.ingested
 
-    # ---- the view --------------------------------------------------------------------
+    async def close(self) -> None:
+        for run in list(self.runs):
+            run.cancel()
+        await asyncio.gather(*self.runs, return_exceptions=True)
 
-    def view(self, started: float) -> Group:
-        table = Table(title="live blocks (block cluster)", expand=False)
-        for column in ("block", "hash", "outcome", "mined → written"):
-            table.add_column(column, justify="right" if column == "block" else "left")
-        for number, block_hash, outcome, lag in self.recent:
-            style = "yellow" if outcome == "reorged away" else ""
-            table.add_row(str(number), block_hash[:12] + "…", outcome, lag, style=style)
-        f = self.figures
-        status = Text(
-            f"  {time.monotonic() - started:4.1f} s  node head {self.node_head}  "
-            f"ingested {self.ingested}  tasks {f.tasks}  written {f.written}  "
-            f"superseded {f.superseded}  reorgs seen by ingest {len(f.reorgs_seen)}"
-        )
-        lines: list[Any] = [table, status]
-        for reorg in f.reorgs_seen:
-            lines.append(
-                Text(
-                    f"  reorg: ingest dropped the blocks above {reorg['fork_block_number']} "
-                    f"(depth {reorg['depth']}); their new hashes are being written",
-                    style="bold yellow",
-                )
+
+def _view(chain: LiveChain, follower: BlockFollower, started: float) -> Group:
+    table = Table(title="live blocks (block cluster)", expand=False)
+    for column in ("block", "hash", "outcome", "mined → written"):
+        table.add_column(column, justify="right" if column == "block" else "left")
+    for number, block_hash, outcome, lag in follower.recent:
+        style = "yellow" if outcome == "reorged away" else ""
+        table.add_row(str(number), block_hash[:12] + "…", outcome, lag, style=style)
+    f = follower.figures
+    status = Text(
+        f"  {time.monotonic() - started:4.1f} s  node head {chain.node_head}  "
+        f"ingested {follower.ingested}  tasks {f.tasks}  written {f.written}  "
+        f"superseded {f.superseded}  reorgs seen by ingest {len(f.reorgs_seen)}"
+    )
+    lines: list[Any] = [table, status]
+    for reorg in f.reorgs_seen:
+        lines.append(
+            Text(
+                f"  reorg: ingest dropped the blocks above {reorg['fork_block_number']} "
+                f"(depth {reorg['depth']}); their new hashes are being written",
+                style="bold yellow",
             )
-        return Group(*lines)
+        )
+    return Group(*lines)
 
 
 def _failure(result: TaskResult) -> str:
@@ -246,30 +249,28 @@ async def live_stage(
     db = parse_blockdb_url(block_db_url)
     stop_ingest = asyncio.Event()
     follow = IngestOptions(follow=True, poll_interval_s=_POLL_S, batch_size=20)
-    follower = asyncio.create_task(ingest(rpc_url, db, follow, stop=stop_ingest))
+    ingesting = asyncio.create_task(ingest(rpc_url, db, follow, stop=stop_ingest))
     store = await open_store(db)
-    live = _Live(client, job, devnet, store, figures)
+    chain = LiveChain(devnet, transfers or Transfers(), figures)
+    follower = BlockFollower(client, job, store, figures)
     try:
-        miner = asyncio.create_task(
-            live.mine(seconds, block_time_s, reorg_depth, transfers or Transfers())
-        )
-        with Live(live.view(started), console=console, refresh_per_second=8) as screen:
+        miner = asyncio.create_task(chain.run(seconds, block_time_s, reorg_depth))
+        with Live(_view(chain, follower, started), console=console, refresh_per_second=8) as screen:
             while not miner.done():
-                if follower.done():
-                    follower.result()  # an ingest error surfaces here
-                await live.poll()
-                screen.update(live.view(started))
+                if ingesting.done():
+                    ingesting.result()  # an ingest error surfaces here
+                await follower.poll()
+                screen.update(_view(chain, follower, started))
                 await asyncio.sleep(_POLL_S)
             miner.result()
-            await live.settle(sink_db_url)
-            screen.update(live.view(started))
+            await follower.settle(chain.node_head, sink_db_url)
+            screen.update(_view(chain, follower, started))
         console.print()
     finally:
         stop_ingest.set()
         with contextlib.suppress(Exception):
-            await follower
-        for run in live.runs:
-            run.cancel()
+            await ingesting
+        await follower.close()
         await store.close()
     figures.seconds = time.monotonic() - started
     return figures
