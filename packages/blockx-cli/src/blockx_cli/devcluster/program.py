@@ -80,6 +80,10 @@ def _banner(cluster: DevCluster, e: Endpoints) -> str:
                 "ingest following the head"
             )
             lines += [f"    token           {token}" for token in chain.tokens]
+    exports = [f"BLOCKX_COORDINATOR={e.coordinator}", f"BLOCKX_SYNC_INVOKER={e.sync_invoker}"]
+    if e.bundle_coordinator is not None:
+        exports.append(f"BLOCKX_BUNDLE_COORDINATOR={e.bundle_coordinator}")
+    lines += ["", "  for blockx and blockx_client:", f"    export {' '.join(exports)}"]
     return "\n".join(lines) + "\n"
 
 
