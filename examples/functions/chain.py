@@ -1,47 +1,41 @@
-"""Example functions over synthetic chain data, for `blockx demo`.
+"""Example functions over the block database's tables, for `blockx demo`.
 
-Each block's transactions are derived from the block number by hashing, so the
-functions do real CPU work without a chain node; prices come from the Worker's
-`memory` IO backend, and formatting is a sub-call.
+`token_volume` is written for `unit: "block"`: it gets one block of
+`erc20_transfers` rows as `{"block": <blocks row>, "rows": [...]}` and returns the
+block's rows for a table writer, one per token. Token amounts are uint256 decimal
+strings in the block database; they are summed as Python ints, so they stay exact
+(write them into a NUMERIC column). `large_transfers` is written for `unit: "row"`:
+one call per transfer. `usd` is a plain function for `blockx invoke`.
 """
 
-import hashlib
 
-from blockx_executor import call, io
-
-
-def _transactions(number):
-    """Deterministic pseudo-transactions of a block: (value in wei, gas)."""
-    seed = hashlib.sha3_256(number.to_bytes(8, "big")).digest()
-    count = 40 + seed[0] % 80
-    txs = []
-    for i in range(count):
-        seed = hashlib.sha3_256(seed + i.to_bytes(2, "big")).digest()
-        value = int.from_bytes(seed[:8], "big") % (50 * 10**18)
-        gas = 21_000 + int.from_bytes(seed[8:11], "big") % 200_000
-        txs.append((value, gas))
-    return txs
-
-
-def _state_root(txs):
-    """A stand-in for re-deriving a state root: a few milliseconds of hashing."""
-    state = b"".join(value.to_bytes(16, "big") for value, _ in txs).ljust(1024, b"\0")[:1024]
-    for _ in range(1500):
-        state = hashlib.sha3_256(state).digest() * 32
-    return state[:8].hex()
+def token_volume(arg):
+    """Per token in one block: how many transfers, their total amount, distinct senders."""
+    tokens = {}
+    for row in arg["rows"]:
+        entry = tokens.get(row["token"])
+        if entry is None:
+            entry = tokens[row["token"]] = [0, 0, set()]
+        entry[0] += 1
+        entry[1] += int(row["value"])
+        entry[2].add(row["from_address"])
+    return [
+        {"token": token, "transfers": count, "volume": volume, "senders": len(senders)}
+        for token, (count, volume, senders) in sorted(tokens.items())
+    ]
 
 
-async def block_stats(number):
-    """Per-block figures: transaction count, gas used, the largest transfer in USD."""
-    txs = _transactions(number)
-    price = await io.memory.get("price:ETH-USD", 0)
-    largest = max(value for value, _ in txs)
+def large_transfers(row, threshold=9 * 10**17):
+    """One ERC-20 transfer: a row when its amount reaches ``threshold``, else nothing."""
+    value = int(row["value"])
+    if value < threshold:
+        return None
     return {
-        "block": number,
-        "txs": len(txs),
-        "gas": sum(gas for _, gas in txs),
-        "largest_usd": await call("usd", largest, price),
-        "root": _state_root(txs),
+        "log_index": row["log_index"],
+        "token": row["token"],
+        "from_address": row["from_address"],
+        "to_address": row["to_address"],
+        "value": value,
     }
 
 

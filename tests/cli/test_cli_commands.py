@@ -20,7 +20,7 @@ EXAMPLE_TASK = ROOT / "examples" / "tasks" / "hello_world.json"
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, str]]:
-    local = LocalCluster(ROOT / "examples")
+    local = LocalCluster(ROOT / "examples", chain=False)
     try:
         yield local.wait_ready()
     finally:

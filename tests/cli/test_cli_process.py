@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -25,23 +26,38 @@ def blockx_binary() -> str:
 
 
 def test_demo_end_to_end() -> None:
-    """`blockx demo`, the README's main command, as a newcomer runs it."""
+    """`blockx demo`, the README's main command, as a newcomer runs it: every stage
+    timed, the token table read back from the sink, and the checks against the
+    chain (coverage, totals, the reorg) passed."""
     result = subprocess.run(
-        [blockx_binary(), "demo"], capture_output=True, text=True, timeout=120, cwd=ROOT
+        [blockx_binary(), "demo"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200"},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    assert "starting a local cluster" in out
-    assert "precheck block_stats(number): ok" in out
-    assert "24 tasks" in out
-    assert out.count("SUCCEEDED") >= 24
+    for stage in ("start the cluster", "generate the chain", "ingest", "backfill", "live"):
+        assert re.search(rf"✓ {stage} in \d+\.\d s", out), stage
+    assert "2,000 blocks" in out
+    tokens = re.findall(r"│ (TT\d) +│ 0x[0-9a-f]{40} +│ +([\d,]+) │", out)
+    assert sorted(symbol for symbol, _ in tokens) == ["TT0", "TT1", "TT2"], out
+    assert all(int(count.replace(",", "")) > 0 for _, count in tokens)
+    assert re.search(
+        r"✓ sink covers blocks 0-\d+: each written once, under its canonical hash", out
+    )
+    assert "✓ sink totals per token equal the block database's" in out
+    assert "✓ reorg corrected: 3 blocks rewritten, sink matches chain" in out
+    assert re.search(r"head lag \(mined → rows committed\) +│ +p50 \d+ ms", out)
     assert "done in" in out
     assert "Traceback" not in out + result.stderr
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[dict[str, str]]:
-    local = LocalCluster(ROOT / "examples")
+    local = LocalCluster(ROOT / "examples", chain=False)
     try:
         yield local.wait_ready()
     finally:
@@ -75,7 +91,7 @@ def test_bad_flags_are_a_usage_error_without_traceback() -> None:
 
 
 def test_dev_up_runs_until_ctrl_c() -> None:
-    ports = [str(free_port()) for _ in range(4)]
+    ports = [str(free_port()) for _ in range(7)]
     proc = subprocess.Popen(
         [
             blockx_binary(),
@@ -89,6 +105,14 @@ def test_dev_up_runs_until_ctrl_c() -> None:
             ports[2],
             "--metrics-port",
             ports[3],
+            "--bundle-coordinator-port",
+            ports[4],
+            "--bundle-worker-port",
+            ports[5],
+            "--anvil-port",
+            ports[6],
+            "--blocks",
+            "20",
         ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
@@ -104,6 +128,9 @@ def test_dev_up_runs_until_ctrl_c() -> None:
             break
     text = "".join(seen)
     assert "BlockX dev cluster is up" in text, text
+    assert f"bundle coordinator  127.0.0.1:{ports[4]}" in text
+    assert f"chain (anvil)       http://127.0.0.1:{ports[6]}" in text
+    assert "ingest following the head" in text
     assert "terminal  SUCCEEDED" in text
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)

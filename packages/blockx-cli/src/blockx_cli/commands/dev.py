@@ -8,6 +8,8 @@ from typing import Annotated
 import typer
 
 from blockx_cli.devcluster import LaunchOptions
+from blockx_cli.devcluster.chain import ChainOptions
+from blockx_cli.devcluster.demo import DemoOptions
 from blockx_cli.devcluster.demo import demo as run_demo
 from blockx_cli.devcluster.program import launch
 from blockx_cli.output import EXIT_USAGE, console, fail
@@ -34,22 +36,40 @@ def _examples(examples: Path) -> Path:
 def dev_up(
     *,
     coordinator_port: Annotated[int, typer.Option()] = 8080,
+    bundle_coordinator_port: Annotated[int, typer.Option()] = 8081,
     worker_port: Annotated[int, typer.Option()] = 9090,
+    bundle_worker_port: Annotated[int, typer.Option()] = 9092,
     sync_invoker_port: Annotated[int, typer.Option()] = 9091,
     metrics_port: Annotated[int, typer.Option()] = 9100,
+    anvil_port: Annotated[int, typer.Option(help="anvil's JSON-RPC port.")] = 8545,
     executors: Annotated[int, typer.Option()] = 2,
+    blocks: Annotated[int, typer.Option(min=0, help="Blocks of history to mine.")] = 200,
+    block_time: Annotated[
+        float, typer.Option(min=0, help="Seconds between live blocks; 0: none.")
+    ] = 2.0,
+    chain: Annotated[
+        bool, typer.Option(help="Run anvil, the databases and the bundle cluster.")
+    ] = True,
     examples: ExamplesOpt = Path("examples"),
 ) -> None:
-    """etcd, a coordinator, a worker with executors, the sync invoker and the proxy,
-    in the foreground until Ctrl-C."""
+    """etcd, the block and bundle coordinators and workers, the sync invoker, the proxy,
+    and a chain: anvil with test tokens and live blocks, a block database kept fresh
+    by a following ingest, a sink database; in the foreground until Ctrl-C."""
     launch(
         LaunchOptions(
             coordinator_port=coordinator_port,
+            bundle_coordinator_port=bundle_coordinator_port,
             worker_port=worker_port,
+            bundle_worker_port=bundle_worker_port,
             sync_invoker_port=sync_invoker_port,
             metrics_port=metrics_port,
             executors=executors,
             examples=_examples(examples),
+            chain=ChainOptions(
+                anvil_port=anvil_port, history_blocks=blocks, block_time_s=block_time
+            )
+            if chain
+            else None,
         )
     )
 
@@ -57,12 +77,14 @@ def dev_up(
 @app.command()
 def demo(
     *,
-    tasks: Annotated[int, typer.Option(help="How many tasks.")] = 24,
-    blocks: Annotated[int, typer.Option(help="Blocks per task (one call each).")] = 50,
+    blocks: Annotated[int, typer.Option(min=1, help="Blocks of history to generate.")] = 2000,
+    live_seconds: Annotated[
+        float, typer.Option(min=3, help="How long the live stage mines.")
+    ] = 10.0,
     examples: ExamplesOpt = Path("examples"),
 ) -> None:
-    """Start a local cluster, run block-statistics tasks on it, watch them live, print
-    the results, and shut everything down."""
-    if tasks < 1 or blocks < 1:
-        fail("--tasks and --blocks must be at least 1", EXIT_USAGE)
-    raise typer.Exit(run_demo(tasks, blocks, _examples(examples), console))
+    """Start a local cluster with anvil, generate a chain of ERC-20 transfers, ingest
+    it, backfill token volume through the bundle cluster, go live through a reorg,
+    print the results read back from the sink, and shut everything down."""
+    options = DemoOptions(blocks=blocks, live_seconds=live_seconds)
+    raise typer.Exit(run_demo(options, _examples(examples), console))

@@ -16,6 +16,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from blockx_cli.devcluster.program import READY
 
@@ -28,9 +29,14 @@ def free_port() -> int:
 
 
 class LocalCluster:
-    """``blockx-dev --no-smoke --ready-json`` in the background, with its logs in a file."""
+    """``blockx-dev --no-smoke --ready-json`` in the background, with its logs in a file.
 
-    def __init__(self, examples: Path, executors: int = 2) -> None:
+    With ``chain`` it runs anvil, the databases and the bundle cluster too, with an
+    empty chain and no ingest unless ``feed`` (whoever uses it drives the chain)."""
+
+    def __init__(
+        self, examples: Path, executors: int = 2, *, chain: bool = True, feed: bool = False
+    ) -> None:
         self.workdir = Path(tempfile.mkdtemp(prefix="blockx-demo-"))
         self.log = self.workdir / "cluster.log"
         self.proc = subprocess.Popen(
@@ -40,7 +46,13 @@ class LocalCluster:
                 "blockx_cli.devcluster",
                 "--coordinator-port",
                 str(free_port()),
+                "--bundle-coordinator-port",
+                str(free_port()),
                 "--worker-port",
+                str(free_port()),
+                "--bundle-worker-port",
+                str(free_port()),
+                "--anvil-port",
                 str(free_port()),
                 "--sync-invoker-port",
                 str(free_port()),
@@ -56,24 +68,27 @@ class LocalCluster:
                 "--ready-json",
                 "--log-file",
                 str(self.log),
+                *([] if chain else ["--no-chain"]),
+                *([] if feed else ["--no-feed"]),
             ],
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
         )
 
-    def wait_ready(self, timeout_s: float = 60) -> dict[str, str]:
+    def wait_ready(self, timeout_s: float = 60) -> dict[str, Any]:
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout_s
+        seen: list[str] = []
         for line in self.proc.stdout:
             if line.startswith(READY):
-                endpoints: dict[str, str] = json.loads(line[len(READY) :])
+                endpoints: dict[str, Any] = json.loads(line[len(READY) :])
                 return endpoints
+            seen.append(line)
             if time.monotonic() > deadline:
                 break
-        raise RuntimeError(
-            f"the local cluster did not start:\n{self.proc.stdout.read()}{self._log_tail()}"
-        )
+        said = "".join(seen[-20:])
+        raise RuntimeError(f"the local cluster did not start:\n{said}{self._log_tail()}")
 
     def _log_tail(self) -> str:
         try:

@@ -1,0 +1,215 @@
+"""``blockx demo``: a local cluster with a real chain, from history to live blocks.
+
+Stages, each timed: start the cluster (``blockx-dev`` in the background, with
+anvil, the block and sink databases and both clusters) → generate blocks of ERC-20
+transfers on anvil → ingest them into the block database → backfill per-block
+token volume through the bundle cluster → go live (anvil mining, ingest
+following, the block cluster writing each new block, one reorg) → read the
+results back from the sink and check them against the chain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import msgspec
+from rich.console import Console
+from rich.table import Table
+
+from blockx_chain.devnet import Devnet
+from blockx_chain.ingest import IngestError
+from blockx_chain.rpc import JsonRpcClient, RpcError
+from blockx_chain.sink import SinkError
+from blockx_chain.store import StoreError
+from blockx_cli.devcluster.background import LocalCluster
+from blockx_cli.devcluster.demo.backfill import BackfillFigures, backfill_stage
+from blockx_cli.devcluster.demo.chain import Transfers, generate_stage, ingest_stage
+from blockx_cli.devcluster.demo.job import ChainJob
+from blockx_cli.devcluster.demo.live import LiveFigures, live_stage
+from blockx_cli.devcluster.demo.report import Report, build_report, percentile
+from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_SERVICE, fail
+from blockx_client import BlockxError, Client
+
+
+class DemoOptions(msgspec.Struct, frozen=True, kw_only=True):
+    blocks: int = 2000
+    transfers: Transfers = Transfers()
+    backfill_tasks: int = 8
+    bundle_size: int = 50
+    live_seconds: float = 10.0
+    block_time_s: float = 0.25
+    reorg_depth: int = 3
+
+
+class Stages:
+    """Prints each stage's name as it starts and its elapsed time as it ends."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.times: list[tuple[str, float]] = []
+
+    @contextmanager
+    def stage(self, name: str, what: str) -> Iterator[None]:
+        number = len(self.times) + 1
+        self.console.print(f"\n[bold cyan]stage {number}: {name}[/] — {what}")
+        started = time.monotonic()
+        yield
+        elapsed = time.monotonic() - started
+        self.times.append((name, elapsed))
+        self.console.print(f"  [green]✓[/] {name} in {elapsed:.1f} s")
+
+
+def demo(options: DemoOptions, examples: Path, console: Console) -> int:
+    """Run every stage; the exit code. ``examples`` is a resolved directory with
+    functions/ (the command checks it)."""
+    started = time.monotonic()
+    console.print("[bold]BlockX demo[/]: functions over a real chain, from history to live blocks")
+    stages = Stages(console)
+    code = EXIT_FAILED
+    cluster: LocalCluster | None = None
+    try:
+        with stages.stage(
+            "start the cluster",
+            "etcd, anvil, block + bundle coordinators and workers, sync invoker, proxy",
+        ):
+            cluster = LocalCluster(examples)
+            try:
+                endpoints = cluster.wait_ready()
+            except RuntimeError as exc:
+                fail(str(exc), EXIT_SERVICE)
+            console.print(f"  every RPC goes through the proxy at unix:{endpoints['proxy_socket']}")
+        assert cluster is not None
+        try:
+            code = asyncio.run(_stages(endpoints, options, stages, console))
+        except BlockxError as exc:
+            fail(exc.message, EXIT_SERVICE, hint=f"the cluster's log: {cluster.log}")
+        except (IngestError, RpcError, StoreError, SinkError) as exc:
+            fail(str(exc), EXIT_SERVICE, hint=f"the cluster's log: {cluster.log}")
+    finally:
+        if cluster is not None:
+            console.print("\n[dim]stopping the local cluster...[/]")
+            cluster.stop()
+    console.print(f"done in {time.monotonic() - started:.1f} s")
+    return code
+
+
+async def _stages(
+    endpoints: dict[str, str], options: DemoOptions, stages: Stages, console: Console
+) -> int:
+    rpc_url = endpoints["rpc_url"]
+    block_db, sink_db = endpoints["block_db_url"], endpoints["sink_db_url"]
+    job = ChainJob()
+    o = options
+    async with (
+        JsonRpcClient(rpc_url) as rpc,
+        Client(
+            proxy_socket=endpoints["proxy_socket"],
+            bundle_coordinator=endpoints["bundle_coordinator"],
+        ) as client,
+    ):
+        devnet = Devnet(rpc)
+        per_block = o.transfers.token_transfers + o.transfers.eth_transfers
+        with stages.stage(
+            "generate the chain",
+            f"{o.blocks:,} blocks of {per_block} transfers on anvil, 3 ERC-20 test tokens",
+        ):
+            generated = await generate_stage(devnet, o.blocks, o.transfers, console)
+            console.print(
+                f"  {generated.transactions:,} transactions, "
+                f"{generated.transactions / generated.seconds:,.0f} tx/s"
+            )
+        with stages.stage("ingest", f"blocks 0-{generated.head} into the block database"):
+            ingested = await ingest_stage(rpc_url, block_db, generated.head, console)
+            console.print(
+                f"  {ingested.blocks:,} blocks, {ingested.transactions:,} transactions, "
+                f"{ingested.erc20_transfers:,} ERC-20 transfers"
+            )
+        with stages.stage(
+            "backfill",
+            f"{job.function} per block and token through the bundle cluster into sink "
+            f"table {job.sink_table!r}",
+        ):
+            backfill = await backfill_stage(
+                client,
+                job,
+                0,
+                generated.head,
+                sink_db_url=sink_db,
+                console=console,
+                tasks=o.backfill_tasks,
+                bundle_size=o.bundle_size,
+            )
+            console.print(
+                f"  {backfill.blocks:,} blocks, {backfill.rows:,} rows in {backfill.tasks} "
+                f"tasks: {backfill.blocks_per_s:,.0f} blocks/s"
+            )
+        with stages.stage(
+            "live",
+            f"{o.live_seconds:g} s of a block every {o.block_time_s:g} s, ingest following, "
+            f"the block cluster writing each block, a reorg of depth {o.reorg_depth}",
+        ):
+            live = await live_stage(
+                client,
+                job,
+                devnet,
+                rpc_url=rpc_url,
+                block_db_url=block_db,
+                sink_db_url=sink_db,
+                first_block=generated.head + 1,
+                console=console,
+                seconds=o.live_seconds,
+                block_time_s=o.block_time_s,
+                reorg_depth=o.reorg_depth,
+                transfers=o.transfers,
+            )
+        with stages.stage("results", "read back from the sink, checked against the chain"):
+            report = await build_report(
+                job, devnet, live, block_db_url=block_db, sink_db_url=sink_db
+            )
+            _print_results(report, console)
+        _print_figures(report, backfill, live, stages, console)
+    failed = backfill.failed + live.failed
+    for line in failed[:10]:
+        console.print(f"[red]failed[/] {line[:300]}")
+    return EXIT_OK if report.ok and not failed else EXIT_FAILED
+
+
+def _print_results(report: Report, console: Console) -> None:
+    console.print(report.tokens)
+    for check in report.checks:
+        mark = "[green]✓[/]" if check.ok else "[red]✗[/]"
+        console.print(f"  {mark} {check.line}")
+
+
+def _print_figures(
+    report: Report,
+    backfill: BackfillFigures,
+    live: LiveFigures,
+    stages: Stages,
+    console: Console,
+) -> None:
+    console.print()
+    figures = Table(title="figures")
+    figures.add_column("what")
+    figures.add_column("value", justify="right")
+    figures.add_row("backfill", f"{backfill.blocks_per_s:,.0f} blocks/s")
+    figures.add_row("backfill rows", f"{backfill.rows / max(backfill.seconds, 1e-9):,.0f} rows/s")
+    live_blocks = live.head - live.first_block + 1
+    figures.add_row(
+        "live blocks",
+        f"{live_blocks} ({live.tasks} tasks, {live.superseded} superseded by the reorg, "
+        f"{live.reconciled} reconciled)",
+    )
+    lags = report.lags_ms
+    figures.add_row(
+        "head lag (mined → rows committed)",
+        f"p50 {percentile(lags, 50)} ms, p99 {percentile(lags, 99)} ms, "
+        f"max {max(lags, default=0)} ms",
+    )
+    for name, seconds in stages.times:
+        figures.add_row(f"stage: {name}", f"{seconds:.1f} s")
+    console.print(figures)
