@@ -26,18 +26,23 @@ Then ``--blocks`` blocks are mined, one every ``--interval-ms`` (scheduled on a
 fixed grid, so a slow block does not shift the ones after it), each holding
 ``--transfers`` ERC-20 transfers, after ``--warm-up`` blocks that are not measured.
 
-Every instant is read from the host's wall clock (``time.time_ns``, the
-CLOCK_REALTIME that the Worker's writer also reads for ``written_at_ms``), so
-figures taken in different processes compare directly; a run lasts about a
-minute, far too short for clock steps to matter. Per block:
+Every instant is read from the host's wall clock (``time.time_ns``): the
+Worker's writer stamps ``written_at_ms`` and follow its ``seen_lag_ms`` from the
+same clock, and CLOCK_REALTIME is one clock for every process of the host, so
+figures taken in different processes compare directly (only a clock step during
+the minute of a run would skew them). Per block:
 
-* ``mined``: when ``evm_mine`` returned (the transactions were sent before);
+* ``mined``: when ``evm_mine`` returned (the block was sealed before the reply,
+  so this is late by at most one loopback round trip; the transactions were
+  sent before);
 * ``ingested``: when a probe thread (reading the block database every
   ``--probe-ms``) first saw the block in ``blocks``: ingest's commit;
 * ``seen``: when follow first saw the block in the block database (the event's
   ``seen_lag_ms`` subtracted from the instant it arrived);
-* ``stamped``: the ledger's ``written_at_ms``, taken by the writer just before
-  its transaction (a lower bound of the commit, truncated to the ms);
+* ``stamped``: the ledger's ``written_at_ms``, taken by the writer when it
+  builds its sink request, after its canonical check and before the IO
+  subsystem runs the transaction (a lower bound of the commit, truncated to
+  the ms);
 * ``committed``: when the probe thread first saw the block in the sink's
   ``_blockx_written`` ledger (the rows and the ledger entry commit together);
 * ``reported``: when follow yielded the block's BlockWritten event.
