@@ -2,7 +2,7 @@
 by ``blockx follow``.
 
 Run: uv run python bench/head_latency_bench.py [--blocks 200] [--interval-ms 250]
-     [--transfers 3] [--ingest cli|api] [--ingest-poll-ms 50] [--follow-poll-ms 500]
+     [--transfers 3] [--ingest-poll-ms 250] [--follow-poll-ms 100]
      [--probe-ms 5] [--warm-up 5]
 
 The stack, all on this host:
@@ -11,16 +11,14 @@ The stack, all on this host:
   when this benchmark sends ``evm_mine``), three test tokens;
 * etcd, a ``blockx-coordinator`` and a ``blockx-worker`` (2 executors) with
   ``BLOCKDB_URL`` and ``SINK_DB_URL`` on two separate SQLite files;
-* the ingest follower, a process of its own: with ``--ingest cli`` the command a
-  user runs, ``blockx chain ingest --follow`` (its poll of the node's head is
-  ``DEFAULT_POLL_INTERVAL_S`` = 1 s and the CLI has no flag for it); with
-  ``--ingest api`` the same ``blockx_chain.ingest.ingest`` with ``follow=True``
-  and ``poll_interval_s`` = ``--ingest-poll-ms``;
+* the ingest follower, a process of its own, as a user runs it: ``blockx chain
+  ingest --follow --poll-interval`` (``--ingest-poll-ms``; by default the CLI's
+  default);
 * ``blockx_client.follow`` in this process (``poll_interval_s`` =
-  ``--follow-poll-ms``; the ``blockx follow`` CLI uses 0.5 s and has no flag for
-  it), running ``token_volume`` over ``erc20_transfers`` with ``unit="block"``
-  (one sink row per token per block: transfers and volume) into a sink table
-  through ``BlockWriteResultHandler``.
+  ``--follow-poll-ms``, by default ``blockx follow``'s default), running the
+  example ``token_volume`` (``examples/functions``) over ``erc20_transfers`` with
+  ``unit="block"`` (one sink row per token per block) into a sink table through
+  ``BlockWriteResultHandler``.
 
 Then ``--blocks`` blocks are mined, one every ``--interval-ms`` (scheduled on a
 fixed grid, so a slow block does not shift the ones after it), each holding
@@ -77,7 +75,7 @@ from chain_cluster import ChainCluster
 
 from blockx_chain.contracts import transfer_data
 from blockx_chain.devnet import Anvil, Devnet
-from blockx_chain.ingest.run import DEFAULT_POLL_INTERVAL_S as CLI_INGEST_POLL_S
+from blockx_chain.ingest.run import DEFAULT_POLL_INTERVAL_S as INGEST_POLL_S
 from blockx_chain.rpc import JsonRpcClient, quantity
 from blockx_client.follow import (
     DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
@@ -86,43 +84,15 @@ from blockx_client.follow import (
     BlockWritten,
     follow,
 )
-from blockx_client.follow import DEFAULT_POLL_INTERVAL_S as CLI_FOLLOW_POLL_S
+from blockx_client.follow import DEFAULT_POLL_INTERVAL_S as FOLLOW_POLL_S
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
 
 SINK_TABLE = "token_volume"
 TOKEN_TRANSFER_GAS = 100_000
 
-FUNCTIONS = '''
-def token_volume(arg):
-    """ERC-20 volume of one block, one row per token."""
-    totals = {}
-    for row in arg["rows"]:
-        count, volume = totals.get(row["token"], (0, 0))
-        totals[row["token"]] = (count + 1, volume + int(row["value"]))
-    return [
-        {"token": token, "transfers": count, "volume": str(volume)}
-        for token, (count, volume) in sorted(totals.items())
-    ]
-'''
-COLUMNS = {"token": "TEXT", "transfers": "INTEGER", "volume": "NUMERIC"}
-
-# The ingest follower of ``--ingest api``: the ingest API in a process of its own
-# (as the CLI runs it), with a poll interval the CLI does not let one set.
-INGEST_API = """
-import asyncio, signal, sys
-from blockx_chain.ingest import IngestOptions, ingest
-from blockx_chain.url import parse_blockdb_url
-
-async def main() -> None:
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        asyncio.get_running_loop().add_signal_handler(sig, stop.set)
-    options = IngestOptions(follow=True, poll_interval_s=float(sys.argv[3]))
-    await ingest(sys.argv[1], parse_blockdb_url(sys.argv[2]), options, stop=stop)
-
-asyncio.run(main())
-"""
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "functions"
+COLUMNS = {"token": "TEXT", "transfers": "INTEGER", "volume": "NUMERIC", "senders": "INTEGER"}
 
 
 def now_ms() -> float:
@@ -295,12 +265,10 @@ def print_table(stats: dict[str, Any], params: dict[str, Any]) -> None:
 
 
 def ingest_command(args: argparse.Namespace, rpc_url: str, chain_url: str) -> list[str]:
-    if args.ingest == "cli":
-        blockx = shutil.which("blockx")
-        assert blockx is not None, "blockx is not installed (uv sync)"
-        return [blockx, "chain", "ingest", "--rpc", rpc_url, "--db", chain_url, "--follow"]
-    poll_s = str(args.ingest_poll_ms / 1000)
-    return [sys.executable, "-c", INGEST_API, rpc_url, chain_url, poll_s]
+    blockx = shutil.which("blockx")
+    assert blockx is not None, "blockx is not installed (uv sync)"
+    poll = ["--poll-interval", str(args.ingest_poll_ms / 1000)]
+    return [blockx, "chain", "ingest", "--rpc", rpc_url, "--db", chain_url, "--follow", *poll]
 
 
 async def wait_for(what: str, condition: Callable[[], bool], timeout_s: float) -> None:
@@ -314,9 +282,7 @@ async def wait_for(what: str, condition: Callable[[], bool], timeout_s: float) -
 async def run(args: argparse.Namespace, anvil: Anvil, root: Path) -> dict[str, Any]:
     chain_db, sink_db = root / "chain.db", root / "sink.db"
     chain_url, sink_url = f"sqlite:///{chain_db}", f"sqlite:///{sink_db}"
-    functions = root / "functions"
-    functions.mkdir()
-    (functions / "token_volume.py").write_text(FUNCTIONS)
+    functions = EXAMPLES
     ingest_log = (root / "ingest.log").open("wb")
     timeline = Timeline()
     async with EtcdServer() as etcd, JsonRpcClient(anvil.url) as rpc:
@@ -445,15 +411,16 @@ def main() -> None:
     parser.add_argument("--interval-ms", type=float, default=250, help="one block every so often")
     parser.add_argument("--transfers", type=int, default=3, help="ERC-20 transfers per block")
     parser.add_argument(
-        "--ingest",
-        choices=("cli", "api"),
-        default="cli",
-        help="cli: `blockx chain ingest --follow` (1 s poll); api: the ingest API, "
         "--ingest-poll-ms",
+        type=float,
+        default=INGEST_POLL_S * 1000,
+        help="`blockx chain ingest --poll-interval`",
     )
-    parser.add_argument("--ingest-poll-ms", type=float, default=50, help="with --ingest api")
     parser.add_argument(
-        "--follow-poll-ms", type=float, default=CLI_FOLLOW_POLL_S * 1000, help="follow's poll"
+        "--follow-poll-ms",
+        type=float,
+        default=FOLLOW_POLL_S * 1000,
+        help="`blockx follow --poll-interval`",
     )
     parser.add_argument("--probe-ms", type=float, default=5, help="the probe's read interval")
     parser.add_argument("--warm-up", type=int, default=5, help="blocks mined first, not measured")
@@ -464,10 +431,7 @@ def main() -> None:
         "blocks": args.blocks,
         "interval_ms": args.interval_ms,
         "transfers_per_block": args.transfers,
-        "ingest": args.ingest,
-        "ingest_poll_ms": (
-            CLI_INGEST_POLL_S * 1000 if args.ingest == "cli" else args.ingest_poll_ms
-        ),
+        "ingest_poll_ms": args.ingest_poll_ms,
         "follow_poll_ms": args.follow_poll_ms,
         "follow_tasks_in_flight": DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
         "executors": 2,

@@ -180,6 +180,13 @@ def test_malformed_input_is_one_line_and_exit_2(
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_poll_interval_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
+    result = ingest_cli("--rpc", RPC, "--db", f"sqlite:///{tmp_path}/x.db", "--poll-interval", "0")
+    assert result.returncode == 2
+    assert "--poll-interval" in result.stderr and "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_no_node_and_no_database_are_usage_errors() -> None:
     assert_one_line(ingest_cli("--db", "sqlite:////tmp/x.db"), 2, "CHAIN_RPC_URL")
     assert_one_line(ingest_cli("--rpc", "http://127.0.0.1:1"), 2, "BLOCKDB_URL")

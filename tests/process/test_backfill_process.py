@@ -403,6 +403,8 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
     assert (code, "--from" in output) == (2, True)
     code, output = run([*follow_base, *follow_dbs, "--unit", "tx"])
     assert (code, "--unit" in output) == (2, True)
+    code, output = run([*follow_base, *follow_dbs, "--poll-interval", "0"])
+    assert (code, "--poll-interval" in output) == (2, True)
     result = runner.invoke(
         app, [*follow_base, "--db", setup.chain_url], env={"SINK_DB_URL": None, "COLUMNS": "200"}
     )

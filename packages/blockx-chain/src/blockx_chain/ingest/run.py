@@ -42,7 +42,9 @@ from blockx_chain.store import BlockStore, BlockWriter, open_store
 from blockx_chain.url import BlockDbUrl
 
 DEFAULT_IN_FLIGHT = 4
-DEFAULT_POLL_INTERVAL_S = 1.0
+# An eth_blockNumber every quarter second: cheap for a node, and most of a new
+# block's way to the sink is this wait.
+DEFAULT_POLL_INTERVAL_S = 0.25
 
 
 class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):

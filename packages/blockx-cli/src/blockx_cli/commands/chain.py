@@ -33,6 +33,7 @@ from blockx_chain.ingest.plan import (
     DEFAULT_CONFIRMATIONS,
     DEFAULT_MAX_REORG_DEPTH,
 )
+from blockx_chain.ingest.run import DEFAULT_POLL_INTERVAL_S
 from blockx_chain.store import StoreError, StoreUnavailable
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
@@ -160,6 +161,15 @@ def chain_ingest(
             help="Apply a reorg below the finalized block (starts a new cache epoch).",
         ),
     ] = False,
+    poll_interval: Annotated[
+        float,
+        typer.Option(
+            "--poll-interval",
+            min=0.01,
+            max=60.0,
+            help="Seconds between looks at the node's head while following.",
+        ),
+    ] = DEFAULT_POLL_INTERVAL_S,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Fill the block database from a node: batched, resumable and reorg-aware."""
@@ -173,6 +183,7 @@ def chain_ingest(
         batch_size=batch_size,
         max_reorg_depth=max_reorg_depth,
         allow_deep_reorg=allow_deep_reorg,
+        poll_interval_s=poll_interval,
     )
     show_live = console.is_terminal and not json_output
     try:

@@ -48,6 +48,7 @@ from blockx_client.backfill import (
     backfill,
 )
 from blockx_client.follow import (
+    DEFAULT_POLL_INTERVAL_S,
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
@@ -391,6 +392,15 @@ def follow_command(
     ] = None,
     db: DbOpt = None,
     sink_db: SinkDbOpt = None,
+    poll_interval: Annotated[
+        float,
+        typer.Option(
+            "--poll-interval",
+            min=0.01,
+            max=60.0,
+            help="Seconds between looks at the block database's head and reorgs.",
+        ),
+    ] = DEFAULT_POLL_INTERVAL_S,
     json_output: JsonLinesOpt = False,
 ) -> None:
     """Compute every new block on the block cluster into a sink table, reorgs included,
@@ -404,5 +414,6 @@ def follow_command(
         "from_block": from_block,
         "db_url": _url(db, "--db", "BLOCKDB_URL", "block database"),
         "sink_db_url": _url(sink_db, "--sink-db", "SINK_DB_URL", "sink database"),
+        "poll_interval_s": poll_interval,
     }
     _run(_follow(settings_of(ctx), json_output, kwargs))

@@ -331,7 +331,8 @@ def _rows_of(result: TaskResult) -> int:
     return rows if isinstance(rows, int) else 0
 
 
-DEFAULT_POLL_INTERVAL_S: Final = 0.5
+# A head query costs well under a millisecond; this wait is most of a block's lag.
+DEFAULT_POLL_INTERVAL_S: Final = 0.1
 DEFAULT_FOLLOW_TASKS_IN_FLIGHT: Final = 4
 DEFAULT_FOLLOW_WRITER: Final = "BlockWriteResultHandler"
 
