@@ -183,7 +183,8 @@ def test_malformed_input_is_one_line_and_exit_2(
 def test_a_poll_interval_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
     result = ingest_cli("--rpc", RPC, "--db", f"sqlite:///{tmp_path}/x.db", "--poll-interval", "0")
     assert result.returncode == 2
-    assert "--poll-interval" in result.stderr and "Traceback" not in result.stderr
+    assert "--poll-interval" in result.stderr
+    assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
 
 
