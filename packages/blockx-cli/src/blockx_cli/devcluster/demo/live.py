@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
-from typing import Any, Final, assert_never
+from typing import Final, assert_never
 
 import msgspec
 from rich.console import Console, Group
@@ -129,6 +129,10 @@ class Following:
         self.written: dict[int, str] = {}  # the hash follow last wrote, by block
         self.recent: list[tuple[int, str, str, str]] = []  # number, hash, outcome, lag
         self.ingest: IngestProgress | None = None
+        # Blocks follow said it rewrites for a reorg and has not written again yet.
+        self.rewriting: set[int] = set()
+        # Lines that stay on screen above the live table (the reorg and its fix).
+        self.notes: list[str] = []
 
     async def run(self) -> None:
         events: AsyncIterator[FollowEvent] = self.client.follow(
@@ -157,6 +161,12 @@ class Following:
                 f.written_hashes.setdefault(event.number, []).append(event.hash)
                 f.seen_lags_ms.append(event.seen_lag_ms)
                 self._show(event.number, event.hash, f"written, {event.rows} rows")
+                if event.number in self.rewriting:
+                    self.rewriting.discard(event.number)
+                    self.notes.append(
+                        f"[yellow]block {event.number} rewritten[/] on the new branch "
+                        f"{event.hash[:12]}…, {event.rows} rows"
+                    )
             case BlockRetrying():
                 f.retries += 1
                 self._show(event.number, event.hash, f"retrying ({event.failure_code})")
@@ -165,6 +175,14 @@ class Following:
                 self._show(event.number, event.hash, f"failed ({event.failure_code})")
             case ReorgReconciled():
                 f.reorgs.append(event)
+                self.rewriting.update(event.rewritten)
+                self.notes.append(
+                    f"[bold yellow]reorg[/] of depth {event.depth} above block "
+                    f"{event.fork_block_number}: follow rewrites {len(event.rewritten)} blocks "
+                    f"written on the abandoned branch "
+                    f"({', '.join(map(str, event.rewritten)) or 'none'}), deletes "
+                    f"{len(event.deleted)}"
+                )
             case BlocksDeleted():
                 f.deleted += len(event.numbers)
                 for number in event.numbers:
@@ -199,18 +217,13 @@ def _view(chain: LiveChain, following: Following, started: float) -> Group:
         f"ingested {ingested}  written {f.written}  retries {f.retries}  "
         f"reorgs seen by ingest {0 if progress is None else progress.reorgs}"
     )
-    lines: list[Any] = [table, status]
-    for reorg in f.reorgs:
-        lines.append(
-            Text(
-                f"  reorg of depth {reorg.depth} above block {reorg.fork_block_number}: follow "
-                f"rewrites {len(reorg.rewritten)} blocks written on the abandoned branch "
-                f"({', '.join(map(str, reorg.rewritten)) or 'none'}), deleted "
-                f"{len(reorg.deleted)}",
-                style="bold yellow",
-            )
-        )
-    return Group(*lines)
+    return Group(table, status)
+
+
+def _print_notes(following: Following, screen: Live) -> None:
+    for note in following.notes:
+        screen.console.print(f"  {note}")
+    following.notes.clear()
 
 
 async def live_stage(
@@ -257,6 +270,7 @@ async def live_stage(
         ) as screen:
             catch_up_by: float | None = None
             while not (ingesting.done() or follower.done()):
+                _print_notes(following, screen)
                 screen.update(_view(chain, following, started))
                 if miner.done():
                     miner.result()
@@ -280,6 +294,7 @@ async def live_stage(
                 await asyncio.wait_for(follower, _STOP_TIMEOUT_S)
             except TimeoutError:
                 figures.failed.append(f"follow did not stop within {_STOP_TIMEOUT_S:g} s")
+            _print_notes(following, screen)
             screen.update(_view(chain, following, started))
         console.print()
     finally:
