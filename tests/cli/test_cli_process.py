@@ -27,8 +27,9 @@ def blockx_binary() -> str:
 
 def test_demo_end_to_end() -> None:
     """`blockx demo`, the README's main command, as a newcomer runs it: every stage
-    timed, the token table read back from the sink, and the checks against the
-    chain (coverage, totals, the reorg) passed."""
+    timed, backfill and live through client.backfill and client.follow, the token
+    table read back from the sink, and the checks against the chain (coverage,
+    totals, the reorg) passed."""
     result = subprocess.run(
         [blockx_binary(), "demo"],
         capture_output=True,
@@ -50,6 +51,10 @@ def test_demo_end_to_end() -> None:
     )
     assert "✓ sink totals per token equal the block database's" in out
     assert "✓ reorg corrected: 3 blocks rewritten, sink matches chain" in out
+    # The stages run the SDK's drivers, and follow reported the reorg it reconciled.
+    assert "backfill — client.backfill:" in out
+    assert re.search(r"client\.follow writing each block", out)
+    assert re.search(r"reorg of depth 3 above block \d+: follow rewrites \d+ blocks", out), out
     assert re.search(r"head lag \(mined → rows committed\) +│ +p50 \d+ ms", out)
     assert "done in" in out
     assert "Traceback" not in out + result.stderr

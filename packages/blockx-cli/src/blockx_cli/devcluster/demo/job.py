@@ -1,9 +1,10 @@
-"""What the demo computes, as tasks: one function over one chain table into one sink table.
+"""What the demo computes: one function over one chain table into one sink table.
 
-The same function serves backfill (``BlockBundleCallConfig`` on the bundle cluster,
-``BlockBundleWriteResultHandler``) and live (``BlockTableCallConfig`` per block on
-the block cluster, ``BlockWriteResultHandler``); both write the same sink table,
-keyed by block and token, so live blocks extend the backfilled ones.
+Backfill (``client.backfill``, the bundle cluster) and live (``client.follow``, the
+block cluster) run the same function into the same sink table, keyed by block and
+token, so live blocks extend the backfilled ones. ``bundle_task`` and
+``block_task`` are the single tasks of the two shapes the drivers submit, for
+running one range or one block by hand (the local cluster's tests do).
 """
 
 from __future__ import annotations
@@ -31,9 +32,12 @@ class ChainJob(msgspec.Struct, frozen=True, kw_only=True):
         }
     )
 
-    def _writer(self, name: str, extra: dict[str, Any] | None = None) -> PluginConfig:
-        config = {"table": self.sink_table, "key": list(self.key), "columns": self.columns}
-        return PluginConfig(type=name, config={**config, **(extra or {})})
+    def writer_config(self) -> dict[str, Any]:
+        """The writers' options besides the table (the drivers add ``table``)."""
+        return {"key": list(self.key), "columns": self.columns}
+
+    def _writer(self, name: str) -> PluginConfig:
+        return PluginConfig(type=name, config={"table": self.sink_table, **self.writer_config()})
 
     def bundle_task(self, first: int, last: int, bundle_size: int, task_id: str) -> Task:
         """Blocks ``first``..``last`` on the bundle cluster, one transaction per bundle."""

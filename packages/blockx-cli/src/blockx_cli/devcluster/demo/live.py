@@ -1,4 +1,4 @@
-"""The demo's live stage: anvil mines, ingest follows, the block cluster writes each block.
+"""The demo's live stage: anvil mines, ingest follows, ``client.follow`` writes each block.
 
 Three loops run side by side for ``seconds``:
 
@@ -6,26 +6,24 @@ Three loops run side by side for ``seconds``:
   before each, so the Devnet can fork there) and, part-way, abandons the top
   ``reorg_depth`` blocks for a new branch of as many;
 * an ingest follows the node's head into the block database;
-* ``BlockFollower``, the part ``client.follow`` does for a user, watches the
-  block database: every block whose hash it has not submitted yet (a new block,
-  or a block of the new branch after a reorg) gets a ``BlockTableCallConfig``
-  task pinned to that hash, on the block cluster. A task of a block reorged away
-  fails (its hash is no longer canonical) and is counted as superseded: the
-  block's new hash has its own task.
+* ``Following`` runs ``client.follow`` from the first live block, as a user runs
+  it: one ``BlockTableCallConfig`` task per new block on the block cluster,
+  pinned to the block's hash, and the reorg that ingest records reconciled (the
+  blocks written on the abandoned branch run again on the new one). Its events
+  feed the screen.
 
-When mining stops the stage waits until ingest holds the node's head and every
-task has ended, then compares the sink's ledger with the canonical chain and
-resubmits any block whose written hash is not canonical (a write that raced a
-reorg), as a follower reconciles.
+When mining stops the stage waits, within a bound, until follow has written every
+live block under the hash the node holds, then stops follow (its ``stop`` event:
+the tasks under way finish, the iteration ends) and ingest.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
-from typing import Any, Final
+from collections.abc import AsyncIterator
+from typing import Final, assert_never
 
 import msgspec
 from rich.console import Console, Group
@@ -33,35 +31,45 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from blockx_chain.devnet import Devnet, Reorg
-from blockx_chain.ingest import IngestOptions, ingest
-from blockx_chain.sink import open_sink
-from blockx_chain.store import BlockStore, open_store
+from blockx_chain.devnet import Devnet, MinedBlock, Reorg
+from blockx_chain.ingest import IngestOptions, IngestProgress, ingest
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.devcluster.demo.chain import Transfers
 from blockx_cli.devcluster.demo.job import ChainJob
-from blockx_client import Client, TaskResult
+from blockx_client import Client
+from blockx_client.follow import (
+    BlockFailed,
+    BlockRetrying,
+    BlocksDeleted,
+    BlockWritten,
+    FollowEvent,
+    FollowStarted,
+    ReorgReconciled,
+)
 
 _POLL_S: Final = 0.05
-# Blocks below the head the submitter re-reads each poll to notice a reorg.
-_WINDOW: Final = 16
-_SETTLE_TIMEOUT_S: Final = 20.0
-MAX_ATTEMPTS: Final = 3
+# How long, once mining stops, follow gets to write the last blocks.
+_CATCH_UP_TIMEOUT_S: Final = 15.0
+# How long a stopped follow gets to end its iteration before it is cancelled (the
+# two bounds keep a stuck live stage within the demo's minute).
+_STOP_TIMEOUT_S: Final = 10.0
 
 
 class LiveFigures(msgspec.Struct, kw_only=True):
     first_block: int
-    head: int = -1
+    head: int = -1  # the node's head when mining stopped
     mined: dict[str, int] = msgspec.field(default_factory=dict)  # block hash -> ms mined
     reorg: Reorg | None = None
-    # Every hash a task wrote, by block number (a reorged block has two).
+    # What follow reported: every hash it wrote, by block number (a reorged block
+    # has two), its reorg events, and the blocks whose rows it deleted.
     written_hashes: dict[int, list[str]] = msgspec.field(default_factory=dict)
-    reorgs_seen: list[dict[str, Any]] = msgspec.field(default_factory=list)
-    tasks: int = 0
+    reorgs: list[ReorgReconciled] = msgspec.field(default_factory=list)
     written: int = 0
-    superseded: int = 0
-    reconciled: int = 0
+    retries: int = 0
+    deleted: int = 0
+    seen_lags_ms: list[int] = msgspec.field(default_factory=list)
     failed: list[str] = msgspec.field(default_factory=list)
+    caught_up: bool = False
     seconds: float = 0.0
 
 
@@ -73,6 +81,13 @@ class LiveChain:
         self.transfers = transfers
         self.figures = figures
         self.node_head = -1
+        # The node's hash of each live block, the reorg's new branch included.
+        self.hashes: dict[int, str] = {}
+
+    def _mined(self, block: MinedBlock) -> None:
+        self.figures.mined[block.hash] = time.time_ns() // 1_000_000
+        self.hashes[block.number] = block.hash
+        self.node_head = block.number
 
     async def run(self, seconds: float, block_time_s: float, reorg_depth: int) -> None:
         deadline = time.monotonic() + seconds
@@ -83,148 +98,133 @@ class LiveChain:
             due = reorg_depth > 0 and self.figures.reorg is None and tick >= reorg_at
             if due and mined > reorg_depth:
                 reorg = await self.transfers.reorg(self.devnet, reorg_depth)
-                now_ms = time.time_ns() // 1_000_000
                 for block in reorg.new_blocks:
-                    self.figures.mined[block.hash] = now_ms
+                    self._mined(block)
                 self.figures.reorg = reorg
-                self.node_head = reorg.new_blocks[-1].number
             else:
                 [block] = await self.transfers.mine(self.devnet, 1, reorgable=True)
-                self.figures.mined[block.hash] = time.time_ns() // 1_000_000
-                self.node_head = block.number
+                self._mined(block)
                 mined += 1
             await asyncio.sleep(max(0.0, block_time_s - (time.monotonic() - tick)))
 
 
-class BlockFollower:
-    """The client side: a block-cluster task per new block hash in the block
-    database, from ``figures.first_block`` on."""
+class Following:
+    """The client side: ``client.follow`` from ``figures.first_block``, its events
+    recorded for the screen and the figures."""
 
     def __init__(
-        self, client: Client, job: ChainJob, store: BlockStore, figures: LiveFigures
+        self,
+        client: Client,
+        job: ChainJob,
+        figures: LiveFigures,
+        *,
+        block_db_url: str,
+        sink_db_url: str,
     ) -> None:
         self.client = client
         self.job = job
-        self.store = store
         self.figures = figures
-        self.submitted: dict[int, str] = {}
-        self.runs: set[asyncio.Task[None]] = set()
-        self.in_flight: set[int] = set()  # block numbers with a task under way
+        self.block_db_url = block_db_url
+        self.sink_db_url = sink_db_url
+        self.stop = asyncio.Event()
+        self.written: dict[int, str] = {}  # the hash follow last wrote, by block
         self.recent: list[tuple[int, str, str, str]] = []  # number, hash, outcome, lag
-        self.ingested = -1
-        self.run_id = f"demo-{os.getpid()}-live"
+        self.ingest: IngestProgress | None = None
+        # Blocks follow said it rewrites for a reorg and has not written again yet.
+        self.rewriting: set[int] = set()
+        # Lines that stay on screen above the live table (the reorg and its fix).
+        self.notes: list[str] = []
 
-    async def poll(self) -> None:
-        head = await self.store.head()
-        if head is None:
-            return
-        self.ingested = head["number"]
-        low = max(self.figures.first_block, self.ingested - _WINDOW)
-        if low <= self.ingested:
-            for row in await self.store.blocks(low, self.ingested):
-                number, block_hash = row["block_number"], row["block_hash"]
-                if self.submitted.get(number) != block_hash:
-                    self.submit(number, block_hash)
-        cursor = self.figures.reorgs_seen[-1]["id"] if self.figures.reorgs_seen else 0
-        self.figures.reorgs_seen += await self.store.reorgs(after_id=cursor)
+    async def run(self) -> None:
+        events: AsyncIterator[FollowEvent] = self.client.follow(
+            function=self.job.function,
+            source_table=self.job.source_table,
+            unit=self.job.unit,
+            sink_table=self.job.sink_table,
+            writer_config=self.job.writer_config(),
+            db_url=self.block_db_url,
+            sink_db_url=self.sink_db_url,
+            from_block=self.figures.first_block,
+            poll_interval_s=_POLL_S,
+            stop=self.stop,
+        )
+        async for event in events:
+            self._record(event)
 
-    def submit(self, number: int, block_hash: str) -> None:
-        self.submitted[number] = block_hash
-        run = asyncio.create_task(self._run_block(number, block_hash))
-        self.runs.add(run)
-        run.add_done_callback(self.runs.discard)
-
-    async def _run_block(self, number: int, block_hash: str) -> None:
-        self.in_flight.add(number)
-        try:
-            await self._attempts(number, block_hash)
-        finally:
-            self.in_flight.discard(number)
-
-    async def _attempts(self, number: int, block_hash: str) -> None:
-        for attempt in range(1, MAX_ATTEMPTS + 1):
-            task_id = f"{self.run_id}-{number}-{block_hash[2:10]}-{attempt}"
-            self.figures.tasks += 1
-            result = await self.client.run(self.job.block_task(number, block_hash, task_id))
-            if result.ok:
-                self.figures.written += 1
-                self.figures.written_hashes.setdefault(number, []).append(block_hash)
-                self._show(number, block_hash, "written")
-                return
-            if self.submitted.get(number) != block_hash:
-                self.figures.superseded += 1
-                self._show(number, block_hash, "reorged away")
-                return
-            if not result.retryable or attempt == MAX_ATTEMPTS:
-                self.figures.failed.append(_failure(result))
-                self._show(number, block_hash, result.failure_code or result.state.value)
-                return
+    def _record(self, event: FollowEvent) -> None:
+        f = self.figures
+        match event:
+            case FollowStarted():
+                pass
+            case BlockWritten():
+                self.written[event.number] = event.hash
+                f.written += 1
+                f.written_hashes.setdefault(event.number, []).append(event.hash)
+                f.seen_lags_ms.append(event.seen_lag_ms)
+                self._show(event.number, event.hash, f"written, {event.rows} rows")
+                if event.number in self.rewriting:
+                    self.rewriting.discard(event.number)
+                    self.notes.append(
+                        f"[yellow]block {event.number} rewritten[/] on the new branch "
+                        f"{event.hash[:12]}…, {event.rows} rows"
+                    )
+            case BlockRetrying():
+                f.retries += 1
+                self._show(event.number, event.hash, f"retrying ({event.failure_code})")
+            case BlockFailed():
+                f.failed.append(f"{event.task_id}: {event.failure_code} {event.failure_message}")
+                self._show(event.number, event.hash, f"failed ({event.failure_code})")
+            case ReorgReconciled():
+                f.reorgs.append(event)
+                self.rewriting.update(event.rewritten)
+                self.notes.append(
+                    f"[bold yellow]reorg[/] of depth {event.depth} above block "
+                    f"{event.fork_block_number}: follow rewrites {len(event.rewritten)} blocks "
+                    f"written on the abandoned branch "
+                    f"({', '.join(map(str, event.rewritten)) or 'none'}), deletes "
+                    f"{len(event.deleted)}"
+                )
+            case BlocksDeleted():
+                f.deleted += len(event.numbers)
+                for number in event.numbers:
+                    self.written.pop(number, None)
+            case _:
+                assert_never(event)
 
     def _show(self, number: int, block_hash: str, outcome: str) -> None:
         mined = self.figures.mined.get(block_hash)
         lag = "" if mined is None else f"{time.time_ns() // 1_000_000 - mined} ms"
         self.recent = [*self.recent[-7:], (number, block_hash, outcome, lag)]
 
-    async def settle(self, node_head: int, sink_db_url: str) -> None:
-        """Wait for ingest to hold ``node_head`` and for every task to end; then
-        resubmit what the sink holds under a hash that is not canonical."""
-        deadline = time.monotonic() + _SETTLE_TIMEOUT_S
-        while time.monotonic() < deadline:
-            await self.poll()
-            if self.ingested >= node_head and not self.runs:
-                break
-            await asyncio.sleep(_POLL_S)
-        canonical = {
-            row["block_number"]: row["block_hash"]
-            for row in await self.store.blocks(self.figures.first_block, self.ingested)
-        }
-        sink = await open_sink(parse_blockdb_url(sink_db_url))
-        try:
-            written = await sink.written(self.job.sink_table)
-            ledger = {w["block_number"]: w["block_hash"] for w in written}
-        finally:
-            await sink.close()
-        for number, block_hash in canonical.items():
-            if ledger.get(number) != block_hash and number not in self.in_flight:
-                self.figures.reconciled += 1
-                self.submit(number, block_hash)
-        if self.runs:
-            await asyncio.wait(set(self.runs), timeout=max(deadline - time.monotonic(), 1.0))
-        self.figures.head = self.ingested
-
-    async def close(self) -> None:
-        for run in list(self.runs):
-            run.cancel()
-        await asyncio.gather(*self.runs, return_exceptions=True)
+    def caught_up(self, hashes: dict[int, str]) -> bool:
+        """Follow has written every block of ``hashes`` under that hash."""
+        return all(self.written.get(n) == h for n, h in hashes.items())
 
 
-def _view(chain: LiveChain, follower: BlockFollower, started: float) -> Group:
-    table = Table(title="live blocks (block cluster)", expand=False)
-    for column in ("block", "hash", "outcome", "mined → written"):
+def _view(chain: LiveChain, following: Following, started: float) -> Group:
+    table = Table(title="live blocks (client.follow on the block cluster)", expand=False)
+    for column in ("block", "hash", "follow", "mined → written"):
         table.add_column(column, justify="right" if column == "block" else "left")
-    for number, block_hash, outcome, lag in follower.recent:
-        style = "yellow" if outcome == "reorged away" else ""
-        table.add_row(str(number), block_hash[:12] + "…", outcome, lag, style=style)
-    f = follower.figures
+    for number, block_hash, outcome, lag in following.recent:
+        reorged = chain.figures.reorg is not None and number in chain.figures.reorg.old_hashes
+        table.add_row(
+            str(number), block_hash[:12] + "…", outcome, lag, style="yellow" if reorged else ""
+        )
+    f = following.figures
+    progress = following.ingest
+    ingested = "-" if progress is None or progress.head is None else str(progress.head)
     status = Text(
         f"  {time.monotonic() - started:4.1f} s  node head {chain.node_head}  "
-        f"ingested {follower.ingested}  tasks {f.tasks}  written {f.written}  "
-        f"superseded {f.superseded}  reorgs seen by ingest {len(f.reorgs_seen)}"
+        f"ingested {ingested}  written {f.written}  retries {f.retries}  "
+        f"reorgs seen by ingest {0 if progress is None else progress.reorgs}"
     )
-    lines: list[Any] = [table, status]
-    for reorg in f.reorgs_seen:
-        lines.append(
-            Text(
-                f"  reorg: ingest dropped the blocks above {reorg['fork_block_number']} "
-                f"(depth {reorg['depth']}); their new hashes are being written",
-                style="bold yellow",
-            )
-        )
-    return Group(*lines)
+    return Group(table, status)
 
 
-def _failure(result: TaskResult) -> str:
-    return f"{result.task_id}: {result.failure_code} {result.failure_message}"
+def _print_notes(following: Following, screen: Live) -> None:
+    for note in following.notes:
+        screen.console.print(f"  {note}")
+    following.notes.clear()
 
 
 async def live_stage(
@@ -242,35 +242,69 @@ async def live_stage(
     reorg_depth: int = 3,
     transfers: Transfers | None = None,
 ) -> LiveFigures:
-    """Mine for ``seconds`` with ingest following; the block cluster writes each new
-    block of ``job`` from ``first_block`` on; one reorg of ``reorg_depth``."""
+    """Mine for ``seconds`` with ingest following and ``client.follow`` writing each
+    new block of ``job`` from ``first_block`` on; one reorg of ``reorg_depth``."""
     started = time.monotonic()
     figures = LiveFigures(first_block=first_block)
-    db = parse_blockdb_url(block_db_url)
-    stop_ingest = asyncio.Event()
-    follow = IngestOptions(follow=True, poll_interval_s=_POLL_S, batch_size=20)
-    ingesting = asyncio.create_task(ingest(rpc_url, db, follow, stop=stop_ingest))
-    store = await open_store(db)
     chain = LiveChain(devnet, transfers or Transfers(), figures)
-    follower = BlockFollower(client, job, store, figures)
+    following = Following(client, job, figures, block_db_url=block_db_url, sink_db_url=sink_db_url)
+
+    def on_ingest(progress: IngestProgress) -> None:
+        following.ingest = progress
+
+    stop_ingest = asyncio.Event()
+    options = IngestOptions(follow=True, poll_interval_s=_POLL_S, batch_size=20)
+    ingesting = asyncio.create_task(
+        ingest(
+            rpc_url,
+            parse_blockdb_url(block_db_url),
+            options,
+            stop=stop_ingest,
+            on_progress=on_ingest,
+        )
+    )
+    follower = asyncio.create_task(following.run())
+    miner = asyncio.create_task(chain.run(seconds, block_time_s, reorg_depth))
     try:
-        miner = asyncio.create_task(chain.run(seconds, block_time_s, reorg_depth))
-        with Live(_view(chain, follower, started), console=console, refresh_per_second=8) as screen:
-            while not miner.done():
-                if ingesting.done():
-                    ingesting.result()  # an ingest error surfaces here
-                await follower.poll()
-                screen.update(_view(chain, follower, started))
+        with Live(
+            _view(chain, following, started), console=console, refresh_per_second=8
+        ) as screen:
+            catch_up_by: float | None = None
+            while not (ingesting.done() or follower.done()):
+                _print_notes(following, screen)
+                screen.update(_view(chain, following, started))
+                if miner.done():
+                    miner.result()
+                    if catch_up_by is None:
+                        catch_up_by = time.monotonic() + _CATCH_UP_TIMEOUT_S
+                    if following.caught_up(chain.hashes) or time.monotonic() > catch_up_by:
+                        break
                 await asyncio.sleep(_POLL_S)
-            miner.result()
-            await follower.settle(chain.node_head, sink_db_url)
-            screen.update(_view(chain, follower, started))
+            for side in (ingesting, follower):
+                if side.done():
+                    side.result()  # an ingest or follow error surfaces here
+            figures.caught_up = following.caught_up(chain.hashes)
+            if not figures.caught_up:
+                figures.failed.append(
+                    f"follow had not written every live block up to {chain.node_head} "
+                    f"under the node's hash (waited up to {_CATCH_UP_TIMEOUT_S:g} s after "
+                    "mining stopped)"
+                )
+            figures.head = chain.node_head
+            following.stop.set()
+            try:
+                await asyncio.wait_for(follower, _STOP_TIMEOUT_S)
+            except TimeoutError:
+                figures.failed.append(f"follow did not stop within {_STOP_TIMEOUT_S:g} s")
+            _print_notes(following, screen)
+            screen.update(_view(chain, following, started))
         console.print()
     finally:
+        for task in (miner, follower):
+            task.cancel()
         stop_ingest.set()
         with contextlib.suppress(Exception):
             await ingesting
-        await follower.close()
-        await store.close()
+        await asyncio.gather(miner, follower, return_exceptions=True)
     figures.seconds = time.monotonic() - started
     return figures

@@ -143,7 +143,7 @@ async def _reorg(
         and node[n] != reorg.old_hashes[n]
     ]
     span = f"{numbers[0]}-{numbers[-1]}"
-    # Blocks whose abandoned branch had reached the sink before the reorg.
+    # Blocks whose abandoned branch follow had written before the reorg (its events).
     overwritten = sum(1 for n in rewritten if reorg.old_hashes[n] in live.written_hashes.get(n, []))
     if len(rewritten) != len(numbers):
         return Check(
@@ -154,8 +154,8 @@ async def _reorg(
     return Check(
         True,
         f"reorg corrected: {len(rewritten)} blocks rewritten, sink matches chain "
-        f"(blocks {span} above the fork at {reorg.fork_block_number}; {overwritten} of them "
-        "had been written under the abandoned hash)",
+        f"(blocks {span} above the fork at {reorg.fork_block_number}; follow had written "
+        f"{overwritten} of them under the abandoned hash)",
     )
 
 

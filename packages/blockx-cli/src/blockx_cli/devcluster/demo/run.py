@@ -3,9 +3,10 @@
 Stages, each timed: start the cluster (``blockx-dev`` in the background, with
 anvil, the block and sink databases and both clusters) → generate blocks of ERC-20
 transfers on anvil → ingest them into the block database → backfill per-block
-token volume through the bundle cluster → go live (anvil mining, ingest
-following, the block cluster writing each new block, one reorg) → read the
-results back from the sink and check them against the chain.
+token volume through the bundle cluster with ``client.backfill`` → go live (anvil
+mining, ingest following, ``client.follow`` writing each new block through the
+block cluster, one reorg) → read the results back from the sink and check them
+against the chain.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class DemoOptions(msgspec.Struct, frozen=True, kw_only=True):
     blocks: int = 2000
     transfers: Transfers = Transfers()
     backfill_tasks: int = 8
+    backfill_tasks_in_flight: int = 4
     bundle_size: int = 50
     live_seconds: float = 10.0
     block_time_s: float = 0.25
@@ -130,27 +132,32 @@ async def _stages(
             )
         with stages.stage(
             "backfill",
-            f"{job.function} per block and token through the bundle cluster into sink "
-            f"table {job.sink_table!r}",
+            f"client.backfill: {job.function} per block and token through the bundle "
+            f"cluster into sink table {job.sink_table!r}",
         ):
             backfill = await backfill_stage(
                 client,
                 job,
                 0,
                 generated.head,
+                block_db_url=block_db,
                 sink_db_url=sink_db,
                 console=console,
                 tasks=o.backfill_tasks,
+                tasks_in_flight=o.backfill_tasks_in_flight,
                 bundle_size=o.bundle_size,
             )
+            done = backfill.done
             console.print(
-                f"  {backfill.blocks:,} blocks, {backfill.rows:,} rows in {backfill.tasks} "
-                f"tasks: {backfill.blocks_per_s:,.0f} blocks/s"
+                f"  {done.blocks:,} blocks, {done.rows:,} rows in {done.tasks} tasks "
+                f"({done.retries} retries, {done.failed} failed): "
+                f"{done.blocks_per_s:,.0f} blocks/s"
             )
         with stages.stage(
             "live",
             f"{o.live_seconds:g} s of a block every {o.block_time_s:g} s, ingest following, "
-            f"the block cluster writing each block, a reorg of depth {o.reorg_depth}",
+            f"client.follow writing each block through the block cluster, a reorg of depth "
+            f"{o.reorg_depth}",
         ):
             live = await live_stage(
                 client,
@@ -196,19 +203,28 @@ def _print_figures(
     figures = Table(title="figures")
     figures.add_column("what")
     figures.add_column("value", justify="right")
-    figures.add_row("backfill", f"{backfill.blocks_per_s:,.0f} blocks/s")
-    figures.add_row("backfill rows", f"{backfill.rows / max(backfill.seconds, 1e-9):,.0f} rows/s")
+    done = backfill.done
+    figures.add_row("backfill (client.backfill)", f"{done.blocks_per_s:,.0f} blocks/s")
+    figures.add_row("backfill rows", f"{done.rows_per_s:,.0f} rows/s")
     live_blocks = live.head - live.first_block + 1
+    reorgs = ", ".join(
+        f"reorg of depth {r.depth}: {len(r.rewritten)} rewritten, {len(r.deleted)} deleted"
+        for r in live.reorgs
+    )
     figures.add_row(
-        "live blocks",
-        f"{live_blocks} ({live.tasks} tasks, {live.superseded} superseded by the reorg, "
-        f"{live.reconciled} reconciled)",
+        "live blocks (client.follow)",
+        f"{live_blocks} ({live.written} writes, {live.retries} retries; {reorgs or 'no reorg'})",
     )
     lags = report.lags_ms
     figures.add_row(
         "head lag (mined → rows committed)",
         f"p50 {percentile(lags, 50)} ms, p99 {percentile(lags, 99)} ms, "
-        f"max {max(lags, default=0)} ms",
+        f"max {max(lags, default=0)} ms (the sink's ledger)",
+    )
+    seen = live.seen_lags_ms
+    figures.add_row(
+        "follow: block seen → written",
+        f"p50 {percentile(seen, 50)} ms, p99 {percentile(seen, 99)} ms (its block events)",
     )
     for name, seconds in stages.times:
         figures.add_row(f"stage: {name}", f"{seconds:.1f} s")
