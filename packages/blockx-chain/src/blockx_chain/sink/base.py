@@ -142,15 +142,15 @@ class SinkStore(abc.ABC):
             await tx.lock([f"{table}:{n}" for n in sorted(numbers)])
             types = await self._widened(tx, table, declared, given, key_columns)
             quoted = identifier(table, "table")
-            await tx.executemany(
-                f"DELETE FROM {quoted} WHERE block_number = ?", [(n,) for n in numbers]
-            )
+            # One statement per run of consecutive blocks, not one per block.
+            runs = _runs(numbers)
+            await tx.executemany(f"DELETE FROM {quoted} WHERE block_number BETWEEN ? AND ?", runs)
             await self._insert(
                 tx, table, types, given, key_columns, conflict=None, stamps=stamps, brought=brought
             )
             await tx.executemany(
-                f"DELETE FROM {LEDGER} WHERE table_name = ? AND block_number = ?",
-                [(table, n) for n in numbers],
+                f"DELETE FROM {LEDGER} WHERE table_name = ? AND block_number BETWEEN ? AND ?",
+                [(table, low, high) for low, high in runs],
             )
             await tx.executemany(
                 f"INSERT INTO {LEDGER} (table_name, block_number, block_hash, code_epoch, "
@@ -360,6 +360,17 @@ class SinkStore(abc.ABC):
             else:
                 sql += f" ON CONFLICT ({targets}) DO NOTHING"
         await tx.executemany(sql, values)
+
+
+def _runs(numbers: Sequence[int]) -> list[tuple[int, int]]:
+    """``numbers`` (distinct) as runs of consecutive numbers: ``(first, last)``."""
+    runs: list[tuple[int, int]] = []
+    for n in sorted(numbers):
+        if runs and runs[-1][1] == n - 1:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
 
 
 def _stamped_types(declared: dict[str, SinkType], *, with_row_index: bool) -> dict[str, SinkType]:
