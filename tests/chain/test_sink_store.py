@@ -78,6 +78,18 @@ async def test_a_block_without_rows_is_in_the_ledger(sink: SinkStore) -> None:
     ]
 
 
+async def test_replacing_blocks_with_a_gap_leaves_the_gap_alone(sink: SinkStore) -> None:
+    await sink.replace_blocks("gap", [(n, f"0x{n}", [{"v": n}]) for n in (1, 2, 3, 5)])
+    await sink.replace_blocks("gap", [(3, "0x3b", [{"v": 30}]), (1, "0x1b", []), (5, "0x5", [])])
+    assert [(r["block_number"], r["v"]) for r in await sink.rows("gap")] == [(2, 2), (3, 30)]
+    assert [(r["block_number"], r["block_hash"]) for r in await sink.written("gap")] == [
+        (1, "0x1b"),
+        (2, "0x2"),
+        (3, "0x3b"),
+        (5, "0x5"),
+    ]
+
+
 async def test_declared_columns_and_a_changed_type(sink: SinkStore) -> None:
     await sink.replace_blocks(
         "typed", [(1, "0x1", [{"v": "1"}])], columns={"v": "text", "j": "JSON"}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import msgspec
 import pytest
 
 from blockx_server.io.backends.memory import MemoryBackend
@@ -78,6 +79,17 @@ async def test_reads_with_positional_and_keyword_arguments(
 ) -> None:
     scope = TaskIoScope(router, "t1")
     assert value(await scope.request("memory", op, args, kwargs)) == expected
+
+
+@pytest.mark.parametrize(("op", "args", "kwargs", "expected"), READS)
+async def test_an_answer_decodes_to_its_json(
+    router: IoRouter, op: str, args: list[Any], kwargs: dict[str, Any], expected: Any
+) -> None:
+    # A served answer keeps the backend's value (no decoding for in-process callers);
+    # either way it is what value_json decodes to.
+    outcome = await TaskIoScope(router, "t1").request("memory", op, args, kwargs)
+    assert outcome.decoded() == expected == value(outcome)
+    assert msgspec.structs.replace(outcome, value=msgspec.UNSET).decoded() == expected
 
 
 FAILURES = [

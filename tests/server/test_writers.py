@@ -241,3 +241,20 @@ async def test_covered_blocks_without_calls_are_written_empty() -> None:
     ]
     with pytest.raises(WriterError, match="two hashes"):
         rows_per_block([_out(0, {"v": 1}, 4, branch=1)], "W", covered)
+
+
+BAD_OUTPUTS = [
+    # (the value_json of output 1, between two good ones; the error)
+    (b"{", "output 1 is no JSON"),
+    (b'1, {"v": 9}', "output 1 is no JSON"),  # decoded together, this would be two values
+    (b"", "output 1 is no JSON"),
+    (b"5", "call 1 returned int"),
+]
+
+
+@pytest.mark.parametrize(("raw", "message"), BAD_OUTPUTS)
+def test_an_output_that_is_no_rows_is_named(raw: bytes, message: str) -> None:
+    context = CallContext(block_number=2, block_hash=block_hash(2))
+    outputs = [_out(0, {"v": 1}, 2), RootOutput(1, raw, context), _out(2, {"v": 2}, 2)]
+    with pytest.raises(WriterError, match=message):
+        rows_per_block(outputs, "W")

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final
 
+from blockx_chain.sink.encode import encode_rows
 from blockx_chain.sink.errors import SinkRejected
 from blockx_chain.sink.schema import (
     BLOCK_HASH,
@@ -27,7 +28,6 @@ from blockx_chain.sink.schema import (
     STAMP_TYPES,
     Plan,
     SinkType,
-    cell,
     identifier,
     parse_types,
     plan,
@@ -107,39 +107,57 @@ class SinkStore(abc.ABC):
         key_columns = list(key) if key else list(DEFAULT_BLOCK_KEY)
         declared = _stamped_types(parse_types(columns), with_row_index=not key)
         numbers: list[int] = []
-        stamped: list[dict[str, Any]] = []
         ledger: list[tuple[Any, ...]] = []
+        # The rows as given, and the columns the writer stamps on them.
+        given: list[Mapping[str, Any]] = []
+        stamps: dict[str, list[Any]] = {BLOCK_NUMBER: [], BLOCK_HASH: [], CODE_EPOCH: []}
+        if not key:
+            stamps[ROW_INDEX] = []
         for number, block_hash, rows in blocks:
             if isinstance(number, bool) or not isinstance(number, int) or number < 0:
                 raise SinkRejected(f"block number {number!r} is no block number")
             if not isinstance(block_hash, str):
                 raise SinkRejected(f"block {number}: hash {block_hash!r} is no text")
             numbers.append(number)
-            for index, row in enumerate(rows):
-                stamped.append(_stamp(table, row, number, block_hash, code_epoch, index, key))
+            count = len(rows)
+            given.extend(rows)
+            stamps[BLOCK_NUMBER].extend([number] * count)
+            stamps[BLOCK_HASH].extend([block_hash] * count)
+            stamps[CODE_EPOCH].extend([code_epoch] * count)
+            if not key:
+                stamps[ROW_INDEX].extend(range(count))
             ledger.append((table, number, block_hash, code_epoch, task_id, now_ms))
+        brought = _stampable(table, given, stamps, key)
+        if brought is None:
+            # Some row cannot be stamped: say which, the first in block and row order.
+            for number, block_hash, rows in blocks:
+                for index, row in enumerate(rows):
+                    _stamp(table, row, number, block_hash, code_epoch, index, key)
+            raise AssertionError("_stampable refused rows _stamp accepts")  # pragma: no cover
         if len(set(numbers)) != len(numbers):
             raise SinkRejected("replace_blocks was given the same block twice")
         if not numbers:
             return {"blocks": 0, "rows": 0}
         async with self.transaction() as tx:
             await tx.lock([f"{table}:{n}" for n in sorted(numbers)])
-            types = await self._widened(tx, table, declared, stamped, key_columns)
+            types = await self._widened(tx, table, declared, given, key_columns)
             quoted = identifier(table, "table")
-            await tx.executemany(
-                f"DELETE FROM {quoted} WHERE block_number = ?", [(n,) for n in numbers]
+            # One statement per run of consecutive blocks, not one per block.
+            runs = _runs(numbers)
+            await tx.executemany(f"DELETE FROM {quoted} WHERE block_number BETWEEN ? AND ?", runs)
+            await self._insert(
+                tx, table, types, given, key_columns, conflict=None, stamps=stamps, brought=brought
             )
-            await self._insert(tx, table, types, stamped, key_columns, conflict=None)
             await tx.executemany(
-                f"DELETE FROM {LEDGER} WHERE table_name = ? AND block_number = ?",
-                [(table, n) for n in numbers],
+                f"DELETE FROM {LEDGER} WHERE table_name = ? AND block_number BETWEEN ? AND ?",
+                [(table, low, high) for low, high in runs],
             )
             await tx.executemany(
                 f"INSERT INTO {LEDGER} (table_name, block_number, block_hash, code_epoch, "
                 "task_id, written_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
                 ledger,
             )
-        return {"blocks": len(numbers), "rows": len(stamped)}
+        return {"blocks": len(numbers), "rows": len(given)}
 
     async def upsert(
         self,
@@ -314,18 +332,18 @@ class SinkStore(abc.ABC):
         key: Sequence[str],
         *,
         conflict: list[str] | None,
+        stamps: dict[str, list[Any]] | None = None,
+        brought: set[str] | None = None,
     ) -> None:
+        """Insert ``rows`` (with the ``stamps`` columns, which win over a row's own
+        value; ``brought``: the column names the rows have, when known)."""
         if not rows:
             return
-        present = {name for row in rows for name in row}
+        stamps = stamps or {}
+        present = set(stamps).union(*rows) if brought is None else {*stamps, *brought}
         names = [name for name in types if name in present]
-        pg = tx.postgres
-        values: list[tuple[Any, ...]] = []
-        for row in rows:
-            for name in key:
-                if row.get(name) is None:
-                    raise SinkRejected(f"a row of table {table!r} has no key column {name!r}")
-            values.append(tuple(cell(table, n, types[n], row.get(n), pg) for n in names))
+        columns = [stamps[n] if n in stamps else [row.get(n) for row in rows] for n in names]
+        values = encode_rows(table, [types[n] for n in names], names, columns, key, tx.postgres)
         quoted = identifier(table, "table")
         column_list = ", ".join(identifier(n, "column") for n in names)
         marks = ", ".join("?" for _ in names)
@@ -344,12 +362,48 @@ class SinkStore(abc.ABC):
         await tx.executemany(sql, values)
 
 
+def _runs(numbers: Sequence[int]) -> list[tuple[int, int]]:
+    """``numbers`` (distinct) as runs of consecutive numbers: ``(first, last)``."""
+    runs: list[tuple[int, int]] = []
+    for n in sorted(numbers):
+        if runs and runs[-1][1] == n - 1:
+            runs[-1] = (runs[-1][0], n)
+        else:
+            runs.append((n, n))
+    return runs
+
+
 def _stamped_types(declared: dict[str, SinkType], *, with_row_index: bool) -> dict[str, SinkType]:
     stamps = {n: t for n, t in STAMP_TYPES.items() if n != ROW_INDEX or with_row_index}
     for name, kind in stamps.items():
         if name in declared and declared[name] is not kind:
             raise SinkRejected(f"column {name!r} is the writer's, always {kind}")
     return {**stamps, **declared}
+
+
+def _stampable(
+    table: str,
+    rows: Sequence[Any],
+    stamps: Mapping[str, list[Any]],
+    key: Sequence[str] | None,
+) -> set[str] | None:
+    """The column names ``rows`` bring, or None when some row cannot be stamped
+    (``_stamp`` says why): it is no object of column names, it carries a block
+    number or hash other than its call's, or a row_index without a key."""
+    if not all(issubclass(kind, Mapping) for kind in set(map(type, rows))):
+        return None
+    brought: set[str] = set().union(*rows)
+    if not all(isinstance(name, str) for name in brought):
+        return None
+    if not key and ROW_INDEX in brought:
+        return None
+    for name in (BLOCK_NUMBER, BLOCK_HASH):
+        if name in brought:
+            for row, expected in zip(rows, stamps[name], strict=True):
+                own = row.get(name)
+                if own is not None and own != expected:
+                    return None
+    return brought
 
 
 def _mapping(table: str, row: Any) -> dict[str, Any]:

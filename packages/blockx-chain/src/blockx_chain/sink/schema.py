@@ -31,7 +31,7 @@ CODE_EPOCH: Final = "code_epoch"
 ROW_INDEX: Final = "row_index"
 
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
-_INT64: Final = (-(2**63), 2**63 - 1)
+INT64: Final = (-(2**63), 2**63 - 1)
 
 
 class SinkType(enum.StrEnum):
@@ -94,7 +94,7 @@ def infer(value: Any) -> SinkType | None:
         case None:
             return None
         case bool() | int():
-            return SinkType.INTEGER if _INT64[0] <= value <= _INT64[1] else SinkType.NUMERIC
+            return SinkType.INTEGER if INT64[0] <= value <= INT64[1] else SinkType.NUMERIC
         case float():
             return SinkType.REAL
         case str():
@@ -137,6 +137,13 @@ def plan(
             )
         if recorded is None:
             types[name] = added[name] = kind
+    brought: set[str] = set().union(*rows)
+    if brought <= types.keys() and (
+        brought.isdisjoint(added) or len({n.lower() for n in types}) == len(types)
+    ):
+        # Every column the rows bring is recorded or declared, and no two differ only
+        # by case: the loop below would find nothing to add or refuse.
+        return Plan(added=list(added.items()), types=types)
     lowered = {name.lower(): name for name in types}
     for row in rows:
         for name, value in row.items():
@@ -174,7 +181,7 @@ def cell(table: str, column: str, kind: SinkType, value: Any, postgres: bool) ->
         return None
     match kind:
         case SinkType.INTEGER:
-            if isinstance(value, int) and _INT64[0] <= value <= _INT64[1]:
+            if isinstance(value, int) and INT64[0] <= value <= INT64[1]:
                 return int(value)
         case SinkType.REAL:
             if isinstance(value, int | float) and not isinstance(value, bool):

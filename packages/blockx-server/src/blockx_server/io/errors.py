@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -35,6 +35,9 @@ RETRYABLE: Final[Mapping[IoErrorKind, bool]] = {
 }
 
 
+_decode: Final = msgspec.json.Decoder().decode
+
+
 class BackendError(Exception):
     """Raised by a backend; ``kind`` is what the function sees as ``IoError.kind``."""
 
@@ -62,6 +65,17 @@ class IoOutcome(msgspec.Struct, frozen=True):
     queue_us: int = 0
     cached: bool = False
     shared: bool = False
+    # The backend's own answer when it was just served (not cached): what
+    # ``value_json`` decodes to, so an in-process caller (a Builder, a Writer) need
+    # not decode it again. Shared by every caller of one request: read it, never
+    # change it.
+    value: Any = msgspec.UNSET
+
+    def decoded(self) -> Any:
+        """The answer's value (``value_json`` decoded when it was not kept)."""
+        if self.value is msgspec.UNSET:
+            return _decode(self.value_json)
+        return self.value
 
     @property
     def write_forbidden(self) -> bool:

@@ -263,7 +263,7 @@ class IoRouter:
             )
         io_us = _since_us(started)
         try:
-            return IoOutcome(True, _json.encode(value), io_us=io_us)
+            return IoOutcome(True, _json.encode(value), io_us=io_us, value=value)
         except (TypeError, ValueError) as exc:
             return failure(IoErrorKind.BAD_VALUE, str(exc), io_us)
 

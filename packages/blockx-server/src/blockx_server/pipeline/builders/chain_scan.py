@@ -63,7 +63,7 @@ async def _read(ctx: TaskContext, op: str, what: str, *args: Any) -> Any:
         if outcome.error_kind == IoErrorKind.BAD_REQUEST and "BLOCKDB_MAX_ROWS" in outcome.error:
             raise _TooWide(error.message)
         raise error
-    return msgspec.json.decode(outcome.value_json)
+    return outcome.decoded()
 
 
 class ChainScanner:

@@ -53,6 +53,10 @@ def output_rows(output: RootOutput, plugin: str) -> list[dict[str, Any]]:
         value = msgspec.json.decode(output.value_json)
     except msgspec.DecodeError as exc:
         raise WriterError(f"{plugin}: output {output.index} is no JSON: {exc}") from None
+    return _rows(output, value, plugin)
+
+
+def _rows(output: RootOutput, value: Any, plugin: str) -> list[dict[str, Any]]:
     match value:
         case None:
             return []
@@ -68,6 +72,17 @@ def output_rows(output: RootOutput, plugin: str) -> list[dict[str, Any]]:
             )
 
 
+def _decoded_all(outputs: Sequence[RootOutput]) -> list[Any] | None:
+    """Every output's value, decoded as one JSON array (one decoder call instead of
+    one per call); None when that does not give one value per output: then each is
+    decoded on its own, so the error names the output that is no JSON."""
+    try:
+        values = msgspec.json.decode(b"[" + b",".join(o.value_json for o in outputs) + b"]")
+    except msgspec.DecodeError:
+        return None
+    return values if isinstance(values, list) and len(values) == len(outputs) else None
+
+
 def rows_per_block(
     outputs: Sequence[RootOutput], plugin: str, covered: Mapping[int, str] | None = None
 ) -> list[BlockRows]:
@@ -75,7 +90,8 @@ def rows_per_block(
     number to hash: what a chain Builder scanned, blocks without calls included),
     in block order, each with its rows in call order."""
     blocks: dict[int, BlockRows] = {n: (n, h, []) for n, h in (covered or {}).items()}
-    for output in outputs:
+    values = _decoded_all(outputs)
+    for i, output in enumerate(outputs):
         context = output.context
         if context is None or context.block_number is None or context.block_hash is None:
             raise WriterError(
@@ -91,7 +107,10 @@ def rows_per_block(
                 f"{plugin}: block {number} came with two hashes ({entry[1]}, {block_hash})",
                 retryable=False,
             )
-        entry[2].extend(output_rows(output, plugin))
+        if values is None:
+            entry[2].extend(output_rows(output, plugin))
+        else:
+            entry[2].extend(_rows(output, values[i], plugin))
     return [blocks[n] for n in sorted(blocks)]
 
 
@@ -112,7 +131,7 @@ async def check_canonical(ctx: TaskContext, blocks: Sequence[BlockRows], plugin:
             if outcome.error_kind == IoErrorKind.UNKNOWN_BACKEND:
                 return
             raise WriterError.from_io(outcome, f"{plugin}: checking the blocks are canonical")
-        for row in msgspec.json.decode(outcome.value_json):
+        for row in outcome.decoded():
             canonical[row["block_number"]] = row["block_hash"]
         start = end + 1
     gone = [(n, h) for n, h, _ in blocks if canonical.get(n) != h]
