@@ -53,6 +53,10 @@ from blockx_core.dispatch._failures import CallFailureKind
 from blockx_core.dispatch._state import Call, Executor, TaskCalls
 from blockx_core.errors import BlockxUsageError
 
+# A function that returns None, as most table functions do for most rows: one
+# shared object for every such output instead of one per call.
+_NULL = b"null"
+
 
 class DispatcherCore(CallBook):
     """See the module docstring. The state and the moves its events share are in
@@ -245,7 +249,7 @@ class DispatcherCore(CallBook):
             if call.parent:
                 self._resume_parent(call, True, result, "", "", out)
                 continue
-            task.outputs[call.root_index] = result
+            task.outputs[call.root_index] = _NULL if result == _NULL else result
             task.output_bytes += len(result)
             task.done_roots += 1
             task.inflight_roots -= 1
