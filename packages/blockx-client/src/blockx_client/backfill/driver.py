@@ -83,27 +83,37 @@ async def make_plan(
     blocks_per_task: int,
     force: bool,
 ) -> BackfillPlan:
-    """The plan, from the block database's hashes and the sink's ledger."""
+    """The plan, from the block database's hashes and the sink's ledger, read one
+    task range at a time so that a range of millions of blocks is never in memory."""
     ranges = split(from_block, to_block, blocks_per_task)
+    run: list[TaskRange] = []
+    skipped: list[TaskRange] = []
     store = await open_store(db_url)
     try:
-        canonical = await canonical_hashes(store, from_block, to_block)
-        head = await store.head()
+        sink = await open_sink(sink_db_url)
+        try:
+            for task_range in ranges:
+                first, last = task_range.from_block, task_range.to_block
+                canonical = await canonical_hashes(store, first, last)
+                missing = missing_block(first, last, canonical)
+                if missing is not None:
+                    head = await store.head()
+                    at = "nothing ingested" if head is None else f"its head is {head['number']}"
+                    raise BackfillError(
+                        f"block {missing} is not in the block database ({at}): ingest it "
+                        "first (blockx chain ingest) or lower --to"
+                    )
+                written = await written_hashes(sink, sink_table, first, last)
+                part = plan([task_range], canonical, written, force=force)
+                run.extend(part.run)
+                skipped.extend(part.skipped)
+        finally:
+            await sink.close()
     finally:
         await store.close()
-    missing = missing_block(from_block, to_block, canonical)
-    if missing is not None:
-        at = "nothing ingested" if head is None else f"its head is {head['number']}"
-        raise BackfillError(
-            f"block {missing} is not in the block database ({at}): ingest it first "
-            "(blockx chain ingest) or lower --to"
-        )
-    sink = await open_sink(sink_db_url)
-    try:
-        written = await written_hashes(sink, sink_table, from_block, to_block)
-    finally:
-        await sink.close()
-    return plan(ranges, canonical, written, force=force)
+    return BackfillPlan(
+        from_block=from_block, to_block=to_block, run=tuple(run), skipped=tuple(skipped)
+    )
 
 
 class _Attempt:
