@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -71,7 +72,7 @@ class ConvergeTaskCalls(msgspec.Struct, frozen=True, kw_only=True):
     failure_code: FailureCode | None = None
     failure_message: str = ""
     failed_call: CallFailure | None = None
-    outputs: list[RootOutput] = msgspec.field(default_factory=list)
+    outputs: Sequence[RootOutput] = ()
 
 
 DispatchCommand = SendCalls | CancelCalls | ResumeWithResult | KillExecutor | ConvergeTaskCalls

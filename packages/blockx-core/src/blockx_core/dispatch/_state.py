@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from blockx_core.calls import CallContext, RootCall, RootOutput
+from blockx_core.calls import CallContext, RootCall, RootOutputs
 
 
 class TaskCalls:
@@ -85,13 +85,11 @@ class TaskCalls:
             self.contexts.extend([None] * (len(self.outputs) - len(self.contexts)))
         self.contexts[index] = context
 
-    def tagged_outputs(self) -> list[RootOutput]:
+    def tagged_outputs(self) -> RootOutputs:
         contexts = self.contexts
-        indexes = range(len(self.outputs))
-        if contexts is None:
-            return list(map(RootOutput, indexes, self.outputs))
-        contexts.extend([None] * (len(self.outputs) - len(contexts)))
-        return list(map(RootOutput, indexes, self.outputs, contexts))
+        if contexts is not None:
+            contexts.extend([None] * (len(self.outputs) - len(contexts)))
+        return RootOutputs(self.outputs, contexts)
 
 
 class Call:

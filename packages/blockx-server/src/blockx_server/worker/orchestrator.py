@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, assert_never
 
 import msgspec
@@ -101,7 +101,7 @@ class _Runtime:
         self.ctx: TaskContext | None = None
         # The Builder's calls: a list, or a stream a streaming Builder prepared.
         self.calls: CallList | CallStream | None = None
-        self.outputs: list[RootOutput] = []
+        self.outputs: Sequence[RootOutput] = ()
         self.job: asyncio.Task[None] | None = None
         # Set when the core already converged the task (timeout, lost watch): a
         # cancelled phase then reports nothing.

@@ -7,6 +7,7 @@ context's IO scope is the only one that may write.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from blockx_core.calls import RootOutput
@@ -36,7 +37,7 @@ class WriterError(Exception):
 
 
 class WriterPlugin(Protocol):
-    async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
+    async def execute(self, ctx: TaskContext, config: Any, outputs: Sequence[RootOutput]) -> bytes:
         """Write or return the outputs (in root order, each with its root index, JSON
         value and the context its Builder gave the call, so a plugin can group them
         per block); the answer is the plugin's ``result`` (JSON bytes). Raise

@@ -12,6 +12,7 @@ the same rows), nothing of it or after it is.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -54,7 +55,7 @@ class BlockBundleWriteResultHandler:
 
     name = "BlockBundleWriteResultHandler"
 
-    async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
+    async def execute(self, ctx: TaskContext, config: Any, outputs: Sequence[RootOutput]) -> bytes:
         parsed: BlockBundleWriteConfig = parse_config(config, BlockBundleWriteConfig, self.name)
         size = parsed.bundle_size or ctx.scan.bundle_size or DEFAULT_BUNDLE_SIZE
         if size < 1:

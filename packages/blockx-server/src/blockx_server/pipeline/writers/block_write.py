@@ -179,7 +179,7 @@ class BlockWriteResultHandler:
 
     name = "BlockWriteResultHandler"
 
-    async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
+    async def execute(self, ctx: TaskContext, config: Any, outputs: Sequence[RootOutput]) -> bytes:
         parsed: BlockWriteConfig = parse_config(config, BlockWriteConfig, self.name)
         # Every block the Builder scanned reaches the ledger, with or without rows.
         blocks = rows_per_block(outputs, self.name, ctx.scan.block_hashes)

@@ -10,6 +10,7 @@ stamps).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -31,7 +32,7 @@ class TableUpsertsResultHandler:
 
     name = "TableUpsertsResultHandler"
 
-    async def execute(self, ctx: TaskContext, config: Any, outputs: list[RootOutput]) -> bytes:
+    async def execute(self, ctx: TaskContext, config: Any, outputs: Sequence[RootOutput]) -> bytes:
         parsed: TableUpsertsConfig = parse_config(config, TableUpsertsConfig, self.name)
         key = [parsed.key] if isinstance(parsed.key, str) else parsed.key
         if not key:
