@@ -13,6 +13,7 @@ from blockx_client import (
     BlockxError,
     ConnectError,
     NoSlotError,
+    SubmitUncertainError,
     TaskFileError,
     UnavailableError,
 )
@@ -23,6 +24,11 @@ TASK_FILE_HINT = "see examples/tasks/hello_world.json for the format"
 
 
 def hint_for(exc: BlockxError) -> str | None:
+    if isinstance(exc, SubmitUncertainError):
+        return (
+            "the worker may have accepted the task: "
+            f"`blockx get-result <task_id> --worker {exc.worker_addr}` tells"
+        )
     if isinstance(exc, ConnectError):
         return "is the cluster running? `blockx dev up` starts one locally"
     if isinstance(exc, NoSlotError):
