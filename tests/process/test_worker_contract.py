@@ -114,6 +114,10 @@ async def rejected(call: Any) -> tuple[Status, str]:
             make_task("v5", {"function": "echo", "callList": []}, timeout_ms=60_001),
             "MAX_TASK_TIMEOUT_MS",
         ),
+        (
+            make_task("x" * 257, {"function": "echo", "callList": []}),
+            "task.task_id is 257 bytes long; at most 256",
+        ),
     ],
 )
 async def test_bad_input_is_invalid_argument(
@@ -129,14 +133,25 @@ async def test_missing_task_is_invalid_argument(stub: worker_v1.WorkerServiceStu
     assert (status, message) == (Status.INVALID_ARGUMENT, "task is required")
 
 
-@pytest.mark.parametrize(("task_id", "ttl"), [("", 1000), ("t", 0), ("t", -5)])
+@pytest.mark.parametrize(
+    ("task_id", "ttl", "words"),
+    [
+        ("", 1000, "task_id is required"),
+        ("t", 0, "ttl_ms must be > 0"),
+        ("t", -5, "ttl_ms must be > 0"),
+        # A lease no one could end until a restart.
+        ("t", 2**63 - 1, "exceeds MAX_SLOT_TTL_MS (60000)"),
+        ("é" * 129, 1000, "task_id is 258 bytes long"),
+    ],
+)
 async def test_request_task_slot_validation(
-    stub: worker_v1.WorkerServiceStub, task_id: str, ttl: int
+    stub: worker_v1.WorkerServiceStub, task_id: str, ttl: int, words: str
 ) -> None:
-    status, _ = await rejected(
+    status, message = await rejected(
         stub.request_task_slot(worker_v1.RequestTaskSlotRequest(task_id=task_id, ttl_ms=ttl))
     )
     assert status is Status.INVALID_ARGUMENT
+    assert words in message
 
 
 @pytest.mark.parametrize(
@@ -268,6 +283,37 @@ async def test_concurrent_submissions_of_one_task_id_run_it_once(
     assert {a.slot_id for a in answers} == {answers[0].slot_id}
     final = await finish(stub, task)
     assert json.loads(execute_result(final).plugin_results[0].result) == [5]
+
+
+async def test_an_oversized_task_id_is_refused_without_echoing_it(
+    stub: worker_v1.WorkerServiceStub,
+) -> None:
+    huge = "z" * 1_000_000
+    status, message = await rejected(
+        stub.get_task_result(worker_v1.GetTaskResultRequest(task_id=huge))
+    )
+    assert status is Status.INVALID_ARGUMENT
+    assert "1000000 bytes long" in message
+    assert len(message) < 200
+    status, message = await rejected(
+        _first(stub.watch_tasks(worker_v1.WatchTasksRequest(task_ids=["ok", huge])))
+    )
+    assert (status, len(message) < 200) == (Status.INVALID_ARGUMENT, True)
+
+
+async def test_a_watch_of_too_many_ids_is_refused(stub: worker_v1.WorkerServiceStub) -> None:
+    ids = [f"w-{n}" for n in range(10_001)]
+    status, message = await rejected(
+        _first(stub.watch_tasks(worker_v1.WatchTasksRequest(task_ids=ids)))
+    )
+    assert status is Status.INVALID_ARGUMENT
+    assert "10001 task_ids in one WatchTasks; at most 10000" in message
+
+
+async def _first(updates: AsyncIterator[worker_v1.TaskUpdate]) -> worker_v1.TaskUpdate:
+    async for update in updates:
+        return update
+    raise AssertionError("the stream ended without an update")
 
 
 async def test_get_task_result_of_an_unknown_task(stub: worker_v1.WorkerServiceStub) -> None:

@@ -21,6 +21,7 @@ from blockx_client._outcomes import worker_lost
 from blockx_client._worker_rpc import WorkerRpc
 from blockx_client.errors import BlockxError, TaskNotFoundError
 from blockx_client.models import TaskResult, TaskState
+from blockx_core.ids import MAX_WATCH_TASK_IDS
 
 _FORGOTTEN = (
     "it no longer knows the task (it restarted, or the result expired after RESULT_RETENTION_MS)"
@@ -57,10 +58,12 @@ class WatchBatcher:
 
     async def _flush(self) -> None:
         await asyncio.sleep(self.LINGER_S)
-        batch, self._batch = self._batch, set()
-        stream = asyncio.create_task(self._watch(sorted(batch)))
-        self._streams.add(stream)
-        stream.add_done_callback(self._streams.discard)
+        batch, self._batch = sorted(self._batch), set()
+        # A Worker takes at most MAX_WATCH_TASK_IDS ids per stream.
+        for start in range(0, len(batch), MAX_WATCH_TASK_IDS):
+            stream = asyncio.create_task(self._watch(batch[start : start + MAX_WATCH_TASK_IDS]))
+            self._streams.add(stream)
+            stream.add_done_callback(self._streams.discard)
 
     async def _watch(self, task_ids: list[str]) -> None:
         waiting = set(task_ids)

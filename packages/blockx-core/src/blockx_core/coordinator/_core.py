@@ -20,7 +20,7 @@ from blockx_core.coordinator._index import CandidateIndex
 from blockx_core.coordinator._view import WorkerView
 from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.heartbeat import WorkerHeartbeat
-from blockx_core.ids import TaskId, WorkerAddr
+from blockx_core.ids import TaskId, WorkerAddr, task_id_problem
 
 
 class Candidate(msgspec.Struct, frozen=True):
@@ -34,10 +34,10 @@ SelectResult = Candidate | Refusal
 
 
 def validate_reserve_request(task_id: TaskId) -> Refusal | None:
-    """ReserveWorkerSlot accepts any non-empty task_id; the Worker owns its meaning."""
-    if not task_id:
-        return Refusal(ErrorCode.INVALID_ARGUMENT, "task_id is required")
-    return None
+    """ReserveWorkerSlot accepts any non-empty task_id up to MAX_TASK_ID_BYTES; the
+    Worker owns its meaning."""
+    problem = task_id_problem(task_id)
+    return None if problem is None else Refusal(ErrorCode.INVALID_ARGUMENT, problem)
 
 
 class CoordinatorCore:

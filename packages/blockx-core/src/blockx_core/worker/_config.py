@@ -13,6 +13,9 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     task_slots: int = 50
     # TTL of the slot SubmitTask reserves inline when it has no slot_id.
     default_ttl_ms: int = 5_000
+    # The longest lease RequestTaskSlot grants: a larger ttl_ms is refused, so no
+    # caller can hold every slot until a restart.
+    max_slot_ttl_ms: int = 60_000
     # Effective task timeout when task_timeout_ms is 0.
     task_deadline_ms: int = 300_000
     max_task_timeout_ms: int = 8 * HOUR_MS
@@ -24,6 +27,7 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
         for name in (
             "task_slots",
             "default_ttl_ms",
+            "max_slot_ttl_ms",
             "task_deadline_ms",
             "max_task_timeout_ms",
             "result_retention_ms",
@@ -33,6 +37,11 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
         if self.watch_disconnect_grace_ms < 0:
             raise InvalidConfig(
                 "watch_disconnect_grace_ms", f"must be >= 0 (got {self.watch_disconnect_grace_ms})"
+            )
+        if self.default_ttl_ms > self.max_slot_ttl_ms:
+            raise InvalidConfig(
+                "default_ttl_ms",
+                f"must be <= max_slot_ttl_ms ({self.default_ttl_ms} > {self.max_slot_ttl_ms})",
             )
         if self.task_deadline_ms > self.max_task_timeout_ms:
             raise InvalidConfig(

@@ -28,6 +28,7 @@ from typing import Final
 
 from blockx_core.deadlines import DeadlineHeap
 from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
+from blockx_core.ids import shown, task_id_problem
 from blockx_core.task import RETRYABLE, PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker._config import WorkerConfig
 from blockx_core.worker._retention import RetainedResults
@@ -135,8 +136,14 @@ class WorkerCore:
     ) -> TaskSnapshot | Refusal:
         if ttl_ms <= 0:
             return Refusal(ErrorCode.INVALID_ARGUMENT, f"ttl_ms must be > 0 (got {ttl_ms})")
-        if not task_id:
-            return Refusal(ErrorCode.INVALID_ARGUMENT, "task_id is required")
+        if ttl_ms > self._config.max_slot_ttl_ms:
+            return Refusal(
+                ErrorCode.INVALID_ARGUMENT,
+                f"ttl_ms {ttl_ms} exceeds MAX_SLOT_TTL_MS ({self._config.max_slot_ttl_ms})",
+            )
+        problem = task_id_problem(task_id)
+        if problem is not None:
+            return Refusal(ErrorCode.INVALID_ARGUMENT, problem)
         unavailable = self._unavailable()
         if unavailable is not None:
             return unavailable
@@ -161,8 +168,9 @@ class WorkerCore:
         """Admit a task. A new task answers RUNNING and comes with a
         PrepareTaskActivation; a known task_id answers its current state and never
         starts a second execution."""
-        if not task.task_id:
-            return Refusal(ErrorCode.INVALID_ARGUMENT, "task.task_id is required")
+        problem = task_id_problem(task.task_id, "task.task_id")
+        if problem is not None:
+            return Refusal(ErrorCode.INVALID_ARGUMENT, problem)
         timeout = self.effective_task_deadline_ms(task.task_timeout_ms)
         if isinstance(timeout, Refusal):
             return timeout
@@ -334,6 +342,9 @@ class WorkerCore:
     # ---- queries ---------------------------------------------------------------------
 
     def handle_get_task_result(self, task_id: str, now_ms: int) -> TaskSnapshot | Refusal:
+        problem = task_id_problem(task_id)
+        if problem is not None:
+            return Refusal(ErrorCode.INVALID_ARGUMENT, problem)
         slot = self._slots.by_task(task_id)
         if slot is not None:  # reserved, or submitted and not terminal
             return self._snapshot_of_slot(slot)
@@ -342,7 +353,7 @@ class WorkerCore:
             return retained
         return Refusal(
             ErrorCode.NOT_FOUND,
-            f"task {task_id!r} is unknown here, or its result has expired "
+            f"task {shown(task_id)} is unknown here, or its result has expired "
             f"(results are kept {self._config.result_retention_ms} ms)",
         )
 

@@ -143,6 +143,12 @@ _CORE: Final[dict[str, Setting[int]]] = {
         1,
         "the lease of a slot SubmitTask reserves inline",
     ),
+    "max_slot_ttl_ms": _core(
+        "MAX_SLOT_TTL_MS",
+        "max_slot_ttl_ms",
+        1,
+        "a larger RequestTaskSlot ttl_ms is INVALID_ARGUMENT; >= DEFAULT_SLOT_TTL_MS",
+    ),
     "task_deadline_ms": _core(
         "TASK_DEADLINE_MS",
         "task_deadline_ms",

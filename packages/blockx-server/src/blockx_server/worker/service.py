@@ -8,9 +8,11 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from blockx_core.errors import Refusal
+from blockx_core.ids import MAX_WATCH_TASK_IDS, task_id_problem
 from blockx_core.worker import TaskSnapshot
 from blockx_proto import worker_v1
 from blockx_server.runtime.status import WORKER_STATUS
@@ -79,6 +81,15 @@ class WorkerService(worker_v1.WorkerServiceBase):
         orchestrator = self._orchestrator
         clock = orchestrator.clock
         task_ids = list(dict.fromkeys(message.task_ids))
+        if len(task_ids) > MAX_WATCH_TASK_IDS:
+            raise GRPCError(
+                Status.INVALID_ARGUMENT,
+                f"{len(task_ids)} task_ids in one WatchTasks; at most {MAX_WATCH_TASK_IDS}",
+            )
+        for task_id in task_ids:
+            problem = task_id_problem(task_id)
+            if problem is not None:
+                raise GRPCError(Status.INVALID_ARGUMENT, f"task_ids: {problem}")
         # Subscribe before the snapshots, so that no terminal update falls between.
         subscription = orchestrator.subscriptions.subscribe(task_ids)
         pending: set[str] = set()
