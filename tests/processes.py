@@ -9,6 +9,8 @@ import shutil
 import signal
 import subprocess
 import urllib.request
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -209,6 +211,25 @@ class SyncInvokerProcess(CallsProcess):
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
         super().__init__("blockx-syncinvoker", "SYNC_INVOKER_LISTEN", env, log, None)
+
+
+@asynccontextmanager
+async def serving(*workers: WorkerProcess) -> AsyncIterator[list[worker_v1.WorkerServiceStub]]:
+    """Wait until each Worker serves and yield a stub for each; afterwards stop them,
+    each exiting 0, and check that none logged a traceback."""
+    channels: list[Channel] = []
+    try:
+        for worker in workers:
+            await worker.wait_ready()
+        channels = [Channel("127.0.0.1", worker.port) for worker in workers]
+        yield [worker_v1.WorkerServiceStub(channel) for channel in channels]
+    finally:
+        for channel in channels:
+            channel.close()
+        codes = [worker.stop() for worker in workers]
+        assert codes == [0] * len(workers), codes
+    for worker in workers:
+        assert "Traceback" not in worker.output()
 
 
 def _get(url: str) -> str:

@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 from chain_rows import block_hash, seed_chain
-from grpclib.client import Channel
-from processes import WorkerProcess, execute_result, run_to_end
+from processes import WorkerProcess, execute_result, run_to_end, serving
 
 from blockx_chain.schema import TRANSFER_TOPIC
 from blockx_core.registry import RegistryKind
@@ -73,19 +72,8 @@ async def workers(
         tmp_path / "bundle.log",
         program="blockx-bundle-worker",
     )
-    channels = []
-    try:
-        await block.wait_ready()
-        await bundle.wait_ready()
-        channels = [Channel("127.0.0.1", block.port), Channel("127.0.0.1", bundle.port)]
-        yield worker_v1.WorkerServiceStub(channels[0]), worker_v1.WorkerServiceStub(channels[1])
-    finally:
-        for channel in channels:
-            channel.close()
-        assert block.stop() == 0
-        assert bundle.stop() == 0
-    assert "Traceback" not in block.output()
-    assert "Traceback" not in bundle.output()
+    async with serving(block, bundle) as (block_stub, bundle_stub):
+        yield block_stub, bundle_stub
 
 
 async def succeeded(stub: worker_v1.WorkerServiceStub, t: worker_v1.TaskInput) -> Any:

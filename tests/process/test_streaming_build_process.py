@@ -19,7 +19,7 @@ import pytest
 from chain_bulk import bulk_chain, transfer_value
 from chain_rows import block_hash
 from grpclib.client import Channel
-from processes import EXAMPLES, WorkerProcess, execute_result, run_to_end
+from processes import EXAMPLES, WorkerProcess, execute_result, run_to_end, serving
 
 from blockx_chain.sink import open_sink
 from blockx_chain.url import parse_blockdb_url
@@ -85,15 +85,8 @@ async def workers(
         tmp_path / "eager.log",
         program="blockx-bundle-worker",
     )
-    try:
-        await streaming.wait_ready()
-        await eager.wait_ready()
+    async with serving(streaming, eager):
         yield streaming, eager, sink_url
-    finally:
-        assert streaming.stop() == 0
-        assert eager.stop() == 0
-    assert "Traceback" not in streaming.output()
-    assert "Traceback" not in eager.output()
 
 
 def bundle_task(
