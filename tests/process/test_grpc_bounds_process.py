@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import socket
+import subprocess
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
@@ -24,7 +27,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_pb2 import HealthCheckResponse
 from grpclib.protocol import H2Protocol
 from h2.settings import SettingCodes
-from processes import WorkerProcess, serving
+from processes import EXAMPLES, WorkerProcess, serving
 
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
@@ -49,6 +52,46 @@ def start_worker(etcd_server: EtcdServer, tmp_path: Path) -> Iterator[StartWorke
     yield start
     for worker in started:
         worker.stop()
+
+
+SERVER_PROGRAMS = [
+    "blockx-coordinator",
+    "blockx-bundle-coordinator",
+    "blockx-worker",
+    "blockx-bundle-worker",
+    "blockx-syncinvoker",
+    "blockx-proxy",
+]
+
+
+@pytest.mark.parametrize("program", SERVER_PROGRAMS)
+def test_every_server_program_reads_the_limits_and_refuses_bad_ones(
+    program: str, tmp_path: Path
+) -> None:
+    binary = shutil.which(program)
+    assert binary is not None, f"{program} is not installed (uv sync)"
+    help_text = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    for variable in ("GRPC_MAX_RECEIVE_BYTES", "GRPC_IDLE_TIMEOUT_MS", "GRPC_HANDSHAKE_TIMEOUT_MS"):
+        assert f"  {variable} (default: " in help_text.stdout
+    bad = {
+        "GRPC_MAX_RECEIVE_BYTES": "100",
+        "GRPC_IDLE_TIMEOUT_MS": "0",
+        "GRPC_HANDSHAKE_TIMEOUT_MS": "soon",
+        "PROXY_SOCKET_PATH": str(tmp_path / "proxy.sock"),
+        "FUNCTIONS_DIR": str(EXAMPLES / "functions"),
+    }
+    started = subprocess.run(
+        [binary], env={**os.environ, **bad}, capture_output=True, text=True, timeout=30
+    )
+    assert started.returncode == 2, started.stderr
+    lines = started.stderr.splitlines()
+    # One line per bad variable, naming it.
+    for rule in (
+        "GRPC_MAX_RECEIVE_BYTES must be >= 1024 (got 100)",
+        "GRPC_IDLE_TIMEOUT_MS must be >= 1 (got 0)",
+        "GRPC_HANDSHAKE_TIMEOUT_MS must be an integer (got 'soon')",
+    ):
+        assert f"{program}: invalid configuration: {rule}" in lines
 
 
 def submit_request(task_id: str, config_bytes: int) -> worker_v1.SubmitTaskRequest:

@@ -6,7 +6,7 @@ truncated length-delimited field is cut short, an over-long varint is masked.
 The servicer then fails on the value instead of the client being told. This
 check runs first and names the first problem, as a client can act on it:
 
-* varints longer than 10 bytes, or whose 10th byte overflows 64 bits;
+* varints that overflow 64 bits (longer than 10 bytes, or a 10th byte above 1);
 * field number 0 or above 2**29 - 1, wire types 3, 4 (groups), 6 and 7;
 * a field cut off by the end of the message;
 * a known field sent with a wire type its type cannot have (packed repeated
@@ -73,7 +73,7 @@ def _varint(data: memoryview, pos: int, where: str) -> tuple[int, int]:
         value |= (byte & 0x7F) << (7 * index)
         if byte < 0x80:
             return value, pos + index + 1
-    raise WireError(f"{where}: a varint is longer than 10 bytes")
+    raise AssertionError("a 10th byte of at most 1 ends every varint")
 
 
 def _check_message(
