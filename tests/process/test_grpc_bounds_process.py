@@ -174,7 +174,10 @@ class RawH2:
         self.reader = reader
         self.writer = writer
         self.h2 = h2.connection.H2Connection(
-            h2.config.H2Configuration(client_side=True, header_encoding="utf-8")
+            # Unvalidated: the tests send headers a conforming client would not.
+            h2.config.H2Configuration(
+                client_side=True, header_encoding="utf-8", validate_outbound_headers=False
+            )
         )
 
     @classmethod
@@ -249,6 +252,37 @@ async def test_a_connection_with_an_open_stream_is_not_idle(start_worker: StartW
         finally:
             pumping.cancel()
             raw.close()
+
+
+async def test_headers_grpclib_would_fail_on_are_refused_without_an_error(
+    start_worker: StartWorker,
+) -> None:
+    worker = start_worker()
+    async with serving(worker):
+        raw = await RawH2.connect(worker.port)
+        try:
+            no_path = raw.h2.get_next_available_stream_id()
+            headers = grpc_headers("/worker.v1.WorkerService/GetTaskResult")
+            raw.h2.send_headers(no_path, [h for h in headers if h[0] != ":path"], end_stream=True)
+            bad_bin = raw.h2.get_next_available_stream_id()
+            raw.h2.send_headers(bad_bin, [*headers, ("x-trace-bin", "a")], end_stream=True)
+            await raw.flush()
+            reset: set[int] = set()
+            answers: dict[int, dict[str, str]] = {}
+            async with asyncio.timeout(60):  # a hang guard, not the expectation
+                async for event in raw.events():
+                    if isinstance(event, h2.events.StreamReset):
+                        reset.add(event.stream_id)
+                    if isinstance(event, h2.events.ResponseReceived):
+                        answers[event.stream_id] = {str(k): str(v) for k, v in event.headers or ()}
+                    if no_path in reset and bad_bin in answers:
+                        break
+        finally:
+            raw.close()
+        assert answers[bad_bin]["grpc-status"] == str(Status.INVALID_ARGUMENT.value)
+        assert "x-trace-bin" in answers[bad_bin]["grpc-message"]
+        assert await worker.health() == HealthCheckResponse.SERVING
+    assert " ERROR " not in worker.output()
 
 
 def grpc_headers(path: str) -> list[tuple[str, str]]:

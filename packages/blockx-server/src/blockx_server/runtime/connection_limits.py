@@ -47,6 +47,12 @@ from h2.events import RemoteSettingsChanged
 from h2.settings import SettingCodes
 
 from blockx_server.runtime.env import ConfigReader
+from blockx_server.runtime.request_headers import (
+    bad_binary_metadata,
+    missing_pseudo_header,
+    refuse,
+    reset,
+)
 from blockx_server.runtime.settings import (
     GRPC_HANDSHAKE_TIMEOUT_MS,
     GRPC_IDLE_TIMEOUT_MS,
@@ -132,7 +138,8 @@ class _MessageBuffer(Buffer):
 
 
 class _BoundedHandler(Handler):
-    """grpclib's per-connection handler, giving each stream a ``_MessageBuffer``."""
+    """grpclib's per-connection handler, giving each stream a ``_MessageBuffer`` and
+    refusing headers grpclib would fail on (``request_headers``)."""
 
     def __init__(
         self,
@@ -153,6 +160,14 @@ class _BoundedHandler(Handler):
         stream.buffer = _MessageBuffer(
             partial(stream.connection.ack, stream.id), self._limits.max_receive_bytes
         )
+        if missing_pseudo_header(headers) is not None:
+            reset(stream, release_stream)
+            return
+        problem = bad_binary_metadata(headers)
+        if problem is not None:
+            # Tracked as grpclib tracks its handlers, so that close() cancels it.
+            self._tasks[stream] = self.loop.create_task(refuse(stream, release_stream, problem))
+            return
         super().accept(stream, headers, release_stream)
 
 
