@@ -27,7 +27,14 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_pb2 import HealthCheckResponse
 from grpclib.protocol import H2Protocol
 from h2.settings import SettingCodes
-from processes import EXAMPLES, WorkerProcess, serving
+from processes import (
+    EXAMPLES,
+    WorkerProcess,
+    call_list_task,
+    execute_result,
+    run_to_end,
+    serving,
+)
 
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
@@ -138,6 +145,32 @@ async def test_a_request_above_the_limit_is_refused_before_it_is_read(
         assert rss_bytes(worker.proc.pid) - before < 32 * MIB
         assert await worker.health() == HealthCheckResponse.SERVING
     assert "ERROR" not in worker.output()
+
+
+async def test_results_above_the_receive_limit_are_fetched(
+    start_worker: StartWorker, tmp_path: Path
+) -> None:
+    # The limit bounds requests only: a result up to MAX_COLLECTED_OUTPUT_BYTES comes
+    # back whole, and grpclib's client has no receive limit.
+    functions = tmp_path / "functions"
+    functions.mkdir()
+    (functions / "big.py").write_text("def big(n):\n    return 'x' * n\n")
+    worker = start_worker(
+        FUNCTIONS_DIR=str(functions),
+        GRPC_MAX_RECEIVE_BYTES=str(1 * MIB),
+        MAX_COLLECTED_OUTPUT_BYTES=str(8 * MIB),
+    )
+    async with serving(worker) as [stub]:
+        final = await run_to_end(stub, call_list_task("bounds-big", "big", [[7 * MIB]]))
+        [plugin] = execute_result(final).plugin_results
+        assert plugin.success, plugin.failure_message
+        assert len(plugin.result) > 7 * MIB
+        fetched = await stub.get_task_result(
+            worker_v1.GetTaskResultRequest(task_id="bounds-big"), timeout=30
+        )
+        assert fetched.result is not None
+        assert fetched.result.execute_result is not None
+        assert fetched.result.execute_result.plugin_results[0].result == plugin.result
 
 
 async def test_connections_that_never_send_the_preface_are_closed(
