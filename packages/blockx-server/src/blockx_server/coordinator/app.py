@@ -7,7 +7,6 @@ import logging
 
 from grpclib.health.check import ServiceCheck
 from grpclib.health.service import Health
-from grpclib.server import Server
 from prometheus_client import CollectorRegistry
 
 from blockx_core.coordinator import CoordinatorCore
@@ -20,7 +19,7 @@ from blockx_server.coordinator.slot_reserver import GrpcSlotReserver
 from blockx_server.etcd.watcher import EtcdWorkerWatcher
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.process import stop_on_signals
-from blockx_server.runtime.serving import listening
+from blockx_server.runtime.serving import bounded_server, listening
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +49,7 @@ async def serve(
         return core.is_ready(clock.now_ms())
 
     health = Health({service: [ServiceCheck(view_trusted, check_ttl=1.0, check_timeout=1.0)]})
-    grpc_server = Server([service, health])
+    grpc_server = bounded_server([service, health], limits=config.grpc_limits)
     try:
         async with listening(grpc_server, config, metrics.registry):
             log.info(

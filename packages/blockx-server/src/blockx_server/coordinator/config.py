@@ -23,6 +23,11 @@ from blockx_core.registry import (
 )
 from blockx_server.coordinator.reservation import HandlerConfig
 from blockx_server.etcd.watcher import EtcdWatcherConfig
+from blockx_server.runtime.connection_limits import (
+    GRPC_LIMIT_SETTINGS,
+    GrpcLimits,
+    read_grpc_limits,
+)
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     ETCD_ENDPOINTS,
@@ -79,6 +84,7 @@ class CoordinatorRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_path: str
     cpu_profile_path: str | None
     log_level: str
+    grpc_limits: GrpcLimits = GrpcLimits()
 
 
 _CORE_DEFAULTS: Final = CoordinatorConfig()
@@ -203,6 +209,7 @@ def coordinator_settings(profile: Profile) -> tuple[Setting[Any], ...]:
         PROMETHEUS_PATH,
         CPU_PROFILE,
         LOG_LEVEL,
+        *GRPC_LIMIT_SETTINGS,
     )
 
 
@@ -277,4 +284,5 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
         prometheus_path=prometheus_path,
         cpu_profile_path=reader.get(CPU_PROFILE),
         log_level=reader.get(LOG_LEVEL),
+        grpc_limits=read_grpc_limits(reader),
     )

@@ -16,6 +16,7 @@ from grpclib.server import Server
 from blockx_server.proxy.codec import PASS_THROUGH, PASS_THROUGH_DETAILS
 from blockx_server.proxy.config import ProxyConfig
 from blockx_server.proxy.service import WORKER_ADDR_HEADER, ProxyRouter, Route, RoutingTable
+from blockx_server.runtime.connection_limits import BoundedServer
 from blockx_server.runtime.env import ConfigError
 from blockx_server.runtime.process import stop_on_signals
 
@@ -38,8 +39,11 @@ class ProxyServer:
     async def start(self) -> None:
         path = self.config.socket_path
         claim_socket_path(path)
-        server = Server(
-            [self.router], codec=PASS_THROUGH, status_details_codec=PASS_THROUGH_DETAILS
+        server = BoundedServer(
+            [self.router],
+            limits=self.config.grpc_limits,
+            codec=PASS_THROUGH,
+            status_details_codec=PASS_THROUGH_DETAILS,
         )
         # A private attribute of grpclib.server.Server (0.4.x); without it, unknown
         # paths still fail, as grpclib answers them (see RoutingTable).

@@ -12,6 +12,11 @@ from typing import Any, Final
 import msgspec
 
 from blockx_core.addr import InvalidAddress, split_host_port
+from blockx_server.runtime.connection_limits import (
+    GRPC_LIMIT_SETTINGS,
+    GrpcLimits,
+    read_grpc_limits,
+)
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     LOG_LEVEL,
@@ -36,6 +41,7 @@ class ProxyConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_streams_per_connection: int = 100
     connect_timeout_ms: int = 5000
     log_level: str = "INFO"
+    grpc_limits: GrpcLimits = GrpcLimits()
 
 
 def validate_upstream_addr(addr: str) -> str:
@@ -132,6 +138,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     MAX_STREAMS_PER_CONNECTION,
     CONNECT_TIMEOUT_MS,
     LOG_LEVEL,
+    *GRPC_LIMIT_SETTINGS,
 )
 
 
@@ -156,4 +163,5 @@ def read_proxy_config(reader: ConfigReader) -> ProxyConfig:
         max_streams_per_connection=reader.get(MAX_STREAMS_PER_CONNECTION),
         connect_timeout_ms=reader.get(CONNECT_TIMEOUT_MS),
         log_level=reader.get(LOG_LEVEL),
+        grpc_limits=read_grpc_limits(reader),
     )

@@ -2,31 +2,58 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from grpclib.config import Configuration
+from grpclib.encoding.proto import ProtoStatusDetailsCodec, _googleapis_available
 from grpclib.health.check import ServiceStatus
 from grpclib.health.service import Health
 from grpclib.server import Server
 from prometheus_client import CollectorRegistry
 
+from blockx_server.runtime.connection_limits import BoundedServer, GrpcLimits
 from blockx_server.runtime.metrics_http import start_metrics_server
+from blockx_server.runtime.request_codec import REQUEST_CODEC
+
+if TYPE_CHECKING:
+    from grpclib._typing import IServable
+
+
+def bounded_server(
+    handlers: Collection[IServable], *, limits: GrpcLimits, config: Configuration | None = None
+) -> BoundedServer:
+    """A grpclib server for ``handlers`` bounded by ``limits``, answering malformed
+    requests INVALID_ARGUMENT (``request_codec``)."""
+    return BoundedServer(
+        handlers,
+        limits=limits,
+        codec=REQUEST_CODEC,
+        # What grpclib installs by default alongside its protobuf codec.
+        status_details_codec=ProtoStatusDetailsCodec() if _googleapis_available() else None,
+        config=config,
+    )
 
 
 def serving_server(
-    service: Any, *, keepalive_time_ms: int, keepalive_timeout_ms: int
+    service: Any,
+    *,
+    keepalive_time_ms: int,
+    keepalive_timeout_ms: int,
+    limits: GrpcLimits,
 ) -> tuple[Server, ServiceStatus]:
-    """A server for ``service`` with grpc.health.v1 and HTTP/2 keepalive (which bounds
-    how long a silent disconnect, e.g. of a Watch stream, goes unnoticed).
+    """A server for ``service`` with grpc.health.v1, HTTP/2 keepalive (which bounds
+    how long a silent disconnect, e.g. of a Watch stream, goes unnoticed) and the
+    connection ``limits``.
 
     The returned status starts NOT_SERVING; set it once the service is ready.
     """
     serving = ServiceStatus()
     serving.set(False)
-    server = Server(
+    server = bounded_server(
         [service, Health({service: [serving]})],
+        limits=limits,
         config=Configuration(
             _keepalive_time=keepalive_time_ms / 1000,
             _keepalive_timeout=keepalive_timeout_ms / 1000,

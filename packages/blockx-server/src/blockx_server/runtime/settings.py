@@ -176,3 +176,21 @@ DRAIN_TIMEOUT_MS: Final = Setting(
     parse=integer(at_least=0),
     help="on SIGTERM, how long running work may finish",
 )
+GRPC_MAX_RECEIVE_BYTES: Final = Setting(
+    name="GRPC_MAX_RECEIVE_BYTES",
+    default=16 * 1024 * 1024,
+    parse=integer(at_least=1024),
+    help="a larger request message is RESOURCE_EXHAUSTED, refused before it is read",
+)
+GRPC_IDLE_TIMEOUT_MS: Final = Setting(
+    name="GRPC_IDLE_TIMEOUT_MS",
+    default=300_000,
+    parse=integer(at_least=1),
+    help="a connection with no open call for this long is closed (GOAWAY)",
+)
+GRPC_HANDSHAKE_TIMEOUT_MS: Final = Setting(
+    name="GRPC_HANDSHAKE_TIMEOUT_MS",
+    default=10_000,
+    parse=integer(at_least=1),
+    help="a connection that has not sent the HTTP/2 preface within this is closed",
+)

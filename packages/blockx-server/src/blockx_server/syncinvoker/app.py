@@ -90,6 +90,7 @@ async def serve(
         service,
         keepalive_time_ms=config.keepalive_time_ms,
         keepalive_timeout_ms=config.keepalive_timeout_ms,
+        limits=config.grpc_limits,
     )
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()

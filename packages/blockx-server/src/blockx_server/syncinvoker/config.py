@@ -27,6 +27,11 @@ from blockx_server.io.config import (
     read_io_settings,
 )
 from blockx_server.io.settings import IoSettings
+from blockx_server.runtime.connection_limits import (
+    GRPC_LIMIT_SETTINGS,
+    GrpcLimits,
+    read_grpc_limits,
+)
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
@@ -56,6 +61,7 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     rpc: RpcSettings = RpcSettings()
     keepalive_time_ms: int
     keepalive_timeout_ms: int
+    grpc_limits: GrpcLimits = GrpcLimits()
     prometheus_listen: tuple[str, int] | None
     prometheus_path: str
     log_level: str
@@ -96,6 +102,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     DRAIN_TIMEOUT_MS,
     GRPC_KEEPALIVE_TIME_MS,
     GRPC_KEEPALIVE_TIMEOUT_MS,
+    *GRPC_LIMIT_SETTINGS,
     LOG_LEVEL,
 )
 
@@ -135,6 +142,7 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
         rpc=read_rpc_settings(reader),
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
         keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
+        grpc_limits=read_grpc_limits(reader),
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),

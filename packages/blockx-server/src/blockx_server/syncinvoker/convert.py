@@ -9,6 +9,7 @@ import msgspec
 
 from blockx_core.signature import PrecheckResult
 from blockx_proto import syncinvoker_v1 as pb
+from blockx_server.runtime.json_bounds import decode_json
 from blockx_server.syncinvoker.outcome import InvokeOutcome, IoTraceRecord
 
 _JSON_TYPES: Final[Mapping[type, str]] = {
@@ -24,7 +25,7 @@ _JSON_TYPES: Final[Mapping[type, str]] = {
 def decode_args(text: str) -> list[Any] | str:
     """The positional arguments of a JSON array text, or why they are refused."""
     try:
-        args = msgspec.json.decode(text)
+        args = decode_json(text)
     except msgspec.DecodeError as exc:
         return f'args must be JSON array text, e.g. ["ct2", 1]: {exc}'
     if not isinstance(args, list):

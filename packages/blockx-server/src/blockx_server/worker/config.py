@@ -36,6 +36,11 @@ from blockx_server.io.config import (
 )
 from blockx_server.io.settings import IoSettings
 from blockx_server.pipeline.builders import StreamBuildConfig
+from blockx_server.runtime.connection_limits import (
+    GRPC_LIMIT_SETTINGS,
+    GrpcLimits,
+    read_grpc_limits,
+)
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
@@ -95,6 +100,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     rpc: RpcSettings = RpcSettings()
     keepalive_time_ms: int
     keepalive_timeout_ms: int
+    grpc_limits: GrpcLimits = GrpcLimits()
     drain_timeout_ms: int
     prometheus_listen: tuple[str, int] | None
     prometheus_path: str
@@ -266,6 +272,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         *IO_SETTINGS,
         GRPC_KEEPALIVE_TIME_MS,
         GRPC_KEEPALIVE_TIMEOUT_MS,
+        *GRPC_LIMIT_SETTINGS,
         DRAIN_TIMEOUT_MS,
         LOG_LEVEL,
     )
@@ -342,6 +349,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         rpc=read_rpc_settings(reader),
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
         keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
+        grpc_limits=read_grpc_limits(reader),
         drain_timeout_ms=reader.get(DRAIN_TIMEOUT_MS),
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,

@@ -9,6 +9,7 @@ import msgspec
 from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.task import PluginSpec, TaskInput, TaskResult, TaskState
 from blockx_proto import worker_v1
+from blockx_server.runtime.json_bounds import decode_json
 
 _STATE: Final = {
     TaskState.ALLOCATED: worker_v1.TaskState.ALLOCATED,
@@ -47,7 +48,7 @@ def result_to_pb(result: TaskResult | None) -> worker_v1.TaskResult | None:
 
 def _check_json(text: str, field: str) -> Refusal | None:
     try:
-        msgspec.json.decode(text or "{}")
+        decode_json(text or "{}")
     except msgspec.DecodeError as exc:
         return Refusal(ErrorCode.INVALID_ARGUMENT, f"{field} is not valid JSON: {exc}")
     return None

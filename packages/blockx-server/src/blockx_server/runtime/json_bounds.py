@@ -1,0 +1,58 @@
+"""JSON from clients, decoded with a bound on how deeply it nests.
+
+msgspec decodes nesting up to the interpreter's recursion limit and then raises
+RecursionError, which is not a DecodeError: deep JSON in a task's config or in
+an Invoke's args would escape the handlers' "not valid JSON" answer. Nesting
+beyond ``MAX_JSON_DEPTH`` arrays and objects is refused as a DecodeError, with
+a message that says so; no call builder or function needs more.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+MAX_JSON_DEPTH: Final = 64
+
+
+class JsonTooDeep(msgspec.DecodeError):
+    """The JSON nests arrays and objects deeper than allowed."""
+
+
+def _too_deep(limit: int) -> JsonTooDeep:
+    return JsonTooDeep(f"arrays and objects nested deeper than {limit} levels")
+
+
+def decode_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``msgspec.json.decode(text)``; JsonTooDeep when it nests deeper than ``max_depth``."""
+    try:
+        value = msgspec.json.decode(text)
+    except RecursionError:
+        raise _too_deep(max_depth) from None
+    # Each level opens with a bracket: fewer brackets than the limit cannot exceed it.
+    opening = (
+        text.count("[") + text.count("{")
+        if isinstance(text, str)
+        else (text.count(b"[") + text.count(b"{"))
+    )
+    if opening > max_depth and json_depth(value) > max_depth:
+        raise _too_deep(max_depth)
+    return value
+
+
+def json_depth(value: Any) -> int:
+    """How many arrays and objects deep ``value`` nests (0 for a scalar), without recursion."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
