@@ -47,7 +47,7 @@ from blockx_client.models import (
     TaskState,
     TaskUpdate,
 )
-from blockx_client.registry import WorkerInfo, list_workers
+from blockx_client.registry import EtcdAccess, WorkerInfo, list_workers
 from blockx_client.routing import route
 from blockx_client.sync import SyncClient
 from blockx_client.task_file import TaskFileError, load_task_file, task_from_dict
@@ -64,6 +64,7 @@ __all__ = [
     "ConnectError",
     "CoordinatorUnreachableError",
     "Durations",
+    "EtcdAccess",
     "FunctionError",
     "FunctionHandle",
     "InvalidRequestError",

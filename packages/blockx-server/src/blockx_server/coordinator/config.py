@@ -22,10 +22,12 @@ from blockx_core.registry import (
     parse_registry_prefix,
 )
 from blockx_server.coordinator.reservation import HandlerConfig
+from blockx_server.etcd.security import read_etcd_security
 from blockx_server.etcd.watcher import EtcdWatcherConfig
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     ETCD_ENDPOINTS,
+    ETCD_SECURITY_SETTINGS,
     LOG_LEVEL,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -199,6 +201,7 @@ def coordinator_settings(profile: Profile) -> tuple[Setting[Any], ...]:
         LISTEN,
         ETCD_ENDPOINTS,
         _prefixes_setting(profile),
+        *ETCD_SECURITY_SETTINGS,
         PROMETHEUS_LISTEN_ADDR,
         PROMETHEUS_PATH,
         CPU_PROFILE,
@@ -247,6 +250,7 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
     listen_host, listen_port = reader.get(LISTEN)
     endpoints = reader.get(ETCD_ENDPOINTS)
     prefixes = reader.get(_prefixes_setting(profile))
+    etcd_security = read_etcd_security(reader)
 
     prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
     prometheus_path = reader.get(PROMETHEUS_PATH)
@@ -256,6 +260,7 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
         key_prefixes=prefixes,
         dial_timeout_ms=dial_timeout_ms,
         retry_delay_ms=retry_delay_ms,
+        security=etcd_security,
     )
     if reader.valid(
         *_WATCHER_ENV.values(), ETCD_DIAL_TIMEOUT_MS.name, ETCD_WATCH_RETRY_DELAY_MS.name

@@ -111,6 +111,7 @@ async def serve(
             worker_addr=config.advertise_addr,
             interval_ms=config.heartbeat_interval_ms,
             lease_ttl_s=config.lease_ttl_s,
+            security=config.etcd_security,
         ),
         _Load(core, error_rate),
         clock,
