@@ -14,6 +14,7 @@ task a worker does not know reads as ``TaskState.NOT_FOUND``.
 
 from importlib.metadata import version
 
+from blockx_client._options import GrpcTls
 from blockx_client.backoff import Backoff, RetryPolicy
 from blockx_client.client import Client
 from blockx_client.errors import (
@@ -67,6 +68,7 @@ __all__ = [
     "EtcdAccess",
     "FunctionError",
     "FunctionHandle",
+    "GrpcTls",
     "InvalidRequestError",
     "Invocation",
     "IoTrace",

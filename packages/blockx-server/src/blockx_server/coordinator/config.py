@@ -28,6 +28,7 @@ from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     ETCD_ENDPOINTS,
     ETCD_SECURITY_SETTINGS,
+    GRPC_TLS_SETTINGS,
     LOG_LEVEL,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -39,6 +40,7 @@ from blockx_server.runtime.settings import (
     number,
     optional_text,
 )
+from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
 
 
 class Profile(msgspec.Struct, frozen=True, kw_only=True):
@@ -81,6 +83,7 @@ class CoordinatorRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_path: str
     cpu_profile_path: str | None
     log_level: str
+    grpc_tls: GrpcTls = GrpcTls()
 
 
 _CORE_DEFAULTS: Final = CoordinatorConfig()
@@ -202,6 +205,7 @@ def coordinator_settings(profile: Profile) -> tuple[Setting[Any], ...]:
         ETCD_ENDPOINTS,
         _prefixes_setting(profile),
         *ETCD_SECURITY_SETTINGS,
+        *GRPC_TLS_SETTINGS,
         PROMETHEUS_LISTEN_ADDR,
         PROMETHEUS_PATH,
         CPU_PROFILE,
@@ -251,6 +255,7 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
     endpoints = reader.get(ETCD_ENDPOINTS)
     prefixes = reader.get(_prefixes_setting(profile))
     etcd_security = read_etcd_security(reader)
+    grpc_tls = read_grpc_tls(reader, serves=True)
 
     prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
     prometheus_path = reader.get(PROMETHEUS_PATH)
@@ -282,4 +287,5 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
         prometheus_path=prometheus_path,
         cpu_profile_path=reader.get(CPU_PROFILE),
         log_level=reader.get(LOG_LEVEL),
+        grpc_tls=grpc_tls,
     )

@@ -24,12 +24,14 @@ from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     ETCD_ENDPOINTS,
     ETCD_SECURITY_SETTINGS,
+    GRPC_TLS_SETTINGS,
     LOG_LEVEL,
     InvalidValue,
     Setting,
     integer,
     items,
 )
+from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
 
 # sun_path holds 108 bytes on Linux, the terminating NUL included.
 MAX_SOCKET_PATH_BYTES: Final = 107
@@ -51,6 +53,8 @@ class ProxyConfig(msgspec.Struct, frozen=True, kw_only=True):
     allowed_workers: tuple[str, ...] = ()
     # ... or, when that list is empty, to the Workers registered where this watches.
     registry: EtcdWatcherConfig | None = None
+    # GRPC_TLS_*: the upstream channels' TLS (the Unix socket itself is plaintext).
+    grpc_tls: GrpcTls = GrpcTls()
 
 
 def validate_upstream_addr(addr: str) -> str:
@@ -187,6 +191,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     *ETCD_SECURITY_SETTINGS,
     ETCD_DIAL_TIMEOUT_MS,
     ETCD_WATCH_RETRY_DELAY_MS,
+    *GRPC_TLS_SETTINGS,
     LOG_LEVEL,
 )
 
@@ -214,6 +219,7 @@ def read_proxy_config(reader: ConfigReader) -> ProxyConfig:
         connect_timeout_ms=reader.get(CONNECT_TIMEOUT_MS),
         allowed_workers=allowed,
         registry=_read_registry(reader, watch=not allowed),
+        grpc_tls=read_grpc_tls(reader, serves=False),
         log_level=reader.get(LOG_LEVEL),
     )
 

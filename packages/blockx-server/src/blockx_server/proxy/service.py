@@ -112,7 +112,11 @@ class ProxyRouter:
         }
         self._connect_timeout = config.connect_timeout_ms / 1000
         self._routes = dict(generated_routes() if routes is None else routes)
-        self.pool = ChannelPool(config.max_upstreams, config.max_streams_per_connection)
+        self.pool = ChannelPool(
+            config.max_upstreams,
+            config.max_streams_per_connection,
+            config.grpc_tls.client_context(),
+        )
 
     def __mapping__(self) -> dict[str, Handler]:
         return {

@@ -195,6 +195,25 @@ ETCD_SECURITY_SETTINGS: Final = (
     ETCD_USERNAME,
     ETCD_PASSWORD,
 )
+GRPC_TLS_CERT_FILE: Final[Setting[str | None]] = Setting(
+    name="GRPC_TLS_CERT_FILE",
+    default=None,
+    parse=optional_text,
+    help="PEM certificate: the gRPC server speaks TLS, and client calls present it",
+)
+GRPC_TLS_KEY_FILE: Final[Setting[str | None]] = Setting(
+    name="GRPC_TLS_KEY_FILE",
+    default=None,
+    parse=optional_text,
+    help="PEM private key of GRPC_TLS_CERT_FILE",
+)
+GRPC_TLS_CA_FILE: Final[Setting[str | None]] = Setting(
+    name="GRPC_TLS_CA_FILE",
+    default=None,
+    parse=optional_text,
+    help="PEM CA: the server requires client certificates it signed, clients verify servers",
+)
+GRPC_TLS_SETTINGS: Final = (GRPC_TLS_CERT_FILE, GRPC_TLS_KEY_FILE, GRPC_TLS_CA_FILE)
 GRPC_KEEPALIVE_TIME_MS: Final = Setting(
     name="GRPC_KEEPALIVE_TIME_MS",
     default=30_000,

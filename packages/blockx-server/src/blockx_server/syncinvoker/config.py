@@ -32,6 +32,7 @@ from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
     GRPC_KEEPALIVE_TIME_MS,
     GRPC_KEEPALIVE_TIMEOUT_MS,
+    GRPC_TLS_SETTINGS,
     LOG_LEVEL,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -39,6 +40,7 @@ from blockx_server.runtime.settings import (
     integer,
     listen_address,
 )
+from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
 
 PROGRAM: Final = "blockx-syncinvoker"
 
@@ -60,6 +62,7 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_path: str
     log_level: str
     blockdb: BlockDbSettings | None = None
+    grpc_tls: GrpcTls = GrpcTls()
     io: IoSettings = IoSettings()
 
 
@@ -96,6 +99,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     DRAIN_TIMEOUT_MS,
     GRPC_KEEPALIVE_TIME_MS,
     GRPC_KEEPALIVE_TIMEOUT_MS,
+    *GRPC_TLS_SETTINGS,
     LOG_LEVEL,
 )
 
@@ -135,6 +139,7 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
         rpc=read_rpc_settings(reader),
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
         keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
+        grpc_tls=read_grpc_tls(reader, serves=True),
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),

@@ -126,7 +126,7 @@ async def serve(
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()
     try:
-        async with listening(server, config, metrics.registry):
+        async with listening(server, config, metrics.registry, config.grpc_tls.server_context()):
             log.info(
                 "%s serving worker.v1 on %s:%d as %s (registry %s, %d slots, %d executors)",
                 config.profile.program,

@@ -44,6 +44,7 @@ from blockx_server.runtime.settings import (
     ETCD_SECURITY_SETTINGS,
     GRPC_KEEPALIVE_TIME_MS,
     GRPC_KEEPALIVE_TIMEOUT_MS,
+    GRPC_TLS_SETTINGS,
     LOG_LEVEL,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -54,6 +55,7 @@ from blockx_server.runtime.settings import (
     listen_address,
     text,
 )
+from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
 from blockx_server.worker.orchestrator import AdmissionConfig
 
 
@@ -107,6 +109,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     sink_url: BlockDbUrl | None = None
     io: IoSettings = IoSettings()
     stream_build: StreamBuildConfig = StreamBuildConfig()
+    grpc_tls: GrpcTls = GrpcTls()
 
 
 def primary_address() -> str:
@@ -270,6 +273,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         *IO_SETTINGS,
         GRPC_KEEPALIVE_TIME_MS,
         GRPC_KEEPALIVE_TIMEOUT_MS,
+        *GRPC_TLS_SETTINGS,
         DRAIN_TIMEOUT_MS,
         LOG_LEVEL,
     )
@@ -348,6 +352,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         rpc=read_rpc_settings(reader),
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
         keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
+        grpc_tls=read_grpc_tls(reader, serves=True),
         drain_timeout_ms=reader.get(DRAIN_TIMEOUT_MS),
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
