@@ -30,7 +30,14 @@ from aetcd import rpc, watcher
 
 from blockx_core.errors import InvalidConfig
 from blockx_server.runtime.env import ConfigReader
-from blockx_server.runtime.settings import ETCD_SECURITY_SETTINGS, Setting
+from blockx_server.runtime.settings import (
+    ETCD_CA_FILE,
+    ETCD_CERT_FILE,
+    ETCD_KEY_FILE,
+    ETCD_PASSWORD,
+    ETCD_USERNAME,
+    Setting,
+)
 
 
 class EtcdSecurity(msgspec.Struct, frozen=True, kw_only=True):
@@ -59,9 +66,10 @@ class EtcdSecurity(msgspec.Struct, frozen=True, kw_only=True):
         """Raise ``InvalidConfig`` naming the first field that breaks a rule."""
         if self.password is not None and self.ca_file is None:
             raise InvalidConfig("password", "is only sent over TLS: set ETCD_CA_FILE too")
-        if (self.username is None) != (self.password is None):
-            missing = "password" if self.password is None else "username"
-            raise InvalidConfig(missing, "must be set together with ETCD_USERNAME/ETCD_PASSWORD")
+        if self.username is not None and self.password is None:
+            raise InvalidConfig("password", "must be set when ETCD_USERNAME is")
+        if self.password is not None and self.username is None:
+            raise InvalidConfig("username", "must be set when ETCD_PASSWORD is")
         if self.cert_file is not None and self.key_file is None:
             raise InvalidConfig("key_file", "must be set when ETCD_CERT_FILE is")
         if self.key_file is not None and self.cert_file is None:
@@ -71,17 +79,17 @@ class EtcdSecurity(msgspec.Struct, frozen=True, kw_only=True):
         for name in ("ca_file", "cert_file", "key_file"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
-                raise InvalidConfig(name, f"is not a readable file ({path!r})")
+                raise InvalidConfig(name, f"is not a file ({path!r})")
 
 
 # The setting behind each field, for reading and for configuration errors.
-_SETTINGS: Final[Mapping[str, Setting[str | None]]] = dict(
-    zip(
-        ("ca_file", "cert_file", "key_file", "username", "password"),
-        ETCD_SECURITY_SETTINGS,
-        strict=True,
-    )
-)
+_SETTINGS: Final[Mapping[str, Setting[str | None]]] = {
+    "ca_file": ETCD_CA_FILE,
+    "cert_file": ETCD_CERT_FILE,
+    "key_file": ETCD_KEY_FILE,
+    "username": ETCD_USERNAME,
+    "password": ETCD_PASSWORD,
+}
 SECURITY_ENV: Final[Mapping[str, str]] = {field: s.name for field, s in _SETTINGS.items()}
 
 

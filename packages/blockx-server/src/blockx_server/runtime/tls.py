@@ -57,7 +57,7 @@ class GrpcTls(msgspec.Struct, frozen=True, kw_only=True):
         for name in ("cert_file", "key_file", "ca_file"):
             path = getattr(self, name)
             if path is not None and not Path(path).is_file():
-                raise InvalidConfig(name, f"is not a readable file ({path!r})")
+                raise InvalidConfig(name, f"is not a file ({path!r})")
 
     def validate_server(self) -> None:
         """``validate`` plus the rule of a process that serves: a CA alone cannot
