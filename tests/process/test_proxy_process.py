@@ -4,6 +4,7 @@ path through the Unix socket, bad configuration, and shutdown."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ from support import free_port, wait_until
 
 from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
 from blockx_server.etcd.local import EtcdServer
+from blockx_server.proxy.allowed import NOT_A_WORKER
 
 WORKER_ADDR_HEADER = "x-blockx-worker-addr"
 
@@ -79,10 +81,21 @@ def start_proxy(socket_dir: Path, tmp_path: Path) -> Iterator[Callable[..., Prox
 
 
 @pytest.fixture
+def lane(unique_lane: Callable[..., str]) -> str:
+    """The cluster's registry prefix, which the proxy watches too."""
+    return unique_lane()
+
+
+def registry_env(etcd_server: EtcdServer, lane: str) -> dict[str, str]:
+    """What a proxy needs to forward to the cluster's Workers."""
+    return {"ETCD_ENDPOINTS": etcd_server.endpoint, "PROXY_REGISTRY_PREFIXES": lane}
+
+
+@pytest.fixture
 def cluster(
-    etcd_server: EtcdServer, unique_lane: Callable[..., str], tmp_path: Path
+    etcd_server: EtcdServer, lane: str, tmp_path: Path
 ) -> Iterator[tuple[CoordinatorProcess, WorkerProcess]]:
-    prefix = unique_lane()
+    prefix = lane
     worker = WorkerProcess(
         {
             "ETCD_ENDPOINTS": etcd_server.endpoint,
@@ -130,12 +143,16 @@ async def test_a_task_runs_end_to_end_through_the_proxy(
     cluster: tuple[CoordinatorProcess, WorkerProcess],
     start_proxy: Callable[..., ProxyProcess],
     proxy_channel: Callable[[ProxyProcess], Channel],
+    etcd_server: EtcdServer,
+    lane: str,
 ) -> None:
     coordinator, worker = cluster
     # The sync invoker is not running: its address only has to be well formed.
     sync_invoker = f"127.0.0.1:{free_port()}"
     proxy = start_proxy(
-        PROXY_COORDINATOR_ADDR=f"127.0.0.1:{coordinator.port}", PROXY_SYNC_INVOKER_ADDR=sync_invoker
+        PROXY_COORDINATOR_ADDR=f"127.0.0.1:{coordinator.port}",
+        PROXY_SYNC_INVOKER_ADDR=sync_invoker,
+        **registry_env(etcd_server, lane),
     )
     await worker.wait_ready()
     await proxy.wait_serving()
@@ -211,6 +228,58 @@ async def test_a_task_runs_end_to_end_through_the_proxy(
     proxy.assert_alive()
 
 
+async def test_the_proxy_forwards_only_to_registered_workers(
+    cluster: tuple[CoordinatorProcess, WorkerProcess],
+    start_proxy: Callable[..., ProxyProcess],
+    proxy_channel: Callable[[ProxyProcess], Channel],
+    etcd_server: EtcdServer,
+    lane: str,
+) -> None:
+    _, worker = cluster
+    proxy = start_proxy(**registry_env(etcd_server, lane))
+    await worker.wait_ready()
+    await proxy.wait_serving()
+    workers = worker_v1.WorkerServiceStub(proxy_channel(proxy))
+
+    async def answer(addr: str) -> tuple[Status, str | None]:
+        with pytest.raises(GRPCError) as err:
+            await workers.get_task_result(
+                worker_v1.GetTaskResultRequest(task_id="never-submitted"),
+                metadata={WORKER_ADDR_HEADER: addr},
+                timeout=10,
+            )
+        return err.value.status, err.value.message
+
+    async def reachable() -> bool:
+        return (await answer(worker.addr))[0] is Status.NOT_FOUND
+
+    # The registered Worker answers itself (it does not know the task).
+    await wait_until(reachable, "the registered worker through the proxy", timeout=30)
+
+    # An open port that is no Worker: it must not even see a connection.
+    connections: list[int] = []
+
+    async def count(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        writer.close()
+
+    listener = await asyncio.start_server(count, "127.0.0.1", 0)
+    open_port = listener.sockets[0].getsockname()[1]
+    try:
+        answers = {
+            "etcd": await answer(etcd_server.endpoint),
+            "open": await answer(f"127.0.0.1:{open_port}"),
+            "closed": await answer(f"127.0.0.1:{free_port()}"),
+            "the worker by another name": await answer(f"localhost:{worker.port}"),
+        }
+    finally:
+        listener.close()
+        await listener.wait_closed()
+    assert set(answers.values()) == {(Status.PERMISSION_DENIED, NOT_A_WORKER)}, answers
+    assert connections == []
+    proxy.assert_alive()
+
+
 def _path_taken(path: Path) -> bool:
     return os.path.lexists(path)
 
@@ -247,6 +316,9 @@ def _assert_one_line(result: subprocess.CompletedProcess[str], *words: str) -> N
         ("PROXY_MAX_UPSTREAMS", "0"),
         ("PROXY_MAX_STREAMS_PER_CONNECTION", "-1"),
         ("PROXY_CONNECT_TIMEOUT_MS", "soon"),
+        ("PROXY_ALLOWED_WORKERS", "127.0.0.1:7001,worker"),
+        ("PROXY_REGISTRY_PREFIXES", "/blockx/workers"),
+        ("ETCD_PASSWORD", "without-tls"),
         ("BLOCKX_LOG_LEVEL", "LOUD"),
     ],
 )

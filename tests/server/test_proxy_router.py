@@ -276,6 +276,8 @@ def proxy_config(socket_path: Path, upstreams: Upstreams, **overrides: Any) -> P
         "bundle_coordinator_addr": upstreams.addrs["bundle"],
         "sync_invoker_addr": upstreams.addrs["sync"],
         "connect_timeout_ms": 2000,
+        # The proxy forwards worker.v1 calls only to Workers it knows.
+        "allowed_workers": tuple(upstreams.addrs.values()),
         **overrides,
     }
     return ProxyConfig(**fields)
@@ -568,16 +570,19 @@ async def test_an_unreachable_upstream_is_unavailable_naming_its_address(
     channel: Channel, socket_dir: Path, upstreams: Upstreams
 ) -> None:
     dead = f"127.0.0.1:{free_port()}"
-    status, message = await status_of(
-        worker_v1.WorkerServiceStub(channel).get_task_result(
-            worker_v1.GetTaskResultRequest(task_id="t"), metadata=at(dead)
-        )
+    # A Worker the proxy forwards to (a registered one that has since died).
+    config = proxy_config(
+        socket_dir / "dead.sock", upstreams, coordinator_addr=dead, allowed_workers=(dead,)
     )
-    assert status is Status.UNAVAILABLE
-    assert message is not None
-    assert f"worker {dead}" in message
-    config = proxy_config(socket_dir / "dead.sock", upstreams, coordinator_addr=dead)
     async with ProxyServer(config), Channel(path=config.socket_path) as ch:
+        status, message = await status_of(
+            worker_v1.WorkerServiceStub(ch).get_task_result(
+                worker_v1.GetTaskResultRequest(task_id="t"), metadata=at(dead)
+            )
+        )
+        assert status is Status.UNAVAILABLE
+        assert message is not None
+        assert f"worker {dead}" in message
         status, message = await status_of(
             coordinator_v1.CoordinatorServiceStub(ch).reserve_worker_slot(
                 coordinator_v1.ReserveWorkerSlotRequest(task_id="t")

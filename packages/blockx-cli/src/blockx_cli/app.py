@@ -61,6 +61,23 @@ def root(
     etcd: Annotated[
         str, typer.Option(envvar="ETCD_ENDPOINTS", help="etcd endpoints, for `blockx workers`.")
     ] = "localhost:2379",
+    etcd_ca_file: Annotated[
+        str | None,
+        typer.Option(envvar="ETCD_CA_FILE", help="CA of etcd's certificate: dial etcd over TLS."),
+    ] = None,
+    etcd_cert_file: Annotated[
+        str | None,
+        typer.Option(envvar="ETCD_CERT_FILE", help="Client certificate for etcd (PEM)."),
+    ] = None,
+    etcd_key_file: Annotated[
+        str | None, typer.Option(envvar="ETCD_KEY_FILE", help="Key of --etcd-cert-file (PEM).")
+    ] = None,
+    etcd_username: Annotated[
+        str | None,
+        typer.Option(
+            envvar="ETCD_USERNAME", help="etcd user; its password is read from ETCD_PASSWORD."
+        ),
+    ] = None,
     show_version: Annotated[
         bool,
         typer.Option(
@@ -72,7 +89,15 @@ def root(
     ] = False,
 ) -> None:
     """BlockX command line."""
-    ctx.obj = Settings(coordinator, bundle_coordinator, sync_invoker, proxy, etcd)
+    ctx.obj = Settings(
+        coordinator,
+        bundle_coordinator,
+        sync_invoker,
+        proxy,
+        etcd,
+        etcd_files=(etcd_ca_file, etcd_cert_file, etcd_key_file),
+        etcd_username=etcd_username,
+    )
 
 
 def main() -> None:

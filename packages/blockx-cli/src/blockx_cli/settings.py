@@ -7,9 +7,11 @@ never ``app.py``, so the app can import every command module without a cycle.
 
 from __future__ import annotations
 
+import os
+
 import typer
 
-from blockx_client import Client
+from blockx_client import Client, EtcdAccess
 
 
 class Settings:
@@ -20,12 +22,17 @@ class Settings:
         sync_invoker: str | None,
         proxy: str | None,
         etcd: str,
+        *,
+        etcd_files: tuple[str | None, str | None, str | None] = (None, None, None),
+        etcd_username: str | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.bundle_coordinator = bundle_coordinator
         self.sync_invoker = sync_invoker
         self.proxy = proxy
         self.etcd = etcd
+        self.etcd_files = etcd_files
+        self.etcd_username = etcd_username
 
     def client(self) -> Client:
         return Client(
@@ -33,6 +40,18 @@ class Settings:
             bundle_coordinator=self.bundle_coordinator,
             sync_invoker=self.sync_invoker,
             proxy_socket=self.proxy,
+        )
+
+    def etcd_access(self) -> EtcdAccess:
+        """TLS and credentials for etcd; the password only ever comes from ETCD_PASSWORD
+        (a command line is visible to every user of the host)."""
+        ca_file, cert_file, key_file = self.etcd_files
+        return EtcdAccess(
+            ca_file=ca_file,
+            cert_file=cert_file,
+            key_file=key_file,
+            username=self.etcd_username,
+            password=os.environ.get("ETCD_PASSWORD") or None,
         )
 
     def etcd_endpoints(self) -> list[str]:

@@ -14,6 +14,7 @@ task a worker does not know reads as ``TaskState.NOT_FOUND``.
 
 from importlib.metadata import version
 
+from blockx_client._options import GrpcTls
 from blockx_client.backoff import Backoff, RetryPolicy
 from blockx_client.client import Client
 from blockx_client.errors import (
@@ -47,7 +48,7 @@ from blockx_client.models import (
     TaskState,
     TaskUpdate,
 )
-from blockx_client.registry import WorkerInfo, list_workers
+from blockx_client.registry import EtcdAccess, WorkerInfo, list_workers
 from blockx_client.routing import route
 from blockx_client.sync import SyncClient
 from blockx_client.task_file import TaskFileError, load_task_file, task_from_dict
@@ -64,8 +65,10 @@ __all__ = [
     "ConnectError",
     "CoordinatorUnreachableError",
     "Durations",
+    "EtcdAccess",
     "FunctionError",
     "FunctionHandle",
+    "GrpcTls",
     "InvalidRequestError",
     "Invocation",
     "IoTrace",

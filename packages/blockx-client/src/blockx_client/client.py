@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from msgspec.structs import replace
 
-from blockx_client._options import ClientOptions
+from blockx_client._options import ClientOptions, GrpcTls
 from blockx_client._outcomes import outcome_of_error
 from blockx_client._placement import Placement
 from blockx_client._run_many import run_many as _run_many
@@ -62,7 +62,10 @@ DEFAULT_SYNC_INVOKER: Final = "127.0.0.1:9091"
 
 
 class Client:
-    """An async client of a BlockX deployment. Use as ``async with Client(...)``."""
+    """An async client of a BlockX deployment. Use as ``async with Client(...)``.
+
+    ``tls`` (default: ``GrpcTls.from_environ()``, the ``GRPC_TLS_*`` variables)
+    secures every direct channel."""
 
     def __init__(
         self,
@@ -71,6 +74,7 @@ class Client:
         bundle_coordinator: str | None = None,
         sync_invoker: str | None = None,
         proxy_socket: str | None = None,
+        tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
         rpc_timeout_s: float = 30.0,
         rng: random.Random | None = None,
@@ -83,7 +87,10 @@ class Client:
             retry=retry or RetryPolicy(),
             rpc_timeout_s=rpc_timeout_s,
         )
-        self._transport = Transport(proxy_socket or env.get("PROXY_SOCKET_PATH") or None)
+        tls = tls if tls is not None else GrpcTls.from_environ(env)
+        self._transport = Transport(
+            proxy_socket or env.get("PROXY_SOCKET_PATH") or None, tls.ssl_context()
+        )
         self._workers = WorkerRpc(self._options, self._transport)
         rng = rng or random.Random()
         self._placement = Placement(self._options, self._transport, self._workers, rng)

@@ -11,6 +11,7 @@ which says whether the request can have reached the server (``connect_error``).
 
 from __future__ import annotations
 
+import ssl
 from collections import OrderedDict
 from collections.abc import Awaitable
 from typing import Final, TypeVar
@@ -58,8 +59,10 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 class Transport:
-    def __init__(self, proxy_socket: str | None = None) -> None:
+    def __init__(self, proxy_socket: str | None = None, tls: ssl.SSLContext | None = None) -> None:
         self._proxy_socket = proxy_socket
+        # GRPC_TLS_*: every direct channel; the proxy's Unix socket stays plaintext.
+        self._tls = tls
         self._proxy: Channel | None = None
         self._channels: OrderedDict[str, Channel] = OrderedDict()
 
@@ -76,7 +79,7 @@ class Transport:
         channel = self._channels.get(addr)
         if channel is None:
             host, port = split_addr(addr)
-            channel = Channel(host, port)
+            channel = Channel(host, port, ssl=self._tls)
             self._channels[addr] = channel
             if len(self._channels) > _POOL_SIZE:
                 _, evicted = self._channels.popitem(last=False)

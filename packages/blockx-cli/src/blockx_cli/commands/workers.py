@@ -33,7 +33,7 @@ def workers(
 
 
 async def _workers(settings: Settings, out: Output, prefixes: list[str]) -> int:
-    found = await list_workers(settings.etcd_endpoints(), prefixes)
+    found = await list_workers(settings.etcd_endpoints(), prefixes, access=settings.etcd_access())
     now_ms = int(time.time() * 1000)
     if out.json_mode:
         out.emit(

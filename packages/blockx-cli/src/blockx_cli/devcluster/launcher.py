@@ -162,6 +162,8 @@ class DevCluster:
             "proxy",
             "blockx-proxy",
             {
+                # The proxy forwards worker.v1 calls only to the Workers registered there.
+                **etcd_env,
                 "PROXY_SOCKET_PATH": e.proxy_socket,
                 "PROXY_COORDINATOR_ADDR": e.coordinator,
                 "PROXY_BUNDLE_COORDINATOR_ADDR": e.bundle_coordinator or "",

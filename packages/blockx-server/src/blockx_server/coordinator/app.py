@@ -35,7 +35,9 @@ async def serve(
     core = CoordinatorCore(config.core)
     watcher = EtcdWorkerWatcher(config.watcher, core, clock)
     metrics = CoordinatorMetrics(CollectorRegistry(), watcher.worker_count_by_format)
-    reserver = GrpcSlotReserver(timeout_ms=config.worker_rpc_timeout_ms)
+    reserver = GrpcSlotReserver(
+        timeout_ms=config.worker_rpc_timeout_ms, ssl=config.grpc_tls.client_context()
+    )
     loop = ReservationLoop(core, reserver, clock, config.handler, metrics)
     # Each deployment registers only its own service.
     service = (
@@ -51,7 +53,9 @@ async def serve(
     health = Health({service: [ServiceCheck(view_trusted, check_ttl=1.0, check_timeout=1.0)]})
     grpc_server = bounded_server([service, health], limits=config.grpc_limits)
     try:
-        async with listening(grpc_server, config, metrics.registry):
+        async with listening(
+            grpc_server, config, metrics.registry, config.grpc_tls.server_context()
+        ):
             log.info(
                 "%s serving %s on %s:%d, watching %s at %s",
                 config.profile.program,

@@ -22,6 +22,7 @@ from blockx_core.registry import (
     parse_registry_prefix,
 )
 from blockx_server.coordinator.reservation import HandlerConfig
+from blockx_server.etcd.security import read_etcd_security
 from blockx_server.etcd.watcher import EtcdWatcherConfig
 from blockx_server.runtime.connection_limits import (
     GRPC_LIMIT_SETTINGS,
@@ -31,6 +32,8 @@ from blockx_server.runtime.connection_limits import (
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     ETCD_ENDPOINTS,
+    ETCD_SECURITY_SETTINGS,
+    GRPC_TLS_SETTINGS,
     LOG_LEVEL,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -42,6 +45,7 @@ from blockx_server.runtime.settings import (
     number,
     optional_text,
 )
+from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
 
 
 class Profile(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,6 +89,7 @@ class CoordinatorRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     cpu_profile_path: str | None
     log_level: str
     grpc_limits: GrpcLimits = GrpcLimits()
+    grpc_tls: GrpcTls = GrpcTls()
 
 
 _CORE_DEFAULTS: Final = CoordinatorConfig()
@@ -205,6 +210,8 @@ def coordinator_settings(profile: Profile) -> tuple[Setting[Any], ...]:
         LISTEN,
         ETCD_ENDPOINTS,
         _prefixes_setting(profile),
+        *ETCD_SECURITY_SETTINGS,
+        *GRPC_TLS_SETTINGS,
         PROMETHEUS_LISTEN_ADDR,
         PROMETHEUS_PATH,
         CPU_PROFILE,
@@ -254,6 +261,8 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
     listen_host, listen_port = reader.get(LISTEN)
     endpoints = reader.get(ETCD_ENDPOINTS)
     prefixes = reader.get(_prefixes_setting(profile))
+    etcd_security = read_etcd_security(reader)
+    grpc_tls = read_grpc_tls(reader, serves=True)
 
     prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
     prometheus_path = reader.get(PROMETHEUS_PATH)
@@ -263,6 +272,7 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
         key_prefixes=prefixes,
         dial_timeout_ms=dial_timeout_ms,
         retry_delay_ms=retry_delay_ms,
+        security=etcd_security,
     )
     if reader.valid(
         *_WATCHER_ENV.values(), ETCD_DIAL_TIMEOUT_MS.name, ETCD_WATCH_RETRY_DELAY_MS.name
@@ -285,4 +295,5 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
         cpu_profile_path=reader.get(CPU_PROFILE),
         log_level=reader.get(LOG_LEVEL),
         grpc_limits=read_grpc_limits(reader),
+        grpc_tls=grpc_tls,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import socket
+from ssl import SSLContext, SSLError
 from typing import Protocol
 
 from grpclib.client import Channel
@@ -39,8 +40,10 @@ class SlotReserver(Protocol):
 class GrpcSlotReserver:
     """RequestTaskSlot over grpclib, one cached channel per worker address."""
 
-    def __init__(self, *, timeout_ms: int) -> None:
+    def __init__(self, *, timeout_ms: int, ssl: SSLContext | None = None) -> None:
         self._timeout_s = timeout_ms / 1000
+        # GRPC_TLS_*: verify each Worker against the CA, present our certificate.
+        self._ssl = ssl
         self._channels: dict[WorkerAddr, Channel] = {}
 
     async def request_task_slot(
@@ -72,8 +75,10 @@ class GrpcSlotReserver:
                 f"RequestTaskSlot timed out after {self._timeout_s:g} s",
                 may_have_allocated=True,
             )
-        except (ConnectionRefusedError, socket.gaierror) as exc:
-            # Only connecting raises these: nothing was sent, so no slot can exist.
+        except (ConnectionRefusedError, socket.gaierror, SSLError) as exc:
+            # Only connecting raises these (a TLS handshake, e.g. a certificate our CA
+            # did not sign, comes before any request): nothing was sent, so no slot
+            # can exist.
             # A definite, non-timeout Unavailable.
             return SlotError(
                 ErrorCode.UNAVAILABLE, f"cannot connect: {exc}", may_have_allocated=False
@@ -90,7 +95,7 @@ class GrpcSlotReserver:
         channel = self._channels.get(worker_addr)
         if channel is None:
             host, port = split_host_port(worker_addr)
-            channel = Channel(host, port)
+            channel = Channel(host, port, ssl=self._ssl)
             self._channels[worker_addr] = channel
         return channel
 

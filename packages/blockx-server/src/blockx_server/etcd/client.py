@@ -55,9 +55,10 @@ def _strip_scheme(endpoint: str) -> str:
 
 def parse_endpoint(given: str) -> tuple[str, int]:
     """``(host, port)`` of an etcd endpoint: ``host:port``, ``[v6]:port`` or a bare
-    host (port 2379); an ``http://`` or ``https://`` scheme is stripped (TLS is not
-    supported). Raises ``InvalidConfig("endpoints", ...)``. IPv6 hosts keep their
-    brackets, as grpc wants them."""
+    host (port 2379); an ``http://`` or ``https://`` scheme is stripped (TLS is
+    set by ``EtcdSecurity``, not by the scheme). Raises
+    ``InvalidConfig("endpoints", ...)``. IPv6 hosts keep their brackets, as grpc
+    wants them."""
     endpoint = _strip_scheme(given)
     if ":" not in endpoint.rpartition("]")[2]:
         endpoint += f":{DEFAULT_ETCD_PORT}"

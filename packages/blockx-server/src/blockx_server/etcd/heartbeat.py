@@ -39,6 +39,7 @@ from blockx_core.errors import InvalidConfig
 from blockx_core.heartbeat import WorkerHeartbeat, encode_heartbeat
 from blockx_core.registry import InvalidRegistryPrefix, parse_registry_prefix, worker_key
 from blockx_server.etcd.client import close_quietly, grpc_options, parse_endpoint
+from blockx_server.etcd.security import EtcdSecurity, open_client
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.system import SystemMetrics, fraction, non_negative
 
@@ -70,7 +71,7 @@ class HeartbeatPublisherConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Where and how often to publish. ``endpoints`` are etcd ``host:port`` (an
     ``http://`` scheme is accepted, a missing port means 2379); ``worker_addr`` is
     the advertised ``host:port`` Coordinators and Clients dial. ``dial_timeout_ms``
-    bounds every etcd call."""
+    bounds every etcd call; ``security`` holds TLS and credentials."""
 
     endpoints: tuple[str, ...]
     registry_prefix: str
@@ -79,6 +80,7 @@ class HeartbeatPublisherConfig(msgspec.Struct, frozen=True, kw_only=True):
     lease_ttl_s: int = 10
     dial_timeout_ms: int = 5_000
     retry_delay_ms: int = 1_000
+    security: EtcdSecurity = EtcdSecurity()
 
     def validate(self) -> None:
         """Raise ``InvalidConfig`` naming the first field that breaks a rule."""
@@ -86,6 +88,7 @@ class HeartbeatPublisherConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidConfig("endpoints", "must name at least one etcd endpoint")
         for endpoint in self.endpoints:
             parse_endpoint(endpoint)
+        self.security.validate()
         try:
             parse_registry_prefix(self.registry_prefix)
         except InvalidRegistryPrefix as exc:
@@ -376,8 +379,12 @@ class EtcdHeartbeatPublisher:
     # ---- helpers -------------------------------------------------------------------
 
     def _client(self, host: str, port: int) -> aetcd.Client:
-        return aetcd.Client(
-            host=host, port=port, timeout=self._rpc_timeout_s, options=self._grpc_options
+        return open_client(
+            host,
+            port,
+            timeout_s=self._rpc_timeout_s,
+            options=self._grpc_options,
+            security=self._config.security,
         )
 
     def _on_failure(self, endpoint: str, exc: Exception) -> None:

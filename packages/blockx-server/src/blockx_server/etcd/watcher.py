@@ -1,4 +1,5 @@
-"""EtcdWorkerWatcher: list+watch of the worker registry prefixes, fed to the CoordinatorCore.
+"""EtcdWorkerWatcher: list+watch of the worker registry prefixes, fed to a worker view
+(the Coordinator's CoordinatorCore; the proxy's allowed Worker addresses).
 
 One loop per registry prefix lists the prefix, then watches it from the list's
 revision + 1; a prefix counts as connected once that watch exists. Any failure
@@ -26,13 +27,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import aetcd
 import aetcd.exceptions
 import msgspec
 
-from blockx_core.coordinator import CoordinatorCore
 from blockx_core.errors import InvalidConfig
 from blockx_core.heartbeat import InvalidHeartbeat, WorkerHeartbeat, decode_heartbeat
 from blockx_core.registry import InvalidRegistryPrefix, RegistryFormat, parse_registry_prefix
@@ -43,6 +43,7 @@ from blockx_server.etcd.client import (
     grpc_options,
     parse_endpoint,
 )
+from blockx_server.etcd.security import EtcdSecurity, open_client
 from blockx_server.runtime.clock import Clock
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ log = logging.getLogger(__name__)
 class EtcdWatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     """Where and what to watch. ``endpoints`` are ``host:port``; an ``http://`` or
     ``https://`` scheme is accepted (kept as given here, stripped when dialling:
-    TLS is not supported) and a missing port means 2379."""
+    ``security`` alone decides TLS) and a missing port means 2379."""
 
     endpoints: tuple[str, ...] = (f"localhost:{DEFAULT_ETCD_PORT}",)
     key_prefixes: tuple[str, ...]
@@ -63,6 +64,7 @@ class EtcdWatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
     # --grpc-keepalive-min-time (5 s by default).
     keepalive_time_ms: int = 10_000
     keepalive_timeout_ms: int = 5_000
+    security: EtcdSecurity = EtcdSecurity()
 
     def validate(self) -> None:
         """Raise ``InvalidConfig`` naming the first field that breaks a rule."""
@@ -70,6 +72,7 @@ class EtcdWatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidConfig("endpoints", "must name at least one etcd endpoint")
         for endpoint in self.endpoints:
             parse_endpoint(endpoint)
+        self.security.validate()
         if not self.key_prefixes:
             raise InvalidConfig("key_prefixes", "must name at least one registry prefix")
         if len(set(self.key_prefixes)) != len(self.key_prefixes):
@@ -93,14 +96,34 @@ class EtcdWatcherConfig(msgspec.Struct, frozen=True, kw_only=True):
         return [parse_endpoint(e) for e in self.endpoints]
 
 
+class RegistryView(Protocol):
+    """What the watcher keeps in step with the registry: the Coordinator's
+    ``CoordinatorCore``, or the proxy's set of Worker addresses."""
+
+    @property
+    def worker_count(self) -> int: ...
+
+    def apply_full_worker_list(
+        self, heartbeats: Iterable[WorkerHeartbeat], now_ms: int
+    ) -> None: ...
+
+    def apply_worker_update(self, heartbeat: WorkerHeartbeat, now_ms: int) -> None: ...
+
+    def apply_worker_removal(self, worker_addr: str, now_ms: int) -> None: ...
+
+    def mark_watch_disconnected(self, now_ms: int) -> None: ...
+
+    def mark_watch_reconnected(self, now_ms: int) -> None: ...
+
+
 class _WatchEnded(Exception):
     """The watch stream finished without an error (etcd or the client cancelled it)."""
 
 
 class EtcdWorkerWatcher:
-    """Keeps a CoordinatorCore's worker view in step with etcd. See the module docstring."""
+    """Keeps a worker view (a ``RegistryView``) in step with etcd. See the module docstring."""
 
-    def __init__(self, config: EtcdWatcherConfig, core: CoordinatorCore, clock: Clock) -> None:
+    def __init__(self, config: EtcdWatcherConfig, core: RegistryView, clock: Clock) -> None:
         config.validate()
         self._config = config
         self._core = core
@@ -177,11 +200,12 @@ class EtcdWorkerWatcher:
             attempt += 1
             # A client per attempt: the next attempt goes to the next endpoint, and no
             # state of a broken channel survives into the next one.
-            client = aetcd.Client(
-                host=host,
-                port=port,
-                timeout=self._config.dial_timeout_ms / 1000,
+            client = open_client(
+                host,
+                port,
+                timeout_s=self._config.dial_timeout_ms / 1000,
                 options=self._grpc_options,
+                security=self._config.security,
             )
             try:
                 await self._list_and_watch(prefix, client)

@@ -13,9 +13,12 @@ from collections.abc import Mapping
 
 from grpclib.server import Server
 
+from blockx_server.etcd.watcher import EtcdWorkerWatcher
+from blockx_server.proxy.allowed import AllowedWorkers
 from blockx_server.proxy.codec import PASS_THROUGH, PASS_THROUGH_DETAILS
 from blockx_server.proxy.config import ProxyConfig
 from blockx_server.proxy.service import WORKER_ADDR_HEADER, ProxyRouter, Route, RoutingTable
+from blockx_server.runtime.clock import SystemClock
 from blockx_server.runtime.connection_limits import BoundedServer
 from blockx_server.runtime.env import ConfigError
 from blockx_server.runtime.process import stop_on_signals
@@ -28,15 +31,21 @@ class ProxyServer:
 
     At start a stale socket file is replaced (never a live one, nor a file that
     is not a socket); at exit the socket file is removed if it is still ours.
+    Without a fixed allow-list, the registry is watched from start to close.
     """
 
     def __init__(self, config: ProxyConfig, routes: Mapping[str, Route] | None = None) -> None:
         self.config = config
-        self.router = ProxyRouter(config, routes)
+        self.allowed = AllowedWorkers(config.allowed_workers)
+        self.router = ProxyRouter(config, routes, self.allowed)
         self._server: Server | None = None
         self._socket_id: tuple[int, int] | None = None
+        self._watch: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        if self.config.registry is not None:
+            watcher = EtcdWorkerWatcher(self.config.registry, self.allowed, SystemClock())
+            self._watch = asyncio.create_task(watcher.run(), name="proxy registry watch")
         path = self.config.socket_path
         claim_socket_path(path)
         server = BoundedServer(
@@ -56,6 +65,11 @@ class ProxyServer:
 
     async def close(self) -> None:
         try:
+            if self._watch is not None:
+                self._watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._watch
+                self._watch = None
             if self._server is not None:
                 self._server.close()
                 await self._server.wait_closed()
@@ -117,12 +131,17 @@ async def serve(config: ProxyConfig, *, stop: asyncio.Event | None = None) -> No
     async with ProxyServer(config):
         log.info(
             "blockx-proxy listening on %s: coordinator.v1 → %s, bundlecoordinator.v1 → %s, "
-            "syncinvoker.v1 → %s, worker.v1 → the %s header",
+            "syncinvoker.v1 → %s, worker.v1 → the %s header, if it names %s",
             config.socket_path,
             config.coordinator_addr,
             config.bundle_coordinator_addr or "(not configured)",
             config.sync_invoker_addr,
             WORKER_ADDR_HEADER,
+            (
+                "one of PROXY_ALLOWED_WORKERS"
+                if config.registry is None
+                else f"a Worker registered under {', '.join(config.registry.key_prefixes)}"
+            ),
         )
         await stop.wait()
         log.info("shutting down")

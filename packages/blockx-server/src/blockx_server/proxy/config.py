@@ -12,6 +12,14 @@ from typing import Any, Final
 import msgspec
 
 from blockx_core.addr import InvalidAddress, split_host_port
+from blockx_core.errors import InvalidConfig
+from blockx_core.registry import (
+    LEGACY_BLOCK_WORKER_REGISTRY_PREFIX,
+    LEGACY_BUNDLE_WORKER_REGISTRY_PREFIX,
+    PROD_DEFAULT_BUNDLE_WORKER_REGISTRY_PREFIX,
+)
+from blockx_server.etcd.security import read_etcd_security
+from blockx_server.etcd.watcher import EtcdWatcherConfig
 from blockx_server.runtime.connection_limits import (
     GRPC_LIMIT_SETTINGS,
     GrpcLimits,
@@ -19,11 +27,16 @@ from blockx_server.runtime.connection_limits import (
 )
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
+    ETCD_ENDPOINTS,
+    ETCD_SECURITY_SETTINGS,
+    GRPC_TLS_SETTINGS,
     LOG_LEVEL,
     InvalidValue,
     Setting,
     integer,
+    items,
 )
+from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
 
 # sun_path holds 108 bytes on Linux, the terminating NUL included.
 MAX_SOCKET_PATH_BYTES: Final = 107
@@ -42,6 +55,12 @@ class ProxyConfig(msgspec.Struct, frozen=True, kw_only=True):
     connect_timeout_ms: int = 5000
     log_level: str = "INFO"
     grpc_limits: GrpcLimits = GrpcLimits()
+    # worker.v1 calls go only to these addresses (PROXY_ALLOWED_WORKERS) ...
+    allowed_workers: tuple[str, ...] = ()
+    # ... or, when that list is empty, to the Workers registered where this watches.
+    registry: EtcdWatcherConfig | None = None
+    # GRPC_TLS_*: the upstream channels' TLS (the Unix socket itself is plaintext).
+    grpc_tls: GrpcTls = GrpcTls()
 
 
 def validate_upstream_addr(addr: str) -> str:
@@ -129,6 +148,41 @@ CONNECT_TIMEOUT_MS: Final = Setting(
     help="connecting to an upstream for longer than this is UNAVAILABLE",
 )
 
+
+def _upstream_addresses(raw: str) -> tuple[str, ...]:
+    return tuple(_upstream_address(addr) for addr in items(raw))
+
+
+ALLOWED_WORKERS: Final[Setting[tuple[str, ...]]] = Setting(
+    name="PROXY_ALLOWED_WORKERS",
+    default=(),
+    parse=_upstream_addresses,
+    help="comma-separated worker host:port the proxy forwards to; unset: the registered ones",
+    shown_default="unset",
+)
+REGISTRY_PREFIXES: Final[Setting[tuple[str, ...]]] = Setting(
+    name="PROXY_REGISTRY_PREFIXES",
+    default=(
+        LEGACY_BLOCK_WORKER_REGISTRY_PREFIX,
+        LEGACY_BUNDLE_WORKER_REGISTRY_PREFIX,
+        PROD_DEFAULT_BUNDLE_WORKER_REGISTRY_PREFIX,
+    ),
+    parse=items,
+    help="registry prefixes whose Workers the proxy forwards to (without PROXY_ALLOWED_WORKERS)",
+)
+ETCD_DIAL_TIMEOUT_MS: Final = Setting(
+    name="PROXY_ETCD_DIAL_TIMEOUT_MS",
+    default=5000,
+    parse=integer(above=0),
+    help="timeout of etcd calls",
+)
+ETCD_WATCH_RETRY_DELAY_MS: Final = Setting(
+    name="PROXY_ETCD_WATCH_RETRY_DELAY_MS",
+    default=1000,
+    parse=integer(above=0),
+    help="wait before reconnecting a failed list+watch of the registry",
+)
+
 SETTINGS: Final[tuple[Setting[Any], ...]] = (
     SOCKET_PATH,
     COORDINATOR_ADDR,
@@ -137,6 +191,13 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     MAX_UPSTREAMS,
     MAX_STREAMS_PER_CONNECTION,
     CONNECT_TIMEOUT_MS,
+    ALLOWED_WORKERS,
+    REGISTRY_PREFIXES,
+    ETCD_ENDPOINTS,
+    *ETCD_SECURITY_SETTINGS,
+    ETCD_DIAL_TIMEOUT_MS,
+    ETCD_WATCH_RETRY_DELAY_MS,
+    *GRPC_TLS_SETTINGS,
     LOG_LEVEL,
     *GRPC_LIMIT_SETTINGS,
 )
@@ -154,6 +215,7 @@ def read_proxy_config(reader: ConfigReader) -> ProxyConfig:
     socket_path = reader.get(SOCKET_PATH)
     if socket_path is None and reader.valid(SOCKET_PATH.name):
         reader.report(SOCKET_PATH.name, "is required: the Unix socket the proxy listens on")
+    allowed = reader.get(ALLOWED_WORKERS)
     return ProxyConfig(
         socket_path=socket_path or "",
         coordinator_addr=reader.get(COORDINATOR_ADDR),
@@ -162,6 +224,28 @@ def read_proxy_config(reader: ConfigReader) -> ProxyConfig:
         max_upstreams=reader.get(MAX_UPSTREAMS),
         max_streams_per_connection=reader.get(MAX_STREAMS_PER_CONNECTION),
         connect_timeout_ms=reader.get(CONNECT_TIMEOUT_MS),
+        allowed_workers=allowed,
+        registry=_read_registry(reader, watch=not allowed),
+        grpc_tls=read_grpc_tls(reader, serves=False),
         log_level=reader.get(LOG_LEVEL),
         grpc_limits=read_grpc_limits(reader),
     )
+
+
+def _read_registry(reader: ConfigReader, *, watch: bool) -> EtcdWatcherConfig | None:
+    """Where the registered Workers are read from; None with a fixed allow-list."""
+    prefixes = reader.get(REGISTRY_PREFIXES)
+    registry = EtcdWatcherConfig(
+        endpoints=reader.get(ETCD_ENDPOINTS),
+        key_prefixes=prefixes,
+        security=read_etcd_security(reader),
+        dial_timeout_ms=reader.get(ETCD_DIAL_TIMEOUT_MS),
+        retry_delay_ms=reader.get(ETCD_WATCH_RETRY_DELAY_MS),
+    )
+    names = {"endpoints": ETCD_ENDPOINTS.name, "key_prefixes": REGISTRY_PREFIXES.name}
+    if watch and reader.valid(*names.values()):
+        try:
+            registry.validate()
+        except InvalidConfig as exc:
+            reader.report(names.get(exc.field, exc.field), exc.rule)
+    return registry if watch else None

@@ -6,6 +6,7 @@ import contextlib
 import logging
 from collections import Counter, OrderedDict
 from collections.abc import Iterator
+from ssl import SSLContext
 
 from grpclib.client import Channel
 
@@ -27,8 +28,12 @@ class ChannelPool:
       not end soon), so a busy address gets another connection instead.
     """
 
-    def __init__(self, max_upstreams: int, max_streams: int = 100) -> None:
+    def __init__(
+        self, max_upstreams: int, max_streams: int = 100, ssl: SSLContext | None = None
+    ) -> None:
         self._max_upstreams = max_upstreams
+        # GRPC_TLS_*: verify each upstream against the CA, present our certificate.
+        self._ssl = ssl
         self._max_streams = max_streams
         self._channels: OrderedDict[str, list[Channel]] = OrderedDict()
         self._calls: Counter[Channel] = Counter()
@@ -57,7 +62,11 @@ class ChannelPool:
         if channel is None or self._calls[channel] >= self._max_streams:
             host, port = split_host_port(addr)
             channel = Channel(
-                host, port, codec=PASS_THROUGH, status_details_codec=PASS_THROUGH_DETAILS
+                host,
+                port,
+                codec=PASS_THROUGH,
+                status_details_codec=PASS_THROUGH_DETAILS,
+                ssl=self._ssl,
             )
             channels.append(channel)
         self._calls[channel] += 1

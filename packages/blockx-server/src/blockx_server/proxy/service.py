@@ -4,7 +4,8 @@
 * ``/bundlecoordinator.v1.BundleCoordinatorService/*`` → the bundle Coordinator
   (UNAVAILABLE when none is configured);
 * ``/syncinvoker.v1.SyncInvokerService/*`` → the Sync Invoker;
-* ``/worker.v1.WorkerService/*`` → the worker named by ``x-blockx-worker-addr``;
+* ``/worker.v1.WorkerService/*`` → the worker named by ``x-blockx-worker-addr``,
+  when ``AllowedWorkers`` allows it (else PERMISSION_DENIED, without connecting);
 * anything else → UNIMPLEMENTED, naming the path.
 
 Messages travel as bytes (``codec.py``): nothing is decoded or re-encoded. The
@@ -33,6 +34,7 @@ from grpclib.server import Stream as CallerStream
 
 from blockx_core.addr import InvalidAddress
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
+from blockx_server.proxy.allowed import NOT_A_WORKER, AllowedWorkers
 from blockx_server.proxy.config import ProxyConfig, validate_upstream_addr
 from blockx_server.proxy.pool import ChannelPool
 
@@ -96,7 +98,13 @@ def generated_routes() -> dict[str, Route]:
 class ProxyRouter:
     """The grpclib handler mapping: every routed method forwards raw bytes."""
 
-    def __init__(self, config: ProxyConfig, routes: Mapping[str, Route] | None = None) -> None:
+    def __init__(
+        self,
+        config: ProxyConfig,
+        routes: Mapping[str, Route] | None = None,
+        allowed: AllowedWorkers | None = None,
+    ) -> None:
+        self.allowed = allowed if allowed is not None else AllowedWorkers(config.allowed_workers)
         self._addrs: dict[Upstream, str | None] = {
             Upstream.COORDINATOR: config.coordinator_addr,
             Upstream.BUNDLE_COORDINATOR: config.bundle_coordinator_addr,
@@ -104,7 +112,11 @@ class ProxyRouter:
         }
         self._connect_timeout = config.connect_timeout_ms / 1000
         self._routes = dict(generated_routes() if routes is None else routes)
-        self.pool = ChannelPool(config.max_upstreams, config.max_streams_per_connection)
+        self.pool = ChannelPool(
+            config.max_upstreams,
+            config.max_streams_per_connection,
+            config.grpc_tls.client_context(),
+        )
 
     def __mapping__(self) -> dict[str, Handler]:
         return {
@@ -119,7 +131,11 @@ class ProxyRouter:
 
     def _target(self, upstream: Upstream, stream: CallerStream[bytes, bytes]) -> str:
         if upstream is Upstream.WORKER:
-            return worker_addr_from(stream)
+            worker = worker_addr_from(stream)
+            if not self.allowed.allows(worker):
+                # One answer for every address: nothing about it may show.
+                raise GRPCError(Status.PERMISSION_DENIED, NOT_A_WORKER)
+            return worker
         addr = self._addrs[upstream]
         if addr is None:
             raise GRPCError(Status.UNAVAILABLE, NO_BUNDLE_COORDINATOR)

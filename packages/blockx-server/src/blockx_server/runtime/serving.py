@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import AsyncIterator, Collection
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Protocol
@@ -78,12 +79,15 @@ class Endpoints(Protocol):
 
 @asynccontextmanager
 async def listening(
-    server: Server, endpoints: Endpoints, metrics: CollectorRegistry
+    server: Server,
+    endpoints: Endpoints,
+    metrics: CollectorRegistry,
+    tls: ssl.SSLContext | None = None,
 ) -> AsyncIterator[None]:
-    """``server`` and, when configured, the endpoint serving ``metrics``, for the body
-    of the block. Leaving it closes both and waits for running handlers (grpclib
-    cancels them)."""
-    await server.start(endpoints.listen_host or None, endpoints.listen_port)
+    """``server`` (over TLS with ``tls``, see runtime/tls.py) and, when configured,
+    the endpoint serving ``metrics``, for the body of the block. Leaving it closes
+    both and waits for running handlers (grpclib cancels them)."""
+    await server.start(endpoints.listen_host or None, endpoints.listen_port, ssl=tls)
     async with server:  # grpclib's exit: close(), then wait_closed()
         metrics_server = await start_metrics_server(
             metrics, endpoints.prometheus_listen, endpoints.prometheus_path

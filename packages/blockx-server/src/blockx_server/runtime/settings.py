@@ -158,6 +158,62 @@ ETCD_ENDPOINTS: Final[Setting[tuple[str, ...]]] = Setting(
     parse=items,
     help="comma-separated host[:port] (optional http://)",
 )
+ETCD_CA_FILE: Final[Setting[str | None]] = Setting(
+    name="ETCD_CA_FILE",
+    default=None,
+    parse=optional_text,
+    help="PEM CA that signed etcd's certificate; set: etcd is dialled over TLS",
+)
+ETCD_CERT_FILE: Final[Setting[str | None]] = Setting(
+    name="ETCD_CERT_FILE",
+    default=None,
+    parse=optional_text,
+    help="PEM client certificate for etcd's --client-cert-auth (with ETCD_KEY_FILE)",
+)
+ETCD_KEY_FILE: Final[Setting[str | None]] = Setting(
+    name="ETCD_KEY_FILE",
+    default=None,
+    parse=optional_text,
+    help="PEM private key of ETCD_CERT_FILE",
+)
+ETCD_USERNAME: Final[Setting[str | None]] = Setting(
+    name="ETCD_USERNAME",
+    default=None,
+    parse=optional_text,
+    help="etcd user to authenticate as (with ETCD_PASSWORD)",
+)
+ETCD_PASSWORD: Final[Setting[str | None]] = Setting(
+    name="ETCD_PASSWORD",
+    default=None,
+    parse=optional_text,
+    help="password of ETCD_USERNAME; sent only over TLS (needs ETCD_CA_FILE)",
+)
+ETCD_SECURITY_SETTINGS: Final = (
+    ETCD_CA_FILE,
+    ETCD_CERT_FILE,
+    ETCD_KEY_FILE,
+    ETCD_USERNAME,
+    ETCD_PASSWORD,
+)
+GRPC_TLS_CERT_FILE: Final[Setting[str | None]] = Setting(
+    name="GRPC_TLS_CERT_FILE",
+    default=None,
+    parse=optional_text,
+    help="PEM certificate: the gRPC server speaks TLS, and client calls present it",
+)
+GRPC_TLS_KEY_FILE: Final[Setting[str | None]] = Setting(
+    name="GRPC_TLS_KEY_FILE",
+    default=None,
+    parse=optional_text,
+    help="PEM private key of GRPC_TLS_CERT_FILE",
+)
+GRPC_TLS_CA_FILE: Final[Setting[str | None]] = Setting(
+    name="GRPC_TLS_CA_FILE",
+    default=None,
+    parse=optional_text,
+    help="PEM CA: the server requires client certificates it signed, clients verify servers",
+)
+GRPC_TLS_SETTINGS: Final = (GRPC_TLS_CERT_FILE, GRPC_TLS_KEY_FILE, GRPC_TLS_CA_FILE)
 GRPC_KEEPALIVE_TIME_MS: Final = Setting(
     name="GRPC_KEEPALIVE_TIME_MS",
     default=30_000,

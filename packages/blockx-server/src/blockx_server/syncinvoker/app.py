@@ -95,7 +95,7 @@ async def serve(
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()
     try:
-        async with listening(server, config, metrics.registry):
+        async with listening(server, config, metrics.registry, config.grpc_tls.server_context()):
             log.info(
                 "%s serving syncinvoker.v1 on %s:%d (%d executors, budget %d ms, at most %d ms)",
                 PROGRAM,

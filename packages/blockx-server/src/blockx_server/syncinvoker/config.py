@@ -37,6 +37,7 @@ from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
     GRPC_KEEPALIVE_TIME_MS,
     GRPC_KEEPALIVE_TIMEOUT_MS,
+    GRPC_TLS_SETTINGS,
     LOG_LEVEL,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -44,6 +45,7 @@ from blockx_server.runtime.settings import (
     integer,
     listen_address,
 )
+from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
 
 PROGRAM: Final = "blockx-syncinvoker"
 
@@ -66,6 +68,7 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_path: str
     log_level: str
     blockdb: BlockDbSettings | None = None
+    grpc_tls: GrpcTls = GrpcTls()
     io: IoSettings = IoSettings()
 
 
@@ -103,6 +106,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     GRPC_KEEPALIVE_TIME_MS,
     GRPC_KEEPALIVE_TIMEOUT_MS,
     *GRPC_LIMIT_SETTINGS,
+    *GRPC_TLS_SETTINGS,
     LOG_LEVEL,
 )
 
@@ -143,6 +147,7 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
         keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
         grpc_limits=read_grpc_limits(reader),
+        grpc_tls=read_grpc_tls(reader, serves=True),
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),

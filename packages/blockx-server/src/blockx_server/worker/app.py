@@ -111,6 +111,7 @@ async def serve(
             worker_addr=config.advertise_addr,
             interval_ms=config.heartbeat_interval_ms,
             lease_ttl_s=config.lease_ttl_s,
+            security=config.etcd_security,
         ),
         _Load(core, error_rate),
         clock,
@@ -126,7 +127,7 @@ async def serve(
     await refresher.refresh_once()  # a broken FUNCTIONS_DIR stops start-up here
     await engine.start()
     try:
-        async with listening(server, config, metrics.registry):
+        async with listening(server, config, metrics.registry, config.grpc_tls.server_context()):
             log.info(
                 "%s serving worker.v1 on %s:%d as %s (registry %s, %d slots, %d executors)",
                 config.profile.program,

@@ -24,6 +24,7 @@ from blockx_core.registry import (
 )
 from blockx_core.worker import WorkerConfig
 from blockx_server.calls.config import CALL_SETTINGS, CallSettings, read_call_settings
+from blockx_server.etcd.security import EtcdSecurity, read_etcd_security
 from blockx_server.etcd.watcher import EtcdWatcherConfig
 from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_settings
 from blockx_server.io.config import (
@@ -45,8 +46,10 @@ from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
     ETCD_ENDPOINTS,
+    ETCD_SECURITY_SETTINGS,
     GRPC_KEEPALIVE_TIME_MS,
     GRPC_KEEPALIVE_TIMEOUT_MS,
+    GRPC_TLS_SETTINGS,
     LOG_LEVEL,
     PROMETHEUS_LISTEN_ADDR,
     PROMETHEUS_PATH,
@@ -57,6 +60,7 @@ from blockx_server.runtime.settings import (
     listen_address,
     text,
 )
+from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
 from blockx_server.worker.orchestrator import AdmissionConfig
 
 
@@ -91,6 +95,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     advertise_addr: str
     registry_prefix: str
     etcd_endpoints: tuple[str, ...]
+    etcd_security: EtcdSecurity
     heartbeat_interval_ms: int
     lease_ttl_s: int
     core: WorkerConfig
@@ -110,6 +115,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     sink_url: BlockDbUrl | None = None
     io: IoSettings = IoSettings()
     stream_build: StreamBuildConfig = StreamBuildConfig()
+    grpc_tls: GrpcTls = GrpcTls()
 
 
 def primary_address() -> str:
@@ -255,6 +261,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         ADVERTISE_ADDR,
         _prefix_setting(profile),
         ETCD_ENDPOINTS,
+        *ETCD_SECURITY_SETTINGS,
         *_CORE.values(),
         PROMETHEUS_LISTEN_ADDR,
         PROMETHEUS_PATH,
@@ -273,6 +280,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         GRPC_KEEPALIVE_TIME_MS,
         GRPC_KEEPALIVE_TIMEOUT_MS,
         *GRPC_LIMIT_SETTINGS,
+        *GRPC_TLS_SETTINGS,
         DRAIN_TIMEOUT_MS,
         LOG_LEVEL,
     )
@@ -322,6 +330,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
             EtcdWatcherConfig(endpoints=endpoints, key_prefixes=(prefix,)).validate()
         except InvalidConfig as exc:
             reader.report(ETCD_ENDPOINTS.name, exc.rule)
+    etcd_security = read_etcd_security(reader)
 
     core_values = {field: reader.get(setting) for field, setting in _CORE.items()}
     core = reader.validate(msgspec.convert(core_values, WorkerConfig), _CORE_ENV, _CORE_DEFAULTS)
@@ -337,6 +346,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         advertise_addr=advertise,
         registry_prefix=prefix,
         etcd_endpoints=endpoints,
+        etcd_security=etcd_security,
         heartbeat_interval_ms=reader.get(HEARTBEAT_INTERVAL),
         lease_ttl_s=reader.get(LEASE_TTL_S),
         core=core,
@@ -350,6 +360,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         keepalive_time_ms=reader.get(GRPC_KEEPALIVE_TIME_MS),
         keepalive_timeout_ms=reader.get(GRPC_KEEPALIVE_TIMEOUT_MS),
         grpc_limits=read_grpc_limits(reader),
+        grpc_tls=read_grpc_tls(reader, serves=True),
         drain_timeout_ms=reader.get(DRAIN_TIMEOUT_MS),
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
