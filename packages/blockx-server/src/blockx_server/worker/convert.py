@@ -46,11 +46,24 @@ def result_to_pb(result: TaskResult | None) -> worker_v1.TaskResult | None:
 
 
 def _check_json(text: str, field: str) -> Refusal | None:
+    # As Raw: the JSON is checked whole without building its values, so a large
+    # config costs a scan, not its objects.
     try:
-        msgspec.json.decode(text or "{}")
+        msgspec.json.decode(text or "{}", type=msgspec.Raw)
     except msgspec.DecodeError as exc:
         return Refusal(ErrorCode.INVALID_ARGUMENT, f"{field} is not valid JSON: {exc}")
     return None
+
+
+def config_chars(request: worker_v1.SubmitTaskRequest) -> int:
+    """How much JSON ``task_from_pb`` checks (decides whether it runs on a thread)."""
+    pb = request.task
+    if pb is None:
+        return 0
+    fcc, handler = pb.function_call_config, pb.result_handler
+    return len(fcc.config if fcc is not None else "") + len(
+        handler.config if handler is not None else ""
+    )
 
 
 def task_from_pb(request: worker_v1.SubmitTaskRequest) -> TaskInput | Refusal:

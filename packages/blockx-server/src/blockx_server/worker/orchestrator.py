@@ -47,13 +47,16 @@ from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.pipeline.builders import (
+    DEFAULT_TASK_MAX_CALLS,
     BuilderError,
     Builders,
     CallBuilder,
     CallList,
     CallStream,
+    ListedCallBuilder,
     StreamBuildConfig,
     StreamingCallBuilder,
+    check_call_count,
     feed_calls,
 )
 from blockx_server.pipeline.context import TaskContext
@@ -65,6 +68,7 @@ from blockx_server.pipeline.writers import (
 )
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
+from blockx_server.worker.offload import Offload
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
 
 log = logging.getLogger(__name__)
@@ -87,6 +91,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     builder_slots: int = 16
     executor_task_slots: int = 32
     writer_slots: int = 16
+    # Root calls one task may make (TASK_MAX_CALLS), streamed ones included.
+    task_max_calls: int = DEFAULT_TASK_MAX_CALLS
 
 
 class _Runtime:
@@ -124,8 +130,12 @@ class Orchestrator:
         on_terminal: Callable[[TaskConverged, float | None], None] | None = None,
         on_code_released: Callable[[], None] | None = None,
         stream_build: StreamBuildConfig | None = None,
+        offload: Offload | None = None,
     ) -> None:
         admission = admission or AdmissionConfig()
+        self.max_calls = admission.task_max_calls
+        # Parses and builds of large configs run on its threads, not on the loop.
+        self.offload = offload or Offload()
         self.stream_build = stream_build or StreamBuildConfig()
         self.core = core
         self.engine = engine
@@ -206,6 +216,7 @@ class Orchestrator:
                 break
             await asyncio.sleep(0.01)
         self._timer.cancel()  # the process is about to exit; nothing more to rule on
+        self.offload.close()
 
     # ---- commands ------------------------------------------------------------------
 
@@ -369,13 +380,22 @@ class Orchestrator:
 
     async def _builder_phase(self, runtime: _Runtime, builder: CallBuilder) -> PhaseOutcome:
         spec = runtime.task.function_call_config
+        max_calls = self.max_calls
+        size = len(spec.config)
         async with self._builder_sem:
             assert runtime.ctx is not None
             try:
-                if self.stream_build.enabled and isinstance(builder, StreamingCallBuilder):
-                    runtime.calls = await builder.prepare_stream(runtime.ctx, _decode(spec.config))
-                    return PhaseOutcome(success=True)  # the count is known after the scan
-                calls = await builder.build(runtime.ctx, _decode(spec.config))
+                if isinstance(builder, ListedCallBuilder):
+                    # Counted while parsed, built on a thread (see builders/listed.py).
+                    run = builder.build_listed
+                    calls = await self.offload.run("builder", size, run, spec.config, max_calls)
+                else:
+                    config = await self.offload.run("builder", size, _decode, spec.config)
+                    if self.stream_build.enabled and isinstance(builder, StreamingCallBuilder):
+                        runtime.calls = await builder.prepare_stream(runtime.ctx, config)
+                        return PhaseOutcome(success=True)  # the count is known after the scan
+                    calls = await builder.build(runtime.ctx, config)
+                check_call_count(spec.type, len(calls.calls), max_calls)
             except BuilderError as exc:
                 return _builder_failed(exc)
         runtime.calls = calls
@@ -393,7 +413,7 @@ class Orchestrator:
                 run = self.engine.open_calls(ctx.task_id, ctx.code, ctx.io, calls.function)
                 try:
                     async with self._scan_sem:
-                        await feed_calls(calls, run)
+                        await feed_calls(calls, run, self.max_calls)
                 except BuilderError as exc:
                     return _builder_failed(exc)
                 converged = await run.result()
@@ -419,7 +439,9 @@ class Orchestrator:
             try:
                 # The Writer Plugin's scope is the only one that may write.
                 writer_ctx = dataclasses.replace(runtime.ctx, io=runtime.ctx.io.writer())
-                result = await plugin.execute(writer_ctx, _decode(handler.config), runtime.outputs)
+                size = len(handler.config)
+                config = await self.offload.run("writer", size, _decode, handler.config)
+                result = await plugin.execute(writer_ctx, config, runtime.outputs)
             except WriterError as exc:
                 return PhaseOutcome(
                     success=False,
@@ -446,5 +468,5 @@ def _builder_failed(exc: BuilderError) -> PhaseOutcome:
 
 
 def _decode(config: str) -> Any:
-    # SubmitTask has already checked that it is JSON.
+    # SubmitTask has already checked that it is JSON. A large one runs on a thread.
     return msgspec.json.decode(config or "{}")
