@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, assert_never
+from typing import Final, assert_never
 
 import msgspec
 
@@ -53,10 +53,7 @@ from blockx_server.pipeline.builders import (
     CallBuilder,
     CallList,
     CallStream,
-    ListedCallBuilder,
     StreamBuildConfig,
-    StreamingCallBuilder,
-    check_call_count,
     feed_calls,
 )
 from blockx_server.pipeline.context import TaskContext
@@ -68,6 +65,7 @@ from blockx_server.pipeline.writers import (
 )
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
+from blockx_server.worker.build_phase import build_calls, decode_json
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
 
@@ -379,26 +377,21 @@ class Orchestrator:
         )
 
     async def _builder_phase(self, runtime: _Runtime, builder: CallBuilder) -> PhaseOutcome:
-        spec = runtime.task.function_call_config
-        max_calls = self.max_calls
-        size = len(spec.config)
         async with self._builder_sem:
             assert runtime.ctx is not None
             try:
-                if isinstance(builder, ListedCallBuilder):
-                    # Counted while parsed, built on a thread (see builders/listed.py).
-                    run = builder.build_listed
-                    calls = await self.offload.run("builder", size, run, spec.config, max_calls)
-                else:
-                    config = await self.offload.run("builder", size, _decode, spec.config)
-                    if self.stream_build.enabled and isinstance(builder, StreamingCallBuilder):
-                        runtime.calls = await builder.prepare_stream(runtime.ctx, config)
-                        return PhaseOutcome(success=True)  # the count is known after the scan
-                    calls = await builder.build(runtime.ctx, config)
-                check_call_count(spec.type, len(calls.calls), max_calls)
+                calls = await build_calls(
+                    builder,
+                    runtime.ctx,
+                    offload=self.offload,
+                    max_calls=self.max_calls,
+                    stream=self.stream_build.enabled,
+                )
             except BuilderError as exc:
                 return _builder_failed(exc)
         runtime.calls = calls
+        if not isinstance(calls, CallList):
+            return PhaseOutcome(success=True)  # streamed: the count is known after the scan
         return PhaseOutcome(success=True, call_count=len(calls.calls))
 
     async def _call_phase(self, runtime: _Runtime) -> PhaseOutcome:
@@ -440,7 +433,7 @@ class Orchestrator:
                 # The Writer Plugin's scope is the only one that may write.
                 writer_ctx = dataclasses.replace(runtime.ctx, io=runtime.ctx.io.writer())
                 size = len(handler.config)
-                config = await self.offload.run("writer", size, _decode, handler.config)
+                config = await self.offload.run("writer", size, decode_json, handler.config)
                 result = await plugin.execute(writer_ctx, config, runtime.outputs)
             except WriterError as exc:
                 return PhaseOutcome(
@@ -465,8 +458,3 @@ def _builder_failed(exc: BuilderError) -> PhaseOutcome:
         retryable=exc.retryable,
         message=exc.message,
     )
-
-
-def _decode(config: str) -> Any:
-    # SubmitTask has already checked that it is JSON. A large one runs on a thread.
-    return msgspec.json.decode(config or "{}")
