@@ -53,5 +53,7 @@ class Offload:
         return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
 
     def close(self) -> None:
-        """Stop taking work; a parse under way finishes on its thread."""
+        """Stop taking work; a parse under way finishes on its thread. (The Worker
+        never closes its own: a draining Worker still answers, and its idle threads
+        end with the process.)"""
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -214,7 +214,6 @@ class Orchestrator:
                 break
             await asyncio.sleep(0.01)
         self._timer.cancel()  # the process is about to exit; nothing more to rule on
-        self.offload.close()
 
     # ---- commands ------------------------------------------------------------------
 
