@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from blockx_proto import syncinvoker_v1, worker_v1
-from blockx_server.runtime.json_bounds import JsonTooDeep, decode_json, json_depth
+from blockx_server.runtime.json_bounds import (
+    EXACT_DEPTH_BYTES,
+    JsonTooDeep,
+    check_json,
+    decode_json,
+    json_depth,
+)
 from blockx_server.runtime.request_codec import REQUEST_CODEC
 
 VALID = bytes(
@@ -71,3 +78,18 @@ def test_json_nested_too_deep_is_a_decode_error(levels: int) -> None:
         decode_json("[" * levels + "]" * levels)
     with pytest.raises(JsonTooDeep):
         decode_json(('{"a":' * levels + "1" + "}" * levels).encode())
+    with pytest.raises(JsonTooDeep):
+        check_json("[" * levels + "]" * levels)
+
+
+def test_a_large_document_is_checked_by_scanning() -> None:
+    """Past EXACT_DEPTH_BYTES no values are built: flat JSON passes, JSON too deep
+    for the decoder is JsonTooDeep, broken JSON a DecodeError."""
+    flat = "[" + ",".join(["1"] * EXACT_DEPTH_BYTES) + "]"
+    check_json(flat)
+    deep = "[" * 100_000 + "]" * 100_000 + " " * EXACT_DEPTH_BYTES
+    with pytest.raises(JsonTooDeep):
+        check_json(deep)
+    with pytest.raises(msgspec.DecodeError) as refused:
+        check_json(flat[:-1])
+    assert not isinstance(refused.value, JsonTooDeep)

@@ -2,11 +2,13 @@
 
 from blockx_core.worker._config import WorkerConfig
 from blockx_core.worker._core import WorkerCore
+from blockx_core.worker._retention import result_bytes
 from blockx_core.worker._types import (
     AbortTaskWork,
     InvalidTransition,
     PhaseOutcome,
     PrepareTaskActivation,
+    RetentionStats,
     SlotExpired,
     SlotState,
     StartBuilderPhase,
@@ -23,6 +25,7 @@ __all__ = [
     "InvalidTransition",
     "PhaseOutcome",
     "PrepareTaskActivation",
+    "RetentionStats",
     "SlotExpired",
     "SlotState",
     "StartBuilderPhase",
@@ -34,4 +37,5 @@ __all__ = [
     "WorkerCommand",
     "WorkerConfig",
     "WorkerCore",
+    "result_bytes",
 ]

@@ -20,6 +20,10 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     task_deadline_ms: int = 300_000
     max_task_timeout_ms: int = 8 * HOUR_MS
     result_retention_ms: int = 300_000
+    # Retained results past this many bytes drop their outputs, oldest first, and
+    # leave a tombstone; at most result_tombstones_max tombstones are kept.
+    result_retention_max_bytes: int = 1 << 30
+    result_tombstones_max: int = 100_000
     # 0 disables Watch as a run credential.
     watch_disconnect_grace_ms: int = 0
 
@@ -31,6 +35,8 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
             "task_deadline_ms",
             "max_task_timeout_ms",
             "result_retention_ms",
+            "result_retention_max_bytes",
+            "result_tombstones_max",
         ):
             if getattr(self, name) < 1:
                 raise InvalidConfig(name, f"must be >= 1 (got {getattr(self, name)})")

@@ -5,7 +5,8 @@ central queue and no release RPC. A slot goes FREE → ALLOCATED (RequestTaskSlo
 or SubmitTask without a slot, under a lease) → RUNNING (activation prepared) →
 FREE at convergence, at once, independent of how long the result is retained.
 While a submitted task is PREPARING its slot is still ALLOCATED under its lease;
-if the lease runs out first the task converges SLOT_LOST.
+if the lease runs out first the task converges SLOT_LOST. Results are retained
+within a byte budget; one dropped for it leaves a tombstone (``_retention.py``).
 
 Phases advance only through command/event round trips: the core returns
 ``PrepareTaskActivation`` and the adapter answers ``handle_task_activation_*``; it
@@ -31,7 +32,7 @@ from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
 from blockx_core.ids import shown, task_id_problem
 from blockx_core.task import RETRYABLE, PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker._config import WorkerConfig
-from blockx_core.worker._retention import RetainedResults
+from blockx_core.worker._retention import RetainedResults, input_digest
 from blockx_core.worker._slots import Slot, SlotTable
 from blockx_core.worker._types import (
     AbortTaskWork,
@@ -39,6 +40,7 @@ from blockx_core.worker._types import (
     LeaseExpired,
     PhaseOutcome,
     PrepareTaskActivation,
+    RetentionStats,
     SlotExpired,
     SlotState,
     StartBuilderPhase,
@@ -83,7 +85,9 @@ class WorkerCore:
         self._slots = SlotTable(config.task_slots, incarnation)
         self._tasks: dict[str, _Task] = {}  # submitted, not yet terminal
         self._task_deadlines: DeadlineHeap[str] = DeadlineHeap()
-        self._retained = RetainedResults()
+        self._retained = RetainedResults(
+            config.result_retention_max_bytes, config.result_tombstones_max
+        )
         self._watches = WatchCredentials(config.watch_disconnect_grace_ms)
         self._ready = False
         self._draining = False
@@ -362,6 +366,10 @@ class WorkerCore:
         slots = self._slots
         return slots.capacity, slots.count(SlotState.ALLOCATED), slots.count(SlotState.RUNNING)
 
+    def retention_stats(self) -> RetentionStats:
+        """Retained results, their bytes, tombstones and results dropped so far."""
+        return self._retained.stats()
+
     def slot_states(self) -> list[SlotState]:
         """Every slot's state by index. O(task_slots): for tests and debugging."""
         return self._slots.states()
@@ -438,7 +446,8 @@ class WorkerCore:
         slot_id = task.slot.slot_id
         self._release(task.slot, Converge())
         until_ms = now_ms + self._config.result_retention_ms
-        self._retained.keep(task_id, state, result, slot_id, until_ms)
+        digest = input_digest(task.input)
+        self._retained.keep(task_id, state, result, slot_id, digest, now_ms, until_ms)
         return [TaskConverged(task_id=task_id, slot_id=slot_id, state=state, result=result)]
 
     def _release(self, slot: Slot, event: LeaseExpired | Converge) -> None:

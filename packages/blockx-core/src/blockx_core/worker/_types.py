@@ -61,6 +61,18 @@ class TaskSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     state: TaskState
     lease_deadline_ms: int = 0
     result: TaskResult | None = None
+    # A tombstone's answer: the task ran and ended in ``state``, but its outputs
+    # were dropped for RESULT_RETENTION_MAX_BYTES (``result`` says so, without them).
+    outputs_dropped: bool = False
+
+
+class RetentionStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What the retention holds now, and how many results it dropped so far."""
+
+    results: int
+    retained_bytes: int
+    tombstones: int
+    dropped: int
 
 
 class PhaseOutcome(msgspec.Struct, frozen=True, kw_only=True):

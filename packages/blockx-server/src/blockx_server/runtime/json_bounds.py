@@ -41,6 +41,24 @@ def decode_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     return value
 
 
+# Up to this size a document is decoded to measure its depth exactly; a larger one
+# is only scanned, and nesting is then bounded by what the decoder can hold.
+EXACT_DEPTH_BYTES: Final = 1 << 20
+
+
+def check_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> None:
+    """Raise a DecodeError unless ``text`` is JSON; JsonTooDeep when it nests deeper
+    than ``max_depth`` (exactly up to ``EXACT_DEPTH_BYTES``; beyond, deeper than the
+    decoder can hold). No values are built for a large document."""
+    if len(text) <= EXACT_DEPTH_BYTES:
+        decode_json(text, max_depth=max_depth)
+        return
+    try:
+        msgspec.json.decode(text, type=msgspec.Raw)
+    except RecursionError:
+        raise _too_deep(max_depth) from None
+
+
 def json_depth(value: Any) -> int:
     """How many arrays and objects deep ``value`` nests (0 for a scalar), without recursion."""
     deepest = 0

@@ -37,6 +37,7 @@ from blockx_server.runtime.process import stop_on_signals
 from blockx_server.runtime.serving import listening, serving_server
 from blockx_server.worker.config import WorkerRuntimeConfig
 from blockx_server.worker.metrics import WorkerMetrics
+from blockx_server.worker.offload import Offload
 from blockx_server.worker.orchestrator import Orchestrator
 from blockx_server.worker.service import WorkerService
 from blockx_server.worker.subscriptions import SubscriptionManager
@@ -103,6 +104,7 @@ async def serve(
         metrics.task_converged,
         refresher.rearm_collection,
         stream_build=config.stream_build,
+        offload=Offload(on_offloaded=metrics.work_offloaded),
     )
     publisher = EtcdHeartbeatPublisher(
         HeartbeatPublisherConfig(

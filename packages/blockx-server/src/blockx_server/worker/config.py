@@ -36,7 +36,7 @@ from blockx_server.io.config import (
     read_io_settings,
 )
 from blockx_server.io.settings import IoSettings
-from blockx_server.pipeline.builders import StreamBuildConfig
+from blockx_server.pipeline.builders import DEFAULT_TASK_MAX_CALLS, StreamBuildConfig
 from blockx_server.runtime.connection_limits import (
     GRPC_LIMIT_SETTINGS,
     GrpcLimits,
@@ -176,6 +176,18 @@ _CORE: Final[dict[str, Setting[int]]] = {
     "result_retention_ms": _core(
         "RESULT_RETENTION_MS", "result_retention_ms", 1, "how long a finished result is kept"
     ),
+    "result_retention_max_bytes": _core(
+        "RESULT_RETENTION_MAX_BYTES",
+        "result_retention_max_bytes",
+        1,
+        "bytes of retained results; past it the oldest drop their outputs (a tombstone)",
+    ),
+    "result_tombstones_max": _core(
+        "RESULT_TOMBSTONES_MAX",
+        "result_tombstones_max",
+        1,
+        "tombstones of dropped results kept; past it the oldest is forgotten",
+    ),
     "watch_disconnect_grace_ms": _core(
         "WATCH_DISCONNECT_GRACE_MS",
         "watch_disconnect_grace_ms",
@@ -236,6 +248,12 @@ EXECUTOR_TASK_SLOTS: Final = Setting(
     parse=integer(at_least=1),
     help="tasks in the calls phase",
 )
+TASK_MAX_CALLS: Final = Setting(
+    name="TASK_MAX_CALLS",
+    default=DEFAULT_TASK_MAX_CALLS,
+    parse=integer(at_least=1),
+    help="root calls one task may make, streamed ones included; more fails BUILDER_FAILED",
+)
 PLUGIN_SLOTS: Final = Setting(
     name="PLUGIN_SLOTS", default=16, parse=integer(at_least=1), help="tasks in the writer phase"
 )
@@ -270,6 +288,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         BUILDER_SLOTS,
         EXECUTOR_TASK_SLOTS,
         PLUGIN_SLOTS,
+        TASK_MAX_CALLS,
         _stream_build_setting(profile),
         SCAN_SLOTS,
         *CALL_SETTINGS,
@@ -354,6 +373,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
             builder_slots=reader.get(BUILDER_SLOTS),
             executor_task_slots=reader.get(EXECUTOR_TASK_SLOTS),
             writer_slots=reader.get(PLUGIN_SLOTS),
+            task_max_calls=reader.get(TASK_MAX_CALLS),
         ),
         calls=calls,
         rpc=read_rpc_settings(reader),

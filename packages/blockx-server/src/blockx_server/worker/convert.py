@@ -9,7 +9,7 @@ import msgspec
 from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.task import PluginSpec, TaskInput, TaskResult, TaskState
 from blockx_proto import worker_v1
-from blockx_server.runtime.json_bounds import decode_json
+from blockx_server.runtime.json_bounds import check_json
 
 _STATE: Final = {
     TaskState.ALLOCATED: worker_v1.TaskState.ALLOCATED,
@@ -47,11 +47,23 @@ def result_to_pb(result: TaskResult | None) -> worker_v1.TaskResult | None:
 
 
 def _check_json(text: str, field: str) -> Refusal | None:
+    # A large config is checked without building its values: it costs a scan.
     try:
-        decode_json(text or "{}")
+        check_json(text or "{}")
     except msgspec.DecodeError as exc:
         return Refusal(ErrorCode.INVALID_ARGUMENT, f"{field} is not valid JSON: {exc}")
     return None
+
+
+def config_chars(request: worker_v1.SubmitTaskRequest) -> int:
+    """How much JSON ``task_from_pb`` checks (decides whether it runs on a thread)."""
+    pb = request.task
+    if pb is None:
+        return 0
+    fcc, handler = pb.function_call_config, pb.result_handler
+    return len(fcc.config if fcc is not None else "") + len(
+        handler.config if handler is not None else ""
+    )
 
 
 def task_from_pb(request: worker_v1.SubmitTaskRequest) -> TaskInput | Refusal:

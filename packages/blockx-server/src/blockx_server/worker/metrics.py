@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from blockx_core.worker import TaskConverged, WorkerCore
@@ -21,7 +21,7 @@ class _SlotsCollector(Collector):
         self._core = core
         self._engine = engine
 
-    def collect(self) -> Iterable[GaugeMetricFamily]:
+    def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         total, reserved, running = self._core.derive_heartbeat()
         slots = GaugeMetricFamily("blockx_worker_slots", "Task slots by state.", labels=["state"])
         slots.add_metric(["free"], total - reserved - running)
@@ -40,6 +40,27 @@ class _SlotsCollector(Collector):
         )
         yield GaugeMetricFamily(
             "blockx_worker_ready", "1 when the Worker accepts tasks.", value=int(self._core.ready)
+        )
+        retention = self._core.retention_stats()
+        yield GaugeMetricFamily(
+            "blockx_worker_retained_results",
+            "Terminal results retained with their outputs.",
+            value=retention.results,
+        )
+        yield GaugeMetricFamily(
+            "blockx_worker_retained_result_bytes",
+            "What the retained results count against RESULT_RETENTION_MAX_BYTES.",
+            value=retention.retained_bytes,
+        )
+        yield GaugeMetricFamily(
+            "blockx_worker_result_tombstones",
+            "Retained results whose outputs were dropped for RESULT_RETENTION_MAX_BYTES.",
+            value=retention.tombstones,
+        )
+        yield CounterMetricFamily(
+            "blockx_worker_results_dropped",
+            "Results whose outputs were dropped for RESULT_RETENTION_MAX_BYTES.",
+            value=retention.dropped,
         )
 
 
@@ -67,6 +88,17 @@ class WorkerMetrics:
             registry=registry,
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
         )
+
+        self._offloaded = Counter(
+            "blockx_worker_offloaded_parses",
+            "Large configs checked, parsed or built on a thread instead of the event loop, "
+            "by the step (submit, builder, writer).",
+            ["step"],
+            registry=registry,
+        )
+
+    def work_offloaded(self, step: str) -> None:
+        self._offloaded.labels(step).inc()
 
     def task_converged(self, command: TaskConverged, seconds: float | None) -> None:
         code = command.result.failure_code

@@ -20,7 +20,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, assert_never
+from typing import Final, assert_never
 
 import msgspec
 
@@ -47,13 +47,13 @@ from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.pipeline.builders import (
+    DEFAULT_TASK_MAX_CALLS,
     BuilderError,
     Builders,
     CallBuilder,
     CallList,
     CallStream,
     StreamBuildConfig,
-    StreamingCallBuilder,
     feed_calls,
 )
 from blockx_server.pipeline.context import TaskContext
@@ -65,6 +65,8 @@ from blockx_server.pipeline.writers import (
 )
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
+from blockx_server.worker.build_phase import build_calls, decode_json
+from blockx_server.worker.offload import Offload
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
 
 log = logging.getLogger(__name__)
@@ -87,6 +89,8 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     builder_slots: int = 16
     executor_task_slots: int = 32
     writer_slots: int = 16
+    # Root calls one task may make (TASK_MAX_CALLS), streamed ones included.
+    task_max_calls: int = DEFAULT_TASK_MAX_CALLS
 
 
 class _Runtime:
@@ -124,8 +128,12 @@ class Orchestrator:
         on_terminal: Callable[[TaskConverged, float | None], None] | None = None,
         on_code_released: Callable[[], None] | None = None,
         stream_build: StreamBuildConfig | None = None,
+        offload: Offload | None = None,
     ) -> None:
         admission = admission or AdmissionConfig()
+        self.max_calls = admission.task_max_calls
+        # Parses and builds of large configs run on its threads, not on the loop.
+        self.offload = offload or Offload()
         self.stream_build = stream_build or StreamBuildConfig()
         self.core = core
         self.engine = engine
@@ -368,17 +376,21 @@ class Orchestrator:
         )
 
     async def _builder_phase(self, runtime: _Runtime, builder: CallBuilder) -> PhaseOutcome:
-        spec = runtime.task.function_call_config
         async with self._builder_sem:
             assert runtime.ctx is not None
             try:
-                if self.stream_build.enabled and isinstance(builder, StreamingCallBuilder):
-                    runtime.calls = await builder.prepare_stream(runtime.ctx, _decode(spec.config))
-                    return PhaseOutcome(success=True)  # the count is known after the scan
-                calls = await builder.build(runtime.ctx, _decode(spec.config))
+                calls = await build_calls(
+                    builder,
+                    runtime.ctx,
+                    offload=self.offload,
+                    max_calls=self.max_calls,
+                    stream=self.stream_build.enabled,
+                )
             except BuilderError as exc:
                 return _builder_failed(exc)
         runtime.calls = calls
+        if not isinstance(calls, CallList):
+            return PhaseOutcome(success=True)  # streamed: the count is known after the scan
         return PhaseOutcome(success=True, call_count=len(calls.calls))
 
     async def _call_phase(self, runtime: _Runtime) -> PhaseOutcome:
@@ -393,7 +405,7 @@ class Orchestrator:
                 run = self.engine.open_calls(ctx.task_id, ctx.code, ctx.io, calls.function)
                 try:
                     async with self._scan_sem:
-                        await feed_calls(calls, run)
+                        await feed_calls(calls, run, self.max_calls)
                 except BuilderError as exc:
                     return _builder_failed(exc)
                 converged = await run.result()
@@ -419,7 +431,9 @@ class Orchestrator:
             try:
                 # The Writer Plugin's scope is the only one that may write.
                 writer_ctx = dataclasses.replace(runtime.ctx, io=runtime.ctx.io.writer())
-                result = await plugin.execute(writer_ctx, _decode(handler.config), runtime.outputs)
+                size = len(handler.config)
+                config = await self.offload.run("writer", size, decode_json, handler.config)
+                result = await plugin.execute(writer_ctx, config, runtime.outputs)
             except WriterError as exc:
                 return PhaseOutcome(
                     success=False,
@@ -443,8 +457,3 @@ def _builder_failed(exc: BuilderError) -> PhaseOutcome:
         retryable=exc.retryable,
         message=exc.message,
     )
-
-
-def _decode(config: str) -> Any:
-    # SubmitTask has already checked that it is JSON.
-    return msgspec.json.decode(config or "{}")

@@ -16,7 +16,7 @@ from blockx_core.ids import MAX_WATCH_TASK_IDS, task_id_problem
 from blockx_core.worker import TaskSnapshot
 from blockx_proto import worker_v1
 from blockx_server.runtime.status import WORKER_STATUS
-from blockx_server.worker.convert import result_to_pb, state_to_pb, task_from_pb
+from blockx_server.worker.convert import config_chars, result_to_pb, state_to_pb, task_from_pb
 from blockx_server.worker.orchestrator import Orchestrator
 from blockx_server.worker.subscriptions import TaskEvent
 
@@ -47,7 +47,8 @@ class WorkerService(worker_v1.WorkerServiceBase):
     async def submit_task(
         self, message: worker_v1.SubmitTaskRequest
     ) -> worker_v1.SubmitTaskResponse:
-        task = task_from_pb(message)
+        offload = self._orchestrator.offload
+        task = await offload.run("submit", config_chars(message), task_from_pb, message)
         if isinstance(task, Refusal):
             raise _raise(task)
         answer = self._orchestrator.submit_task(task, message.slot_id)

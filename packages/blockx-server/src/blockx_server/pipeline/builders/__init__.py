@@ -8,6 +8,11 @@ A name the Worker lacks fails BUILDER_NOT_FOUND, naming the cluster that has it.
 BlockBundleCallConfig is also a StreamingCallBuilder: with STREAM_BUILD_ENABLED
 (default on on the bundle Worker, off on the block Worker) its scan runs inside the
 Calls phase.
+
+Every Builder is bounded by TASK_MAX_CALLS calls per task: the listed ones
+(CallListCallConfig, InputsCallConfig; ``listed.py``) count while they parse, on a
+thread, before building anything; a streamed scan counts as it feeds; the chain
+Builders' eager build is checked once built.
 """
 
 from blockx_core.registry import RegistryKind
@@ -21,6 +26,12 @@ from blockx_server.pipeline.builders.block_bundle import BlockBundleCallConfig
 from blockx_server.pipeline.builders.block_table import BlockTableCallConfig
 from blockx_server.pipeline.builders.call_list import CallListCallConfig
 from blockx_server.pipeline.builders.inputs import InputsCallConfig
+from blockx_server.pipeline.builders.listed import (
+    DEFAULT_TASK_MAX_CALLS,
+    ListedCallBuilder,
+    check_call_count,
+    count_listed,
+)
 from blockx_server.pipeline.builders.streaming import (
     CallStream,
     StreamBuildConfig,
@@ -57,15 +68,19 @@ def builders_for(deployment: RegistryKind) -> Builders:
 
 
 __all__ = [
+    "DEFAULT_TASK_MAX_CALLS",
     "BuilderError",
     "Builders",
     "CallBuilder",
     "CallList",
     "CallStream",
+    "ListedCallBuilder",
     "StreamBuildConfig",
     "StreamingCallBuilder",
     "block_builders",
     "builders_for",
     "bundle_builders",
+    "check_call_count",
+    "count_listed",
     "feed_calls",
 ]

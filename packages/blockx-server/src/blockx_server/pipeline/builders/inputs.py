@@ -13,6 +13,12 @@ import msgspec
 
 from blockx_core.calls import RootCall
 from blockx_server.pipeline.builders.base import BuilderError, CallList, decode_config
+from blockx_server.pipeline.builders.listed import (
+    Element,
+    check_call_count,
+    count_listed,
+    decode_listed,
+)
 from blockx_server.pipeline.context import TaskContext
 
 NAME = "InputsCallConfig"
@@ -25,6 +31,11 @@ _SHAPE = '{"function": "<name>", "inputs": [{"<argument>": <value>, ...}, ...]}'
 class _InputsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     function: str
     inputs: list[Any]
+
+
+class _ListedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    function: str
+    inputs: list[Element]
 
 
 def _depth(value: Any) -> int:
@@ -47,6 +58,19 @@ def _depth(value: Any) -> int:
     return deepest
 
 
+def _call_of(i: int, item: Any) -> RootCall:
+    if not isinstance(item, dict):
+        raise BuilderError(
+            f"{NAME}: inputs[{i}] must be an object of keyword arguments, got {item!r}"
+        )
+    for key in item:
+        if not key.isidentifier():
+            raise BuilderError(f"{NAME}: inputs[{i}] has key {key!r}, not a keyword argument name")
+    if any(_depth(value) > MAX_DEPTH for value in item.values()):
+        raise BuilderError(f"{NAME}: inputs[{i}] nests more than {MAX_DEPTH} levels deep")
+    return RootCall([], dict(item))
+
+
 class InputsCallConfig:
     async def build(self, ctx: TaskContext, config: Any) -> CallList:
         decl = decode_config(NAME, config, _InputsConfig, _SHAPE)
@@ -54,18 +78,20 @@ class InputsCallConfig:
             raise BuilderError(
                 f"{NAME}: {len(decl.inputs)} inputs, more than {MAX_INPUTS}: split the task"
             )
-        calls = []
-        for i, item in enumerate(decl.inputs):
-            if not isinstance(item, dict):
-                raise BuilderError(
-                    f"{NAME}: inputs[{i}] must be an object of keyword arguments, got {item!r}"
-                )
-            for key in item:
-                if not key.isidentifier():
-                    raise BuilderError(
-                        f"{NAME}: inputs[{i}] has key {key!r}, not a keyword argument name"
-                    )
-            if any(_depth(value) > MAX_DEPTH for value in item.values()):
-                raise BuilderError(f"{NAME}: inputs[{i}] nests more than {MAX_DEPTH} levels deep")
-            calls.append(RootCall([], dict(item)))
+        return CallList(decl.function, [_call_of(i, item) for i, item in enumerate(decl.inputs)])
+
+    def build_listed(self, config: str, max_calls: int) -> CallList:
+        """The same from the config's JSON text, at most ``max_calls`` calls (see
+        ``listed.py``); CPU only."""
+        at_most = min(MAX_INPUTS, max_calls)
+        count = count_listed(config, "inputs", at_most)
+        if count > MAX_INPUTS:
+            raise BuilderError(f"{NAME}: more than {MAX_INPUTS} inputs: split the task")
+        check_call_count(NAME, count, max_calls)
+        calls: list[RootCall] = []
+
+        def element(item: Any) -> None:
+            calls.append(_call_of(len(calls), item))
+
+        decl = decode_listed(NAME, config, _ListedConfig, _SHAPE, element)
         return CallList(decl.function, calls)

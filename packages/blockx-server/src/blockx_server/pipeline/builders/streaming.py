@@ -15,7 +15,9 @@ window and one chunk (at most BLOCKDB_MAX_ROWS rows), however long the range.
 
 Failure: a chunk that cannot be read raises BuilderError after the calls of the
 chunks before it may have run; the task then fails BUILDER_FAILED, retryable as the
-IO error is, and its remaining calls are cancelled.
+IO error is, and its remaining calls are cancelled. A scan that would add more
+than TASK_MAX_CALLS root calls fails the same way (not retryable) before it adds
+the chunk that crosses the limit.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ import msgspec
 
 from blockx_core.calls import RootCall
 from blockx_server.pipeline.builders.base import CallBuilder
+from blockx_server.pipeline.builders.listed import check_call_count
 from blockx_server.pipeline.context import TaskContext
 
 DEFAULT_SCAN_SLOTS = 8
@@ -75,15 +78,19 @@ class RootSink(Protocol):
     def close(self) -> None: ...
 
 
-async def feed_calls(stream: CallStream, run: RootSink) -> int:
+async def feed_calls(stream: CallStream, run: RootSink, max_calls: int | None = None) -> int:
     """Add every chunk of ``stream`` to ``run`` as it is read, each once the run has
     room, then say ``done``; return the number of root calls added. Stops reading
     when the run has ended (a call failed: the task fails anyway). A failed read
-    (BuilderError) or a cancellation closes the run, cancelling its calls."""
+    (BuilderError), a chunk that would take the task past ``max_calls`` root calls
+    (BuilderError naming TASK_MAX_CALLS) or a cancellation closes the run,
+    cancelling its calls."""
     added = 0
     try:
         async with aclosing(stream.chunks()) as chunks:
             async for roots in chunks:
+                if max_calls is not None:
+                    check_call_count("a streamed scan", added + len(roots), max_calls)
                 await run.wait_room()
                 if run.ended:
                     return added
