@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -26,7 +27,9 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from grpclib.client import Channel
 from processes import WorkerProcess, call_list_task, execute_result, run_to_end, serving
+from support import wait_until
 
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
@@ -107,6 +110,15 @@ def worker_environ():
 def worker_environ_by_fd():
     fd = os.open(f"/proc/self/../{os.getppid()}/environ", os.O_RDONLY)
     return os.read(fd, 1 << 16).decode(errors="replace")
+
+
+def pid():
+    return os.getpid()
+
+
+def spin():
+    while True:
+        pass
 
 
 def hog(n):
@@ -269,6 +281,48 @@ async def test_memory_over_the_limit_fails_the_call_not_the_worker(
         message = await failure(stub, "t-hog", "hog", [[2 << 30]])
         assert "MemoryError" in message
         assert await outputs(stub, "t-small", "hog", [[1 << 20]]) == [1 << 20]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    return None if fields[0] == "Z" else fields
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = _stat(pid)
+    return -1 if fields is None else int(fields[11])  # utime
+
+
+async def test_a_busy_executor_dies_with_the_worker(start_worker: StartWorker) -> None:
+    """The executor runs a call that never ends (so it never reads its socket) when the
+    Worker is SIGKILLed: PR_SET_PDEATHSIG ends it."""
+    worker = start_worker()
+    executor_pid = 0
+    try:
+        await worker.wait_ready()
+        channel = Channel("127.0.0.1", worker.port)
+        try:
+            stub = worker_v1.WorkerServiceStub(channel)
+            [executor_pid] = await outputs(stub, "t-pid", "pid", [[]])
+            before = _cpu_ticks(executor_pid)
+            await stub.submit_task(
+                worker_v1.SubmitTaskRequest(task=call_list_task("t-spin", "spin", [[]]))
+            )
+            await wait_until(
+                lambda: _cpu_ticks(executor_pid) > before + 2, "the executor running spin()"
+            )
+        finally:
+            channel.close()
+            worker.kill()  # SIGKILL: the Worker cannot stop its executors itself
+        await wait_until(lambda: _stat(executor_pid) is None, "the executor gone with its Worker")
+    finally:
+        if executor_pid and _stat(executor_pid) is not None:
+            os.kill(executor_pid, signal.SIGKILL)
 
 
 def _venv_for_the_tests(parent: Path) -> Path:
