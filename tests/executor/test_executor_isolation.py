@@ -154,3 +154,23 @@ def test_fail_and_stop_fails_every_call_of_the_outbox() -> None:
         (5, "USER_ERROR", False),
         (6, "USER_ERROR", False),
     ]
+
+
+class _EqualToEverything:
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __hash__(self) -> int:
+        return 0
+
+
+def test_a_replacement_that_claims_equality_is_seen(
+    runner: tuple[Runner, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    r, _ = runner
+    assert r.integrity is not None
+    monkeypatch.setattr(runner_module, "_FLUSH_EVERY_NS", _EqualToEverything())
+    changed = r.integrity.changed()
+    monkeypatch.undo()
+    assert changed is not None
+    assert "_FLUSH_EVERY_NS" in changed

@@ -42,7 +42,8 @@ class ExecutorCodeChanged(Exception):
 
 
 class _Namespace:
-    """One mapping's recorded entries: read back with one ``itemgetter`` call."""
+    """One mapping's recorded entries, read back with one ``itemgetter`` call and
+    compared by identity (never ``==``: a replacement could claim to be equal)."""
 
     __slots__ = ("expected", "get", "keys", "label", "mapping")
 
@@ -50,21 +51,23 @@ class _Namespace:
         self.label = label
         self.mapping = mapping
         self.keys = keys
-        self.get = operator.itemgetter(*keys)
+        getter = operator.itemgetter(*keys)
+        self.get: Callable[[Mapping[str, Any]], tuple[Any, ...]] = (
+            getter if len(keys) > 1 else lambda m: (getter(m),)
+        )
         self.expected = self.get(mapping)
 
     def intact(self) -> bool:
         try:
-            return bool(self.get(self.mapping) == self.expected)
+            return all(map(operator.is_, self.get(self.mapping), self.expected))
         except KeyError:
             return False
 
     def differences(self) -> list[str]:
         values = [self.mapping.get(key, _GONE) for key in self.keys]
-        expected = self.expected if len(self.keys) > 1 else (self.expected,)
         return [
             f"{self.label}.{key}"
-            for key, value, before in zip(self.keys, values, expected, strict=True)
+            for key, value, before in zip(self.keys, values, self.expected, strict=True)
             if value is not before
         ]
 
@@ -96,6 +99,8 @@ class IntegrityCheck:
         )
         self._code = [self._code_of(f) for f in functions]
         self._instance: tuple[Any, frozenset[str]] | None = None
+        self._instance_keys: list[str] = []
+        self._instance_values: list[Any] = []
 
     @classmethod
     def of(cls, runner: object) -> IntegrityCheck:
@@ -129,13 +134,15 @@ class IntegrityCheck:
         return check
 
     def _watch(self, runner: object) -> None:
+        # The runner's collaborators; its "integrity" (this check) is compared apart,
+        # since the runner is given it after the snapshot.
         attrs = vars(runner)
-        keys = [k for k, v in attrs.items() if not isinstance(v, _CHANGING)]
-        keys.append("integrity")  # the check itself, once the runner holds it
+        self._instance_keys = [
+            k for k, v in attrs.items() if k != "integrity" and not isinstance(v, _CHANGING)
+        ]
+        self._instance_values = [attrs[k] for k in self._instance_keys]
         methods = frozenset(k for k in dir(type(runner)) if callable(getattr(type(runner), k)))
         self._instance = (runner, methods)
-        self._instance_keys = [k for k in dict.fromkeys(keys) if k != "integrity"]
-        self._instance_values = [attrs[k] for k in self._instance_keys]
 
     def changed(self) -> str | None:
         """None when everything recorded is as it was; else what changed."""
@@ -145,7 +152,7 @@ class IntegrityCheck:
                 changed.extend(namespace.differences())
         code_of = self._code_of
         for function, before in zip(self._functions, self._code, strict=True):
-            if code_of(function) != before:
+            if not all(map(operator.is_, code_of(function), before)):
                 changed.append(f"{function.__qualname__}.__code__")
         if self._instance is not None:
             runner, methods = self._instance
