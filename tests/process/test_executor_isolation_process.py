@@ -58,13 +58,26 @@ def forge_results():
     return "patched"
 
 
-def fork_exec(marker):
+def fork_exec(marker, how):
     """Start a shell through _posixsubprocess, which raises no audit event."""
-    import _posixsubprocess
+    import sys
 
+    if how == "module":
+        import _posixsubprocess
+
+        fork_exec = _posixsubprocess.fork_exec
+    elif how == "subprocess":
+        import subprocess
+
+        fork_exec = subprocess._fork_exec
+    else:
+        del sys.modules["_posixsubprocess"]
+        import _posixsubprocess
+
+        fork_exec = _posixsubprocess.fork_exec
     r, w = os.pipe()
     command = [b"/bin/sh", b"-c", b"echo escaped > " + marker.encode()]
-    pid = _posixsubprocess.fork_exec(
+    pid = fork_exec(
         command, [b"/bin/sh"], True, (w,), None, None,
         -1, -1, -1, -1, -1, -1, r, w,
         True, False, -1, None, None, None, -1, None, False,
@@ -231,13 +244,21 @@ async def test_a_call_that_rebinds_the_result_path_fails_and_later_tasks_are_not
     )
 
 
+@pytest.mark.parametrize(
+    ("how", "words"),
+    [
+        ("module", "start or signal processes"),
+        ("subprocess", "start or signal processes"),  # subprocess._fork_exec
+        ("fresh import", "import _posixsubprocess"),
+    ],
+)
 async def test_posixsubprocess_cannot_start_a_shell(
-    worker: worker_v1.WorkerServiceStub, shared_dir: Path
+    worker: worker_v1.WorkerServiceStub, shared_dir: Path, how: str, words: str
 ) -> None:
     marker = shared_dir / "escaped"
-    message = await failure(worker, "t-fork-exec", "fork_exec", [[str(marker)]])
+    message = await failure(worker, "t-fork-exec", "fork_exec", [[str(marker), how]])
     assert "PermissionError" in message
-    assert "import _posixsubprocess" in message
+    assert words in message
     assert not marker.exists()
 
 

@@ -66,7 +66,8 @@ _FILE_CHANGES: Final = frozenset(
 
 _PATH_READS: Final = frozenset({"open", "os.listdir", "os.scandir"})
 _GC_WALKS: Final = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents"})
-# Extension modules that start processes and raise no audit event of their own.
+# Extension modules that start processes and raise no audit event of their own
+# (a loaded _posixsubprocess is disarmed instead; loading it again is refused).
 _FORBIDDEN_IMPORTS: Final = frozenset({"_posixsubprocess", "_testcapi", "_testinternalcapi"})
 # Function attributes that, set on the executor's functions, change what it does.
 _CODE_ATTRIBUTES: Final = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
@@ -161,12 +162,20 @@ def _remove_unaudited() -> None:
         module = sys.modules.get(module_name)
         if isinstance(module, types.ModuleType) and hasattr(module, name):
             setattr(module, name, _refusing(what))
-    # A cached module imports without an "import" event: drop it so the hook sees it.
-    for name in _FORBIDDEN_IMPORTS:
-        sys.modules.pop(name, None)
-    subprocess = sys.modules.get("subprocess")
-    if subprocess is not None and hasattr(subprocess, "_posixsubprocess"):
-        delattr(subprocess, "_posixsubprocess")
+    # fork_exec starts a process with no audit event. The loaded module keeps a
+    # refusing one, and so does every module that imported it (subprocess keeps
+    # ``_fork_exec``); loading the module afresh is refused by the hook.
+    import _posixsubprocess
+
+    fork_exec = _posixsubprocess.fork_exec
+    refusing = _refusing("start or signal processes")
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if not isinstance(namespace, dict):
+            continue
+        for name, value in list(namespace.items()):
+            if value is fork_exec:
+                namespace[name] = refusing
 
 
 def install_sandbox(hook: Callable[[str, tuple[Any, ...]], None] = _hook) -> None:
