@@ -97,6 +97,11 @@ def kill_worker():
     return "sent"
 
 
+def renice_worker():
+    os.setpriority(os.PRIO_PROCESS, os.getppid(), 19)
+    return "reniced"
+
+
 def sqlite_file(path):
     import sqlite3
 
@@ -268,6 +273,15 @@ async def test_pidfd_cannot_kill_the_worker(worker: worker_v1.WorkerServiceStub)
     assert "start or signal processes" in message
     # The Worker is alive and serving (serving() also checks it exits 0).
     assert await outputs(worker, "t-after-pidfd", "echo", [[1]]) == [1]
+
+
+async def test_the_worker_cannot_be_reniced(start_worker: StartWorker) -> None:
+    worker = start_worker()
+    async with serving(worker) as [stub]:
+        message = await failure(stub, "t-renice", "renice_worker", [[]])
+        assert "PermissionError" in message
+        assert "change other processes' scheduling" in message
+        assert os.getpriority(os.PRIO_PROCESS, worker.proc.pid) == 0
 
 
 async def test_no_sqlite_file_and_no_fifo(

@@ -10,8 +10,9 @@ event (``_posixsubprocess``), changing a function's code or defaults, and walkin
 the garbage collector's object lists (the way to reach the executor's objects).
 
 Some calls raise no audit event at all (``os.mkfifo``, ``os.mknod``,
-``os.pidfd_open``, ``signal.pidfd_send_signal``, ``signal.pthread_kill``): they are
-replaced in their modules by functions that refuse.
+``os.pidfd_open``, ``signal.pidfd_send_signal``, ``signal.pthread_kill``,
+``os.setpriority`` and ``os.sched_set*``): they are replaced in their modules by
+functions that refuse.
 
 Audit hooks cannot be removed from Python code; native code (ctypes, C
 extensions) can still get around them, so this is a guard rail, not a security
@@ -83,6 +84,11 @@ _UNAUDITED: Final = (
     ("_signal", "pidfd_send_signal", "start or signal processes"),
     ("signal", "pthread_kill", "start or signal processes"),
     ("_signal", "pthread_kill", "start or signal processes"),
+    *(
+        (module, name, "change other processes' scheduling")
+        for module in ("os", "posix")
+        for name in ("setpriority", "sched_setaffinity", "sched_setscheduler", "sched_setparam")
+    ),
 )
 _PROC_PID: Final = re.compile(r"^/proc/(\d+)(?:/|$)")
 # An in-memory SQLite database is fine; a file is a write.
