@@ -144,8 +144,16 @@ def hog(n):
 
 
 def whoami():
+    import ctypes
     import socket
     import tempfile
+
+    # Native code gets past the audit hook: what the OS alone allows.
+    libc = ctypes.CDLL(None, use_errno=True)
+    environ = f"/proc/{os.getppid()}/environ".encode()
+    fd = libc.open(environ, os.O_RDONLY)
+    if fd >= 0:
+        libc.close(fd)
 
     tmp = tempfile.gettempdir()
     info = os.stat(tmp)
@@ -160,6 +168,8 @@ def whoami():
         "environ": sorted(os.environ),
         "interfaces": [name for _, name in socket.if_nameindex()],
         "sees_worker": os.getppid() in pids,
+        "native_reads_worker_environ": fd >= 0,
+        "native_may_signal_worker": libc.kill(os.getppid(), 0) == 0,
     }
 '''
 
@@ -441,6 +451,9 @@ async def test_executors_run_as_nobody_when_the_worker_is_root(
     # Its own network namespace (only loopback) and a /proc without the Worker.
     assert info["interfaces"] == ["lo"]
     assert not info["sees_worker"]
+    # Past the audit hook (ctypes), the OS still keeps it from the Worker.
+    assert not info["native_reads_worker_environ"]
+    assert not info["native_may_signal_worker"]
 
 
 @needs_root
@@ -455,6 +468,9 @@ async def test_an_unreadable_interpreter_falls_back_to_the_workers_user_with_a_w
     assert log.count("EXECUTOR_USER=nobody") == 1, log
     assert "executors run as the Worker's user" in log
     assert f"uid 65534 cannot read {private_worker_script.parent}" in log
+    # The documented limit of this fallback: native code, past the audit hook, can
+    # read the Worker's /proc files (hidepid does not hide a process from its user).
+    assert info["native_reads_worker_environ"]
     # Everything else of the confinement still holds.
     assert info["session_leader"]
     assert info["interfaces"] == ["lo"]
