@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,9 @@ def test_defaults(functions_dir: Path) -> None:
     assert (d.retry.backoff_ms, d.retry.backoff_max_ms) == (100, 2000)
     assert d.retry.retry_on == frozenset({CallFailureKind.EXECUTOR_LOST})
     assert (p.heartbeat_interval_ms, d.executor_heartbeat_timeout_ms) == (200, 3000)
-    assert (p.memory_limit_bytes, p.max_open_files, p.sandbox) == (0, 256, True)
+    # RLIMIT_AS is on by default (4 GiB): a call cannot take the host's memory.
+    assert (p.memory_limit_bytes, p.max_open_files, p.sandbox) == (4 << 30, 256, True)
+    assert (p.isolation.user, p.isolation.max_file_bytes) == ("nobody", 1 << 30)
     assert s.functions_dir == functions_dir
     assert s.functions_poll_interval_ms == 1000
     assert s.memory_seed_file is None
@@ -54,6 +57,8 @@ def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
             "EXECUTOR_MEMORY_LIMIT_BYTES": "1000000000",
             "EXECUTOR_MAX_OPEN_FILES": "64",
             "EXECUTOR_SANDBOX": "false",
+            "EXECUTOR_USER": "-",
+            "EXECUTOR_MAX_FILE_BYTES": "4096",
             "FUNCTIONS_POLL_INTERVAL_MS": "250",
             "IO_MEMORY_SEED_FILE": str(seed),
         }
@@ -70,6 +75,7 @@ def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
     assert d.retry.retry_on == {CallFailureKind.EXECUTOR_LOST, CallFailureKind.IO_ERROR}
     assert (p.heartbeat_interval_ms, d.executor_heartbeat_timeout_ms) == (50, 500)
     assert (p.memory_limit_bytes, p.max_open_files, p.sandbox) == (1_000_000_000, 64, False)
+    assert (p.isolation.user, p.isolation.max_file_bytes) == ("", 4096)
     assert s.functions_poll_interval_ms == 250
     assert s.memory_seed_file == seed
 
@@ -87,6 +93,8 @@ BAD = [
     ("EXECUTOR_HEARTBEAT_TIMEOUT_MS", "200", "> EXECUTOR_HEARTBEAT_INTERVAL_MS"),
     ("EXECUTOR_MAX_OPEN_FILES", "3", ">= 16"),
     ("EXECUTOR_SANDBOX", "maybe", "true or false"),
+    ("EXECUTOR_MEMORY_LIMIT_BYTES", "-1", ">= 0"),
+    ("EXECUTOR_MAX_FILE_BYTES", "-1", ">= 0"),
     ("FUNCTIONS_DIR", "/nonexistent/functions", "directory"),
     ("IO_MEMORY_SEED_FILE", "/nonexistent/seed.json", "JSON object file"),
 ]
@@ -99,3 +107,12 @@ def test_bad_values(functions_dir: Path, variable: str, value: str, words: str) 
         load_call_settings(env)
     assert err.value.variable == variable
     assert words in str(err.value)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="only a root Worker switches users")
+def test_an_executor_user_that_does_not_exist(functions_dir: Path) -> None:
+    env = {"FUNCTIONS_DIR": str(functions_dir), "EXECUTOR_USER": "no-such-user-3f9c"}
+    with pytest.raises(ConfigError) as err:
+        load_call_settings(env)
+    assert err.value.variable == "EXECUTOR_USER"
+    assert "names no user on this host ('no-such-user-3f9c')" in str(err.value)

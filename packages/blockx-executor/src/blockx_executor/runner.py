@@ -47,6 +47,7 @@ from blockx_executor.api import (
 )
 from blockx_executor.capture import capturing
 from blockx_executor.code import CodeCache, Function, Unavailable, describe
+from blockx_executor.integrity import IntegrityCheck, fail_and_stop
 from blockx_executor.protocol import (
     CallContext,
     CallFailed,
@@ -122,6 +123,8 @@ class Runner:
         # read by the heartbeat thread; one reference assignment, so no lock.
         self._running: tuple[int, int, int] | None = None
         self._stopped = threading.Event()
+        # Set by the process before user code runs; checked before results leave.
+        self.integrity: IntegrityCheck | None = None
 
     # ---- the loop ------------------------------------------------------------------
 
@@ -395,6 +398,9 @@ class Runner:
     # ---- the wire --------------------------------------------------------------------
 
     def _flush(self) -> None:
+        changed = None if self.integrity is None else self.integrity.changed()
+        if changed is not None:
+            fail_and_stop(self._sock, self._send_lock, [*self._done_ids, *self._out], changed)
         out = self._out
         if self._done_ids:
             out.append(

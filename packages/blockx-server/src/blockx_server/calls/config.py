@@ -6,6 +6,8 @@ variable is declared once below with its default, rule and help.
 
 from __future__ import annotations
 
+import os
+import pwd
 from pathlib import Path
 from typing import Any, Final
 
@@ -14,6 +16,7 @@ import msgspec
 from blockx_core.dispatch import CallFailureKind, CallRetryPolicy, DispatchConfig
 from blockx_server.calls.engine import CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
+from blockx_server.calls.isolation import IsolationConfig
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     InvalidValue,
@@ -110,12 +113,6 @@ EXECUTOR_HEARTBEAT_TIMEOUT_MS: Final = Setting(
     parse=integer(at_least=1),
     help="a silent executor is killed; > EXECUTOR_HEARTBEAT_INTERVAL_MS",
 )
-EXECUTOR_MEMORY_LIMIT_BYTES: Final = Setting(
-    name="EXECUTOR_MEMORY_LIMIT_BYTES",
-    default=0,
-    parse=integer(at_least=0),
-    help="RLIMIT_AS per executor, 0 = none",
-)
 EXECUTOR_MAX_OPEN_FILES: Final = Setting(
     name="EXECUTOR_MAX_OPEN_FILES",
     default=256,
@@ -128,6 +125,43 @@ EXECUTOR_SANDBOX: Final = Setting(
     parse=flag,
     help="refuse network, processes and file writes in functions",
 )
+# ---- executor confinement (calls/isolation.py) ------------------------------------
+EXECUTOR_MEMORY_LIMIT_BYTES: Final = Setting(
+    name="EXECUTOR_MEMORY_LIMIT_BYTES",
+    default=4 << 30,
+    parse=integer(at_least=0),
+    help="RLIMIT_AS per executor, 0 = none",
+)
+EXECUTOR_MAX_FILE_BYTES: Final = Setting(
+    name="EXECUTOR_MAX_FILE_BYTES",
+    default=1 << 30,
+    parse=integer(at_least=0),
+    help="RLIMIT_FSIZE per executor, 0 = none",
+)
+# A blank variable is unset (the default): "-" is how to say "the Worker's own user".
+SAME_USER: Final = "-"
+EXECUTOR_USER: Final = Setting(
+    name="EXECUTOR_USER",
+    default="nobody",
+    parse=text,
+    help=f"the user executors run as when the Worker is root; {SAME_USER} = the Worker's user",
+)
+
+
+def _read_isolation(reader: ConfigReader) -> IsolationConfig:
+    user = reader.get(EXECUTOR_USER)
+    if user == SAME_USER:
+        user = ""
+    # Only a root Worker switches users: for any other, the variable is not used.
+    if user and os.geteuid() == 0:
+        try:
+            pwd.getpwnam(user)
+        except KeyError:
+            reader.report(EXECUTOR_USER.name, f"names no user on this host ({user!r})")
+    return IsolationConfig(user=user, max_file_bytes=reader.get(EXECUTOR_MAX_FILE_BYTES))
+
+
+# ---- function code -----------------------------------------------------------------
 FUNCTIONS_DIR: Final = Setting(
     name="FUNCTIONS_DIR",
     default="functions",
@@ -159,9 +193,11 @@ CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
     CALL_RETRY_ON,
     EXECUTOR_HEARTBEAT_INTERVAL_MS,
     EXECUTOR_HEARTBEAT_TIMEOUT_MS,
-    EXECUTOR_MEMORY_LIMIT_BYTES,
     EXECUTOR_MAX_OPEN_FILES,
     EXECUTOR_SANDBOX,
+    EXECUTOR_MEMORY_LIMIT_BYTES,
+    EXECUTOR_MAX_FILE_BYTES,
+    EXECUTOR_USER,
     FUNCTIONS_DIR,
     FUNCTIONS_POLL_INTERVAL_MS,
     IO_MEMORY_SEED_FILE,
@@ -216,6 +252,7 @@ def read_call_settings(reader: ConfigReader) -> CallSettings:
         memory_limit_bytes=reader.get(EXECUTOR_MEMORY_LIMIT_BYTES),
         max_open_files=reader.get(EXECUTOR_MAX_OPEN_FILES),
         sandbox=reader.get(EXECUTOR_SANDBOX),
+        isolation=_read_isolation(reader),
     )
     functions_dir = Path(reader.get(FUNCTIONS_DIR))
     if not functions_dir.is_dir():

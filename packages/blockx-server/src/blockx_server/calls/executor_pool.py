@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import shutil
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from blockx_executor.protocol import (
     Hello,
     ProtocolError,
 )
+from blockx_server.calls.isolation import ExecutorIsolation, IsolationConfig, executor_environment
 from blockx_server.runtime.process import signal_child
 
 log = logging.getLogger(__name__)
@@ -38,13 +38,15 @@ class ExecutorPoolConfig(msgspec.Struct, frozen=True, kw_only=True):
     count: int = 8
     heartbeat_interval_ms: int = 200
     # RLIMIT_AS of each executor; 0 = no limit.
-    memory_limit_bytes: int = 0
+    memory_limit_bytes: int = 4 << 30
     max_open_files: int = 256
     # Refuse network, processes and file writes in user code (an audit hook).
     sandbox: bool = True
     # Wait before replacing an executor that died within its first second.
     respawn_backoff_ms: int = 500
     python: str = sys.executable
+    # The OS confinement: user, namespaces, private directory, limits.
+    isolation: IsolationConfig = IsolationConfig()
 
 
 class PoolListener(Protocol):
@@ -121,6 +123,9 @@ class ExecutorPool:
         self._closing = False
         self._ready = asyncio.Event()
         self._spawns: set[asyncio.Task[None]] = set()
+        self._isolation = ExecutorIsolation(
+            config.isolation, python=config.python, sandbox=config.sandbox, count=config.count
+        )
 
     @property
     def socket_path(self) -> Path:
@@ -187,6 +192,7 @@ class ExecutorPool:
             await self._server.wait_closed()
         if self._dir is not None:
             shutil.rmtree(self._dir, ignore_errors=True)
+        self._isolation.close()
 
     # ---- internals -------------------------------------------------------------------
 
@@ -195,15 +201,8 @@ class ExecutorPool:
         executor_id = f"x{slot}.{self._generation}"
         cfg = self._config
         assert self._dir is not None
-        # No credentials or other environment reach user code.
-        env = {
-            "PATH": os.defpath,
-            "LANG": "C.UTF-8",
-            "LC_ALL": "C.UTF-8",
-            "HOME": str(self._dir),
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
+        await self._isolation.prepare()
+        private_dir = self._isolation.private_dir(executor_id)
         args = [
             "-m",
             "blockx_executor",
@@ -220,11 +219,13 @@ class ExecutorPool:
         ]
         if not cfg.sandbox:
             args.append("--no-sandbox")
+        args += self._isolation.executor_args(private_dir)
         proc = await asyncio.create_subprocess_exec(
             cfg.python,
             *args,
-            env=env,
-            cwd=str(self._dir),
+            env=executor_environment(private_dir),  # no credentials reach user code
+            cwd=str(private_dir),
+            start_new_session=True,  # the Worker's process group signals do not reach it
             stdin=asyncio.subprocess.DEVNULL,
             stdout=sys.stderr.fileno(),  # what functions print lands in the Worker's log
             stderr=sys.stderr.fileno(),
@@ -237,6 +238,7 @@ class ExecutorPool:
         code = await process.proc.wait()
         self._gone(process.executor_id, f"process exited with code {code}")
         self._processes.pop(process.executor_id, None)
+        self._isolation.release(process.executor_id)
         if self._closing:
             return
         lived = asyncio.get_running_loop().time() - process.started

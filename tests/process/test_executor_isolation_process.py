@@ -1,0 +1,477 @@
+"""One task's code must not reach other tasks, the Worker or the host: escapes a
+hostile function tried, each against a real ``blockx-worker`` and its real
+executors.
+
+Most tests run the Worker as this test run does. Where its interpreter cannot be
+read by ``nobody`` (here it lives under /root), executors fall back to the
+Worker's user, the hardest case for the sandbox. The tests of the user switch
+itself run the Worker on a virtual environment made for them: in a directory
+``nobody`` can read (executors run as uid 65534), and in a 0700 directory (the
+fallback, with its warning).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import sysconfig
+import tempfile
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from grpclib.client import Channel
+from processes import WorkerProcess, call_list_task, execute_result, run_to_end, serving
+from support import wait_until
+
+from blockx_proto import worker_v1
+from blockx_server.etcd.local import EtcdServer
+
+SECRET = "blockx-test-secret-3f9c2a1b"
+
+FUNCTIONS = '''
+import os
+
+
+def echo(x):
+    return x
+
+
+def forge_results():
+    """Rebind the executor's result path: every later call would return "forged"."""
+    from blockx_executor.runner import Runner
+
+    def _complete(self, call_id, value, cpu_ns, io_ns, budget_ns):
+        self._done_ids.append(call_id)
+        self._done_results.append(b'"forged"')
+        self._done_cpu.append(0)
+        self._done_io.append(0)
+
+    Runner._complete = _complete
+    return "patched"
+
+
+def fork_exec(marker, how):
+    """Start a shell through _posixsubprocess, which raises no audit event."""
+    import sys
+
+    if how == "module":
+        import _posixsubprocess
+
+        fork_exec = _posixsubprocess.fork_exec
+    elif how == "subprocess":
+        import subprocess
+
+        fork_exec = subprocess._fork_exec
+    else:
+        del sys.modules["_posixsubprocess"]
+        import _posixsubprocess
+
+        fork_exec = _posixsubprocess.fork_exec
+    r, w = os.pipe()
+    command = [b"/bin/sh", b"-c", b"echo escaped > " + marker.encode()]
+    pid = fork_exec(
+        command, [b"/bin/sh"], True, (w,), None, None,
+        -1, -1, -1, -1, -1, -1, r, w,
+        True, False, -1, None, None, None, -1, None, False,
+    )
+    os.close(w)
+    os.read(r, 64)
+    os.close(r)
+    os.waitpid(pid, 0)
+    return pid
+
+
+def kill_worker():
+    import signal
+
+    fd = os.pidfd_open(os.getppid())
+    signal.pidfd_send_signal(fd, signal.SIGKILL)
+    return "sent"
+
+
+def renice_worker():
+    os.setpriority(os.PRIO_PROCESS, os.getppid(), 19)
+    return "reniced"
+
+
+def sqlite_file(path):
+    import sqlite3
+
+    sqlite3.connect(path).execute("create table t (x)")
+    return "created"
+
+
+def sqlite_memory():
+    import sqlite3
+
+    return sqlite3.connect(":memory:").execute("select 1 + 1").fetchone()[0]
+
+
+def fifo(path):
+    os.mkfifo(path)
+    return "created"
+
+
+def worker_environ():
+    with open(f"/proc/{os.getppid()}/environ", "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def worker_environ_by_fd():
+    fd = os.open(f"/proc/self/../{os.getppid()}/environ", os.O_RDONLY)
+    return os.read(fd, 1 << 16).decode(errors="replace")
+
+
+def pid():
+    return os.getpid()
+
+
+def spin():
+    while True:
+        pass
+
+
+def hog(n):
+    return len(bytearray(n))
+
+
+def whoami():
+    import ctypes
+    import socket
+    import tempfile
+
+    # Native code gets past the audit hook: what the OS alone allows.
+    libc = ctypes.CDLL(None, use_errno=True)
+    environ = f"/proc/{os.getppid()}/environ".encode()
+    fd = libc.open(environ, os.O_RDONLY)
+    if fd >= 0:
+        libc.close(fd)
+
+    tmp = tempfile.gettempdir()
+    info = os.stat(tmp)
+    pids = {int(p) for p in os.listdir("/proc") if p.isdigit()}
+    return {
+        "uid": os.getuid(),
+        "session_leader": os.getsid(0) == os.getpid(),
+        "tmp": tmp,
+        "tmp_owner": info.st_uid,
+        "tmp_mode": info.st_mode & 0o777,
+        "home": os.environ.get("HOME"),
+        "environ": sorted(os.environ),
+        "interfaces": [name for _, name in socket.if_nameindex()],
+        "sees_worker": os.getppid() in pids,
+        "native_reads_worker_environ": fd >= 0,
+        "native_may_signal_worker": libc.kill(os.getppid(), 0) == 0,
+    }
+'''
+
+
+@pytest.fixture(scope="module")
+def functions_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("functions")
+    (d / "escapes.py").write_text(FUNCTIONS)
+    return d
+
+
+@pytest.fixture
+def shared_dir() -> Iterator[Path]:
+    """A directory the executor's user (whoever it is) can write: where an escape
+    would leave its file."""
+    d = Path(tempfile.mkdtemp(prefix="blockx-escape-"))
+    d.chmod(0o1777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+StartWorker = Callable[..., WorkerProcess]
+
+
+@pytest.fixture
+def start_worker(
+    etcd_server: EtcdServer, unique_lane: Callable[..., str], functions_dir: Path, tmp_path: Path
+) -> StartWorker:
+    def start(program: str = "blockx-worker", **env: str) -> WorkerProcess:
+        return WorkerProcess(
+            {
+                "ETCD_ENDPOINTS": etcd_server.endpoint,
+                "WORKER_REGISTRY_PREFIX": unique_lane(),
+                "FUNCTIONS_DIR": str(functions_dir),
+                "EXECUTOR_COUNT": "1",
+                "BLOCKX_TEST_SECRET": SECRET,
+                **env,
+            },
+            tmp_path / "worker.log",
+            program,
+        )
+
+    return start
+
+
+@pytest_asyncio.fixture
+async def worker(start_worker: StartWorker) -> AsyncIterator[worker_v1.WorkerServiceStub]:
+    async with serving(start_worker()) as [stub]:
+        yield stub
+
+
+async def run(
+    stub: worker_v1.WorkerServiceStub, task_id: str, function: str, calls: list[list[Any]]
+) -> worker_v1.TaskUpdate:
+    return await run_to_end(stub, call_list_task(task_id, function, calls), timeout=60)
+
+
+async def outputs(
+    stub: worker_v1.WorkerServiceStub, task_id: str, function: str, calls: list[list[Any]]
+) -> list[Any]:
+    final = await run(stub, task_id, function, calls)
+    assert final.state is worker_v1.TaskState.SUCCEEDED, final
+    values: list[Any] = json.loads(execute_result(final).plugin_results[0].result)
+    return values
+
+
+async def failure(
+    stub: worker_v1.WorkerServiceStub, task_id: str, function: str, calls: list[list[Any]]
+) -> str:
+    final = await run(stub, task_id, function, calls)
+    assert final.state is worker_v1.TaskState.FAILED, final
+    result = execute_result(final)
+    assert result.failure_code == "CALL_FAILED", result
+    return result.failure_message
+
+
+async def test_a_call_that_rebinds_the_result_path_fails_and_later_tasks_are_not_forged(
+    worker: worker_v1.WorkerServiceStub,
+) -> None:
+    message = await failure(worker, "t-forge", "forge_results", [[]])
+    assert "USER_ERROR" in message
+    assert "the call changed the executor's own code" in message
+    assert "Runner._complete" in message
+    # The executor exited; its replacement runs the next task with its own code.
+    assert await outputs(worker, "t-after-forge", "echo", [[i] for i in range(50)]) == list(
+        range(50)
+    )
+
+
+@pytest.mark.parametrize(
+    ("how", "words"),
+    [
+        ("module", "start or signal processes"),
+        ("subprocess", "start or signal processes"),  # subprocess._fork_exec
+        ("fresh import", "import _posixsubprocess"),
+    ],
+)
+async def test_posixsubprocess_cannot_start_a_shell(
+    worker: worker_v1.WorkerServiceStub, shared_dir: Path, how: str, words: str
+) -> None:
+    marker = shared_dir / "escaped"
+    message = await failure(worker, "t-fork-exec", "fork_exec", [[str(marker), how]])
+    assert "PermissionError" in message
+    assert words in message
+    assert not marker.exists()
+
+
+async def test_pidfd_cannot_kill_the_worker(worker: worker_v1.WorkerServiceStub) -> None:
+    message = await failure(worker, "t-pidfd", "kill_worker", [[]])
+    assert "PermissionError" in message
+    assert "start or signal processes" in message
+    # The Worker is alive and serving (serving() also checks it exits 0).
+    assert await outputs(worker, "t-after-pidfd", "echo", [[1]]) == [1]
+
+
+async def test_the_worker_cannot_be_reniced(start_worker: StartWorker) -> None:
+    worker = start_worker()
+    async with serving(worker) as [stub]:
+        message = await failure(stub, "t-renice", "renice_worker", [[]])
+        assert "PermissionError" in message
+        assert "change other processes' scheduling" in message
+        assert os.getpriority(os.PRIO_PROCESS, worker.proc.pid) == 0
+
+
+async def test_no_sqlite_file_and_no_fifo(
+    worker: worker_v1.WorkerServiceStub, shared_dir: Path
+) -> None:
+    database = shared_dir / "db.sqlite"
+    message = await failure(worker, "t-sqlite", "sqlite_file", [[str(database)]])
+    assert "PermissionError" in message
+    assert "SQLite database file" in message
+    assert not database.exists()
+    assert await outputs(worker, "t-sqlite-memory", "sqlite_memory", [[]]) == [2]
+    pipe = shared_dir / "fifo"
+    message = await failure(worker, "t-fifo", "fifo", [[str(pipe)]])
+    assert "PermissionError" in message
+    assert "write files" in message
+    assert not pipe.exists()
+
+
+@pytest.mark.parametrize("function", ["worker_environ", "worker_environ_by_fd"])
+async def test_the_workers_environment_is_not_readable(
+    worker: worker_v1.WorkerServiceStub, function: str
+) -> None:
+    message = await failure(worker, f"t-{function}", function, [[]])
+    assert "PermissionError" in message
+    assert SECRET not in message
+
+
+async def test_memory_over_the_limit_fails_the_call_not_the_worker(
+    start_worker: StartWorker,
+) -> None:
+    async with serving(start_worker(EXECUTOR_MEMORY_LIMIT_BYTES=str(1 << 30))) as [stub]:
+        message = await failure(stub, "t-hog", "hog", [[2 << 30]])
+        assert "MemoryError" in message
+        assert await outputs(stub, "t-small", "hog", [[1 << 20]]) == [1 << 20]
+
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name; None once it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return None
+    return None if fields[0] == "Z" else fields
+
+
+def _cpu_ticks(pid: int) -> int:
+    fields = _stat(pid)
+    return -1 if fields is None else int(fields[11])  # utime
+
+
+async def test_a_busy_executor_dies_with_the_worker(start_worker: StartWorker) -> None:
+    """The executor runs a call that never ends (so it never reads its socket) when the
+    Worker is SIGKILLed: PR_SET_PDEATHSIG ends it."""
+    worker = start_worker()
+    executor_pid = 0
+    try:
+        await worker.wait_ready()
+        channel = Channel("127.0.0.1", worker.port)
+        try:
+            stub = worker_v1.WorkerServiceStub(channel)
+            [executor_pid] = await outputs(stub, "t-pid", "pid", [[]])
+            before = _cpu_ticks(executor_pid)
+            await stub.submit_task(
+                worker_v1.SubmitTaskRequest(task=call_list_task("t-spin", "spin", [[]]))
+            )
+            await wait_until(
+                lambda: _cpu_ticks(executor_pid) > before + 2, "the executor running spin()"
+            )
+        finally:
+            channel.close()
+            worker.kill()  # SIGKILL: the Worker cannot stop its executors itself
+        await wait_until(lambda: _stat(executor_pid) is None, "the executor gone with its Worker")
+    finally:
+        if executor_pid and _stat(executor_pid) is not None:
+            os.kill(executor_pid, signal.SIGKILL)
+
+
+def _venv_for_the_tests(parent: Path) -> Path:
+    """A virtual environment on the system's Python with this run's packages: a
+    Worker started on it hands its interpreter to its executors."""
+    name = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    candidates = [Path("/usr/bin") / name, Path("/usr/local/bin") / name]
+    system_python = next((str(p) for p in candidates if p.is_file()), None)
+    if system_python is None:
+        pytest.skip(f"no system {name} for a readable virtual environment")
+    venv = parent / "venv"
+    subprocess.run([system_python, "-m", "venv", "--without-pip", str(venv)], check=True)
+    [site_packages] = (venv / "lib").glob("python*/site-packages")
+    here = sysconfig.get_paths()["purelib"]
+    (site_packages / "blockx-tests.pth").write_text(f"import site; site.addsitedir({here!r})\n")
+    script = parent / "blockx-worker"
+    script.write_text(
+        f"#!{venv}/bin/python\n"
+        "import sys\n"
+        "from blockx_server.worker.main import main_block\n"
+        "sys.exit(main_block())\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def _readable_by_all(path: Path) -> bool:
+    """Every directory from / to ``path`` can be searched by other users."""
+    return all(os.stat(p).st_mode & stat.S_IXOTH for p in [path, *path.parents])
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the Worker switches users only as root")
+
+
+def _removed(path: str) -> bool:
+    return not Path(path).exists()
+
+
+def _make_venv(mode: int) -> Iterator[Path]:
+    parent = Path(tempfile.mkdtemp(prefix="blockx-venv-"))
+    try:
+        parent.chmod(mode)
+        yield _venv_for_the_tests(parent)
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
+
+
+@pytest.fixture
+def readable_worker_script() -> Iterator[Path]:
+    """``blockx-worker`` on a virtual environment everyone can read."""
+    sitedir = Path(sysconfig.get_paths()["purelib"])
+    if not _readable_by_all(sitedir):
+        pytest.skip(f"{sitedir} is not readable by other users")
+    yield from _make_venv(0o755)
+
+
+@pytest.fixture
+def private_worker_script() -> Iterator[Path]:
+    """``blockx-worker`` on a virtual environment in a 0700 directory."""
+    yield from _make_venv(0o700)
+
+
+@needs_root
+async def test_executors_run_as_nobody_when_the_worker_is_root(
+    start_worker: StartWorker, readable_worker_script: Path
+) -> None:
+    assert _readable_by_all(readable_worker_script.parent)
+    worker = start_worker(str(readable_worker_script))
+    async with serving(worker) as [stub]:
+        [info] = await outputs(stub, "t-whoami", "whoami", [[]])
+    assert "EXECUTOR_USER" not in worker.output()
+    assert info["uid"] == 65534
+    assert info["session_leader"]
+    # A private temporary directory: HOME too, owned by the executor, 0700, and
+    # removed when the executor exited (the Worker has stopped).
+    assert info["tmp"] == info["home"]
+    assert (info["tmp_owner"], info["tmp_mode"]) == (65534, 0o700)
+    assert _removed(info["tmp"])
+    assert SECRET not in json.dumps(info)
+    assert "BLOCKX_TEST_SECRET" not in info["environ"]
+    # Its own network namespace (only loopback) and a /proc without the Worker.
+    assert info["interfaces"] == ["lo"]
+    assert not info["sees_worker"]
+    # Past the audit hook (ctypes), the OS still keeps it from the Worker.
+    assert not info["native_reads_worker_environ"]
+    assert not info["native_may_signal_worker"]
+
+
+@needs_root
+async def test_an_unreadable_interpreter_falls_back_to_the_workers_user_with_a_warning(
+    start_worker: StartWorker, private_worker_script: Path
+) -> None:
+    worker = start_worker(str(private_worker_script))
+    async with serving(worker) as [stub]:
+        [info] = await outputs(stub, "t-whoami-root", "whoami", [[]])
+    log = worker.output()
+    assert info["uid"] == 0
+    assert log.count("EXECUTOR_USER=nobody") == 1, log
+    assert "executors run as the Worker's user" in log
+    assert f"uid 65534 cannot read {private_worker_script.parent}" in log
+    # The documented limit of this fallback: native code, past the audit hook, can
+    # read the Worker's /proc files (hidepid does not hide a process from its user).
+    assert info["native_reads_worker_environ"]
+    # Everything else of the confinement still holds.
+    assert info["session_leader"]
+    assert info["interfaces"] == ["lo"]
+    assert "BLOCKX_TEST_SECRET" not in info["environ"]
