@@ -60,7 +60,7 @@ class Fault:
 
     name: str
     inject: Callable[[FaultCluster, FaultRow, asyncio.Event], Awaitable[frozenset[str]]]
-    # How long the load may take to get every outcome once the fault began.
+    # How long the load (fault included) may take to get every outcome.
     outcomes_timeout_s: float = OUTCOMES_TIMEOUT_S
     # A violation today's code shows: the reason of its strict xfail.
     known_violation: str = ""
@@ -137,7 +137,7 @@ def check_known(
     stray = sorted(answered - submitted)
     why = f"no outcome for {missing[:5]} ({len(missing)})"
     if timed_out is not None:
-        why += f" {timed_out:.0f} s after the fault began"
+        why += f" within {timed_out:.0f} s of the load's start"
     row.check("known", not missing and not stray, f"{why}; stray {stray[:5]}")
 
 
@@ -359,8 +359,8 @@ FAULTS: Final = (
         partition_worker_for_good,
         outcomes_timeout_s=15,
         known_violation=(
-            "known: no outcome, 15 s after the cut, for the tasks the cut worker had "
-            "accepted (lost > 0): the client waits on their WatchTasks stream, which a "
+            "known: no outcome within 15 s for the tasks the cut worker had accepted "
+            "(lost 2 to 5 of 48): the client waits on their WatchTasks stream, which a "
             "silent link never ends (no keepalive on the client's worker channels, no "
             "deadline on the stream), so RetryPolicy.worker_unreachable_s never starts "
             "and they never become WORKER_LOST"
