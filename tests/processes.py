@@ -9,7 +9,7 @@ import shutil
 import signal
 import subprocess
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -27,16 +27,23 @@ EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
 class ConsoleProcess:
-    """A console script with its own environment; its output goes to ``log``."""
+    """A console script with its own environment; its output goes to ``log``.
+    ``wrapper`` comes before the program on the command line (e.g. ``ip netns exec
+    NS``, which execs the program: ``proc.pid`` stays the program's)."""
 
-    def __init__(self, program: str, env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self, program: str, env: dict[str, str], log: Path, wrapper: Sequence[str] = ()
+    ) -> None:
         binary = shutil.which(program)
         assert binary is not None, f"{program} is not installed (uv sync)"
         self.program = program
         self.log = log
         self._log_file = log.open("ab")
         self.proc = subprocess.Popen(
-            [binary], env={**os.environ, **env}, stdout=self._log_file, stderr=subprocess.STDOUT
+            [*wrapper, binary],
+            env={**os.environ, **env},
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
         )
 
     def output(self) -> str:
@@ -67,14 +74,23 @@ class ConsoleProcess:
 
 
 class CoordinatorProcess(ConsoleProcess):
-    def __init__(self, env: dict[str, str], log: Path, program: str = "blockx-coordinator") -> None:
+    def __init__(
+        self,
+        env: dict[str, str],
+        log: Path,
+        program: str = "blockx-coordinator",
+        *,
+        host: str = "127.0.0.1",
+        wrapper: Sequence[str] = (),
+    ) -> None:
+        self.host = host
         self.port = free_port()
         self.metrics_port = free_port()
         super().__init__(
             program,
             {
-                "COORDINATOR_LISTEN": f"127.0.0.1:{self.port}",
-                "BLOCKX_PROMETHEUS_LISTEN_ADDR": f"127.0.0.1:{self.metrics_port}",
+                "COORDINATOR_LISTEN": f"{host}:{self.port}",
+                "BLOCKX_PROMETHEUS_LISTEN_ADDR": f"{host}:{self.metrics_port}",
                 "COORDINATOR_ETCD_WATCH_RETRY_DELAY_MS": "100",
                 "COORDINATOR_ETCD_DIAL_TIMEOUT_MS": "1000",
                 "COORDINATOR_WORKER_RPC_TIMEOUT_MS": "500",
@@ -86,6 +102,7 @@ class CoordinatorProcess(ConsoleProcess):
                 **env,
             },
             log,
+            wrapper,
         )
         self._channel: Channel | None = None
 
@@ -93,7 +110,7 @@ class CoordinatorProcess(ConsoleProcess):
     def channel(self) -> Channel:
         """A channel made on first use, in the event loop running then."""
         if self._channel is None:
-            self._channel = Channel("127.0.0.1", self.port)
+            self._channel = Channel(self.host, self.port)
         return self._channel
 
     @property
@@ -128,7 +145,7 @@ class CoordinatorProcess(ConsoleProcess):
         return Status.OK
 
     def metrics(self) -> str:
-        return _get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        return _get(f"http://{self.host}:{self.metrics_port}/metrics")
 
     def stop(self, timeout: float = 30) -> int:
         if self._channel is not None:
@@ -143,10 +160,18 @@ class CallsProcess(ConsoleProcess):
     service = ""
 
     def __init__(
-        self, program: str, listen_var: str, env: dict[str, str], log: Path, port: int | None
+        self,
+        program: str,
+        listen_var: str,
+        env: dict[str, str],
+        log: Path,
+        port: int | None,
+        host: str = "127.0.0.1",
+        wrapper: Sequence[str] = (),
     ) -> None:
+        self.host = host
         self.port = port or free_port()
-        self.addr = f"127.0.0.1:{self.port}"
+        self.addr = f"{host}:{self.port}"
         self.metrics_port = free_port()
         super().__init__(
             program,
@@ -156,18 +181,19 @@ class CallsProcess(ConsoleProcess):
                 "IO_MEMORY_SEED_FILE": str(EXAMPLES / "memory_seed.json"),
                 "EXECUTOR_COUNT": "2",
                 "EXECUTOR_HEARTBEAT_INTERVAL_MS": "100",
-                "BLOCKX_PROMETHEUS_LISTEN_ADDR": f"127.0.0.1:{self.metrics_port}",
+                "BLOCKX_PROMETHEUS_LISTEN_ADDR": f"{host}:{self.metrics_port}",
                 **env,
             },
             log,
+            wrapper,
         )
 
     def metrics(self) -> str:
-        return _get(f"http://127.0.0.1:{self.metrics_port}/metrics")
+        return _get(f"http://{self.host}:{self.metrics_port}/metrics")
 
     def channel(self) -> Channel:
         """A new channel to the process (bound to the running event loop; close it)."""
-        return Channel("127.0.0.1", self.port)
+        return Channel(self.host, self.port)
 
     async def health(self) -> int:
         channel = self.channel()
@@ -202,8 +228,11 @@ class WorkerProcess(CallsProcess):
         log: Path,
         program: str = "blockx-worker",
         port: int | None = None,
+        *,
+        host: str = "127.0.0.1",
+        wrapper: Sequence[str] = (),
     ) -> None:
-        super().__init__(program, "WORKER_LISTEN", env, log, port)
+        super().__init__(program, "WORKER_LISTEN", env, log, port, host, wrapper)
 
 
 class SyncInvokerProcess(CallsProcess):
@@ -221,7 +250,7 @@ async def serving(*workers: WorkerProcess) -> AsyncIterator[list[worker_v1.Worke
     try:
         for worker in workers:
             await worker.wait_ready()
-        channels = [Channel("127.0.0.1", worker.port) for worker in workers]
+        channels = [Channel(worker.host, worker.port) for worker in workers]
         yield [worker_v1.WorkerServiceStub(channel) for channel in channels]
     finally:
         for channel in channels:
