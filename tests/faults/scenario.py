@@ -47,6 +47,8 @@ TASKS_PER_CLIENT: Final = 24
 CONCURRENCY: Final = 6
 INJECT_AFTER: Final = 10  # results in before the fault
 OUTCOMES_TIMEOUT_S: Final = 120
+# The clients' HTTP/2 ping interval and timeout: a cut link is noticed in ~2 s.
+KEEPALIVE_S: Final = 1.0
 POLICY: Final = RetryPolicy(
     worker_unreachable_s=2.0, slot_ttl_s=SLOT_TTL_MS / 1000, unreachable_s=30.0
 )
@@ -94,7 +96,12 @@ async def exercise(cluster: FaultCluster, fault: Fault, row: FaultRow) -> None:
     row.tasks = len(submitted)
     results: list[TaskResult] = []
     clients = {
-        name: Client(coordinator=cluster.coordinator_addr(name), retry=POLICY, rpc_timeout_s=3.0)
+        name: Client(
+            coordinator=cluster.coordinator_addr(name),
+            retry=POLICY,
+            rpc_timeout_s=3.0,
+            keepalive_s=KEEPALIVE_S,
+        )
         for name in COORDINATORS
     }
     try:
@@ -352,19 +359,13 @@ FAULTS: Final = (
     Fault("kill -9 etcd", kill_etcd),
     Fault("partition a worker", partition_worker),
     Fault("etcd restart + compaction", restart_etcd_compacted),
-    # The clients give up on a worker after RetryPolicy.worker_unreachable_s (2 s):
+    # A silent Watch stream is dropped after two keepalive periods (2 s), then the
+    # clients give up on the worker after RetryPolicy.worker_unreachable_s (2 s):
     # 15 s is ample for every outcome.
     Fault(
         "partition a worker, unhealed",
         partition_worker_for_good,
         outcomes_timeout_s=15,
-        known_violation=(
-            "known: no outcome within 15 s for the tasks the cut worker had accepted "
-            "(lost 2 to 5 of 48): the client waits on their WatchTasks stream, which a "
-            "silent link never ends (no keepalive on the client's worker channels, no "
-            "deadline on the stream), so RetryPolicy.worker_unreachable_s never starts "
-            "and they never become WORKER_LOST"
-        ),
     ),
 )
 

@@ -3,14 +3,16 @@ WatchTasks. One call each, no retries: placement and waiting build on these."""
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 
+from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from blockx_client._convert import result_from_pb, task_to_pb, update_from_pb
 from blockx_client._options import ClientOptions
-from blockx_client.errors import error_for
+from blockx_client.errors import UnavailableError, error_for
 from blockx_client.models import Reservation, SubmitAnswer, Task, TaskResult, TaskUpdate
 from blockx_client.transport import Transport, connect_error
 from blockx_proto import worker_v1
@@ -75,13 +77,36 @@ class WorkerRpc:
     async def watch_tasks(
         self, task_ids: Sequence[str], *, worker_addr: str
     ) -> AsyncIterator[TaskUpdate]:
+        """The stream's updates. The Worker answers its opening with a snapshot per
+        task_id, so the first update (connecting included) must come within
+        ``rpc_timeout_s``, or the stream counts as broken; after that, a silent peer
+        is dropped by the channel's keepalive."""
         stub, metadata = self._stub(worker_addr)
+        updates = stub.watch_tasks(
+            worker_v1.WatchTasksRequest(task_ids=list(task_ids)), metadata=metadata
+        )
+        first = True
         try:
-            async for update in stub.watch_tasks(
-                worker_v1.WatchTasksRequest(task_ids=list(task_ids)), metadata=metadata
-            ):
+            while True:
+                try:
+                    if first:
+                        update = await asyncio.wait_for(anext(updates), self._options.rpc_timeout_s)
+                        first = False
+                    else:
+                        update = await anext(updates)
+                except StopAsyncIteration:
+                    return
                 yield update_from_pb(update)
         except GRPCError as exc:
             raise error_for(exc.status, exc.message or "") from None
+        except TimeoutError:
+            raise UnavailableError(
+                f"the Watch stream to {worker_addr} did not open in time",
+                Status.DEADLINE_EXCEEDED,
+            ) from None
         except (OSError, StreamTerminatedError) as exc:
             raise connect_error(f"the Watch stream to {worker_addr}", exc) from None
+        finally:
+            close = getattr(updates, "aclose", None)  # an async generator, typed as an iterator
+            if close is not None:
+                await close()

@@ -47,7 +47,7 @@ from blockx_client.models import (
     TaskUpdate,
 )
 from blockx_client.routing import route
-from blockx_client.transport import Transport
+from blockx_client.transport import DEFAULT_KEEPALIVE_S, Transport
 
 __all__ = [
     "DEFAULT_COORDINATOR",
@@ -65,7 +65,10 @@ class Client:
     """An async client of a BlockX deployment. Use as ``async with Client(...)``.
 
     ``tls`` (default: ``GrpcTls.from_environ()``, the ``GRPC_TLS_*`` variables)
-    secures every direct channel."""
+    secures every direct channel. While a call or a Watch stream is open, every
+    channel pings its peer each ``keepalive_s`` and drops a connection whose ping
+    goes unanswered that long, so a peer cut off silently (a link down) fails its
+    calls; a Worker's tasks then become WORKER_LOST as for a refused connection."""
 
     def __init__(
         self,
@@ -77,6 +80,7 @@ class Client:
         tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
         rpc_timeout_s: float = 30.0,
+        keepalive_s: float = DEFAULT_KEEPALIVE_S,
         rng: random.Random | None = None,
     ) -> None:
         env = os.environ
@@ -89,7 +93,9 @@ class Client:
         )
         tls = tls if tls is not None else GrpcTls.from_environ(env)
         self._transport = Transport(
-            proxy_socket or env.get("PROXY_SOCKET_PATH") or None, tls.ssl_context()
+            proxy_socket or env.get("PROXY_SOCKET_PATH") or None,
+            tls.ssl_context(),
+            keepalive_s=keepalive_s,
         )
         self._workers = WorkerRpc(self._options, self._transport)
         rng = rng or random.Random()

@@ -17,6 +17,7 @@ from collections.abc import Awaitable
 from typing import Final, TypeVar
 
 from grpclib.client import Channel
+from grpclib.config import Configuration
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
@@ -25,6 +26,8 @@ from blockx_core.addr import InvalidAddress, split_host_port
 
 WORKER_ADDR_HEADER: Final = "x-blockx-worker-addr"
 _POOL_SIZE: Final = 256
+# How long a silent peer may hold an open call or stream: ping interval and timeout.
+DEFAULT_KEEPALIVE_S: Final = 5.0
 
 T = TypeVar("T")
 
@@ -58,8 +61,32 @@ def split_addr(addr: str) -> tuple[str, int]:
         raise InvalidRequestError(str(exc)) from None
 
 
+def keepalive_config(keepalive_s: float) -> Configuration:
+    """HTTP/2 keepalive for a client channel: while a call or stream is open, ping
+    every ``keepalive_s`` and close the connection when a ping goes unanswered for
+    ``keepalive_s``. A peer cut off without a reset (a link down, a host gone) then
+    fails its calls and streams instead of leaving them silent forever."""
+    return Configuration(
+        _keepalive_time=keepalive_s,
+        _keepalive_timeout=keepalive_s,
+        _keepalive_permit_without_calls=False,
+        # A Watch stream sends nothing after its request: keep pinging regardless.
+        _http2_max_pings_without_data=0,
+        _http2_min_sent_ping_interval_without_data=keepalive_s,
+    )
+
+
 class Transport:
-    def __init__(self, proxy_socket: str | None = None, tls: ssl.SSLContext | None = None) -> None:
+    def __init__(
+        self,
+        proxy_socket: str | None = None,
+        tls: ssl.SSLContext | None = None,
+        *,
+        keepalive_s: float = DEFAULT_KEEPALIVE_S,
+    ) -> None:
+        if not keepalive_s > 0:
+            raise InvalidRequestError(f"keepalive_s must be positive, not {keepalive_s!r}")
+        self._config = keepalive_config(keepalive_s)
         self._proxy_socket = proxy_socket
         # GRPC_TLS_*: every direct channel; the proxy's Unix socket stays plaintext.
         self._tls = tls
@@ -74,12 +101,12 @@ class Transport:
         """The channel for a coordinator or sync invoker address (the proxy's, if any)."""
         if self._proxy_socket is not None:
             if self._proxy is None:
-                self._proxy = Channel(path=self._proxy_socket)
+                self._proxy = Channel(path=self._proxy_socket, config=self._config)
             return self._proxy
         channel = self._channels.get(addr)
         if channel is None:
             host, port = split_addr(addr)
-            channel = Channel(host, port, ssl=self._tls)
+            channel = Channel(host, port, ssl=self._tls, config=self._config)
             self._channels[addr] = channel
             if len(self._channels) > _POOL_SIZE:
                 _, evicted = self._channels.popitem(last=False)
