@@ -216,6 +216,9 @@ async def engine(gate: Gate) -> AsyncIterator[CallEngine]:
     config = CallEngineConfig(
         dispatch=DispatchConfig(
             call_deadline_ms=1500,
+            # Far above the CPU budget: a spinning call meets its CPU budget first even
+            # on a loaded machine.
+            call_wall_limit_ms=60_000,
             executor_heartbeat_timeout_ms=2000,
             initial_window=8,
             task_max_inflight_calls=64,

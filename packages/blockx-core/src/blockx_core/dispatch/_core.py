@@ -277,6 +277,7 @@ class DispatcherCore(Watchdog):
             touched[task.task_id] = task
         for task in touched.values():
             self._after_progress(task, out, now_ms)
+        self._check_rss(ex)
         if self._retiring:
             self._stop_retired(out)
         return out

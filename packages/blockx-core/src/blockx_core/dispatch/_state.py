@@ -186,6 +186,7 @@ class Executor:
         "queue",
         "queued",
         "retiring",
+        "rss_bytes",
         "running_call",
         "running_us",
         "started",
@@ -209,6 +210,7 @@ class Executor:
         self.measured = False
         self.started = 0  # calls sent to it, every attempt
         self.retiring = False
+        self.rss_bytes = 0  # the last sample of its resident memory
 
 
 def detach(

@@ -55,10 +55,7 @@ class Watchdog(CallBook):
     def _credit(self, ex: Executor, popped: list[int], now_ms: int) -> None:
         """Charge the head segment's CPU and wall time to the entries that shared it
         (evenly: the frame does not say how they split it) and start the next one."""
-        cpu_ns = 0
-        if ex.cpu_ns is not None and ex.head_cpu_ns is not None:
-            cpu_ns = max(0, ex.cpu_ns - ex.head_cpu_ns)
-        held_ms = max(0, now_ms - ex.head_since_ms)
+        cpu_ns, held_ms = self._head_segment(ex, now_ms)
         k = len(popped)
         for call_id in popped:
             ex.orphaned.pop(call_id, None)
@@ -67,6 +64,13 @@ class Watchdog(CallBook):
                 self._charge(call, cpu_ns // k, held_ms // k)
         ex.head_since_ms = now_ms
         ex.head_cpu_ns = ex.cpu_ns
+
+    def _head_segment(self, ex: Executor, now_ms: int) -> tuple[int, int]:
+        """CPU (ns) and wall time (ms) of the head's run so far."""
+        cpu_ns = 0
+        if ex.cpu_ns is not None and ex.head_cpu_ns is not None:
+            cpu_ns = max(0, ex.cpu_ns - ex.head_cpu_ns)
+        return cpu_ns, max(0, now_ms - ex.head_since_ms)
 
     def _charge(self, call: Call, cpu_ns: int, held_ms: int) -> None:
         call.cpu_ns += cpu_ns
@@ -82,7 +86,9 @@ class Watchdog(CallBook):
         call = self._calls.get(ex.queue[0])
         if call is None or call.executor_id != ex.executor_id:
             return None
-        self._credit(ex, [], now_ms)
+        self._charge(call, *self._head_segment(ex, now_ms))
+        ex.head_since_ms = now_ms
+        ex.head_cpu_ns = ex.cpu_ns
         return call
 
     # ---- suspension (the Worker answers reads itself) ---------------------------------
@@ -130,19 +136,22 @@ class Watchdog(CallBook):
                 ex.head_cpu_ns = cpu_ns
             if ex.queue and self._cpu_over(ex, out, now_ms):
                 return out
-        if (
-            rss_bytes is not None
-            and rss_bytes > self._config.executor_max_rss_bytes
-            and not ex.queue
-            and not ex.retiring
-        ):
-            self._retire(
-                ex,
-                f"its resident memory is {rss_bytes} bytes between calls, over "
-                f"EXECUTOR_MAX_RSS_BYTES ({self._config.executor_max_rss_bytes})",
-            )
+        if rss_bytes is not None:
+            ex.rss_bytes = rss_bytes
+        self._check_rss(ex)
         self._stop_retired(out)
         return out
+
+    def _check_rss(self, ex: Executor) -> None:
+        """Retire an executor that runs nothing and is over the memory limit (what a
+        call allocates while it runs does not count; what stays after it does)."""
+        limit = self._config.executor_max_rss_bytes
+        if ex.rss_bytes > limit and not ex.queue and not ex.retiring:
+            self._retire(
+                ex,
+                f"its resident memory is {ex.rss_bytes} bytes between calls, over "
+                f"EXECUTOR_MAX_RSS_BYTES ({limit})",
+            )
 
     def _cpu_over(self, ex: Executor, out: list[DispatchCommand], now_ms: int) -> bool:
         assert ex.cpu_ns is not None
