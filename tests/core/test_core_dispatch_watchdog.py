@@ -314,8 +314,9 @@ def test_an_executor_over_the_rss_limit_between_calls_is_retired(
     ["call_wall_limit_ms", "cancel_grace_ms", "executor_max_calls", "executor_max_rss_bytes"],
 )
 def test_watchdog_settings_must_be_positive(field: str) -> None:
+    fields: dict[str, Any] = {field: 0}
     with pytest.raises(InvalidConfig):
-        DispatchConfig(**{field: 0}).validate()
+        DispatchConfig(**fields).validate()
 
 
 def test_the_wall_limit_defaults_to_three_call_deadlines() -> None:
