@@ -4,9 +4,10 @@ It owns, per task, a TaskCalls record (root calls, a window that doubles from
 ``initial_window`` up to ``task_max_inflight_calls``, outputs in root order), the
 calls in flight and which executor holds each, bounded attempt retries, sub-calls
 bound to their parents, and the executors' liveness. Its inputs are events (calls
-completed or failed, a call waiting on a sub-call, executor up / heartbeat / lost,
-``tick``); its outputs are commands (``SendCalls``, ``CancelCalls``,
-``ResumeWithResult``, ``KillExecutor``, ``ConvergeTaskCalls``). It never reads a
+completed, failed, suspended or resumed, a call waiting on a sub-call, executor up
+/ heartbeat / sampled / lost, ``tick``); its outputs are commands (``SendCalls``,
+``CancelCalls``, ``ResumeWithResult``, ``KillExecutor``, ``RetireExecutor``,
+``ConvergeTaskCalls``). It never reads a
 clock: every event takes ``now_ms``; ``next_deadline_ms`` tells the adapter when to
 call ``tick``.
 
@@ -33,7 +34,13 @@ Rules:
   task ended) is ignored, so no call is reported twice.
 * An executor whose running call is over budget, or that stopped heartbeating, is
   killed; the over-budget call fails BUDGET_EXCEEDED, the others on it are retried
-  as EXECUTOR_LOST.
+  as EXECUTOR_LOST. What a call uses is measured by the Worker, not reported by the
+  executor (``Watchdog``, ``_watchdog.py``): a call over ``call_wall_limit_ms`` of
+  holding its executor fails BUDGET_EXCEEDED and is cancelled, and a cancelled call
+  still holding its executor ``cancel_grace_ms`` later gets it killed.
+* An executor that ran ``executor_max_calls`` calls, or whose resident memory is
+  over ``executor_max_rss_bytes`` between calls, is retired: it gets no new calls,
+  and once it holds none the core asks for it to be replaced (``RetireExecutor``).
 """
 
 from __future__ import annotations
@@ -253,10 +260,14 @@ class DispatcherCore(Watchdog):
         ex_calls = ex.calls
         out: list[DispatchCommand] = []
         touched: dict[str, TaskCalls] = {}
+        # The calls ended in this order on the executor: the last one still queued
+        # ends the hold of every entry up to it (they share the segment's CPU).
         queued = ex.queued
-        for call_id, result in zip(call_ids, results, strict=True):
+        for call_id in reversed(call_ids):
             if call_id in queued:
                 self._release(ex, call_id, now_ms)
+                break
+        for call_id, result in zip(call_ids, results, strict=True):
             call = calls.get(call_id)
             if call is None or call.executor_id != executor_id:
                 continue  # cancelled, or an attempt the core no longer expects
