@@ -8,8 +8,9 @@ executor reports about itself, so the Worker reads the kernel's accounting:
   thread id is the process id); its heartbeat thread is not counted. When that file
   cannot be read, the process-wide CPU clock of the child (``clock_gettime`` on the
   clock id Linux derives from a pid) is the fallback, which also counts the
-  heartbeat thread; failing both, there is no sample (None) and only the wall limit
-  bounds a call. Threads that user code starts are not counted either way.
+  heartbeat thread; failing both, there is no sample (None) and the dispatcher falls
+  back to what the executor's heartbeat reports. Threads that user code starts are
+  not counted either way.
 * Resident memory: ``/proc/<pid>/statm``, second field, in pages.
 
 Each fallback is logged once per process.
@@ -70,8 +71,8 @@ class ExecutorGauge:
         except OSError as exc:
             _warn_once(
                 "cpu-clock",
-                "cannot read an executor's CPU clock (%s): only CALL_WALL_LIMIT_MS bounds "
-                "a call's running time",
+                "cannot read an executor's CPU clock (%s): the CPU budget relies on what "
+                "the executor reports",
                 exc,
             )
             return None

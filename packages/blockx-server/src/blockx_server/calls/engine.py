@@ -221,13 +221,17 @@ class CallEngine:
     def executor_messages(self, executor_id: str, messages: list[wire.FromExecutor]) -> None:
         core = self._core
         now_ms = self._clock.now_ms()
-        # A frame boundary: sample the executor's CPU (and memory) from the kernel
-        # before its messages say which calls stopped holding it.
+        # A frame boundary: sample the executor's CPU from the kernel before its
+        # messages say which calls stopped holding it (and its memory on heartbeats).
         gauge = self._gauges.get(executor_id)
         commands: list[DispatchCommand] = []
         if gauge is not None:
+            beat = any(type(m) is wire.ExecutorHeartbeat for m in messages)
             commands += core.executor_sample(
-                executor_id, now_ms, cpu_ns=gauge.cpu_ns(), rss_bytes=gauge.rss_bytes()
+                executor_id,
+                now_ms,
+                cpu_ns=gauge.cpu_ns(),
+                rss_bytes=gauge.rss_bytes() if beat else None,
             )
         for message in messages:
             if self._observed:
