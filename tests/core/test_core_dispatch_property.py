@@ -171,6 +171,8 @@ CONFIGS = [
         max_collected_output_bytes=10**6,
         executor_heartbeat_timeout_ms=50,
         max_batch_calls=2,
+        call_wall_limit_ms=10**12,
+        cancel_grace_ms=10**12,
         retry=CallRetryPolicy(max_attempts=3, backoff_ms=5, backoff_max_ms=20),
     ),
     DispatchConfig(
@@ -180,6 +182,8 @@ CONFIGS = [
         max_collected_output_bytes=20,
         executor_heartbeat_timeout_ms=40,
         max_batch_calls=1,
+        call_wall_limit_ms=10**12,
+        cancel_grace_ms=10**12,
         retry=CallRetryPolicy(
             max_attempts=2,
             backoff_ms=0,
@@ -194,6 +198,8 @@ CONFIGS = [
         max_collected_output_bytes=10**6,
         executor_heartbeat_timeout_ms=60,
         max_batch_calls=3,
+        call_wall_limit_ms=10**12,
+        cancel_grace_ms=10**12,
         retry=CallRetryPolicy(max_attempts=1),
     ),
     DispatchConfig(
@@ -203,6 +209,8 @@ CONFIGS = [
         max_collected_output_bytes=10**6,
         executor_heartbeat_timeout_ms=45,
         max_batch_calls=4,
+        call_wall_limit_ms=10**12,
+        cancel_grace_ms=10**12,
         retry=CallRetryPolicy(
             max_attempts=4,
             backoff_ms=3,

@@ -58,6 +58,11 @@ def spin():
     while True:
         pass
 
+def nap(ms):
+    import time
+    time.sleep(ms / 1000)
+    return ms
+
 def not_json():
     return object()
 
@@ -216,6 +221,9 @@ async def engine(gate: Gate) -> AsyncIterator[CallEngine]:
     config = CallEngineConfig(
         dispatch=DispatchConfig(
             call_deadline_ms=1500,
+            # Far above the CPU budget: a spinning call meets its CPU budget first even
+            # on a loaded machine.
+            call_wall_limit_ms=60_000,
             executor_heartbeat_timeout_ms=2000,
             initial_window=8,
             task_max_inflight_calls=64,
@@ -662,5 +670,52 @@ async def test_an_io_error_that_cannot_succeed_on_retry_is_not_retried(
             # UNAVAILABLE may pass: the second attempt reads "ok".
             assert outputs(await go("escapes_flaky")) == ["ok"]
             assert flaky.requests == 2
+    finally:
+        await eng.close()
+
+
+async def test_a_sleeping_call_is_stopped_at_the_wall_limit(snapshot: CodeSnapshot) -> None:
+    config = CallEngineConfig(
+        dispatch=DispatchConfig(call_wall_limit_ms=300, executor_heartbeat_timeout_ms=60_000),
+        pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
+    )
+    eng = CallEngine(config)
+    _REGISTRIES[eng] = IoRouter([MemoryBackend()])
+    await eng.start()
+    try:
+        async with asyncio.timeout(20):
+            await eng.wait_ready()
+        [before] = eng.pool.executor_ids()
+        message = failure(await run(eng, snapshot, "nap", [[40_000]]))
+        assert "BUDGET_EXCEEDED" in message
+        assert "wall time" in message
+        assert "CALL_WALL_LIMIT_MS (300 ms)" in message
+        # It did not stop when cancelled: its executor was killed and replaced.
+        await wait_until(
+            lambda: eng.pool.executor_ids() not in ([], [before]), "the executor replaced"
+        )
+        assert outputs(await run(eng, snapshot, "double", [[5]])) == [10]
+    finally:
+        await eng.close()
+
+
+async def test_executors_are_recycled_after_max_calls_and_no_call_fails(
+    snapshot: CodeSnapshot,
+) -> None:
+    config = CallEngineConfig(
+        dispatch=DispatchConfig(executor_max_calls=3),
+        pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
+    )
+    eng = CallEngine(config)
+    _REGISTRIES[eng] = IoRouter([MemoryBackend()])
+    await eng.start()
+    try:
+        async with asyncio.timeout(20):
+            await eng.wait_ready()
+        [first] = eng.pool.executor_ids()
+        assert outputs(await run(eng, snapshot, "double", [[i] for i in range(10)])) == [
+            2 * i for i in range(10)
+        ]
+        assert first not in eng.pool.executor_ids()
     finally:
         await eng.close()

@@ -6,17 +6,20 @@ from blockx_core.dispatch._commands import (
     DispatchCommand,
     KillExecutor,
     ResumeWithResult,
+    RetireExecutor,
     SendCalls,
 )
 from blockx_core.dispatch._config import CallRetryPolicy, DispatchConfig
 from blockx_core.dispatch._core import DispatcherCore
 from blockx_core.dispatch._failures import RETRYABLE, CallFailure, CallFailureKind
+from blockx_core.dispatch._state import CallUsage
 
 __all__ = [
     "RETRYABLE",
     "CallFailure",
     "CallFailureKind",
     "CallRetryPolicy",
+    "CallUsage",
     "CancelCalls",
     "ConvergeTaskCalls",
     "DispatchCommand",
@@ -24,5 +27,6 @@ __all__ = [
     "DispatcherCore",
     "KillExecutor",
     "ResumeWithResult",
+    "RetireExecutor",
     "SendCalls",
 ]

@@ -20,11 +20,12 @@ from blockx_core.dispatch._commands import (
     DispatchCommand,
     KillExecutor,
     ResumeWithResult,
+    RetireExecutor,
 )
 from blockx_core.dispatch._config import DispatchConfig
 from blockx_core.dispatch._failures import RETRYABLE, CallFailure, CallFailureKind, failure_text
 from blockx_core.dispatch._placement import place
-from blockx_core.dispatch._state import Call, Executor, TaskCalls, detach
+from blockx_core.dispatch._state import Call, Executor, TaskCalls, detach, hold
 from blockx_core.errors import FailureCode
 
 
@@ -34,6 +35,10 @@ class CallBook:
         self._config.validate()
         self._budget_us = self._config.call_deadline_ms * 1000
         self._executors: dict[str, Executor] = {}
+        # The executors new calls may go to (not retiring), and the retiring ones
+        # with the reason why.
+        self._accepting: dict[str, Executor] = {}
+        self._retiring: dict[str, str] = {}
         self._tasks: dict[str, TaskCalls] = {}
         self._calls: dict[int, Call] = {}
         self._next_call_id = 1
@@ -68,7 +73,7 @@ class CallBook:
             task.extras = True
         return self._new_call(task, index, 0, task.code, task.function, root.args, kwargs, context)
 
-    def _fill(self, task: TaskCalls, out: list[DispatchCommand]) -> None:
+    def _fill(self, task: TaskCalls, out: list[DispatchCommand], now_ms: int) -> None:
         """Dispatch new root calls up to the task's window."""
         n = min(task.window - task.inflight_roots, task.undispatched())
         if n <= 0:
@@ -87,9 +92,9 @@ class CallBook:
         ]
         task.next_root = start + n
         task.inflight_roots += n
-        self._send(new, out)
+        self._send(new, out, now_ms)
 
-    def _after_progress(self, task: TaskCalls, out: list[DispatchCommand]) -> None:
+    def _after_progress(self, task: TaskCalls, out: list[DispatchCommand], now_ms: int) -> None:
         if task.task_id not in self._tasks:
             return
         if task.output_bytes > self._config.max_collected_output_bytes:
@@ -99,11 +104,12 @@ class CallBook:
                 f"the calls' outputs exceed MAX_COLLECTED_OUTPUT_BYTES "
                 f"({task.output_bytes} > {self._config.max_collected_output_bytes} bytes)",
                 out,
+                now_ms,
             )
             return
         if task.converged():
             del self._tasks[task.task_id]
-            self._drop_calls(task, out)  # anything still live can no longer matter
+            self._drop_calls(task, out, now_ms)  # anything still live can no longer matter
             out.append(
                 ConvergeTaskCalls(task_id=task.task_id, success=True, outputs=task.tagged_outputs())
             )
@@ -112,14 +118,45 @@ class CallBook:
         if task.grown >= task.window and task.window < limit:
             task.window = min(limit, task.window * 2)
             task.grown = 0
-        self._fill(task, out)
+        self._fill(task, out, now_ms)
 
-    def _send(self, calls: list[Call], out: list[DispatchCommand]) -> None:
-        """Assign calls to executors, spreading by load, in batches per function."""
-        if not self._executors:
-            self._unassigned.extend(calls)
-            return
-        out.extend(place(calls, self._executors, self._config.max_batch_calls))
+    def _send(self, calls: list[Call], out: list[DispatchCommand], now_ms: int) -> None:
+        """Assign calls to the executors that take new calls, spreading by load, in
+        batches per function; none gets more than its EXECUTOR_MAX_CALLS."""
+        accepting = self._accepting
+        max_calls = self._config.executor_max_calls
+        while calls:
+            if not accepting:
+                self._unassigned.extend(calls)
+                return
+            # No executor can take more than the least room left: a chunk that size
+            # never overfills one (the common case is one chunk of everything).
+            room = min(max_calls - ex.started for ex in accepting.values())
+            chunk, calls = calls[:room], calls[room:]
+            for send in place(chunk, accepting, self._config.max_batch_calls):
+                ex = accepting[send.executor_id]
+                ex.started += len(send.call_ids)
+                for call_id in send.call_ids:
+                    hold(ex, call_id, now_ms)
+                out.append(send)
+            for ex in [e for e in accepting.values() if e.started >= max_calls]:
+                self._retire(ex, f"it has run {ex.started} calls (EXECUTOR_MAX_CALLS)")
+
+    def _retire(self, ex: Executor, reason: str) -> None:
+        """Send it no more calls; it is stopped once it holds none (``_stop_retired``)."""
+        ex.retiring = True
+        self._accepting.pop(ex.executor_id, None)
+        self._retiring[ex.executor_id] = reason
+
+    def _stop_retired(self, out: list[DispatchCommand]) -> None:
+        for executor_id in [e for e in self._retiring if self._idle(e)]:
+            reason = self._retiring.pop(executor_id)
+            del self._executors[executor_id]
+            out.append(RetireExecutor(executor_id=executor_id, reason=reason))
+
+    def _idle(self, executor_id: str) -> bool:
+        ex = self._executors.get(executor_id)
+        return ex is not None and not ex.calls and not ex.queue
 
     def _attempt_failed(
         self,
@@ -131,15 +168,16 @@ class CallBook:
         *,
         retryable: bool = True,
     ) -> None:
-        self._cancel_children(call, out)
+        self._cancel_children(call, out, now_ms)
         policy = self._config.retry
         if retryable and kind in policy.retry_on and call.attempt < policy.max_attempts:
             due = now_ms + policy.backoff_for(call.attempt)
             call.attempt += 1
             call.retry_due = True
             heapq.heappush(self._retries, (due, call.call_id))
+            call.cpu_ns = call.io_us = call.held_ms = 0  # the budget is per attempt
             return
-        self._terminal_failure(call, kind, message, retryable and RETRYABLE[kind], out)
+        self._terminal_failure(call, kind, message, retryable and RETRYABLE[kind], out, now_ms)
 
     def _terminal_failure(
         self,
@@ -148,18 +186,20 @@ class CallBook:
         message: str,
         retryable: bool,
         out: list[DispatchCommand],
+        now_ms: int,
     ) -> None:
         del self._calls[call.call_id]
         task = call.task
         task.live.discard(call.call_id)
         if call.parent:
-            self._resume_parent(call, False, b"null", kind.value, message, out, retryable)
+            self._resume_parent(call, False, b"null", kind.value, message, out, now_ms, retryable)
             return
         self._fail_task(
             task,
             FailureCode.CALL_FAILED,
             failure_text(call, kind, message),
             out,
+            now_ms,
             CallFailure(
                 index=call.root_index,
                 kind=kind,
@@ -177,6 +217,7 @@ class CallBook:
         error_kind: str,
         error: str,
         out: list[DispatchCommand],
+        now_ms: int,
         retryable: bool = False,
     ) -> None:
         parent = self._calls.get(child.parent)
@@ -184,6 +225,9 @@ class CallBook:
             return  # the parent is gone or being retried: it will ask again
         if parent.children is not None:
             parent.children.remove(child.call_id)
+        ex = self._executors.get(parent.executor_id)
+        if ex is not None:
+            hold(ex, parent.call_id, now_ms)
         out.append(
             ResumeWithResult(
                 executor_id=parent.executor_id,
@@ -196,12 +240,12 @@ class CallBook:
             )
         )
 
-    def _cancel_children(self, call: Call, out: list[DispatchCommand]) -> None:
+    def _cancel_children(self, call: Call, out: list[DispatchCommand], now_ms: int) -> None:
         """A parent attempt ended: its sub-calls (and theirs) are no longer wanted."""
         if not call.children:
             return
         children, call.children = call.children, None
-        cancels = detach(self._calls, self._executors, children)
+        cancels = detach(self._calls, self._executors, children, now_ms)
         out.extend(CancelCalls(executor_id=e, call_ids=ids) for e, ids in cancels.items())
 
     def _fail_task(
@@ -210,10 +254,11 @@ class CallBook:
         code: FailureCode,
         message: str,
         out: list[DispatchCommand],
+        now_ms: int,
         failed_call: CallFailure | None = None,
     ) -> None:
         del self._tasks[task.task_id]
-        self._drop_calls(task, out)
+        self._drop_calls(task, out, now_ms)
         out.append(
             ConvergeTaskCalls(
                 task_id=task.task_id,
@@ -224,8 +269,8 @@ class CallBook:
             )
         )
 
-    def _drop_calls(self, task: TaskCalls, out: list[DispatchCommand]) -> None:
-        cancels = detach(self._calls, self._executors, list(task.live))
+    def _drop_calls(self, task: TaskCalls, out: list[DispatchCommand], now_ms: int) -> None:
+        cancels = detach(self._calls, self._executors, list(task.live), now_ms)
         self._unassigned = [c for c in self._unassigned if c.task is not task]
         out.extend(CancelCalls(executor_id=e, call_ids=sorted(ids)) for e, ids in cancels.items())
 
@@ -239,6 +284,8 @@ class CallBook:
         out: list[DispatchCommand],
     ) -> None:
         del self._executors[ex.executor_id]
+        self._accepting.pop(ex.executor_id, None)
+        self._retiring.pop(ex.executor_id, None)
         out.append(KillExecutor(executor_id=ex.executor_id, reason=reason))
         self._reschedule_lost(
             ex, over_budget, used_us, f"executor {ex.executor_id} killed: {reason}", now_ms, out

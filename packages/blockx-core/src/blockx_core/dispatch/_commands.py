@@ -58,6 +58,14 @@ class KillExecutor(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
+class RetireExecutor(msgspec.Struct, frozen=True, kw_only=True):
+    """Stop this executor and start a fresh one: it has served its calls (too many
+    of them, or it grew too large) and holds none now."""
+
+    executor_id: str
+    reason: str
+
+
 class ConvergeTaskCalls(msgspec.Struct, frozen=True, kw_only=True):
     """The Calls phase of a task ended.
 
@@ -75,4 +83,6 @@ class ConvergeTaskCalls(msgspec.Struct, frozen=True, kw_only=True):
     outputs: Sequence[RootOutput] = ()
 
 
-DispatchCommand = SendCalls | CancelCalls | ResumeWithResult | KillExecutor | ConvergeTaskCalls
+DispatchCommand = (
+    SendCalls | CancelCalls | ResumeWithResult | KillExecutor | RetireExecutor | ConvergeTaskCalls
+)

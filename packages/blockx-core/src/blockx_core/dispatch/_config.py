@@ -45,6 +45,22 @@ class DispatchConfig(msgspec.Struct, frozen=True, kw_only=True):
     # At most this many calls in one ExecuteCalls batch.
     max_batch_calls: int = 512
     retry: CallRetryPolicy = CallRetryPolicy()
+    # Wall time one call attempt may hold its executor (running, not suspended on
+    # IO or a sub-call), measured by the Worker; None = 3 x call_deadline_ms.
+    call_wall_limit_ms: int | None = None
+    # A call told to stop (CancelCalls) that still holds its executor this much
+    # later gets the executor killed.
+    cancel_grace_ms: int = 500
+    # An executor is retired (replaced once idle) after this many calls, or when its
+    # resident memory stays above executor_max_rss_bytes between calls.
+    executor_max_calls: int = 100_000
+    executor_max_rss_bytes: int = 1 << 30
+
+    @property
+    def wall_limit_ms(self) -> int:
+        if self.call_wall_limit_ms is None:
+            return 3 * self.call_deadline_ms
+        return self.call_wall_limit_ms
 
     def validate(self) -> None:
         for name in (
@@ -54,6 +70,10 @@ class DispatchConfig(msgspec.Struct, frozen=True, kw_only=True):
             "max_collected_output_bytes",
             "executor_heartbeat_timeout_ms",
             "max_batch_calls",
+            "wall_limit_ms",
+            "cancel_grace_ms",
+            "executor_max_calls",
+            "executor_max_rss_bytes",
         ):
             if getattr(self, name) < 1:
                 raise InvalidConfig(name, f"must be >= 1 (got {getattr(self, name)})")

@@ -4,9 +4,10 @@ It owns, per task, a TaskCalls record (root calls, a window that doubles from
 ``initial_window`` up to ``task_max_inflight_calls``, outputs in root order), the
 calls in flight and which executor holds each, bounded attempt retries, sub-calls
 bound to their parents, and the executors' liveness. Its inputs are events (calls
-completed or failed, a call waiting on a sub-call, executor up / heartbeat / lost,
-``tick``); its outputs are commands (``SendCalls``, ``CancelCalls``,
-``ResumeWithResult``, ``KillExecutor``, ``ConvergeTaskCalls``). It never reads a
+completed, failed, suspended or resumed, a call waiting on a sub-call, executor up
+/ heartbeat / sampled / lost, ``tick``); its outputs are commands (``SendCalls``,
+``CancelCalls``, ``ResumeWithResult``, ``KillExecutor``, ``RetireExecutor``,
+``ConvergeTaskCalls``). It never reads a
 clock: every event takes ``now_ms``; ``next_deadline_ms`` tells the adapter when to
 call ``tick``.
 
@@ -33,7 +34,13 @@ Rules:
   task ended) is ignored, so no call is reported twice.
 * An executor whose running call is over budget, or that stopped heartbeating, is
   killed; the over-budget call fails BUDGET_EXCEEDED, the others on it are retried
-  as EXECUTOR_LOST.
+  as EXECUTOR_LOST. What a call uses is measured by the Worker, not reported by the
+  executor (``Watchdog``, ``_watchdog.py``): a call over ``call_wall_limit_ms`` of
+  holding its executor fails BUDGET_EXCEEDED and is cancelled, and a cancelled call
+  still holding its executor ``cancel_grace_ms`` later gets it killed.
+* An executor that ran ``executor_max_calls`` calls, or whose resident memory is
+  over ``executor_max_rss_bytes`` between calls, is retired: it gets no new calls,
+  and once it holds none the core asks for it to be replaced (``RetireExecutor``).
 """
 
 from __future__ import annotations
@@ -43,14 +50,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from blockx_core.calls import RootCall
-from blockx_core.dispatch._book import CallBook
 from blockx_core.dispatch._commands import (
     CancelCalls,
     DispatchCommand,
 )
 from blockx_core.dispatch._config import DispatchConfig
 from blockx_core.dispatch._failures import CallFailureKind
-from blockx_core.dispatch._state import Call, Executor, TaskCalls
+from blockx_core.dispatch._state import Call, CallUsage, Executor, TaskCalls
+from blockx_core.dispatch._watchdog import Watchdog
 from blockx_core.errors import BlockxUsageError
 
 # A function that returns None, as most table functions do for most rows: one
@@ -58,9 +65,10 @@ from blockx_core.errors import BlockxUsageError
 _NULL = b"null"
 
 
-class DispatcherCore(CallBook):
+class DispatcherCore(Watchdog):
     """See the module docstring. The state and the moves its events share are in
-    ``CallBook`` (``_book.py``); this class is the events."""
+    ``CallBook`` (``_book.py``), what holds each executor in ``Watchdog``
+    (``_watchdog.py``); this class is the events."""
 
     # ---- inspection ------------------------------------------------------------------
 
@@ -101,16 +109,24 @@ class DispatcherCore(CallBook):
     def live_calls(self) -> int:
         return len(self._calls)
 
+    def usage(self, task_id: str) -> CallUsage:
+        """The task's measured cost; the same object fills up until the task ends."""
+        return self._tasks[task_id].usage
+
+    def executor_retiring(self, executor_id: str) -> bool:
+        return executor_id in self._retiring
+
     # ---- executors -------------------------------------------------------------------
 
     def executor_up(self, executor_id: str, now_ms: int) -> list[DispatchCommand]:
         if executor_id in self._executors:
             raise BlockxUsageError(f"executor {executor_id!r} is already up")
-        self._executors[executor_id] = Executor(executor_id, now_ms)
+        ex = self._executors[executor_id] = Executor(executor_id, now_ms)
+        self._accepting[executor_id] = ex
         out: list[DispatchCommand] = []
         if self._unassigned:
             waiting, self._unassigned = self._unassigned, []
-            self._send(waiting, out)
+            self._send(waiting, out, now_ms)
         return out
 
     def executor_heartbeat(
@@ -123,6 +139,11 @@ class DispatcherCore(CallBook):
         ex.running_call = running_call
         ex.running_us = running_us
         out: list[DispatchCommand] = []
+        if ex.measured:
+            # The Worker measures this executor's CPU (``executor_sample``): the
+            # figures it reports about itself only say which call it is on.
+            self._advance(ex, running_call, now_ms)
+            return out
         if not running_call:
             return out
         call = self._calls.get(running_call)
@@ -138,6 +159,8 @@ class DispatcherCore(CallBook):
     def executor_lost(self, executor_id: str, reason: str, now_ms: int) -> list[DispatchCommand]:
         """The executor's process or connection is gone (no kill needed)."""
         ex = self._executors.pop(executor_id, None)
+        self._accepting.pop(executor_id, None)
+        self._retiring.pop(executor_id, None)
         out: list[DispatchCommand] = []
         if ex is not None:
             self._reschedule_lost(
@@ -183,7 +206,7 @@ class DispatcherCore(CallBook):
         out: list[DispatchCommand] = []
         if roots:
             task.add(list(roots))
-            self._fill(task, out)
+            self._fill(task, out, now_ms)
         return out
 
     def roots_done(self, task_id: str, now_ms: int) -> list[DispatchCommand]:
@@ -193,7 +216,7 @@ class DispatcherCore(CallBook):
             return []
         task.source_done = True
         out: list[DispatchCommand] = []
-        self._after_progress(task, out)
+        self._after_progress(task, out, now_ms)
         return out
 
     def start_task(
@@ -217,7 +240,8 @@ class DispatcherCore(CallBook):
         task = self._tasks.pop(task_id, None)
         out: list[DispatchCommand] = []
         if task is not None:
-            self._drop_calls(task, out)
+            self._drop_calls(task, out, now_ms)
+            self._stop_retired(out)
         return out
 
     # ---- results -----------------------------------------------------------------------
@@ -236,6 +260,13 @@ class DispatcherCore(CallBook):
         ex_calls = ex.calls
         out: list[DispatchCommand] = []
         touched: dict[str, TaskCalls] = {}
+        # The calls ended in this order on the executor: the last one still queued
+        # ends the hold of every entry up to it (they share the segment's CPU).
+        queued = ex.queued
+        for call_id in reversed(call_ids):
+            if call_id in queued:
+                self._release(ex, call_id, now_ms)
+                break
         for call_id, result in zip(call_ids, results, strict=True):
             call = calls.get(call_id)
             if call is None or call.executor_id != executor_id:
@@ -245,9 +276,9 @@ class DispatcherCore(CallBook):
             task = call.task
             task.live.discard(call_id)
             if call.children:
-                self._cancel_children(call, out)  # nothing can await them any more
+                self._cancel_children(call, out, now_ms)  # nothing can await them any more
             if call.parent:
-                self._resume_parent(call, True, result, "", "", out)
+                self._resume_parent(call, True, result, "", "", out, now_ms)
                 continue
             task.outputs[call.root_index] = _NULL if result == _NULL else result
             task.output_bytes += len(result)
@@ -256,7 +287,10 @@ class DispatcherCore(CallBook):
             task.grown += 1
             touched[task.task_id] = task
         for task in touched.values():
-            self._after_progress(task, out)
+            self._after_progress(task, out, now_ms)
+        self._check_rss(ex)
+        if self._retiring:
+            self._stop_retired(out)
         return out
 
     def call_failed(
@@ -274,17 +308,23 @@ class DispatcherCore(CallBook):
         failed it, e.g. a write attempt, so the executor drops the suspended call.
         ``retryable=False`` says a retry cannot succeed (an IO error that fails the
         same way every time): no retry whatever the policy, reported not retryable."""
+        ex = self._executors.get(executor_id)
+        if ex is not None and not cancel_on_executor:
+            self._release(ex, call_id, now_ms)
         call = self._calls.get(call_id)
-        if call is None or call.executor_id != executor_id:
-            return []
         out: list[DispatchCommand] = []
+        if call is None or call.executor_id != executor_id:
+            if self._retiring:
+                self._stop_retired(out)
+            return out
         if cancel_on_executor:
             out.append(CancelCalls(executor_id=executor_id, call_ids=[call_id]))
-        ex = self._executors.get(executor_id)
         if ex is not None:
             ex.calls.discard(call_id)
         call.executor_id = None
         self._attempt_failed(call, kind, message, now_ms, out, retryable=retryable)
+        if self._retiring:
+            self._stop_retired(out)
         return out
 
     def subcall_requested(
@@ -299,7 +339,8 @@ class DispatcherCore(CallBook):
         kwargs: dict[str, Any] | None = None,
     ) -> list[DispatchCommand]:
         """The parent awaits ``call(function, *args, **kwargs)``: schedule the child,
-        with the parent's context."""
+        with the parent's context. (The adapter reports the suspension itself with
+        ``call_suspended``.)"""
         parent = self._calls.get(parent_call_id)
         if parent is None or parent.executor_id != executor_id:
             return []
@@ -312,13 +353,14 @@ class DispatcherCore(CallBook):
             parent.children = []
         parent.children.append(child.call_id)
         out: list[DispatchCommand] = []
-        self._send([child], out)
+        self._send([child], out, now_ms)
         return out
 
     # ---- time ---------------------------------------------------------------------------
 
     def tick(self, now_ms: int) -> list[DispatchCommand]:
         out: list[DispatchCommand] = []
+        self._check_holds(now_ms, out)
         timeout = self._config.executor_heartbeat_timeout_ms
         for ex in [e for e in self._executors.values() if now_ms - e.last_heartbeat_ms > timeout]:
             silent_ms = now_ms - ex.last_heartbeat_ms
@@ -338,15 +380,22 @@ class DispatcherCore(CallBook):
                 call.retry_due = False
                 ready.append(call)
         if ready:
-            self._send(ready, out)
+            self._send(ready, out, now_ms)
+        if self._retiring:
+            self._stop_retired(out)
         return out
 
     def next_deadline_ms(self) -> int | None:
-        """When ``tick`` next has work: a retry falls due or a heartbeat times out."""
-        deadlines = [
-            ex.last_heartbeat_ms + self._config.executor_heartbeat_timeout_ms + 1
-            for ex in self._executors.values()
-        ]
+        """When ``tick`` next has work: a retry falls due, a heartbeat times out, a
+        call reaches its wall limit or a cancelled one its grace."""
+        deadlines = []
+        timeout = self._config.executor_heartbeat_timeout_ms + 1
+        for ex in self._executors.values():
+            deadlines.append(ex.last_heartbeat_ms + timeout)
+            if ex.queue:
+                held = self._hold_deadline(ex)
+                if held is not None:
+                    deadlines.append(held)
         if self._retries:
             deadlines.append(self._retries[0][0])
         return min(deadlines) if deadlines else None

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Iterable
 from typing import Any
 
 from blockx_core.calls import CallContext, RootCall, RootOutputs
+
+
+class CallUsage:
+    """What a task's calls cost, measured by the Worker (every attempt counts): CPU
+    of the executor's call thread, IO backend time, and the wall time the calls held
+    an executor (running, not suspended on IO or a sub-call). The adapter keeps a
+    reference (``DispatcherCore.usage``); the core adds to it until the task ends."""
+
+    __slots__ = ("cpu_ns", "held_ms", "io_us")
+
+    def __init__(self) -> None:
+        self.cpu_ns = 0
+        self.io_us = 0
+        self.held_ms = 0
 
 
 class TaskCalls:
@@ -36,11 +50,13 @@ class TaskCalls:
         "pending",
         "source_done",
         "task_id",
+        "usage",
         "window",
     )
 
     def __init__(self, task_id: str, code: str, function: str, window: int, budget_ms: int) -> None:
         self.task_id = task_id
+        self.usage = CallUsage()
         self.budget_ms = budget_ms  # CPU + IO per call attempt, sub-calls included
         self.code = code
         self.function = function
@@ -103,8 +119,11 @@ class Call:
         "children",
         "code",
         "context",
+        "cpu_ns",
         "executor_id",
         "function",
+        "held_ms",
+        "io_us",
         "kwargs",
         "parent",
         "retry_due",
@@ -134,13 +153,44 @@ class Call:
         self.kwargs = kwargs  # None when the call has none
         self.context = context
         self.attempt = 1
+        # This attempt's measured cost: CPU, IO, wall time holding its executor.
+        self.cpu_ns = 0
+        self.io_us = 0
+        self.held_ms = 0
         self.executor_id: str | None = None
         self.retry_due = False
         self.children: list[int] | None = None
 
 
 class Executor:
-    __slots__ = ("calls", "executor_id", "last_heartbeat_ms", "running_call", "running_us")
+    """One executor as the core sees it.
+
+    ``calls`` are the calls it holds (running, queued or suspended). ``queue`` is
+    what it will run, in order: one entry per ExecuteCalls call or ResumeCall sent
+    and not yet answered by a frame of that call (the executor runs its messages in
+    the order they arrive, so frames come back in this order). ``queue[0]`` holds
+    the executor since ``head_since_ms``, when the executor's call-thread CPU clock
+    read ``head_cpu_ns``. A queue entry whose call the core let go is an orphan:
+    ``orphaned`` says since when.
+    """
+
+    __slots__ = (
+        "calls",
+        "cpu_ns",
+        "executor_id",
+        "head_cpu_ns",
+        "head_since_ms",
+        "last_heartbeat_ms",
+        "measured",
+        "orphaned",
+        "queue",
+        "queued",
+        "retiring",
+        "rss_bytes",
+        "running_call",
+        "running_us",
+        "started",
+    )
 
     def __init__(self, executor_id: str, now_ms: int) -> None:
         self.executor_id = executor_id
@@ -148,13 +198,27 @@ class Executor:
         self.last_heartbeat_ms = now_ms
         self.running_call = 0
         self.running_us = 0
+        self.queue: deque[int] = deque()
+        self.queued: set[int] = set()
+        self.orphaned: dict[int, int] = {}
+        self.head_since_ms = now_ms
+        self.head_cpu_ns: int | None = None
+        # The last sample of its call thread's CPU clock (None: never sampled).
+        self.cpu_ns: int | None = None
+        # Sampled from outside at least once: the executor's own CPU figures are
+        # no longer trusted.
+        self.measured = False
+        self.started = 0  # calls sent to it, every attempt
+        self.retiring = False
+        self.rss_bytes = 0  # the last sample of its resident memory
 
 
 def detach(
-    calls: dict[int, Call], executors: dict[str, Executor], call_ids: Iterable[int]
+    calls: dict[int, Call], executors: dict[str, Executor], call_ids: Iterable[int], now_ms: int
 ) -> dict[str, list[int]]:
     """Forget these calls and their sub-calls, transitively; returns, per executor,
-    the ids it still holds and must cancel."""
+    the ids it still holds and must cancel. One still queued or running there
+    becomes an orphan (killed with its executor if it keeps running)."""
     cancels: dict[str, list[int]] = defaultdict(list)
     stack = list(call_ids)
     while stack:
@@ -167,6 +231,19 @@ def detach(
             ex = executors.get(call.executor_id)
             if ex is not None:
                 ex.calls.discard(call.call_id)
+                if call.call_id in ex.queued:
+                    ex.orphaned[call.call_id] = now_ms
         if call.children:
             stack.extend(call.children)
     return cancels
+
+
+def hold(ex: Executor, call_id: int, now_ms: int) -> None:
+    """An ExecuteCalls call or a ResumeCall goes to ``ex``: the call joins its queue."""
+    if call_id in ex.queued:
+        return
+    if not ex.queue:
+        ex.head_since_ms = now_ms
+        ex.head_cpu_ns = ex.cpu_ns
+    ex.queue.append(call_id)
+    ex.queued.add(call_id)

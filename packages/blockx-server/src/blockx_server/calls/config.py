@@ -161,6 +161,29 @@ def _read_isolation(reader: ConfigReader) -> IsolationConfig:
     return IsolationConfig(user=user, max_file_bytes=reader.get(EXECUTOR_MAX_FILE_BYTES))
 
 
+# ---- the executor watchdog: wall time, recycling ----------------------------------
+
+CALL_WALL_LIMIT_MS: Final[Setting[int | None]] = Setting(
+    name="CALL_WALL_LIMIT_MS",
+    default=None,
+    parse=integer(at_least=1),
+    shown_default="3 x CALL_DEADLINE_MS",
+    help="wall time one call attempt may hold its executor (time.sleep counts)",
+)
+EXECUTOR_MAX_CALLS: Final = Setting(
+    name="EXECUTOR_MAX_CALLS",
+    default=100_000,
+    parse=integer(at_least=1),
+    help="an executor is replaced after this many calls",
+)
+EXECUTOR_MAX_RSS_BYTES: Final = Setting(
+    name="EXECUTOR_MAX_RSS_BYTES",
+    default=1 << 30,
+    parse=integer(at_least=1),
+    help="an executor is replaced when its RSS stays above this between calls",
+)
+
+
 # ---- function code -----------------------------------------------------------------
 FUNCTIONS_DIR: Final = Setting(
     name="FUNCTIONS_DIR",
@@ -198,6 +221,9 @@ CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
     EXECUTOR_MEMORY_LIMIT_BYTES,
     EXECUTOR_MAX_FILE_BYTES,
     EXECUTOR_USER,
+    CALL_WALL_LIMIT_MS,
+    EXECUTOR_MAX_CALLS,
+    EXECUTOR_MAX_RSS_BYTES,
     FUNCTIONS_DIR,
     FUNCTIONS_POLL_INTERVAL_MS,
     IO_MEMORY_SEED_FILE,
@@ -245,6 +271,9 @@ def read_call_settings(reader: ConfigReader) -> CallSettings:
             backoff_max_ms=backoff_max,
             retry_on=retry_on,
         ),
+        call_wall_limit_ms=reader.get(CALL_WALL_LIMIT_MS),
+        executor_max_calls=reader.get(EXECUTOR_MAX_CALLS),
+        executor_max_rss_bytes=reader.get(EXECUTOR_MAX_RSS_BYTES),
     )
     pool = ExecutorPoolConfig(
         count=reader.get(EXECUTOR_COUNT),

@@ -34,11 +34,13 @@ from blockx_core.dispatch import (
     DispatcherCore,
     KillExecutor,
     ResumeWithResult,
+    RetireExecutor,
     SendCalls,
 )
 from blockx_executor import protocol as wire
+from blockx_server.calls.cpu_clock import ExecutorGauge
 from blockx_server.calls.executor_pool import ExecutorPool, ExecutorPoolConfig
-from blockx_server.calls.run import CallObserver, CallRun, RunState
+from blockx_server.calls.run import CallObserver, CallRun, RunState, observe
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.timer import DeadlineTimer
@@ -63,6 +65,7 @@ class CallEngine:
         self._clock = clock
         self._sources: dict[str, FunctionSource] = {}  # digest -> module source
         self._loaded: dict[str, set[str]] = {}  # executor -> digests it has
+        self._gauges: dict[str, ExecutorGauge] = {}  # executor -> its kernel accounting
         self._outbox: dict[str, list[Any]] = defaultdict(list)
         self._flush_scheduled = False
         self._runs: dict[str, RunState] = {}
@@ -130,6 +133,7 @@ class CallEngine:
                 task_id, source.digest, function, self._clock.now_ms(), budget_ms=budget_ms
             )
         )
+        run.usage = self._core.usage(task_id)
         return CallRun(self, task_id, run)
 
     async def run_calls(
@@ -203,20 +207,35 @@ class CallEngine:
 
     def executor_up(self, executor_id: str) -> None:
         self._loaded[executor_id] = set()
+        pid = self._pool.pid(executor_id)
+        if pid is not None:
+            self._gauges[executor_id] = ExecutorGauge(pid)
         self._apply(self._core.executor_up(executor_id, self._clock.now_ms()))
 
     def executor_gone(self, executor_id: str, reason: str) -> None:
         self._loaded.pop(executor_id, None)
         self._outbox.pop(executor_id, None)
+        self._gauges.pop(executor_id, None)
         self._apply(self._core.executor_lost(executor_id, reason, self._clock.now_ms()))
 
     def executor_messages(self, executor_id: str, messages: list[wire.FromExecutor]) -> None:
         core = self._core
         now_ms = self._clock.now_ms()
+        # A frame boundary: sample the executor's CPU from the kernel before its
+        # messages say which calls stopped holding it (and its memory on heartbeats).
+        gauge = self._gauges.get(executor_id)
         commands: list[DispatchCommand] = []
+        if gauge is not None:
+            beat = any(type(m) is wire.ExecutorHeartbeat for m in messages)
+            commands += core.executor_sample(
+                executor_id,
+                now_ms,
+                cpu_ns=gauge.cpu_ns(),
+                rss_bytes=gauge.rss_bytes() if beat else None,
+            )
         for message in messages:
             if self._observed:
-                self._observe(message)
+                observe(message, self._observer_of)
             match message:
                 case wire.CallsCompleted():
                     commands += core.calls_completed(
@@ -236,10 +255,12 @@ class CallEngine:
                         executor_id, message.running_call, message.running_us, now_ms
                     )
                 case wire.IoRequested():
+                    core.call_suspended(executor_id, message.call_id, now_ms)
                     task = asyncio.create_task(self._serve_io(executor_id, message))
                     self._io_tasks.add(task)
                     task.add_done_callback(self._io_tasks.discard)
                 case wire.SubCallRequested():
+                    core.call_suspended(executor_id, message.call_id, now_ms)
                     commands += self._subcall(executor_id, message, now_ms)
                 case wire.Hello() | wire.CallOutput():
                     pass
@@ -251,27 +272,6 @@ class CallEngine:
         task_id = self._core.call_task(call_id)
         run = self._runs.get(task_id) if task_id is not None else None
         return None if run is None else run.observer
-
-    def _observe(self, message: wire.FromExecutor) -> None:
-        """Before the core forgets the calls: tell their runs' observers."""
-        match message:
-            case wire.CallsCompleted():
-                for call_id, cpu_us, io_us in zip(
-                    message.call_ids, message.cpu_us, message.io_us, strict=True
-                ):
-                    observer = self._observer_of(call_id)
-                    if observer is not None:
-                        observer.call_finished(call_id, cpu_us, io_us)
-            case wire.CallFailed():
-                observer = self._observer_of(message.call_id)
-                if observer is not None:
-                    observer.call_finished(message.call_id, message.cpu_us, message.io_us)
-            case wire.CallOutput():
-                observer = self._observer_of(message.call_id)
-                if observer is not None:
-                    observer.call_output(message.call_id, message.text)
-            case _:
-                pass  # the other frames carry nothing an observer sees
 
     # ---- internals ----------------------------------------------------------------------
 
@@ -285,6 +285,8 @@ class CallEngine:
         # Sub-calls resolve in the parent task's pinned epoch.
         source = run.snapshot.resolve(message.function)
         if source is None:
+            if not self._core.call_resuming(executor_id, message.call_id, 0, now_ms):
+                return []
             self._outbox[executor_id].append(
                 wire.ResumeCall(
                     message.call_id,
@@ -328,8 +330,10 @@ class CallEngine:
                 )
             )
             return
-        if executor_id not in self._loaded:
-            return  # the executor is gone; the call has been rescheduled
+        if not self._core.call_resuming(
+            executor_id, request.call_id, outcome.io_us, self._clock.now_ms()
+        ):
+            return  # the executor is gone (the call was rescheduled) or the call was let go
         self._outbox[executor_id].append(
             wire.ResumeCall(
                 request.call_id,
@@ -362,12 +366,16 @@ class CallEngine:
                         )
                     )
                 case KillExecutor():
-                    self._outbox.pop(command.executor_id, None)
-                    self._loaded.pop(command.executor_id, None)
+                    self._forget_executor(command.executor_id)
                     self._pool.kill(command.executor_id, command.reason)
+                case RetireExecutor():
+                    self._forget_executor(command.executor_id)
+                    self._pool.retire(command.executor_id, command.reason)
                 case ConvergeTaskCalls():
                     run = self._runs.get(command.task_id)
                     if run is not None and not run.future.done():
+                        if run.observer is not None:
+                            run.observer.calls_measured(run.usage)
                         run.future.set_result(command)
                 case _:
                     assert_never(command)
@@ -376,6 +384,11 @@ class CallEngine:
         if self._outbox:
             self._schedule_flush()
         self._arm_timer()
+
+    def _forget_executor(self, executor_id: str) -> None:
+        self._outbox.pop(executor_id, None)
+        self._loaded.pop(executor_id, None)
+        self._gauges.pop(executor_id, None)
 
     def _send_calls(self, command: SendCalls) -> None:
         messages = self._outbox[command.executor_id]

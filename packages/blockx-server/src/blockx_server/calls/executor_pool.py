@@ -5,7 +5,9 @@ The pool listens on a Unix socket in a private temporary directory, spawns
 environment, and hands every decoded message to its listener (the CallEngine).
 A process that exits, or whose connection drops, is reported once as gone and
 replaced by a new one (with a new executor id, so nothing of the old one can be
-mistaken for the new). Sending is a buffered ``transport.write`` of one frame.
+mistaken for the new). ``retire`` stops an idle executor the same way, on purpose
+(it ran too many calls or grew too large). Sending is a buffered
+``transport.write`` of one frame.
 """
 
 from __future__ import annotations
@@ -126,6 +128,7 @@ class ExecutorPool:
         self._isolation = ExecutorIsolation(
             config.isolation, python=config.python, sandbox=config.sandbox, count=config.count
         )
+        self._retired: set[str] = set()  # stopped on purpose: their end is no loss
 
     @property
     def socket_path(self) -> Path:
@@ -173,6 +176,24 @@ class ExecutorPool:
             return
         log.warning("killing executor %s (pid %d): %s", executor_id, process.proc.pid, reason)
         signal_child(process.proc)
+
+    def retire(self, executor_id: str, reason: str) -> None:
+        """Stop an executor that holds no calls, and start a fresh one in its place.
+
+        Its connection is closed (after what is buffered for it); a connection that
+        drops takes its process with it (``_gone``), and ``_watch`` spawns the
+        replacement as for any executor that ended.
+        """
+        process = self._processes.get(executor_id)
+        connection = self._connections.get(executor_id)
+        if process is None:
+            return
+        log.info("retiring executor %s (pid %d): %s", executor_id, process.proc.pid, reason)
+        self._retired.add(executor_id)
+        if connection is not None and connection.transport is not None:
+            connection.transport.close()
+        else:
+            signal_child(process.proc)
 
     async def close(self) -> None:
         self._closing = True
@@ -280,6 +301,9 @@ class ExecutorPool:
         if process is not None:
             # A dropped connection with a live process: make sure it is gone too.
             signal_child(process.proc)
-        if not self._closing:
+        if executor_id in self._retired:
+            self._retired.discard(executor_id)
+            self._listener.executor_gone(executor_id, "retired")
+        elif not self._closing:
             log.warning("executor %s gone: %s", executor_id, reason)
             self._listener.executor_gone(executor_id, reason)

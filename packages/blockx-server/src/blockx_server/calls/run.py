@@ -11,12 +11,12 @@ individual calls (the Sync Invoker's durations and debug trace).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot
-from blockx_core.dispatch import CallFailure, CallFailureKind, ConvergeTaskCalls
+from blockx_core.dispatch import CallFailure, CallFailureKind, CallUsage, ConvergeTaskCalls
 from blockx_core.errors import FailureCode
 from blockx_executor import protocol as wire
 from blockx_server.io.errors import IoOutcome
@@ -27,6 +27,9 @@ class CallObserver(Protocol):
     """Sees the individual calls of one run (the Sync Invoker's durations and debug trace)."""
 
     def call_finished(self, call_id: int, cpu_us: int, io_us: int) -> None: ...
+    def calls_measured(self, usage: CallUsage) -> None:
+        """The run's calls converged; ``usage`` is what the Worker measured of them."""
+
     def call_output(self, call_id: int, text: str) -> None: ...
     def io_traced(
         self,
@@ -39,7 +42,7 @@ class CallObserver(Protocol):
 class RunState:
     """What the engine keeps for one open run."""
 
-    __slots__ = ("debug", "future", "io", "observer", "room", "snapshot")
+    __slots__ = ("debug", "future", "io", "observer", "room", "snapshot", "usage")
 
     def __init__(
         self,
@@ -56,6 +59,8 @@ class RunState:
         self.debug = debug
         # Set while the producer waits in wait_room(); resolved by the engine.
         self.room: asyncio.Future[None] | None = None
+        # The dispatcher's measure of the run's calls, filled in until it converges.
+        self.usage = CallUsage()
 
 
 class RunOwner(Protocol):
@@ -139,3 +144,25 @@ class CallRun:
             return await self._run.future
         finally:
             self._engine.close_run(self.task_id, self._run)
+
+
+def observe(message: wire.FromExecutor, observer_of: Callable[[int], CallObserver | None]) -> None:
+    """Tell the observers of the message's calls, before the dispatcher forgets them."""
+    match message:
+        case wire.CallsCompleted():
+            for call_id, cpu_us, io_us in zip(
+                message.call_ids, message.cpu_us, message.io_us, strict=True
+            ):
+                observer = observer_of(call_id)
+                if observer is not None:
+                    observer.call_finished(call_id, cpu_us, io_us)
+        case wire.CallFailed():
+            observer = observer_of(message.call_id)
+            if observer is not None:
+                observer.call_finished(message.call_id, message.cpu_us, message.io_us)
+        case wire.CallOutput():
+            observer = observer_of(message.call_id)
+            if observer is not None:
+                observer.call_output(message.call_id, message.text)
+        case _:
+            pass  # the other frames carry nothing an observer sees

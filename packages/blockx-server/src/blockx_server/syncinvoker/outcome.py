@@ -6,7 +6,7 @@ from typing import Any, Final
 
 import msgspec
 
-from blockx_core.dispatch import ConvergeTaskCalls
+from blockx_core.dispatch import CallUsage, ConvergeTaskCalls
 from blockx_executor import protocol as wire
 from blockx_server.io.errors import IoOutcome
 
@@ -41,6 +41,7 @@ class InvokeObserver:
         self._debug = debug
         self.cpu_us = 0
         self.io_us = 0
+        self.held_us = 0  # wall time the calls held an executor
         self._output: list[str] = []
         self._output_chars = 0
         self._dropped_chars = 0
@@ -48,8 +49,15 @@ class InvokeObserver:
         self.dropped_trace = 0
 
     def call_finished(self, call_id: int, cpu_us: int, io_us: int) -> None:
+        # What the executor says of itself: kept only until the measured figures
+        # (calls_measured) replace it.
         self.cpu_us += cpu_us
         self.io_us += io_us
+
+    def calls_measured(self, usage: CallUsage) -> None:
+        self.cpu_us = usage.cpu_ns // 1000
+        self.io_us = usage.io_us
+        self.held_us = usage.held_ms * 1000
 
     def call_output(self, call_id: int, text: str) -> None:
         if not self._debug or not text:
@@ -118,7 +126,7 @@ def invoke_outcome(
     epoch: int,
 ) -> InvokeOutcome:
     """The answer to one finished run (pure: every input is an argument)."""
-    cpu_us, io_us = observer.cpu_us, observer.io_us
+    cpu_us, io_us, held_us = observer.cpu_us, observer.io_us, observer.held_us
     success, result, code, message, retryable = converged.success, b"", "", "", False
     failed = converged.failed_call
     if success:
@@ -138,8 +146,9 @@ def invoke_outcome(
         failure_code=code,
         failure_message=message,
         retryable=retryable,
-        # Everything that was not CPU or IO: queueing for an executor, transport.
-        queue_us=max(0, wall_us - cpu_us - io_us),
+        # Everything that was not holding an executor (running, sleeping) or IO:
+        # queueing for an executor, transport.
+        queue_us=max(0, wall_us - max(held_us, cpu_us) - io_us),
         cpu_us=cpu_us,
         io_us=io_us,
         code_epoch=epoch,

@@ -1,0 +1,214 @@
+"""Watchdog: what each executor is running, for how long, at what CPU cost.
+
+The Worker measures, the executor is not asked: which call holds an executor
+follows from the messages (a call holds it from its ExecuteCalls or ResumeCall
+until its next frame; the executor runs messages in arrival order, so the queue
+head is the call on its CPU), wall time comes from ``now_ms``, and CPU from samples
+of the executor's call-thread clock that the adapter reads from the kernel at frame
+boundaries and heartbeats (``executor_sample``). A call that holds its executor
+past the wall limit fails BUDGET_EXCEEDED and is cancelled; one past its CPU + IO
+budget gets the executor killed at once. A call still holding an executor
+``cancel_grace_ms`` after it was cancelled (over the wall limit, or its task ended)
+gets the executor killed; the other calls there are retried as EXECUTOR_LOST.
+An executor whose resident memory is over ``executor_max_rss_bytes`` while it runs
+nothing is retired.
+"""
+
+from __future__ import annotations
+
+from blockx_core.dispatch._book import CallBook
+from blockx_core.dispatch._commands import CancelCalls, DispatchCommand
+from blockx_core.dispatch._failures import CallFailureKind
+from blockx_core.dispatch._state import Call, Executor, hold
+
+
+class Watchdog(CallBook):
+    # ---- the queue ---------------------------------------------------------------------
+
+    def _release(self, ex: Executor, call_id: int, now_ms: int) -> None:
+        """A frame of ``call_id`` arrived: it (and any entry before it, whose frame
+        came in the same flush) no longer holds the executor."""
+        if call_id not in ex.queued:
+            return
+        popped: list[int] = []
+        queue = ex.queue
+        while True:
+            head = queue.popleft()
+            ex.queued.discard(head)
+            popped.append(head)
+            if head == call_id:
+                break
+        self._credit(ex, popped, now_ms)
+
+    def _advance(self, ex: Executor, running_call: int, now_ms: int) -> None:
+        """The executor says it runs ``running_call``: the entries before it are done
+        (their frames are still in its buffer). Only ever moves forward."""
+        if running_call not in ex.queued or ex.queue[0] == running_call:
+            return
+        popped: list[int] = []
+        while ex.queue[0] != running_call:
+            head = ex.queue.popleft()
+            ex.queued.discard(head)
+            popped.append(head)
+        self._credit(ex, popped, now_ms)
+
+    def _credit(self, ex: Executor, popped: list[int], now_ms: int) -> None:
+        """Charge the head segment's CPU and wall time to the entries that shared it
+        (evenly: the frame does not say how they split it) and start the next one."""
+        cpu_ns, held_ms = self._head_segment(ex, now_ms)
+        k = len(popped)
+        for call_id in popped:
+            ex.orphaned.pop(call_id, None)
+            call = self._calls.get(call_id)
+            if call is not None and call.executor_id == ex.executor_id:
+                self._charge(call, cpu_ns // k, held_ms // k)
+        ex.head_since_ms = now_ms
+        ex.head_cpu_ns = ex.cpu_ns
+
+    def _head_segment(self, ex: Executor, now_ms: int) -> tuple[int, int]:
+        """CPU (ns) and wall time (ms) of the head's run so far."""
+        cpu_ns = 0
+        if ex.cpu_ns is not None and ex.head_cpu_ns is not None:
+            cpu_ns = max(0, ex.cpu_ns - ex.head_cpu_ns)
+        return cpu_ns, max(0, now_ms - ex.head_since_ms)
+
+    def _charge(self, call: Call, cpu_ns: int, held_ms: int) -> None:
+        call.cpu_ns += cpu_ns
+        call.held_ms += held_ms
+        usage = call.task.usage
+        usage.cpu_ns += cpu_ns
+        usage.held_ms += held_ms
+
+    def _settle_head(self, ex: Executor, now_ms: int) -> Call | None:
+        """Charge the running head what it used so far; return it if live here."""
+        if not ex.queue:
+            return None
+        call = self._calls.get(ex.queue[0])
+        if call is None or call.executor_id != ex.executor_id:
+            return None
+        self._charge(call, *self._head_segment(ex, now_ms))
+        ex.head_since_ms = now_ms
+        ex.head_cpu_ns = ex.cpu_ns
+        return call
+
+    # ---- suspension (the Worker answers reads itself) ---------------------------------
+
+    def call_suspended(self, executor_id: str, call_id: int, now_ms: int) -> None:
+        """A call suspended (IoRequested or SubCallRequested): it no longer holds the
+        executor."""
+        ex = self._executors.get(executor_id)
+        if ex is not None:
+            self._release(ex, call_id, now_ms)
+
+    def call_resuming(self, executor_id: str, call_id: int, io_us: int, now_ms: int) -> bool:
+        """The Worker is about to send the call's ResumeCall (an IO answer, ``io_us`` of
+        backend time charged to it, or a sub-call it could not start); False when the
+        call is no longer wanted (send nothing)."""
+        ex = self._executors.get(executor_id)
+        call = self._calls.get(call_id)
+        if ex is None or call is None or call.executor_id != executor_id:
+            return False
+        call.io_us += io_us
+        call.task.usage.io_us += io_us
+        hold(ex, call_id, now_ms)
+        return True
+
+    # ---- samples ---------------------------------------------------------------------
+
+    def executor_sample(
+        self,
+        executor_id: str,
+        now_ms: int,
+        *,
+        cpu_ns: int | None,
+        rss_bytes: int | None = None,
+    ) -> list[DispatchCommand]:
+        """The executor's call thread has used ``cpu_ns`` of CPU in all (None: could
+        not be read) and its resident memory is ``rss_bytes``, as the kernel says."""
+        ex = self._executors.get(executor_id)
+        out: list[DispatchCommand] = []
+        if ex is None:
+            return out
+        if cpu_ns is not None:
+            ex.measured = True
+            ex.cpu_ns = cpu_ns
+            if ex.head_cpu_ns is None:
+                ex.head_cpu_ns = cpu_ns
+            if ex.queue and self._cpu_over(ex, out, now_ms):
+                return out
+        if rss_bytes is not None:
+            ex.rss_bytes = rss_bytes
+        self._check_rss(ex)
+        self._stop_retired(out)
+        return out
+
+    def _check_rss(self, ex: Executor) -> None:
+        """Retire an executor that runs nothing and is over the memory limit (what a
+        call allocates while it runs does not count; what stays after it does)."""
+        limit = self._config.executor_max_rss_bytes
+        if ex.rss_bytes > limit and not ex.queue and not ex.retiring:
+            self._retire(
+                ex,
+                f"its resident memory is {ex.rss_bytes} bytes between calls, over "
+                f"EXECUTOR_MAX_RSS_BYTES ({limit})",
+            )
+
+    def _cpu_over(self, ex: Executor, out: list[DispatchCommand], now_ms: int) -> bool:
+        assert ex.cpu_ns is not None
+        assert ex.head_cpu_ns is not None
+        running_ns = max(0, ex.cpu_ns - ex.head_cpu_ns)
+        call = self._calls.get(ex.queue[0])
+        if call is not None and call.executor_id == ex.executor_id:
+            used_us = (call.cpu_ns + running_ns) // 1000 + call.io_us
+            if used_us > call.task.budget_ms * 1000:
+                self._settle_head(ex, now_ms)
+                self._kill(ex, call, used_us, "a call exceeded its budget", now_ms, out)
+                return True
+        elif running_ns > self._budget_us * 1000:
+            self._kill(ex, None, running_ns // 1000, "a cancelled call kept running", now_ms, out)
+            return True
+        return False
+
+    # ---- time ---------------------------------------------------------------------------
+
+    def _hold_deadline(self, ex: Executor) -> int | None:
+        """When the head's wall limit or its cancel grace runs out (None: idle)."""
+        if not ex.queue:
+            return None
+        head = ex.queue[0]
+        call = self._calls.get(head)
+        if call is not None and call.executor_id == ex.executor_id:
+            return ex.head_since_ms + self._config.wall_limit_ms - call.held_ms + 1
+        since = max(ex.head_since_ms, ex.orphaned.get(head, ex.head_since_ms))
+        return since + self._config.cancel_grace_ms
+
+    def _check_holds(self, now_ms: int, out: list[DispatchCommand]) -> None:
+        for ex in list(self._executors.values()):
+            deadline = self._hold_deadline(ex)
+            if deadline is None or now_ms < deadline or ex.executor_id not in self._executors:
+                continue
+            call = self._settle_head(ex, now_ms)
+            if call is None:
+                self._kill(
+                    ex,
+                    None,
+                    0,
+                    f"a cancelled call still held it {self._config.cancel_grace_ms} ms later",
+                    now_ms,
+                    out,
+                )
+                continue
+            # Over the wall limit: the call fails now; its executor is killed if the
+            # call still holds it after the grace.
+            ex.calls.discard(call.call_id)
+            ex.orphaned[call.call_id] = now_ms
+            call.executor_id = None
+            out.append(CancelCalls(executor_id=ex.executor_id, call_ids=[call.call_id]))
+            self._attempt_failed(
+                call,
+                CallFailureKind.BUDGET_EXCEEDED,
+                f"the call held its executor {call.held_ms} ms of wall time, over "
+                f"CALL_WALL_LIMIT_MS ({self._config.wall_limit_ms} ms)",
+                now_ms,
+                out,
+            )
