@@ -59,8 +59,9 @@ def check_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> None:
         raise _too_deep(max_depth) from None
 
 
-def json_depth(value: Any) -> int:
-    """How many arrays and objects deep ``value`` nests (0 for a scalar), without recursion."""
+def json_depth(value: Any, *, stop_past: int | None = None) -> int:
+    """How many arrays and objects deep ``value`` nests (0 for a scalar), without
+    recursion; with ``stop_past``, counting stops at the first level past it."""
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
@@ -72,5 +73,7 @@ def json_depth(value: Any) -> int:
         else:
             continue
         deepest = max(deepest, depth)
+        if stop_past is not None and deepest > stop_past:
+            return deepest
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return deepest

@@ -20,6 +20,7 @@ from blockx_server.pipeline.builders.listed import (
     decode_listed,
 )
 from blockx_server.pipeline.context import TaskContext
+from blockx_server.runtime.json_bounds import json_depth
 
 NAME = "InputsCallConfig"
 MAX_INPUTS: Final = 100_000
@@ -38,26 +39,6 @@ class _ListedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     inputs: list[Element]
 
 
-def _depth(value: Any) -> int:
-    """How deeply containers nest in ``value`` (a scalar is 0), without recursion;
-    stops counting once past MAX_DEPTH."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 0)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth + 1)
-        if deepest > MAX_DEPTH:
-            return deepest
-        stack.extend((child, depth + 1) for child in children)
-    return deepest
-
-
 def _call_of(i: int, item: Any) -> RootCall:
     if not isinstance(item, dict):
         raise BuilderError(
@@ -66,7 +47,7 @@ def _call_of(i: int, item: Any) -> RootCall:
     for key in item:
         if not key.isidentifier():
             raise BuilderError(f"{NAME}: inputs[{i}] has key {key!r}, not a keyword argument name")
-    if any(_depth(value) > MAX_DEPTH for value in item.values()):
+    if any(json_depth(value, stop_past=MAX_DEPTH) > MAX_DEPTH for value in item.values()):
         raise BuilderError(f"{NAME}: inputs[{i}] nests more than {MAX_DEPTH} levels deep")
     return RootCall([], dict(item))
 
