@@ -1,21 +1,23 @@
 """Placement benchmark: ReserveWorkerSlot through a real Coordinator and a real Worker.
 
 Run: uv run python bench/placement_bench.py [--slots 1000000,5000] [--seconds 10]
-     [--concurrency 64] [--skip-core]
+     [--rounds 5] [--concurrency 64] [--skip-core]
 
 A real etcd, a real ``blockx-coordinator`` (``COORDINATOR_SLOT_TTL_MS=1000``: every
 reservation it makes asks the Worker for a 1 s slot TTL) and a real ``blockx-worker``
 with ``TASK_SLOTS`` from ``--slots`` (one run per value). Reservations are never
 submitted, so they expire after 1 s and the Worker's slot table turns over under load.
-A closed loop of ``--concurrency`` callers sends ReserveWorkerSlot for ``--seconds``:
-throughput, p50, p99 and max latency.
+A closed loop of ``--concurrency`` callers sends ReserveWorkerSlot: throughput, p50,
+p99 and max latency.
 
 Baseline, measured in the same run with the same client and concurrency: a two-hop
 grpclib echo. The client calls echo server A (its own process), which forwards each
 request to echo server B (another process) over a warm channel and then answers; the
 request and response are ReserveWorkerSlot messages of the same size as the real ones.
-Printed ratios: ``throughput_vs_two_hop`` (goal ≥ 0.7) and ``p50_vs_two_hop`` (goal
-≤ 1.5); p99 is reported beside the baseline's.
+Placement and echo alternate in ``--rounds`` windows that add up to ``--seconds`` each,
+so other load on the host weighs on both alike. Printed ratios:
+``throughput_vs_two_hop`` (goal ≥ 0.7), ``p50_vs_two_hop`` (goal ≤ 1.5) and
+``p99_vs_two_hop``.
 
 Unless ``--skip-core``, the output also carries bench/worker_core_bench.py's table at
 10,000 and 1,000,000 slots with 100 in use (50 ALLOCATED + 50 RUNNING), and at 50 slots
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -40,7 +43,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO
 
@@ -71,36 +74,44 @@ def percentile_ms(sorted_ns: Sequence[int], q: float) -> float:
     return round(sorted_ns[min(len(sorted_ns) - 1, int(q * len(sorted_ns)))] / 1e6, 3)
 
 
+class Samples:
+    """Latencies, time spent and errors of one or more measuring windows."""
+
+    def __init__(self) -> None:
+        self.latencies_ns: list[int] = []
+        self.elapsed_s = 0.0
+        self.errors = 0
+
+    def summary(self) -> dict[str, float]:
+        latencies = sorted(self.latencies_ns)
+        return {
+            "calls_per_s": round(len(latencies) / self.elapsed_s, 1),
+            "p50_ms": percentile_ms(latencies, 0.5),
+            "p99_ms": percentile_ms(latencies, 0.99),
+            "max_ms": percentile_ms(latencies, 1.0),
+            "errors": self.errors,
+        }
+
+
 async def closed_loop(
-    call: Callable[[], Awaitable[object]], concurrency: int, seconds: float
-) -> dict[str, float]:
-    """``concurrency`` callers in a loop for ``seconds``: throughput and latency."""
-    latencies: list[int] = []
-    errors = 0
+    call: Callable[[], Awaitable[object]], concurrency: int, seconds: float, into: Samples
+) -> None:
+    """``concurrency`` callers in a loop for ``seconds``, recorded ``into``."""
     stop_at = time.perf_counter() + seconds
 
     async def caller() -> None:
-        nonlocal errors
         while time.perf_counter() < stop_at:
             started = time.perf_counter_ns()
             try:
                 await call()
             except GRPCError:
-                errors += 1
+                into.errors += 1
                 continue
-            latencies.append(time.perf_counter_ns() - started)
+            into.latencies_ns.append(time.perf_counter_ns() - started)
 
     started = time.perf_counter()
     await asyncio.gather(*(caller() for _ in range(concurrency)))
-    elapsed = time.perf_counter() - started
-    latencies.sort()
-    return {
-        "calls_per_s": round(len(latencies) / elapsed, 1),
-        "p50_ms": percentile_ms(latencies, 0.5),
-        "p99_ms": percentile_ms(latencies, 0.99),
-        "max_ms": percentile_ms(latencies, 1.0),
-        "errors": errors,
-    }
+    into.elapsed_s += time.perf_counter() - started
 
 
 # ---- the two-hop echo baseline (each server runs as its own process) ------------------
@@ -158,7 +169,9 @@ def _reserve_call(
     return reserve
 
 
-async def bench_two_hop_echo(concurrency: int, seconds: float, log: IO[bytes]) -> dict[str, float]:
+@contextlib.asynccontextmanager
+async def two_hop_echo(log: IO[bytes]) -> AsyncIterator[Callable[[], Awaitable[object]]]:
+    """Echo servers A and B in their own processes; yields the call to A."""
     port_a, port_b = free_port(), free_port()
     me = [sys.executable, __file__, "--echo-server"]
     procs = [
@@ -169,8 +182,7 @@ async def bench_two_hop_echo(concurrency: int, seconds: float, log: IO[bytes]) -
     try:
         call = _reserve_call(coordinator_v1.CoordinatorServiceStub(channel))
         await _wait_ready(call, "the echo servers", 30)
-        await closed_loop(call, concurrency, 1.0)  # warm-up
-        return await closed_loop(call, concurrency, seconds)
+        yield call
     finally:
         channel.close()
         for proc in procs:
@@ -182,9 +194,11 @@ async def bench_two_hop_echo(concurrency: int, seconds: float, log: IO[bytes]) -
 # ---- the real Coordinator and Worker --------------------------------------------------
 
 
-async def bench_placement(
-    task_slots: int, concurrency: int, seconds: float, workdir: Path, log: IO[bytes]
-) -> dict[str, float]:
+@contextlib.asynccontextmanager
+async def placement(
+    task_slots: int, workdir: Path, log: IO[bytes]
+) -> AsyncIterator[Callable[[], Awaitable[object]]]:
+    """etcd, a coordinator and a worker with ``task_slots``; yields ReserveWorkerSlot."""
     functions = workdir / "functions"
     functions.mkdir(exist_ok=True)
     (functions / "bench.py").write_text("def echo(x):\n    return x\n")
@@ -220,14 +234,48 @@ async def bench_placement(
         try:
             call = _reserve_call(coordinator_v1.CoordinatorServiceStub(channel))
             await _wait_ready(call, "the coordinator and worker", 60)
-            await closed_loop(call, concurrency, 1.0)  # warm-up
-            return await closed_loop(call, concurrency, seconds)
+            yield call
         finally:
             channel.close()
             for proc in procs:
                 proc.send_signal(signal.SIGTERM)
             for proc in procs:
                 proc.wait(30)
+
+
+async def bench(
+    slot_counts: list[int],
+    concurrency: int,
+    seconds: float,
+    rounds: int,
+    workdir: Path,
+    log: IO[bytes],
+) -> list[dict[str, object]]:
+    """Per TASK_SLOTS value: placement and echo measured in alternating windows, so a
+    change in the load other processes put on the host affects both alike."""
+    runs: list[dict[str, object]] = []
+    async with two_hop_echo(log) as echo:
+        for slots in slot_counts:
+            async with placement(slots, workdir, log) as reserve:
+                warm_up = Samples()
+                await closed_loop(echo, concurrency, 1.0, warm_up)
+                await closed_loop(reserve, concurrency, 1.0, warm_up)
+                ours, theirs = Samples(), Samples()
+                for _ in range(rounds):
+                    await closed_loop(reserve, concurrency, seconds / rounds, ours)
+                    await closed_loop(echo, concurrency, seconds / rounds, theirs)
+            mine, base = ours.summary(), theirs.summary()
+            runs.append(
+                {
+                    "task_slots": slots,
+                    "reserve_worker_slot": mine,
+                    "two_hop_echo": base,
+                    "throughput_vs_two_hop": round(mine["calls_per_s"] / base["calls_per_s"], 2),
+                    "p50_vs_two_hop": round(mine["p50_ms"] / base["p50_ms"], 2),
+                    "p99_vs_two_hop": round(mine["p99_ms"] / base["p99_ms"], 2),
+                }
+            )
+    return runs
 
 
 def worker_core_table() -> str:
@@ -251,22 +299,16 @@ def main() -> None:
     parser.add_argument("--slots", default="1000000,5000")
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip-core", action="store_true")
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="placement-bench-"))
+    slot_counts = [int(s) for s in args.slots.split(",")]
     with (workdir / "processes.log").open("wb") as log:
         try:
-            echo = asyncio.run(bench_two_hop_echo(args.concurrency, args.seconds, log))
-            runs: list[dict[str, object]] = []
-            for slots in (int(s) for s in args.slots.split(",")):
-                run = asyncio.run(
-                    bench_placement(slots, args.concurrency, args.seconds, workdir, log)
-                )
-                ratios = {
-                    "throughput_vs_two_hop": round(run["calls_per_s"] / echo["calls_per_s"], 2),
-                    "p50_vs_two_hop": round(run["p50_ms"] / echo["p50_ms"], 2),
-                }
-                runs.append({"task_slots": slots, **run, **ratios})
+            runs = asyncio.run(
+                bench(slot_counts, args.concurrency, args.seconds, args.rounds, workdir, log)
+            )
         except Exception:
             log.flush()
             print((workdir / "processes.log").read_text()[-4000:], file=sys.stderr)
@@ -277,8 +319,8 @@ def main() -> None:
         "concurrency": args.concurrency,
         "seconds": args.seconds,
         "slot_ttl_ms": SLOT_TTL_MS,
-        "two_hop_echo": echo,
-        "placement": runs,
+        "rounds": args.rounds,
+        "runs": runs,
         "goals": {"throughput_vs_two_hop": ">= 0.7", "p50_vs_two_hop": "<= 1.5"},
     }
     print(json.dumps(out))
