@@ -1,7 +1,7 @@
 """Placement benchmark: ReserveWorkerSlot through a real Coordinator and a real Worker.
 
 Run: uv run python bench/placement_bench.py [--slots 1000000,5000] [--seconds 10]
-     [--rounds 5] [--concurrency 64] [--skip-core]
+     [--rounds 5] [--concurrency 64] [--skip-core] [--stalls]
 
 A real etcd, a real ``blockx-coordinator`` (``COORDINATOR_SLOT_TTL_MS=1000``: every
 reservation it makes asks the Worker for a 1 s slot TTL) and a real ``blockx-worker``
@@ -18,6 +18,11 @@ Placement and echo alternate in ``--rounds`` windows that add up to ``--seconds`
 so other load on the host weighs on both alike. Printed ratios:
 ``throughput_vs_two_hop`` (goal ≥ 0.7), ``p50_vs_two_hop`` (goal ≤ 1.5) and
 ``p99_vs_two_hop``.
+
+``--stalls`` adds, per run, what stalled the coordinator's and the worker's event
+loops inside the measuring windows: asyncio callbacks that ran over 2 ms (by callback)
+and cyclic GC passes over 1 ms (a probe installed as their sitecustomize). Wall time:
+on a loaded host a callback that was descheduled counts too.
 
 Unless ``--skip-core``, the output also carries bench/worker_core_bench.py's table at
 10,000 and 1,000,000 slots with 100 in use (50 ALLOCATED + 50 RUNNING), and at 50 slots
@@ -191,12 +196,103 @@ async def two_hop_echo(log: IO[bytes]) -> AsyncIterator[Callable[[], Awaitable[o
             proc.wait(10)
 
 
+# ---- the event-loop stall probe (--stalls) --------------------------------------------
+
+# Installed as sitecustomize.py in the coordinator and worker only. It times every
+# asyncio callback and every cyclic GC pass, and at exit writes the ones over
+# 2 ms (callbacks) and 1 ms (GC) with their CLOCK_MONOTONIC time, which every process
+# on the host shares, so the bench can keep those inside its measuring windows.
+_PROBE_SOURCE = """
+import atexit, gc, json, os, sys, time
+import asyncio.events
+
+_out = os.environ.get("BLOCKX_BENCH_STALLS_DIR")
+if _out:
+    _name = os.path.basename(sys.argv[0])
+    _stalls, _gcs, _gc_started = [], [], [0, 0.0]
+    _run = asyncio.events.Handle._run
+
+    def _label(handle):
+        task = getattr(handle._callback, "__self__", None)
+        if task is not None and hasattr(task, "get_coro"):
+            coro = task.get_coro()
+            return "task " + str(getattr(coro, "__qualname__", coro))
+        return str(getattr(handle._callback, "__qualname__", handle._callback))[:100]
+
+    def _timed_run(self):
+        started = time.perf_counter_ns()
+        _run(self)
+        took = time.perf_counter_ns() - started
+        if took > 2_000_000:
+            _stalls.append((time.monotonic(), took / 1e6, _label(self)))
+
+    def _on_gc(phase, info):
+        if phase == "start":
+            _gc_started[:] = [time.perf_counter_ns(), time.monotonic()]
+        else:
+            took = time.perf_counter_ns() - _gc_started[0]
+            if took > 1_000_000:
+                _gcs.append((_gc_started[1], took / 1e6, info["generation"]))
+
+    def _dump():
+        path = os.path.join(_out, f"{_name}-{os.getpid()}.json")
+        with open(path, "w") as f:
+            json.dump({"process": _name, "stalls": _stalls, "gc": _gcs}, f)
+
+    asyncio.events.Handle._run = _timed_run
+    gc.callbacks.append(_on_gc)
+    atexit.register(_dump)
+"""
+
+
+class StallProbe:
+    """Loop stalls and GC pauses of the coordinator and worker inside the windows."""
+
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+        (directory / "site").mkdir(parents=True, exist_ok=True)
+        (directory / "site" / "sitecustomize.py").write_text(_PROBE_SOURCE)
+        self.windows: list[tuple[float, float]] = []
+
+    def env(self) -> dict[str, str]:
+        path = os.pathsep.join(
+            filter(None, [str(self._dir / "site"), os.environ.get("PYTHONPATH")])
+        )
+        return {"PYTHONPATH": path, "BLOCKX_BENCH_STALLS_DIR": str(self._dir)}
+
+    def _inside(self, at: float) -> bool:
+        return any(start <= at <= end for start, end in self.windows)
+
+    def collect(self) -> dict[str, object]:
+        """Per process: stalls over 2 ms by callback (count, max), GC passes over 1 ms."""
+        out: dict[str, object] = {}
+        for path in sorted(self._dir.glob("*.json")):
+            data = json.loads(path.read_text())
+            by_callback: dict[str, list[float]] = {}
+            for at, took_ms, label in data["stalls"]:
+                if self._inside(at):
+                    by_callback.setdefault(label, []).append(took_ms)
+            gcs = [(took, gen) for at, took, gen in data["gc"] if self._inside(at)]
+            out[data["process"]] = {
+                "stalls_over_2ms": {
+                    label: {"count": len(t), "max_ms": round(max(t), 2)}
+                    for label, t in sorted(by_callback.items(), key=lambda kv: -sum(kv[1]))[:6]
+                },
+                "gc_over_1ms": len(gcs),
+                "gc_max_ms": round(max((t for t, _ in gcs), default=0.0), 2),
+                "gc_full_collections_over_1ms": sum(1 for _, gen in gcs if gen == 2),
+            }
+            path.unlink()
+        self.windows.clear()
+        return out
+
+
 # ---- the real Coordinator and Worker --------------------------------------------------
 
 
 @contextlib.asynccontextmanager
 async def placement(
-    task_slots: int, workdir: Path, log: IO[bytes]
+    task_slots: int, workdir: Path, log: IO[bytes], probe: StallProbe | None
 ) -> AsyncIterator[Callable[[], Awaitable[object]]]:
     """etcd, a coordinator and a worker with ``task_slots``; yields ReserveWorkerSlot."""
     functions = workdir / "functions"
@@ -205,6 +301,8 @@ async def placement(
     async with EtcdServer() as etcd:
         coord_port, worker_port = free_port(), free_port()
         env = {**os.environ, "ETCD_ENDPOINTS": etcd.endpoint, "BLOCKX_LOG_LEVEL": "WARNING"}
+        if probe is not None:
+            env.update(probe.env())
         procs = [
             _spawn(
                 [shutil.which("blockx-coordinator") or "blockx-coordinator"],
@@ -250,21 +348,26 @@ async def bench(
     rounds: int,
     workdir: Path,
     log: IO[bytes],
+    probe: StallProbe | None,
 ) -> list[dict[str, object]]:
     """Per TASK_SLOTS value: placement and echo measured in alternating windows, so a
     change in the load other processes put on the host affects both alike."""
     runs: list[dict[str, object]] = []
     async with two_hop_echo(log) as echo:
         for slots in slot_counts:
-            async with placement(slots, workdir, log) as reserve:
+            async with placement(slots, workdir, log, probe) as reserve:
                 warm_up = Samples()
                 await closed_loop(echo, concurrency, 1.0, warm_up)
                 await closed_loop(reserve, concurrency, 1.0, warm_up)
                 ours, theirs = Samples(), Samples()
                 for _ in range(rounds):
+                    started = time.monotonic()
                     await closed_loop(reserve, concurrency, seconds / rounds, ours)
+                    if probe is not None:
+                        probe.windows.append((started, time.monotonic()))
                     await closed_loop(echo, concurrency, seconds / rounds, theirs)
             mine, base = ours.summary(), theirs.summary()
+            stalls = {} if probe is None else {"stalls": probe.collect()}
             runs.append(
                 {
                     "task_slots": slots,
@@ -273,6 +376,7 @@ async def bench(
                     "throughput_vs_two_hop": round(mine["calls_per_s"] / base["calls_per_s"], 2),
                     "p50_vs_two_hop": round(mine["p50_ms"] / base["p50_ms"], 2),
                     "p99_vs_two_hop": round(mine["p99_ms"] / base["p99_ms"], 2),
+                    **stalls,
                 }
             )
     return runs
@@ -301,13 +405,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--skip-core", action="store_true")
+    parser.add_argument(
+        "--stalls",
+        action="store_true",
+        help="time every asyncio callback and GC pass in the coordinator and worker",
+    )
     args = parser.parse_args()
     workdir = Path(tempfile.mkdtemp(prefix="placement-bench-"))
     slot_counts = [int(s) for s in args.slots.split(",")]
     with (workdir / "processes.log").open("wb") as log:
         try:
+            probe = StallProbe(workdir / "stalls") if args.stalls else None
             runs = asyncio.run(
-                bench(slot_counts, args.concurrency, args.seconds, args.rounds, workdir, log)
+                bench(slot_counts, args.concurrency, args.seconds, args.rounds, workdir, log, probe)
             )
         except Exception:
             log.flush()
