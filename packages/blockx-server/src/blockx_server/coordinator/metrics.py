@@ -59,14 +59,23 @@ class CoordinatorMetrics:
             ["result"],
             registry=registry,
         )
-        for outcome in ReserveOutcome:
-            self._reserve_total.labels(outcome.value)
-        for result in SlotAttemptResult:
-            self._slot_requests.labels(result.value)
+        # Children resolved once: labels() takes a lock and builds a key on every call,
+        # and these are updated on every ReserveWorkerSlot. The counters export every
+        # label from the start; a latency series appears with its first observation.
+        self._reserved_by_outcome = {o: self._reserve_total.labels(o.value) for o in ReserveOutcome}
+        self._attempts_by_result = {
+            r: self._slot_requests.labels(r.value) for r in SlotAttemptResult
+        }
+        self._seconds_by_outcome: dict[ReserveOutcome, Histogram] = {}
 
     def reserve_finished(self, outcome: ReserveOutcome, seconds: float) -> None:
-        self._reserve_total.labels(outcome.value).inc()
-        self._reserve_seconds.labels(outcome.value).observe(seconds)
+        self._reserved_by_outcome[outcome].inc()
+        histogram = self._seconds_by_outcome.get(outcome)
+        if histogram is None:
+            histogram = self._seconds_by_outcome[outcome] = self._reserve_seconds.labels(
+                outcome.value
+            )
+        histogram.observe(seconds)
 
     def slot_attempt(self, result: SlotAttemptResult) -> None:
-        self._slot_requests.labels(result.value).inc()
+        self._attempts_by_result[result].inc()
