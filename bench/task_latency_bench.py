@@ -27,7 +27,6 @@ import os
 import shutil
 import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -120,12 +119,12 @@ async def serve_echo(port: int) -> None:
 
 async def echo_baseline(serial: int, clients: int, seconds: float) -> dict[str, Any]:
     port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, __file__, "--echo-server", str(port)], stdout=subprocess.PIPE
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--echo-server", str(port), stdout=asyncio.subprocess.PIPE
     )
     assert server.stdout is not None
     try:
-        await asyncio.to_thread(server.stdout.readline)
+        await server.stdout.readline()
         channel = Channel("127.0.0.1", port)
         stub = coordinator_v1.CoordinatorServiceStub(channel)
         payload = "x" * submit_request_size()
@@ -145,7 +144,7 @@ async def echo_baseline(serial: int, clients: int, seconds: float) -> dict[str, 
         return out
     finally:
         server.send_signal(signal.SIGTERM)
-        await asyncio.to_thread(server.wait, 30)
+        await asyncio.wait_for(server.wait(), 30)
 
 
 async def start(program: str, env: dict[str, str], log: Any) -> asyncio.subprocess.Process:

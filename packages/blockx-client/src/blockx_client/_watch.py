@@ -29,8 +29,11 @@ _FORGOTTEN = (
 
 
 class WatchBatcher:
-    """Waits for many tasks on one worker with few Watch streams: the task_ids that
-    arrive within a short linger share one stream."""
+    """Waits for many tasks on one worker with few Watch streams. While a stream to
+    the worker is open, the task_ids that arrive within a short linger share the next
+    one; when none is open (a lone task), the stream opens on the next loop iteration,
+    so a single task does not wait for the linger (ids arriving in the same iteration
+    still share it)."""
 
     LINGER_S = 0.01
 
@@ -57,7 +60,7 @@ class WatchBatcher:
         return await asyncio.shield(future)
 
     async def _flush(self) -> None:
-        await asyncio.sleep(self.LINGER_S)
+        await asyncio.sleep(self.LINGER_S if self._streams else 0)
         batch, self._batch = sorted(self._batch), set()
         # A Worker takes at most MAX_WATCH_TASK_IDS ids per stream.
         for start in range(0, len(batch), MAX_WATCH_TASK_IDS):
