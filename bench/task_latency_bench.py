@@ -153,6 +153,27 @@ async def start(program: str, env: dict[str, str], log: Any) -> asyncio.subproce
     )
 
 
+async def phases(client: Client, count: int) -> dict[str, float]:
+    """The serial task's critical path by its RPCs, as the client sees each: p50 of
+    ReserveWorkerSlot (two hops: client → Coordinator → Worker), SubmitTask, and
+    WatchTasks from its opening to the terminal update (the call runs meanwhile)."""
+    times: dict[str, list[int]] = {"reserve": [], "submit": [], "watch": []}
+    for _ in range(count):
+        task = Task.call_list("double", [[1]]).with_id()
+        t0 = time.perf_counter_ns()
+        slot = await client.reserve_worker_slot(task.task_id)
+        t1 = time.perf_counter_ns()
+        await client.submit_task(task, worker_addr=slot.worker_addr, slot_id=slot.slot_id)
+        t2 = time.perf_counter_ns()
+        async for update in client.watch_tasks([task.task_id], worker_addr=slot.worker_addr):
+            if update.is_terminal:
+                break
+        t3 = time.perf_counter_ns()
+        for name, took in (("reserve", t1 - t0), ("submit", t2 - t1), ("watch", t3 - t2)):
+            times[name].append(took)
+    return {name: stats(values, 1.0)["p50_ms"] for name, values in times.items()}
+
+
 async def bench_tasks(serial: int, clients: int, seconds: float) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="task-latency-bench-"))
     (workdir / "functions").mkdir()
@@ -208,6 +229,7 @@ async def bench_tasks(serial: int, clients: int, seconds: float) -> dict[str, An
             return {
                 "task_serial": await measure(task, 1, count=serial),
                 "task_concurrent": await measure(task, clients, seconds=seconds),
+                "phases_serial_p50_ms": await phases(client, serial),
             }
         finally:
             await client.close()
