@@ -5,8 +5,9 @@ IO scope), the three phases under their admission semaphores (BUILDER_SLOTS,
 EXECUTOR_TASK_SLOTS, PLUGIN_SLOTS; a streaming Builder's scan, which runs inside
 the Calls phase, also under SCAN_SLOTS), cleanup at convergence (cancel unfinished
 calls, close the IO scope, unpin the epoch) and OnTaskTerminal → Watch
-subscribers. Each phase runs as an asyncio task and reports back with
-``handle_task_phase_finished``; a builder or writer name it has no plug-in for is
+subscribers. A task's activation and its phases run in turn in one asyncio task
+(its job), so the next phase starts the moment the core says so; each phase reports
+back with ``handle_task_phase_finished``; a builder or writer name it has no plug-in for is
 reported with ``handle_plugin_not_found``. The core alone decides what comes next.
 
 Timers: after every batch of commands the orchestrator asks the core for its next
@@ -85,6 +86,9 @@ _WORKER_FAULTS = frozenset(
 MAX_TIMER_SLEEP_MS: Final = 500
 
 
+PhaseBody = Callable[["_Runtime"], Awaitable[PhaseOutcome]]
+
+
 class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     builder_slots: int = 16
     executor_task_slots: int = 32
@@ -96,7 +100,17 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
 class _Runtime:
     """The adapter-side state of one task (the specification's taskRuntime)."""
 
-    __slots__ = ("aborted", "accepted", "calls", "ctx", "deadline_ms", "job", "outputs", "task")
+    __slots__ = (
+        "aborted",
+        "accepted",
+        "calls",
+        "ctx",
+        "deadline_ms",
+        "job",
+        "next_phase",
+        "outputs",
+        "task",
+    )
 
     def __init__(self, task: TaskInput, deadline_ms: int) -> None:
         self.task = task
@@ -106,7 +120,10 @@ class _Runtime:
         # The Builder's calls: a list, or a stream a streaming Builder prepared.
         self.calls: CallList | CallStream | None = None
         self.outputs: Sequence[RootOutput] = ()
+        # The one asyncio task that runs the task's activation and phases in turn.
         self.job: asyncio.Task[None] | None = None
+        # The phase the core started from inside the job: the job runs it next.
+        self.next_phase: tuple[TaskPhase, PhaseBody] | None = None
         # Set when the core already converged the task (timeout, lost watch): a
         # cancelled phase then reports nothing.
         self.aborted = False
@@ -223,7 +240,7 @@ class Orchestrator:
                 case PrepareTaskActivation():
                     new = _Runtime(command.task, command.deadline_ms)
                     self._runtimes[command.task_id] = new
-                    new.job = asyncio.create_task(self._activate(command.task_id, new))
+                    new.job = asyncio.create_task(self._job(command.task_id, new))
                 case StartBuilderPhase():
                     self._start_builder(command.task_id)
                 case StartCallPhase():
@@ -288,7 +305,21 @@ class Orchestrator:
 
     # ---- activation and phases -----------------------------------------------------
 
-    async def _activate(self, task_id: str, runtime: _Runtime) -> None:
+    async def _job(self, task_id: str, runtime: _Runtime) -> None:
+        """Activation, then each phase the core starts, in this one asyncio task: a
+        phase that follows another starts at once, not a loop iteration later in a
+        task of its own (a single-call task converges that much sooner)."""
+        self._activate(task_id, runtime)
+        await self._phases(task_id, runtime)
+
+    async def _phases(self, task_id: str, runtime: _Runtime) -> None:
+        # Only the task's current job runs its phases.
+        while runtime.next_phase is not None and runtime.job is asyncio.current_task():
+            phase, body = runtime.next_phase
+            runtime.next_phase = None
+            await self._phase(task_id, runtime, phase, body)
+
+    def _activate(self, task_id: str, runtime: _Runtime) -> None:
         now_ms = self.clock.now_ms()
         if self._runtimes.get(task_id) is not runtime:
             return
@@ -339,21 +370,20 @@ class Orchestrator:
             return
         self._start(task_id, TaskPhase.WRITER, lambda rt: self._writer_phase(rt, writer))
 
-    def _start(
-        self,
-        task_id: str,
-        phase: TaskPhase,
-        body: Callable[[_Runtime], Awaitable[PhaseOutcome]],
-    ) -> None:
+    def _start(self, task_id: str, phase: TaskPhase, body: PhaseBody) -> None:
         runtime = self._runtimes[task_id]
-        runtime.job = asyncio.create_task(self._phase(task_id, runtime, phase, body))
+        runtime.next_phase = (phase, body)
+        # From inside the task's job (the core starts a phase as activation or the
+        # previous phase ends) the job runs it next; from elsewhere, a new job does.
+        if runtime.job is None or runtime.job is not asyncio.current_task():
+            runtime.job = asyncio.create_task(self._phases(task_id, runtime))
 
     async def _phase(
         self,
         task_id: str,
         runtime: _Runtime,
         phase: TaskPhase,
-        body: Callable[[_Runtime], Awaitable[PhaseOutcome]],
+        body: PhaseBody,
     ) -> None:
         try:
             outcome = await body(runtime)
