@@ -20,12 +20,11 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from typing import Final, assert_never
 
 import msgspec
 
-from blockx_core.calls import RootOutput
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.errors import FailureCode, Refusal
@@ -53,7 +52,6 @@ from blockx_server.pipeline.builders import (
     Builders,
     CallBuilder,
     CallList,
-    CallStream,
     StreamBuildConfig,
     feed_calls,
 )
@@ -69,6 +67,7 @@ from blockx_server.runtime.timer import DeadlineTimer
 from blockx_server.worker.build_phase import build_calls, decode_json
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
+from blockx_server.worker.task_runtime import PhaseBody, TaskRuntime
 
 log = logging.getLogger(__name__)
 
@@ -86,47 +85,12 @@ _WORKER_FAULTS = frozenset(
 MAX_TIMER_SLEEP_MS: Final = 500
 
 
-PhaseBody = Callable[["_Runtime"], Awaitable[PhaseOutcome]]
-
-
 class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     builder_slots: int = 16
     executor_task_slots: int = 32
     writer_slots: int = 16
     # Root calls one task may make (TASK_MAX_CALLS), streamed ones included.
     task_max_calls: int = DEFAULT_TASK_MAX_CALLS
-
-
-class _Runtime:
-    """The adapter-side state of one task (the specification's taskRuntime)."""
-
-    __slots__ = (
-        "aborted",
-        "accepted",
-        "calls",
-        "ctx",
-        "deadline_ms",
-        "job",
-        "next_phase",
-        "outputs",
-        "task",
-    )
-
-    def __init__(self, task: TaskInput, deadline_ms: int) -> None:
-        self.task = task
-        self.accepted = time.perf_counter()
-        self.deadline_ms = deadline_ms
-        self.ctx: TaskContext | None = None
-        # The Builder's calls: a list, or a stream a streaming Builder prepared.
-        self.calls: CallList | CallStream | None = None
-        self.outputs: Sequence[RootOutput] = ()
-        # The one asyncio task that runs the task's activation and phases in turn.
-        self.job: asyncio.Task[None] | None = None
-        # The phase the core started from inside the job: the job runs it next.
-        self.next_phase: tuple[TaskPhase, PhaseBody] | None = None
-        # Set when the core already converged the task (timeout, lost watch): a
-        # cancelled phase then reports nothing.
-        self.aborted = False
 
 
 class Orchestrator:
@@ -165,7 +129,7 @@ class Orchestrator:
         self._executor_sem = asyncio.Semaphore(admission.executor_task_slots)
         self._writer_sem = asyncio.Semaphore(admission.writer_slots)
         self._scan_sem = asyncio.Semaphore(self.stream_build.scan_slots)
-        self._runtimes: dict[str, _Runtime] = {}
+        self._runtimes: dict[str, TaskRuntime] = {}
         self._converged = asyncio.Event()
         # Told of every terminal task, with seconds since it was accepted (metrics).
         self._on_terminal = on_terminal
@@ -238,7 +202,7 @@ class Orchestrator:
         for command in commands:
             match command:
                 case PrepareTaskActivation():
-                    new = _Runtime(command.task, command.deadline_ms)
+                    new = TaskRuntime(command.task, command.deadline_ms)
                     self._runtimes[command.task_id] = new
                     new.job = asyncio.create_task(self._job(command.task_id, new))
                 case StartBuilderPhase():
@@ -305,21 +269,21 @@ class Orchestrator:
 
     # ---- activation and phases -----------------------------------------------------
 
-    async def _job(self, task_id: str, runtime: _Runtime) -> None:
+    async def _job(self, task_id: str, runtime: TaskRuntime) -> None:
         """Activation, then each phase the core starts, in this one asyncio task: a
         phase that follows another starts at once, not a loop iteration later in a
         task of its own (a single-call task converges that much sooner)."""
         self._activate(task_id, runtime)
         await self._phases(task_id, runtime)
 
-    async def _phases(self, task_id: str, runtime: _Runtime) -> None:
+    async def _phases(self, task_id: str, runtime: TaskRuntime) -> None:
         # Only the task's current job runs its phases.
         while runtime.next_phase is not None and runtime.job is asyncio.current_task():
             phase, body = runtime.next_phase
             runtime.next_phase = None
             await self._phase(task_id, runtime, phase, body)
 
-    def _activate(self, task_id: str, runtime: _Runtime) -> None:
+    def _activate(self, task_id: str, runtime: TaskRuntime) -> None:
         now_ms = self.clock.now_ms()
         if self._runtimes.get(task_id) is not runtime:
             return
@@ -381,7 +345,7 @@ class Orchestrator:
     async def _phase(
         self,
         task_id: str,
-        runtime: _Runtime,
+        runtime: TaskRuntime,
         phase: TaskPhase,
         body: PhaseBody,
     ) -> None:
@@ -405,7 +369,7 @@ class Orchestrator:
             self.core.handle_task_phase_finished(task_id, phase, outcome, self.clock.now_ms())
         )
 
-    async def _builder_phase(self, runtime: _Runtime, builder: CallBuilder) -> PhaseOutcome:
+    async def _builder_phase(self, runtime: TaskRuntime, builder: CallBuilder) -> PhaseOutcome:
         async with self._builder_sem:
             assert runtime.ctx is not None
             try:
@@ -423,7 +387,7 @@ class Orchestrator:
             return PhaseOutcome(success=True)  # streamed: the count is known after the scan
         return PhaseOutcome(success=True, call_count=len(calls.calls))
 
-    async def _call_phase(self, runtime: _Runtime) -> PhaseOutcome:
+    async def _call_phase(self, runtime: TaskRuntime) -> PhaseOutcome:
         ctx, calls = runtime.ctx, runtime.calls
         assert ctx is not None
         assert calls is not None
@@ -452,7 +416,9 @@ class Orchestrator:
         runtime.outputs = converged.outputs
         return PhaseOutcome(success=True)
 
-    async def _writer_phase(self, runtime: _Runtime, plugin: WriterPlugin | None) -> PhaseOutcome:
+    async def _writer_phase(
+        self, runtime: TaskRuntime, plugin: WriterPlugin | None
+    ) -> PhaseOutcome:
         handler = runtime.task.result_handler
         async with self._writer_sem:
             if handler is None or plugin is None:
