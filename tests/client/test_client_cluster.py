@@ -30,6 +30,7 @@ from blockx_client import (
     TaskState,
     UnavailableError,
 )
+from blockx_client._watch import WatchBatcher
 from blockx_proto import coordinator_v1
 from blockx_server.etcd.local import EtcdServer
 
@@ -125,6 +126,18 @@ async def test_run_end_to_end(client: Client, cluster: Cluster) -> None:
     assert result.outputs() == ["hello, ct2", "hello, blockx"]
     assert result.task_id  # generated
     assert result.plugin_results[0].plugin_name == "ReturnValueResultHandler"
+
+
+async def test_a_lone_task_opens_its_watch_without_the_linger(
+    client: Client, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With no Watch stream open to the worker there is nothing to batch with: the
+    # stream opens at once, so a linger of an hour does not hold the result back.
+    monkeypatch.setattr(WatchBatcher, "LINGER_S", 3600.0)
+    async with asyncio.timeout(30):
+        for i in range(3):
+            result = await client.run(Task.call_list("hello_world", [[f"lone{i}"]]))
+            assert result.outputs() == [f"hello, lone{i}"]
 
 
 async def test_run_is_idempotent_by_task_id(client: Client) -> None:

@@ -29,8 +29,11 @@ _FORGOTTEN = (
 
 
 class WatchBatcher:
-    """Waits for many tasks on one worker with few Watch streams: the task_ids that
-    arrive within a short linger share one stream."""
+    """Waits for many tasks on one worker with few Watch streams. While a stream to
+    the worker is open, the task_ids that arrive within a short linger share the next
+    one; when none is open (a lone task), the stream opens on the next loop iteration,
+    so a single task does not wait for the linger (ids arriving in the same iteration
+    still share it)."""
 
     LINGER_S = 0.01
 
@@ -57,13 +60,30 @@ class WatchBatcher:
         return await asyncio.shield(future)
 
     async def _flush(self) -> None:
-        await asyncio.sleep(self.LINGER_S)
+        if self._streams:
+            await asyncio.sleep(self.LINGER_S)
         batch, self._batch = sorted(self._batch), set()
         # A Worker takes at most MAX_WATCH_TASK_IDS ids per stream.
-        for start in range(0, len(batch), MAX_WATCH_TASK_IDS):
-            stream = asyncio.create_task(self._watch(batch[start : start + MAX_WATCH_TASK_IDS]))
+        chunks = [
+            batch[start : start + MAX_WATCH_TASK_IDS]
+            for start in range(0, len(batch), MAX_WATCH_TASK_IDS)
+        ]
+        for chunk in chunks[:-1]:
+            stream = asyncio.create_task(self._watch(chunk))
             self._streams.add(stream)
             stream.add_done_callback(self._streams.discard)
+        if not chunks:
+            return
+        # This task watches the last chunk itself (one task fewer on a lone task's
+        # path); from here on it counts as a stream, and the next id starts a flusher.
+        me = asyncio.current_task()
+        assert me is not None
+        self._flusher = None
+        self._streams.add(me)
+        try:
+            await self._watch(chunks[-1])
+        finally:
+            self._streams.discard(me)
 
     async def _watch(self, task_ids: list[str]) -> None:
         waiting = set(task_ids)

@@ -90,7 +90,9 @@ class WorkerRpc:
             while True:
                 try:
                     if first:
-                        update = await asyncio.wait_for(anext(updates), self._options.rpc_timeout_s)
+                        # asyncio.timeout, not wait_for: no task of its own per stream.
+                        async with asyncio.timeout(self._options.rpc_timeout_s):
+                            update = await anext(updates)
                         first = False
                     else:
                         update = await anext(updates)

@@ -5,8 +5,9 @@ IO scope), the three phases under their admission semaphores (BUILDER_SLOTS,
 EXECUTOR_TASK_SLOTS, PLUGIN_SLOTS; a streaming Builder's scan, which runs inside
 the Calls phase, also under SCAN_SLOTS), cleanup at convergence (cancel unfinished
 calls, close the IO scope, unpin the epoch) and OnTaskTerminal → Watch
-subscribers. Each phase runs as an asyncio task and reports back with
-``handle_task_phase_finished``; a builder or writer name it has no plug-in for is
+subscribers. A task's activation and its phases run in turn in one asyncio task
+(its job), so the next phase starts the moment the core says so; each phase reports
+back with ``handle_task_phase_finished``; a builder or writer name it has no plug-in for is
 reported with ``handle_plugin_not_found``. The core alone decides what comes next.
 
 Timers: after every batch of commands the orchestrator asks the core for its next
@@ -19,12 +20,11 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable
 from typing import Final, assert_never
 
 import msgspec
 
-from blockx_core.calls import RootOutput
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.errors import FailureCode, Refusal
@@ -52,7 +52,6 @@ from blockx_server.pipeline.builders import (
     Builders,
     CallBuilder,
     CallList,
-    CallStream,
     StreamBuildConfig,
     feed_calls,
 )
@@ -68,6 +67,7 @@ from blockx_server.runtime.timer import DeadlineTimer
 from blockx_server.worker.build_phase import build_calls, decode_json
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
+from blockx_server.worker.task_runtime import PhaseBody, TaskRuntime
 
 log = logging.getLogger(__name__)
 
@@ -91,25 +91,6 @@ class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
     writer_slots: int = 16
     # Root calls one task may make (TASK_MAX_CALLS), streamed ones included.
     task_max_calls: int = DEFAULT_TASK_MAX_CALLS
-
-
-class _Runtime:
-    """The adapter-side state of one task (the specification's taskRuntime)."""
-
-    __slots__ = ("aborted", "accepted", "calls", "ctx", "deadline_ms", "job", "outputs", "task")
-
-    def __init__(self, task: TaskInput, deadline_ms: int) -> None:
-        self.task = task
-        self.accepted = time.perf_counter()
-        self.deadline_ms = deadline_ms
-        self.ctx: TaskContext | None = None
-        # The Builder's calls: a list, or a stream a streaming Builder prepared.
-        self.calls: CallList | CallStream | None = None
-        self.outputs: Sequence[RootOutput] = ()
-        self.job: asyncio.Task[None] | None = None
-        # Set when the core already converged the task (timeout, lost watch): a
-        # cancelled phase then reports nothing.
-        self.aborted = False
 
 
 class Orchestrator:
@@ -148,7 +129,7 @@ class Orchestrator:
         self._executor_sem = asyncio.Semaphore(admission.executor_task_slots)
         self._writer_sem = asyncio.Semaphore(admission.writer_slots)
         self._scan_sem = asyncio.Semaphore(self.stream_build.scan_slots)
-        self._runtimes: dict[str, _Runtime] = {}
+        self._runtimes: dict[str, TaskRuntime] = {}
         self._converged = asyncio.Event()
         # Told of every terminal task, with seconds since it was accepted (metrics).
         self._on_terminal = on_terminal
@@ -221,9 +202,9 @@ class Orchestrator:
         for command in commands:
             match command:
                 case PrepareTaskActivation():
-                    new = _Runtime(command.task, command.deadline_ms)
+                    new = TaskRuntime(command.task, command.deadline_ms)
                     self._runtimes[command.task_id] = new
-                    new.job = asyncio.create_task(self._activate(command.task_id, new))
+                    new.job = asyncio.create_task(self._job(command.task_id, new))
                 case StartBuilderPhase():
                     self._start_builder(command.task_id)
                 case StartCallPhase():
@@ -288,7 +269,21 @@ class Orchestrator:
 
     # ---- activation and phases -----------------------------------------------------
 
-    async def _activate(self, task_id: str, runtime: _Runtime) -> None:
+    async def _job(self, task_id: str, runtime: TaskRuntime) -> None:
+        """Activation, then each phase the core starts, in this one asyncio task: a
+        phase that follows another starts at once, not a loop iteration later in a
+        task of its own (a single-call task converges that much sooner)."""
+        self._activate(task_id, runtime)
+        await self._phases(task_id, runtime)
+
+    async def _phases(self, task_id: str, runtime: TaskRuntime) -> None:
+        # Only the task's current job runs its phases.
+        while runtime.next_phase is not None and runtime.job is asyncio.current_task():
+            phase, body = runtime.next_phase
+            runtime.next_phase = None
+            await self._phase(task_id, runtime, phase, body)
+
+    def _activate(self, task_id: str, runtime: TaskRuntime) -> None:
         now_ms = self.clock.now_ms()
         if self._runtimes.get(task_id) is not runtime:
             return
@@ -339,21 +334,20 @@ class Orchestrator:
             return
         self._start(task_id, TaskPhase.WRITER, lambda rt: self._writer_phase(rt, writer))
 
-    def _start(
-        self,
-        task_id: str,
-        phase: TaskPhase,
-        body: Callable[[_Runtime], Awaitable[PhaseOutcome]],
-    ) -> None:
+    def _start(self, task_id: str, phase: TaskPhase, body: PhaseBody) -> None:
         runtime = self._runtimes[task_id]
-        runtime.job = asyncio.create_task(self._phase(task_id, runtime, phase, body))
+        runtime.next_phase = (phase, body)
+        # From inside the task's job (the core starts a phase as activation or the
+        # previous phase ends) the job runs it next; from elsewhere, a new job does.
+        if runtime.job is None or runtime.job is not asyncio.current_task():
+            runtime.job = asyncio.create_task(self._phases(task_id, runtime))
 
     async def _phase(
         self,
         task_id: str,
-        runtime: _Runtime,
+        runtime: TaskRuntime,
         phase: TaskPhase,
-        body: Callable[[_Runtime], Awaitable[PhaseOutcome]],
+        body: PhaseBody,
     ) -> None:
         try:
             outcome = await body(runtime)
@@ -375,7 +369,7 @@ class Orchestrator:
             self.core.handle_task_phase_finished(task_id, phase, outcome, self.clock.now_ms())
         )
 
-    async def _builder_phase(self, runtime: _Runtime, builder: CallBuilder) -> PhaseOutcome:
+    async def _builder_phase(self, runtime: TaskRuntime, builder: CallBuilder) -> PhaseOutcome:
         async with self._builder_sem:
             assert runtime.ctx is not None
             try:
@@ -393,7 +387,7 @@ class Orchestrator:
             return PhaseOutcome(success=True)  # streamed: the count is known after the scan
         return PhaseOutcome(success=True, call_count=len(calls.calls))
 
-    async def _call_phase(self, runtime: _Runtime) -> PhaseOutcome:
+    async def _call_phase(self, runtime: TaskRuntime) -> PhaseOutcome:
         ctx, calls = runtime.ctx, runtime.calls
         assert ctx is not None
         assert calls is not None
@@ -422,7 +416,9 @@ class Orchestrator:
         runtime.outputs = converged.outputs
         return PhaseOutcome(success=True)
 
-    async def _writer_phase(self, runtime: _Runtime, plugin: WriterPlugin | None) -> PhaseOutcome:
+    async def _writer_phase(
+        self, runtime: TaskRuntime, plugin: WriterPlugin | None
+    ) -> PhaseOutcome:
         handler = runtime.task.result_handler
         async with self._writer_sem:
             if handler is None or plugin is None:

@@ -1,0 +1,48 @@
+"""What the Worker's Orchestrator keeps for one task while it runs."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+
+from blockx_core.calls import RootOutput
+from blockx_core.task import TaskInput
+from blockx_core.worker import PhaseOutcome, TaskPhase
+from blockx_server.pipeline.builders import CallList, CallStream
+from blockx_server.pipeline.context import TaskContext
+
+# The work of one phase, run by the task's job.
+PhaseBody = Callable[["TaskRuntime"], Awaitable[PhaseOutcome]]
+
+
+class TaskRuntime:
+    """The adapter-side state of one task (the specification's taskRuntime)."""
+
+    __slots__ = (
+        "aborted",
+        "accepted",
+        "calls",
+        "ctx",
+        "deadline_ms",
+        "job",
+        "next_phase",
+        "outputs",
+        "task",
+    )
+
+    def __init__(self, task: TaskInput, deadline_ms: int) -> None:
+        self.task = task
+        self.accepted = time.perf_counter()
+        self.deadline_ms = deadline_ms
+        self.ctx: TaskContext | None = None
+        # The Builder's calls: a list, or a stream a streaming Builder prepared.
+        self.calls: CallList | CallStream | None = None
+        self.outputs: Sequence[RootOutput] = ()
+        # The one asyncio task that runs the task's activation and phases in turn.
+        self.job: asyncio.Task[None] | None = None
+        # The phase the core started from inside the job: the job runs it next.
+        self.next_phase: tuple[TaskPhase, PhaseBody] | None = None
+        # Set when the core already converged the task (timeout, lost watch): a
+        # cancelled phase then reports nothing.
+        self.aborted = False
