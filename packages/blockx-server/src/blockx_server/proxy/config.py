@@ -50,7 +50,8 @@ class ProxyConfig(msgspec.Struct, frozen=True, kw_only=True):
     sync_invoker_addr: str
     # Addresses with pooled connections (LRU: workers come and go).
     max_upstreams: int = 256
-    # Concurrent calls per upstream connection: grpclib servers accept 100.
+    # Concurrent calls per upstream connection before another opens (BlockX servers
+    # accept 1,000 on one connection; a plain grpclib server 100).
     max_streams_per_connection: int = 100
     connect_timeout_ms: int = 5000
     log_level: str = "INFO"
