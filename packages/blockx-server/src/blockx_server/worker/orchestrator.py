@@ -64,7 +64,7 @@ from blockx_server.pipeline.writers import (
 )
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
-from blockx_server.worker.build_phase import build_calls, decode_json
+from blockx_server.worker.build_phase import build_calls, decode_checked_config
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
 from blockx_server.worker.task_runtime import PhaseBody, TaskRuntime
@@ -428,7 +428,9 @@ class Orchestrator:
                 # The Writer Plugin's scope is the only one that may write.
                 writer_ctx = dataclasses.replace(runtime.ctx, io=runtime.ctx.io.writer())
                 size = len(handler.config)
-                config = await self.offload.run("writer", size, decode_json, handler.config)
+                config = await self.offload.run(
+                    "writer", size, decode_checked_config, handler.config
+                )
                 result = await plugin.execute(writer_ctx, config, runtime.outputs)
             except WriterError as exc:
                 return PhaseOutcome(
