@@ -4,7 +4,10 @@ etcd. The Worker keeps its port across a restart, as a restarted host would."""
 
 from __future__ import annotations
 
+import asyncio
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from processes import CoordinatorProcess, WorkerProcess
@@ -98,3 +101,14 @@ class ChainCluster:
     def stop(self) -> None:
         self.worker.stop()
         self.coordinator.stop()
+
+    @contextmanager
+    def serving(self) -> Iterator[ChainCluster]:
+        """The cluster, ready, for the body of the block (from synchronous code such as
+        a fixture); stopped after it, and its Worker's log free of tracebacks."""
+        try:
+            asyncio.run(self.wait_ready())
+            yield self
+        finally:
+            self.stop()
+        assert "Traceback" not in self.worker.output()

@@ -100,12 +100,8 @@ def setup(etcd_server: EtcdServer, tmp_path_factory: pytest.TempPathFactory) -> 
         sink_url=sink_url,
         functions=functions,
     )
-    try:
-        asyncio.run(cluster.wait_ready())
+    with cluster.serving():
         yield Setup(cluster, chain_url, sink_url, functions)
-    finally:
-        cluster.stop()
-    assert "Traceback" not in cluster.worker.output()
 
 
 def expected_rows(blocks: range) -> list[tuple[Any, ...]]:

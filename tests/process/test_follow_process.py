@@ -80,12 +80,8 @@ def setup(
         sink_url=sink_url,
         functions=functions,
     )
-    try:
-        asyncio.run(cluster.wait_ready())
+    with cluster.serving():
         yield Setup(cluster, anvil, chain_url, sink_url)
-    finally:
-        cluster.stop()
-    assert "Traceback" not in cluster.worker.output()
 
 
 async def canonical(chain_url: str, start: int) -> tuple[list[tuple[Any, ...]], int]:
