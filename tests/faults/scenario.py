@@ -64,8 +64,6 @@ class Fault:
     inject: Callable[[FaultCluster, FaultRow, asyncio.Event], Awaitable[frozenset[str]]]
     # How long the load (fault included) may take to get every outcome.
     outcomes_timeout_s: float = OUTCOMES_TIMEOUT_S
-    # A violation today's code shows: the reason of its strict xfail.
-    known_violation: str = ""
 
 
 def marking_task(task_id: str) -> Task:
