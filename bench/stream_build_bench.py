@@ -35,6 +35,7 @@ import contextlib
 
 from chain_bulk import bulk_chain
 from grpclib.client import Channel
+from proc_status import status_kb
 from processes import WorkerProcess, execute_result, run_to_end
 
 from blockx_core.registry import LEGACY_BUNDLE_WORKER_REGISTRY_PREFIX
@@ -42,16 +43,6 @@ from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
 
 FUNCTIONS = "def noop(row):\n    return None\n"
-
-
-def _status_kb(pid: int, field: str) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def _descendants(pid: int) -> list[int]:
@@ -71,7 +62,7 @@ def _descendants(pid: int) -> list[int]:
 
 async def _sample(pid: int, peak: dict[str, int], stop: asyncio.Event) -> None:
     while not stop.is_set():
-        total = sum(_status_kb(p, "VmRSS") for p in (pid, *_descendants(pid)))
+        total = sum(status_kb(p, "VmRSS") for p in (pid, *_descendants(pid)))
         peak["total_kb"] = max(peak.get("total_kb", 0), total)
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.05)
@@ -101,7 +92,7 @@ async def run_mode(
     try:
         await worker.wait_ready()
         pid = worker.proc.pid
-        idle_kb = sum(_status_kb(p, "VmRSS") for p in (pid, *_descendants(pid)))
+        idle_kb = sum(status_kb(p, "VmRSS") for p in (pid, *_descendants(pid)))
         config = {
             "function": "noop",
             "table": "erc20_transfers",
@@ -136,9 +127,9 @@ async def run_mode(
         return {
             "mode": mode,
             "seconds": round(seconds, 2),
-            "worker_peak_rss_mb": round(_status_kb(pid, "VmHWM") / 1024, 1),
+            "worker_peak_rss_mb": round(status_kb(pid, "VmHWM") / 1024, 1),
             "executor_peak_rss_mb": round(
-                max((_status_kb(p, "VmHWM") for p in executors), default=0) / 1024, 1
+                max((status_kb(p, "VmHWM") for p in executors), default=0) / 1024, 1
             ),
             "total_peak_rss_mb": round(peak.get("total_kb", 0) / 1024, 1),
             "idle_total_rss_mb": round(idle_kb / 1024, 1),

@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from grpclib.client import Channel
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest
+from proc_status import status_kb
 from processes import WorkerProcess, execute_result, run_to_end
 
 from blockx_proto import worker_v1
@@ -55,16 +56,6 @@ def big(n):
     return "x" * n
 """
 PROBE_TIMEOUT_S = 30.0
-
-
-def _status_kb(pid: int, field: str) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
 
 
 def _metric(page: str, name: str) -> float | None:
@@ -128,7 +119,7 @@ async def run_calls(workdir: Path, etcd: EtcdServer, calls: int) -> dict[str, An
     try:
         await worker.wait_ready()
         pid = worker.proc.pid
-        idle_kb = _status_kb(pid, "VmRSS")
+        idle_kb = status_kb(pid, "VmRSS")
         calls_json = "[" + ",".join(["[1]"] * calls) + "]"
         task = _task("ten-million", "wide", calls_json)
         latencies: list[float] = []
@@ -153,7 +144,7 @@ async def run_calls(workdir: Path, etcd: EtcdServer, calls: int) -> dict[str, An
             "failure_message": result.failure_message[:160],
             "seconds": round(seconds, 2),
             "idle_rss_mb": round(idle_kb / 1024, 1),
-            "worker_peak_rss_mb": round(_status_kb(pid, "VmHWM") / 1024, 1),
+            "worker_peak_rss_mb": round(status_kb(pid, "VmHWM") / 1024, 1),
             "probes": len(latencies),
             "probe_p50_ms": round(statistics.median(latencies) * 1000, 1),
             "probe_p99_ms": round(_percentile(latencies, 0.99) * 1000, 1),
@@ -172,7 +163,7 @@ async def run_retention(
     try:
         await worker.wait_ready()
         pid = worker.proc.pid
-        idle_kb = _status_kb(pid, "VmRSS")
+        idle_kb = status_kb(pid, "VmRSS")
         channel = Channel("127.0.0.1", worker.port)
         try:
             stub = worker_v1.WorkerServiceStub(channel)
@@ -190,8 +181,8 @@ async def run_retention(
             "result_mb": round(size / 1e6, 1),
             "seconds": round(seconds, 2),
             "idle_rss_mb": round(idle_kb / 1024, 1),
-            "rss_after_mb": round(_status_kb(pid, "VmRSS") / 1024, 1),
-            "worker_peak_rss_mb": round(_status_kb(pid, "VmHWM") / 1024, 1),
+            "rss_after_mb": round(status_kb(pid, "VmRSS") / 1024, 1),
+            "worker_peak_rss_mb": round(status_kb(pid, "VmHWM") / 1024, 1),
             "retained_results": _metric(page, "blockx_worker_retained_results"),
             "retained_mb": _mb(_metric(page, "blockx_worker_retained_result_bytes")),
             "tombstones": _metric(page, "blockx_worker_result_tombstones"),
