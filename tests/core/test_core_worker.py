@@ -1143,15 +1143,6 @@ def test_timeout_wins_over_watch_grace_in_the_same_tick() -> None:
     assert converged(cmds).result.failure_code is FailureCode.TIMED_OUT
 
 
-# BUG: a Watch opened while the task is only ALLOCATED (reserved, not yet submitted)
-# is dropped: WorkerCore.watch_attached (_core.py, `task = self._tasks.get(task_id)`;
-# `if task is not None:`) only counts watchers of submitted tasks. After SubmitTask the
-# task looks never watched, so when that stream goes away watch_detached sees
-# watchers == 0 and returns, and the grace never starts. The specification: "once a task has been
-# watched for the first time, the disconnection of the last Watch triggers
-# HandleWatchDetached"; issue 4 expects Watch on ALLOCATED tasks (the "slot_expired"
-# case). Expected: WATCH_DISCONNECTED once the grace has passed after the detach.
-# Actual: next_deadline_ms() is the task deadline and tick_timers() returns [] until then.
 def test_watch_opened_while_allocated_arms_the_grace_after_submit() -> None:
     core = make_core(WATCHED)
     slot_id = reserve(core, now=T0)
@@ -1161,6 +1152,37 @@ def test_watch_opened_while_allocated_arms_the_grace_after_submit() -> None:
     core.watch_detached("t1", T0 + 10)  # its only Watch stream is confirmed gone
     assert core.next_deadline_ms() == T0 + 10 + GRACE
     watch_disconnected(core.tick_timers(T0 + 10 + GRACE), slot_id)
+
+
+def test_watch_closed_before_submit_starts_the_grace_at_submit() -> None:
+    """A Watch opened alongside SubmitTask that is gone by the time the task runs:
+    the grace starts with the run, and a new Watch within it cancels it."""
+    core = make_core(WATCHED)
+    slot_id = reserve(core, now=T0)
+    core.watch_attached("t1", T0)
+    core.watch_detached("t1", T0 + 1)  # reserved: nothing to rule on yet
+    assert core.next_deadline_ms() == T0 + TTL
+    submit(core, slot_id=slot_id, now=T0 + 5)
+    advance_to(core, "t1", CALLS, now=T0 + 5)
+    assert core.next_deadline_ms() == T0 + 5 + GRACE
+    watch_disconnected(core.tick_timers(T0 + 5 + GRACE), slot_id)
+    # The same, but the client watches again in time.
+    slot_id = reserve(core, "t2", now=T0)
+    core.watch_attached("t2", T0)
+    core.watch_detached("t2", T0 + 1)
+    submit(core, "t2", slot_id=slot_id, now=T0 + 5)
+    advance_to(core, "t2", CALLS, now=T0 + 5)
+    core.watch_attached("t2", T0 + 6)
+    assert core.tick_timers(T0 + 5 + GRACE) == []
+    assert core.task_phase("t2") is CALLS
+
+
+def test_a_reserved_task_never_watched_runs_without_the_grace() -> None:
+    core = make_core(WATCHED)
+    slot_id = reserve(core, now=T0)
+    submit(core, slot_id=slot_id, now=T0 + 5)
+    advance_to(core, "t1", CALLS, now=T0 + 5)
+    assert core.next_deadline_ms() == T0 + 5 + TASK_DEADLINE
 
 
 NEXT_DEADLINE_CASES = [

@@ -291,6 +291,41 @@ async def test_expired_slot_is_rejected_and_its_watch_ends(
     assert "does not exist" in (err.value.message or "")
 
 
+async def test_a_watch_opened_on_a_reserved_task_follows_it_to_the_end(
+    unique_lane: Callable[..., str],
+    start_worker: StartWorker,
+    channels: Callable[[str], worker_v1.WorkerServiceStub],
+) -> None:
+    """The client's pipelined Watch: opened before SubmitTask, it sends the ALLOCATED
+    snapshot, stays open while the task runs, and ends with its terminal update."""
+    worker = start_worker(unique_lane())
+    await worker.wait_ready()
+    stub = channels(worker.addr)
+    slot = await stub.request_task_slot(
+        worker_v1.RequestTaskSlotRequest(task_id="t-early", ttl_ms=30_000)
+    )
+    updates: list[worker_v1.TaskUpdate] = []
+    first = asyncio.Event()
+
+    async def watch() -> None:
+        async for update in stub.watch_tasks(worker_v1.WatchTasksRequest(task_ids=["t-early"])):
+            updates.append(update)
+            first.set()
+
+    watching = asyncio.create_task(watch())
+    await asyncio.wait_for(first.wait(), 10)
+    assert (updates[0].state, updates[0].is_terminal) == (worker_v1.TaskState.ALLOCATED, False)
+    await stub.submit_task(
+        worker_v1.SubmitTaskRequest(task=task("t-early", "echo", [[5]]), slot_id=slot.slot_id)
+    )
+    await asyncio.wait_for(watching, 30)
+    assert [(u.state, u.is_terminal) for u in updates] == [
+        (worker_v1.TaskState.ALLOCATED, False),
+        (worker_v1.TaskState.SUCCEEDED, True),
+    ]
+    assert return_values(updates[-1]) == [5]
+
+
 async def test_an_old_slot_id_is_invalid_after_a_restart(
     unique_lane: Callable[..., str],
     start_worker: StartWorker,

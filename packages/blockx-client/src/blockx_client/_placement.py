@@ -23,6 +23,7 @@ import asyncio
 import random
 import time
 import uuid
+from collections.abc import Callable
 
 from grpclib.const import Status
 
@@ -165,9 +166,12 @@ class Placement:
         cluster: Cluster,
         worker_addr: str | None,
         deadline: float | None,
+        on_slot: Callable[[str], None] | None = None,
     ) -> SubmitAnswer:
         """Submit the task somewhere; the answer names the worker it runs on. With
-        ``worker_addr`` the coordinator is skipped and the worker reserves inline."""
+        ``worker_addr`` the coordinator is skipped and the worker reserves inline.
+        ``on_slot(worker_addr)`` is told of each reserved slot just before its
+        SubmitTask goes out (so a Watch can open alongside)."""
         retry = self._options.retry
         for attempt in range(1, retry.resubmit_attempts + 1):
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -176,6 +180,8 @@ class Placement:
             else:
                 reservation = await self.reserve_worker_slot(task.task_id, cluster, remaining)
                 addr, slot_id = reservation.worker_addr, reservation.slot_id
+                if on_slot is not None:
+                    on_slot(addr)
             try:
                 return await self._workers.submit_task(task, worker_addr=addr, slot_id=slot_id)
             except (SlotInvalidError, UnavailableError, ConnectError) as exc:

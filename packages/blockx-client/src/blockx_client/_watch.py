@@ -47,9 +47,15 @@ class WatchBatcher:
         self._pending: dict[str, asyncio.Future[TaskResult]] = {}
         self._batch: set[str] = set()
         self._flusher: asyncio.Task[None] | None = None
-        self._streams: set[asyncio.Task[None]] = set()
+        # Each open stream's task and the ids it still waits for.
+        self._streams: dict[asyncio.Task[None], set[str]] = {}
 
     async def wait(self, task_id: str) -> TaskResult:
+        return await asyncio.shield(self.expect(task_id))
+
+    def expect(self, task_id: str) -> asyncio.Future[TaskResult]:
+        """The future of ``task_id``'s result; its stream opens on the next loop
+        iteration (or after the linger). Await it shielded: it is shared."""
         future = self._pending.get(task_id)
         if future is None:
             future = asyncio.get_running_loop().create_future()
@@ -57,7 +63,7 @@ class WatchBatcher:
             self._batch.add(task_id)
             if self._flusher is None or self._flusher.done():
                 self._flusher = asyncio.create_task(self._flush())
-        return await asyncio.shield(future)
+        return future
 
     async def _flush(self) -> None:
         if self._streams:
@@ -69,9 +75,10 @@ class WatchBatcher:
             for start in range(0, len(batch), MAX_WATCH_TASK_IDS)
         ]
         for chunk in chunks[:-1]:
-            stream = asyncio.create_task(self._watch(chunk))
-            self._streams.add(stream)
-            stream.add_done_callback(self._streams.discard)
+            waiting = set(chunk)
+            stream = asyncio.create_task(self._watch(waiting))
+            self._streams[stream] = waiting
+            stream.add_done_callback(self._stream_done)
         if not chunks:
             return
         # This task watches the last chunk itself (one task fewer on a lone task's
@@ -79,14 +86,30 @@ class WatchBatcher:
         me = asyncio.current_task()
         assert me is not None
         self._flusher = None
-        self._streams.add(me)
+        waiting = set(chunks[-1])
+        self._streams[me] = waiting
         try:
-            await self._watch(chunks[-1])
+            await self._watch(waiting)
         finally:
-            self._streams.discard(me)
+            self._stream_done(me)
 
-    async def _watch(self, task_ids: list[str]) -> None:
-        waiting = set(task_ids)
+    def _stream_done(self, stream: asyncio.Task[None]) -> None:
+        self._streams.pop(stream, None)
+
+    def forget(self, task_id: str) -> None:
+        """Stop waiting for ``task_id`` here (its submission went elsewhere, or never
+        happened); a stream left with nothing to wait for is closed."""
+        future = self._pending.pop(task_id, None)
+        if future is not None:
+            future.cancel()
+        self._batch.discard(task_id)
+        for stream, waiting in list(self._streams.items()):
+            if task_id in waiting:
+                waiting.discard(task_id)
+                if not waiting:
+                    stream.cancel()
+
+    async def _watch(self, waiting: set[str]) -> None:
         try:
             await self._watch_until_done(waiting)
         except Exception as exc:
@@ -187,11 +210,22 @@ class Watchers:
         self._by_addr: dict[str, WatchBatcher] = {}
 
     async def wait(self, task_id: str, *, worker_addr: str) -> TaskResult:
+        return await self._batcher(worker_addr).wait(task_id)
+
+    def expect(self, task_id: str, *, worker_addr: str) -> asyncio.Future[TaskResult]:
+        return self._batcher(worker_addr).expect(task_id)
+
+    def forget(self, task_id: str, *, worker_addr: str) -> None:
+        batcher = self._by_addr.get(worker_addr)
+        if batcher is not None:
+            batcher.forget(task_id)
+
+    def _batcher(self, worker_addr: str) -> WatchBatcher:
         batcher = self._by_addr.get(worker_addr)
         if batcher is None:
             batcher = WatchBatcher(self._workers, self._options, worker_addr, self._rng)
             self._by_addr[worker_addr] = batcher
-        return await batcher.wait(task_id)
+        return batcher
 
     async def close(self) -> None:
         for batcher in self._by_addr.values():

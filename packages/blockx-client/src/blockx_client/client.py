@@ -21,6 +21,7 @@ and lost workers (``_watch``), the client's own outcomes (``_outcomes``),
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import time
@@ -220,16 +221,37 @@ class Client:
         always a result: the Worker's, or WORKER_LOST when the Worker vanished.
         """
         task = task.with_id()
+        task_id = task.task_id
+        # With a reserved slot, the Watch opens alongside SubmitTask rather than after
+        # its answer: the Worker holds it on the ALLOCATED task until the terminal
+        # update, so a short task's result needs no further round trip.
+        early: dict[str, asyncio.Future[TaskResult]] = {}
+
+        def watch_early(addr: str) -> None:
+            early.setdefault(addr, self._watchers.expect(task_id, worker_addr=addr))
+
+        def forget_except(addr: str | None) -> None:
+            for other in early:
+                if other != addr:
+                    self._watchers.forget(task_id, worker_addr=other)
+
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
         try:
-            placed = await self.place(
-                task, cluster=cluster, worker_addr=worker_addr, deadline_s=deadline_s
+            placed = await self._placement.place(
+                task, cluster or route(task), worker_addr, deadline, on_slot=watch_early
             )
         except SubmitUncertainError as exc:
             # The worker may hold the task: its own answer (or its absence) decides.
-            return await self._watchers.wait(task.task_id, worker_addr=exc.worker_addr)
+            forget_except(exc.worker_addr)
+            return await self._watchers.wait(task_id, worker_addr=exc.worker_addr)
+        except BaseException:
+            forget_except(None)
+            raise
         if placed.result is not None:
+            forget_except(None)
             return placed.result  # an earlier run of this task_id, retained
-        return await self._watchers.wait(placed.task_id, worker_addr=placed.worker_addr)
+        forget_except(placed.worker_addr)
+        return await self._watchers.wait(task_id, worker_addr=placed.worker_addr)
 
     submit_and_wait = run
 

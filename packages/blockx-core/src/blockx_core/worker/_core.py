@@ -207,6 +207,7 @@ class WorkerCore:
         record = _Task(task, slot, now_ms + timeout)
         self._tasks[task.task_id] = record
         self._task_deadlines.set(task.task_id, record.deadline_ms)
+        self._watches.submitted(task.task_id, now_ms)
         snapshot = TaskSnapshot(task_id=task.task_id, slot_id=slot_id, state=TaskState.RUNNING)
         return snapshot, [
             PrepareTaskActivation(task_id=task.task_id, task=task, deadline_ms=record.deadline_ms)

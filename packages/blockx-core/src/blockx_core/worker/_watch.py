@@ -37,6 +37,12 @@ class WatchCredentials:
         if submitted and task_id in self._watched and self._grace_ms > 0:
             self._deadlines.set(task_id, now_ms + self._grace_ms)
 
+    def submitted(self, task_id: str, now_ms: int) -> None:
+        """The reserved task was submitted: a Watch that opened on it while it was
+        reserved and has closed since starts the grace now, as the task runs."""
+        if task_id in self._watched and task_id not in self._streams and self._grace_ms > 0:
+            self._deadlines.set(task_id, now_ms + self._grace_ms)
+
     def forget(self, task_id: str) -> None:
         """The task's slot is free again (converged or lease expired)."""
         self._streams.pop(task_id, None)
