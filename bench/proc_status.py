@@ -15,3 +15,24 @@ def status_kb(pid: int, field: str) -> int:
     except OSError:
         pass
     return 0
+
+
+def cpu_ns(pid: int) -> int:
+    """CPU time of every thread of ``pid`` so far, from the scheduler's own figures
+    (``/proc/<pid>/task/*/schedstat``, nanoseconds); 0 once the process is gone."""
+    total = 0
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        try:
+            total += int(stat.read_text().split()[0])
+        except (OSError, ValueError, IndexError):
+            continue
+    return total
+
+
+def children(pid: int) -> list[int]:
+    """The direct children of ``pid``'s main thread."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(child) for child in text.split()]

@@ -14,6 +14,10 @@ Prints one JSON line:
   process of this interpreter and event loop, over one warm channel, whose request
   and answer are each the size of the bench's SubmitTask request; at 1 and at
   ``--clients`` in flight.
+* ``cpu_us_per_task`` / ``cpu_us_per_echo``: CPU time each process spent per serial
+  task (client, coordinator, worker, its executors) and per serial echo (client,
+  server), from the scheduler's per-thread figures: where a task's time goes by
+  hop, and a figure the machine's other load barely moves.
 * ``ratios``: task p50 / echo p50 (a task's critical path is four such hops, so
   about 4 is what adds little beyond its messages) and tasks/s / echoes/s.
 """
@@ -35,6 +39,7 @@ from typing import Any
 from closed_loop import free_port, measure, stats
 from grpclib.client import Channel
 from grpclib.server import Server
+from proc_status import children, cpu_ns
 
 from blockx_client import Client, Task
 from blockx_proto import coordinator_v1, worker_v1
@@ -92,9 +97,13 @@ async def echo_baseline(serial: int, clients: int, seconds: float) -> dict[str, 
             )
 
         await measure(call, 8, count=1000)
+        pids = {"client": os.getpid(), "server": server.pid}
+        before = {name: cpu_ns(pid) for name, pid in pids.items()}
+        echo_serial = await measure(call, 1, count=serial * 4)
         out = {
             "echo_payload_bytes": len(payload),
-            "echo_serial": await measure(call, 1, count=serial * 4),
+            "echo_serial": echo_serial,
+            "cpu_us_per_echo": cpu_per_op(pids, before, serial * 4),
             "echo_concurrent": await measure(call, clients, seconds=seconds),
         }
         channel.close()
@@ -108,6 +117,11 @@ async def start(program: str, env: dict[str, str], log: Any) -> asyncio.subproce
     return await asyncio.create_subprocess_exec(
         shutil.which(program) or program, env=env, stdout=log, stderr=log
     )
+
+
+def cpu_per_op(pids: dict[str, int], before: dict[str, int], ops: int) -> dict[str, float]:
+    """Microseconds of CPU per operation for each named process since ``before``."""
+    return {name: round((cpu_ns(pid) - before[name]) / ops / 1e3, 1) for name, pid in pids.items()}
 
 
 async def phases(client: Client, count: int) -> dict[str, float]:
@@ -183,8 +197,13 @@ async def bench_tasks(serial: int, clients: int, seconds: float) -> dict[str, An
                         raise
                     await asyncio.sleep(0.2)
             await measure(task, 8, count=200)
+            pids = {"client": os.getpid(), "coordinator": coordinator.pid, "worker": worker.pid}
+            pids.update({f"executor {n}": pid for n, pid in enumerate(children(worker.pid))})
+            before = {name: cpu_ns(pid) for name, pid in pids.items()}
+            task_serial = await measure(task, 1, count=serial)
             return {
-                "task_serial": await measure(task, 1, count=serial),
+                "task_serial": task_serial,
+                "cpu_us_per_task": cpu_per_op(pids, before, serial),
                 "task_concurrent": await measure(task, clients, seconds=seconds),
                 "phases_serial_p50_ms": await phases(client, serial),
             }
