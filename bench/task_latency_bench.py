@@ -1,6 +1,8 @@
 """Single-call task latency against a one-hop grpclib echo, in one run.
 
 Run: uv run python bench/task_latency_bench.py [--serial 400] [--clients 64] [--seconds 8]
+     [--event-loop asyncio|uvloop]  (the client, coordinator and worker's loop;
+     the echo baseline always runs on asyncio's, the stack it is the baseline of)
 
 Prints one JSON line:
 
@@ -44,6 +46,7 @@ from proc_status import children, cpu_ns
 from blockx_client import Client, Task
 from blockx_proto import coordinator_v1, worker_v1
 from blockx_server.etcd.local import EtcdServer
+from blockx_server.runtime.event_loop import EventLoop, run_on
 
 FUNCTIONS = "def double(x):\n    return x * 2\n"
 
@@ -145,13 +148,18 @@ async def phases(client: Client, count: int) -> dict[str, float]:
     return {name: stats(values, 1.0)["p50_ms"] for name, values in times.items()}
 
 
-async def bench_tasks(serial: int, clients: int, seconds: float) -> dict[str, Any]:
+async def bench_tasks(serial: int, clients: int, seconds: float, event_loop: str) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="task-latency-bench-"))
     (workdir / "functions").mkdir()
     (workdir / "functions" / "bench.py").write_text(FUNCTIONS)
     async with EtcdServer() as etcd:
         coord_port, worker_port = free_port(), free_port()
-        env = {**os.environ, "ETCD_ENDPOINTS": etcd.endpoint, "BLOCKX_LOG_LEVEL": "WARNING"}
+        env = {
+            **os.environ,
+            "ETCD_ENDPOINTS": etcd.endpoint,
+            "BLOCKX_LOG_LEVEL": "WARNING",
+            "BLOCKX_EVENT_LOOP": event_loop,
+        }
         log = (workdir / "processes.log").open("wb")
         coordinator = await start(
             "blockx-coordinator",
@@ -222,16 +230,23 @@ def main() -> None:
     parser.add_argument("--serial", type=int, default=400)
     parser.add_argument("--clients", type=int, default=64)
     parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument(
+        "--event-loop", choices=[loop.value for loop in EventLoop], default="asyncio"
+    )
     parser.add_argument("--echo-server", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
         asyncio.run(serve_echo(args.echo_server))
         return
-    tasks = asyncio.run(bench_tasks(args.serial, args.clients, args.seconds))
+    tasks = run_on(
+        EventLoop(args.event_loop),
+        bench_tasks(args.serial, args.clients, args.seconds, args.event_loop),
+    )
     echo = asyncio.run(echo_baseline(args.serial, args.clients, args.seconds))
     serial, concurrent = tasks["task_serial"], tasks["task_concurrent"]
     out = {
         "bench": "task_latency",
+        "event_loop": args.event_loop,
         **tasks,
         **echo,
         "ratios": {

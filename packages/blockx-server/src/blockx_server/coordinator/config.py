@@ -30,6 +30,7 @@ from blockx_server.runtime.connection_limits import (
     read_grpc_limits,
 )
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
+from blockx_server.runtime.event_loop import EVENT_LOOP, EventLoop
 from blockx_server.runtime.settings import (
     ETCD_ENDPOINTS,
     ETCD_SECURITY_SETTINGS,
@@ -88,6 +89,7 @@ class CoordinatorRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_path: str
     cpu_profile_path: str | None
     log_level: str
+    event_loop: EventLoop = EventLoop.ASYNCIO
     grpc_limits: GrpcLimits = GrpcLimits()
     grpc_tls: GrpcTls = GrpcTls()
 
@@ -216,6 +218,7 @@ def coordinator_settings(profile: Profile) -> tuple[Setting[Any], ...]:
         PROMETHEUS_PATH,
         CPU_PROFILE,
         LOG_LEVEL,
+        EVENT_LOOP,
         *GRPC_LIMIT_SETTINGS,
     )
 
@@ -294,6 +297,7 @@ def read_coordinator_config(profile: Profile, reader: ConfigReader) -> Coordinat
         prometheus_path=prometheus_path,
         cpu_profile_path=reader.get(CPU_PROFILE),
         log_level=reader.get(LOG_LEVEL),
+        event_loop=reader.get(EVENT_LOOP),
         grpc_limits=read_grpc_limits(reader),
         grpc_tls=grpc_tls,
     )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 
 from blockx_server.coordinator.app import serve
@@ -13,6 +12,7 @@ from blockx_server.coordinator.config import (
     coordinator_settings,
     load_coordinator_config,
 )
+from blockx_server.runtime.event_loop import run_on
 from blockx_server.runtime.process import cpu_profile, fail, start_program
 
 GC_YOUNG_THRESHOLD = 10_000
@@ -35,7 +35,7 @@ def run(profile: Profile) -> None:
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
     with cpu_profile(config.cpu_profile_path):
         try:
-            asyncio.run(serve(config))
+            run_on(config.event_loop, serve(config))
         except OSError as exc:
             fail(
                 profile.program, f"cannot serve on {config.listen_host}:{config.listen_port}: {exc}"

@@ -26,6 +26,7 @@ from blockx_server.runtime.connection_limits import (
     read_grpc_limits,
 )
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
+from blockx_server.runtime.event_loop import EVENT_LOOP, EventLoop
 from blockx_server.runtime.settings import (
     ETCD_ENDPOINTS,
     ETCD_SECURITY_SETTINGS,
@@ -55,6 +56,7 @@ class ProxyConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_streams_per_connection: int = 100
     connect_timeout_ms: int = 5000
     log_level: str = "INFO"
+    event_loop: EventLoop = EventLoop.ASYNCIO
     grpc_limits: GrpcLimits = GrpcLimits()
     # worker.v1 calls go only to these addresses (PROXY_ALLOWED_WORKERS) ...
     allowed_workers: tuple[str, ...] = ()
@@ -200,6 +202,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     ETCD_WATCH_RETRY_DELAY_MS,
     *GRPC_TLS_SETTINGS,
     LOG_LEVEL,
+    EVENT_LOOP,
     *GRPC_LIMIT_SETTINGS,
 )
 
@@ -229,6 +232,7 @@ def read_proxy_config(reader: ConfigReader) -> ProxyConfig:
         registry=_read_registry(reader, watch=not allowed),
         grpc_tls=read_grpc_tls(reader, serves=False),
         log_level=reader.get(LOG_LEVEL),
+        event_loop=reader.get(EVENT_LOOP),
         grpc_limits=read_grpc_limits(reader),
     )
 

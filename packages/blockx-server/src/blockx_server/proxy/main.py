@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from blockx_server.proxy.app import serve
 from blockx_server.proxy.config import SETTINGS, load_proxy_config
 from blockx_server.runtime.env import ConfigError
+from blockx_server.runtime.event_loop import run_on
 from blockx_server.runtime.process import fail, start_program
 
 PROGRAM = "blockx-proxy"
@@ -20,7 +19,7 @@ def main() -> None:
         load_proxy_config,
     )
     try:
-        asyncio.run(serve(config))
+        run_on(config.event_loop, serve(config))
     except ConfigError as exc:
         # The socket path was taken between validation and binding (e.g. a live proxy).
         fail(PROGRAM, f"invalid configuration: {exc}")

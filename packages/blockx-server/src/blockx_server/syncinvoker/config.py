@@ -33,6 +33,7 @@ from blockx_server.runtime.connection_limits import (
     read_grpc_limits,
 )
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
+from blockx_server.runtime.event_loop import EVENT_LOOP, EventLoop
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
     GRPC_KEEPALIVE_TIME_MS,
@@ -67,6 +68,7 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_listen: tuple[str, int] | None
     prometheus_path: str
     log_level: str
+    event_loop: EventLoop = EventLoop.ASYNCIO
     blockdb: BlockDbSettings | None = None
     grpc_tls: GrpcTls = GrpcTls()
     io: IoSettings = IoSettings()
@@ -108,6 +110,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     *GRPC_LIMIT_SETTINGS,
     *GRPC_TLS_SETTINGS,
     LOG_LEVEL,
+    EVENT_LOOP,
 )
 
 
@@ -151,6 +154,7 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),
+        event_loop=reader.get(EVENT_LOOP),
         blockdb=read_blockdb_settings(reader),
         io=io,
     )

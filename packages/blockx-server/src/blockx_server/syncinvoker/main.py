@@ -8,9 +8,8 @@ one line per problem on stderr and exit code 2. SIGINT/SIGTERM stop it cleanly
 
 from __future__ import annotations
 
-import asyncio
-
 from blockx_server.calls.functions import FunctionStoreError
+from blockx_server.runtime.event_loop import run_on
 from blockx_server.runtime.process import StartupError, fail, start_program
 from blockx_server.syncinvoker.app import serve
 from blockx_server.syncinvoker.config import PROGRAM, SETTINGS, load_syncinvoker_config
@@ -24,7 +23,7 @@ def main() -> None:
         load_syncinvoker_config,
     )
     try:
-        asyncio.run(serve(config))
+        run_on(config.event_loop, serve(config))
     except FunctionStoreError as exc:
         fail(PROGRAM, f"cannot load functions: {exc}")
     except StartupError as exc:

@@ -43,6 +43,7 @@ from blockx_server.runtime.connection_limits import (
     read_grpc_limits,
 )
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
+from blockx_server.runtime.event_loop import EVENT_LOOP, EventLoop
 from blockx_server.runtime.settings import (
     DRAIN_TIMEOUT_MS,
     ETCD_ENDPOINTS,
@@ -110,6 +111,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_listen: tuple[str, int] | None
     prometheus_path: str
     log_level: str
+    event_loop: EventLoop = EventLoop.ASYNCIO
     blockdb: BlockDbSettings | None = None
     # io.sink: the database Writer Plugins write (SINK_DB_URL); None when unset.
     sink_url: BlockDbUrl | None = None
@@ -302,6 +304,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         *GRPC_TLS_SETTINGS,
         DRAIN_TIMEOUT_MS,
         LOG_LEVEL,
+        EVENT_LOOP,
     )
 
 
@@ -385,6 +388,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         prometheus_listen=prometheus_listen,
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),
+        event_loop=reader.get(EVENT_LOOP),
         blockdb=read_blockdb_settings(reader),
         sink_url=reader.get(SINK_DB_URL),
         io=io,

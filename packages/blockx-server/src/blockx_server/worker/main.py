@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import gc
 
 from blockx_server.calls.functions import FunctionStoreError
+from blockx_server.runtime.event_loop import run_on
 from blockx_server.runtime.process import StartupError, fail, start_program
 from blockx_server.worker.app import serve
 from blockx_server.worker.config import (
@@ -34,7 +34,7 @@ def run(profile: WorkerProfile) -> None:
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
     try:
-        asyncio.run(serve(config))
+        run_on(config.event_loop, serve(config))
     except FunctionStoreError as exc:
         fail(profile.program, f"cannot load functions: {exc}")
     except StartupError as exc:
