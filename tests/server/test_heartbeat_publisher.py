@@ -21,7 +21,7 @@ import aetcd
 import pytest
 from support import NOW_MS, FakeClock, TcpProxy, wait_until
 
-from blockx_core.coordinator import Candidate, CoordinatorCore
+from blockx_core.coordinator import Candidate, CoordinatorConfig, CoordinatorCore
 from blockx_core.errors import InvalidConfig
 from blockx_core.heartbeat import WorkerHeartbeat, decode_heartbeat, encode_heartbeat
 from blockx_core.registry import LEGACY_BLOCK_WORKER_REGISTRY_PREFIX
@@ -423,7 +423,9 @@ async def test_coordinator_routes_to_the_worker_until_it_deregisters(
 ) -> None:
     prefix = unique_lane()
     clock = FakeClock()
-    core = CoordinatorCore()
+    # The heartbeat carries this host's real CPU and memory, which the rest of a test
+    # run can push past the default red lines: this test is about routing, not shedding.
+    core = CoordinatorCore(CoordinatorConfig(cpu_red_line=1.0, memory_red_line=1.0))
     watcher = EtcdWorkerWatcher(
         EtcdWatcherConfig(endpoints=(etcd_server.endpoint,), key_prefixes=(prefix,)), core, clock
     )
