@@ -173,7 +173,8 @@ def test_dev_up_serves_a_functions_dir_and_another_shell_finds_it(
     assert "Traceback" not in rest
     assert "exited with code" not in rest
     assert not config_file.exists()
-    assert _refused(etcd) and _refused(coordinator) and _refused(sync_invoker)
+    for addr in (etcd, coordinator, sync_invoker):
+        assert _refused(addr), addr
 
 
 def _free_port() -> int:
@@ -219,7 +220,8 @@ def test_a_fixed_port_in_use_is_one_line(functions_dir: Path, home: Path, tmp_pa
             timeout=60,
         )
     assert result.returncode == 2
-    assert result.stderr.strip() == f"blockx-dev: port {port} (--coordinator-port) is already in use"
+    line = f"blockx-dev: port {port} (--coordinator-port) is already in use"
+    assert result.stderr.strip() == line
     assert "Traceback" not in result.stdout
     assert not (home / ".config" / "blockx" / "dev.toml").exists()
 

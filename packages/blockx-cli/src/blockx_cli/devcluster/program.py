@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import sys
 from collections.abc import Awaitable
@@ -37,7 +38,7 @@ from blockx_cli.devcluster.processes import LaunchError
 from blockx_cli.devcluster.smoke import run_smoke_task
 from blockx_client import BlockxError, TaskFileError
 from blockx_client.dev_config import dev_config_path, remove_dev_config, write_dev_config
-from blockx_server.runtime.process import package_version, stop_on_signals
+from blockx_server.runtime.process import stop_on_signals
 
 PROGRAM: Final = "blockx-dev"
 READY: Final = "BLOCKX_DEV_READY "
@@ -171,7 +172,8 @@ async def run(
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.split("\n\n")[0])
-    p.add_argument("--version", action="version", version=f"{PROGRAM} {package_version()}")
+    version = importlib.metadata.version("blockx-cli")
+    p.add_argument("--version", action="version", version=f"{PROGRAM} {version}")
     free = "[a free port]"
     p.add_argument("--coordinator-port", type=int, help=free)
     p.add_argument("--bundle-coordinator-port", type=int, help=free)
