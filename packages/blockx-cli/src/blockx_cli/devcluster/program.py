@@ -160,7 +160,7 @@ async def run(
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for w in waiters:
             w.cancel()
-        if not stop.is_set():  # a Ctrl-C at a terminal reaches the children too
+        if not stop.is_set():  # after Ctrl-C or SIGTERM an exit is no news
             for child in cluster.exited():
                 print(f"{PROGRAM}: {child.name} exited with code {child.proc.returncode}")
     finally:
