@@ -95,7 +95,7 @@ def test_bad_flags_are_a_usage_error_without_traceback() -> None:
     assert "Traceback" not in result.stderr + result.stdout
 
 
-def test_dev_up_runs_until_ctrl_c() -> None:
+def test_dev_up_runs_until_ctrl_c(tmp_path: Path) -> None:
     ports = [str(free_port()) for _ in range(7)]
     proc = subprocess.Popen(
         [
@@ -120,6 +120,8 @@ def test_dev_up_runs_until_ctrl_c() -> None:
             "20",
         ],
         cwd=ROOT,
+        # Its dev.toml goes to a temporary directory, not the user's ~/.config.
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,

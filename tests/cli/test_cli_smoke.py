@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,7 +28,7 @@ def test_installed_blockx_script_lists_versions() -> None:
     assert "blockx-proto 0." in result.stdout
 
 
-def test_dev_cluster_runs_the_demo_task() -> None:
+def test_dev_cluster_runs_the_demo_task(tmp_path: Path) -> None:
     """The README's demo command, end to end: etcd, the coordinator, a worker with its
     executors, the example task through ReserveWorkerSlot/SubmitTask/WatchTasks."""
     dev = shutil.which("blockx-dev")
@@ -55,6 +56,8 @@ def test_dev_cluster_runs_the_demo_task() -> None:
         text=True,
         timeout=120,
         cwd=Path(__file__).resolve().parents[2],
+        # Its dev.toml goes to a temporary directory, not the user's ~/.config.
+        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)},
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "BlockX dev cluster is up" in result.stdout

@@ -59,8 +59,12 @@ def root(
         ),
     ] = None,
     etcd: Annotated[
-        str, typer.Option(envvar="ETCD_ENDPOINTS", help="etcd endpoints, for `blockx workers`.")
-    ] = "localhost:2379",
+        str | None,
+        typer.Option(
+            envvar="ETCD_ENDPOINTS",
+            help="etcd endpoints, for `blockx workers` [default: localhost:2379].",
+        ),
+    ] = None,
     etcd_ca_file: Annotated[
         str | None,
         typer.Option(envvar="ETCD_CA_FILE", help="CA of etcd's certificate: dial etcd over TLS."),

@@ -3,6 +3,9 @@
 The root callback of ``app.py`` stores them on the typer context; each command
 reads them back with ``settings_of(ctx)``. Command modules import this module,
 never ``app.py``, so the app can import every command module without a cycle.
+
+Where an address is not given by a flag or its environment variable, it comes from
+the running ``blockx dev up`` (``blockx_client.dev_config``), then the default.
 """
 
 from __future__ import annotations
@@ -12,6 +15,9 @@ import os
 import typer
 
 from blockx_client import Client, EtcdAccess
+from blockx_client.dev_config import read_dev_config
+
+DEFAULT_ETCD = "localhost:2379"
 
 
 class Settings:
@@ -21,7 +27,7 @@ class Settings:
         bundle_coordinator: str | None,
         sync_invoker: str | None,
         proxy: str | None,
-        etcd: str,
+        etcd: str | None,
         *,
         etcd_files: tuple[str | None, str | None, str | None] = (None, None, None),
         etcd_username: str | None = None,
@@ -30,7 +36,7 @@ class Settings:
         self.bundle_coordinator = bundle_coordinator
         self.sync_invoker = sync_invoker
         self.proxy = proxy
-        self.etcd = etcd
+        self._etcd = etcd
         self.etcd_files = etcd_files
         self.etcd_username = etcd_username
 
@@ -53,6 +59,15 @@ class Settings:
             username=self.etcd_username,
             password=os.environ.get("ETCD_PASSWORD") or None,
         )
+
+    @property
+    def etcd(self) -> str:
+        """The flag or ETCD_ENDPOINTS, else the running ``dev up``'s etcd, else the default.
+
+        Read when a command needs it, so a bad dev.toml fails that command alone."""
+        if self._etcd:
+            return self._etcd
+        return read_dev_config().get("ETCD_ENDPOINTS") or DEFAULT_ETCD
 
     def etcd_endpoints(self) -> list[str]:
         return [e.strip() for e in self.etcd.split(",") if e.strip()]

@@ -8,7 +8,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from blockx_client.backoff import RetryPolicy
+from blockx_client.dev_config import LayeredEnviron
 from blockx_client.errors import InvalidRequestError
+
+
+def client_environ() -> Mapping[str, str]:
+    """Where a Client's unset arguments come from: the environment, then the running
+    ``blockx dev up``'s ``dev.toml`` (``blockx_client.dev_config``)."""
+    return LayeredEnviron()
 
 
 @dataclass(slots=True, kw_only=True)

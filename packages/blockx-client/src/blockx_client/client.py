@@ -22,7 +22,6 @@ and lost workers (``_watch``), the client's own outcomes (``_outcomes``),
 from __future__ import annotations
 
 import asyncio
-import os
 import random
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -30,7 +29,7 @@ from typing import Any, Final
 
 from msgspec.structs import replace
 
-from blockx_client._options import ClientOptions, GrpcTls
+from blockx_client._options import ClientOptions, GrpcTls, client_environ
 from blockx_client._outcomes import outcome_of_error
 from blockx_client._placement import Placement
 from blockx_client._run_many import run_many as _run_many
@@ -84,7 +83,7 @@ class Client:
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
         rng: random.Random | None = None,
     ) -> None:
-        env = os.environ
+        env = client_environ()
         self._options = ClientOptions(
             coordinator=coordinator or env.get("BLOCKX_COORDINATOR") or DEFAULT_COORDINATOR,
             bundle_coordinator=(bundle_coordinator or env.get("BLOCKX_BUNDLE_COORDINATOR") or None),

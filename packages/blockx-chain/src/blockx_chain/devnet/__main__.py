@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.metadata
 import json
 import signal
 import sys
@@ -30,6 +31,8 @@ from blockx_chain.rpc import JsonRpcClient, RpcError
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="blockx-chain-devnet", description=__doc__)
+    version = importlib.metadata.version("blockx-chain")
+    parser.add_argument("--version", action="version", version=f"blockx-chain-devnet {version}")
     parser.add_argument("--blocks", type=int, default=100, help="blocks of transfers to mine")
     parser.add_argument("--tokens", type=int, default=3, help="test tokens to deploy")
     parser.add_argument("--token-transfers", type=int, default=8, help="per block")

@@ -135,6 +135,7 @@ class Anvil:
                 stdin=subprocess.DEVNULL,
                 stdout=self._log,
                 stderr=subprocess.STDOUT,
+                start_new_session=True,  # a terminal's Ctrl-C goes to its owner, which stops it
             )
             self.port = port
             try:

@@ -11,6 +11,8 @@ from blockx_cli.devcluster import LaunchOptions
 from blockx_cli.devcluster.chain import ChainOptions
 from blockx_cli.devcluster.demo import DemoOptions
 from blockx_cli.devcluster.demo import demo as run_demo
+from blockx_cli.devcluster.layout import find_layout
+from blockx_cli.devcluster.processes import LaunchError
 from blockx_cli.devcluster.program import launch
 from blockx_cli.output import EXIT_USAGE, console, fail
 
@@ -32,16 +34,36 @@ def _examples(examples: Path) -> Path:
     return examples.resolve()
 
 
+PortOpt = Annotated[
+    int | None, typer.Option(help="Fixed port; unset: a free one.", show_default=False)
+]
+
+
 @group.command("up")
 def dev_up(
     *,
-    coordinator_port: Annotated[int, typer.Option()] = 8080,
-    bundle_coordinator_port: Annotated[int, typer.Option()] = 8081,
-    worker_port: Annotated[int, typer.Option()] = 9090,
-    bundle_worker_port: Annotated[int, typer.Option()] = 9092,
-    sync_invoker_port: Annotated[int, typer.Option()] = 9091,
-    metrics_port: Annotated[int, typer.Option()] = 9100,
-    anvil_port: Annotated[int, typer.Option(help="anvil's JSON-RPC port.")] = 8545,
+    functions: Annotated[
+        Path | None,
+        typer.Option(
+            help="The function modules to serve; unset: FUNCTIONS_DIR, else EXAMPLES/functions.",
+            show_default=False,
+        ),
+    ] = None,
+    examples: Annotated[
+        Path | None,
+        typer.Option(
+            help="functions/, and when present memory_seed.json and tasks/hello_world.json "
+            "(the smoke task); unset: examples.",
+            show_default=False,
+        ),
+    ] = None,
+    coordinator_port: PortOpt = None,
+    bundle_coordinator_port: PortOpt = None,
+    worker_port: PortOpt = None,
+    bundle_worker_port: PortOpt = None,
+    sync_invoker_port: PortOpt = None,
+    metrics_port: PortOpt = None,
+    anvil_port: PortOpt = None,
     executors: Annotated[int, typer.Option()] = 2,
     blocks: Annotated[int, typer.Option(min=0, help="Blocks of history to mine.")] = 200,
     block_time: Annotated[
@@ -50,13 +72,24 @@ def dev_up(
     chain: Annotated[
         bool, typer.Option(help="Run anvil, the databases and the bundle cluster.")
     ] = True,
-    examples: ExamplesOpt = Path("examples"),
+    smoke: Annotated[
+        bool, typer.Option(help="Run the example smoke task once everything serves.")
+    ] = True,
 ) -> None:
     """etcd, the block and bundle coordinators and workers, the sync invoker, the proxy,
     and a chain: anvil with test tokens and live blocks, a block database kept fresh
-    by a following ingest, a sink database; in the foreground until Ctrl-C."""
+    by a following ingest, a sink database; in the foreground until Ctrl-C.
+
+    Every port is a free one unless an option fixes it. While it runs, the addresses
+    are in ~/.config/blockx/dev.toml ($XDG_CONFIG_HOME/blockx/dev.toml), which blockx
+    and blockx_client read in any shell (flags and environment variables win)."""
+    try:
+        layout = find_layout(functions=functions, examples=examples)
+    except LaunchError as exc:
+        fail(str(exc), EXIT_USAGE, hint="pass --functions DIR, or run from the repository root")
     launch(
         LaunchOptions(
+            layout=layout,
             coordinator_port=coordinator_port,
             bundle_coordinator_port=bundle_coordinator_port,
             worker_port=worker_port,
@@ -64,13 +97,13 @@ def dev_up(
             sync_invoker_port=sync_invoker_port,
             metrics_port=metrics_port,
             executors=executors,
-            examples=_examples(examples),
             chain=ChainOptions(
                 anvil_port=anvil_port, history_blocks=blocks, block_time_s=block_time
             )
             if chain
             else None,
-        )
+        ),
+        smoke=smoke,
     )
 
 

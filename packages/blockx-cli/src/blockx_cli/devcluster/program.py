@@ -5,11 +5,16 @@ It starts etcd and the Coordinator, a Worker, the Sync Invoker and the proxy, an
 Coordinator and a bundle Worker, with test tokens, ``--blocks`` blocks of history,
 a block mined every ``--block-time`` seconds and an ingest following the head
 (``--no-feed``: an empty chain, for programs that drive it, such as ``blockx demo``)
-(``launcher.DevCluster``), then runs the smoke task ``examples/tasks/hello_world.json``
-through the client unless ``--no-smoke``, prints how to reach everything
-(``--ready-json``: one JSON line, for programs such as ``blockx demo``), streams the
-logs (or writes them to ``--log-file``) until Ctrl-C or SIGTERM, and stops everything
-it started. ``--once`` stops right after the smoke task.
+(``launcher.DevCluster``), serving the functions of ``--functions``, FUNCTIONS_DIR
+or ``--examples``/functions (``layout``), on free ports unless port options fix
+them. It runs the smoke task ``examples/tasks/hello_world.json`` through the client
+when it serves the example functions (unless ``--no-smoke``), prints how to reach
+everything and the ``export`` lines a shell needs (``--ready-json``: one JSON line
+instead, for programs such as ``blockx demo``), writes the addresses to
+``~/.config/blockx/dev.toml`` for the CLI and SDK in any shell
+(``blockx_client.dev_config``; ``--no-dev-config``: not), streams the logs (or
+writes them to ``--log-file``) until Ctrl-C or SIGTERM, and stops everything it
+started and removes the file. ``--once`` stops right after the smoke task.
 """
 
 from __future__ import annotations
@@ -17,23 +22,27 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import importlib.metadata
 import json
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import IO, Final, NoReturn
+from typing import IO, Final, NoReturn, TypeVar
 
 import msgspec
 
 from blockx_cli.devcluster.chain import ChainOptions
 from blockx_cli.devcluster.launcher import DevCluster, Endpoints, LaunchOptions
+from blockx_cli.devcluster.layout import find_layout
 from blockx_cli.devcluster.processes import LaunchError
 from blockx_cli.devcluster.smoke import run_smoke_task
 from blockx_client import BlockxError, TaskFileError
+from blockx_client.dev_config import dev_config_path, remove_dev_config, write_dev_config
 from blockx_server.runtime.process import stop_on_signals
 
 PROGRAM: Final = "blockx-dev"
 READY: Final = "BLOCKX_DEV_READY "
-SMOKE_TASK: Final = Path("tasks") / "hello_world.json"
+T = TypeVar("T")
 
 
 def fail(message: str) -> NoReturn:
@@ -42,7 +51,7 @@ def fail(message: str) -> NoReturn:
     raise SystemExit(2)
 
 
-def _banner(cluster: DevCluster, e: Endpoints) -> str:
+def _banner(cluster: DevCluster, e: Endpoints, config_file: Path | None) -> str:
     executors = f"{cluster.options.executors} executors"
     lines = [
         "",
@@ -80,11 +89,37 @@ def _banner(cluster: DevCluster, e: Endpoints) -> str:
                 "ingest following the head"
             )
             lines += [f"    token           {token}" for token in chain.tokens]
-    exports = [f"BLOCKX_COORDINATOR={e.coordinator}", f"BLOCKX_SYNC_INVOKER={e.sync_invoker}"]
-    if e.bundle_coordinator is not None:
-        exports.append(f"BLOCKX_BUNDLE_COORDINATOR={e.bundle_coordinator}")
-    lines += ["", "  for blockx and blockx_client:", f"    export {' '.join(exports)}"]
+    lines += ["", "  for blockx and blockx_client in another shell:"]
+    if config_file is not None:
+        lines.append(f"    nothing to do: they read {config_file} while this runs; or")
+    lines += [f"    export {name}={value}" for name, value in exports(e).items()]
     return "\n".join(lines) + "\n"
+
+
+def exports(e: Endpoints) -> dict[str, str]:
+    """The variables that point the CLI and the SDK at this cluster."""
+    found = {
+        "ETCD_ENDPOINTS": e.etcd,
+        "BLOCKX_COORDINATOR": e.coordinator,
+        "BLOCKX_BUNDLE_COORDINATOR": e.bundle_coordinator,
+        "BLOCKX_SYNC_INVOKER": e.sync_invoker,
+    }
+    return {name: value for name, value in found.items() if value}
+
+
+async def _unless_stopped(work: Awaitable[T], stop: asyncio.Event) -> T | None:
+    """``work``'s result, or None when Ctrl-C or SIGTERM comes first (``work`` cancelled)."""
+    task = asyncio.ensure_future(work)
+    stopped = asyncio.create_task(stop.wait())
+    await asyncio.wait((task, stopped), return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    # Whatever the start was doing when it was cancelled is cleaned up by stop().
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    return None
 
 
 async def run(
@@ -94,23 +129,26 @@ async def run(
     smoke: bool = True,
     ready_json: bool = False,
     once: bool = False,
+    dev_config: bool = True,
 ) -> None:
     stop = stop_on_signals()
-    examples = options.examples.resolve()
-    task_file = examples / SMOKE_TASK
-    if not (examples / "functions").is_dir() or not task_file.is_file():
-        fail(
-            f"{options.examples} has no functions/ and {SMOKE_TASK}; "
-            "run from the repository root or pass --examples"
-        )
+    task_file = options.layout.smoke_task if smoke else None
     cluster = DevCluster(options, log)
+    config_file = dev_config_path() if dev_config else None
     try:
-        endpoints = await cluster.start()
+        endpoints = await _unless_stopped(cluster.start(), stop)
+        if endpoints is None:
+            return
+        if config_file is not None:
+            write_dev_config(exports(endpoints), config_file)
         if not ready_json:
-            print(_banner(cluster, endpoints), flush=True)
-        if smoke:
+            print(_banner(cluster, endpoints, config_file), flush=True)
+        if task_file is not None:
             print(f"Smoke task: {task_file}", file=log, flush=True)
-            print(await run_smoke_task(endpoints.coordinator, task_file) + "\n", flush=True)
+            answer = await _unless_stopped(run_smoke_task(endpoints.coordinator, task_file), stop)
+            if answer is None:
+                return
+            print(answer + "\n", flush=True)
         if ready_json:
             print(READY + json.dumps(msgspec.structs.asdict(endpoints)), flush=True)
         if once:
@@ -122,22 +160,28 @@ async def run(
         await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for w in waiters:
             w.cancel()
-        for child in cluster.exited():
-            print(f"{PROGRAM}: {child.name} exited with code {child.proc.returncode}")
+        if not stop.is_set():  # after Ctrl-C or SIGTERM an exit is no news
+            for child in cluster.exited():
+                print(f"{PROGRAM}: {child.name} exited with code {child.proc.returncode}")
     finally:
+        if config_file is not None:
+            remove_dev_config(config_file)
         await cluster.stop()
         print(f"{PROGRAM}: stopped", file=log, flush=True)
 
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=PROGRAM, description=__doc__.split("\n\n")[0])
-    p.add_argument("--coordinator-port", type=int, default=8080)
-    p.add_argument("--bundle-coordinator-port", type=int, default=8081)
-    p.add_argument("--worker-port", type=int, default=9090)
-    p.add_argument("--bundle-worker-port", type=int, default=9092)
-    p.add_argument("--sync-invoker-port", type=int, default=9091)
-    p.add_argument("--metrics-port", type=int, default=9100)
-    p.add_argument("--anvil-port", type=int, default=8545)
+    version = importlib.metadata.version("blockx-cli")
+    p.add_argument("--version", action="version", version=f"{PROGRAM} {version}")
+    free = "[a free port]"
+    p.add_argument("--coordinator-port", type=int, help=free)
+    p.add_argument("--bundle-coordinator-port", type=int, help=free)
+    p.add_argument("--worker-port", type=int, help=free)
+    p.add_argument("--bundle-worker-port", type=int, help=free)
+    p.add_argument("--sync-invoker-port", type=int, help=free)
+    p.add_argument("--metrics-port", type=int, help=f"the coordinator's Prometheus port {free}")
+    p.add_argument("--anvil-port", type=int, help=free)
     p.add_argument("--no-chain", action="store_true", help="no anvil, databases nor bundle cluster")
     p.add_argument(
         "--no-feed", action="store_true", help="leave the chain empty, with no ingest running"
@@ -148,11 +192,25 @@ def parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--proxy-socket", help="the proxy's Unix socket [a temporary path]")
     p.add_argument("--executors", type=int, default=2)
-    p.add_argument("--examples", type=Path, default=Path("examples"))
+    p.add_argument(
+        "--functions",
+        type=Path,
+        help="the function modules to serve [FUNCTIONS_DIR, else EXAMPLES/functions]",
+    )
+    p.add_argument(
+        "--examples",
+        type=Path,
+        help="functions/, and if there memory_seed.json and tasks/hello_world.json [examples]",
+    )
     p.add_argument("--once", action="store_true", help="stop after the smoke task")
     p.add_argument("--no-smoke", action="store_true", help="skip the smoke task")
     p.add_argument(
         "--ready-json", action="store_true", help="print one BLOCKX_DEV_READY {json} line"
+    )
+    p.add_argument(
+        "--no-dev-config",
+        action="store_true",
+        help=f"do not write the addresses to {dev_config_path()}",
     )
     p.add_argument("--log-file", help="write the processes' logs here, not to stdout")
     return p
@@ -164,6 +222,7 @@ def launch(
     smoke: bool = True,
     ready_json: bool = False,
     once: bool = False,
+    dev_config: bool = True,
     log_file: str | None = None,
 ) -> None:
     """Run the cluster until Ctrl-C or SIGTERM (or the smoke task, with ``once``)."""
@@ -174,7 +233,9 @@ def launch(
         except OSError as exc:
             fail(f"cannot write the log file {log_file}: {exc.strerror}")
     try:
-        asyncio.run(run(options, log, smoke=smoke, ready_json=ready_json, once=once))
+        asyncio.run(
+            run(options, log, smoke=smoke, ready_json=ready_json, once=once, dev_config=dev_config)
+        )
     except (LaunchError, TaskFileError) as exc:
         fail(str(exc))
     except BlockxError as exc:
@@ -193,7 +254,12 @@ def main(argv: list[str] | None = None) -> None:
         history_blocks=max(args.blocks, 0),
         block_time_s=max(args.block_time, 0.0),
     )
+    try:
+        layout = find_layout(functions=args.functions, examples=args.examples)
+    except LaunchError as exc:
+        fail(str(exc))
     options = LaunchOptions(
+        layout=layout,
         coordinator_port=args.coordinator_port,
         bundle_coordinator_port=args.bundle_coordinator_port,
         worker_port=args.worker_port,
@@ -202,7 +268,6 @@ def main(argv: list[str] | None = None) -> None:
         metrics_port=args.metrics_port,
         proxy_socket=Path(args.proxy_socket) if args.proxy_socket else None,
         executors=args.executors,
-        examples=args.examples,
         chain=None if args.no_chain else chain,
     )
     launch(
@@ -210,6 +275,7 @@ def main(argv: list[str] | None = None) -> None:
         smoke=not args.no_smoke,
         ready_json=args.ready_json,
         once=args.once,
+        dev_config=not args.no_dev_config,
         log_file=args.log_file,
     )
 

@@ -347,6 +347,7 @@ class EtcdServer:
             stdin=asyncio.subprocess.DEVNULL,
             stdout=self._log,
             stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,  # a terminal's Ctrl-C goes to its owner, which stops it
         )
         try:
             await self._wait_healthy()

@@ -4,9 +4,9 @@ A process validates its whole configuration before it logs anything. It reads
 each declared ``Setting`` through one ``ConfigReader``, which collects every bad
 value instead of stopping at the first, and ``finish()`` raises one
 ``ConfigErrors`` naming them all: a user fixes every variable in one round, and
-each is one line on stderr. Values come from a ``Source``; the environment is
-the only one today, and a TOML table can be another without touching the
-declarations.
+each is one line on stderr. Values come from a ``Source``: the environment, which
+with ``--config FILE`` is the environment over a TOML file
+(``config_file.FileUnderEnviron``); the declarations do not change for it.
 """
 
 from __future__ import annotations

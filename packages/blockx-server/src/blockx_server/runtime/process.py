@@ -13,8 +13,10 @@ import signal
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar
 
+from blockx_server.runtime.config_file import ConfigFileError, FileUnderEnviron, read_config_file
 from blockx_server.runtime.env import ConfigError, Environ, each_error
 from blockx_server.runtime.settings import Setting
 
@@ -47,12 +49,15 @@ def start_program(
 ) -> C:
     """What a server program does before it serves.
 
-    ``--help`` and ``--version`` answer and exit 0; any other argument is one usage
-    line and exit 2. Then the configuration is read and validated before anything is
-    logged: every bad variable is one line on stderr, and the exit code is 2.
-    Logging is configured last, at the configured level.
+    ``--help`` and ``--version`` answer and exit 0; ``--config FILE`` reads settings
+    from a TOML file under the environment (``config_file``); any other argument is
+    one usage line and exit 2. Then the configuration is read and validated before
+    anything is logged: every bad variable (or key of the file) is one line on
+    stderr, and the exit code is 2. Logging is configured last, at the configured
+    level.
     """
     args = sys.argv[1:] if argv is None else list(argv)
+    config_path: str | None = None
     match args:
         case []:
             pass
@@ -62,30 +67,54 @@ def start_program(
         case ["--version"]:
             print(f"{program} {package_version()}", flush=True)
             raise SystemExit(0)
+        case ["--config", path] if path:
+            config_path = path
+        case [arg] if arg.startswith("--config=") and arg != "--config=":
+            config_path = arg.removeprefix("--config=")
         case _:
             print(
-                f"usage: {program} [--help | --version] (unknown arguments: {' '.join(args)})",
+                f"usage: {program} [--help | --version], {program} [--config FILE] "
+                f"(unknown arguments: {' '.join(args)})",
                 file=sys.stderr,
                 flush=True,
             )
             raise SystemExit(2)
+    environ: Environ = os.environ
+    if config_path is not None:
+        try:
+            file = read_config_file(Path(config_path), [s.name for s in settings])
+        except ConfigFileError as exc:
+            fail(program, *(f"invalid configuration: {line}" for line in exc.lines))
+        environ = FileUnderEnviron(os.environ, file)
     try:
-        config = load(os.environ)
+        config = load(environ)
     except ConfigError as exc:
-        fail(program, *(f"invalid configuration: {error}" for error in each_error(exc)))
+        fail(program, *(_invalid(error, environ, config_path) for error in each_error(exc)))
     configure_logging(config.log_level)
     return config
+
+
+def _invalid(error: ConfigError, environ: Environ, config_path: str | None) -> str:
+    """One line for a bad value, saying so when it came from the file."""
+    line = f"invalid configuration: {error}"
+    if isinstance(environ, FileUnderEnviron) and environ.from_file(error.variable):
+        line += f" (in {config_path})"
+    return line
 
 
 def program_help(program: str, summary: str, settings: Sequence[Setting[Any]]) -> str:
     """``--help``: the usage and every environment variable ``program`` reads."""
     lines = [
         f"usage: {program} [--help | --version]",
+        f"       {program} [--config FILE]",
         "",
         summary,
         "",
         "Configured by environment variables; unset or blank means the default. A bad",
         "value stops start-up with one line per bad variable and exit code 2.",
+        "--config FILE reads them from a TOML file too, keyed by these names",
+        '(TASK_SLOTS = 50, ETCD_ENDPOINTS = ["a:2379", "b:2379"]); a variable set in',
+        "the environment wins over the file, and a key not listed here stops start-up.",
         "",
     ]
     for setting in settings:

@@ -1,0 +1,122 @@
+"""Settings from a TOML file (``--config FILE``), under the environment.
+
+The file's keys are the environment variable names a program reads (its
+``--help`` lists them), at the top level:
+
+    COORDINATOR_LISTEN = "0.0.0.0:8080"
+    ETCD_ENDPOINTS = ["etcd-0:2379", "etcd-1:2379"]
+    TASK_SLOTS = 50
+    EXECUTOR_SANDBOX = true
+
+A value is written as TOML would have it and handed to the setting's parser as
+the text the environment would hold: a string as it is, a number in decimal, a
+boolean as ``true``/``false``, an array as its items joined by commas. A
+variable that is set (and not blank) in the environment wins over the file, so
+one file can serve a fleet and a variable can still adjust one process.
+
+A key that is not a setting of the program is an error naming it (a misspelt key
+would otherwise be ignored in silence), as is a value of another TOML type.
+"""
+
+from __future__ import annotations
+
+import difflib
+import tomllib
+from collections.abc import Collection, Iterator, Mapping
+from pathlib import Path
+
+from blockx_server.runtime.env import Environ
+
+
+class ConfigFileError(Exception):
+    """The file cannot be used; each line of ``lines`` is one problem, for stderr."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = lines
+
+
+def _scalar_text(value: object) -> str | None:
+    # bool before int: True is an int to Python.
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float):
+        return str(value)
+    return None
+
+
+def _text(value: object) -> str | None:
+    """The environment's text for a TOML value; None when it has no such form."""
+    if isinstance(value, list):
+        items = [_scalar_text(item) for item in value]
+        if any(item is None for item in items):
+            return None
+        return ",".join(item for item in items if item is not None)
+    return _scalar_text(value)
+
+
+def _unknown(key: str, known: Collection[str]) -> str:
+    close = difflib.get_close_matches(key, list(known), n=1)
+    hint = f"; did you mean {close[0]}?" if close else " (--help lists the settings)"
+    return f"unknown key {key}{hint}"
+
+
+def read_config_file(path: Path, known: Collection[str]) -> dict[str, str]:
+    """The settings ``path`` holds, as environment text; ConfigFileError naming every
+    unknown key and value of the wrong type, or why the file cannot be read."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigFileError([f"cannot read {path}: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigFileError([f"{path} is not UTF-8 text"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError([f"{path} is not valid TOML: {exc}"]) from None
+    values: dict[str, str] = {}
+    problems: list[str] = []
+    for key, value in document.items():
+        if key not in known:
+            problems.append(f"{path}: {_unknown(key, known)}")
+            continue
+        text = _text(value)
+        if text is None:
+            problems.append(
+                f"{path}: {key} must be a string, a number, a boolean or an array of them"
+            )
+            continue
+        values[key] = text
+    if problems:
+        raise ConfigFileError(problems)
+    return values
+
+
+class FileUnderEnviron(Mapping[str, str]):
+    """``environ`` over ``file``: a set, non-blank variable wins, else the file's value."""
+
+    def __init__(self, environ: Environ, file: Mapping[str, str]) -> None:
+        self._environ = environ
+        self._file = file
+
+    def __getitem__(self, name: str) -> str:
+        value = self._environ.get(name)
+        if value is not None and value.strip():
+            return value
+        if name in self._file:
+            return self._file[name]
+        if value is not None:
+            return value
+        raise KeyError(name)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._environ
+        yield from (name for name in self._file if name not in self._environ)
+
+    def __len__(self) -> int:
+        return len(set(self._environ) | set(self._file))
+
+    def from_file(self, name: str) -> bool:
+        """The value of ``name`` is the file's (the environment does not set it)."""
+        value = self._environ.get(name)
+        return name in self._file and not (value is not None and value.strip())

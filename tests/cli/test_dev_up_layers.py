@@ -1,0 +1,186 @@
+"""dev.toml and the layout of what ``dev up`` serves: flag > environment > file > default."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from blockx_cli.devcluster.layout import find_layout
+from blockx_cli.devcluster.processes import LaunchError
+from blockx_cli.settings import DEFAULT_ETCD, Settings
+from blockx_client import Client, InvalidRequestError
+from blockx_client.dev_config import (
+    LayeredEnviron,
+    dev_config_path,
+    read_dev_config,
+    remove_dev_config,
+    write_dev_config,
+)
+
+VALUES = {
+    "ETCD_ENDPOINTS": "127.0.0.1:41001",
+    "BLOCKX_COORDINATOR": "127.0.0.1:41002",
+    "BLOCKX_SYNC_INVOKER": "127.0.0.1:41003",
+}
+
+
+@pytest.fixture
+def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    for name in (*VALUES, "BLOCKX_BUNDLE_COORDINATOR", "PROXY_SOCKET_PATH"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path / "xdg"
+
+
+PATHS = [
+    # (environment, the file's path)
+    ({"XDG_CONFIG_HOME": "/x", "HOME": "/h"}, Path("/x/blockx/dev.toml")),
+    ({"XDG_CONFIG_HOME": " ", "HOME": "/h"}, Path("/h/.config/blockx/dev.toml")),
+    ({"HOME": "/h"}, Path("/h/.config/blockx/dev.toml")),
+]
+
+
+@pytest.mark.parametrize(("environ", "path"), PATHS)
+def test_the_file_follows_xdg_config_home(environ: dict[str, str], path: Path) -> None:
+    assert dev_config_path(environ) == path
+
+
+def test_written_values_read_back(config_home: Path) -> None:
+    odd = {**VALUES, "BLOCKX_BUNDLE_COORDINATOR": 'host "quoted" \\ é:1'}
+    path = write_dev_config(odd)
+    assert path == config_home / "blockx" / "dev.toml"
+    assert read_dev_config() == odd
+    remove_dev_config()
+    assert not path.exists()
+    assert read_dev_config() == {}
+
+
+def test_a_file_whose_writer_is_gone_is_ignored(config_home: Path) -> None:
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    path = write_dev_config(VALUES)
+    path.write_text(path.read_text().replace(f"pid = {os.getpid()}", f"pid = {gone.stdout}"))
+    assert read_dev_config() == {}
+    remove_dev_config()  # not this process's: left alone
+    assert path.exists()
+
+
+def test_a_file_that_is_not_toml_is_an_error_naming_it(config_home: Path) -> None:
+    path = config_home / "blockx" / "dev.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text("ETCD_ENDPOINTS = \n")
+    with pytest.raises(InvalidRequestError, match=str(path)):
+        read_dev_config()
+
+
+def test_the_environment_wins_over_the_file() -> None:
+    layered = LayeredEnviron({"BLOCKX_COORDINATOR": "env:1", "ETCD_ENDPOINTS": " "}, VALUES)
+    assert layered["BLOCKX_COORDINATOR"] == "env:1"
+    assert layered["ETCD_ENDPOINTS"] == VALUES["ETCD_ENDPOINTS"]  # blank: unset
+    assert "BLOCKX_BUNDLE_COORDINATOR" not in layered
+
+
+def test_client_arguments_environment_file_defaults(
+    config_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert Client().coordinator == "127.0.0.1:8080"  # no file: the default
+    write_dev_config(VALUES)
+    try:
+        assert Client().coordinator == VALUES["BLOCKX_COORDINATOR"]
+        assert Client().sync_invoker == VALUES["BLOCKX_SYNC_INVOKER"]
+        monkeypatch.setenv("BLOCKX_COORDINATOR", "env:1")
+        assert Client().coordinator == "env:1"
+        assert Client(coordinator="arg:1").coordinator == "arg:1"
+    finally:
+        remove_dev_config()
+
+
+def test_cli_etcd_flag_or_environment_file_default(config_home: Path) -> None:
+    def settings(etcd: str | None) -> Settings:
+        return Settings(None, None, None, None, etcd)
+
+    assert settings(None).etcd == DEFAULT_ETCD
+    write_dev_config(VALUES)
+    try:
+        assert settings(None).etcd == VALUES["ETCD_ENDPOINTS"]
+        # typer hands over the flag, or ETCD_ENDPOINTS when there is no flag.
+        assert settings("given:2379").etcd_endpoints() == ["given:2379"]
+    finally:
+        remove_dev_config()
+
+
+def _functions(folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    (folder / "f.py").write_text("def f():\n    return 1\n")
+    return folder
+
+
+def test_layout_flag_then_environment_then_examples(tmp_path: Path) -> None:
+    examples = tmp_path / "examples"
+    _functions(examples / "functions")
+    (examples / "tasks").mkdir()
+    (examples / "tasks" / "hello_world.json").write_text("{}")
+    (examples / "memory_seed.json").write_text("{}")
+    mine = _functions(tmp_path / "mine")
+    env_dir = _functions(tmp_path / "from_env")
+
+    served = find_layout(examples=examples, environ={})
+    assert served.functions_dir == (examples / "functions").resolve()
+    assert served.smoke_task == (examples / "tasks" / "hello_world.json").resolve()
+    assert served.memory_seed == (examples / "memory_seed.json").resolve()
+
+    from_env = find_layout(examples=examples, environ={"FUNCTIONS_DIR": str(env_dir)})
+    assert from_env.functions_dir == env_dir.resolve()
+    assert from_env.smoke_task is None  # it calls the example functions, not these
+
+    flagged = find_layout(
+        functions=mine, examples=examples, environ={"FUNCTIONS_DIR": str(env_dir)}
+    )
+    assert flagged.functions_dir == mine.resolve()
+
+    alone = find_layout(functions=mine, examples=tmp_path / "none", environ={})
+    assert alone == type(alone)(functions_dir=mine.resolve())
+
+
+LAYOUT_ERRORS = [
+    # (functions flag, FUNCTIONS_DIR, examples, the message's start)
+    (None, None, "none", "no functions to serve: "),
+    ("missing", None, None, "--functions "),
+    (None, "missing", None, "FUNCTIONS_DIR="),
+]
+
+
+@pytest.mark.parametrize(("flag", "env", "examples", "start"), LAYOUT_ERRORS)
+def test_layout_errors_say_what_is_missing(
+    tmp_path: Path, flag: str | None, env: str | None, examples: str | None, start: str
+) -> None:
+    with pytest.raises(LaunchError) as err:
+        find_layout(
+            functions=tmp_path / flag if flag else None,
+            examples=tmp_path / examples if examples else tmp_path,
+            environ={"FUNCTIONS_DIR": str(tmp_path / env)} if env else {},
+        )
+    assert str(err.value).startswith(start)
+
+
+@pytest.mark.parametrize(
+    ("program", "package"), [("blockx-dev", "blockx-cli"), ("blockx-chain-devnet", "blockx-chain")]
+)
+def test_dev_programs_answer_version(program: str, package: str) -> None:
+    result = subprocess.run(
+        [str(Path(sys.executable).parent / program), "--version"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == f"{program} {importlib.metadata.version(package)}\n"
