@@ -15,8 +15,10 @@ from typing import Annotated
 
 import typer
 
+from blockx_cli.addresses import etcd_endpoints_option, host_port_option, unix_socket_option
 from blockx_cli.commands import chain, dev, drive, function, task, version, workers
 from blockx_cli.settings import Settings
+from blockx_client.client import DEFAULT_COORDINATOR, DEFAULT_SYNC_INVOKER
 
 app = typer.Typer(
     name="blockx",
@@ -39,30 +41,45 @@ def root(
         str | None,
         typer.Option(
             envvar="BLOCKX_COORDINATOR",
-            help="Block Coordinator host:port [default: 127.0.0.1:8080].",
+            callback=host_port_option,
+            help="Block Coordinator host:port.",
+            show_default=DEFAULT_COORDINATOR,
         ),
     ] = None,
     bundle_coordinator: Annotated[
         str | None,
-        typer.Option(envvar="BLOCKX_BUNDLE_COORDINATOR", help="Bundle Coordinator host:port."),
+        typer.Option(
+            envvar="BLOCKX_BUNDLE_COORDINATOR",
+            callback=host_port_option,
+            help="Bundle Coordinator host:port.",
+        ),
     ] = None,
     sync_invoker: Annotated[
         str | None,
         typer.Option(
-            envvar="BLOCKX_SYNC_INVOKER", help="Sync Invoker host:port [default: 127.0.0.1:9091]."
+            envvar="BLOCKX_SYNC_INVOKER",
+            callback=host_port_option,
+            help="Sync Invoker host:port.",
+            show_default=DEFAULT_SYNC_INVOKER,
         ),
     ] = None,
     proxy: Annotated[
         str | None,
         typer.Option(
-            envvar="PROXY_SOCKET_PATH", help="Send every RPC through this blockx-proxy Unix socket."
+            envvar="PROXY_SOCKET_PATH",
+            callback=unix_socket_option,
+            help="Send every RPC through this blockx-proxy Unix socket (PATH or unix:PATH).",
         ),
     ] = None,
     etcd: Annotated[
         str | None,
         typer.Option(
             envvar="ETCD_ENDPOINTS",
-            help="etcd endpoints, for `blockx workers` [default: localhost:2379].",
+            callback=etcd_endpoints_option,
+            help=(
+                "etcd endpoints (comma-separated host:port), for `blockx workers`; "
+                "else the running `dev up`'s, else localhost:2379."
+            ),
         ),
     ] = None,
     etcd_ca_file: Annotated[

@@ -290,7 +290,13 @@ class Client:
         return _run_many(one, (t.with_id() for t in tasks), concurrency, failed)
 
     async def run_with_retries(
-        self, task: Task, *, max_attempts: int = 3, **kwargs: Any
+        self,
+        task: Task,
+        *,
+        max_attempts: int = 3,
+        cluster: Cluster | None = None,
+        worker_addr: str | None = None,
+        deadline_s: float | None = None,
     ) -> list[TaskResult]:
         """Run, and re-run retryable failures under a NEW task_id each time (a worker
         answers a resubmitted task_id with its retained result, never a new run).
@@ -303,7 +309,9 @@ class Client:
         for n in range(1, max_attempts + 1):
             this = task if n == 1 else replace(task, task_id=f"{original}.retry-{n}")
             try:
-                result = await self.run(this, **kwargs)
+                result = await self.run(
+                    this, cluster=cluster, worker_addr=worker_addr, deadline_s=deadline_s
+                )
             except BlockxError as exc:
                 result = outcome_of_error(this.task_id, exc)
             result = replace(result, attempt=n, original_task_id=original)

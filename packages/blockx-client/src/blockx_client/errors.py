@@ -78,6 +78,15 @@ class FunctionError(BlockxError):
         self.detail = message
 
 
+class ResultTypeError(BlockxError):
+    """A value asked for as a type (``call(..., result_type=T)``,
+    ``result.outputs(T)``) does not fit it; ``value`` is the value as decoded."""
+
+    def __init__(self, message: str, value: object) -> None:
+        super().__init__(message)
+        self.value = value
+
+
 _BY_STATUS: dict[Status, type[BlockxError]] = {
     Status.INVALID_ARGUMENT: InvalidRequestError,
     Status.RESOURCE_EXHAUSTED: NoSlotError,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from blockx_client._convert import (
     args_to_pb,
@@ -11,6 +11,7 @@ from blockx_client._convert import (
     precheck_from_pb,
 )
 from blockx_client._options import ClientOptions
+from blockx_client._typed import as_type
 from blockx_client.errors import FunctionError
 from blockx_client.models import Invocation, Precheck
 from blockx_client.transport import Transport
@@ -18,6 +19,8 @@ from blockx_proto import syncinvoker_v1
 
 if TYPE_CHECKING:
     from blockx_client.client import Client
+
+T = TypeVar("T")
 
 
 class FunctionHandle:
@@ -52,8 +55,18 @@ class FunctionHandle:
         )
         return invocation_from_pb(reply)
 
-    async def call(self, *args: Any, timeout_ms: int = 0) -> Any:
-        """Run once and return the function's value; FunctionError when it fails."""
+    @overload
+    async def call(self, *args: Any, timeout_ms: int = 0) -> Any: ...
+    @overload
+    async def call(self, *args: Any, timeout_ms: int = 0, result_type: type[T]) -> T: ...
+    async def call(
+        self, *args: Any, timeout_ms: int = 0, result_type: type[T] | None = None
+    ) -> T | Any:
+        """Run once and return the function's value; FunctionError when it fails.
+
+        With ``result_type`` the value is converted to that type (``list[str]``, a
+        Struct or dataclass from a JSON object, ...) and typed as such;
+        ResultTypeError when it does not fit."""
         result = await self.invoke(*args, timeout_ms=timeout_ms)
         if not result.success:
             raise FunctionError(
@@ -62,7 +75,9 @@ class FunctionHandle:
                 retryable=result.retryable,
                 call_id=result.call_id,
             )
-        return result.value
+        if result_type is None:
+            return result.value
+        return as_type(result.value, result_type, what=f"the value of {self.name}")
 
     async def debug(self, *args: Any, timeout_ms: int = 0) -> Invocation:
         """Invoke, plus what the function printed/logged and a trace of its IO."""

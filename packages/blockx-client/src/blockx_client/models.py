@@ -9,11 +9,14 @@ from __future__ import annotations
 import enum
 import json
 import uuid
-from typing import Any, Final
+from typing import Any, Final, TypeVar, overload
 
 import msgspec
 
+from blockx_client._typed import as_type
 from blockx_core.task import TaskState
+
+T = TypeVar("T")
 
 __all__ = [
     "CLIENT_RETRYABLE",
@@ -166,9 +169,19 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     def ok(self) -> bool:
         return self.state is TaskState.SUCCEEDED
 
-    def outputs(self) -> Any:
-        """The first plugin's result (for ReturnValueResultHandler: the call outputs)."""
-        return self.plugin_results[0].value() if self.plugin_results else None
+    @overload
+    def outputs(self) -> Any: ...
+    @overload
+    def outputs(self, result_type: type[T]) -> T: ...
+    def outputs(self, result_type: type[T] | None = None) -> T | Any:
+        """The first plugin's result (for ReturnValueResultHandler: the call outputs).
+
+        With ``result_type`` (e.g. ``list[str]``) it is converted to that type and
+        typed as such; ResultTypeError when it does not fit."""
+        value = self.plugin_results[0].value() if self.plugin_results else None
+        if result_type is None:
+            return value
+        return as_type(value, result_type, what=f"the outputs of task {self.task_id}")
 
 
 class TaskUpdate(msgspec.Struct, frozen=True, kw_only=True):

@@ -84,6 +84,7 @@ class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     task_slots: int = 0
     reserved_slots: int = 0
     running_tasks: int = 0
+    # Fractions 0..1 despite their names (the heartbeat's cpuPercent and memoryPercent).
     cpu_percent: float = 0.0
     memory_percent: float = 0.0
     memory_available_bytes: int = 0

@@ -7,10 +7,14 @@ works whether or not the caller already has a running loop (Jupyter does).
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections.abc import Coroutine, Iterable, Iterator, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
+from blockx_client._options import GrpcTls
+from blockx_client._sync_iter import iterate_on
+from blockx_client.backoff import RetryPolicy
 from blockx_client.client import Client
 from blockx_client.models import (
     Cluster,
@@ -22,6 +26,7 @@ from blockx_client.models import (
     TaskResult,
     TaskUpdate,
 )
+from blockx_client.transport import DEFAULT_KEEPALIVE_S
 
 T = TypeVar("T")
 
@@ -29,17 +34,40 @@ T = TypeVar("T")
 class SyncClient:
     """The same operations as Client, blocking. Use ``with SyncClient() as client:``."""
 
-    def __init__(self, **client_options: Any) -> None:
+    def __init__(
+        self,
+        *,
+        coordinator: str | None = None,
+        bundle_coordinator: str | None = None,
+        sync_invoker: str | None = None,
+        proxy_socket: str | None = None,
+        tls: GrpcTls | None = None,
+        retry: RetryPolicy | None = None,
+        rpc_timeout_s: float = 30.0,
+        keepalive_s: float = DEFAULT_KEEPALIVE_S,
+        rng: random.Random | None = None,
+    ) -> None:
+        """Client's options, spelled out so a type checker catches a misspelt one."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
             target=self._loop.run_forever, name="blockx-client", daemon=True
         )
         self._thread.start()
-        self._client: Client = self._run(self._make(client_options))
 
-    @staticmethod
-    async def _make(options: dict[str, Any]) -> Client:
-        return Client(**options)
+        async def make() -> Client:  # on the loop: the client's channels belong to it
+            return Client(
+                coordinator=coordinator,
+                bundle_coordinator=bundle_coordinator,
+                sync_invoker=sync_invoker,
+                proxy_socket=proxy_socket,
+                tls=tls,
+                retry=retry,
+                rpc_timeout_s=rpc_timeout_s,
+                keepalive_s=keepalive_s,
+                rng=rng,
+            )
+
+        self._client: Client = self._run(make())
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
@@ -58,13 +86,21 @@ class SyncClient:
         self._thread.join()
         self._loop.close()
 
-    def reserve_worker_slot(self, task_id: str | None = None, **kwargs: Any) -> Reservation:
-        return self._run(self._client.reserve_worker_slot(task_id, **kwargs))
+    def reserve_worker_slot(
+        self,
+        task_id: str | None = None,
+        *,
+        cluster: Cluster = Cluster.BLOCK,
+        deadline_s: float | None = None,
+    ) -> Reservation:
+        return self._run(
+            self._client.reserve_worker_slot(task_id, cluster=cluster, deadline_s=deadline_s)
+        )
 
     def request_task_slot(
-        self, worker_addr: str, task_id: str | None = None, **kwargs: Any
+        self, worker_addr: str, task_id: str | None = None, *, ttl_ms: int = 5000
     ) -> Reservation:
-        return self._run(self._client.request_task_slot(worker_addr, task_id, **kwargs))
+        return self._run(self._client.request_task_slot(worker_addr, task_id, ttl_ms=ttl_ms))
 
     def submit_task(self, task: Task, *, worker_addr: str, slot_id: str = "") -> SubmitAnswer:
         return self._run(self._client.submit_task(task, worker_addr=worker_addr, slot_id=slot_id))
@@ -73,25 +109,62 @@ class SyncClient:
         return self._run(self._client.get_task_result(task_id, worker_addr=worker_addr))
 
     def watch_tasks(self, task_ids: Sequence[str], *, worker_addr: str) -> Iterator[TaskUpdate]:
-        async def collect() -> list[TaskUpdate]:
-            return [u async for u in self._client.watch_tasks(task_ids, worker_addr=worker_addr)]
+        """Each update as the Worker sends it; the iterator ends once every task is
+        terminal (the stream's end). Stopping early closes the stream."""
+        return iterate_on(
+            self._loop, lambda: self._client.watch_tasks(task_ids, worker_addr=worker_addr)
+        )
 
-        # A Watch stream ends once every task is terminal.
-        yield from self._run(collect())
-
-    def run(self, task: Task, *, cluster: Cluster | None = None, **kwargs: Any) -> TaskResult:
-        return self._run(self._client.run(task, cluster=cluster, **kwargs))
+    def run(
+        self,
+        task: Task,
+        *,
+        cluster: Cluster | None = None,
+        worker_addr: str | None = None,
+        deadline_s: float | None = None,
+    ) -> TaskResult:
+        return self._run(
+            self._client.run(task, cluster=cluster, worker_addr=worker_addr, deadline_s=deadline_s)
+        )
 
     submit_and_wait = run
 
-    def run_many(self, tasks: Iterable[Task], **kwargs: Any) -> list[TaskResult]:
-        async def collect() -> list[TaskResult]:
-            return [r async for r in self._client.run_many(tasks, **kwargs)]
+    def run_many(
+        self,
+        tasks: Iterable[Task],
+        *,
+        concurrency: int = 32,
+        cluster: Cluster | None = None,
+        deadline_s: float | None = None,
+    ) -> Iterator[TaskResult]:
+        """Each task's result as it finishes (not in input order), as
+        ``Client.run_many``; the tasks start when iteration does, and stopping early
+        stops waiting for the rest. ``list(client.run_many(tasks))`` waits for all."""
+        return iterate_on(
+            self._loop,
+            lambda: self._client.run_many(
+                tasks, concurrency=concurrency, cluster=cluster, deadline_s=deadline_s
+            ),
+        )
 
-        return self._run(collect())
-
-    def run_with_retries(self, task: Task, **kwargs: Any) -> list[TaskResult]:
-        return self._run(self._client.run_with_retries(task, **kwargs))
+    def run_with_retries(
+        self,
+        task: Task,
+        *,
+        max_attempts: int = 3,
+        cluster: Cluster | None = None,
+        worker_addr: str | None = None,
+        deadline_s: float | None = None,
+    ) -> list[TaskResult]:
+        return self._run(
+            self._client.run_with_retries(
+                task,
+                max_attempts=max_attempts,
+                cluster=cluster,
+                worker_addr=worker_addr,
+                deadline_s=deadline_s,
+            )
+        )
 
     def function(self, name: str) -> SyncFunctionHandle:
         return SyncFunctionHandle(self, name)
@@ -102,8 +175,16 @@ class SyncFunctionHandle:
         self._owner = owner
         self._handle = owner._client.function(name)
 
-    def call(self, *args: Any, timeout_ms: int = 0) -> Any:
-        return self._owner._run(self._handle.call(*args, timeout_ms=timeout_ms))
+    @overload
+    def call(self, *args: Any, timeout_ms: int = 0) -> Any: ...
+    @overload
+    def call(self, *args: Any, timeout_ms: int = 0, result_type: type[T]) -> T: ...
+    def call(self, *args: Any, timeout_ms: int = 0, result_type: type[T] | None = None) -> T | Any:
+        if result_type is None:
+            return self._owner._run(self._handle.call(*args, timeout_ms=timeout_ms))
+        return self._owner._run(
+            self._handle.call(*args, timeout_ms=timeout_ms, result_type=result_type)
+        )
 
     def invoke(self, *args: Any, timeout_ms: int = 0) -> Invocation:
         return self._owner._run(self._handle.invoke(*args, timeout_ms=timeout_ms))

@@ -387,7 +387,8 @@ def follow_command(
         typer.Option(
             "--from",
             min=0,
-            help="First block [default: where the sink table's ledger left off, or the head].",
+            help="First block.",
+            show_default="where the sink table's ledger left off, or the head",
         ),
     ] = None,
     db: DbOpt = None,

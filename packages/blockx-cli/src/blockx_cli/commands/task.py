@@ -13,6 +13,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from blockx_cli.addresses import host_port_option
 from blockx_cli.options import ClusterOpt, JsonOpt, WorkerOpt
 from blockx_cli.output import (
     EXIT_FAILED,
@@ -59,7 +60,9 @@ STATE_STYLE: Final = {
 def reserve(
     ctx: typer.Context,
     *,
-    task_id: Annotated[str | None, typer.Option(help="Idempotency key [default: a uuid4].")] = None,
+    task_id: Annotated[
+        str | None, typer.Option(help="Idempotency key.", show_default="a uuid4")
+    ] = None,
     cluster: Annotated[Cluster, typer.Option(case_sensitive=False)] = Cluster.BLOCK,
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 30.0,
     json_: JsonOpt = False,
@@ -84,11 +87,17 @@ def submit(
     handler: Annotated[
         str, typer.Option(help="Result handler type ('' for none).")
     ] = "ReturnValueResultHandler",
-    task_id: Annotated[str | None, typer.Option(help="Idempotency key [default: a uuid4].")] = None,
+    task_id: Annotated[
+        str | None, typer.Option(help="Idempotency key.", show_default="a uuid4")
+    ] = None,
     timeout_ms: Annotated[int, typer.Option(help="task_timeout_ms (0 = the worker default).")] = 0,
     cluster: ClusterOpt = None,
     worker: Annotated[
-        str | None, typer.Option(help="Submit straight to this worker (it reserves inline).")
+        str | None,
+        typer.Option(
+            callback=host_port_option,
+            help="Submit straight to this worker (it reserves inline).",
+        ),
     ] = None,
     wait: Annotated[bool, typer.Option("--wait", help="Watch the task to its end.")] = False,
     deadline: Annotated[float | None, typer.Option(help="Seconds to wait for a slot.")] = None,

@@ -22,11 +22,18 @@ def workers(
     ctx: typer.Context,
     *,
     prefix: Annotated[
-        list[str] | None, typer.Option(help="Registry prefixes [default: block and bundle].")
+        list[str] | None,
+        typer.Option(
+            help="Registry prefixes.", show_default="/blockx/workers/ and /blockx/bundle-workers/"
+        ),
     ] = None,
     json_: JsonOpt = False,
 ) -> None:
-    """The worker registry read from etcd: slots, cpu/mem, heartbeat age."""
+    """The worker registry read from etcd: slots, cpu/mem, heartbeat age.
+
+    The table shows cpu, memory and errors as percentages of the heartbeat's
+    fractions; --json gives the fractions themselves (cpu_fraction, memory_fraction,
+    error_rate, each 0..1)."""
     out = Output(console, json_)
     prefixes = prefix or ["/blockx/workers/", "/blockx/bundle-workers/"]
     raise typer.Exit(run(_workers(settings_of(ctx), out, prefixes)))
@@ -44,8 +51,11 @@ async def _workers(settings: Settings, out: Output, prefixes: list[str]) -> int:
                     "task_slots": w.task_slots,
                     "reserved_slots": w.reserved_slots,
                     "running_tasks": w.running_tasks,
-                    "cpu_percent": w.cpu_percent,
-                    "memory_percent": w.memory_percent,
+                    # The heartbeat's cpuPercent and memoryPercent are fractions
+                    # (0..1, what the coordinator's red lines compare against):
+                    # named for what they hold, not for the wire field.
+                    "cpu_fraction": w.cpu_percent,
+                    "memory_fraction": w.memory_percent,
                     "error_rate": w.error_rate,
                     "heartbeat_age_ms": now_ms - w.last_heartbeat_ms,
                 }

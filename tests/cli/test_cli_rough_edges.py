@@ -1,0 +1,220 @@
+"""Rough edges a newcomer hits in ``blockx``: a malformed address is a usage error,
+``--help`` shows every default, ``workers`` names its fractions for what they are.
+
+The CLI runs as a real subprocess (the installed ``blockx`` script), against a
+real local cluster where a command needs one."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import typer
+
+from blockx_cli.addresses import dial_address, etcd_endpoint, unix_socket_path
+from blockx_cli.app import app
+from blockx_cli.devcluster import LocalCluster
+from blockx_core.addr import InvalidAddress
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def blockx(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    binary = shutil.which("blockx")
+    assert binary is not None
+    return subprocess.run(
+        [binary, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+# ---- a malformed address is a usage error (exit 2), one line, before any RPC -------
+
+BAD_ADDRESSES = [
+    # (arguments, environment, the option or variable named, words of the reason)
+    (
+        ["--coordinator", "nonsense", "reserve", "--timeout", "1"],
+        {},
+        "--coordinator",
+        "not host:port",
+    ),
+    (["--coordinator", "127.0.0.1:99999", "reserve"], {}, "--coordinator", "no valid port"),
+    (["--coordinator", "::1:8080", "reserve"], {}, "--coordinator", "IPv6 host in brackets"),
+    (["reserve"], {"BLOCKX_COORDINATOR": "nonsense"}, "BLOCKX_COORDINATOR", "not host:port"),
+    (["--bundle-coordinator", "x:y", "reserve"], {}, "--bundle-coordinator", "no valid port"),
+    (["--sync-invoker", "localhost", "invoke", "f"], {}, "--sync-invoker", "not host:port"),
+    (["get-result", "t", "--worker", "nonsense"], {}, "--worker", "not host:port"),
+    (["watch", "t", "--worker", "127.0.0.1:0"], {}, "--worker", "port 0"),
+    (
+        ["submit", "--function", "f", "--call", "[1]", "--worker", ":9090"],
+        {},
+        "--worker",
+        "no host",
+    ),
+    (["--etcd", "localhost:2379,:x", "workers"], {}, "--etcd", "no host"),
+    (["workers"], {"ETCD_ENDPOINTS": " , "}, "ETCD_ENDPOINTS", "names no etcd endpoint"),
+    (["--proxy", "unix:", "invoke", "f"], {}, "--proxy", "names no socket path"),
+]
+
+
+@pytest.mark.parametrize(("args", "env", "named", "reason"), BAD_ADDRESSES)
+def test_a_malformed_address_is_a_usage_error(
+    args: list[str], env: dict[str, str], named: str, reason: str
+) -> None:
+    result = blockx(*args, env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    first, *rest = result.stderr.strip().splitlines()
+    assert first.startswith(f"error: {named}: "), result.stderr
+    assert reason in first
+    assert all(line.startswith("hint: ") for line in rest), result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+ADDRESS_FORMS = [
+    # (parse, written, read as)
+    (dial_address, "127.0.0.1:8080", "127.0.0.1:8080"),
+    (dial_address, " [::1]:8080 ", "[::1]:8080"),
+    (dial_address, "worker-3.internal:9090", "worker-3.internal:9090"),
+    (etcd_endpoint, "localhost:2379", "localhost:2379"),
+    (etcd_endpoint, "etcd-0", "etcd-0:2379"),  # a bare host: etcd's port, as the servers
+    (etcd_endpoint, "http://127.0.0.1:2379/", "127.0.0.1:2379"),
+    (etcd_endpoint, "https://[::1]", "[::1]:2379"),
+    (unix_socket_path, "/run/blockx/proxy.sock", "/run/blockx/proxy.sock"),
+    (unix_socket_path, "unix:/run/blockx/proxy.sock", "/run/blockx/proxy.sock"),
+    (unix_socket_path, "unix:///run/blockx/proxy.sock", "/run/blockx/proxy.sock"),
+]
+
+
+@pytest.mark.parametrize(("parse", "written", "read_as"), ADDRESS_FORMS)
+def test_each_address_form_is_read(parse: object, written: str, read_as: str) -> None:
+    assert callable(parse)
+    assert parse(written) == read_as
+
+
+@pytest.mark.parametrize(
+    ("parse", "written"),
+    [
+        (dial_address, "nonsense"),
+        (dial_address, "host:0"),
+        (dial_address, "host:port"),
+        (etcd_endpoint, "a:b:c"),
+        (etcd_endpoint, "localhost:70000"),
+        (unix_socket_path, "unix://"),
+    ],
+)
+def test_a_malformed_form_is_refused(parse: object, written: str) -> None:
+    assert callable(parse)
+    with pytest.raises(InvalidAddress):
+        parse(written)
+
+
+# ---- --help shows every default ------------------------------------------------------
+
+HELP_DEFAULTS = {
+    # command: {option: what its help line shows}
+    "": {
+        "--coordinator": "[default: (127.0.0.1:8080)]",
+        "--sync-invoker": "[default: (127.0.0.1:9091)]",
+        "--etcd": "[default: localhost:2379]",
+    },
+    "submit": {
+        "--task-id": "[default: (a uuid4)]",
+        "--handler": "[default: ReturnValueResultHandler]",
+    },
+    "reserve": {"--task-id": "[default: (a uuid4)]", "--timeout": "[default: 30.0]"},
+    "workers": {"--prefix": "[default: (/blockx/workers/ and /blockx/bundle-workers/)]"},
+    "follow": {"--from": "[default: (where the sink table's ledger left off, or the head)]"},
+}
+
+
+@pytest.mark.parametrize("command", sorted(HELP_DEFAULTS))
+def test_help_shows_the_defaults(command: str) -> None:
+    result = blockx(*command.split(), "--help")
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for option, shown in HELP_DEFAULTS[command].items():
+        line = next(line for line in lines if f" {option} " in line)
+        assert shown in line, line
+
+
+# A rich markup tag: ``[word...]`` not escaped. Rich swallows it from help text.
+_RICH_TAG = re.compile(r"(?<!\\)\[[A-Za-z#/@][^\[\]]*\]")
+
+
+def _commands(command: object, path: str) -> Iterator[tuple[str, object]]:
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _commands(sub, f"{path} {name}")
+
+
+def test_no_help_text_holds_a_bracket_rich_would_swallow() -> None:
+    """A ``[default: ...]`` (or any ``[word]``) written into help text vanishes under
+    rich markup; a described default belongs in ``show_default=``."""
+    swallowed = []
+    for path, command in _commands(typer.main.get_command(app), "blockx"):
+        texts = [getattr(command, "help", None) or ""]
+        texts += [getattr(p, "help", None) or "" for p in getattr(command, "params", [])]
+        swallowed += [f"{path}: {m}" for text in texts for m in _RICH_TAG.findall(text)]
+    assert swallowed == []
+
+
+# ---- against a running cluster -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[dict[str, str]]:
+    local = LocalCluster(ROOT / "examples", chain=False)
+    try:
+        yield local.wait_ready()
+    finally:
+        local.stop()
+
+
+def test_workers_reports_fractions_named_as_fractions(cluster: dict[str, str]) -> None:
+    result = blockx("--etcd", cluster["etcd"], "workers", "--json")
+    assert result.returncode == 0, result.stderr
+    [worker] = json.loads(result.stdout)
+    assert worker["worker_addr"] == cluster["worker"]
+    assert "cpu_percent" not in worker
+    assert "memory_percent" not in worker
+    for key in ("cpu_fraction", "memory_fraction", "error_rate"):
+        assert 0.0 <= worker[key] <= 1.0, (key, worker[key])
+    # The table shows them as percentages (the values move between two reads).
+    table = blockx("--etcd", cluster["etcd"], "workers")
+    assert table.returncode == 0, table.stderr
+    lines = table.stdout.splitlines()
+    head = next(line for line in lines if "worker" in line and "cpu" in line)
+    row = next(line for line in lines if cluster["worker"] in line)
+    cells = dict(zip(_cells(head), _cells(row), strict=True))
+    for column in ("cpu", "mem", "errors"):
+        assert re.fullmatch(r"\d{1,3}%", cells[column]), (column, cells)
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().strip("│┃").split("│" if "│" in line else "┃")]
+
+
+def test_an_etcd_endpoint_with_a_scheme(cluster: dict[str, str]) -> None:
+    """ETCD_ENDPOINTS as the servers take it: an http:// scheme and a trailing slash."""
+    result = blockx("workers", "--json", env={"ETCD_ENDPOINTS": f"http://{cluster['etcd']}/"})
+    assert result.returncode == 0, result.stderr
+    assert [w["worker_addr"] for w in json.loads(result.stdout)] == [cluster["worker"]]
+
+
+def test_the_proxy_socket_as_dev_up_prints_it(cluster: dict[str, str]) -> None:
+    """``blockx dev up`` prints the proxy as ``unix:PATH``; --proxy takes that form."""
+    result = blockx(
+        "--proxy", f"unix:{cluster['proxy_socket']}", "invoke", "hello_world", "u", "--json"
+    )
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["value"] == "hello, u"
