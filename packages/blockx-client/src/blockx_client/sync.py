@@ -12,13 +12,22 @@ from collections.abc import Coroutine, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from blockx_client.client import Client
+from blockx_client.cluster_tasks import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_LIMIT_PER_WORKER,
+    DEFAULT_WORKER_TIMEOUT_S,
+    Registry,
+    TaskFilter,
+)
 from blockx_client.models import (
     Cluster,
+    ClusterTasks,
     Invocation,
     Precheck,
     Reservation,
     SubmitAnswer,
     Task,
+    TaskHolders,
     TaskResult,
     TaskUpdate,
 )
@@ -78,6 +87,46 @@ class SyncClient:
 
         # A Watch stream ends once every task is terminal.
         yield from self._run(collect())
+
+    def list_tasks(
+        self,
+        task_filter: TaskFilter | None = None,
+        *,
+        workers: Sequence[str] | None = None,
+        registry: Registry | None = None,
+        limit_per_worker: int = DEFAULT_LIMIT_PER_WORKER,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
+    ) -> ClusterTasks:
+        return self._run(
+            self._client.list_tasks(
+                task_filter,
+                workers=workers,
+                registry=registry,
+                limit_per_worker=limit_per_worker,
+                concurrency=concurrency,
+                worker_timeout_s=worker_timeout_s,
+            )
+        )
+
+    def find_task(
+        self,
+        task_id: str,
+        *,
+        workers: Sequence[str] | None = None,
+        registry: Registry | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
+    ) -> TaskHolders:
+        return self._run(
+            self._client.find_task(
+                task_id,
+                workers=workers,
+                registry=registry,
+                concurrency=concurrency,
+                worker_timeout_s=worker_timeout_s,
+            )
+        )
 
     def run(self, task: Task, *, cluster: Cluster | None = None, **kwargs: Any) -> TaskResult:
         return self._run(self._client.run(task, cluster=cluster, **kwargs))
