@@ -255,7 +255,7 @@ def test_the_directory_forgets_what_is_no_longer_held() -> None:
     for i in range(5_000):
         assert not isinstance(core.handle_request_task_slot(f"t{i}", 1, T0 + i), Refusal)
         core.tick_timers(T0 + i + 1)
-    # Rebuilt from time to time: bounded by twice what is held plus a constant.
+    # Rebuilt from time to time: about twice what was held at the last rebuild, at most.
     assert len(core._directory._order) <= 2 * 4 + 1024 + 1
     assert listing(core, T0 + 10**6).tasks == ()
 

@@ -71,11 +71,12 @@ def tasks(
     worker: Annotated[
         list[str] | None,
         typer.Option(
-            help="Ask only this worker (host:port); repeat for more [default: all registered]."
+            help="Ask only this worker (host:port); repeat for more (default: all registered)."
         ),
     ] = None,
     prefix: Annotated[
-        list[str] | None, typer.Option(help="Registry prefixes [default: block and bundle].")
+        list[str] | None,
+        typer.Option(help="Registry prefixes (default: the block and bundle clusters')."),
     ] = None,
     limit: Annotated[int, typer.Option(help="At most this many tasks per worker.")] = 10_000,
     timeout: Annotated[float, typer.Option(help="Seconds each worker has to answer.")] = 5.0,

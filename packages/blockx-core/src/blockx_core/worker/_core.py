@@ -167,7 +167,7 @@ class WorkerCore:
                 f"no free slot: all {self._config.task_slots} task slots are reserved or running",
             )
         slot = self._slots.allocate(task_id, now_ms + ttl_ms)
-        self._directory.seen(task_id, now_ms, self._held(), self._lookup)
+        self._directory.seen(task_id, now_ms, self._lookup)
         return self._snapshot_of_slot(slot)
 
     def handle_submit_task(
@@ -406,11 +406,6 @@ class WorkerCore:
         if slot is not None:
             return self._snapshot_of_slot(slot)
         return self._retained.snapshot(task_id, now_ms)
-
-    def _held(self) -> int:
-        kept = self._retained.stats()
-        slots = self._slots.count(SlotState.ALLOCATED) + self._slots.count(SlotState.RUNNING)
-        return slots + kept.results + kept.tombstones
 
     def _snapshot_of_slot(self, slot: Slot) -> TaskSnapshot:
         running = slot.state is SlotState.RUNNING or slot.task_id in self._tasks

@@ -12,8 +12,9 @@ Invariants:
   an entry, and its ``(seq, task_id)`` is in ``_order``;
 * ``_order`` is sorted by ``seq``, which only grows (entries are appended);
 * an entry whose task is no longer held is dropped lazily: when a listing passes
-  it, or when ``_order`` has grown past twice what is held (a rebuild that costs
-  O(n) once per n new tasks, O(1) amortized).
+  it, or when ``_order`` has grown past twice its length after the last rebuild
+  (plus 1,024): a rebuild costs O(n) once per n new tasks, O(1) amortized, and
+  ``_order`` never holds much more than twice the tasks held at that rebuild.
 
 A page costs O(log n) to find its start (a bisect on the token's ``seq``), then one
 lookup per entry it looks at, at most ``SCAN_BUDGET`` of them, whatever the filters
@@ -39,6 +40,9 @@ DEFAULT_PAGE_SIZE: Final = 1_000
 SCAN_BUDGET: Final = 50_000
 # A listed failure keeps this much of its message.
 FAILURE_SUMMARY_CHARS: Final = 200
+
+# How far past twice its last rebuilt length ``_order`` grows before the next rebuild.
+_REBUILD_SLACK: Final = 1024
 
 # The states a Worker holds tasks in (NOT_FOUND is what a client reads for none).
 HELD_STATES: Final = frozenset(
@@ -127,14 +131,15 @@ class TaskDirectory:
         self._entries: dict[str, _Entry] = {}
         self._order: list[tuple[int, str]] = []
         self._next_seq = 1
+        self._rebuild_at = _REBUILD_SLACK
 
-    def seen(self, task_id: str, now_ms: int, held: int, lookup: Lookup) -> None:
-        """A slot was reserved for ``task_id`` (``held``: how many tasks are held now)."""
+    def seen(self, task_id: str, now_ms: int, lookup: Lookup) -> None:
+        """A slot was reserved for ``task_id``."""
         entry = _Entry(self._next_seq, now_ms)
         self._next_seq += 1
         self._entries[task_id] = entry
         self._order.append((entry.seq, task_id))
-        if len(self._order) > 2 * held + 1024:
+        if len(self._order) > self._rebuild_at:
             self._rebuild(now_ms, lookup)
 
     def submitted(self, task_id: str, call_builder: str, function: str) -> None:
@@ -210,6 +215,7 @@ class TaskDirectory:
                 continue
             kept.append((seq, task_id))
         self._order = kept
+        self._rebuild_at = 2 * len(kept) + _REBUILD_SLACK
 
 
 def _listed(task_id: str, entry: _Entry, snapshot: TaskSnapshot) -> ListedTask:
