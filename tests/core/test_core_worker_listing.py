@@ -12,6 +12,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from blockx_core.dispatch import (
     CallFailureKind,
@@ -324,3 +327,66 @@ def test_failure_summaries_are_bounded_with_a_count_of_the_rest() -> None:
     assert len(converged.call_failures) == MAX_CALL_FAILURES
     assert converged.call_failures_omitted == extra + 1  # the root's own failure too
     assert {len(f.message) for f in converged.call_failures} == {CALL_FAILURE_MESSAGE_CHARS}
+
+
+# ---- random interleavings: the listing is exactly what the core holds ------------------
+
+
+LISTING_IDS = ("a", "b", "c", "d", "e")
+
+
+class ListingMachine(RuleBasedStateMachine):
+    """Reserve, submit, converge, fail and let time pass in any order; after every
+    step, paging through ListTasks (small pages) lists each task id the core answers
+    GetTaskResult for exactly once, in its current state, and nothing else."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.core = make_core(slots=3, max_bytes=1_200, tombstones=2)
+        self.now = T0
+
+    @rule(task_id=st.sampled_from(LISTING_IDS), ttl=st.integers(1, 500))
+    def reserve(self, task_id: str, ttl: int) -> None:
+        self.core.handle_request_task_slot(task_id, ttl, self.now)
+
+    @rule(task_id=st.sampled_from(LISTING_IDS))
+    def submit(self, task_id: str) -> None:
+        answer = self.core.handle_submit_task(task_input(task_id), "", self.now)
+        if not isinstance(answer, Refusal) and answer[1]:
+            self.core.handle_task_activation_prepared(task_id, self.now)
+
+    @rule(task_id=st.sampled_from(LISTING_IDS), size=st.integers(0, 600))
+    def succeed(self, task_id: str, size: int) -> None:
+        if self.core.task_phase(task_id) is TaskPhase.BUILDER:
+            succeed(self.core, task_id, self.now, size)
+
+    @rule(task_id=st.sampled_from(LISTING_IDS))
+    def fail(self, task_id: str) -> None:
+        if self.core.task_phase(task_id) is TaskPhase.BUILDER:
+            fail_calls(self.core, task_id, self.now)
+
+    @rule(ms=st.integers(1, 4_000))
+    def tick(self, ms: int) -> None:
+        self.now += ms
+        self.core.tick_timers(self.now)
+
+    @invariant()
+    def listing_is_what_is_held(self) -> None:
+        held = {}
+        for task_id in LISTING_IDS:
+            got = self.core.handle_get_task_result(task_id, self.now)
+            if not isinstance(got, Refusal):
+                held[task_id] = got.state
+        listed: list[tuple[str, TaskState]] = []
+        token = ""
+        while True:
+            page = listing(self.core, self.now, page_size=2, page_token=token)
+            listed += [(t.task_id, t.state) for t in page.tasks]
+            token = page.next_page_token
+            if not token:
+                break
+        assert sorted(listed) == sorted(held.items())
+
+
+TestListingMachine = ListingMachine.TestCase
+TestListingMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
