@@ -225,7 +225,10 @@ def warn_unreachable(unreachable: tuple[UnreachableWorker, ...]) -> None:
 async def locate(client: Client, settings: Settings, task_id: str) -> TaskResult:
     """The one registered Worker's answer for ``task_id``; a clear exit when no
     worker knows it, or more than one does."""
-    holders = await client.find_task(task_id, registry=registry_of(settings))
+    # One task id: each worker gets the client's RPC timeout, not the listing's 5 s.
+    holders = await client.find_task(
+        task_id, registry=registry_of(settings), worker_timeout_s=client.rpc_timeout_s
+    )
     if len(holders.results) == 1:
         return holders.results[0]
     if holders.results:
