@@ -96,8 +96,12 @@ def test_submit_then_watch_then_get_result(cluster: dict[str, str]) -> None:
     )
     assert placed["state"] == "RUNNING"
     worker = placed["worker_addr"]
-    watched = as_json(blockx(cluster, "watch", "cli-watch", "--worker", worker, "--json"))
-    assert [u["state"] for u in watched["updates"]] == ["SUCCEEDED"]
+    # One JSON object per line, per update as it came; the last is the end.
+    watched = blockx(cluster, "watch", "cli-watch", "--worker", worker, "--json")
+    assert watched.exit_code == 0, watched.output
+    updates = [json.loads(line) for line in watched.stdout.splitlines()]
+    assert {u["task_id"] for u in updates} == {"cli-watch"}
+    assert [u["state"] for u in updates if u["is_terminal"]] == ["SUCCEEDED"]
     got = as_json(blockx(cluster, "get-result", "cli-watch", "--worker", worker, "--json"))
     assert got["plugin_results"][0]["result"] == ["hello, w"]
     # The live table, for people.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Final, NoReturn
 
+import msgspec
 import typer
 from rich.console import Console
 
@@ -59,6 +60,8 @@ def result_dict(result: TaskResult) -> dict[str, Any]:
             }
             for p in result.plugin_results
         ],
+        "call_failures": [msgspec.to_builtins(f) for f in result.call_failures],
+        "call_failures_omitted": result.call_failures_omitted,
     }
 
 

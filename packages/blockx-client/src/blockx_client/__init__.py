@@ -17,6 +17,7 @@ from importlib.metadata import version
 from blockx_client._options import GrpcTls
 from blockx_client.backoff import Backoff, RetryPolicy
 from blockx_client.client import Client
+from blockx_client.cluster_tasks import Registry, TaskFilter
 from blockx_client.errors import (
     BlockxError,
     ConnectError,
@@ -34,20 +35,25 @@ from blockx_client.errors import (
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     CLIENT_RETRYABLE,
+    CallFailureInfo,
     ClientFailureCode,
     Cluster,
+    ClusterTasks,
     Durations,
     Invocation,
     IoTrace,
+    ListedTask,
     PluginConfig,
     PluginOutput,
     Precheck,
     Reservation,
     SubmitAnswer,
     Task,
+    TaskHolders,
     TaskResult,
     TaskState,
     TaskUpdate,
+    UnreachableWorker,
 )
 from blockx_client.registry import EtcdAccess, WorkerInfo, list_workers
 from blockx_client.routing import route
@@ -60,9 +66,11 @@ __all__ = [
     "CLIENT_RETRYABLE",
     "Backoff",
     "BlockxError",
+    "CallFailureInfo",
     "Client",
     "ClientFailureCode",
     "Cluster",
+    "ClusterTasks",
     "ConnectError",
     "CoordinatorUnreachableError",
     "Durations",
@@ -73,10 +81,12 @@ __all__ = [
     "InvalidRequestError",
     "Invocation",
     "IoTrace",
+    "ListedTask",
     "NoSlotError",
     "PluginConfig",
     "PluginOutput",
     "Precheck",
+    "Registry",
     "Reservation",
     "ResultTypeError",
     "RetryPolicy",
@@ -87,11 +97,14 @@ __all__ = [
     "SyncClient",
     "Task",
     "TaskFileError",
+    "TaskFilter",
+    "TaskHolders",
     "TaskNotFoundError",
     "TaskResult",
     "TaskState",
     "TaskUpdate",
     "UnavailableError",
+    "UnreachableWorker",
     "WorkerInfo",
     "__version__",
     "list_workers",

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, Final
 
 from msgspec.structs import replace
 
 from blockx_client.models import (
+    CallFailureInfo,
     Durations,
     Invocation,
     IoTrace,
+    ListedTask,
     PluginOutput,
     Precheck,
     Task,
@@ -27,6 +30,8 @@ _STATES: Final[dict[worker_v1.TaskState, TaskState]] = {
     worker_v1.TaskState.FAILED: TaskState.FAILED,
 }
 
+
+_STATES_TO_PB: Final = {client: pb for pb, client in _STATES.items()}
 
 # The states of a task a Worker has accepted (SubmitTask passed).
 _ACCEPTED: Final = frozenset({TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED})
@@ -47,6 +52,12 @@ def task_to_pb(task: Task) -> worker_v1.TaskInput:
         ),
         task_timeout_ms=task.task_timeout_ms,
     )
+
+
+def states_to_pb(states: Iterable[TaskState]) -> list[worker_v1.TaskState]:
+    """NOT_FOUND (what a client calls a task no Worker holds) goes out as
+    UNSPECIFIED, which a Worker refuses as a state to list."""
+    return [_STATES_TO_PB.get(s, worker_v1.TaskState.UNSPECIFIED) for s in states]
 
 
 def state_from_pb(state: worker_v1.TaskState) -> TaskState:
@@ -83,6 +94,35 @@ def result_from_pb(
         ),
         error=error,
         may_have_run=client_state in _ACCEPTED,
+        call_failures=tuple(
+            CallFailureInfo(
+                root_index=f.root_index,
+                function=f.function,
+                kind=f.kind,
+                message=f.message,
+                attempt=f.attempt,
+                retried=f.retried,
+            )
+            for f in (er.call_failures if er else [])
+        ),
+        call_failures_omitted=er.call_failures_omitted if er else 0,
+    )
+
+
+def listed_from_pb(pb: worker_v1.ListedTask, worker_addr: str) -> ListedTask:
+    return ListedTask(
+        task_id=pb.task_id,
+        state=state_from_pb(pb.state),
+        worker_addr=worker_addr,
+        function=pb.function,
+        call_builder=pb.call_builder,
+        slot_id=pb.slot_id,
+        created_ms=pb.created_ms,
+        converged_ms=pb.converged_ms,
+        failure_code=pb.failure_code,
+        failure_summary=pb.failure_summary,
+        tombstone=pb.tombstone,
+        call_failures=pb.call_failures,
     )
 
 

@@ -1,5 +1,6 @@
 """The worker.v1 calls a client makes: RequestTaskSlot, SubmitTask, GetTaskResult,
-WatchTasks. One call each, no retries: placement and waiting build on these."""
+WatchTasks, ListTasks. One call each, no retries: placement and waiting build on
+these."""
 
 from __future__ import annotations
 
@@ -10,10 +11,24 @@ from collections.abc import AsyncIterator, Sequence
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from blockx_client._convert import result_from_pb, task_to_pb, update_from_pb
+from blockx_client._convert import (
+    listed_from_pb,
+    result_from_pb,
+    states_to_pb,
+    task_to_pb,
+    update_from_pb,
+)
 from blockx_client._options import ClientOptions
 from blockx_client.errors import UnavailableError, error_for
-from blockx_client.models import Reservation, SubmitAnswer, Task, TaskResult, TaskUpdate
+from blockx_client.models import (
+    ListedTask,
+    Reservation,
+    SubmitAnswer,
+    Task,
+    TaskResult,
+    TaskState,
+    TaskUpdate,
+)
 from blockx_client.transport import Transport, connect_error
 from blockx_proto import worker_v1
 
@@ -73,6 +88,37 @@ class WorkerRpc:
             ),
         )
         return result_from_pb(task_id, reply.state, reply.result, worker_addr)
+
+    async def list_tasks(
+        self,
+        worker_addr: str,
+        *,
+        states: Sequence[TaskState] = (),
+        function: str = "",
+        min_age_ms: int = 0,
+        max_age_ms: int = 0,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> tuple[list[ListedTask], str]:
+        """One page of the worker's tasks and the token of the next ("" at the end)."""
+        stub, metadata = self._stub(worker_addr)
+        reply = await self._transport.unary(
+            worker_addr,
+            stub.list_tasks(
+                worker_v1.ListTasksRequest(
+                    states=states_to_pb(states),
+                    function=function,
+                    min_age_ms=min_age_ms,
+                    max_age_ms=max_age_ms,
+                    page_size=page_size,
+                    page_token=page_token,
+                ),
+                timeout=self._options.rpc_timeout_s,
+                metadata=metadata,
+            ),
+        )
+        tasks = [listed_from_pb(t, reply.worker_addr or worker_addr) for t in reply.tasks]
+        return tasks, reply.next_page_token
 
     async def watch_tasks(
         self, task_ids: Sequence[str], *, worker_addr: str

@@ -36,13 +36,24 @@ from blockx_client._run_many import run_many as _run_many
 from blockx_client._watch import Watchers
 from blockx_client._worker_rpc import WorkerRpc
 from blockx_client.backoff import RetryPolicy
+from blockx_client.cluster_tasks import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_LIMIT_PER_WORKER,
+    DEFAULT_WORKER_TIMEOUT_S,
+    Registry,
+    TaskFilter,
+    find_task,
+    list_cluster_tasks,
+)
 from blockx_client.errors import BlockxError, SubmitUncertainError
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     Cluster,
+    ClusterTasks,
     Reservation,
     SubmitAnswer,
     Task,
+    TaskHolders,
     TaskResult,
     TaskUpdate,
 )
@@ -200,6 +211,55 @@ class Client:
         """One snapshot per task, then one terminal update per running task; ends when
         all are terminal. Closing the iterator closes the stream."""
         return self._workers.watch_tasks(task_ids, worker_addr=worker_addr)
+
+    # ---- the whole cluster (every registered Worker) -----------------------------------
+
+    async def list_tasks(
+        self,
+        task_filter: TaskFilter | None = None,
+        *,
+        workers: Sequence[str] | None = None,
+        registry: Registry | None = None,
+        limit_per_worker: int = DEFAULT_LIMIT_PER_WORKER,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
+    ) -> ClusterTasks:
+        """The tasks of every registered Worker (or of ``workers``), oldest first:
+        reserved, running and retained, tombstones marked. A Worker that does not
+        answer within ``worker_timeout_s`` is in ``unreachable``, not an error.
+        ``registry`` defaults to ``Registry.from_environ()`` (ETCD_ENDPOINTS)."""
+        addrs = await self._worker_addrs(workers, registry)
+        return await list_cluster_tasks(
+            self._workers,
+            addrs,
+            task_filter or TaskFilter(),
+            limit_per_worker=limit_per_worker,
+            concurrency=concurrency,
+            timeout_s=worker_timeout_s,
+        )
+
+    async def find_task(
+        self,
+        task_id: str,
+        *,
+        workers: Sequence[str] | None = None,
+        registry: Registry | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
+    ) -> TaskHolders:
+        """Which registered Workers (or ``workers``) know ``task_id``, with each one's
+        answer; normally one, none once its result has expired."""
+        addrs = await self._worker_addrs(workers, registry)
+        return await find_task(
+            self._workers, addrs, task_id, concurrency=concurrency, timeout_s=worker_timeout_s
+        )
+
+    async def _worker_addrs(
+        self, workers: Sequence[str] | None, registry: Registry | None
+    ) -> list[str]:
+        if workers is not None:
+            return list(workers)
+        return await (registry or Registry.from_environ()).worker_addrs()
 
     # ---- run -------------------------------------------------------------------------
 

@@ -20,20 +20,25 @@ T = TypeVar("T")
 
 __all__ = [
     "CLIENT_RETRYABLE",
+    "CallFailureInfo",
     "ClientFailureCode",
     "Cluster",
+    "ClusterTasks",
     "Durations",
     "Invocation",
     "IoTrace",
+    "ListedTask",
     "PluginConfig",
     "PluginOutput",
     "Precheck",
     "Reservation",
     "SubmitAnswer",
     "Task",
+    "TaskHolders",
     "TaskResult",
     "TaskState",
     "TaskUpdate",
+    "UnreachableWorker",
 ]
 
 
@@ -141,6 +146,19 @@ CLIENT_RETRYABLE: Final[dict[ClientFailureCode, bool]] = {
 }
 
 
+class CallFailureInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """One failed call attempt of a task that failed in its Calls phase: the root
+    call's index (-1 for a sub-call), its function, kind (USER_ERROR, ...), the
+    start of its message, its attempt number and whether it was tried again."""
+
+    root_index: int
+    function: str
+    kind: str
+    message: str
+    attempt: int = 1
+    retried: bool = False
+
+
 class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     """Where a task ended. ``retryable`` says whether resubmitting (under a new
     task_id) may succeed; ``attempt`` / ``original_task_id`` record retries.
@@ -150,6 +168,8 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     ``may_have_run`` is False only when the client knows no Worker accepted the task
     (it could not be placed); a Worker's own result, or WORKER_LOST after SubmitTask
     was accepted, says True: its calls and writes may have happened.
+    ``call_failures`` lists every failed call attempt of a CALL_FAILED task (the
+    first 100; ``call_failures_omitted`` counts the rest).
     """
 
     task_id: str
@@ -164,6 +184,8 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int = 1
     original_task_id: str = ""
     may_have_run: bool = False
+    call_failures: tuple[CallFailureInfo, ...] = ()
+    call_failures_omitted: int = 0
 
     @property
     def ok(self) -> bool:
@@ -247,3 +269,50 @@ class SubmitAnswer(msgspec.Struct, frozen=True, kw_only=True):
     slot_id: str
     worker_addr: str
     result: TaskResult | None = None
+
+
+class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
+    """A task as a Worker's ListTasks shows it: ``created_ms`` is when that Worker
+    first saw it (reserved or submitted), ``converged_ms`` when it ended (0 while
+    not terminal); ``tombstone`` says only its outcome is kept, not its outputs;
+    ``call_failures`` counts the failed call attempts its result records."""
+
+    task_id: str
+    state: TaskState
+    worker_addr: str
+    function: str = ""
+    call_builder: str = ""
+    slot_id: str = ""
+    created_ms: int = 0
+    converged_ms: int = 0
+    failure_code: str = ""
+    failure_summary: str = ""
+    tombstone: bool = False
+    call_failures: int = 0
+
+
+class UnreachableWorker(msgspec.Struct, frozen=True, kw_only=True):
+    """A registered Worker that did not answer (in time); ``error`` says how."""
+
+    worker_addr: str
+    error: str
+
+
+class ClusterTasks(msgspec.Struct, frozen=True, kw_only=True):
+    """The tasks of every Worker asked, oldest first. ``workers`` were asked;
+    ``unreachable`` did not answer; ``truncated`` held more than the per-worker
+    limit (their oldest are listed)."""
+
+    tasks: tuple[ListedTask, ...]
+    workers: tuple[str, ...]
+    unreachable: tuple[UnreachableWorker, ...] = ()
+    truncated: tuple[str, ...] = ()
+
+
+class TaskHolders(msgspec.Struct, frozen=True, kw_only=True):
+    """Which of the Workers asked know a task id, with what each answered."""
+
+    task_id: str
+    results: tuple[TaskResult, ...]
+    workers: tuple[str, ...]
+    unreachable: tuple[UnreachableWorker, ...] = ()

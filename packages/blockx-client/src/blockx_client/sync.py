@@ -16,13 +16,22 @@ from blockx_client._options import GrpcTls
 from blockx_client._sync_iter import iterate_on
 from blockx_client.backoff import RetryPolicy
 from blockx_client.client import Client
+from blockx_client.cluster_tasks import (
+    DEFAULT_CONCURRENCY,
+    DEFAULT_LIMIT_PER_WORKER,
+    DEFAULT_WORKER_TIMEOUT_S,
+    Registry,
+    TaskFilter,
+)
 from blockx_client.models import (
     Cluster,
+    ClusterTasks,
     Invocation,
     Precheck,
     Reservation,
     SubmitAnswer,
     Task,
+    TaskHolders,
     TaskResult,
     TaskUpdate,
 )
@@ -113,6 +122,46 @@ class SyncClient:
         terminal (the stream's end). Stopping early closes the stream."""
         return iterate_on(
             self._loop, lambda: self._client.watch_tasks(task_ids, worker_addr=worker_addr)
+        )
+
+    def list_tasks(
+        self,
+        task_filter: TaskFilter | None = None,
+        *,
+        workers: Sequence[str] | None = None,
+        registry: Registry | None = None,
+        limit_per_worker: int = DEFAULT_LIMIT_PER_WORKER,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
+    ) -> ClusterTasks:
+        return self._run(
+            self._client.list_tasks(
+                task_filter,
+                workers=workers,
+                registry=registry,
+                limit_per_worker=limit_per_worker,
+                concurrency=concurrency,
+                worker_timeout_s=worker_timeout_s,
+            )
+        )
+
+    def find_task(
+        self,
+        task_id: str,
+        *,
+        workers: Sequence[str] | None = None,
+        registry: Registry | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
+    ) -> TaskHolders:
+        return self._run(
+            self._client.find_task(
+                task_id,
+                workers=workers,
+                registry=registry,
+                concurrency=concurrency,
+                worker_timeout_s=worker_timeout_s,
+            )
         )
 
     def run(

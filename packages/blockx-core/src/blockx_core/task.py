@@ -42,6 +42,9 @@ class TaskInput(msgspec.Struct, frozen=True, kw_only=True):
     result_handler: PluginSpec | None = None
     # 0 = the Worker default (TASK_DEADLINE_MS).
     task_timeout_ms: int = 0
+    # The root function the builder's config names (its "function" key), as the
+    # Worker's decoder read it: what ListTasks shows and filters on. Not on the wire.
+    function: str = ""
 
 
 class PluginResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -53,14 +56,40 @@ class PluginResult(msgspec.Struct, frozen=True, kw_only=True):
     failure_message: str = ""
 
 
+# A failed task keeps a summary of at most this many failed call attempts (the
+# first ones); it counts the rest.
+MAX_CALL_FAILURES: Final = 100
+# Each summary keeps this much of its message (a traceback can be long).
+CALL_FAILURE_MESSAGE_CHARS: Final = 1000
+
+
+class CallFailureSummary(msgspec.Struct, frozen=True, kw_only=True):
+    """One failed call attempt of a task: a root call (``root_index >= 0``) or a
+    sub-call (-1), its kind (``CallFailureKind``) and message, and whether it was
+    tried again after this attempt (``retried``)."""
+
+    root_index: int
+    function: str
+    kind: str
+    message: str
+    attempt: int = 1
+    retried: bool = False
+
+
 class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
-    """The terminal result (``TaskResult{success, executeResult}`` on the wire)."""
+    """The terminal result (``TaskResult{success, executeResult}`` on the wire).
+
+    A task failed in its Calls phase lists its failed call attempts in
+    ``call_failures`` (the first ``MAX_CALL_FAILURES``; ``call_failures_omitted``
+    counts the others); ``failure_message`` is the one that failed the task."""
 
     success: bool
     failure_code: FailureCode | None = None
     retryable: bool = False
     failure_message: str = ""
     plugin_results: tuple[PluginResult, ...] = ()
+    call_failures: tuple[CallFailureSummary, ...] = ()
+    call_failures_omitted: int = 0
 
 
 # Whether resubmitting may help, for the codes whose answer does not depend on the

@@ -1,9 +1,14 @@
-"""Tasks: ``reserve``, ``submit``, ``watch``, ``get-result``."""
+"""Tasks: ``reserve``, ``submit``, ``watch``, ``get-result``.
+
+``watch`` and ``get-result`` without ``--worker`` ask every registered Worker which
+one holds each task id (``commands/tasks.py``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Final
 
@@ -14,7 +19,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from blockx_cli.addresses import host_port_option
-from blockx_cli.options import ClusterOpt, JsonOpt, WorkerOpt
+from blockx_cli.commands.tasks import locate
+from blockx_cli.options import ClusterOpt, JsonOpt
 from blockx_cli.output import (
     EXIT_FAILED,
     EXIT_OK,
@@ -28,6 +34,7 @@ from blockx_cli.output import (
 from blockx_cli.runner import TASK_FILE_HINT, run
 from blockx_cli.settings import Settings, settings_of
 from blockx_client import (
+    Client,
     Cluster,
     PluginConfig,
     Task,
@@ -46,6 +53,13 @@ _NOT_KNOWN: Final = (
     "not known to the worker: never submitted there, the worker restarted since, or "
     "its result has expired (kept RESULT_RETENTION_MS)"
 )
+
+FindWorkerOpt = Annotated[
+    str | None,
+    typer.Option(help="The worker's host:port (default: ask every registered worker)."),
+]
+# The failed calls print_result shows; the rest are counted (--json has them all).
+_SHOWN_CALL_FAILURES: Final = 20
 
 STATE_STYLE: Final = {
     TaskState.ALLOCATED: "yellow",
@@ -113,12 +127,14 @@ def submit(
 @app.command()
 def watch(
     ctx: typer.Context,
-    task_ids: Annotated[list[str], typer.Argument(help="Task ids on that worker.")],
+    task_ids: Annotated[list[str], typer.Argument(help="Task ids to watch.")],
     *,
-    worker: WorkerOpt,
+    worker: FindWorkerOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Watch tasks to their end: a live table with states, progress and totals."""
+    """Watch tasks to their end: a live table with states, progress and totals.
+
+    With --json, one JSON object per line for each update, as it happens."""
     out = Output(console, json_)
     raise typer.Exit(run(_watch(settings_of(ctx), out, task_ids, worker)))
 
@@ -128,7 +144,7 @@ def get_result(
     ctx: typer.Context,
     task_id: Annotated[str, typer.Argument()],
     *,
-    worker: WorkerOpt,
+    worker: FindWorkerOpt = None,
     json_: JsonOpt = False,
 ) -> None:
     """A task's state and result (kept RESULT_RETENTION_MS after it ends)."""
@@ -232,8 +248,12 @@ async def _submit(
     return EXIT_OK
 
 
-async def _get_result(settings: Settings, out: Output, task_id: str, worker: str) -> int:
+async def _get_result(settings: Settings, out: Output, task_id: str, worker: str | None) -> int:
     async with settings.client() as client:
+        if worker is None:
+            result = await locate(client, settings, task_id)
+            print_result(out, result)
+            return EXIT_FAILED if result.state is TaskState.FAILED else EXIT_OK
         try:
             result = await client.get_task_result(task_id, worker_addr=worker)
         except TaskNotFoundError:
@@ -254,20 +274,19 @@ async def _get_result(settings: Settings, out: Output, task_id: str, worker: str
     return EXIT_OK
 
 
-async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: str) -> int:
+async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: str | None) -> int:
     latest: dict[str, TaskUpdate] = {}
     started = time.monotonic()
     async with settings.client() as client:
+        groups = await _watch_groups(client, settings, task_ids, worker)
         if out.json_mode:
-            async for update in client.watch_tasks(task_ids, worker_addr=worker):
+
+            def emit_line(update: TaskUpdate) -> None:
                 latest[update.task_id] = update
-            out.emit(
-                {
-                    "updates": [
-                        update_dict(latest[t]) for t in dict.fromkeys(task_ids) if t in latest
-                    ]
-                }
-            )
+                # One object per line, flushed, so a pipe sees each update at once.
+                print(json.dumps(update_dict(update), sort_keys=True), flush=True)
+
+            await _follow(client, groups, emit_line)
         else:
             progress = Progress(
                 TextColumn("[bold]tasks"),
@@ -277,13 +296,44 @@ async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: s
             )
             bar = progress.add_task("tasks", total=len(set(task_ids)))
             with Live(console=out.console, refresh_per_second=8) as live:
-                async for update in client.watch_tasks(task_ids, worker_addr=worker):
+
+                def show(update: TaskUpdate) -> None:
                     latest[update.task_id] = update
                     done = sum(1 for u in latest.values() if u.is_terminal)
                     progress.update(bar, completed=done)
                     live.update(Group(_watch_table(latest, started), progress))
+
+                await _follow(client, groups, show)
     failed = [u for u in latest.values() if not (u.result is not None and u.result.ok)]
     return EXIT_FAILED if failed else EXIT_OK
+
+
+async def _watch_groups(
+    client: Client, settings: Settings, task_ids: list[str], worker: str | None
+) -> dict[str, list[str]]:
+    """The task ids to watch on each worker: all on ``worker``, or each on the one
+    registered worker that holds it."""
+    if worker is not None:
+        return {worker: task_ids}
+    groups: dict[str, list[str]] = {}
+    for task_id in dict.fromkeys(task_ids):
+        found = await locate(client, settings, task_id)
+        groups.setdefault(found.worker_addr, []).append(task_id)
+    return groups
+
+
+async def _follow(
+    client: Client, groups: dict[str, list[str]], on_update: Callable[[TaskUpdate], None]
+) -> None:
+    """One Watch stream per worker, each update handed to ``on_update`` as it comes."""
+
+    async def one(addr: str, ids: list[str]) -> None:
+        async for update in client.watch_tasks(ids, worker_addr=addr):
+            on_update(update)
+
+    async with asyncio.TaskGroup() as streams:
+        for addr, ids in groups.items():
+            streams.create_task(one(addr, ids))
 
 
 def _watch_table(latest: dict[str, TaskUpdate], started: float) -> Table:
@@ -320,9 +370,30 @@ def print_result(out: Output, result: TaskResult) -> None:
         )
         if result.failure_message:
             out.console.print(result.failure_message, highlight=False, markup=False)
+        _print_call_failures(out, result)
     if result.error:
         out.console.print(f"  {result.error}")
     for plugin in result.plugin_results:
         value = plugin.value()
         shown = json.dumps(value) if value is not None else ""
         out.console.print(f"  {plugin.plugin_name}: {shown}", highlight=False, markup=False)
+
+
+def _print_call_failures(out: Output, result: TaskResult) -> None:
+    failures = result.call_failures
+    if not failures:
+        return
+    total = len(failures) + result.call_failures_omitted
+    out.console.print(f"  failed calls ({total}):", highlight=False)
+    for f in failures[:_SHOWN_CALL_FAILURES]:
+        which = f"#{f.root_index}" if f.root_index >= 0 else "sub-call"
+        again = ", retried" if f.retried else ""
+        first_line = f.message.strip().split("\n", 1)[0]
+        out.console.print(
+            f"    {which} {f.function} (attempt {f.attempt}{again}): {f.kind}: {first_line}",
+            highlight=False,
+            markup=False,
+        )
+    more = total - min(len(failures), _SHOWN_CALL_FAILURES)
+    if more:
+        out.console.print(f"    ... and {more} more (--json lists the first 100)", highlight=False)

@@ -170,7 +170,9 @@ class CallBook:
     ) -> None:
         self._cancel_children(call, out, now_ms)
         policy = self._config.retry
-        if retryable and kind in policy.retry_on and call.attempt < policy.max_attempts:
+        retry = retryable and kind in policy.retry_on and call.attempt < policy.max_attempts
+        call.task.record_failure(call, kind.value, message, retry)
+        if retry:
             due = now_ms + policy.backoff_for(call.attempt)
             call.attempt += 1
             call.retry_due = True
@@ -266,6 +268,8 @@ class CallBook:
                 failure_code=code,
                 failure_message=message,
                 failed_call=failed_call,
+                call_failures=tuple(task.failures),
+                call_failures_omitted=task.failures_omitted,
             )
         )
 

@@ -10,6 +10,7 @@ import msgspec
 from blockx_core.calls import CallContext, RootOutput
 from blockx_core.dispatch._failures import CallFailure
 from blockx_core.errors import FailureCode
+from blockx_core.task import CallFailureSummary
 
 
 class SendCalls(msgspec.Struct, frozen=True, kw_only=True):
@@ -72,7 +73,9 @@ class ConvergeTaskCalls(msgspec.Struct, frozen=True, kw_only=True):
     ``outputs`` are the root calls' results in root order, each tagged with its
     index and context (empty unless ``success``). A task that a root call failed
     (CALL_FAILED) says which call and how in ``failed_call``; ``failure_message``
-    is the whole text for people.
+    is the whole text for people. A failed phase also lists every failed call
+    attempt so far in ``call_failures`` (bounded; ``call_failures_omitted`` counts
+    the rest), the retried ones and failed sub-calls included.
     """
 
     task_id: str
@@ -81,6 +84,8 @@ class ConvergeTaskCalls(msgspec.Struct, frozen=True, kw_only=True):
     failure_message: str = ""
     failed_call: CallFailure | None = None
     outputs: Sequence[RootOutput] = ()
+    call_failures: tuple[CallFailureSummary, ...] = ()
+    call_failures_omitted: int = 0
 
 
 DispatchCommand = (

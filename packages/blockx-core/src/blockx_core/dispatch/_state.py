@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from blockx_core.calls import CallContext, RootCall, RootOutputs
+from blockx_core.task import CALL_FAILURE_MESSAGE_CHARS, MAX_CALL_FAILURES, CallFailureSummary
 
 
 class CallUsage:
@@ -40,6 +41,8 @@ class TaskCalls:
         "contexts",
         "done_roots",
         "extras",
+        "failures",
+        "failures_omitted",
         "function",
         "grown",
         "inflight_roots",
@@ -77,6 +80,25 @@ class TaskCalls:
         # Some call of the task has keyword arguments or a context: only then do its
         # batches need those columns.
         self.extras = False
+        # Every failed call attempt, up to MAX_CALL_FAILURES, and how many more.
+        self.failures: list[CallFailureSummary] = []
+        self.failures_omitted = 0
+
+    def record_failure(self, call: Call, kind: str, message: str, retried: bool) -> None:
+        """Keep a summary of a failed attempt (the first MAX_CALL_FAILURES only)."""
+        if len(self.failures) >= MAX_CALL_FAILURES:
+            self.failures_omitted += 1
+            return
+        self.failures.append(
+            CallFailureSummary(
+                root_index=call.root_index,
+                function=call.function,
+                kind=kind,
+                message=message[:CALL_FAILURE_MESSAGE_CHARS],
+                attempt=call.attempt,
+                retried=retried,
+            )
+        )
 
     def add(self, roots: list[RootCall | list[Any]]) -> None:
         if self.next_root == len(self.pending):

@@ -2,6 +2,13 @@
 
 from blockx_core.worker._config import WorkerConfig
 from blockx_core.worker._core import WorkerCore
+from blockx_core.worker._listing import (
+    DEFAULT_PAGE_SIZE,
+    MAX_PAGE_SIZE,
+    ListedTask,
+    ListTasksQuery,
+    TaskListing,
+)
 from blockx_core.worker._retention import result_bytes
 from blockx_core.worker._types import (
     AbortTaskWork,
@@ -21,8 +28,12 @@ from blockx_core.worker._types import (
 )
 
 __all__ = [
+    "DEFAULT_PAGE_SIZE",
+    "MAX_PAGE_SIZE",
     "AbortTaskWork",
     "InvalidTransition",
+    "ListTasksQuery",
+    "ListedTask",
     "PhaseOutcome",
     "PrepareTaskActivation",
     "RetentionStats",
@@ -32,6 +43,7 @@ __all__ = [
     "StartCallPhase",
     "StartWriterPhase",
     "TaskConverged",
+    "TaskListing",
     "TaskPhase",
     "TaskSnapshot",
     "WorkerCommand",

@@ -32,6 +32,7 @@ from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
 from blockx_core.ids import shown, task_id_problem
 from blockx_core.task import RETRYABLE, PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker._config import WorkerConfig
+from blockx_core.worker._listing import ListTasksQuery, TaskDirectory, TaskListing, query_problem
 from blockx_core.worker._retention import RetainedResults, input_digest
 from blockx_core.worker._slots import Slot, SlotTable
 from blockx_core.worker._types import (
@@ -89,6 +90,7 @@ class WorkerCore:
             config.result_retention_max_bytes, config.result_tombstones_max
         )
         self._watches = WatchCredentials(config.watch_disconnect_grace_ms)
+        self._directory = TaskDirectory(incarnation)
         self._ready = False
         self._draining = False
 
@@ -164,7 +166,9 @@ class WorkerCore:
                 ErrorCode.NO_SLOT,
                 f"no free slot: all {self._config.task_slots} task slots are reserved or running",
             )
-        return self._snapshot_of_slot(self._slots.allocate(task_id, now_ms + ttl_ms))
+        slot = self._slots.allocate(task_id, now_ms + ttl_ms)
+        self._directory.seen(task_id, now_ms, self._lookup)
+        return self._snapshot_of_slot(slot)
 
     def handle_submit_task(
         self, task: TaskInput, slot_id: str, now_ms: int
@@ -208,6 +212,7 @@ class WorkerCore:
         self._tasks[task.task_id] = record
         self._task_deadlines.set(task.task_id, record.deadline_ms)
         self._watches.submitted(task.task_id, now_ms)
+        self._directory.submitted(task.task_id, task.function_call_config.type, task.function)
         snapshot = TaskSnapshot(task_id=task.task_id, slot_id=slot_id, state=TaskState.RUNNING)
         return snapshot, [
             PrepareTaskActivation(task_id=task.task_id, task=task, deadline_ms=record.deadline_ms)
@@ -271,7 +276,7 @@ class WorkerCore:
             code = outcome.failure_code or _DEFAULT_FAILURE[phase]
             retryable = RETRYABLE.get(code, outcome.retryable)
             return self._fail(
-                task, code, retryable, outcome.message, now_ms, outcome.plugin_results
+                task, code, retryable, outcome.message, now_ms, outcome.plugin_results, outcome
             )
         if phase is TaskPhase.WRITER:
             result = TaskResult(success=True, plugin_results=outcome.plugin_results)
@@ -350,17 +355,19 @@ class WorkerCore:
         problem = task_id_problem(task_id)
         if problem is not None:
             return Refusal(ErrorCode.INVALID_ARGUMENT, problem)
-        slot = self._slots.by_task(task_id)
-        if slot is not None:  # reserved, or submitted and not terminal
-            return self._snapshot_of_slot(slot)
-        retained = self._retained.snapshot(task_id, now_ms)
-        if retained is not None:
-            return retained
+        found = self._lookup(task_id, now_ms)
+        if found is not None:
+            return found
         return Refusal(
             ErrorCode.NOT_FOUND,
             f"task {shown(task_id)} is unknown here, or its result has expired "
             f"(results are kept {self._config.result_retention_ms} ms)",
         )
+
+    def handle_list_tasks(self, query: ListTasksQuery, now_ms: int) -> TaskListing | Refusal:
+        """A page of the tasks held here (active, retained, tombstones); see ``_listing``."""
+        listing = query_problem(query) or self._directory.page(query, now_ms, self._lookup)
+        return Refusal(ErrorCode.INVALID_ARGUMENT, listing) if isinstance(listing, str) else listing
 
     def derive_heartbeat(self) -> tuple[int, int, int]:
         """``(taskSlots, reservedSlots, runningTasks)`` from the slot table's counts."""
@@ -393,6 +400,13 @@ class WorkerCore:
                 ErrorCode.UNAVAILABLE, "the worker is not ready (executors or code still loading)"
             )
         return None
+
+    def _lookup(self, task_id: str, now_ms: int) -> TaskSnapshot | None:
+        """Reserved, or submitted and not terminal; else its retained result or tombstone."""
+        slot = self._slots.by_task(task_id)
+        if slot is not None:
+            return self._snapshot_of_slot(slot)
+        return self._retained.snapshot(task_id, now_ms)
 
     def _snapshot_of_slot(self, slot: Slot) -> TaskSnapshot:
         running = slot.state is SlotState.RUNNING or slot.task_id in self._tasks
@@ -427,6 +441,7 @@ class WorkerCore:
         message: str,
         now_ms: int,
         plugin_results: tuple[PluginResult, ...] = (),
+        outcome: PhaseOutcome | None = None,
     ) -> list[WorkerCommand]:
         result = TaskResult(
             success=False,
@@ -434,6 +449,8 @@ class WorkerCore:
             retryable=retryable,
             failure_message=message,
             plugin_results=plugin_results,
+            call_failures=() if outcome is None else outcome.call_failures,
+            call_failures_omitted=0 if outcome is None else outcome.call_failures_omitted,
         )
         return self._converge(task, TaskState.FAILED, result, now_ms)
 
@@ -448,6 +465,7 @@ class WorkerCore:
         self._release(task.slot, Converge())
         until_ms = now_ms + self._config.result_retention_ms
         digest = input_digest(task.input)
+        self._directory.converged(task_id, now_ms)
         self._retained.keep(task_id, state, result, slot_id, digest, now_ms, until_ms)
         return [TaskConverged(task_id=task_id, slot_id=slot_id, state=state, result=result)]
 

@@ -32,6 +32,8 @@ from blockx_core.worker._types import RetentionStats, TaskSnapshot
 
 # What a kept entry costs beyond its strings and bytes (the objects holding them).
 ENTRY_OVERHEAD_BYTES: Final = 512
+# What each kept call failure summary costs beyond its strings.
+CALL_FAILURE_OVERHEAD_BYTES: Final = 96
 # A tombstone keeps this much of the failure message.
 TOMBSTONE_MESSAGE_CHARS: Final = 256
 
@@ -42,6 +44,8 @@ def result_bytes(task_id: str, slot_id: str, result: TaskResult) -> int:
     size = ENTRY_OVERHEAD_BYTES + len(task_id) + len(slot_id) + len(result.failure_message)
     for plugin in result.plugin_results:
         size += len(plugin.result) + len(plugin.plugin_name) + len(plugin.failure_message)
+    for failure in result.call_failures:
+        size += CALL_FAILURE_OVERHEAD_BYTES + len(failure.function) + len(failure.message)
     return size
 
 

@@ -7,7 +7,7 @@ import enum
 import msgspec
 
 from blockx_core.errors import FailureCode
-from blockx_core.task import PluginResult, TaskInput, TaskResult, TaskState
+from blockx_core.task import CallFailureSummary, PluginResult, TaskInput, TaskResult, TaskState
 
 
 class SlotState(enum.Enum):
@@ -85,6 +85,9 @@ class PhaseOutcome(msgspec.Struct, frozen=True, kw_only=True):
     # Builder phase: how many calls it built, when known up front. Zero skips the Calls
     # phase (an empty call list takes no executor slot); None always runs it.
     call_count: int | None = None
+    # Calls phase, failed: every failed call attempt (bounded) and how many more.
+    call_failures: tuple[CallFailureSummary, ...] = ()
+    call_failures_omitted: int = 0
 
 
 # ---- commands ------------------------------------------------------------------------

@@ -8,6 +8,7 @@ import msgspec
 
 from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.task import PluginSpec, TaskInput, TaskResult, TaskState
+from blockx_core.worker import ListTasksQuery, TaskListing
 from blockx_proto import worker_v1
 from blockx_server.runtime.json_bounds import check_json
 
@@ -19,8 +20,55 @@ _STATE: Final = {
 }
 
 
+_STATE_OF_PB: Final = {pb: state for state, pb in _STATE.items()}
+
+
 def state_to_pb(state: TaskState | None) -> worker_v1.TaskState:
     return worker_v1.TaskState.UNSPECIFIED if state is None else _STATE[state]
+
+
+def query_from_pb(request: worker_v1.ListTasksRequest) -> ListTasksQuery | Refusal:
+    """A ListTasks request as the core's query (which checks the bounds itself)."""
+    states = set()
+    for pb in request.states:
+        state = _STATE_OF_PB.get(pb)
+        if state is None:
+            return Refusal(
+                ErrorCode.INVALID_ARGUMENT,
+                f"states: {pb!r} is not a state to list; use ALLOCATED, RUNNING, SUCCEEDED, FAILED",
+            )
+        states.add(state)
+    return ListTasksQuery(
+        states=frozenset(states),
+        function=request.function,
+        min_age_ms=request.min_age_ms,
+        max_age_ms=request.max_age_ms,
+        page_size=request.page_size,
+        page_token=request.page_token,
+    )
+
+
+def listing_to_pb(listing: TaskListing, worker_addr: str) -> worker_v1.ListTasksResponse:
+    return worker_v1.ListTasksResponse(
+        tasks=[
+            worker_v1.ListedTask(
+                task_id=t.task_id,
+                state=_STATE[t.state],
+                slot_id=t.slot_id,
+                call_builder=t.call_builder,
+                function=t.function,
+                created_ms=t.created_ms,
+                converged_ms=t.converged_ms,
+                failure_code=t.failure_code.value if t.failure_code else "",
+                failure_summary=t.failure_summary,
+                tombstone=t.tombstone,
+                call_failures=t.call_failures,
+            )
+            for t in listing.tasks
+        ],
+        next_page_token=listing.next_page_token,
+        worker_addr=worker_addr,
+    )
 
 
 def result_to_pb(result: TaskResult | None) -> worker_v1.TaskResult | None:
@@ -42,6 +90,18 @@ def result_to_pb(result: TaskResult | None) -> worker_v1.TaskResult | None:
                 )
                 for p in result.plugin_results
             ],
+            call_failures=[
+                worker_v1.CallFailureSummary(
+                    root_index=f.root_index,
+                    function=f.function,
+                    kind=f.kind,
+                    message=f.message,
+                    attempt=f.attempt,
+                    retried=f.retried,
+                )
+                for f in result.call_failures
+            ],
+            call_failures_omitted=result.call_failures_omitted,
         ),
     )
 
@@ -91,4 +151,19 @@ def task_from_pb(request: worker_v1.SubmitTaskRequest) -> TaskInput | Refusal:
         function_call_config=PluginSpec(type=fcc.type, config=fcc.config or "{}"),
         result_handler=handler,
         task_timeout_ms=pb.task_timeout_ms,
+        function=_function_of(fcc.config or "{}"),
     )
+
+
+class _NamesFunction(msgspec.Struct):
+    function: object = ""
+
+
+def _function_of(config: str) -> str:
+    """The root function a builder config names (its "function" key), for ListTasks.
+    Checked already to be JSON; decoding one key skips the rest without building it."""
+    try:
+        named = msgspec.json.decode(config, type=_NamesFunction)
+    except msgspec.DecodeError:
+        return ""  # not an object: the builder says what is wrong with it
+    return named.function if isinstance(named.function, str) else ""

@@ -412,6 +412,8 @@ class Orchestrator:
                 success=False,
                 failure_code=converged.failure_code,
                 message=converged.failure_message,
+                call_failures=converged.call_failures,
+                call_failures_omitted=converged.call_failures_omitted,
             )
         runtime.outputs = converged.outputs
         return PhaseOutcome(success=True)

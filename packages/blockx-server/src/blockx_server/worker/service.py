@@ -16,7 +16,14 @@ from blockx_core.ids import MAX_WATCH_TASK_IDS, task_id_problem
 from blockx_core.worker import TaskSnapshot
 from blockx_proto import worker_v1
 from blockx_server.runtime.status import WORKER_STATUS
-from blockx_server.worker.convert import config_chars, result_to_pb, state_to_pb, task_from_pb
+from blockx_server.worker.convert import (
+    config_chars,
+    listing_to_pb,
+    query_from_pb,
+    result_to_pb,
+    state_to_pb,
+    task_from_pb,
+)
 from blockx_server.worker.orchestrator import Orchestrator
 from blockx_server.worker.subscriptions import TaskEvent
 
@@ -73,6 +80,16 @@ class WorkerService(worker_v1.WorkerServiceBase):
             state=state_to_pb(answer.state),
             result=result_to_pb(answer.result),
         )
+
+    async def list_tasks(self, message: worker_v1.ListTasksRequest) -> worker_v1.ListTasksResponse:
+        query = query_from_pb(message)
+        if isinstance(query, Refusal):
+            raise _raise(query)
+        orchestrator = self._orchestrator
+        listing = orchestrator.core.handle_list_tasks(query, orchestrator.clock.now_ms())
+        if isinstance(listing, Refusal):
+            raise _raise(listing)
+        return listing_to_pb(listing, self._addr)
 
     async def watch_tasks(
         self, message: worker_v1.WatchTasksRequest

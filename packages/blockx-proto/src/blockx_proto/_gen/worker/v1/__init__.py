@@ -4,10 +4,14 @@
 # This file has been @generated
 
 __all__ = (
+    "CallFailureSummary",
     "ExecuteResult",
     "FunctionCallConfig",
     "GetTaskResultRequest",
     "GetTaskResultResponse",
+    "ListTasksRequest",
+    "ListTasksResponse",
+    "ListedTask",
     "PluginResult",
     "RequestTaskSlotRequest",
     "ResultHandler",
@@ -75,6 +79,40 @@ class TaskState(betterproto2.Enum):
 
 
 @dataclass(eq=False, repr=False)
+class CallFailureSummary(betterproto2.Message):
+    """
+    ---- BlockX addition: ListTasks and call failure summaries ----
+    """
+
+    root_index: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    The root call's index; -1 for a sub-call.
+    """
+
+    function: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    kind: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    USER_ERROR, BUDGET_EXCEEDED, EXECUTOR_LOST, ...
+    """
+
+    message: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The first 1000 characters of the failure (exception, traceback, ...).
+    """
+
+    attempt: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+
+    retried: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+    """
+    The call was tried again after this attempt.
+    """
+
+
+default_message_pool.register_message("worker.v1", "CallFailureSummary", CallFailureSummary)
+
+
+@dataclass(eq=False, repr=False)
 class ExecuteResult(betterproto2.Message):
     failure_code: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
     """
@@ -96,6 +134,19 @@ class ExecuteResult(betterproto2.Message):
     failure_message: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
     """
     BlockX addition (the Go wire drops it): the human-readable reason.
+    """
+
+    call_failures: "list[CallFailureSummary]" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    BlockX addition: every failed call attempt of a task failed in its Calls
+    phase, the first 100 of them (retried attempts and sub-calls included) ...
+    """
+
+    call_failures_omitted: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    ... and how many more there were.
     """
 
 
@@ -141,6 +192,100 @@ class GetTaskResultResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("worker.v1", "GetTaskResultResponse", GetTaskResultResponse)
+
+
+@dataclass(eq=False, repr=False)
+class ListedTask(betterproto2.Message):
+    task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    state: "TaskState" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: TaskState(0)
+    )
+
+    slot_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    call_builder: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    function_call_config.type, and the root function its config names.
+    """
+
+    function: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    created_ms: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    Unix ms the Worker first saw the task (reserved or submitted) and it converged
+    (0 while not terminal).
+    """
+
+    converged_ms: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+
+    failure_code: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+
+    failure_summary: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    The first 200 characters of the failure message.
+    """
+
+    tombstone: "bool" = betterproto2.field(10, betterproto2.TYPE_BOOL)
+    """
+    Only a tombstone is left: the outputs were dropped for the retention budget.
+    """
+
+    call_failures: "int" = betterproto2.field(11, betterproto2.TYPE_INT64)
+    """
+    Failed call attempts the result records.
+    """
+
+
+default_message_pool.register_message("worker.v1", "ListedTask", ListedTask)
+
+
+@dataclass(eq=False, repr=False)
+class ListTasksRequest(betterproto2.Message):
+    states: "list[TaskState]" = betterproto2.field(1, betterproto2.TYPE_ENUM, repeated=True)
+    """
+    Only tasks in these states; empty: all.
+    """
+
+    function: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Only tasks whose config names this root function; empty: all.
+    """
+
+    min_age_ms: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Only tasks first seen at least / at most this long ago; 0: no bound.
+    """
+
+    max_age_ms: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+
+    page_size: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    0: 1000; at most 10000.
+    """
+
+    page_token: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    next_page_token of the previous page; empty: from the start.
+    """
+
+
+default_message_pool.register_message("worker.v1", "ListTasksRequest", ListTasksRequest)
+
+
+@dataclass(eq=False, repr=False)
+class ListTasksResponse(betterproto2.Message):
+    tasks: "list[ListedTask]" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, repeated=True)
+
+    next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Empty when there are no more tasks to list.
+    """
+
+    worker_addr: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("worker.v1", "ListTasksResponse", ListTasksResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -421,6 +566,30 @@ class WorkerServiceStub(betterproto2_grpclib.ServiceStub):
         ):
             yield response
 
+    async def list_tasks(
+        self,
+        message: "ListTasksRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ListTasksResponse":
+        """
+        BlockX addition: the tasks this Worker holds (reserved, running, retained
+        results and tombstones) in the order it first saw them, filtered and paged.
+        Errors: INVALID_ARGUMENT (a state it holds no task in, a negative or crossed
+        age bound, page_size above 10000, a page_token it did not give).
+        """
+
+        return await self._unary_unary(
+            "/worker.v1.WorkerService/ListTasks",
+            message,
+            ListTasksResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
     async def request_task_slot(self, message: "RequestTaskSlotRequest") -> "TaskSnapshot":
@@ -462,6 +631,16 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
         yield TaskUpdate()
 
+    async def list_tasks(self, message: "ListTasksRequest") -> "ListTasksResponse":
+        """
+        BlockX addition: the tasks this Worker holds (reserved, running, retained
+        results and tombstones) in the order it first saw them, filtered and paged.
+        Errors: INVALID_ARGUMENT (a state it holds no task in, a negative or crossed
+        age bound, page_size above 10000, a page_token it did not give).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def __rpc_request_task_slot(
         self, stream: "grpclib.server.Stream[RequestTaskSlotRequest, TaskSnapshot]"
     ) -> None:
@@ -497,6 +676,14 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
             request,
         )
 
+    async def __rpc_list_tasks(
+        self, stream: "grpclib.server.Stream[ListTasksRequest, ListTasksResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.list_tasks(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/worker.v1.WorkerService/RequestTaskSlot": grpclib.const.Handler(
@@ -522,5 +709,11 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_STREAM,
                 WatchTasksRequest,
                 TaskUpdate,
+            ),
+            "/worker.v1.WorkerService/ListTasks": grpclib.const.Handler(
+                self.__rpc_list_tasks,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ListTasksRequest,
+                ListTasksResponse,
             ),
         }

@@ -1,0 +1,251 @@
+"""The cluster's tasks: ``tasks``, and finding the Worker that holds a task id."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Annotated, Any, Final
+
+import typer
+from rich.table import Table
+
+from blockx_cli.options import JsonOpt
+from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
+from blockx_cli.runner import run
+from blockx_cli.settings import Settings, settings_of
+from blockx_client import (
+    Client,
+    ClusterTasks,
+    ListedTask,
+    Registry,
+    TaskFilter,
+    TaskResult,
+    TaskState,
+    UnreachableWorker,
+)
+
+app = typer.Typer()
+
+_STATE_STYLE: Final = {
+    TaskState.ALLOCATED: "yellow",
+    TaskState.RUNNING: "cyan",
+    TaskState.SUCCEEDED: "green",
+    TaskState.FAILED: "red",
+    TaskState.NOT_FOUND: "magenta",
+}
+_LISTED_STATES: Final = [s.value for s in TaskState if s is not TaskState.NOT_FOUND]
+_UNITS_MS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+_DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+DEFAULT_PREFIXES: Final = ["/blockx/workers/", "/blockx/bundle-workers/"]
+
+
+def parse_duration_ms(text: str, flag: str) -> int:
+    """``90``, ``90s``, ``1500ms``, ``5m``, ``2h``, ``1d`` as milliseconds (bare: seconds)."""
+    match = _DURATION.match(text)
+    if match is None:
+        fail(f"{flag} {text!r} is not a duration: say e.g. 90s, 5m, 2h or 1500ms", EXIT_USAGE)
+    number, unit = match.groups()
+    return int(float(number) * _UNITS_MS[unit or "s"])
+
+
+@app.command()
+def tasks(
+    ctx: typer.Context,
+    *,
+    state: Annotated[
+        list[str] | None,
+        typer.Option(
+            help=f"Only tasks in this state; repeat for more ({', '.join(_LISTED_STATES)})."
+        ),
+    ] = None,
+    function: Annotated[
+        str | None, typer.Option(help="Only tasks whose config names this root function.")
+    ] = None,
+    older_than: Annotated[
+        str | None,
+        typer.Option(help="Only tasks first seen at least this long ago (90s, 5m, 2h)."),
+    ] = None,
+    newer_than: Annotated[
+        str | None, typer.Option(help="Only tasks first seen at most this long ago (90s, 5m, 2h).")
+    ] = None,
+    worker: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Ask only this worker (host:port); repeat for more (default: all registered)."
+        ),
+    ] = None,
+    prefix: Annotated[
+        list[str] | None,
+        typer.Option(help="Registry prefixes (default: the block and bundle clusters')."),
+    ] = None,
+    limit: Annotated[int, typer.Option(help="At most this many tasks per worker.")] = 10_000,
+    timeout: Annotated[float, typer.Option(help="Seconds each worker has to answer.")] = 5.0,
+    json_: JsonOpt = False,
+) -> None:
+    """The tasks of every registered worker: reserved, running and retained results."""
+    out = Output(console, json_)
+    states: list[TaskState] = []
+    for name in state or []:
+        if name.upper() not in _LISTED_STATES:
+            fail(f"--state {name!r}: use one of {', '.join(_LISTED_STATES)}", EXIT_USAGE)
+        states.append(TaskState(name.upper()))
+    if limit < 1:
+        fail(f"--limit must be >= 1 (got {limit})", EXIT_USAGE)
+    if timeout <= 0:
+        fail(f"--timeout must be > 0 seconds (got {timeout})", EXIT_USAGE)
+    task_filter = TaskFilter(
+        states=tuple(states),
+        function=function or "",
+        min_age_ms=parse_duration_ms(older_than, "--older-than") if older_than else 0,
+        max_age_ms=parse_duration_ms(newer_than, "--newer-than") if newer_than else 0,
+    )
+    if task_filter.max_age_ms and task_filter.min_age_ms > task_filter.max_age_ms:
+        fail("--older-than is longer than --newer-than: no task can be both", EXIT_USAGE)
+    settings = settings_of(ctx)
+    raise typer.Exit(
+        run(_tasks(settings, out, task_filter, worker, prefix or DEFAULT_PREFIXES, limit, timeout))
+    )
+
+
+def registry_of(settings: Settings, prefixes: list[str] | None = None) -> Registry:
+    return Registry(
+        endpoints=tuple(settings.etcd_endpoints()),
+        prefixes=tuple(prefixes or DEFAULT_PREFIXES),
+        access=settings.etcd_access(),
+    )
+
+
+async def _tasks(
+    settings: Settings,
+    out: Output,
+    task_filter: TaskFilter,
+    workers: list[str] | None,
+    prefixes: list[str],
+    limit: int,
+    timeout_s: float,
+) -> int:
+    async with settings.client() as client:
+        found = await client.list_tasks(
+            task_filter,
+            workers=workers,
+            registry=registry_of(settings, prefixes),
+            limit_per_worker=limit,
+            worker_timeout_s=timeout_s,
+        )
+    now_ms = int(time.time() * 1000)
+    if out.json_mode:
+        out.emit(
+            {
+                "tasks": [listed_dict(t, now_ms) for t in found.tasks],
+                "workers": list(found.workers),
+                "unreachable": [unreachable_dict(u) for u in found.unreachable],
+                "truncated": list(found.truncated),
+            }
+        )
+    else:
+        out.console.print(_table(found, now_ms))
+        warn_unreachable(found.unreachable)
+        for addr in found.truncated:
+            out.console.print(
+                f"[yellow]{addr} holds more than {limit} matching tasks; its oldest are shown "
+                "(narrow the filters or raise --limit)[/]"
+            )
+    if found.workers and len(found.unreachable) == len(found.workers):
+        return EXIT_SERVICE  # nobody answered: the listing says nothing
+    return EXIT_OK
+
+
+def _table(found: ClusterTasks, now_ms: int) -> Table:
+    answered = len(found.workers) - len(found.unreachable)
+    table = Table(title=f"{len(found.tasks)} task(s) on {answered} worker(s)")
+    for column in ("task", "state", "worker", "function", "age", "ended", "failure"):
+        table.add_column(column, no_wrap=column in ("task", "state", "worker"))
+    counts: dict[str, int] = {}
+    for t in found.tasks:
+        counts[t.state.value] = counts.get(t.state.value, 0) + 1
+        state = f"[{_STATE_STYLE[t.state]}]{t.state.value}[/]"
+        if t.tombstone:
+            state += " [dim](outputs dropped)[/]"
+        failure = t.failure_code
+        if t.failure_summary:
+            failure += f": {t.failure_summary[:80]}"
+        if t.call_failures > 1:
+            failure += f" [dim]({t.call_failures} failed calls)[/]"
+        table.add_row(
+            t.task_id,
+            state,
+            t.worker_addr,
+            t.function or t.call_builder,
+            _age(now_ms - t.created_ms),
+            _age(now_ms - t.converged_ms) + " ago" if t.converged_ms else "",
+            failure,
+        )
+    table.caption = "  ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+    return table
+
+
+def _age(ms: int) -> str:
+    seconds = max(0, ms) / 1000
+    if seconds < 120:
+        return f"{seconds:.1f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def listed_dict(t: ListedTask, now_ms: int) -> dict[str, Any]:
+    return {
+        "task_id": t.task_id,
+        "state": t.state.value,
+        "worker_addr": t.worker_addr,
+        "function": t.function,
+        "call_builder": t.call_builder,
+        "slot_id": t.slot_id,
+        "created_ms": t.created_ms,
+        "converged_ms": t.converged_ms,
+        "age_ms": now_ms - t.created_ms,
+        "failure_code": t.failure_code,
+        "failure_summary": t.failure_summary,
+        "tombstone": t.tombstone,
+        "call_failures": t.call_failures,
+    }
+
+
+def unreachable_dict(u: UnreachableWorker) -> dict[str, str]:
+    return {"worker_addr": u.worker_addr, "error": u.error}
+
+
+def warn_unreachable(unreachable: tuple[UnreachableWorker, ...]) -> None:
+    for u in unreachable:
+        console.print(
+            f"[yellow]worker {u.worker_addr} did not answer: {u.error}[/]", highlight=False
+        )
+
+
+async def locate(client: Client, settings: Settings, task_id: str) -> TaskResult:
+    """The one registered Worker's answer for ``task_id``; a clear exit when no
+    worker knows it, or more than one does."""
+    # One task id: each worker gets the client's RPC timeout, not the listing's 5 s.
+    holders = await client.find_task(
+        task_id, registry=registry_of(settings), worker_timeout_s=client.rpc_timeout_s
+    )
+    if len(holders.results) == 1:
+        return holders.results[0]
+    if holders.results:
+        where = ", ".join(r.worker_addr for r in holders.results)
+        fail(
+            f"task {task_id} is known to {len(holders.results)} workers ({where})",
+            EXIT_USAGE,
+            hint="pass --worker HOST:PORT to choose one",
+        )
+    asked = len(holders.workers)
+    missing = f"no registered worker knows task {task_id} (asked {asked})"
+    if holders.unreachable:
+        down = ", ".join(u.worker_addr for u in holders.unreachable)
+        missing += f"; {len(holders.unreachable)} did not answer and may hold it: {down}"
+    fail(
+        missing,
+        EXIT_FAILED,
+        hint="results are kept RESULT_RETENTION_MS after a task ends; "
+        "`blockx tasks` lists what the workers hold",
+    )

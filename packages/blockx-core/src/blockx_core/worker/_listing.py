@@ -1,0 +1,237 @@
+"""ListTasks: the tasks a Worker holds, in the order it first saw them, filtered, paged.
+
+A ``TaskDirectory`` records, per task id, what a listing shows beyond the task's
+state: when the Worker first saw it (reserved or submitted), its Call Builder and
+root function, when it converged. The state itself, the result and whether only a
+tombstone is left are asked of the slot table and the retention at listing time
+(``lookup``), so the directory never disagrees with them.
+
+Invariants:
+
+* every task the Worker holds (a slot in use, a retained result, a tombstone) has
+  an entry, and its ``(seq, task_id)`` is in ``_order``;
+* ``_order`` is sorted by ``seq``, which only grows (entries are appended);
+* an entry whose task is no longer held is dropped lazily: when a listing passes
+  it, or when ``_order`` has grown past twice its length after the last rebuild
+  (plus 1,024): a rebuild costs O(n) once per n new tasks, O(1) amortized, and
+  ``_order`` never holds much more than twice the tasks held at that rebuild.
+
+A page costs O(log n) to find its start (a bisect on the token's ``seq``), then one
+lookup per entry it looks at, at most ``SCAN_BUDGET`` of them, whatever the filters
+match and whatever ``task_slots`` is. A page that used up its budget answers what
+it found with a token to go on from.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Callable
+from typing import Final
+
+import msgspec
+
+from blockx_core.errors import FailureCode
+from blockx_core.task import TaskState
+from blockx_core.worker._types import TaskSnapshot
+
+MAX_PAGE_SIZE: Final = 10_000
+DEFAULT_PAGE_SIZE: Final = 1_000
+# Entries one page looks at, matching the filters or not.
+SCAN_BUDGET: Final = 50_000
+# A listed failure keeps this much of its message.
+FAILURE_SUMMARY_CHARS: Final = 200
+
+# How far past twice its last rebuilt length ``_order`` grows before the next rebuild.
+_REBUILD_SLACK: Final = 1024
+
+# The states a Worker holds tasks in (NOT_FOUND is what a client reads for none).
+HELD_STATES: Final = frozenset(
+    {TaskState.ALLOCATED, TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED}
+)
+
+Lookup = Callable[[str, int], TaskSnapshot | None]
+
+
+class ListTasksQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """Empty ``states`` and ``function`` match every task; an age bound of 0 is none.
+    ``min_age_ms``: first seen at least that long ago; ``max_age_ms``: at most."""
+
+    states: frozenset[TaskState] = frozenset()
+    function: str = ""
+    min_age_ms: int = 0
+    max_age_ms: int = 0
+    page_size: int = 0  # 0: DEFAULT_PAGE_SIZE
+    page_token: str = ""
+
+
+class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    state: TaskState
+    slot_id: str
+    call_builder: str
+    function: str
+    created_ms: int
+    converged_ms: int  # 0 while not terminal
+    failure_code: FailureCode | None = None
+    failure_summary: str = ""
+    # Only a tombstone is left: the outputs were dropped for the retention budget.
+    tombstone: bool = False
+    # Failed call attempts the result keeps (plus the ones it only counts).
+    call_failures: int = 0
+
+
+class TaskListing(msgspec.Struct, frozen=True, kw_only=True):
+    tasks: tuple[ListedTask, ...]
+    # Empty when the listing reached the end.
+    next_page_token: str = ""
+
+
+class _Entry:
+    __slots__ = ("call_builder", "converged_ms", "created_ms", "function", "seq")
+
+    def __init__(self, seq: int, created_ms: int) -> None:
+        self.seq = seq
+        self.created_ms = created_ms
+        self.call_builder = ""
+        self.function = ""
+        self.converged_ms = 0
+
+
+def query_problem(query: ListTasksQuery) -> str | None:
+    """What is wrong with ``query``, said so a caller can fix it; None when valid."""
+    odd = query.states - HELD_STATES
+    if odd:
+        shown = ", ".join(sorted(s.value for s in odd))
+        return (
+            f"states: a worker holds no task in {shown}; use ALLOCATED, RUNNING, SUCCEEDED, FAILED"
+        )
+    if query.min_age_ms < 0 or query.max_age_ms < 0:
+        return (
+            f"min_age_ms and max_age_ms must be >= 0 (got {query.min_age_ms}, "
+            f"{query.max_age_ms}); 0 means no bound"
+        )
+    if query.max_age_ms and query.min_age_ms > query.max_age_ms:
+        return (
+            f"min_age_ms {query.min_age_ms} > max_age_ms {query.max_age_ms}: "
+            "no task can be both that old and that new"
+        )
+    if not 0 <= query.page_size <= MAX_PAGE_SIZE:
+        return (
+            f"page_size must be 0 (the default, {DEFAULT_PAGE_SIZE}) to {MAX_PAGE_SIZE} "
+            f"(got {query.page_size}); page on with next_page_token"
+        )
+    return None
+
+
+class TaskDirectory:
+    """See the module docstring. ``incarnation`` ties page tokens to this run."""
+
+    def __init__(self, incarnation: str) -> None:
+        self._incarnation = incarnation
+        self._entries: dict[str, _Entry] = {}
+        self._order: list[tuple[int, str]] = []
+        self._next_seq = 1
+        self._rebuild_at = _REBUILD_SLACK
+
+    def seen(self, task_id: str, now_ms: int, lookup: Lookup) -> None:
+        """A slot was reserved for ``task_id``."""
+        entry = _Entry(self._next_seq, now_ms)
+        self._next_seq += 1
+        self._entries[task_id] = entry
+        self._order.append((entry.seq, task_id))
+        if len(self._order) > self._rebuild_at:
+            self._rebuild(now_ms, lookup)
+
+    def submitted(self, task_id: str, call_builder: str, function: str) -> None:
+        entry = self._entries.get(task_id)
+        if entry is not None:
+            entry.call_builder = call_builder
+            entry.function = function
+
+    def converged(self, task_id: str, now_ms: int) -> None:
+        entry = self._entries.get(task_id)
+        if entry is not None:
+            entry.converged_ms = now_ms
+
+    def page(self, query: ListTasksQuery, now_ms: int, lookup: Lookup) -> TaskListing | str:
+        """One page of the tasks ``query`` matches, or what is wrong with its token."""
+        after = self._token_seq(query.page_token)
+        if isinstance(after, str):
+            return after
+        size = query.page_size or DEFAULT_PAGE_SIZE
+        oldest_ms = now_ms - query.max_age_ms if query.max_age_ms else None
+        newest_ms = now_ms - query.min_age_ms
+        found: list[ListedTask] = []
+        position = bisect.bisect_right(self._order, (after, "\U0010ffff"))
+        scanned = 0
+        last_seq = after
+        order = self._order
+        while position < len(order) and len(found) < size and scanned < SCAN_BUDGET:
+            seq, task_id = order[position]
+            position += 1
+            scanned += 1
+            last_seq = seq
+            entry = self._entries.get(task_id)
+            if entry is None or entry.seq != seq:
+                continue  # an earlier run of a task id that came back
+            if query.function and entry.function != query.function:
+                continue
+            if entry.created_ms > newest_ms or (
+                oldest_ms is not None and entry.created_ms < oldest_ms
+            ):
+                continue
+            snapshot = lookup(task_id, now_ms)
+            if snapshot is None:
+                del self._entries[task_id]  # no longer held; _order is rebuilt later
+                continue
+            if query.states and snapshot.state not in query.states:
+                continue
+            found.append(_listed(task_id, entry, snapshot))
+        more = position < len(order)
+        token = f"{self._incarnation}:{last_seq}" if more else ""
+        return TaskListing(tasks=tuple(found), next_page_token=token)
+
+    def _token_seq(self, token: str) -> int | str:
+        if not token:
+            return 0
+        incarnation, _, seq = token.rpartition(":")
+        if incarnation != self._incarnation:
+            return (
+                f"page_token {token!r} is not from this run of the worker (it restarted, "
+                "or the token was made up): list again without a page_token"
+            )
+        if not seq.isdigit():
+            return f"page_token {token!r} is not a token this worker gave: pass next_page_token"
+        return int(seq)
+
+    def _rebuild(self, now_ms: int, lookup: Lookup) -> None:
+        kept: list[tuple[int, str]] = []
+        for seq, task_id in self._order:
+            entry = self._entries.get(task_id)
+            if entry is None or entry.seq != seq:
+                continue
+            if lookup(task_id, now_ms) is None:
+                del self._entries[task_id]
+                continue
+            kept.append((seq, task_id))
+        self._order = kept
+        self._rebuild_at = 2 * len(kept) + _REBUILD_SLACK
+
+
+def _listed(task_id: str, entry: _Entry, snapshot: TaskSnapshot) -> ListedTask:
+    result = snapshot.result
+    return ListedTask(
+        task_id=task_id,
+        state=snapshot.state,
+        slot_id=snapshot.slot_id,
+        call_builder=entry.call_builder,
+        function=entry.function,
+        created_ms=entry.created_ms,
+        converged_ms=entry.converged_ms if snapshot.state.is_terminal else 0,
+        failure_code=None if result is None else result.failure_code,
+        failure_summary="" if result is None else result.failure_message[:FAILURE_SUMMARY_CHARS],
+        tombstone=snapshot.outputs_dropped,
+        call_failures=0
+        if result is None
+        else len(result.call_failures) + result.call_failures_omitted,
+    )
