@@ -125,7 +125,7 @@ HELP_DEFAULTS = {
     "": {
         "--coordinator": "[default: (127.0.0.1:8080)]",
         "--sync-invoker": "[default: (127.0.0.1:9091)]",
-        "--etcd": "[default: localhost:2379]",
+        "--etcd": "[default: (the running dev up's, else localhost:2379)]",
     },
     "submit": {
         "--task-id": "[default: (a uuid4)]",

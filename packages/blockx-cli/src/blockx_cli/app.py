@@ -76,10 +76,8 @@ def root(
         typer.Option(
             envvar="ETCD_ENDPOINTS",
             callback=etcd_endpoints_option,
-            help=(
-                "etcd endpoints (comma-separated host:port), for `blockx workers`; "
-                "else the running `dev up`'s, else localhost:2379."
-            ),
+            help="etcd endpoints (comma-separated host:port), for `blockx workers`.",
+            show_default="the running dev up's, else localhost:2379",
         ),
     ] = None,
     etcd_ca_file: Annotated[

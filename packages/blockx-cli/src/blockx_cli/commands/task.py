@@ -56,7 +56,11 @@ _NOT_KNOWN: Final = (
 
 FindWorkerOpt = Annotated[
     str | None,
-    typer.Option(help="The worker's host:port (default: ask every registered worker)."),
+    typer.Option(
+        callback=host_port_option,
+        help="The worker's host:port.",
+        show_default="ask every registered worker",
+    ),
 ]
 # The failed calls print_result shows; the rest are counted (--json has them all).
 _SHOWN_CALL_FAILURES: Final = 20
