@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from typing import Any, NoReturn, Protocol, TypeVar
 
 from blockx_server.runtime.env import ConfigError, Environ, each_error
+from blockx_server.runtime.logs import LOG_SETTINGS, configure_logging, read_log_settings
 from blockx_server.runtime.settings import Setting
 
 
@@ -48,16 +49,17 @@ def start_program(
     """What a server program does before it serves.
 
     ``--help`` and ``--version`` answer and exit 0; any other argument is one usage
-    line and exit 2. Then the configuration is read and validated before anything is
-    logged: every bad variable is one line on stderr, and the exit code is 2.
-    Logging is configured last, at the configured level.
+    line and exit 2. Then the configuration (the logging settings of
+    ``runtime/logs.py`` included) is read and validated before anything is logged:
+    every bad variable is one line on stderr, and the exit code is 2. Logging is
+    configured last, at the configured level and format.
     """
     args = sys.argv[1:] if argv is None else list(argv)
     match args:
         case []:
             pass
         case ["--help" | "-h"]:
-            print(program_help(program, summary, settings), end="", flush=True)
+            print(program_help(program, summary, [*settings, *LOG_SETTINGS]), end="", flush=True)
             raise SystemExit(0)
         case ["--version"]:
             print(f"{program} {package_version()}", flush=True)
@@ -69,11 +71,18 @@ def start_program(
                 flush=True,
             )
             raise SystemExit(2)
+    errors: list[ConfigError] = []
     try:
         config = load(os.environ)
     except ConfigError as exc:
-        fail(program, *(f"invalid configuration: {error}" for error in each_error(exc)))
-    configure_logging(config.log_level)
+        errors += each_error(exc)
+    try:
+        log_settings = read_log_settings(os.environ)
+    except ConfigError as exc:
+        errors += each_error(exc)
+    if errors:
+        fail(program, *(f"invalid configuration: {error}" for error in errors))
+    configure_logging(config.log_level, log_settings)
     return config
 
 
@@ -100,14 +109,6 @@ def package_version() -> str:
         return importlib.metadata.version("blockx-server")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
 
 
 @contextmanager
