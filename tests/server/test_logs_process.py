@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 from grpclib.const import Status
-from processes import CoordinatorProcess, WorkerProcess
+from processes import CoordinatorProcess, SyncInvokerProcess, WorkerProcess
 from support import wait_until
 
-from blockx_proto import worker_v1
+from blockx_proto import syncinvoker_v1, worker_v1
 from blockx_server.etcd.local import EtcdServer
 from blockx_server.runtime.logs import LogFormat, LogSettings, configure_logging, log_event
 
@@ -173,6 +173,33 @@ async def test_every_line_is_json_and_the_lifecycle_events_carry_the_task_fields
     assert end["function"] == "boom"
     assert f"boom {calls['call_index'] + 1}" in end["failure_message"]
     assert ("purged", None) in failed
+
+
+async def test_the_sync_invoker_logs_each_invoke_with_its_call_id(tmp_path: Path) -> None:
+    invoker = SyncInvokerProcess(
+        {"BLOCKX_LOG_FORMAT": "json", "BLOCKX_LOG_LEVEL": "DEBUG"}, tmp_path / "invoker.log"
+    )
+    try:
+        await invoker.wait_ready()
+        channel = invoker.channel()
+        try:
+            stub = syncinvoker_v1.SyncInvokerServiceStub(channel)
+            answer = await stub.invoke(
+                syncinvoker_v1.InvokeRequest(function="hello_world", args='["x"]', call_id="c-7"),
+                timeout=10,
+            )
+            assert answer.success, answer.failure_message
+        finally:
+            channel.close()
+    finally:
+        assert invoker.stop() == 0
+    invoked = [e for e in json_lines(invoker.output()) if e.get("event") == "invoked"]
+    assert len(invoked) == 1
+    assert invoked[0]["call_id"] == "c-7"
+    assert invoked[0]["function"] == "hello_world"
+    assert invoked[0]["code_epoch"] == 1
+    assert invoked[0]["success"] is True
+    assert invoked[0]["rpc"] == "Invoke"
 
 
 @pytest.mark.parametrize("program", ["blockx-worker", "blockx-coordinator", "blockx-proxy"])

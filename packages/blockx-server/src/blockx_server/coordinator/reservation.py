@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Protocol, assert_never
+from typing import Final, Protocol, assert_never
 
 import msgspec
 
@@ -44,12 +44,18 @@ class HandlerConfig(msgspec.Struct, frozen=True, kw_only=True):
 class ReserveObserver(Protocol):
     """Receives what the loop did; metrics implement it."""
 
-    def reserve_finished(self, outcome: ReserveOutcome, seconds: float) -> None: ...
+    def reserve_finished(self, outcome: ReserveOutcome, seconds: float, reason: str) -> None:
+        """``reason``: how the last worker asked answered (a SlotAttemptResult), or
+        NONE_TRIED when no worker was asked."""
+
     def slot_attempt(self, result: SlotAttemptResult) -> None: ...
 
 
+NONE_TRIED: Final = "none_tried"
+
+
 class _NoObserver:
-    def reserve_finished(self, outcome: ReserveOutcome, seconds: float) -> None:
+    def reserve_finished(self, outcome: ReserveOutcome, seconds: float, reason: str) -> None:
         pass
 
     def slot_attempt(self, result: SlotAttemptResult) -> None:
@@ -75,12 +81,16 @@ class ReservationLoop:
 
     async def reserve_worker_slot(self, task_id: TaskId) -> Reservation | ReserveFailure:
         started = time.perf_counter()
-        result = await self._run(task_id)
+        last: list[SlotAttemptResult] = []
+        result = await self._run(task_id, last)
         outcome = ReserveOutcome.RESERVED if isinstance(result, Reservation) else result.outcome
-        self._observer.reserve_finished(outcome, time.perf_counter() - started)
+        reason = last[-1].value if last else NONE_TRIED
+        self._observer.reserve_finished(outcome, time.perf_counter() - started, reason)
         return result
 
-    async def _run(self, task_id: TaskId) -> Reservation | ReserveFailure:
+    async def _run(
+        self, task_id: TaskId, attempts: list[SlotAttemptResult]
+    ) -> Reservation | ReserveFailure:
         reservation = ReservationCore(
             self._core, max_timeout_retries=self._config.max_timeout_retries
         )
@@ -91,6 +101,7 @@ class ReservationLoop:
                     answer = await self._reserver.request_task_slot(addr, task_id, ttl_ms)
                     result = classify_slot_answer(answer)
                     self._observer.slot_attempt(result)
+                    attempts.append(result)
                     if result is SlotAttemptResult.UNCERTAIN:
                         log.warning(
                             "uncertain RequestTaskSlot on %s for task %s: %s",
