@@ -17,6 +17,7 @@ import time
 from typing import Final, Protocol, assert_never
 
 import msgspec
+from opentelemetry.trace import SpanKind
 
 from blockx_core.coordinator import (
     CoordinatorCore,
@@ -32,6 +33,7 @@ from blockx_core.coordinator import (
 from blockx_core.ids import TaskId
 from blockx_server.coordinator.slot_reserver import SlotReserver
 from blockx_server.runtime.clock import Clock
+from blockx_server.runtime.tracing import TRACER, incoming_context
 
 log = logging.getLogger(__name__)
 
@@ -82,9 +84,17 @@ class ReservationLoop:
     async def reserve_worker_slot(self, task_id: TaskId) -> Reservation | ReserveFailure:
         started = time.perf_counter()
         last: list[SlotAttemptResult] = []
-        result = await self._run(task_id, last)
-        outcome = ReserveOutcome.RESERVED if isinstance(result, Reservation) else result.outcome
-        reason = last[-1].value if last else NONE_TRIED
+        # Current while it runs: each RequestTaskSlot carries it to the Worker.
+        with TRACER.start_as_current_span(
+            "ReserveWorkerSlot",
+            context=incoming_context(),
+            kind=SpanKind.SERVER,
+            attributes={"blockx.task_id": task_id},
+        ) as span:
+            result = await self._run(task_id, last)
+            outcome = ReserveOutcome.RESERVED if isinstance(result, Reservation) else result.outcome
+            reason = last[-1].value if last else NONE_TRIED
+            span.set_attributes({"blockx.outcome": outcome.value, "blockx.reason": reason})
         self._observer.reserve_finished(outcome, time.perf_counter() - started, reason)
         return result
 

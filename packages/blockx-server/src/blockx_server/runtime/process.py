@@ -18,6 +18,7 @@ from typing import Any, NoReturn, Protocol, TypeVar
 from blockx_server.runtime.env import ConfigError, Environ, each_error
 from blockx_server.runtime.logs import LOG_SETTINGS, configure_logging, read_log_settings
 from blockx_server.runtime.settings import Setting
+from blockx_server.runtime.tracing import configure_tracing
 
 
 class StartupError(Exception):
@@ -83,6 +84,7 @@ def start_program(
     if errors:
         fail(program, *(f"invalid configuration: {error}" for error in errors))
     configure_logging(config.log_level, log_settings)
+    configure_tracing(program)
     return config
 
 

@@ -150,7 +150,7 @@ class Orchestrator:
         answer = self.core.handle_request_task_slot(task_id, ttl_ms, self.clock.now_ms())
         self._arm_timer()  # a new lease
         if isinstance(answer, TaskSnapshot):
-            self.task_log.reserved(task_id, answer.slot_id, answer.lease_deadline_ms)
+            self.task_log.reserved(answer)
         return answer
 
     def submit_task(self, task: TaskInput, slot_id: str) -> TaskSnapshot | Refusal:
