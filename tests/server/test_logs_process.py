@@ -131,9 +131,10 @@ async def test_every_line_is_json_and_the_lifecycle_events_carry_the_task_fields
         return [e for e in worker_entries if e.get("task_id") == task_id and "event" in e]
 
     ok = events("t-ok")
-    # Reserved twice: once while waiting for the route, then the idempotent reserve.
-    assert ok[0]["event"] == "reserved"
-    ok = ok[1:]
+    # Reserved more than once: while waiting for the route, then the idempotent
+    # reserve (and again when a loaded host makes a RequestTaskSlot time out).
+    while ok[1]["event"] == "reserved":
+        ok = ok[1:]
     assert [(e["event"], e.get("phase")) for e in ok] == [
         ("reserved", None),
         ("submitted", None),

@@ -23,6 +23,7 @@ Coordinator's ReserveWorkerSlot), so one trace runs from the reservation to the 
 from __future__ import annotations
 
 import logging
+from typing import Final
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -167,7 +168,7 @@ class TaskLog:
             success=result.success,
             failure_code=None if code is None else code.value,
             retryable=result.retryable,
-            failure_message=result.failure_message or None,
+            failure_message=_first_line(result.failure_message),
             duration_ms=None if seconds is None else round(seconds * 1000, 3),
         )
 
@@ -213,3 +214,15 @@ def _end(span: Span, success: bool, failure_code: str | None) -> None:
         if failure_code:
             span.set_attribute("blockx.failure_code", failure_code)
     span.end()
+
+
+# The longest failure line an event carries: the whole message (a traceback, a
+# budget text) stays in the task's result.
+MAX_FAILURE_LINE: Final = 300
+
+
+def _first_line(message: str) -> str | None:
+    line = message.split("\n", 1)[0]
+    if len(line) > MAX_FAILURE_LINE:
+        line = line[: MAX_FAILURE_LINE - 3] + "..."
+    return line or None
