@@ -46,7 +46,7 @@ class RecordingObserver:
         self.outcomes: list[ReserveOutcome] = []
         self.attempts: dict[SlotAttemptResult, int] = defaultdict(int)
 
-    def reserve_finished(self, outcome: ReserveOutcome, seconds: float) -> None:
+    def reserve_finished(self, outcome: ReserveOutcome, seconds: float, reason: str) -> None:
         assert seconds >= 0
         self.outcomes.append(outcome)
 

@@ -24,7 +24,7 @@ work, and the adapter arms its timer from it after every call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from blockx_core.deadlines import DeadlineHeap
@@ -336,6 +336,10 @@ class WorkerCore:
             )
         self._retained.purge(now_ms)
         return out
+
+    def take_purged(self) -> Sequence[str]:
+        """The task ids whose retained results were purged since the last call."""
+        return self._retained.take_purged()
 
     def next_deadline_ms(self) -> int | None:
         """The earliest moment tick_timers has work to do (aioquic-style timer).

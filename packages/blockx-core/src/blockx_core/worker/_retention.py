@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
@@ -119,6 +120,8 @@ class RetainedResults:
         self._until: DeadlineHeap[str] = DeadlineHeap()
         self._bytes = 0
         self._dropped = 0
+        # Purged since the adapter last took them (take_purged), for its log.
+        self._purged: list[str] = []
 
     def keep(
         self,
@@ -166,6 +169,13 @@ class RetainedResults:
     def purge(self, now_ms: int) -> None:
         for task_id in self._until.pop_due(now_ms):
             self._forget(task_id)
+            self._purged.append(task_id)
+
+    def take_purged(self) -> Sequence[str]:
+        if not self._purged:
+            return ()
+        purged, self._purged = self._purged, []
+        return purged
 
     def next_purge_ms(self) -> int | None:
         return self._until.earliest_ms()

@@ -139,6 +139,11 @@ class ExecutorPool:
     def executor_ids(self) -> list[str]:
         return list(self._connections)
 
+    @property
+    def restarts(self) -> int:
+        """Executors started after each slot's first: respawned after an exit or a kill."""
+        return max(0, self._generation - self._config.count)
+
     def pid(self, executor_id: str) -> int | None:
         process = self._processes.get(executor_id)
         return None if process is None else process.proc.pid

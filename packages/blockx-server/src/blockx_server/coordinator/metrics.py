@@ -10,6 +10,7 @@ from prometheus_client.registry import Collector
 
 from blockx_core.coordinator import ReserveOutcome, SlotAttemptResult
 from blockx_core.registry import RegistryFormat
+from blockx_server.coordinator.reservation import NONE_TRIED
 
 
 class _RegistryWorkersCollector(Collector):
@@ -67,9 +68,24 @@ class CoordinatorMetrics:
             r: self._slot_requests.labels(r.value) for r in SlotAttemptResult
         }
         self._seconds_by_outcome: dict[ReserveOutcome, Histogram] = {}
+        self._reservations = Counter(
+            "blockx_coordinator_reservations",
+            "ReserveWorkerSlot calls, by outcome and reason: how the last worker asked "
+            f"answered (granted, no_slot, rejected, uncertain), or {NONE_TRIED}.",
+            ["outcome", "reason"],
+            registry=registry,
+        )
+        # A pair appears with its first reservation: most pairs never happen.
+        self._by_outcome_reason: dict[tuple[ReserveOutcome, str], Counter] = {}
 
-    def reserve_finished(self, outcome: ReserveOutcome, seconds: float) -> None:
+    def reserve_finished(self, outcome: ReserveOutcome, seconds: float, reason: str) -> None:
         self._reserved_by_outcome[outcome].inc()
+        counter = self._by_outcome_reason.get((outcome, reason))
+        if counter is None:
+            counter = self._by_outcome_reason[outcome, reason] = self._reservations.labels(
+                outcome.value, reason
+            )
+        counter.inc()
         histogram = self._seconds_by_outcome.get(outcome)
         if histogram is None:
             histogram = self._seconds_by_outcome[outcome] = self._reserve_seconds.labels(

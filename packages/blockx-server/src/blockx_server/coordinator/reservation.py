@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Protocol, assert_never
+from typing import Final, Protocol, assert_never
 
 import msgspec
+from opentelemetry.trace import SpanKind
 
 from blockx_core.coordinator import (
     CoordinatorCore,
@@ -32,6 +33,7 @@ from blockx_core.coordinator import (
 from blockx_core.ids import TaskId
 from blockx_server.coordinator.slot_reserver import SlotReserver
 from blockx_server.runtime.clock import Clock
+from blockx_server.runtime.tracing import TRACER, incoming_context
 
 log = logging.getLogger(__name__)
 
@@ -44,12 +46,18 @@ class HandlerConfig(msgspec.Struct, frozen=True, kw_only=True):
 class ReserveObserver(Protocol):
     """Receives what the loop did; metrics implement it."""
 
-    def reserve_finished(self, outcome: ReserveOutcome, seconds: float) -> None: ...
+    def reserve_finished(self, outcome: ReserveOutcome, seconds: float, reason: str) -> None:
+        """``reason``: how the last worker asked answered (a SlotAttemptResult), or
+        NONE_TRIED when no worker was asked."""
+
     def slot_attempt(self, result: SlotAttemptResult) -> None: ...
 
 
+NONE_TRIED: Final = "none_tried"
+
+
 class _NoObserver:
-    def reserve_finished(self, outcome: ReserveOutcome, seconds: float) -> None:
+    def reserve_finished(self, outcome: ReserveOutcome, seconds: float, reason: str) -> None:
         pass
 
     def slot_attempt(self, result: SlotAttemptResult) -> None:
@@ -75,12 +83,24 @@ class ReservationLoop:
 
     async def reserve_worker_slot(self, task_id: TaskId) -> Reservation | ReserveFailure:
         started = time.perf_counter()
-        result = await self._run(task_id)
-        outcome = ReserveOutcome.RESERVED if isinstance(result, Reservation) else result.outcome
-        self._observer.reserve_finished(outcome, time.perf_counter() - started)
+        last: list[SlotAttemptResult] = []
+        # Current while it runs: each RequestTaskSlot carries it to the Worker.
+        with TRACER.start_as_current_span(
+            "ReserveWorkerSlot",
+            context=incoming_context(),
+            kind=SpanKind.SERVER,
+            attributes={"blockx.task_id": task_id},
+        ) as span:
+            result = await self._run(task_id, last)
+            outcome = ReserveOutcome.RESERVED if isinstance(result, Reservation) else result.outcome
+            reason = last[-1].value if last else NONE_TRIED
+            span.set_attributes({"blockx.outcome": outcome.value, "blockx.reason": reason})
+        self._observer.reserve_finished(outcome, time.perf_counter() - started, reason)
         return result
 
-    async def _run(self, task_id: TaskId) -> Reservation | ReserveFailure:
+    async def _run(
+        self, task_id: TaskId, attempts: list[SlotAttemptResult]
+    ) -> Reservation | ReserveFailure:
         reservation = ReservationCore(
             self._core, max_timeout_retries=self._config.max_timeout_retries
         )
@@ -91,6 +111,7 @@ class ReservationLoop:
                     answer = await self._reserver.request_task_slot(addr, task_id, ttl_ms)
                     result = classify_slot_answer(answer)
                     self._observer.slot_attempt(result)
+                    attempts.append(result)
                     if result is SlotAttemptResult.UNCERTAIN:
                         log.warning(
                             "uncertain RequestTaskSlot on %s for task %s: %s",

@@ -26,6 +26,7 @@ from blockx_proto import worker_v1
 from blockx_proto.coalescing import CoalescingChannel
 from blockx_server.coordinator.convert import request_task_slot_request, slot_granted_from
 from blockx_server.runtime.status import classify_worker_status
+from blockx_server.runtime.tracing import trace_calls
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,7 @@ class GrpcSlotReserver:
         channel = self._channels.get(worker_addr)
         if channel is None:
             host, port = split_host_port(worker_addr)
-            channel = CoalescingChannel(host, port, ssl=self._ssl)
+            channel = trace_calls(CoalescingChannel(host, port, ssl=self._ssl))
             self._channels[worker_addr] = channel
         return channel
 

@@ -18,7 +18,9 @@ from typing import Any, NoReturn, Protocol, TypeVar
 
 from blockx_server.runtime.config_file import ConfigFileError, FileUnderEnviron, read_config_file
 from blockx_server.runtime.env import ConfigError, Environ, each_error
+from blockx_server.runtime.logs import LOG_SETTINGS, configure_logging, read_log_settings
 from blockx_server.runtime.settings import Setting
+from blockx_server.runtime.tracing import configure_tracing
 
 
 class StartupError(Exception):
@@ -51,10 +53,10 @@ def start_program(
 
     ``--help`` and ``--version`` answer and exit 0; ``--config FILE`` reads settings
     from a TOML file under the environment (``config_file``); any other argument is
-    one usage line and exit 2. Then the configuration is read and validated before
-    anything is logged: every bad variable (or key of the file) is one line on
-    stderr, and the exit code is 2. Logging is configured last, at the configured
-    level.
+    one usage line and exit 2. Then the configuration (the logging settings of
+    ``runtime/logs.py`` included) is read and validated before anything is logged:
+    every bad variable (or key of the file) is one line on stderr, and the exit code
+    is 2. Logging is configured last, at the configured level and format.
     """
     args = sys.argv[1:] if argv is None else list(argv)
     config_path: str | None = None
@@ -62,7 +64,7 @@ def start_program(
         case []:
             pass
         case ["--help" | "-h"]:
-            print(program_help(program, summary, settings), end="", flush=True)
+            print(program_help(program, summary, [*settings, *LOG_SETTINGS]), end="", flush=True)
             raise SystemExit(0)
         case ["--version"]:
             print(f"{program} {package_version()}", flush=True)
@@ -82,15 +84,24 @@ def start_program(
     environ: Environ = os.environ
     if config_path is not None:
         try:
-            file = read_config_file(Path(config_path), [s.name for s in settings])
+            known = [s.name for s in (*settings, *LOG_SETTINGS)]
+            file = read_config_file(Path(config_path), known)
         except ConfigFileError as exc:
             fail(program, *(f"invalid configuration: {line}" for line in exc.lines))
         environ = FileUnderEnviron(os.environ, file)
+    errors: list[str] = []
     try:
         config = load(environ)
     except ConfigError as exc:
-        fail(program, *(_invalid(error, environ, config_path) for error in each_error(exc)))
-    configure_logging(config.log_level)
+        errors += (_invalid(error, environ, config_path) for error in each_error(exc))
+    try:
+        log_settings = read_log_settings(environ)
+    except ConfigError as exc:
+        errors += (_invalid(error, environ, config_path) for error in each_error(exc))
+    if errors:
+        fail(program, *errors)
+    configure_logging(config.log_level, log_settings)
+    configure_tracing(program)
     return config
 
 
@@ -129,14 +140,6 @@ def package_version() -> str:
         return importlib.metadata.version("blockx-server")
     except importlib.metadata.PackageNotFoundError:
         return "unknown"
-
-
-def configure_logging(level: str) -> None:
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from blockx_server.runtime.connection_limits import BoundedServer, GrpcLimits
 from blockx_server.runtime.metrics_http import start_metrics_server
 from blockx_server.runtime.request_codec import REQUEST_CODEC
+from blockx_server.runtime.tracing import trace_requests
 
 if TYPE_CHECKING:
     from grpclib._typing import IServable
@@ -27,7 +28,7 @@ def bounded_server(
 ) -> BoundedServer:
     """A grpclib server for ``handlers`` bounded by ``limits``, answering malformed
     requests INVALID_ARGUMENT (``request_codec``)."""
-    return BoundedServer(
+    server = BoundedServer(
         handlers,
         limits=limits,
         codec=REQUEST_CODEC,
@@ -35,6 +36,8 @@ def bounded_server(
         status_details_codec=ProtoStatusDetailsCodec() if _googleapis_available() else None,
         config=config,
     )
+    trace_requests(server)  # each handler sees the trace context its request carried
+    return server
 
 
 def serving_server(

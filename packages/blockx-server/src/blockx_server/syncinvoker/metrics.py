@@ -3,6 +3,7 @@ and gauges read from the service when scraped."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -11,10 +12,14 @@ from prometheus_client.registry import Collector
 
 from blockx_server.io.metrics import IoMetrics
 from blockx_server.io.router import IoRouter
+from blockx_server.runtime.logs import log_event
 from blockx_server.syncinvoker.outcome import InvokeOutcome
 
 if TYPE_CHECKING:
     from blockx_server.syncinvoker.service import SyncInvokerService
+
+# One DEBUG event per finished invoke, with the caller's call_id.
+log = logging.getLogger("blockx.invoke")
 
 
 class _StateCollector(Collector):
@@ -69,6 +74,23 @@ class SyncInvokerMetrics:
     def outcome(self, rpc: str, outcome: str) -> None:
         self._requests.labels(rpc, outcome).inc()
 
-    def invoked(self, rpc: str, outcome: InvokeOutcome, seconds: float) -> None:
+    def invoked(self, rpc: str, outcome: InvokeOutcome, seconds: float, function: str) -> None:
         self.outcome(rpc, "ok" if outcome.success else outcome.failure_code)
         self._latency.labels(rpc, "true" if outcome.success else "false").observe(seconds)
+        log_event(
+            log,
+            f"{rpc} {outcome.call_id} of {function} finished",
+            {
+                "event": "invoked",
+                "rpc": rpc,
+                "call_id": outcome.call_id,
+                "function": function,
+                "code_epoch": outcome.code_epoch,
+                "success": outcome.success,
+                "failure_code": outcome.failure_code or None,
+                "duration_ms": round(seconds * 1000, 3),
+                "cpu_us": outcome.cpu_us,
+                "io_us": outcome.io_us,
+            },
+            logging.DEBUG,
+        )

@@ -241,7 +241,8 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
             self.in_flight -= 1
             if not self.in_flight:
                 self._idle.set()
-        self._metrics.invoked(rpc, outcome, (time.perf_counter_ns() - started_ns) / 1e9)
+        seconds = (time.perf_counter_ns() - started_ns) / 1e9
+        self._metrics.invoked(rpc, outcome, seconds, request.function)
         return outcome, observer
 
     async def _run(

@@ -41,6 +41,7 @@ from blockx_server.worker.offload import Offload
 from blockx_server.worker.orchestrator import Orchestrator
 from blockx_server.worker.service import WorkerService
 from blockx_server.worker.subscriptions import SubscriptionManager
+from blockx_server.worker.task_log import TaskLog
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +89,7 @@ async def serve(
         DirectoryFunctionStore(calls.functions_dir), view, clock, calls.functions_poll_interval_ms
     )
     error_rate = ErrorRateWindow()
-    metrics = WorkerMetrics(CollectorRegistry(), core, engine, io)
+    metrics = WorkerMetrics(CollectorRegistry(), core, engine, io, code_view=view)
     orchestrator = Orchestrator(
         core,
         engine,
@@ -105,6 +106,8 @@ async def serve(
         refresher.rearm_collection,
         stream_build=config.stream_build,
         offload=Offload(on_offloaded=metrics.work_offloaded),
+        task_log=TaskLog(config.advertise_addr),
+        function_calls=metrics.functions.of,
     )
     publisher = EtcdHeartbeatPublisher(
         HeartbeatPublisherConfig(

@@ -1,15 +1,26 @@
-"""Worker metrics (Prometheus), on BLOCKX_PROMETHEUS_LISTEN_ADDR / BLOCKX_PROMETHEUS_PATH."""
+"""Worker metrics (Prometheus), on BLOCKX_PROMETHEUS_LISTEN_ADDR / BLOCKX_PROMETHEUS_PATH.
+
+Per Worker: slots by state, executors and their restarts, the code epoch, tasks by
+terminal state, the process's CPU and memory (``process_*``). Per function
+(``blockx_function_*{function}``): calls, failures by kind, Calls phase latency,
+the calls' CPU, IO and executor time. docs/observability.md lists them all.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Final
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from blockx_core.code_view import FunctionCodeView
+from blockx_core.dispatch import CallUsage, ConvergeTaskCalls
 from blockx_core.worker import TaskConverged, WorkerCore
+from blockx_executor import protocol as wire
 from blockx_server.calls.engine import CallEngine
+from blockx_server.io.errors import IoOutcome
 from blockx_server.io.metrics import IoMetrics
 from blockx_server.io.router import IoRouter
 
@@ -17,9 +28,12 @@ from blockx_server.io.router import IoRouter
 class _SlotsCollector(Collector):
     """Slot table and executors, read at scrape time."""
 
-    def __init__(self, core: WorkerCore, engine: CallEngine) -> None:
+    def __init__(
+        self, core: WorkerCore, engine: CallEngine, code_view: FunctionCodeView | None
+    ) -> None:
         self._core = core
         self._engine = engine
+        self._code_view = code_view
 
     def collect(self) -> Iterable[GaugeMetricFamily | CounterMetricFamily]:
         total, reserved, running = self._core.derive_heartbeat()
@@ -32,6 +46,17 @@ class _SlotsCollector(Collector):
             "blockx_worker_executors_up",
             "Python Executor processes connected to this Worker.",
             value=len(self._engine.pool.executor_ids()),
+        )
+        yield CounterMetricFamily(
+            "blockx_worker_executor_restarts",
+            "Executor processes started again after one exited or was killed.",
+            value=self._engine.pool.restarts,
+        )
+        current = None if self._code_view is None else self._code_view.current
+        yield GaugeMetricFamily(
+            "blockx_worker_code_epoch",
+            "The current Function Code View epoch (0 before code is loaded).",
+            value=0 if current is None else current.epoch,
         )
         yield GaugeMetricFamily(
             "blockx_worker_calls_in_flight",
@@ -64,6 +89,105 @@ class _SlotsCollector(Collector):
         )
 
 
+# Distinct ``function`` label values kept; calls of any further name count under
+# OTHER_FUNCTIONS, so misspelt names in task configs cannot grow a scrape without end.
+MAX_FUNCTION_LABELS: Final = 500
+OTHER_FUNCTIONS: Final = "(other)"
+
+
+class FunctionCalls:
+    """The calls of one function, run after run (a CallObserver, see calls/run.py)."""
+
+    def __init__(self, metrics: FunctionMetrics, function: str) -> None:
+        self._calls = metrics.calls.labels(function)
+        self._cpu = metrics.cpu_seconds.labels(function)
+        self._io = metrics.io_seconds.labels(function)
+        self._held = metrics.executor_seconds.labels(function)
+        self._latency = metrics.calls_phase_seconds.labels(function)
+        self._failures = metrics.failures
+        self._function = function
+
+    def call_finished(self, call_id: int, cpu_us: int, io_us: int) -> None:
+        self._calls.inc()
+
+    def calls_measured(self, usage: CallUsage) -> None:
+        self._cpu.inc(usage.cpu_ns / 1e9)
+        self._io.inc(usage.io_us / 1e6)
+        self._held.inc(usage.held_ms / 1e3)
+
+    def call_output(self, call_id: int, text: str) -> None:
+        pass
+
+    def io_traced(self, call_id: int, request: wire.IoRequested, outcome: IoOutcome) -> None:
+        pass
+
+    def calls_converged(self, converged: ConvergeTaskCalls, seconds: float) -> None:
+        """One task's Calls phase of this function ended after ``seconds``."""
+        self._latency.observe(seconds)
+        if converged.success:
+            return
+        failed = converged.failed_call
+        if failed is not None:
+            kind = failed.kind.value
+        else:
+            kind = converged.failure_code.value if converged.failure_code else "UNKNOWN"
+        self._failures.labels(self._function, kind).inc()
+
+
+class FunctionMetrics:
+    """``blockx_function_*{function}``: what the calls of each function did."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.calls = Counter(
+            "blockx_function_calls",
+            "Calls that finished, every attempt and sub-call included, by function.",
+            ["function"],
+            registry=registry,
+        )
+        self.failures = Counter(
+            "blockx_function_failures",
+            "Calls phases that failed, by function and kind: the failing call's kind "
+            "(USER_ERROR, BUDGET_EXCEEDED, ...) or the task's failure code.",
+            ["function", "kind"],
+            registry=registry,
+        )
+        self.calls_phase_seconds = Histogram(
+            "blockx_function_calls_phase_duration_seconds",
+            "Wall time of one task's calls of the function, first dispatch to convergence.",
+            ["function"],
+            registry=registry,
+            buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60),
+        )
+        self.cpu_seconds = Counter(
+            "blockx_function_cpu_seconds",
+            "CPU time of the calls' executor threads, as the Worker measured it.",
+            ["function"],
+            registry=registry,
+        )
+        self.io_seconds = Counter(
+            "blockx_function_io_seconds",
+            "IO backend time of the calls' requests.",
+            ["function"],
+            registry=registry,
+        )
+        self.executor_seconds = Counter(
+            "blockx_function_executor_seconds",
+            "Wall time the calls held an executor (running, not waiting on IO or sub-calls).",
+            ["function"],
+            registry=registry,
+        )
+        self._by_function: dict[str, FunctionCalls] = {}
+
+    def of(self, function: str) -> FunctionCalls:
+        calls = self._by_function.get(function)
+        if calls is None:
+            # Names come from task configs: past the bound they share one series.
+            if len(self._by_function) >= MAX_FUNCTION_LABELS:
+                return self.of(OTHER_FUNCTIONS)
+            calls = self._by_function[function] = FunctionCalls(self, function)
+        return calls
+
+
 class WorkerMetrics:
     def __init__(
         self,
@@ -71,9 +195,13 @@ class WorkerMetrics:
         core: WorkerCore,
         engine: CallEngine,
         io: IoRouter | None = None,
+        code_view: FunctionCodeView | None = None,
     ) -> None:
         self.registry = registry
-        registry.register(_SlotsCollector(core, engine))
+        registry.register(_SlotsCollector(core, engine, code_view))
+        # process_cpu_seconds_total, process_resident_memory_bytes, open fds, ...
+        ProcessCollector(registry=registry)
+        self.functions = FunctionMetrics(registry)
         self.io = IoMetrics(registry, io) if io is not None else None
         self._tasks = Counter(
             "blockx_worker_tasks",

@@ -65,8 +65,10 @@ from blockx_server.pipeline.writers import (
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
 from blockx_server.worker.build_phase import build_calls, decode_checked_config
+from blockx_server.worker.metrics import FunctionCalls
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
+from blockx_server.worker.task_log import TaskLog
 from blockx_server.worker.task_runtime import PhaseBody, TaskRuntime
 
 log = logging.getLogger(__name__)
@@ -110,6 +112,8 @@ class Orchestrator:
         on_code_released: Callable[[], None] | None = None,
         stream_build: StreamBuildConfig | None = None,
         offload: Offload | None = None,
+        task_log: TaskLog | None = None,
+        function_calls: Callable[[str], FunctionCalls] | None = None,
     ) -> None:
         admission = admission or AdmissionConfig()
         self.max_calls = admission.task_max_calls
@@ -136,12 +140,17 @@ class Orchestrator:
         # Told when a task unpinned its code epoch (the view's collection may be due).
         self._on_code_released = on_code_released
         self._timer = DeadlineTimer(clock, self.tick)  # tick runs the commands, then re-arms
+        self.task_log = task_log or TaskLog("")
+        # Sees the calls of each Calls phase, by function (the per-function metrics).
+        self._function_calls = function_calls
 
     # ---- the RPCs' entry points ---------------------------------------------------
 
     def request_task_slot(self, task_id: str, ttl_ms: int) -> TaskSnapshot | Refusal:
         answer = self.core.handle_request_task_slot(task_id, ttl_ms, self.clock.now_ms())
         self._arm_timer()  # a new lease
+        if isinstance(answer, TaskSnapshot):
+            self.task_log.reserved(answer)
         return answer
 
     def submit_task(self, task: TaskInput, slot_id: str) -> TaskSnapshot | Refusal:
@@ -203,6 +212,7 @@ class Orchestrator:
             match command:
                 case PrepareTaskActivation():
                     new = TaskRuntime(command.task, command.deadline_ms)
+                    self.task_log.submitted(command.task)
                     self._runtimes[command.task_id] = new
                     new.job = asyncio.create_task(self._job(command.task_id, new))
                 case StartBuilderPhase():
@@ -219,6 +229,7 @@ class Orchestrator:
                 case TaskConverged():
                     self._on_converged(command)
                 case SlotExpired():
+                    self.task_log.slot_expired(command.task_id, command.slot_id)
                     self.subscriptions.publish(
                         TaskEvent(
                             task_id=command.task_id,
@@ -228,6 +239,8 @@ class Orchestrator:
                     )
                 case _:
                     assert_never(command)
+        for purged in self.core.take_purged():
+            self.task_log.purged(purged)
         self._arm_timer()
 
     def _arm_timer(self) -> None:
@@ -262,8 +275,9 @@ class Orchestrator:
                 timestamp_ms=now_ms,
             )
         )
+        elapsed = None if runtime is None else time.perf_counter() - runtime.accepted
+        self.task_log.converged(command, elapsed)
         if self._on_terminal is not None:
-            elapsed = None if runtime is None else time.perf_counter() - runtime.accepted
             self._on_terminal(command, elapsed)
         self._converged.set()
 
@@ -308,6 +322,7 @@ class Orchestrator:
         runtime.ctx = TaskContext(
             task=runtime.task, deadline_ms=runtime.deadline_ms, code=snapshot, io=scope
         )
+        self.task_log.activated(task_id, snapshot.epoch)
         self._run(self.core.handle_task_activation_prepared(task_id, self.clock.now_ms()))
 
     def _start_builder(self, task_id: str) -> None:
@@ -349,6 +364,8 @@ class Orchestrator:
         phase: TaskPhase,
         body: PhaseBody,
     ) -> None:
+        self.task_log.phase_started(task_id, phase)
+        started = time.perf_counter()
         try:
             outcome = await body(runtime)
         except asyncio.CancelledError:
@@ -365,6 +382,7 @@ class Orchestrator:
             outcome = PhaseOutcome(
                 success=False, retryable=True, message=f"internal error in the worker: {exc!r}"
             )
+        self.task_log.phase_finished(task_id, phase, outcome, time.perf_counter() - started)
         self._run(
             self.core.handle_task_phase_finished(task_id, phase, outcome, self.clock.now_ms())
         )
@@ -383,6 +401,7 @@ class Orchestrator:
             except BuilderError as exc:
                 return _builder_failed(exc)
         runtime.calls = calls
+        self.task_log.function_known(runtime.task.task_id, calls.function)
         if not isinstance(calls, CallList):
             return PhaseOutcome(success=True)  # streamed: the count is known after the scan
         return PhaseOutcome(success=True, call_count=len(calls.calls))
@@ -391,12 +410,16 @@ class Orchestrator:
         ctx, calls = runtime.ctx, runtime.calls
         assert ctx is not None
         assert calls is not None
+        observer = None if self._function_calls is None else self._function_calls(calls.function)
         async with self._executor_sem:
+            started = time.perf_counter()
             if not isinstance(calls, CallList):
                 # A streaming Builder's scan feeds the calls as it reads, under scanSem.
                 # One that fails midway fails the task BUILDER_FAILED; calls of the
                 # chunks before may have run.
-                run = self.engine.open_calls(ctx.task_id, ctx.code, ctx.io, calls.function)
+                run = self.engine.open_calls(
+                    ctx.task_id, ctx.code, ctx.io, calls.function, observer=observer
+                )
                 try:
                     async with self._scan_sem:
                         await feed_calls(calls, run, self.max_calls)
@@ -405,8 +428,11 @@ class Orchestrator:
                 converged = await run.result()
             else:
                 converged = await self.engine.run_calls(
-                    ctx.task_id, ctx.code, ctx.io, calls.function, calls.calls
+                    ctx.task_id, ctx.code, ctx.io, calls.function, calls.calls, observer=observer
                 )
+        if observer is not None:
+            observer.calls_converged(converged, time.perf_counter() - started)
+        self.task_log.calls_converged(ctx.task_id, converged.failed_call)
         if not converged.success:
             return PhaseOutcome(
                 success=False,
