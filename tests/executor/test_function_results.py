@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
 
@@ -146,5 +145,3 @@ async def test_a_plain_def_may_still_run_its_own_loop(
     result = await run(engine, snapshot, "runs_its_own_loop")
     assert result.success, result.failure_message
     assert [json.loads(o.value_json) for o in result.outputs] == [7]
-
-
