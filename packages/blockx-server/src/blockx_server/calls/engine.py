@@ -395,7 +395,11 @@ class CallEngine:
         loaded = self._loaded.get(command.executor_id)
         if loaded is not None and command.code not in loaded:
             source = self._sources[command.code]
-            messages.append(wire.LoadCode(source.digest, source.module, source.source))
+            imported = source.package.items()
+            package = {n: wire.ImportedSource(i.digest, i.source) for n, i in imported}
+            messages.append(
+                wire.LoadCode(source.digest, source.module, source.source, package or None)
+            )
             loaded.add(command.code)
         run = self._runs.get(command.task_id)
         messages.append(
