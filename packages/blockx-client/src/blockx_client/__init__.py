@@ -27,6 +27,7 @@ from blockx_client.errors import (
     SlotInvalidError,
     SlotUncertainError,
     SubmitUncertainError,
+    TaskInputDiffersError,
     TaskNotFoundError,
     UnavailableError,
 )
@@ -85,6 +86,7 @@ __all__ = [
     "SyncClient",
     "Task",
     "TaskFileError",
+    "TaskInputDiffersError",
     "TaskNotFoundError",
     "TaskResult",
     "TaskState",

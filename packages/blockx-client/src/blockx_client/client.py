@@ -36,7 +36,7 @@ from blockx_client._run_many import run_many as _run_many
 from blockx_client._watch import Watchers
 from blockx_client._worker_rpc import WorkerRpc
 from blockx_client.backoff import RetryPolicy
-from blockx_client.errors import BlockxError, SubmitUncertainError
+from blockx_client.errors import BlockxError, SubmitUncertainError, TaskInputDiffersError
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     Cluster,
@@ -218,6 +218,10 @@ class Client:
         worker reserves a slot inline. A task that cannot be placed raises (a
         BlockxError saying why); once a Worker may have accepted it, the answer is
         always a result: the Worker's, or WORKER_LOST when the Worker vanished.
+        A task_id the Worker already ran with another input raises
+        TaskInputDiffersError (carrying that earlier answer) rather than returning
+        a result that belongs to the other input; ``place`` and ``submit_task``
+        return the answer with ``input_differs`` set instead.
         """
         task = task.with_id()
         try:
@@ -227,6 +231,8 @@ class Client:
         except SubmitUncertainError as exc:
             # The worker may hold the task: its own answer (or its absence) decides.
             return await self._watchers.wait(task.task_id, worker_addr=exc.worker_addr)
+        if placed.input_differs:
+            raise TaskInputDiffersError(placed)  # its result would be another input's
         if placed.result is not None:
             return placed.result  # an earlier run of this task_id, retained
         return await self._watchers.wait(placed.task_id, worker_addr=placed.worker_addr)

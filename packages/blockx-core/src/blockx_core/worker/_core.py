@@ -27,6 +27,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
+import msgspec
+
 from blockx_core.deadlines import DeadlineHeap
 from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
 from blockx_core.ids import shown, task_id_problem
@@ -184,10 +186,15 @@ class WorkerCore:
         running = self._tasks.get(task.task_id)
         if running is not None:
             return TaskSnapshot(
-                task_id=task.task_id, slot_id=running.slot.slot_id, state=TaskState.RUNNING
+                task_id=task.task_id,
+                slot_id=running.slot.slot_id,
+                state=TaskState.RUNNING,
+                input_differs=input_digest(running.input) != input_digest(task),
             ), []
         retained = self._retained.snapshot(task.task_id, now_ms)
         if retained is not None:
+            if self._retained.input_digest(task.task_id, now_ms) != input_digest(task):
+                retained = msgspec.structs.replace(retained, input_differs=True)
             return retained, []
         if not slot_id:
             reserved = self.handle_request_task_slot(

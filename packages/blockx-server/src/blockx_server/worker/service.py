@@ -60,6 +60,7 @@ class WorkerService(worker_v1.WorkerServiceBase):
             slot_id=answer.slot_id,
             worker_addr=self._addr,
             result=result_to_pb(answer.result),
+            input_differs=answer.input_differs,
         )
 
     async def get_task_result(
