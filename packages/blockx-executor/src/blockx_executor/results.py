@@ -18,6 +18,8 @@ import json
 import math
 from typing import Any, Final
 
+import msgspec
+
 # The types a result is made of; checked by identity first, the cheap common case.
 _SCALARS: Final = frozenset({str, int, bool, type(None)})
 _CONTAINERS: Final = frozenset({dict, list, tuple})
@@ -38,13 +40,18 @@ _HINTS: Final = {
 }
 
 
-def json_problem(value: Any) -> str | None:
-    """None when ``value`` is strict JSON data, else ``result[...]: <what> is not
-    JSON (<what to do>)`` for the first offending place found.
+def json_problem(value: Any, encoded: bytes) -> str | None:
+    """None when ``value`` (whose JSON text is ``encoded``) is strict JSON data, else
+    ``result[...]: <what> is not JSON (<what to do>)`` for the first offending place
+    found.
 
+    The common case costs one decode and one comparison, both in C: what msgspec
+    changed on the way out (a set into a list, NaN into null, an int key into a
+    string) no longer compares equal. Only a value that differs is walked, to find
+    the place, or to accept it when the difference was only tuples becoming lists.
     Call it after the value has encoded: the encoder has then refused cycles and
     over-deep nesting, so the walk ends."""
-    if type(value) in _SCALARS:
+    if type(value) in _SCALARS or _decode(encoded) == value:
         return None
     if isinstance(value, dict | list | tuple):
         return _walk(value)
@@ -53,21 +60,29 @@ def json_problem(value: Any) -> str | None:
 
 
 def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> str | None:
-    # Paths are built only for the answer: each container on the stack carries a
-    # link to its parent's path.
+    # Each container is first judged by the set of its element types, in C; only a
+    # container holding other containers, or something suspect, is looked at one
+    # element at a time. Paths are built only for the answer: each container on the
+    # stack carries a link to its parent's path.
     stack: list[tuple[Any, _Path]] = [(value, None)]
     while stack:
         container, path = stack.pop()
         if isinstance(container, dict):
+            if not set(map(type, container)) <= _STR:
+                for key in container:
+                    if not isinstance(key, str):
+                        return (
+                            f"{_render(path)}: key {key!r} is {type(key).__name__}, not str "
+                            "(JSON object keys are strings; use str(key))"
+                        )
+            kinds = set(map(type, container.values()))
             items: Any = container.items()
         else:
+            kinds = set(map(type, container))
             items = enumerate(container)
+        if kinds <= _SCALARS or (kinds <= _NUMBERS and _all_finite(container)):
+            continue
         for key, child in items:
-            if isinstance(container, dict) and not isinstance(key, str):
-                return (
-                    f"{_render(path)}: key {key!r} is {type(key).__name__}, not str "
-                    "(JSON object keys are strings; use str(key))"
-                )
             kind = type(child)
             if kind in _SCALARS:
                 continue
@@ -78,6 +93,19 @@ def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> str | None:
             if problem is not None:
                 return f"{_render((key, path))}: {problem}"
     return None
+
+
+_decode: Final = msgspec.json.Decoder().decode
+_STR: Final = frozenset({str})
+_NUMBERS: Final = frozenset({int, float, bool})
+
+
+def _all_finite(container: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:
+    numbers = container.values() if isinstance(container, dict) else container
+    try:
+        return all(map(math.isfinite, numbers))
+    except OverflowError:  # an int too large for a float: look at each element
+        return False
 
 
 # A path as a linked list from the innermost key out: (key, parent) or None (the root).

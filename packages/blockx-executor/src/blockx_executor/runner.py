@@ -358,7 +358,7 @@ class Runner:
             return
         try:
             result = self._json.encode(value)
-            problem = json_problem(value)
+            problem = json_problem(value, result)
         except (TypeError, ValueError, OverflowError) as exc:
             problem = str(exc)
         if problem is not None:
