@@ -12,6 +12,10 @@ A superseded snapshot is kept while any task pins it, and for at least
 still finish. :meth:`FunctionCodeView.collect` drops the rest; the adapter calls
 it when :meth:`FunctionCodeView.next_collect_ms` comes due.
 
+Modules import each other by file stem; each :class:`FunctionSource` carries the
+siblings its imports reach, so a task's calls see its own epoch's helpers
+(:mod:`blockx_core.function_imports`).
+
 Everything here is pure: sources arrive as strings, time as ``now_ms``.
 Parsing uses :mod:`ast` and :func:`compile` (no import, no execution).
 """
