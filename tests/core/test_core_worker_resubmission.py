@@ -1,5 +1,6 @@
 """A resubmitted task_id whose input differs: WorkerCore answers the stable state of
-the task that ran (running, retained or a tombstone) and flags the difference."""
+the task that ran (running, retained or a tombstone), and ``input_differs`` says
+that the input differs."""
 
 from __future__ import annotations
 
@@ -36,10 +37,21 @@ def task(config: str, handler: str = "ReturnValueResultHandler") -> TaskInput:
     )
 
 
-def submit(core: WorkerCore, task_input: TaskInput, now: int = T0) -> TaskSnapshot:
+class Answer:
+    """What SubmitTask answers: the snapshot and the input_differs flag."""
+
+    def __init__(self, snapshot: TaskSnapshot, input_differs: bool) -> None:
+        self.snapshot = snapshot
+        self.state = snapshot.state
+        self.result = snapshot.result
+        self.outputs_dropped = snapshot.outputs_dropped
+        self.input_differs = input_differs
+
+
+def submit(core: WorkerCore, task_input: TaskInput, now: int = T0) -> Answer:
     answer = core.handle_submit_task(task_input, "", now)
     assert not isinstance(answer, Refusal), answer
-    return answer[0]
+    return Answer(answer[0], core.input_differs(task_input, now))
 
 
 def finish(core: WorkerCore, size: int = 10) -> None:
@@ -55,13 +67,16 @@ def finish(core: WorkerCore, size: int = 10) -> None:
 
 def test_a_running_task_flags_another_input() -> None:
     core = make_core()
-    answer = core.handle_submit_task(task(CALLS_A), "", T0)
+    first = task(CALLS_A)
+    answer = core.handle_submit_task(first, "", T0)
     assert not isinstance(answer, Refusal)
     assert [type(c) for c in answer[1]] == [PrepareTaskActivation]
+    assert core.input_differs(first, T0) is False  # the submission that started it
     assert submit(core, task(CALLS_A)).input_differs is False
     other = submit(core, task(CALLS_B))
     assert (other.state, other.input_differs) == (TaskState.RUNNING, True)
     assert submit(core, task(CALLS_A, handler="")).input_differs is True
+    assert core.input_differs(task(CALLS_B), T0) is True
 
 
 def test_a_retained_result_flags_another_input_and_keeps_its_answer() -> None:
@@ -74,6 +89,7 @@ def test_a_retained_result_flags_another_input_and_keeps_its_answer() -> None:
     assert other.input_differs is True
     assert other.state is TaskState.SUCCEEDED
     assert other.result == same.result
+    assert other.snapshot == same.snapshot  # the answer itself is the stable state
     # After retention, the id is free: a new run, nothing to compare with.
     fresh = submit(core, task(CALLS_B), T0 + 5000)
     assert (fresh.state, fresh.input_differs) == (TaskState.RUNNING, False)

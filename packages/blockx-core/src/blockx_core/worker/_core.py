@@ -27,8 +27,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-import msgspec
-
 from blockx_core.deadlines import DeadlineHeap
 from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
 from blockx_core.ids import shown, task_id_problem
@@ -186,15 +184,10 @@ class WorkerCore:
         running = self._tasks.get(task.task_id)
         if running is not None:
             return TaskSnapshot(
-                task_id=task.task_id,
-                slot_id=running.slot.slot_id,
-                state=TaskState.RUNNING,
-                input_differs=input_digest(running.input) != input_digest(task),
+                task_id=task.task_id, slot_id=running.slot.slot_id, state=TaskState.RUNNING
             ), []
         retained = self._retained.snapshot(task.task_id, now_ms)
         if retained is not None:
-            if self._retained.input_digest(task.task_id, now_ms) != input_digest(task):
-                retained = msgspec.structs.replace(retained, input_differs=True)
             return retained, []
         if not slot_id:
             reserved = self.handle_request_task_slot(
@@ -218,6 +211,16 @@ class WorkerCore:
         return snapshot, [
             PrepareTaskActivation(task_id=task.task_id, task=task, deadline_ms=record.deadline_ms)
         ]
+
+    def input_differs(self, task: TaskInput, now_ms: int) -> bool:
+        """Whether ``task.task_id`` runs, or ran and is retained (or a tombstone), with
+        another input than ``task``'s: a resubmission that SubmitTask answered with the
+        earlier task's state. False for the submission that started the task."""
+        running = self._tasks.get(task.task_id)
+        if running is not None:
+            return running.input is not task and input_digest(running.input) != input_digest(task)
+        kept = self._retained.input_digest(task.task_id, now_ms)
+        return kept is not None and kept != input_digest(task)
 
     # ---- phases ----------------------------------------------------------------------
 

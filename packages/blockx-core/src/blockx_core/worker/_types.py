@@ -64,8 +64,6 @@ class TaskSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     # A tombstone's answer: the task ran and ended in ``state``, but its outputs
     # were dropped for RESULT_RETENTION_MAX_BYTES (``result`` says so, without them).
     outputs_dropped: bool = False
-    # A resubmission's answer: the task that has this id ran (or runs) another input.
-    input_differs: bool = False
 
 
 class RetentionStats(msgspec.Struct, frozen=True, kw_only=True):
