@@ -127,7 +127,11 @@ async def test_json_data_and_tuples_pass(engine: CallEngine, snapshot: CodeSnaps
 
 @pytest.mark.parametrize(
     ("function", "asked"),
-    [("sleeps", "create_future"), ("gathers", ""), ("waits_on_event", "")],
+    [
+        ("sleeps", "create_future"),
+        ("gathers", ""),
+        ("waits_on_event", ""),
+    ],
 )
 async def test_asyncio_fails_with_a_type_error_that_says_what_to_await(
     engine: CallEngine, snapshot: CodeSnapshot, function: str, asked: str
@@ -145,3 +149,12 @@ async def test_a_plain_def_may_still_run_its_own_loop(
     result = await run(engine, snapshot, "runs_its_own_loop")
     assert result.success, result.failure_message
     assert [json.loads(o.value_json) for o in result.outputs] == [7]
+
+
+async def test_asyncio_imported_in_the_middle_of_a_call_fails_the_same_way(
+    engine: CallEngine,
+) -> None:
+    # A fresh executor, and a module that imports asyncio only inside the call.
+    late = "async def late():\n    import asyncio\n    await asyncio.sleep(1)\n"
+    message = (await run(engine, build_snapshot(1, {"late": late}), "late")).failure_message
+    assert "TypeError: asyncio cannot be used in a BlockX function" in message

@@ -15,6 +15,7 @@ import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from blockx_executor.no_event_loop import NO_EVENT_LOOP
 from blockx_executor.protocol import FailureKind, ImportedSource, LoadCode
 
 # Tracebacks start at the user's first frame: frames of this package are skipped.
@@ -155,7 +156,9 @@ class _SiblingImporter:
         if level == 0:
             if name in self._package:  # import helpers / from helpers import f
                 return self._sibling(name)
-            return _python_import(name, globals, locals, fromlist or (), level)
+            module = _python_import(name, globals, locals, fromlist or (), level)
+            NO_EVENT_LOOP.after_import()  # asyncio may have just been imported
+            return module
         if level > 1 or "." in name:
             raise ImportError(
                 f"cannot import {'.' * level}{name}: FUNCTIONS_DIR is one flat package "

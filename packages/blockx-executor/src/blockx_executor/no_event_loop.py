@@ -11,7 +11,7 @@ its own ``asyncio.run(...)`` is left alone.
 
 from __future__ import annotations
 
-import asyncio.events
+import sys
 from typing import Final, NoReturn
 
 _MESSAGE: Final = (
@@ -20,8 +20,6 @@ _MESSAGE: Final = (
     "blockx_executor instead; there is no sleep to await (time.sleep blocks the "
     "executor and counts against CALL_WALL_LIMIT_MS)"
 )
-
-_set_running_loop = asyncio.events._set_running_loop
 
 
 class _NoLoop:
@@ -40,15 +38,33 @@ _NO_LOOP: Final = _NoLoop()
 
 
 class _NoEventLoop:
-    """``with NO_EVENT_LOOP:`` the thread's running loop is the stand-in."""
+    """``with NO_EVENT_LOOP:`` the thread's running loop is the stand-in.
 
-    __slots__ = ()
+    asyncio is not imported for this (it would cost every executor start-up time
+    and memory): only code that imported it can ask it for a loop. A step that
+    imports it midway is covered by :meth:`after_import`, which the executor's
+    importer calls after each import of a function module."""
+
+    __slots__ = ("_inside",)
+
+    def __init__(self) -> None:
+        self._inside = False
 
     def __enter__(self) -> None:
-        _set_running_loop(_NO_LOOP)  # type: ignore[arg-type]
+        self._inside = True
+        self.after_import()
+
+    def after_import(self) -> None:
+        if self._inside:
+            events = sys.modules.get("asyncio.events")
+            if events is not None:
+                events._set_running_loop(_NO_LOOP)
 
     def __exit__(self, *exc: object) -> None:
-        _set_running_loop(None)
+        self._inside = False
+        events = sys.modules.get("asyncio.events")
+        if events is not None:
+            events._set_running_loop(None)
 
 
 NO_EVENT_LOOP: Final = _NoEventLoop()
