@@ -169,7 +169,7 @@ def load_example_task() -> worker_v1.TaskInput:
     """examples/tasks/hello_world.json, as the specification spells it (config as an object)."""
     raw = json.loads((EXAMPLES / "tasks" / "hello_world.json").read_text())
     return worker_v1.TaskInput(
-        task_id=raw["task_id"],
+        task_id=raw.get("task_id", "example-hello-world"),  # the file leaves it to the client
         function_call_config=worker_v1.FunctionCallConfig(
             type=raw["functionCallConfig"]["type"],
             config=json.dumps(raw["functionCallConfig"]["config"]),

@@ -29,6 +29,7 @@ from blockx_client.errors import (
     SlotInvalidError,
     SlotUncertainError,
     SubmitUncertainError,
+    TaskInputDiffersError,
     TaskNotFoundError,
     UnavailableError,
 )
@@ -99,6 +100,7 @@ __all__ = [
     "TaskFileError",
     "TaskFilter",
     "TaskHolders",
+    "TaskInputDiffersError",
     "TaskNotFoundError",
     "TaskResult",
     "TaskState",

@@ -75,6 +75,7 @@ class WorkerRpc:
             slot_id=reply.slot_id,
             worker_addr=worker_addr,
             result=result if result.state.is_terminal else None,
+            input_differs=reply.input_differs,
         )
 
     async def get_task_result(self, task_id: str, *, worker_addr: str) -> TaskResult:

@@ -45,7 +45,7 @@ from blockx_client.cluster_tasks import (
     find_task,
     list_cluster_tasks,
 )
-from blockx_client.errors import BlockxError, SubmitUncertainError
+from blockx_client.errors import BlockxError, SubmitUncertainError, TaskInputDiffersError
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     Cluster,
@@ -278,6 +278,10 @@ class Client:
         worker reserves a slot inline. A task that cannot be placed raises (a
         BlockxError saying why); once a Worker may have accepted it, the answer is
         always a result: the Worker's, or WORKER_LOST when the Worker vanished.
+        A task_id the Worker already ran with another input raises
+        TaskInputDiffersError (carrying that earlier answer) rather than returning
+        a result that belongs to the other input; ``place`` and ``submit_task``
+        return the answer with ``input_differs`` set instead.
         """
         task = task.with_id()
         task_id = task.task_id
@@ -306,6 +310,9 @@ class Client:
         except BaseException:
             forget_except(None)
             raise
+        if placed.input_differs:
+            forget_except(None)
+            raise TaskInputDiffersError(placed)  # its result would be another input's
         if placed.result is not None:
             forget_except(None)
             return placed.result  # an earlier run of this task_id, retained

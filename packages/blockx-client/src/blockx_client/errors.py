@@ -3,7 +3,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpclib.const import Status
+
+if TYPE_CHECKING:
+    from blockx_client.models import SubmitAnswer
 
 
 class BlockxError(Exception):
@@ -99,3 +104,19 @@ _BY_STATUS: dict[Status, type[BlockxError]] = {
 
 def error_for(status: Status, message: str) -> BlockxError:
     return _BY_STATUS.get(status, BlockxError)(f"{status.name}: {message}", status)
+
+
+class TaskInputDiffersError(BlockxError):
+    """``run`` resubmitted a task_id that the worker already ran (or is running) with
+    another input; the worker answers such a submission with the earlier task's
+    state and never runs the new input. ``answer`` is that answer (its ``result``
+    the earlier task's, when it has ended). Submit the new input under a new
+    task_id (leave ``task_id`` empty to have one generated)."""
+
+    def __init__(self, answer: SubmitAnswer) -> None:
+        super().__init__(
+            f"task {answer.task_id!r} already ran on {answer.worker_addr} with another input "
+            f"({answer.state.value}); the worker never runs a task_id twice: submit the "
+            "changed task under a new task_id"
+        )
+        self.answer = answer

@@ -269,6 +269,9 @@ class SubmitAnswer(msgspec.Struct, frozen=True, kw_only=True):
     slot_id: str
     worker_addr: str
     result: TaskResult | None = None
+    # The worker already had this task_id with another input (builder and writer
+    # types and configs): ``state`` and ``result`` are that earlier task's.
+    input_differs: bool = False
 
 
 class ListedTask(msgspec.Struct, frozen=True, kw_only=True):

@@ -12,6 +12,10 @@ A superseded snapshot is kept while any task pins it, and for at least
 still finish. :meth:`FunctionCodeView.collect` drops the rest; the adapter calls
 it when :meth:`FunctionCodeView.next_collect_ms` comes due.
 
+Modules import each other by file stem; each :class:`FunctionSource` carries the
+siblings its imports reach, so a task's calls see its own epoch's helpers
+(:mod:`blockx_core.function_imports`).
+
 Everything here is pure: sources arrive as strings, time as ``now_ms``.
 Parsing uses :mod:`ast` and :func:`compile` (no import, no execution).
 """
@@ -30,6 +34,7 @@ import msgspec
 
 from blockx_core.deadlines import DeadlineHeap
 from blockx_core.errors import BlockxUsageError, InvalidConfig
+from blockx_core.function_imports import import_closures, sibling_imports
 from blockx_core.ids import TaskId
 
 
@@ -50,12 +55,28 @@ class NoSnapshotError(BlockxUsageError):
     """A task was pinned before any code was published (the Worker is not ready)."""
 
 
+class ImportedModule(msgspec.Struct, frozen=True):
+    """A sibling module that a module imports: its source and its ``digest`` (as in
+    :class:`FunctionSource`)."""
+
+    source: str
+    digest: str
+
+
 class FunctionSource(msgspec.Struct, frozen=True):
-    """The source of one module. ``digest`` is the hex sha256 of the UTF-8 source."""
+    """The source of one module, as executors load it.
+
+    ``package`` holds the sibling modules its import statements reach, directly or
+    through each other, from the same snapshot (see :mod:`blockx_core.function_imports`).
+    ``digest`` is what executors cache the loaded module by: the hex sha256 of the
+    UTF-8 source for a module that imports no sibling, otherwise a sha256 over its
+    name and source and its package's, so that a changed helper loads anew.
+    """
 
     module: str
     source: str
     digest: str
+    package: dict[str, ImportedModule] = msgspec.field(default_factory=dict)
 
 
 def _sha256(text: str) -> str:
@@ -121,7 +142,7 @@ class CodeSnapshot(msgspec.Struct, frozen=True, dict=True):
     @functools.cached_property
     def digest(self) -> str:
         """Digest of the module set: equal for equal sources, whatever the epoch or order."""
-        return _set_digest((name, src.digest) for name, src in self.modules.items())
+        return _set_digest((name, _sha256(src.source)) for name, src in self.modules.items())
 
 
 def _public_defs(tree: ast.Module) -> list[str]:
@@ -151,17 +172,17 @@ def top_level_functions(source: str) -> list[str]:
     return _public_defs(_parse(source, "<function source>"))
 
 
-def _load_module(module: str, source: str) -> list[str]:
-    """Like :func:`top_level_functions`, but also compiles the tree, so errors
-    that only the compiler sees (``return`` outside a function, ``await`` at top
-    level) surface at load time rather than when the Executor imports it."""
+def _load_module(module: str, source: str) -> ast.Module:
+    """Parse and compile the module, so errors that only the compiler sees
+    (``return`` outside a function, ``await`` at top level) surface at load time
+    rather than when the Executor imports it."""
     filename = _file(module)
     tree = _parse(source, filename)
     try:
         compile(tree, filename, "exec", dont_inherit=True)
     except (RecursionError, MemoryError):
         raise SyntaxError("source is nested too deeply to compile") from None
-    return _public_defs(tree)
+    return tree
 
 
 def _describe_syntax_error(exc: SyntaxError) -> str:
@@ -191,7 +212,8 @@ def build_snapshot(epoch: int, sources: Mapping[str, str]) -> CodeSnapshot:
     :class:`CodeLoadError` listing every such problem.
     """
     problems: list[str] = []
-    modules: dict[str, FunctionSource] = {}
+    digests: dict[str, str] = {}
+    trees: dict[str, ast.Module] = {}
     parse_errors: dict[str, str] = {}
     defined_in: dict[str, list[str]] = {}
     for module in sorted(sources):
@@ -201,18 +223,18 @@ def build_snapshot(epoch: int, sources: Mapping[str, str]) -> CodeSnapshot:
             problems.append(name_problem)
             continue
         try:
-            digest = _sha256(source)
+            digests[module] = _sha256(source)
         except UnicodeEncodeError:
             problems.append(f"{_file(module)}: source is not valid UTF-8 text")
             continue
-        modules[module] = FunctionSource(module=module, source=source, digest=digest)
         try:
-            names = _load_module(module, source)
+            trees[module] = _load_module(module, source)
         except SyntaxError as exc:
             parse_errors[module] = _describe_syntax_error(exc)
             continue
-        for name in names:
+        for name in _public_defs(trees[module]):
             defined_in.setdefault(name, []).append(module)
+    modules = _with_packages(sources, digests, trees)
     for name in sorted(defined_in):
         owners = defined_in[name]
         if len(owners) > 1:
@@ -225,6 +247,38 @@ def build_snapshot(epoch: int, sources: Mapping[str, str]) -> CodeSnapshot:
     return CodeSnapshot(
         epoch=epoch, modules=modules, functions=functions, parse_errors=parse_errors
     )
+
+
+def _with_packages(
+    sources: Mapping[str, str], digests: Mapping[str, str], trees: Mapping[str, ast.Module]
+) -> dict[str, FunctionSource]:
+    """Each module with the siblings its imports reach, and its load digest."""
+    closures = import_closures(
+        {module: sibling_imports(tree, module, digests) for module, tree in trees.items()}
+    )
+    load_digests: dict[str, str] = {}
+    for module, digest in digests.items():
+        package = closures.get(module, frozenset())
+        if not package:
+            load_digests[module] = digest
+            continue
+        # The module's own name leads: in an import cycle, both modules reach the
+        # same set, yet each must load under its own digest.
+        hasher = hashlib.sha256(f"{module}\0".encode())
+        hasher.update(_set_digest((name, digests[name]) for name in (module, *package)).encode())
+        load_digests[module] = hasher.hexdigest()
+    return {
+        module: FunctionSource(
+            module=module,
+            source=sources[module],
+            digest=load_digests[module],
+            package={
+                name: ImportedModule(source=sources[name], digest=load_digests[name])
+                for name in sorted(closures.get(module, ()))
+            },
+        )
+        for module in digests
+    }
 
 
 def _sources_digest(sources: Mapping[str, str]) -> str | None:

@@ -49,12 +49,23 @@ class CallContext(msgspec.Struct, frozen=True, array_like=True):
 # ---- Worker -> Executor -------------------------------------------------------------
 
 
+class ImportedSource(msgspec.Struct, frozen=True, array_like=True):
+    """A sibling module a loaded module imports, cached by its own ``digest``."""
+
+    digest: str
+    source: str
+
+
 class LoadCode(msgspec.Struct, frozen=True, array_like=True, tag="load"):
-    """The source of one module, sent once per digest before the first call to it."""
+    """The source of one module, sent once per digest before the first call to it.
+
+    ``package`` maps each sibling module its imports reach (``import helpers``) to
+    that module's source in the same code epoch; None when it imports none."""
 
     digest: str
     module: str
     source: str
+    package: dict[str, ImportedSource] | None = None
 
 
 class ExecuteCalls(msgspec.Struct, frozen=True, array_like=True, tag="exec"):

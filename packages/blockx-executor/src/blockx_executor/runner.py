@@ -48,6 +48,7 @@ from blockx_executor.api import (
 from blockx_executor.capture import capturing
 from blockx_executor.code import CodeCache, Function, Unavailable, describe
 from blockx_executor.integrity import IntegrityCheck, fail_and_stop
+from blockx_executor.no_event_loop import NO_EVENT_LOOP
 from blockx_executor.protocol import (
     CallContext,
     CallFailed,
@@ -66,6 +67,7 @@ from blockx_executor.protocol import (
     SubCallRequested,
     ToExecutor,
 )
+from blockx_executor.results import json_problem
 
 # Flush completions at least this often while working through a long batch.
 _FLUSH_EVERY_NS: Final = 10_000_000
@@ -273,11 +275,12 @@ class Runner:
         send = call.coro.send
         run = call.ctx.run
         try:
-            while True:
-                request = run(send, value) if error is None else run(call.coro.throw, error)
-                if isinstance(request, IoRequest | SubCallRequest):
-                    break
-                value, error = None, TypeError(_NOT_AWAITABLE.format(request))
+            with NO_EVENT_LOOP:
+                while True:
+                    request = run(send, value) if error is None else run(call.coro.throw, error)
+                    if isinstance(request, IoRequest | SubCallRequest):
+                        break
+                    value, error = None, TypeError(_NOT_AWAITABLE.format(request))
         except StopIteration as stop:
             self._running = None
             cpu_ns = call.consumed_ns - call.io_ns + (_thread_time_ns() - started)
@@ -355,11 +358,14 @@ class Runner:
             return
         try:
             result = self._json.encode(value)
+            problem = json_problem(value, result)
         except (TypeError, ValueError, OverflowError) as exc:
+            problem = str(exc)
+        if problem is not None:
             self._fail(
                 call_id,
                 FailureKind.BAD_RESULT,
-                f"the return value is not JSON-compatible data: {exc}",
+                f"the return value is not JSON data: {problem}",
                 cpu_ns,
                 io_ns,
             )

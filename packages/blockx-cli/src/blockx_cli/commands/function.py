@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.table import Table
 
 from blockx_cli.options import JsonOpt
-from blockx_cli.output import EXIT_FAILED, EXIT_OK, Output, console, invocation_dict
+from blockx_cli.output import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Output,
+    console,
+    fail,
+    invocation_dict,
+)
 from blockx_cli.runner import run
 from blockx_cli.settings import Settings, settings_of
 from blockx_client import Invocation
+from blockx_server.calls.functions import FunctionStoreError
+from blockx_server.calls.load_check import DEFAULT_TIMEOUT_S, precheck_directory
 
 app = typer.Typer()
 
@@ -39,12 +50,29 @@ def precheck(
     function: Annotated[str, typer.Argument()],
     args: Annotated[list[str] | None, typer.Argument(help="Arguments, each a JSON value.")] = None,
     *,
+    functions: Annotated[
+        Path | None,
+        typer.Option(
+            "--functions",
+            envvar="FUNCTIONS_DIR",
+            help="Check this functions directory here, loading the module as a call "
+            "would (its top level runs, in a child process); without it, ask the Sync "
+            "Invoker, which does not run the module.",
+        ),
+    ] = None,
+    load_timeout: Annotated[
+        float, typer.Option(help="Seconds the module's top level may take to load.")
+    ] = DEFAULT_TIMEOUT_S,
     json_: JsonOpt = False,
 ) -> None:
-    """Check a function compiles and accepts the arguments, without running it."""
+    """Check a function compiles and accepts the arguments, without calling it."""
     out = Output(console, json_)
     values = parse_args(args or [])
-    raise typer.Exit(run(_precheck(settings_of(ctx), out, function, values, args is not None)))
+    check_args = args is not None
+    if functions is not None:
+        checking = _precheck_directory(out, functions, function, values, check_args, load_timeout)
+        raise typer.Exit(run(checking))
+    raise typer.Exit(run(_precheck(settings_of(ctx), out, function, values, check_args)))
 
 
 def parse_args(values: list[str]) -> list[Any]:
@@ -120,6 +148,50 @@ async def _precheck(
     elif result.ok:
         kind = "async def" if result.is_async else "def"
         out.console.print(f"[green]ok[/]: {kind} {function}{result.signature}", highlight=False)
+        out.console.print(
+            "[dim]its module's top level was not run; --functions DIR loads it as a call would[/]"
+        )
     else:
         out.console.print(f"[red]{result.failure_code}[/]: {result.message}", highlight=False)
+    return EXIT_OK if result.ok else EXIT_FAILED
+
+
+async def _precheck_directory(
+    out: Output,
+    directory: Path,
+    function: str,
+    args: list[Any],
+    check_args: bool,
+    timeout_s: float,
+) -> int:
+    try:
+        result = await precheck_directory(
+            directory, function, args if check_args else None, timeout_s=timeout_s
+        )
+    except FunctionStoreError as exc:
+        fail(str(exc), EXIT_USAGE)
+    if out.json_mode:
+        out.emit(
+            {
+                "ok": result.ok,
+                "failure_code": result.failure_code,
+                "message": result.message,
+                "detail": result.detail,
+                "signature": result.signature,
+                "is_async": result.is_async,
+                "loaded": result.loaded,
+                "functions_dir": str(directory),
+            }
+        )
+    elif result.ok:
+        kind = "async def" if result.is_async else "def"
+        out.console.print(
+            f"[green]ok[/]: {kind} {function}{result.signature} (its module loads)",
+            highlight=False,
+        )
+        if result.message:
+            out.console.print(f"[dim]{result.message}[/]", highlight=False)
+    else:
+        out.console.print(f"[red]{result.failure_code}[/]: ", end="", highlight=False)
+        out.console.print(result.message, highlight=False, markup=False, soft_wrap=True)
     return EXIT_OK if result.ok else EXIT_FAILED

@@ -37,8 +37,10 @@ from blockx_client import (
     Client,
     Cluster,
     PluginConfig,
+    SubmitAnswer,
     Task,
     TaskFileError,
+    TaskInputDiffersError,
     TaskNotFoundError,
     TaskResult,
     TaskState,
@@ -228,12 +230,20 @@ async def _submit(
     task = task.with_id()
     async with settings.client() as client:
         if wait:
-            result = await client.run(
-                task, cluster=cluster, worker_addr=worker, deadline_s=deadline
-            )
+            try:
+                result = await client.run(
+                    task, cluster=cluster, worker_addr=worker, deadline_s=deadline
+                )
+            except TaskInputDiffersError as exc:
+                _warn_input_differs(exc.answer)
+                if exc.answer.result is None:
+                    return EXIT_FAILED
+                result = exc.answer.result
             print_result(out, result)
             return EXIT_OK if result.ok else EXIT_FAILED
         answer = await client.place(task, cluster=cluster, worker_addr=worker, deadline_s=deadline)
+        if answer.input_differs:
+            _warn_input_differs(answer)
     if out.json_mode:
         out.emit(
             {
@@ -250,6 +260,15 @@ async def _submit(
             f"[dim]watch it: blockx watch {answer.task_id} --worker {answer.worker_addr}[/]"
         )
     return EXIT_OK
+
+
+def _warn_input_differs(answer: SubmitAnswer) -> None:
+    typer.echo(
+        f"warning: task {answer.task_id} already ran on {answer.worker_addr} with another "
+        f"input; what follows is that earlier task ({answer.state.value}), not a run of this "
+        "one. Submit the changed task under a new task_id (or none, to have one generated).",
+        err=True,
+    )
 
 
 async def _get_result(settings: Settings, out: Output, task_id: str, worker: str | None) -> int:

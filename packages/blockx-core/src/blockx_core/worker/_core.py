@@ -218,6 +218,16 @@ class WorkerCore:
             PrepareTaskActivation(task_id=task.task_id, task=task, deadline_ms=record.deadline_ms)
         ]
 
+    def input_differs(self, task: TaskInput, now_ms: int) -> bool:
+        """Whether ``task.task_id`` runs, or ran and is retained (or a tombstone), with
+        another input than ``task``'s: a resubmission that SubmitTask answered with the
+        earlier task's state. False for the submission that started the task."""
+        running = self._tasks.get(task.task_id)
+        if running is not None:
+            return running.input is not task and input_digest(running.input) != input_digest(task)
+        kept = self._retained.input_digest(task.task_id, now_ms)
+        return kept is not None and kept != input_digest(task)
+
     # ---- phases ----------------------------------------------------------------------
 
     def handle_task_activation_prepared(self, task_id: str, now_ms: int) -> list[WorkerCommand]:

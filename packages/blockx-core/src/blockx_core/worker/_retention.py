@@ -166,6 +166,14 @@ class RetainedResults:
             outputs_dropped=True,
         )
 
+    def input_digest(self, task_id: str, now_ms: int) -> str | None:
+        """The :func:`input_digest` of the task that ran as ``task_id``, while kept."""
+        until_ms = self._until.get(task_id)
+        if until_ms is None or until_ms <= now_ms:
+            return None
+        kept = self._results.get(task_id)
+        return kept.digest if kept is not None else self._tombstones[task_id].digest
+
     def purge(self, now_ms: int) -> None:
         for task_id in self._until.pop_due(now_ms):
             self._forget(task_id)

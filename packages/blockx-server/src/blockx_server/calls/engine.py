@@ -40,6 +40,7 @@ from blockx_core.dispatch import (
 from blockx_executor import protocol as wire
 from blockx_server.calls.cpu_clock import ExecutorGauge
 from blockx_server.calls.executor_pool import ExecutorPool, ExecutorPoolConfig
+from blockx_server.calls.load_check import load_code
 from blockx_server.calls.run import CallObserver, CallRun, RunState, observe
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
@@ -395,7 +396,7 @@ class CallEngine:
         loaded = self._loaded.get(command.executor_id)
         if loaded is not None and command.code not in loaded:
             source = self._sources[command.code]
-            messages.append(wire.LoadCode(source.digest, source.module, source.source))
+            messages.append(load_code(source))
             loaded.add(command.code)
         run = self._runs.get(command.task_id)
         messages.append(

@@ -54,7 +54,8 @@ class DirectoryFunctionStore:
     """Every ``*.py`` file directly in ``directory``; the file stem is the module.
 
     Not recursive. Files starting with ``.`` or ``_`` are skipped: editors' temp
-    and lock files (``.hello.py.swp``, ``.#hello.py``) and private helpers.
+    and lock files (``.hello.py.swp``, ``.#hello.py``), ``__init__.py``. Modules
+    import each other by their stems (:mod:`blockx_core.function_imports`).
     Each file is read through one open descriptor, so an editor that replaces
     files atomically (write a temp file, rename it over) is always seen as
     either the old or the new whole file. Source bytes are decoded the way

@@ -161,6 +161,9 @@ class Orchestrator:
         self._run(commands)
         return snapshot
 
+    def input_differs(self, task: TaskInput) -> bool:
+        return self.core.input_differs(task, self.clock.now_ms())
+
     def get_task_result(self, task_id: str) -> TaskSnapshot | Refusal:
         return self.core.handle_get_task_result(task_id, self.clock.now_ms())
 

@@ -67,6 +67,7 @@ class WorkerService(worker_v1.WorkerServiceBase):
             slot_id=answer.slot_id,
             worker_addr=self._addr,
             result=result_to_pb(answer.result),
+            input_differs=self._orchestrator.input_differs(task),
         )
 
     async def get_task_result(

@@ -372,6 +372,13 @@ class SubmitTaskResponse(betterproto2.Message):
     Set when state is terminal (a retained result of an earlier submission).
     """
 
+    input_differs: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+    """
+    BlockX addition: the task_id is already running or retained here, and this
+    request's input (builder and writer types and configs) differs from the one
+    that ran; the answer is still that earlier task's state, never a new run.
+    """
+
 
 default_message_pool.register_message("worker.v1", "SubmitTaskResponse", SubmitTaskResponse)
 

@@ -1,0 +1,160 @@
+"""What a function returns, through real executor processes: strict JSON or
+BAD_RESULT naming where and what; asyncio fails with a TypeError that says what to
+await instead."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+
+import pytest
+
+from blockx_core.code_view import CodeSnapshot, build_snapshot
+from blockx_core.dispatch import ConvergeTaskCalls, DispatchConfig
+from blockx_server.calls.engine import CallEngine, CallEngineConfig
+from blockx_server.calls.executor_pool import ExecutorPoolConfig
+from blockx_server.io.backends.memory import MemoryBackend
+from blockx_server.io.router import IoRouter
+from blockx_server.io.scope import TaskIoScope
+
+FUNCTIONS = """
+import asyncio
+import datetime
+import decimal
+import enum
+import math
+from blockx_executor import io
+
+
+class Color(enum.StrEnum):
+    RED = "red"
+
+
+def a_set():
+    return {"a": [1, 2, {3}]}
+
+def raw_bytes():
+    return [b"\\x00"]
+
+def a_datetime():
+    return {"at": datetime.datetime(2026, 1, 1)}
+
+def not_a_number():
+    return [1.0, math.nan]
+
+def infinite():
+    return {"x": {"y": math.inf}}
+
+def int_keys():
+    return {"ok": {1: "one"}}
+
+def a_decimal():
+    return decimal.Decimal("1.5")
+
+def fine():
+    return {"t": (1, 2), "c": Color.RED, "f": 1.5, "n": None, "big": 10**30}
+
+async def sleeps():
+    await asyncio.sleep(1)
+
+async def gathers():
+    await asyncio.gather(io.memory.get("a"))
+
+async def waits_on_event():
+    await asyncio.Event().wait()
+
+def runs_its_own_loop():
+    async def inner():
+        return 7
+    return asyncio.run(inner())
+"""
+
+
+@pytest.fixture
+async def engine() -> AsyncIterator[CallEngine]:
+    config = CallEngineConfig(
+        dispatch=DispatchConfig(call_deadline_ms=5000, call_wall_limit_ms=60_000),
+        pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
+    )
+    eng = CallEngine(config)
+    await eng.start()
+    async with asyncio.timeout(20):
+        await eng.wait_ready()
+    yield eng
+    await eng.close()
+
+
+@pytest.fixture
+def snapshot() -> CodeSnapshot:
+    return build_snapshot(1, {"fns": FUNCTIONS})
+
+
+async def run(engine: CallEngine, snapshot: CodeSnapshot, function: str) -> ConvergeTaskCalls:
+    io = TaskIoScope(IoRouter([MemoryBackend({"a": 1})]), f"task-{function}")
+    async with asyncio.timeout(30):
+        return await engine.run_calls(f"task-{function}", snapshot, io, function, [[]])
+
+
+@pytest.mark.parametrize(
+    ("function", "words"),
+    [
+        ("a_set", 'result["a"][2]: set is not JSON (return a list, e.g. sorted(...))'),
+        ("raw_bytes", "result[0]: bytes is not JSON (return text, e.g. .hex() or .decode())"),
+        ("a_datetime", 'result["at"]: datetime is not JSON'),
+        ("not_a_number", "result[1]: nan is not JSON"),
+        ("infinite", 'result["x"]["y"]: inf is not JSON'),
+        ("int_keys", 'result["ok"]: key 1 is int, not str'),
+        ("a_decimal", "result: Decimal is not JSON"),
+    ],
+)
+async def test_values_json_cannot_hold_fail_as_bad_result(
+    engine: CallEngine, snapshot: CodeSnapshot, function: str, words: str
+) -> None:
+    result = await run(engine, snapshot, function)
+    assert not result.success
+    assert "BAD_RESULT: the return value is not JSON data: " in result.failure_message
+    assert words in result.failure_message
+
+
+async def test_json_data_and_tuples_pass(engine: CallEngine, snapshot: CodeSnapshot) -> None:
+    result = await run(engine, snapshot, "fine")
+    assert result.success, result.failure_message
+    assert [json.loads(o.value_json) for o in result.outputs] == [
+        {"t": [1, 2], "c": "red", "f": 1.5, "n": None, "big": 10**30}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("function", "asked"),
+    [
+        ("sleeps", "create_future"),
+        ("gathers", ""),
+        ("waits_on_event", ""),
+    ],
+)
+async def test_asyncio_fails_with_a_type_error_that_says_what_to_await(
+    engine: CallEngine, snapshot: CodeSnapshot, function: str, asked: str
+) -> None:
+    message = (await run(engine, snapshot, function)).failure_message
+    assert "USER_ERROR: TypeError: asyncio cannot be used in a BlockX function" in message
+    assert f"event loop for {asked}" in message
+    assert "Await io.<backend>.<op>(...) or call(...)" in message
+    assert "RuntimeError" not in message
+
+
+async def test_a_plain_def_may_still_run_its_own_loop(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    result = await run(engine, snapshot, "runs_its_own_loop")
+    assert result.success, result.failure_message
+    assert [json.loads(o.value_json) for o in result.outputs] == [7]
+
+
+async def test_asyncio_imported_in_the_middle_of_a_call_fails_the_same_way(
+    engine: CallEngine,
+) -> None:
+    # A fresh executor, and a module that imports asyncio only inside the call.
+    late = "async def late():\n    import asyncio\n    await asyncio.sleep(1)\n"
+    message = (await run(engine, build_snapshot(1, {"late": late}), "late")).failure_message
+    assert "TypeError: asyncio cannot be used in a BlockX function" in message
