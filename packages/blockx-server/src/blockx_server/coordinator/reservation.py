@@ -12,6 +12,7 @@ needed around them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Protocol, assert_never
@@ -20,15 +21,19 @@ import msgspec
 
 from blockx_core.coordinator import (
     CoordinatorCore,
+    PlacementExplanation,
     Reservation,
     ReservationCore,
     ReserveFailure,
     ReserveOutcome,
     SlotAttemptResult,
     TrySlot,
+    WorkerReason,
+    WorkerView,
     classify_slot_answer,
     describe_slot_answer,
 )
+from blockx_core.errors import Refusal
 from blockx_core.ids import TaskId
 from blockx_server.coordinator.slot_reserver import SlotReserver
 from blockx_server.runtime.clock import Clock
@@ -39,6 +44,15 @@ log = logging.getLogger(__name__)
 class HandlerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Same-worker retries after an uncertain outcome; 0 allowed.
     max_timeout_retries: int = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlacementSnapshot:
+    """What ExplainPlacement answers: each reason with the view it was judged on."""
+
+    now_ms: int
+    not_ready: Refusal | None
+    workers: list[tuple[WorkerReason, WorkerView]]
 
 
 class ReserveObserver(Protocol):
@@ -74,16 +88,44 @@ class ReservationLoop:
         self._observer = observer or _NoObserver()
 
     async def reserve_worker_slot(self, task_id: TaskId) -> Reservation | ReserveFailure:
-        started = time.perf_counter()
-        result = await self._run(task_id)
-        outcome = ReserveOutcome.RESERVED if isinstance(result, Reservation) else result.outcome
-        self._observer.reserve_finished(outcome, time.perf_counter() - started)
+        result, _ = await self.reserve_explained(task_id)
         return result
 
-    async def _run(self, task_id: TaskId) -> Reservation | ReserveFailure:
+    async def reserve_explained(
+        self, task_id: TaskId
+    ) -> tuple[Reservation | ReserveFailure, PlacementExplanation | None]:
+        """The answer, and for a refusal past validation what each worker answered or
+        why it was not asked (None for a grant or an invalid request)."""
+        started = time.perf_counter()
         reservation = ReservationCore(
             self._core, max_timeout_retries=self._config.max_timeout_retries
         )
+        result = await self._run(reservation, task_id)
+        explanation = None
+        if isinstance(result, Reservation):
+            outcome = ReserveOutcome.RESERVED
+        else:
+            outcome = result.outcome
+            if outcome is not ReserveOutcome.INVALID_ARGUMENT:
+                explanation = reservation.explain(self._clock.now_ms())
+        self._observer.reserve_finished(outcome, time.perf_counter() - started)
+        return result, explanation
+
+    def explain(self) -> PlacementSnapshot:
+        """Every worker's eligibility now, for ExplainPlacement."""
+        now_ms = self._clock.now_ms()
+        core = self._core
+        reasons = core.explain(now_ms)
+        views = [core.worker(r.worker_addr) for r in reasons]
+        return PlacementSnapshot(
+            now_ms=now_ms,
+            not_ready=core.not_ready_reason(now_ms),
+            workers=[(r, v) for r, v in zip(reasons, views, strict=True) if v is not None],
+        )
+
+    async def _run(
+        self, reservation: ReservationCore, task_id: TaskId
+    ) -> Reservation | ReserveFailure:
         command = reservation.start(task_id, self._clock.now_ms())
         while True:
             match command:
