@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from blockx_cli.commands import chain, dev, drive, function, task, version, workers
+from blockx_cli.commands import chain, dev, drive, function, task, version, why, workers
 from blockx_cli.settings import Settings
 
 app = typer.Typer(
@@ -25,7 +25,7 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-for commands in (task.app, function.app, workers.app, dev.app, drive.app, version.app):
+for commands in (task.app, function.app, workers.app, why.app, dev.app, drive.app, version.app):
     app.add_typer(commands)
 app.add_typer(dev.group, name="dev")
 app.add_typer(chain.group, name="chain")

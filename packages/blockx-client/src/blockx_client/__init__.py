@@ -15,10 +15,12 @@ task a worker does not know reads as ``TaskState.NOT_FOUND``.
 from importlib.metadata import version
 
 from blockx_client._options import GrpcTls
+from blockx_client._placement import PlacementListener, SlotWait, listen_to_placement
 from blockx_client.backoff import Backoff, RetryPolicy
 from blockx_client.client import Client
 from blockx_client.errors import (
     BlockxError,
+    ClusterBusyError,
     ConnectError,
     CoordinatorUnreachableError,
     FunctionError,
@@ -26,10 +28,12 @@ from blockx_client.errors import (
     NoSlotError,
     SlotInvalidError,
     SlotUncertainError,
+    SlotWaitTimeoutError,
     SubmitUncertainError,
     TaskNotFoundError,
     UnavailableError,
 )
+from blockx_client.explain import PlacementReport, WorkerEligibility
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     CLIENT_RETRYABLE,
@@ -62,6 +66,7 @@ __all__ = [
     "Client",
     "ClientFailureCode",
     "Cluster",
+    "ClusterBusyError",
     "ConnectError",
     "CoordinatorUnreachableError",
     "Durations",
@@ -73,6 +78,8 @@ __all__ = [
     "Invocation",
     "IoTrace",
     "NoSlotError",
+    "PlacementListener",
+    "PlacementReport",
     "PluginConfig",
     "PluginOutput",
     "Precheck",
@@ -80,6 +87,8 @@ __all__ = [
     "RetryPolicy",
     "SlotInvalidError",
     "SlotUncertainError",
+    "SlotWait",
+    "SlotWaitTimeoutError",
     "SubmitAnswer",
     "SubmitUncertainError",
     "SyncClient",
@@ -90,9 +99,11 @@ __all__ = [
     "TaskState",
     "TaskUpdate",
     "UnavailableError",
+    "WorkerEligibility",
     "WorkerInfo",
     "__version__",
     "list_workers",
+    "listen_to_placement",
     "load_task_file",
     "route",
     "task_from_dict",

@@ -37,6 +37,7 @@ from blockx_client._watch import Watchers
 from blockx_client._worker_rpc import WorkerRpc
 from blockx_client.backoff import RetryPolicy
 from blockx_client.errors import BlockxError, SubmitUncertainError
+from blockx_client.explain import PlacementReport, explain_placement
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     Cluster,
@@ -176,6 +177,11 @@ class Client:
         one), then CoordinatorUnreachableError; ABORTED → wait one slot TTL, then the
         same task_id again."""
         return await self._placement.reserve_worker_slot(task_id, cluster, deadline_s)
+
+    async def explain_placement(self) -> PlacementReport:
+        """Every worker's eligibility and reason, from the block coordinator."""
+        addr = self._options.coordinator
+        return await explain_placement(self._transport, addr, self._options.rpc_timeout_s)
 
     async def request_task_slot(
         self, worker_addr: str, task_id: str | None = None, *, ttl_ms: int = 5000
