@@ -33,7 +33,7 @@ import dataclasses
 import random
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Final, Protocol, TypeVar
 
 import betterproto2
@@ -115,11 +115,9 @@ def listen_to_placement(listener: PlacementListener) -> Iterator[None]:
         _listener.reset(token)
 
 
-def placement_of(metadata: object) -> PlacementExplanation | None:
+def placement_of(metadata: Mapping[str, str | bytes] | None) -> PlacementExplanation | None:
     """The explanation in a refusal's trailing metadata; None if absent or malformed."""
-    if metadata is None:
-        return None
-    raw = getattr(metadata, "get", lambda _key: None)(PLACEMENT_METADATA_KEY)
+    raw = None if metadata is None else metadata.get(PLACEMENT_METADATA_KEY)
     if not isinstance(raw, bytes):
         return None
     try:

@@ -196,9 +196,10 @@ class CoordinatorCore:
         )
 
     def worker_reasons(self, now_ms: int) -> Iterator[WorkerReason]:
-        """Every worker's eligibility at ``now_ms``, in no particular order (lazily:
-        a caller with a size budget stops reading when it is spent)."""
-        for view in list(self._views.values()):
+        """Every worker's eligibility at ``now_ms``, in no particular order, lazily: a
+        caller with a size budget stops reading when it is spent. Read it to the end
+        (or drop it) before the next event changes the view."""
+        for view in self._views.values():
             yield worker_reason(view, self._config, now_ms)
 
     def explain(self, now_ms: int) -> list[WorkerReason]:
