@@ -271,6 +271,13 @@ def test_the_explain_rpc_ranks_eligible_workers_first() -> None:
     ]
 
 
+def test_the_explain_rpc_can_ask_about_one_worker() -> None:
+    core = CoordinatorCore(CONFIG)
+    core.apply_full_worker_list([hb("a", used=10), hb("b")], NOW)
+    assert [r.kind for r in core.explain(NOW, "a")] == [ReasonKind.FULL]
+    assert core.explain(NOW, "unknown:1") == []
+
+
 def test_describe_explanation_counts_the_rest() -> None:
     explanation = PlacementExplanation(
         workers=(

@@ -241,6 +241,8 @@ async def test_a_refusal_explains_every_worker(
         "cpu_red_line",
     ]
     assert document["workers"][3]["cpu_fraction"] == pytest.approx(0.97)
+    one = await asyncio.to_thread(blockx, coordinator, "why", "--worker", RED, "--json")
+    assert [w["reason"] for w in json.loads(one.stdout)["workers"]] == ["cpu 0.97 > red line 0.90"]
 
     # The CLI's waiting line while it backs off, then the timed-out error.
     waited = await asyncio.to_thread(blockx, coordinator, "reserve", "--timeout", "1.5")
@@ -329,10 +331,19 @@ async def test_a_real_worker_full_then_free(
         },
         tmp_path / "worker.log",
     )
+    # The coordinator first: its readiness probe (a ReserveWorkerSlot) must not take
+    # the worker's only slot. A generous RequestTaskSlot timeout: on a loaded host an
+    # uncertain first try would hold the slot for this very task, and the heartbeat
+    # would then (rightly) show the worker full to its own retry.
+    coordinator = start_coordinator(
+        etcd_server,
+        prefix,
+        COORDINATOR_SLOT_TTL_MS="30000",
+        COORDINATOR_WORKER_RPC_TIMEOUT_MS="10000",
+    )
+    await coordinator.wait_serving()
     try:
         await worker.wait_ready()
-        coordinator = start_coordinator(etcd_server, prefix, COORDINATOR_SLOT_TTL_MS="30000")
-        await coordinator.wait_serving()
         async with Client(coordinator=f"127.0.0.1:{coordinator.port}") as client:
             report = await sees(client, 1)
             worker_addr = report.workers[0].worker_addr

@@ -178,10 +178,13 @@ class Client:
         same task_id again."""
         return await self._placement.reserve_worker_slot(task_id, cluster, deadline_s)
 
-    async def explain_placement(self) -> PlacementReport:
-        """Every worker's eligibility and reason, from the block coordinator."""
-        addr = self._options.coordinator
-        return await explain_placement(self._transport, addr, self._options.rpc_timeout_s)
+    async def explain_placement(self, worker_addr: str | None = None) -> PlacementReport:
+        """Every worker's eligibility and reason (or only ``worker_addr``'s), from the
+        block coordinator."""
+        options = self._options
+        return await explain_placement(
+            self._transport, options.coordinator, options.rpc_timeout_s, worker_addr
+        )
 
     async def request_task_slot(
         self, worker_addr: str, task_id: str | None = None, *, ttl_ms: int = 5000

@@ -46,11 +46,12 @@ class PlacementReport:
         return tuple(w for w in self.workers if w.eligible)
 
 
-async def explain_placement(transport: Transport, addr: str, timeout_s: float) -> PlacementReport:
+async def explain_placement(
+    transport: Transport, addr: str, timeout_s: float, worker_addr: str | None = None
+) -> PlacementReport:
     stub = coordinator_v1.CoordinatorServiceStub(transport.channel(addr))
-    reply = await transport.unary(
-        addr, stub.explain_placement(coordinator_v1.ExplainPlacementRequest(), timeout=timeout_s)
-    )
+    request = coordinator_v1.ExplainPlacementRequest(worker_addr=worker_addr or "")
+    reply = await transport.unary(addr, stub.explain_placement(request, timeout=timeout_s))
     return PlacementReport(
         coordinator=addr,
         view_trusted=reply.view_trusted,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Annotated
 
 import typer
 from rich.table import Table
@@ -19,16 +20,23 @@ _COLUMNS = ("worker", "eligible", "reason", "slots used", "cpu", "mem", "errors"
 
 
 @app.command()
-def why(ctx: typer.Context, *, json_: JsonOpt = False) -> None:
+def why(
+    ctx: typer.Context,
+    *,
+    worker: Annotated[
+        str | None, typer.Option(help="Only this worker's host:port [default: every worker].")
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
     """Why a task is (or is not) placed: each worker's eligibility, as the block
     coordinator judges it now (stale heartbeat, red lines, breaker, full)."""
     out = Output(console, json_)
-    raise typer.Exit(run(_why(settings_of(ctx), out)))
+    raise typer.Exit(run(_why(settings_of(ctx), out, worker)))
 
 
-async def _why(settings: Settings, out: Output) -> int:
+async def _why(settings: Settings, out: Output, worker: str | None) -> int:
     async with settings.client() as client:
-        report = await client.explain_placement()
+        report = await client.explain_placement(worker)
     if out.json_mode:
         out.emit(
             {

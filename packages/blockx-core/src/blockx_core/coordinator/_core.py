@@ -202,12 +202,17 @@ class CoordinatorCore:
         for view in self._views.values():
             yield worker_reason(view, self._config, now_ms)
 
-    def explain(self, now_ms: int) -> list[WorkerReason]:
-        """Every worker's eligibility: the eligible ones in the order they would be
-        chosen, then the others by address."""
+    def explain(self, now_ms: int, worker_addr: WorkerAddr | None = None) -> list[WorkerReason]:
+        """Every worker's eligibility (or only ``worker_addr``'s, if it is known): the
+        eligible ones in the order they would be chosen, then the others by address."""
         eligible: list[tuple[WorkerView, WorkerReason]] = []
         others: list[WorkerReason] = []
-        for view in self._views.values():
+        if worker_addr is None:
+            views: Iterable[WorkerView] = self._views.values()
+        else:
+            only = self._views.get(worker_addr)
+            views = () if only is None else (only,)
+        for view in views:
             reason = worker_reason(view, self._config, now_ms)
             if reason.kind is ReasonKind.ELIGIBLE:
                 eligible.append((view, reason))

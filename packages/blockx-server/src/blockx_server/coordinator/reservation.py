@@ -34,7 +34,7 @@ from blockx_core.coordinator import (
     describe_slot_answer,
 )
 from blockx_core.errors import Refusal
-from blockx_core.ids import TaskId
+from blockx_core.ids import TaskId, WorkerAddr
 from blockx_server.coordinator.slot_reserver import SlotReserver
 from blockx_server.runtime.clock import Clock
 
@@ -111,11 +111,11 @@ class ReservationLoop:
         self._observer.reserve_finished(outcome, time.perf_counter() - started)
         return result, explanation
 
-    def explain(self) -> PlacementSnapshot:
-        """Every worker's eligibility now, for ExplainPlacement."""
+    def explain(self, worker_addr: WorkerAddr | None = None) -> PlacementSnapshot:
+        """Every worker's eligibility now (or only ``worker_addr``'s), for ExplainPlacement."""
         now_ms = self._clock.now_ms()
         core = self._core
-        reasons = core.explain(now_ms)
+        reasons = core.explain(now_ms, worker_addr)
         views = [core.worker(r.worker_addr) for r in reasons]
         return PlacementSnapshot(
             now_ms=now_ms,

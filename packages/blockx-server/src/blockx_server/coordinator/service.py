@@ -90,7 +90,7 @@ class CoordinatorService(coordinator_v1.CoordinatorServiceBase):
     async def explain_placement(
         self, message: coordinator_v1.ExplainPlacementRequest
     ) -> coordinator_v1.ExplainPlacementResponse:
-        return explain_response(self._loop.explain())
+        return explain_response(self._loop.explain(message.worker_addr or None))
 
     async def _reserve_stream(
         self,

@@ -37,7 +37,10 @@ class ExplainPlacementRequest(betterproto2.Message):
     ---- ExplainPlacement ----------------------------------------------------------
     """
 
-    pass
+    worker_addr: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only this worker (host:port as registered); empty: every registered worker.
+    """
 
 
 default_message_pool.register_message(
@@ -196,7 +199,7 @@ class CoordinatorServiceStub(betterproto2_grpclib.ServiceStub):
 
     async def explain_placement(
         self,
-        message: "ExplainPlacementRequest | None" = None,
+        message: "ExplainPlacementRequest",
         *,
         timeout: "float | None" = None,
         deadline: "Deadline | None" = None,
@@ -206,9 +209,6 @@ class CoordinatorServiceStub(betterproto2_grpclib.ServiceStub):
         Read-only: every registered worker's current eligibility and the reason, as
         ReserveWorkerSlot would judge it now. Reserves nothing and asks no worker.
         """
-
-        if message is None:
-            message = ExplainPlacementRequest()
 
         return await self._unary_unary(
             "/coordinator.v1.CoordinatorService/ExplainPlacement",
