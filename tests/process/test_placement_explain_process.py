@@ -26,7 +26,9 @@ from processes import EXAMPLES, CoordinatorProcess, WorkerProcess
 from support import free_port, heartbeat, wait_until
 
 from blockx_client import (
+    BlockxError,
     Client,
+    Cluster,
     ClusterBusyError,
     NoSlotError,
     PlacementReport,
@@ -40,6 +42,7 @@ from blockx_core.coordinator import (
     describe_reason,
 )
 from blockx_core.heartbeat import encode_heartbeat
+from blockx_core.registry import RegistryKind
 from blockx_proto import coordinator_v1, worker_v1
 from blockx_server.etcd.local import EtcdServer
 from blockx_server.runtime.clock import SYSTEM_CLOCK
@@ -83,7 +86,9 @@ async def publish(etcd: EtcdServer, prefix: str, addr: str, **fields: float) -> 
 async def start_coordinator(tmp_path: Path) -> AsyncIterator[Callable[..., CoordinatorProcess]]:
     started: list[CoordinatorProcess] = []
 
-    def start(etcd: EtcdServer, prefix: str, **env: str) -> CoordinatorProcess:
+    def start(
+        etcd: EtcdServer, prefix: str, program: str = "blockx-coordinator", **env: str
+    ) -> CoordinatorProcess:
         proc = CoordinatorProcess(
             {
                 "ETCD_ENDPOINTS": etcd.endpoint,
@@ -94,6 +99,7 @@ async def start_coordinator(tmp_path: Path) -> AsyncIterator[Callable[..., Coord
                 **env,
             },
             tmp_path / f"coordinator-{len(started)}.log",
+            program,
         )
         started.append(proc)
         return proc
@@ -273,6 +279,30 @@ async def test_every_worker_full_is_busy_not_timed_out(
     assert "full 2/2" in caught.value.message
     assert "deadline" in caught.value.message
     assert {r.kind for r in caught.value.worker_reasons} == {ReasonKind.FULL, ReasonKind.ANSWERED}
+
+
+async def test_the_bundle_coordinator_explains_too(
+    etcd_server: EtcdServer,
+    unique_lane: Callable[..., str],
+    start_coordinator: Callable[..., CoordinatorProcess],
+) -> None:
+    prefix = unique_lane(RegistryKind.BUNDLE)
+    await publish(etcd_server, prefix, FULL, slots=4, used=4)
+    coordinator = start_coordinator(etcd_server, prefix, "blockx-bundle-coordinator")
+    await coordinator.wait_serving()
+    address = f"127.0.0.1:{coordinator.port}"
+
+    async def refused_with_reasons() -> bool:
+        async with Client(bundle_coordinator=address) as client:
+            try:
+                await client.reserve_worker_slot("t-b", cluster=Cluster.BUNDLE, deadline_s=0.3)
+            except ClusterBusyError as exc:
+                return "127.0.0.1:1: full 4/4" in exc.message
+            except BlockxError:
+                return False
+        return False
+
+    await wait_until(refused_with_reasons, "a busy refusal naming the full worker", timeout=30)
 
 
 async def test_many_workers_stay_within_8_kib(
