@@ -70,7 +70,8 @@ def test_pinned_service_paths() -> None:
     """The method paths other tools dial must never change."""
     pinned = {
         coordinator_v1.CoordinatorServiceBase: [
-            "/coordinator.v1.CoordinatorService/ReserveWorkerSlot"
+            "/coordinator.v1.CoordinatorService/ReserveWorkerSlot",
+            "/coordinator.v1.CoordinatorService/ExplainPlacement",
         ],
         bundlecoordinator_v1.BundleCoordinatorServiceBase: [
             "/bundlecoordinator.v1.BundleCoordinatorService/ReserveWorkerSlot"

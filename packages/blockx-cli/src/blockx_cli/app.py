@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from blockx_cli.addresses import etcd_endpoints_option, host_port_option, unix_socket_option
-from blockx_cli.commands import chain, dev, drive, function, task, tasks, version, workers
+from blockx_cli.commands import chain, dev, drive, function, task, tasks, version, why, workers
 from blockx_cli.settings import Settings
 from blockx_client.client import DEFAULT_COORDINATOR, DEFAULT_SYNC_INVOKER
 
@@ -27,7 +27,16 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-for commands in (task.app, tasks.app, function.app, workers.app, dev.app, drive.app, version.app):
+for commands in (
+    task.app,
+    tasks.app,
+    function.app,
+    workers.app,
+    why.app,
+    dev.app,
+    drive.app,
+    version.app,
+):
     app.add_typer(commands)
 app.add_typer(dev.group, name="dev")
 app.add_typer(chain.group, name="chain")

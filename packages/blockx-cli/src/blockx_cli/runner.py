@@ -9,13 +9,16 @@ from typing import Any, TypeVar
 import typer
 
 from blockx_cli.output import EXIT_SERVICE, EXIT_USAGE, fail
+from blockx_cli.waiting import WaitingLine
 from blockx_client import (
     BlockxError,
     ConnectError,
     NoSlotError,
+    SlotWaitTimeoutError,
     SubmitUncertainError,
     TaskFileError,
     UnavailableError,
+    listen_to_placement,
 )
 
 T = TypeVar("T")
@@ -31,6 +34,8 @@ def hint_for(exc: BlockxError) -> str | None:
         )
     if isinstance(exc, ConnectError):
         return "is the cluster running? `blockx dev up` starts one locally"
+    if isinstance(exc, SlotWaitTimeoutError):
+        return "`blockx why` shows each worker's eligibility and the reason"
     if isinstance(exc, NoSlotError):
         return "every worker is busy; try again later or wait longer (--deadline / --timeout)"
     if isinstance(exc, UnavailableError):
@@ -41,7 +46,8 @@ def hint_for(exc: BlockxError) -> str | None:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command; a BlockX error is one clear line and exit code 3, never a traceback."""
     try:
-        return asyncio.run(coro)
+        with listen_to_placement(WaitingLine()):
+            return asyncio.run(coro)
     except TaskFileError as exc:
         fail(str(exc), EXIT_USAGE, hint=TASK_FILE_HINT)
     except BlockxError as exc:

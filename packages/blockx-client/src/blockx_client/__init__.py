@@ -15,11 +15,13 @@ task a worker does not know reads as ``TaskState.NOT_FOUND``.
 from importlib.metadata import version
 
 from blockx_client._options import GrpcTls
+from blockx_client._placement import PlacementListener, SlotWait, listen_to_placement
 from blockx_client.backoff import Backoff, RetryPolicy
 from blockx_client.client import Client
 from blockx_client.cluster_tasks import Registry, TaskFilter
 from blockx_client.errors import (
     BlockxError,
+    ClusterBusyError,
     ConnectError,
     CoordinatorUnreachableError,
     FunctionError,
@@ -28,11 +30,13 @@ from blockx_client.errors import (
     ResultTypeError,
     SlotInvalidError,
     SlotUncertainError,
+    SlotWaitTimeoutError,
     SubmitUncertainError,
     TaskInputDiffersError,
     TaskNotFoundError,
     UnavailableError,
 )
+from blockx_client.explain import PlacementReport, WorkerEligibility
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     CLIENT_RETRYABLE,
@@ -71,6 +75,7 @@ __all__ = [
     "Client",
     "ClientFailureCode",
     "Cluster",
+    "ClusterBusyError",
     "ClusterTasks",
     "ConnectError",
     "CoordinatorUnreachableError",
@@ -84,6 +89,8 @@ __all__ = [
     "IoTrace",
     "ListedTask",
     "NoSlotError",
+    "PlacementListener",
+    "PlacementReport",
     "PluginConfig",
     "PluginOutput",
     "Precheck",
@@ -93,6 +100,8 @@ __all__ = [
     "RetryPolicy",
     "SlotInvalidError",
     "SlotUncertainError",
+    "SlotWait",
+    "SlotWaitTimeoutError",
     "SubmitAnswer",
     "SubmitUncertainError",
     "SyncClient",
@@ -107,9 +116,11 @@ __all__ = [
     "TaskUpdate",
     "UnavailableError",
     "UnreachableWorker",
+    "WorkerEligibility",
     "WorkerInfo",
     "__version__",
     "list_workers",
+    "listen_to_placement",
     "load_task_file",
     "route",
     "task_from_dict",

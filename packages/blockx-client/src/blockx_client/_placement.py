@@ -15,34 +15,115 @@ UNAVAILABLE (the worker is not ready or drains) and a refused connection reserve
 again; a connection lost after the request was sent raises
 ``SubmitUncertainError``, since the worker may have accepted the task. The task_id
 is the idempotency key throughout.
+
+A refused ReserveWorkerSlot carries the coordinator's placement explanation
+(``blockx-placement-bin`` trailing metadata): the error keeps it as
+``worker_reasons``. At the deadline, RESOURCE_EXHAUSTED ends in
+``ClusterBusyError`` when every worker was full and ``SlotWaitTimeoutError``
+otherwise. Each back-off is reported to the ``PlacementListener`` installed with
+``listen_to_placement`` (the CLI's "waiting for a slot" line).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
+import dataclasses
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from typing import Final, Protocol, TypeVar
 
-from grpclib.const import Status
+import betterproto2
+from grpclib.client import Channel
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError
 
 from blockx_client._options import ClientOptions
 from blockx_client._worker_rpc import WorkerRpc
 from blockx_client.errors import (
     BlockxError,
+    ClusterBusyError,
     ConnectError,
     CoordinatorUnreachableError,
     InvalidRequestError,
     NoSlotError,
     SlotInvalidError,
     SlotUncertainError,
+    SlotWaitTimeoutError,
     SubmitUncertainError,
     UnavailableError,
+    describe_workers,
+    error_for,
 )
 from blockx_client.models import Cluster, Reservation, SubmitAnswer, Task
 from blockx_client.transport import Transport
+from blockx_core.coordinator import (
+    PLACEMENT_METADATA_KEY,
+    InvalidExplanation,
+    PlacementExplanation,
+    decode_explanation,
+    every_worker_full,
+)
 from blockx_proto import bundlecoordinator_v1, coordinator_v1
+
+_RESERVE: Final = "/coordinator.v1.CoordinatorService/ReserveWorkerSlot"
+_BUNDLE_RESERVE: Final = "/bundlecoordinator.v1.BundleCoordinatorService/ReserveWorkerSlot"
+
+Reply = TypeVar("Reply", bound=betterproto2.Message)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SlotWait:
+    """Placement backs off: what the last attempt met, and how long it waits now."""
+
+    task_id: str
+    attempt: int
+    delay_s: float
+    error: BlockxError
+
+    @property
+    def reason(self) -> str:
+        """The per-worker reasons when the coordinator sent them, else the error."""
+        if self.error.placement.workers or self.error.placement.omitted:
+            return describe_workers(self.error.placement)
+        return self.error.message
+
+
+class PlacementListener(Protocol):
+    """Told about every back-off of a placement, and when the placement ends."""
+
+    def waiting(self, wait: SlotWait) -> None: ...
+    def done(self) -> None: ...
+
+
+_listener: contextvars.ContextVar[PlacementListener | None] = contextvars.ContextVar(
+    "blockx_placement_listener", default=None
+)
+
+
+@contextlib.contextmanager
+def listen_to_placement(listener: PlacementListener) -> Iterator[None]:
+    """Report the back-offs of every placement started inside this block (and in the
+    tasks it creates, which copy the context) to ``listener``."""
+    token = _listener.set(listener)
+    try:
+        yield
+    finally:
+        _listener.reset(token)
+
+
+def placement_of(metadata: Mapping[str, str | bytes] | None) -> PlacementExplanation | None:
+    """The explanation in a refusal's trailing metadata; None if absent or malformed."""
+    raw = None if metadata is None else metadata.get(PLACEMENT_METADATA_KEY)
+    if not isinstance(raw, bytes):
+        return None
+    try:
+        return decode_explanation(raw)
+    except InvalidExplanation:
+        return None
 
 
 class Placement:
@@ -67,49 +148,66 @@ class Placement:
         deadline = None if deadline_s is None else started + deadline_s
         no_slot = unavailable = unreachable = 0
         unreachable_since = 0.0
-        while True:
-            try:
-                return await self._reserve_once(task_id, cluster, deadline)
-            except NoSlotError:
-                no_slot += 1
-                unavailable = unreachable = 0
-                delay = retry.no_slot.delay(no_slot, self._rng)
-                if deadline is not None and time.monotonic() + delay > deadline:
-                    raise NoSlotError(
-                        f"no slot for task {task_id} within the deadline of {deadline_s} s "
-                        "(RESOURCE_EXHAUSTED)",
-                        Status.RESOURCE_EXHAUSTED,
-                    ) from None
-            except UnavailableError as exc:
-                unavailable += 1
-                unreachable = 0
-                if deadline is None and unavailable >= retry.unavailable_attempts:
-                    raise
-                delay = retry.unavailable_delay(unavailable, self._rng)
-                if deadline is not None and time.monotonic() + delay > deadline:
-                    raise UnavailableError(
-                        f"{exc.message} (still so at the deadline of {deadline_s} s)", exc.status
-                    ) from None
-            except ConnectError as exc:
-                now = time.monotonic()
-                if unreachable == 0:
-                    unreachable_since = now
-                unreachable += 1
-                unavailable = 0
-                delay = retry.unavailable_delay(unreachable, self._rng)
-                give_up_at = (
-                    deadline if deadline is not None else unreachable_since + retry.unreachable_s
-                )
-                if now + delay > give_up_at:
-                    raise self._unreachable(
-                        cluster, now - unreachable_since, unreachable, exc
-                    ) from None
-            except SlotUncertainError:
-                no_slot = unavailable = unreachable = 0
-                delay = retry.slot_ttl_s
-                if deadline is not None and time.monotonic() + delay > deadline:
-                    raise
-            await asyncio.sleep(delay)
+        listener = _listener.get()
+        waited = False
+        try:
+            while True:
+                try:
+                    return await self._reserve_once(task_id, cluster, deadline)
+                except NoSlotError as exc:
+                    met: BlockxError = exc
+                    no_slot += 1
+                    unavailable = unreachable = 0
+                    attempts = no_slot
+                    delay = retry.no_slot.delay(no_slot, self._rng)
+                    if deadline is not None and time.monotonic() + delay > deadline:
+                        raise _gave_up(exc, task_id, deadline_s, no_slot) from None
+                except UnavailableError as exc:
+                    met = exc
+                    unavailable += 1
+                    unreachable = 0
+                    attempts = unavailable
+                    if deadline is None and unavailable >= retry.unavailable_attempts:
+                        raise
+                    delay = retry.unavailable_delay(unavailable, self._rng)
+                    if deadline is not None and time.monotonic() + delay > deadline:
+                        raise UnavailableError(
+                            f"{exc.message} (still so at the deadline of {deadline_s} s)",
+                            exc.status,
+                            placement=exc.placement,
+                        ) from None
+                except ConnectError as exc:
+                    met = exc
+                    now = time.monotonic()
+                    if unreachable == 0:
+                        unreachable_since = now
+                    unreachable += 1
+                    unavailable = 0
+                    attempts = unreachable
+                    delay = retry.unavailable_delay(unreachable, self._rng)
+                    give_up_at = (
+                        deadline
+                        if deadline is not None
+                        else unreachable_since + retry.unreachable_s
+                    )
+                    if now + delay > give_up_at:
+                        raise self._unreachable(
+                            cluster, now - unreachable_since, unreachable, exc
+                        ) from None
+                except SlotUncertainError as exc:
+                    met = exc
+                    no_slot = unavailable = unreachable = 0
+                    attempts = 1
+                    delay = retry.slot_ttl_s
+                    if deadline is not None and time.monotonic() + delay > deadline:
+                        raise
+                if listener is not None:
+                    waited = True
+                    listener.waiting(SlotWait(task_id, attempts, delay, met))
+                await asyncio.sleep(delay)
+        finally:
+            if waited and listener is not None:
+                listener.done()
 
     def _unreachable(
         self, cluster: Cluster, for_s: float, attempts: int, last: ConnectError
@@ -139,26 +237,30 @@ class Placement:
     ) -> Reservation:
         timeout = self._timeout(deadline)
         addr = self._coordinator_addr(cluster)
+        channel = self._transport.channel(addr)
         if cluster is Cluster.BUNDLE:
-            bundle = bundlecoordinator_v1.BundleCoordinatorServiceStub(
-                self._transport.channel(addr)
-            )
-            reply = await self._transport.unary(
+            bundle = await self._transport.unary(
                 addr,
-                bundle.reserve_worker_slot(
+                _reserve_call(
+                    channel,
+                    _BUNDLE_RESERVE,
                     bundlecoordinator_v1.ReserveWorkerSlotRequest(task_id=task_id),
-                    timeout=timeout,
+                    bundlecoordinator_v1.ReserveWorkerSlotResponse,
+                    timeout,
                 ),
             )
-            return Reservation(reply.task_id, reply.worker_addr, reply.slot_id)
-        block = coordinator_v1.CoordinatorServiceStub(self._transport.channel(addr))
-        reply2 = await self._transport.unary(
+            return Reservation(bundle.task_id, bundle.worker_addr, bundle.slot_id)
+        block = await self._transport.unary(
             addr,
-            block.reserve_worker_slot(
-                coordinator_v1.ReserveWorkerSlotRequest(task_id=task_id), timeout=timeout
+            _reserve_call(
+                channel,
+                _RESERVE,
+                coordinator_v1.ReserveWorkerSlotRequest(task_id=task_id),
+                coordinator_v1.ReserveWorkerSlotResponse,
+                timeout,
             ),
         )
-        return Reservation(reply2.task_id, reply2.worker_addr, reply2.slot_id)
+        return Reservation(block.task_id, block.worker_addr, block.slot_id)
 
     async def place(
         self,
@@ -213,3 +315,48 @@ def _may_have_been_accepted(exc: BlockxError) -> bool:
     if isinstance(exc, ConnectError):
         return exc.may_have_reached
     return exc.status is Status.DEADLINE_EXCEEDED
+
+
+async def _reserve_call(
+    channel: Channel,
+    route: str,
+    request: betterproto2.Message,
+    reply_type: type[Reply],
+    timeout_s: float,
+) -> Reply:
+    """One ReserveWorkerSlot; a refusal becomes the client's error with the
+    coordinator's placement explanation (the generated stub drops trailing metadata)."""
+    async with channel.request(
+        route, Cardinality.UNARY_UNARY, type(request), reply_type, timeout=timeout_s
+    ) as stream:
+        try:
+            await stream.send_message(request, end=True)
+            reply = await stream.recv_message()
+        except GRPCError as exc:
+            placement = placement_of(stream.trailing_metadata)
+            raise error_for(exc.status, exc.message or "", placement) from None
+    assert reply is not None  # a unary OK answer carries its message
+    return reply
+
+
+def _gave_up(
+    last: NoSlotError, task_id: str, deadline_s: float | None, attempts: int
+) -> NoSlotError:
+    """The error that ends a wait for a slot at the caller's deadline: busy when
+    every worker was full at the last attempt, timed out otherwise."""
+    placement = last.placement
+    reasons = describe_workers(placement) if placement.workers or placement.omitted else ""
+    if every_worker_full(placement):
+        return ClusterBusyError(
+            f"busy: every worker is full ({reasons}); no slot for task {task_id} within "
+            f"the deadline of {deadline_s} s ({attempts} attempts)",
+            Status.RESOURCE_EXHAUSTED,
+            placement=placement,
+        )
+    last_met = reasons or last.message
+    return SlotWaitTimeoutError(
+        f"timed out waiting for a slot for task {task_id}: none within the deadline of "
+        f"{deadline_s} s ({attempts} attempts; last: {last_met})",
+        Status.RESOURCE_EXHAUSTED,
+        placement=placement,
+    )

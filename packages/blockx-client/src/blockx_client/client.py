@@ -46,6 +46,7 @@ from blockx_client.cluster_tasks import (
     list_cluster_tasks,
 )
 from blockx_client.errors import BlockxError, SubmitUncertainError, TaskInputDiffersError
+from blockx_client.explain import PlacementReport, explain_placement
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     Cluster,
@@ -187,6 +188,14 @@ class Client:
         one), then CoordinatorUnreachableError; ABORTED → wait one slot TTL, then the
         same task_id again."""
         return await self._placement.reserve_worker_slot(task_id, cluster, deadline_s)
+
+    async def explain_placement(self, worker_addr: str | None = None) -> PlacementReport:
+        """Every worker's eligibility and reason (or only ``worker_addr``'s), from the
+        block coordinator."""
+        options = self._options
+        return await explain_placement(
+            self._transport, options.coordinator, options.rpc_timeout_s, worker_addr
+        )
 
     async def request_task_slot(
         self, worker_addr: str, task_id: str | None = None, *, ttl_ms: int = 5000

@@ -7,17 +7,36 @@ from typing import TYPE_CHECKING
 
 from grpclib.const import Status
 
+from blockx_core.coordinator import PlacementExplanation, WorkerReason, describe_explanation
+
 if TYPE_CHECKING:
     from blockx_client.models import SubmitAnswer
 
+# A placement error's message names this many workers; ``worker_reasons`` has all sent.
+MESSAGE_WORKERS = 5
+
 
 class BlockxError(Exception):
-    """Base of the client's errors. ``status`` is the gRPC status behind it, if any."""
+    """Base of the client's errors. ``status`` is the gRPC status behind it, if any.
+    ``placement`` is what a refused ReserveWorkerSlot said about each worker it
+    considered (empty for every other error)."""
 
-    def __init__(self, message: str, status: Status | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        status: Status | None = None,
+        *,
+        placement: PlacementExplanation | None = None,
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
+        self.placement = placement or PlacementExplanation()
+
+    @property
+    def worker_reasons(self) -> tuple[WorkerReason, ...]:
+        """Per worker, why it was not placed on (``describe_reason`` puts it in words)."""
+        return self.placement.workers
 
 
 class InvalidRequestError(BlockxError):
@@ -25,7 +44,20 @@ class InvalidRequestError(BlockxError):
 
 
 class NoSlotError(BlockxError):
-    """No worker had a free slot before the deadline (RESOURCE_EXHAUSTED)."""
+    """No worker had a free slot (RESOURCE_EXHAUSTED); ``worker_reasons`` says why
+    for each worker. The client backs off on it until the caller's deadline, then
+    raises one of the two subclasses below."""
+
+
+class ClusterBusyError(NoSlotError):
+    """The deadline passed and, at the last attempt, every worker was full (or
+    answered NoSlot): the cluster works but has no capacity to spare."""
+
+
+class SlotWaitTimeoutError(NoSlotError):
+    """The deadline passed while waiting for a slot, and not because every worker
+    was full: the last attempt's ``worker_reasons`` say what kept them out (stale
+    heartbeats, red lines, open breakers, rejections)."""
 
 
 class UnavailableError(BlockxError):
@@ -102,8 +134,18 @@ _BY_STATUS: dict[Status, type[BlockxError]] = {
 }
 
 
-def error_for(status: Status, message: str) -> BlockxError:
-    return _BY_STATUS.get(status, BlockxError)(f"{status.name}: {message}", status)
+def error_for(
+    status: Status, message: str, placement: PlacementExplanation | None = None
+) -> BlockxError:
+    text = f"{status.name}: {message}"
+    if placement is not None and (placement.workers or placement.omitted):
+        text += f" [{describe_workers(placement)}]"
+    return _BY_STATUS.get(status, BlockxError)(text, status, placement=placement)
+
+
+def describe_workers(placement: PlacementExplanation) -> str:
+    """The first workers' reasons in words, as error messages show them."""
+    return describe_explanation(placement, limit=MESSAGE_WORKERS)
 
 
 class TaskInputDiffersError(BlockxError):

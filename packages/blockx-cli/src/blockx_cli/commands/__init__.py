@@ -2,6 +2,7 @@
 
 Each module holds a ``typer.Typer`` whose commands ``app.py`` merges into the root
 app: ``task`` (reserve, submit, watch, get-result), ``function`` (invoke,
-precheck), ``workers``, ``dev`` (dev up, demo) and ``version`` (version-info).
+precheck), ``workers``, ``why`` (placement explanations), ``dev`` (dev up, demo)
+and ``version`` (version-info).
 A command declares its options, then runs its coroutine through ``runner.run``.
 """

@@ -1,5 +1,5 @@
 """The Coordinator's sans-IO core: configuration, worker view, candidate selection,
-and the decisions of one ReserveWorkerSlot."""
+the decisions of one ReserveWorkerSlot, and why each worker is or is not placed."""
 
 from blockx_core.coordinator._config import CoordinatorConfig
 from blockx_core.coordinator._core import (
@@ -7,6 +7,22 @@ from blockx_core.coordinator._core import (
     CoordinatorCore,
     SelectResult,
     validate_reserve_request,
+)
+from blockx_core.coordinator._explain import (
+    MAX_DETAIL_CHARS,
+    PLACEMENT_MAX_BYTES,
+    PLACEMENT_METADATA_KEY,
+    InvalidExplanation,
+    PlacementExplanation,
+    ReasonKind,
+    WorkerReason,
+    decode_explanation,
+    describe_explanation,
+    describe_reason,
+    encode_explanation,
+    every_worker_full,
+    fit_explanation,
+    worker_reason,
 )
 from blockx_core.coordinator._index import CandidateIndex, rank_key
 from blockx_core.coordinator._reservation import (
@@ -30,10 +46,16 @@ from blockx_core.coordinator._slot import (
 from blockx_core.coordinator._view import WorkerView
 
 __all__ = [
+    "MAX_DETAIL_CHARS",
+    "PLACEMENT_MAX_BYTES",
+    "PLACEMENT_METADATA_KEY",
     "Candidate",
     "CandidateIndex",
     "CoordinatorConfig",
     "CoordinatorCore",
+    "InvalidExplanation",
+    "PlacementExplanation",
+    "ReasonKind",
     "Reservation",
     "ReservationCore",
     "ReservationEvent",
@@ -47,9 +69,17 @@ __all__ = [
     "SlotError",
     "SlotGranted",
     "TrySlot",
+    "WorkerReason",
     "WorkerView",
     "classify_slot_answer",
+    "decode_explanation",
+    "describe_explanation",
+    "describe_reason",
     "describe_slot_answer",
+    "encode_explanation",
+    "every_worker_full",
+    "fit_explanation",
     "rank_key",
     "validate_reserve_request",
+    "worker_reason",
 ]

@@ -16,7 +16,8 @@ import msgspec
 from sortedcontainers import SortedList
 
 from blockx_core.coordinator._config import CoordinatorConfig
-from blockx_core.coordinator._index import CandidateIndex
+from blockx_core.coordinator._explain import ReasonKind, WorkerReason, worker_reason
+from blockx_core.coordinator._index import CandidateIndex, rank_key
 from blockx_core.coordinator._view import WorkerView
 from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.heartbeat import WorkerHeartbeat
@@ -193,6 +194,33 @@ class CoordinatorCore:
             "no worker has a free slot: every live worker is full, overloaded, "
             "circuit-broken or already tried",
         )
+
+    def worker_reasons(self, now_ms: int) -> Iterator[WorkerReason]:
+        """Every worker's eligibility at ``now_ms``, in no particular order, lazily: a
+        caller with a size budget stops reading when it is spent. Read it to the end
+        (or drop it) before the next event changes the view."""
+        for view in self._views.values():
+            yield worker_reason(view, self._config, now_ms)
+
+    def explain(self, now_ms: int, worker_addr: WorkerAddr | None = None) -> list[WorkerReason]:
+        """Every worker's eligibility (or only ``worker_addr``'s, if it is known): the
+        eligible ones in the order they would be chosen, then the others by address."""
+        eligible: list[tuple[WorkerView, WorkerReason]] = []
+        others: list[WorkerReason] = []
+        if worker_addr is None:
+            views: Iterable[WorkerView] = self._views.values()
+        else:
+            only = self._views.get(worker_addr)
+            views = () if only is None else (only,)
+        for view in views:
+            reason = worker_reason(view, self._config, now_ms)
+            if reason.kind is ReasonKind.ELIGIBLE:
+                eligible.append((view, reason))
+            else:
+                others.append(reason)
+        eligible.sort(key=lambda pair: rank_key(pair[0]))
+        others.sort(key=lambda reason: reason.worker_addr)
+        return [reason for _, reason in eligible] + others
 
     # ---- feedback from RequestTaskSlot ---------------------------------------------
 

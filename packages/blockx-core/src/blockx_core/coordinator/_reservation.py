@@ -20,21 +20,31 @@ first candidate. Each ``attempt_answered`` feeds back what the Worker said:
 Every command is either ``TrySlot`` (perform one RequestTaskSlot and call
 ``attempt_answered`` with its answer) or a terminal ``Reservation`` /
 ``ReserveFailure``. Penalties and the breaker are recorded on the
-``CoordinatorCore`` as the answers arrive.
+``CoordinatorCore`` as the answers arrive. After a failure, ``explain`` says for
+each worker what it answered or why it was not asked.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Final, assert_never
 
 import msgspec
 
 from blockx_core.coordinator._core import Candidate, CoordinatorCore, validate_reserve_request
+from blockx_core.coordinator._explain import (
+    PLACEMENT_MAX_BYTES,
+    PlacementExplanation,
+    ReasonKind,
+    WorkerReason,
+    answer_reason,
+    fit_explanation,
+)
 from blockx_core.coordinator._slot import (
     SlotAnswer,
     SlotAttemptResult,
+    SlotError,
     SlotGranted,
     classify_slot_answer,
     describe_slot_answer,
@@ -120,6 +130,8 @@ class ReservationCore:
         self._rejections: list[str] = []
         self._candidates_tried = 0
         self._current: TrySlot | None = None
+        # What each worker asked answered, in the order they were asked.
+        self._answers: dict[WorkerAddr, WorkerReason] = {}
 
     @property
     def state(self) -> ReservationState:
@@ -169,6 +181,13 @@ class ReservationCore:
                 if current.attempt < self._attempts_per_worker:
                     return self._try(addr, current.attempt + 1)
                 core.record_slot_timeout(addr, now_ms)
+                self._answers[addr] = answer_reason(
+                    addr,
+                    ReasonKind.UNCERTAIN,
+                    ErrorCode.SLOT_UNCERTAIN,
+                    describe_slot_answer(answer),
+                    current.attempt,
+                )
                 return self._finish(
                     ReserveFailure(
                         ErrorCode.SLOT_UNCERTAIN,
@@ -183,6 +202,25 @@ class ReservationCore:
             case _ as unreachable:
                 assert_never(unreachable)
 
+    def explain(self, now_ms: int, max_bytes: int = PLACEMENT_MAX_BYTES) -> PlacementExplanation:
+        """Each worker's part in this request: what the ones asked answered (first, in
+        the order asked), then why each other one was not asked, within ``max_bytes``."""
+        answers = self._answers
+        core = self._core
+        still_known = sum(1 for addr in answers if core.worker(addr) is not None)
+        total = core.worker_count + len(answers) - still_known
+
+        def reasons() -> Iterator[WorkerReason]:
+            yield from answers.values()
+            for reason in core.worker_reasons(now_ms):
+                if reason.worker_addr in answers:
+                    continue
+                if reason.kind is ReasonKind.ELIGIBLE:
+                    reason = msgspec.structs.replace(reason, kind=ReasonKind.NOT_TRIED)
+                yield reason
+
+        return fit_explanation(reasons(), total, max_bytes)
+
     # ---- internals -------------------------------------------------------------------
 
     def _accept(self, event: ReservationEvent) -> None:
@@ -190,6 +228,12 @@ class ReservationCore:
             raise BlockxUsageError(f"{event.value} is not allowed in state {self._state.value}")
 
     def _rejected(self, addr: WorkerAddr, answer: SlotAnswer, now_ms: int) -> ReserveCommand:
+        assert isinstance(answer, SlotError)  # a grant is never a rejection
+        assert self._current is not None
+        kind = ReasonKind.ANSWERED if answer.reached else ReasonKind.UNREACHABLE
+        self._answers[addr] = answer_reason(
+            addr, kind, answer.code, answer.message, self._current.attempt
+        )
         self._excluded.add(addr)
         self._rejections.append(f"{addr}: {describe_slot_answer(answer)}")
         return self._next_candidate(now_ms)

@@ -24,9 +24,12 @@ class SlotGranted(msgspec.Struct, frozen=True):
 class SlotError(Refusal, frozen=True):
     """RequestTaskSlot failed. ``may_have_allocated`` says whether the request may
     have reached the Worker's slot table: if so, only the same Worker may be asked
-    again (with the same task_id), or one task could end up holding two slots."""
+    again (with the same task_id), or one task could end up holding two slots.
+    ``reached`` is False when no connection was made (the placement explanation
+    says "unreachable" rather than "answered")."""
 
     may_have_allocated: bool
+    reached: bool = True
 
 
 SlotAnswer = SlotGranted | SlotError

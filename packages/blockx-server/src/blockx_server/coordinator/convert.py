@@ -7,14 +7,29 @@ themselves.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
-from blockx_core.coordinator import Reservation, SlotGranted
+from blockx_core.coordinator import (
+    PLACEMENT_METADATA_KEY,
+    PlacementExplanation,
+    ReasonKind,
+    Reservation,
+    SlotGranted,
+    WorkerReason,
+    WorkerView,
+    describe_reason,
+    encode_explanation,
+)
 from blockx_core.errors import Refusal
 from blockx_core.ids import TaskId
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, worker_v1
 from blockx_server.runtime.status import COORDINATOR_STATUS
+
+if TYPE_CHECKING:
+    from blockx_server.coordinator.reservation import PlacementSnapshot
 
 
 def request_task_slot_request(task_id: TaskId, ttl_ms: int) -> worker_v1.RequestTaskSlotRequest:
@@ -46,4 +61,44 @@ def bundle_reserve_response(
 
 def refusal_to_grpc(refusal: Refusal) -> GRPCError:
     """The status of a refused ReserveWorkerSlot, from the one Coordinator table."""
-    return GRPCError(COORDINATOR_STATUS.get(refusal.code, Status.INTERNAL), refusal.message)
+    return GRPCError(refusal_status(refusal), refusal.message)
+
+
+def refusal_status(refusal: Refusal) -> Status:
+    return COORDINATOR_STATUS.get(refusal.code, Status.INTERNAL)
+
+
+def placement_metadata(explanation: PlacementExplanation | None) -> list[tuple[str, bytes]]:
+    """The trailing metadata of a refused ReserveWorkerSlot (none without workers)."""
+    if explanation is None or not (explanation.workers or explanation.omitted):
+        return []
+    return [(PLACEMENT_METADATA_KEY, encode_explanation(explanation))]
+
+
+def _eligibility(
+    reason: WorkerReason, view: WorkerView, now_ms: int
+) -> coordinator_v1.WorkerEligibility:
+    hb = view.heartbeat
+    return coordinator_v1.WorkerEligibility(
+        worker_addr=reason.worker_addr,
+        eligible=reason.kind is ReasonKind.ELIGIBLE,
+        kind=reason.kind.value,
+        reason=describe_reason(reason),
+        task_slots=hb.task_slots,
+        used_slots=hb.used_total,
+        cpu_fraction=hb.cpu_percent,
+        memory_fraction=hb.memory_percent,
+        error_rate=hb.error_rate,
+        heartbeat_age_ms=now_ms - hb.last_heartbeat_ms,
+        breaker_remaining_ms=max(0, view.circuit_breaker_deadline_ms - now_ms),
+        recent_failures=view.recent_failure_count,
+    )
+
+
+def explain_response(snapshot: PlacementSnapshot) -> coordinator_v1.ExplainPlacementResponse:
+    return coordinator_v1.ExplainPlacementResponse(
+        view_trusted=snapshot.not_ready is None,
+        not_ready_reason="" if snapshot.not_ready is None else snapshot.not_ready.message,
+        workers=[_eligibility(r, v, snapshot.now_ms) for r, v in snapshot.workers],
+        now_ms=snapshot.now_ms,
+    )

@@ -12,6 +12,7 @@ needed around them.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Final, Protocol, assert_never
@@ -21,16 +22,20 @@ from opentelemetry.trace import SpanKind
 
 from blockx_core.coordinator import (
     CoordinatorCore,
+    PlacementExplanation,
     Reservation,
     ReservationCore,
     ReserveFailure,
     ReserveOutcome,
     SlotAttemptResult,
     TrySlot,
+    WorkerReason,
+    WorkerView,
     classify_slot_answer,
     describe_slot_answer,
 )
-from blockx_core.ids import TaskId
+from blockx_core.errors import Refusal
+from blockx_core.ids import TaskId, WorkerAddr
 from blockx_server.coordinator.slot_reserver import SlotReserver
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.tracing import TRACER, incoming_context
@@ -41,6 +46,15 @@ log = logging.getLogger(__name__)
 class HandlerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Same-worker retries after an uncertain outcome; 0 allowed.
     max_timeout_retries: int = 1
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class PlacementSnapshot:
+    """What ExplainPlacement answers: each reason with the view it was judged on."""
+
+    now_ms: int
+    not_ready: Refusal | None
+    workers: list[tuple[WorkerReason, WorkerView]]
 
 
 class ReserveObserver(Protocol):
@@ -82,8 +96,20 @@ class ReservationLoop:
         self._observer = observer or _NoObserver()
 
     async def reserve_worker_slot(self, task_id: TaskId) -> Reservation | ReserveFailure:
+        result, _ = await self.reserve_explained(task_id)
+        return result
+
+    async def reserve_explained(
+        self, task_id: TaskId
+    ) -> tuple[Reservation | ReserveFailure, PlacementExplanation | None]:
+        """The answer, and for a refusal past validation what each worker answered or
+        why it was not asked (None for a grant or an invalid request)."""
         started = time.perf_counter()
+        reservation = ReservationCore(
+            self._core, max_timeout_retries=self._config.max_timeout_retries
+        )
         last: list[SlotAttemptResult] = []
+        explanation = None
         # Current while it runs: each RequestTaskSlot carries it to the Worker.
         with TRACER.start_as_current_span(
             "ReserveWorkerSlot",
@@ -91,19 +117,33 @@ class ReservationLoop:
             kind=SpanKind.SERVER,
             attributes={"blockx.task_id": task_id},
         ) as span:
-            result = await self._run(task_id, last)
-            outcome = ReserveOutcome.RESERVED if isinstance(result, Reservation) else result.outcome
+            result = await self._run(reservation, task_id, last)
+            if isinstance(result, Reservation):
+                outcome = ReserveOutcome.RESERVED
+            else:
+                outcome = result.outcome
+                if outcome is not ReserveOutcome.INVALID_ARGUMENT:
+                    explanation = reservation.explain(self._clock.now_ms())
             reason = last[-1].value if last else NONE_TRIED
             span.set_attributes({"blockx.outcome": outcome.value, "blockx.reason": reason})
         self._observer.reserve_finished(outcome, time.perf_counter() - started, reason)
-        return result
+        return result, explanation
+
+    def explain(self, worker_addr: WorkerAddr | None = None) -> PlacementSnapshot:
+        """Every worker's eligibility now (or only ``worker_addr``'s), for ExplainPlacement."""
+        now_ms = self._clock.now_ms()
+        core = self._core
+        reasons = core.explain(now_ms, worker_addr)
+        views = [core.worker(r.worker_addr) for r in reasons]
+        return PlacementSnapshot(
+            now_ms=now_ms,
+            not_ready=core.not_ready_reason(now_ms),
+            workers=[(r, v) for r, v in zip(reasons, views, strict=True) if v is not None],
+        )
 
     async def _run(
-        self, task_id: TaskId, attempts: list[SlotAttemptResult]
+        self, reservation: ReservationCore, task_id: TaskId, attempts: list[SlotAttemptResult]
     ) -> Reservation | ReserveFailure:
-        reservation = ReservationCore(
-            self._core, max_timeout_retries=self._config.max_timeout_retries
-        )
         command = reservation.start(task_id, self._clock.now_ms())
         while True:
             match command:

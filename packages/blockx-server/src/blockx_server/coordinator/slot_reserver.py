@@ -54,7 +54,7 @@ class GrpcSlotReserver:
         try:
             channel = self._channel(worker_addr)
         except InvalidAddress as exc:
-            return SlotError(ErrorCode.REJECTED, str(exc), may_have_allocated=False)
+            return SlotError(ErrorCode.REJECTED, str(exc), may_have_allocated=False, reached=False)
         stub = worker_v1.WorkerServiceStub(channel)
         request = request_task_slot_request(task_id, ttl_ms)
         try:
@@ -83,7 +83,10 @@ class GrpcSlotReserver:
             # can exist.
             # A definite, non-timeout Unavailable.
             return SlotError(
-                ErrorCode.UNAVAILABLE, f"cannot connect: {exc}", may_have_allocated=False
+                ErrorCode.UNAVAILABLE,
+                f"cannot connect: {exc}",
+                may_have_allocated=False,
+                reached=False,
             )
         except (StreamTerminatedError, ProtocolError, OSError) as exc:
             # The connection broke after the request may have been sent: a

@@ -6,8 +6,11 @@
 __all__ = (
     "CoordinatorServiceBase",
     "CoordinatorServiceStub",
+    "ExplainPlacementRequest",
+    "ExplainPlacementResponse",
     "ReserveWorkerSlotRequest",
     "ReserveWorkerSlotResponse",
+    "WorkerEligibility",
 )
 
 from dataclasses import dataclass
@@ -26,6 +29,52 @@ if TYPE_CHECKING:
 
 _COMPILER_VERSION = "0.10.1"
 betterproto2.check_compiler_version(_COMPILER_VERSION)
+
+
+@dataclass(eq=False, repr=False)
+class ExplainPlacementRequest(betterproto2.Message):
+    """
+    ---- ExplainPlacement ----------------------------------------------------------
+    """
+
+    worker_addr: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Only this worker (host:port as registered); empty: every registered worker.
+    """
+
+
+default_message_pool.register_message(
+    "coordinator.v1", "ExplainPlacementRequest", ExplainPlacementRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class ExplainPlacementResponse(betterproto2.Message):
+    view_trusted: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+    """
+    False while the worker view is not trusted (ReserveWorkerSlot answers
+    UNAVAILABLE); not_ready_reason then says why.
+    """
+
+    not_ready_reason: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    workers: "list[WorkerEligibility]" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Eligible workers first, in the order they would be chosen; then the others
+    by address.
+    """
+
+    now_ms: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    The coordinator's clock when it judged.
+    """
+
+
+default_message_pool.register_message(
+    "coordinator.v1", "ExplainPlacementResponse", ExplainPlacementResponse
+)
 
 
 @dataclass(eq=False, repr=False)
@@ -61,6 +110,58 @@ default_message_pool.register_message(
 )
 
 
+@dataclass(eq=False, repr=False)
+class WorkerEligibility(betterproto2.Message):
+    worker_addr: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    eligible: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+
+    kind: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    eligible, stale_heartbeat, cpu_red_line, memory_red_line,
+    error_rate_red_line, breaker_open or full.
+    """
+
+    reason: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    The reason in words, e.g. "cpu 0.97 > red line 0.90".
+    """
+
+    task_slots: "int" = betterproto2.field(5, betterproto2.TYPE_UINT32)
+
+    used_slots: "int" = betterproto2.field(6, betterproto2.TYPE_UINT32)
+    """
+    Reserved plus running.
+    """
+
+    cpu_fraction: "float" = betterproto2.field(7, betterproto2.TYPE_DOUBLE)
+    """
+    Fractions in [0, 1], as the worker reported them.
+    """
+
+    memory_fraction: "float" = betterproto2.field(8, betterproto2.TYPE_DOUBLE)
+
+    error_rate: "float" = betterproto2.field(9, betterproto2.TYPE_DOUBLE)
+
+    heartbeat_age_ms: "int" = betterproto2.field(10, betterproto2.TYPE_INT64)
+    """
+    On the coordinator's clock.
+    """
+
+    breaker_remaining_ms: "int" = betterproto2.field(11, betterproto2.TYPE_INT64)
+    """
+    Time until an open circuit breaker closes; 0 when closed.
+    """
+
+    recent_failures: "int" = betterproto2.field(12, betterproto2.TYPE_UINT32)
+    """
+    RequestTaskSlot failures since the last success.
+    """
+
+
+default_message_pool.register_message("coordinator.v1", "WorkerEligibility", WorkerEligibility)
+
+
 class CoordinatorServiceStub(betterproto2_grpclib.ServiceStub):
     """
     CoordinatorService picks a Worker from the etcd heartbeat view and reserves a
@@ -81,12 +182,38 @@ class CoordinatorServiceStub(betterproto2_grpclib.ServiceStub):
         retry soon); RESOURCE_EXHAUSTED (no worker has a free slot, or every candidate
         rejected: back off); ABORTED (a worker may hold a slot for this task_id: wait at
         least one slot TTL, then retry with the same task_id).
+
+        A refusal's trailing metadata carries "blockx-placement-bin": a JSON document
+        (UTF-8, at most 6 KiB before base64) listing, for each worker considered, what
+        it answered or why it was not asked; see docs/coordinator.md.
         """
 
         return await self._unary_unary(
             "/coordinator.v1.CoordinatorService/ReserveWorkerSlot",
             message,
             ReserveWorkerSlotResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+    async def explain_placement(
+        self,
+        message: "ExplainPlacementRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "ExplainPlacementResponse":
+        """
+        Read-only: every registered worker's current eligibility and the reason, as
+        ReserveWorkerSlot would judge it now. Reserves nothing and asks no worker.
+        """
+
+        return await self._unary_unary(
+            "/coordinator.v1.CoordinatorService/ExplainPlacement",
+            message,
+            ExplainPlacementResponse,
             timeout=timeout,
             deadline=deadline,
             metadata=metadata,
@@ -108,6 +235,20 @@ class CoordinatorServiceBase(betterproto2_grpclib.ServiceBase):
         retry soon); RESOURCE_EXHAUSTED (no worker has a free slot, or every candidate
         rejected: back off); ABORTED (a worker may hold a slot for this task_id: wait at
         least one slot TTL, then retry with the same task_id).
+
+        A refusal's trailing metadata carries "blockx-placement-bin": a JSON document
+        (UTF-8, at most 6 KiB before base64) listing, for each worker considered, what
+        it answered or why it was not asked; see docs/coordinator.md.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def explain_placement(
+        self, message: "ExplainPlacementRequest"
+    ) -> "ExplainPlacementResponse":
+        """
+        Read-only: every registered worker's current eligibility and the reason, as
+        ReserveWorkerSlot would judge it now. Reserves nothing and asks no worker.
         """
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
@@ -120,6 +261,14 @@ class CoordinatorServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.reserve_worker_slot(request)
         await stream.send_message(response)
 
+    async def __rpc_explain_placement(
+        self, stream: "grpclib.server.Stream[ExplainPlacementRequest, ExplainPlacementResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.explain_placement(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/coordinator.v1.CoordinatorService/ReserveWorkerSlot": grpclib.const.Handler(
@@ -127,5 +276,11 @@ class CoordinatorServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 ReserveWorkerSlotRequest,
                 ReserveWorkerSlotResponse,
+            ),
+            "/coordinator.v1.CoordinatorService/ExplainPlacement": grpclib.const.Handler(
+                self.__rpc_explain_placement,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                ExplainPlacementRequest,
+                ExplainPlacementResponse,
             ),
         }

@@ -1,0 +1,88 @@
+"""Placement explanations: ``why``."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from blockx_cli.options import JsonOpt
+from blockx_cli.output import EXIT_OK, Output, console
+from blockx_cli.runner import run
+from blockx_cli.settings import Settings, settings_of
+from blockx_client import PlacementReport
+
+app = typer.Typer()
+
+_COLUMNS = ("worker", "eligible", "reason", "slots used", "cpu", "mem", "errors", "heartbeat")
+
+
+@app.command()
+def why(
+    ctx: typer.Context,
+    *,
+    worker: Annotated[
+        str | None, typer.Option(help="Only this worker's host:port [default: every worker].")
+    ] = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Why a task is (or is not) placed: each worker's eligibility, as the block
+    coordinator judges it now (stale heartbeat, red lines, breaker, full)."""
+    out = Output(console, json_)
+    raise typer.Exit(run(_why(settings_of(ctx), out, worker)))
+
+
+async def _why(settings: Settings, out: Output, worker: str | None) -> int:
+    async with settings.client() as client:
+        report = await client.explain_placement(worker)
+    if out.json_mode:
+        out.emit(
+            {
+                "coordinator": report.coordinator,
+                "view_trusted": report.view_trusted,
+                "not_ready_reason": report.not_ready_reason,
+                "now_ms": report.now_ms,
+                "workers": [dataclasses.asdict(w) for w in report.workers],
+            }
+        )
+        return EXIT_OK
+    out.console.print(_table(report))
+    if not report.view_trusted:
+        out.console.print(
+            f"[bold red]the coordinator does not place now:[/] {report.not_ready_reason}",
+            highlight=False,
+        )
+    return EXIT_OK
+
+
+def _table(report: PlacementReport) -> Table:
+    table = Table(
+        title=f"{len(report.eligible)} of {len(report.workers)} worker(s) eligible "
+        f"at {report.coordinator}",
+        caption="eligible workers first, in the order the coordinator picks them",
+    )
+    for column in (
+        "worker",
+        "eligible",
+        "reason",
+        "slots used",
+        "cpu",
+        "mem",
+        "errors",
+        "heartbeat",
+    ):
+        table.add_column(column, no_wrap=column != "reason")
+    for w in report.workers:
+        table.add_row(
+            w.worker_addr,
+            "[green]yes[/]" if w.eligible else "[red]no[/]",
+            w.reason,
+            f"{w.used_slots}/{w.task_slots}",
+            f"{w.cpu_fraction:.2f}",
+            f"{w.memory_fraction:.2f}",
+            f"{w.error_rate:.2f}",
+            f"{w.heartbeat_age_ms / 1000:.1f} s ago",
+        )
+    return table
