@@ -23,7 +23,6 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from blockx_client.errors import ConnectError, InvalidRequestError, UnavailableError, error_for
 from blockx_core.addr import InvalidAddress, split_host_port
-from blockx_proto.coalescing import CoalescingChannel
 
 WORKER_ADDR_HEADER: Final = "x-blockx-worker-addr"
 _POOL_SIZE: Final = 256
@@ -102,12 +101,12 @@ class Transport:
         """The channel for a coordinator or sync invoker address (the proxy's, if any)."""
         if self._proxy_socket is not None:
             if self._proxy is None:
-                self._proxy = CoalescingChannel(path=self._proxy_socket, config=self._config)
+                self._proxy = Channel(path=self._proxy_socket, config=self._config)
             return self._proxy
         channel = self._channels.get(addr)
         if channel is None:
             host, port = split_addr(addr)
-            channel = CoalescingChannel(host, port, ssl=self._tls, config=self._config)
+            channel = Channel(host, port, ssl=self._tls, config=self._config)
             self._channels[addr] = channel
             if len(self._channels) > _POOL_SIZE:
                 _, evicted = self._channels.popitem(last=False)
