@@ -197,6 +197,17 @@ def test_invalid_queries_are_refused_with_what_to_do(query: dict[str, Any], says
     assert says in got.message
 
 
+def test_a_huge_page_token_is_cut_in_the_refusal() -> None:
+    """The message becomes the grpc-message trailer: a 50 KB token in it broke the
+    connection (headers past HTTP/2's limits) instead of answering INVALID_ARGUMENT."""
+    for token in ("x" * 50_000, "inc:" + "x" * 50_000):
+        got = make_core().handle_list_tasks(ListTasksQuery(page_token=token), T0)
+        assert isinstance(got, Refusal)
+        assert got.code is ErrorCode.INVALID_ARGUMENT
+        assert len(got.message) < 1_000
+        assert "50004 bytes" in got.message or "50000 bytes" in got.message
+
+
 def test_pages_follow_each_other_without_gaps_or_repeats() -> None:
     core = make_core(slots=2)
     for i in range(7):

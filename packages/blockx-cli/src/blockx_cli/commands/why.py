@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from blockx_cli.addresses import host_port_option
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_OK, Output, console
 from blockx_cli.runner import run
@@ -24,7 +25,12 @@ def why(
     ctx: typer.Context,
     *,
     worker: Annotated[
-        str | None, typer.Option(help="Only this worker's host:port [default: every worker].")
+        str | None,
+        typer.Option(
+            callback=host_port_option,
+            help="Only this worker's host:port.",
+            show_default="every worker",
+        ),
     ] = None,
     json_: JsonOpt = False,
 ) -> None:

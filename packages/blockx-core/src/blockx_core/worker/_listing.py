@@ -31,6 +31,7 @@ from typing import Final
 import msgspec
 
 from blockx_core.errors import FailureCode
+from blockx_core.ids import shown
 from blockx_core.task import TaskState
 from blockx_core.worker._types import TaskSnapshot
 
@@ -197,11 +198,13 @@ class TaskDirectory:
         incarnation, _, seq = token.rpartition(":")
         if incarnation != self._incarnation:
             return (
-                f"page_token {token!r} is not from this run of the worker (it restarted, "
+                f"page_token {shown(token)} is not from this run of the worker (it restarted, "
                 "or the token was made up): list again without a page_token"
             )
         if not seq.isdigit():
-            return f"page_token {token!r} is not a token this worker gave: pass next_page_token"
+            return (
+                f"page_token {shown(token)} is not a token this worker gave: pass next_page_token"
+            )
         return int(seq)
 
     def _rebuild(self, now_ms: int, lookup: Lookup) -> None:
