@@ -2,9 +2,10 @@
 
 uvloop is optional (``uv sync --extra uvloop``, or ``pip install uvloop``) and
 chosen explicitly with ``BLOCKX_EVENT_LOOP=uvloop``: a process does not change
-loops because a package happens to be installed. On this project's benchmarks it
-saves about 7% of each process's CPU per task (bench/task_latency_bench.py
-``--event-loop uvloop``).
+loops because a package happens to be installed. On this project's 2-core test
+machine it gave no consistent gain (bench/task_latency_bench.py ``--event-loop``,
+alternated with asyncio): the time goes to HTTP/2 and protobuf in Python, not to
+the loop.
 """
 
 from __future__ import annotations
