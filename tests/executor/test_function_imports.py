@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from blockx_core.code_view import CodeSnapshot, build_snapshot
-from blockx_core.dispatch import ConvergeTaskCalls, DispatchConfig
-from blockx_server.calls.engine import CallEngine, CallEngineConfig
-from blockx_server.calls.executor_pool import ExecutorPoolConfig
+from blockx_core.dispatch import ConvergeTaskCalls
+from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 
@@ -46,20 +44,6 @@ def other_note(who):
 
 def helpers(value: int) -> str:
     return f"VALUE = {value}\nSEEN = []\n\ndef twice(x):\n    return 2 * x\n"
-
-
-@pytest.fixture
-async def engine() -> AsyncIterator[CallEngine]:
-    config = CallEngineConfig(
-        dispatch=DispatchConfig(call_deadline_ms=5000, call_wall_limit_ms=60_000),
-        pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
-    )
-    eng = CallEngine(config)
-    await eng.start()
-    async with asyncio.timeout(20):
-        await eng.wait_ready()
-    yield eng
-    await eng.close()
 
 
 _runs = iter(range(1_000_000))

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 
 import pytest
 
 from blockx_core.code_view import CodeSnapshot, build_snapshot
-from blockx_core.dispatch import ConvergeTaskCalls, DispatchConfig
-from blockx_server.calls.engine import CallEngine, CallEngineConfig
-from blockx_server.calls.executor_pool import ExecutorPoolConfig
+from blockx_core.dispatch import ConvergeTaskCalls
+from blockx_server.calls.engine import CallEngine
 from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
@@ -69,20 +67,6 @@ def runs_its_own_loop():
         return 7
     return asyncio.run(inner())
 """
-
-
-@pytest.fixture
-async def engine() -> AsyncIterator[CallEngine]:
-    config = CallEngineConfig(
-        dispatch=DispatchConfig(call_deadline_ms=5000, call_wall_limit_ms=60_000),
-        pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
-    )
-    eng = CallEngine(config)
-    await eng.start()
-    async with asyncio.timeout(20):
-        await eng.wait_ready()
-    yield eng
-    await eng.close()
 
 
 @pytest.fixture
