@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -139,6 +140,23 @@ def test_dev_up_runs_until_ctrl_c(tmp_path: Path) -> None:
     assert f"chain (anvil)       http://127.0.0.1:{ports[6]}" in text
     assert "ingest following the head" in text
     assert "terminal  SUCCEEDED" in text
+    # Every process that serves Prometheus says where, and serves there.
+    metrics = dict(
+        (line.split("(")[-1].rstrip(")\n"), line.split()[1])
+        for line in seen
+        if line.strip().startswith("metrics ")
+    )
+    assert sorted(metrics) == [
+        "bundle coordinator",
+        "bundle worker",
+        "coordinator",
+        "sync invoker",
+        "worker",
+    ], text
+    assert metrics["coordinator"] == f"http://127.0.0.1:{ports[3]}/metrics"
+    for url in metrics.values():
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert b"# TYPE " in response.read()
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, rest

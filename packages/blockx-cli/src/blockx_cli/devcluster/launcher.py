@@ -18,7 +18,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Final
 
 import msgspec
 
@@ -52,6 +52,11 @@ class LaunchOptions(msgspec.Struct, frozen=True, kw_only=True):
     chain: ChainOptions | None = ChainOptions()
 
 
+# The processes whose Prometheus endpoint is on a free port (the coordinator's is
+# ``--metrics-port``); the proxy serves no metrics.
+OTHER_METRICS: Final = ("worker", "bundle_coordinator", "bundle_worker", "sync_invoker")
+
+
 class _Ports:
     """The TCP port of each BlockX process: the option's, or a free one.
 
@@ -66,6 +71,8 @@ class _Ports:
             "bundle_coordinator": (o.bundle_coordinator_port, "--bundle-coordinator-port"),
             "bundle_worker": (o.bundle_worker_port, "--bundle-worker-port"),
             "anvil": (o.chain.anvil_port if o.chain is not None else None, "--anvil-port"),
+            # The other processes' Prometheus endpoints: always free ports.
+            **{f"{process}_metrics": (None, "") for process in OTHER_METRICS},
         }
         chosen: dict[str, int] = {}
         for name, (fixed, flag) in wanted.items():
@@ -85,6 +92,7 @@ class _Ports:
         self.metrics = chosen["metrics"]
         self.bundle_coordinator = chosen["bundle_coordinator"]
         self.bundle_worker = chosen["bundle_worker"]
+        self.other_metrics = {process: chosen[f"{process}_metrics"] for process in OTHER_METRICS}
 
 
 class Endpoints(msgspec.Struct, frozen=True, kw_only=True):
@@ -96,6 +104,8 @@ class Endpoints(msgspec.Struct, frozen=True, kw_only=True):
     sync_invoker: str
     proxy_socket: str
     metrics: str
+    # Every process's Prometheus endpoint by process (the coordinator's is ``metrics``).
+    metrics_by_process: dict[str, str] = msgspec.field(default_factory=dict)
     # Set when the cluster runs with its chain.
     bundle_coordinator: str | None = None
     bundle_worker: str | None = None
@@ -128,7 +138,15 @@ class DevCluster:
             sync_invoker=f"{HOST}:{p.sync_invoker}",
             proxy_socket=str(self.proxy_socket),
             metrics=f"http://{HOST}:{p.metrics}/metrics",
+            metrics_by_process={"coordinator": f"http://{HOST}:{p.metrics}/metrics"},
         )
+
+    def _metrics_env(self, process: str) -> dict[str, str]:
+        """Where ``process`` serves Prometheus; noted in ``endpoints``."""
+        port = self.ports.other_metrics[process]
+        shown = {**self.endpoints.metrics_by_process, process: f"http://{HOST}:{port}/metrics"}
+        self.endpoints = msgspec.structs.replace(self.endpoints, metrics_by_process=shown)
+        return {"BLOCKX_PROMETHEUS_LISTEN_ADDR": f"{HOST}:{port}"}
 
     async def start(self) -> Endpoints:
         o, p = self.options, self.ports
@@ -176,7 +194,13 @@ class DevCluster:
         worker = await self._start(
             "worker",
             "blockx-worker",
-            {**etcd_env, **calls, **chain_env, "WORKER_LISTEN": e.worker},
+            {
+                **etcd_env,
+                **calls,
+                **chain_env,
+                **self._metrics_env("worker"),
+                "WORKER_LISTEN": e.worker,
+            },
         )
         bundle: tuple[Child, Child] | None = None
         if e.bundle_coordinator is not None and e.bundle_worker is not None:
@@ -184,16 +208,29 @@ class DevCluster:
                 await self._start(
                     "bundle-coordinator",
                     "blockx-bundle-coordinator",
-                    {**etcd_env, **red_lines, "COORDINATOR_LISTEN": e.bundle_coordinator},
+                    {
+                        **etcd_env,
+                        **red_lines,
+                        **self._metrics_env("bundle_coordinator"),
+                        "COORDINATOR_LISTEN": e.bundle_coordinator,
+                    },
                 ),
                 await self._start(
                     "bundle-worker",
                     "blockx-bundle-worker",
-                    {**etcd_env, **calls, **chain_env, "WORKER_LISTEN": e.bundle_worker},
+                    {
+                        **etcd_env,
+                        **calls,
+                        **chain_env,
+                        **self._metrics_env("bundle_worker"),
+                        "WORKER_LISTEN": e.bundle_worker,
+                    },
                 ),
             )
         invoker = await self._start(
-            "syncinvoker", "blockx-syncinvoker", {**calls, "SYNC_INVOKER_LISTEN": e.sync_invoker}
+            "syncinvoker",
+            "blockx-syncinvoker",
+            {**calls, **self._metrics_env("sync_invoker"), "SYNC_INVOKER_LISTEN": e.sync_invoker},
         )
         proxy = await self._start(
             "proxy",

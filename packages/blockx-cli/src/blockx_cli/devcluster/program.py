@@ -71,7 +71,10 @@ def _banner(cluster: DevCluster, e: Endpoints, config_file: Path | None) -> str:
     lines += [
         f"  sync invoker        {e.sync_invoker}  syncinvoker.v1.SyncInvokerService",
         f"  proxy               unix:{e.proxy_socket}  (PROXY_SOCKET_PATH)",
-        f"  metrics             {e.metrics}",
+    ]
+    lines += [
+        f"  metrics             {url}  ({process.replace('_', ' ')})"
+        for process, url in e.metrics_by_process.items()
     ]
     chain = cluster.chain
     if chain is not None:
