@@ -24,8 +24,7 @@ work, and the adapter arms its timer from it after every call.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Final
+from collections.abc import Sequence
 
 from blockx_core.deadlines import DeadlineHeap
 from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
@@ -34,6 +33,14 @@ from blockx_core.task import RETRYABLE, PluginResult, TaskInput, TaskResult, Tas
 from blockx_core.worker._config import WorkerConfig
 from blockx_core.worker._listing import ListTasksQuery, TaskDirectory, TaskListing, query_problem
 from blockx_core.worker._retention import RetainedResults, input_digest
+from blockx_core.worker._rules import (
+    DEFAULT_FAILURE,
+    NEXT_PHASE,
+    NOT_FOUND,
+    SLOT_LOST_TEXT,
+    timeout_text,
+    why_invalid,
+)
 from blockx_core.worker._slots import Slot, SlotTable
 from blockx_core.worker._types import (
     AbortTaskWork,
@@ -53,12 +60,6 @@ from blockx_core.worker._types import (
     WorkerCommand,
 )
 from blockx_core.worker._watch import WatchCredentials
-
-# The phase whose completion each phase's finish starts.
-_NEXT_PHASE: Final[Mapping[TaskPhase, TaskPhase]] = {
-    TaskPhase.BUILDER: TaskPhase.CALLS,
-    TaskPhase.CALLS: TaskPhase.WRITER,
-}
 
 
 class _Task:
@@ -207,7 +208,7 @@ class WorkerCore:
             or slot.task_id != task.task_id
             or slot.lease_deadline_ms <= now_ms
         ):
-            return Refusal(ErrorCode.INVALID_SLOT, self._why_invalid(slot, slot_id, task))
+            return Refusal(ErrorCode.INVALID_SLOT, why_invalid(slot, slot_id, task.task_id))
         record = _Task(task, slot, now_ms + timeout)
         self._tasks[task.task_id] = record
         self._task_deadlines.set(task.task_id, record.deadline_ms)
@@ -236,7 +237,7 @@ class WorkerCore:
             return []  # e.g. its lease expired meanwhile (SLOT_LOST)
         if task.slot.lease_deadline_ms <= now_ms:
             # The lease ran out while preparing; the timer tick may not have seen it yet.
-            return self._fail(task, FailureCode.SLOT_LOST, True, _SLOT_LOST_TEXT, now_ms)
+            return self._fail(task, FailureCode.SLOT_LOST, True, SLOT_LOST_TEXT, now_ms)
         self._slots.activate(task.slot)
         task.phase = TaskPhase.BUILDER
         return [StartBuilderPhase(task_id=task_id)]
@@ -258,7 +259,7 @@ class WorkerCore:
         The task fails BUILDER_NOT_FOUND or PLUGIN_NOT_FOUND, not retryable (another
         Worker of the same build has the same plug-ins); a missing writer is also
         named in pluginResults."""
-        code = _NOT_FOUND.get(phase)
+        code = NOT_FOUND.get(phase)
         if code is None:
             raise BlockxUsageError(f"{phase.value} is not a phase that runs a plug-in")
         task = self._tasks.get(task_id)
@@ -277,13 +278,13 @@ class WorkerCore:
     def handle_task_phase_finished(
         self, task_id: str, phase: TaskPhase, outcome: PhaseOutcome, now_ms: int
     ) -> list[WorkerCommand]:
-        if phase not in _DEFAULT_FAILURE:
+        if phase not in DEFAULT_FAILURE:
             raise BlockxUsageError(f"{phase.value} is not a phase that finishes with an outcome")
         task = self._tasks.get(task_id)
         if task is None or task.phase is not phase:
             return []  # a late answer for a task that has moved on (timed out, ...)
         if not outcome.success:
-            code = outcome.failure_code or _DEFAULT_FAILURE[phase]
+            code = outcome.failure_code or DEFAULT_FAILURE[phase]
             retryable = RETRYABLE.get(code, outcome.retryable)
             return self._fail(
                 task, code, retryable, outcome.message, now_ms, outcome.plugin_results, outcome
@@ -291,10 +292,10 @@ class WorkerCore:
         if phase is TaskPhase.WRITER:
             result = TaskResult(success=True, plugin_results=outcome.plugin_results)
             return self._converge(task, TaskState.SUCCEEDED, result, now_ms)
-        next_phase = _NEXT_PHASE[phase]
+        next_phase = NEXT_PHASE[phase]
         if next_phase is TaskPhase.CALLS and now_ms >= task.deadline_ms:
             # The deadline is checked before Calls take an executor slot.
-            return self._fail(task, FailureCode.TIMED_OUT, True, self._timeout_text(task), now_ms)
+            return self._time_out(task, now_ms)
         if next_phase is TaskPhase.CALLS and outcome.call_count == 0:
             # An empty call list takes no executor slot: straight on to the writer.
             next_phase = TaskPhase.WRITER
@@ -326,14 +327,14 @@ class WorkerCore:
         for slot in list(self._slots.expired_leases(now_ms)):
             task = self._tasks.get(slot.task_id)
             if task is not None:
-                out += self._fail(task, FailureCode.SLOT_LOST, True, _SLOT_LOST_TEXT, now_ms)
+                out += self._fail(task, FailureCode.SLOT_LOST, True, SLOT_LOST_TEXT, now_ms)
             else:
                 out.append(SlotExpired(task_id=slot.task_id, slot_id=slot.slot_id))
                 self._release(slot, LeaseExpired())
         for task_id in list(self._task_deadlines.pop_due(now_ms)):
             task = self._tasks[task_id]
             out.append(AbortTaskWork(task_id=task_id))
-            out += self._fail(task, FailureCode.TIMED_OUT, True, self._timeout_text(task), now_ms)
+            out += self._time_out(task, now_ms)
         for task_id in list(self._watches.lost(now_ms)):
             out.append(AbortTaskWork(task_id=task_id))
             out += self._fail(
@@ -431,21 +432,9 @@ class WorkerCore:
             lease_deadline_ms=slot.lease_deadline_ms if slot.state is SlotState.ALLOCATED else 0,
         )
 
-    def _why_invalid(self, slot: Slot | None, slot_id: str, task: TaskInput) -> str:
-        if slot is None:
-            return (
-                f"slot {slot_id!r} does not exist on this worker (expired, already used, or "
-                "issued before a restart): reserve a slot again"
-            )
-        if slot.task_id != task.task_id:
-            return f"slot {slot_id!r} is reserved for another task, not {task.task_id!r}"
-        if slot.state is SlotState.ALLOCATED:
-            return f"slot {slot_id!r} has expired (its lease ended): reserve a slot again"
-        return f"slot {slot_id!r} is {slot.state.value}, not ALLOCATED"
-
-    def _timeout_text(self, task: _Task) -> str:
-        timeout = task.input.task_timeout_ms or self._config.task_deadline_ms
-        return f"the task did not finish within its timeout of {timeout} ms"
+    def _time_out(self, task: _Task, now_ms: int) -> list[WorkerCommand]:
+        timeout_ms = task.input.task_timeout_ms or self._config.task_deadline_ms
+        return self._fail(task, FailureCode.TIMED_OUT, True, timeout_text(timeout_ms), now_ms)
 
     def _fail(
         self,
@@ -486,17 +475,3 @@ class WorkerCore:
     def _release(self, slot: Slot, event: LeaseExpired | Converge) -> None:
         self._slots.release(slot, event)
         self._watches.forget(slot.task_id)
-
-
-_SLOT_LOST_TEXT: Final = "the slot's lease expired before the task was activated"
-
-_DEFAULT_FAILURE: Final[Mapping[TaskPhase, FailureCode]] = {
-    TaskPhase.BUILDER: FailureCode.BUILDER_FAILED,
-    TaskPhase.CALLS: FailureCode.CALL_FAILED,
-    TaskPhase.WRITER: FailureCode.PLUGIN_FAILED,
-}
-
-_NOT_FOUND: Final[Mapping[TaskPhase, FailureCode]] = {
-    TaskPhase.BUILDER: FailureCode.BUILDER_NOT_FOUND,
-    TaskPhase.WRITER: FailureCode.PLUGIN_NOT_FOUND,
-}

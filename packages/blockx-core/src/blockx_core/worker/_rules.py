@@ -1,0 +1,48 @@
+"""The worker core's fixed rules: which phase follows which, each phase's default
+failure, and the wording of the refusals and failures it gives."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Final
+
+from blockx_core.errors import FailureCode
+from blockx_core.worker._slots import Slot
+from blockx_core.worker._types import SlotState, TaskPhase
+
+# The phase whose completion each phase's finish starts.
+NEXT_PHASE: Final[Mapping[TaskPhase, TaskPhase]] = {
+    TaskPhase.BUILDER: TaskPhase.CALLS,
+    TaskPhase.CALLS: TaskPhase.WRITER,
+}
+
+DEFAULT_FAILURE: Final[Mapping[TaskPhase, FailureCode]] = {
+    TaskPhase.BUILDER: FailureCode.BUILDER_FAILED,
+    TaskPhase.CALLS: FailureCode.CALL_FAILED,
+    TaskPhase.WRITER: FailureCode.PLUGIN_FAILED,
+}
+
+NOT_FOUND: Final[Mapping[TaskPhase, FailureCode]] = {
+    TaskPhase.BUILDER: FailureCode.BUILDER_NOT_FOUND,
+    TaskPhase.WRITER: FailureCode.PLUGIN_NOT_FOUND,
+}
+
+SLOT_LOST_TEXT: Final = "the slot's lease expired before the task was activated"
+
+
+def why_invalid(slot: Slot | None, slot_id: str, task_id: str) -> str:
+    """Why SubmitTask's ``slot_id`` does not admit ``task_id``."""
+    if slot is None:
+        return (
+            f"slot {slot_id!r} does not exist on this worker (expired, already used, or "
+            "issued before a restart): reserve a slot again"
+        )
+    if slot.task_id != task_id:
+        return f"slot {slot_id!r} is reserved for another task, not {task_id!r}"
+    if slot.state is SlotState.ALLOCATED:
+        return f"slot {slot_id!r} has expired (its lease ended): reserve a slot again"
+    return f"slot {slot_id!r} is {slot.state.value}, not ALLOCATED"
+
+
+def timeout_text(timeout_ms: int) -> str:
+    return f"the task did not finish within its timeout of {timeout_ms} ms"
