@@ -175,6 +175,25 @@ def _reserve_call(
 
 
 @contextlib.asynccontextmanager
+async def _reserving(
+    procs: list[subprocess.Popen[bytes]], port: int, what: str, *, ready_s: float, stop_s: float
+) -> AsyncIterator[Callable[[], Awaitable[object]]]:
+    """ReserveWorkerSlot at ``port`` once ``what`` answers; afterwards the channel is
+    closed and ``procs`` are stopped."""
+    channel = Channel("127.0.0.1", port)
+    try:
+        call = _reserve_call(coordinator_v1.CoordinatorServiceStub(channel))
+        await _wait_ready(call, what, ready_s)
+        yield call
+    finally:
+        channel.close()
+        for proc in procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in procs:
+            proc.wait(stop_s)
+
+
+@contextlib.asynccontextmanager
 async def two_hop_echo(log: IO[bytes]) -> AsyncIterator[Callable[[], Awaitable[object]]]:
     """Echo servers A and B in their own processes; yields the call to A."""
     port_a, port_b = free_port(), free_port()
@@ -183,17 +202,8 @@ async def two_hop_echo(log: IO[bytes]) -> AsyncIterator[Callable[[], Awaitable[o
         _spawn([*me, str(port_b)], dict(os.environ), log),
         _spawn([*me, str(port_a), str(port_b)], dict(os.environ), log),
     ]
-    channel = Channel("127.0.0.1", port_a)
-    try:
-        call = _reserve_call(coordinator_v1.CoordinatorServiceStub(channel))
-        await _wait_ready(call, "the echo servers", 30)
+    async with _reserving(procs, port_a, "the echo servers", ready_s=30, stop_s=10) as call:
         yield call
-    finally:
-        channel.close()
-        for proc in procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in procs:
-            proc.wait(10)
 
 
 # ---- the event-loop stall probe (--stalls) --------------------------------------------
@@ -328,17 +338,9 @@ async def placement(
                 log,
             ),
         ]
-        channel = Channel("127.0.0.1", coord_port)
-        try:
-            call = _reserve_call(coordinator_v1.CoordinatorServiceStub(channel))
-            await _wait_ready(call, "the coordinator and worker", 60)
+        what = "the coordinator and worker"
+        async with _reserving(procs, coord_port, what, ready_s=60, stop_s=30) as call:
             yield call
-        finally:
-            channel.close()
-            for proc in procs:
-                proc.send_signal(signal.SIGTERM)
-            for proc in procs:
-                proc.wait(30)
 
 
 async def bench(
