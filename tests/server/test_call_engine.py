@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -245,6 +246,24 @@ async def engine(gate: Gate) -> AsyncIterator[CallEngine]:
     await eng.close()
 
 
+@contextlib.asynccontextmanager
+async def one_executor(dispatch: DispatchConfig) -> AsyncIterator[CallEngine]:
+    """A started engine with one executor and an empty memory backend."""
+    eng = CallEngine(
+        CallEngineConfig(
+            dispatch=dispatch, pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50)
+        )
+    )
+    _REGISTRIES[eng] = IoRouter([MemoryBackend()])
+    await eng.start()
+    try:
+        async with asyncio.timeout(20):
+            await eng.wait_ready()
+        yield eng
+    finally:
+        await eng.close()
+
+
 @pytest.fixture
 def snapshot() -> CodeSnapshot:
     return build_snapshot(1, {"fns": FUNCTIONS})
@@ -423,24 +442,13 @@ async def test_environment_is_scrubbed(
 
 
 async def test_output_cap(gate: Gate, snapshot: CodeSnapshot) -> None:
-    config = CallEngineConfig(
-        dispatch=DispatchConfig(max_collected_output_bytes=10_000),
-        pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
-    )
-    eng = CallEngine(config)
-    _REGISTRIES[eng] = IoRouter([MemoryBackend()])
-    await eng.start()
-    try:
-        async with asyncio.timeout(20):
-            await eng.wait_ready()
+    async with one_executor(DispatchConfig(max_collected_output_bytes=10_000)) as eng:
         ok = await run(eng, snapshot, "big", [[1000]] * 9)
         assert ok.success
         capped = await run(eng, snapshot, "big", [[1000]] * 11)
         assert not capped.success
         assert capped.failure_code is FailureCode.OUTPUT_BYTES_EXCEEDED
         assert "MAX_COLLECTED_OUTPUT_BYTES" in capped.failure_message
-    finally:
-        await eng.close()
 
 
 async def test_infinite_loop_is_killed_and_the_worker_keeps_serving(
@@ -675,16 +683,9 @@ async def test_an_io_error_that_cannot_succeed_on_retry_is_not_retried(
 
 
 async def test_a_sleeping_call_is_stopped_at_the_wall_limit(snapshot: CodeSnapshot) -> None:
-    config = CallEngineConfig(
-        dispatch=DispatchConfig(call_wall_limit_ms=300, executor_heartbeat_timeout_ms=60_000),
-        pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
-    )
-    eng = CallEngine(config)
-    _REGISTRIES[eng] = IoRouter([MemoryBackend()])
-    await eng.start()
-    try:
-        async with asyncio.timeout(20):
-            await eng.wait_ready()
+    async with one_executor(
+        DispatchConfig(call_wall_limit_ms=300, executor_heartbeat_timeout_ms=60_000)
+    ) as eng:
         [before] = eng.pool.executor_ids()
         message = failure(await run(eng, snapshot, "nap", [[40_000]]))
         assert "BUDGET_EXCEEDED" in message
@@ -695,27 +696,14 @@ async def test_a_sleeping_call_is_stopped_at_the_wall_limit(snapshot: CodeSnapsh
             lambda: eng.pool.executor_ids() not in ([], [before]), "the executor replaced"
         )
         assert outputs(await run(eng, snapshot, "double", [[5]])) == [10]
-    finally:
-        await eng.close()
 
 
 async def test_executors_are_recycled_after_max_calls_and_no_call_fails(
     snapshot: CodeSnapshot,
 ) -> None:
-    config = CallEngineConfig(
-        dispatch=DispatchConfig(executor_max_calls=3),
-        pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50),
-    )
-    eng = CallEngine(config)
-    _REGISTRIES[eng] = IoRouter([MemoryBackend()])
-    await eng.start()
-    try:
-        async with asyncio.timeout(20):
-            await eng.wait_ready()
+    async with one_executor(DispatchConfig(executor_max_calls=3)) as eng:
         [first] = eng.pool.executor_ids()
         assert outputs(await run(eng, snapshot, "double", [[i] for i in range(10)])) == [
             2 * i for i in range(10)
         ]
         assert first not in eng.pool.executor_ids()
-    finally:
-        await eng.close()
