@@ -36,7 +36,6 @@ from blockx_client.errors import (
     TaskNotFoundError,
     UnavailableError,
 )
-from blockx_client.explain import PlacementReport, WorkerEligibility
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     CLIENT_RETRYABLE,
@@ -48,6 +47,7 @@ from blockx_client.models import (
     Invocation,
     IoTrace,
     ListedTask,
+    PlacementReport,
     PluginConfig,
     PluginOutput,
     Precheck,
@@ -59,6 +59,7 @@ from blockx_client.models import (
     TaskState,
     TaskUpdate,
     UnreachableWorker,
+    WorkerEligibility,
 )
 from blockx_client.registry import EtcdAccess, WorkerInfo, list_workers
 from blockx_client.routing import route

@@ -14,14 +14,16 @@ from blockx_client.models import (
     Invocation,
     IoTrace,
     ListedTask,
+    PlacementReport,
     PluginOutput,
     Precheck,
     Task,
     TaskResult,
     TaskState,
     TaskUpdate,
+    WorkerEligibility,
 )
-from blockx_proto import syncinvoker_v1, worker_v1
+from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
 
 _STATES: Final[dict[worker_v1.TaskState, TaskState]] = {
     worker_v1.TaskState.ALLOCATED: TaskState.ALLOCATED,
@@ -194,4 +196,32 @@ def precheck_from_pb(reply: syncinvoker_v1.PrecheckResponse) -> Precheck:
         signature=reply.signature,
         is_async=reply.is_async,
         code_epoch=reply.code_epoch,
+    )
+
+
+def placement_report_from_pb(
+    addr: str, reply: coordinator_v1.ExplainPlacementResponse
+) -> PlacementReport:
+    return PlacementReport(
+        coordinator=addr,
+        view_trusted=reply.view_trusted,
+        not_ready_reason=reply.not_ready_reason,
+        now_ms=reply.now_ms,
+        workers=tuple(
+            WorkerEligibility(
+                worker_addr=w.worker_addr,
+                eligible=w.eligible,
+                kind=w.kind,
+                reason=w.reason,
+                task_slots=w.task_slots,
+                used_slots=w.used_slots,
+                cpu_fraction=w.cpu_fraction,
+                memory_fraction=w.memory_fraction,
+                error_rate=w.error_rate,
+                heartbeat_age_ms=w.heartbeat_age_ms,
+                breaker_remaining_ms=w.breaker_remaining_ms,
+                recent_failures=w.recent_failures,
+            )
+            for w in reply.workers
+        ),
     )

@@ -46,11 +46,12 @@ from blockx_client.cluster_tasks import (
     list_cluster_tasks,
 )
 from blockx_client.errors import BlockxError, SubmitUncertainError, TaskInputDiffersError
-from blockx_client.explain import PlacementReport, explain_placement
+from blockx_client.explain import explain_placement
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     Cluster,
     ClusterTasks,
+    PlacementReport,
     Reservation,
     SubmitAnswer,
     Task,

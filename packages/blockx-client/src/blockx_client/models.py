@@ -319,3 +319,35 @@ class TaskHolders(msgspec.Struct, frozen=True, kw_only=True):
     results: tuple[TaskResult, ...]
     workers: tuple[str, ...]
     unreachable: tuple[UnreachableWorker, ...] = ()
+
+
+class WorkerEligibility(msgspec.Struct, frozen=True, kw_only=True):
+    """One worker as the coordinator judges it now. ``kind`` is a
+    ``blockx_core.coordinator.ReasonKind`` value; ``reason`` says it in words."""
+
+    worker_addr: str
+    eligible: bool
+    kind: str
+    reason: str
+    task_slots: int
+    used_slots: int
+    cpu_fraction: float
+    memory_fraction: float
+    error_rate: float
+    heartbeat_age_ms: int
+    breaker_remaining_ms: int
+    recent_failures: int
+
+
+class PlacementReport(msgspec.Struct, frozen=True, kw_only=True):
+    """Eligible workers first, in the order the coordinator would choose them."""
+
+    coordinator: str
+    view_trusted: bool
+    not_ready_reason: str
+    now_ms: int
+    workers: tuple[WorkerEligibility, ...]
+
+    @property
+    def eligible(self) -> tuple[WorkerEligibility, ...]:
+        return tuple(w for w in self.workers if w.eligible)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated
 
+import msgspec
 import typer
 from rich.table import Table
 
@@ -50,7 +50,7 @@ async def _why(settings: Settings, out: Output, worker: str | None) -> int:
                 "view_trusted": report.view_trusted,
                 "not_ready_reason": report.not_ready_reason,
                 "now_ms": report.now_ms,
-                "workers": [dataclasses.asdict(w) for w in report.workers],
+                "workers": [msgspec.to_builtins(w) for w in report.workers],
             }
         )
         return EXIT_OK
