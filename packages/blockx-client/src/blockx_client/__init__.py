@@ -37,6 +37,7 @@ from blockx_client.errors import (
     UnavailableError,
 )
 from blockx_client.functions import FunctionHandle
+from blockx_client.jobs import JobKind, JobProgress, JobPublisher, JobState, list_jobs
 from blockx_client.models import (
     CLIENT_RETRYABLE,
     CallFailureInfo,
@@ -88,6 +89,10 @@ __all__ = [
     "InvalidRequestError",
     "Invocation",
     "IoTrace",
+    "JobKind",
+    "JobProgress",
+    "JobPublisher",
+    "JobState",
     "ListedTask",
     "NoSlotError",
     "PlacementListener",
@@ -120,6 +125,7 @@ __all__ = [
     "WorkerEligibility",
     "WorkerInfo",
     "__version__",
+    "list_jobs",
     "list_workers",
     "listen_to_placement",
     "load_task_file",
