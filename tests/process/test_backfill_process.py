@@ -28,6 +28,7 @@ from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
 from blockx_client import Client
 from blockx_client.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
+from blockx_client.jobs import JOBS_PREFIX, JobKind, JobState, list_jobs
 from blockx_client.resubmit import ClusterUnreachable
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
@@ -129,7 +130,7 @@ async def sink_state(url: str, table: str) -> tuple[list[tuple[Any, ...]], list[
     return shaped, ledger
 
 
-async def cli(argv: list[str]) -> asyncio.subprocess.Process:
+async def cli(argv: list[str], **env: str) -> asyncio.subprocess.Process:
     blockx = shutil.which("blockx")
     assert blockx is not None
     return await asyncio.create_subprocess_exec(
@@ -137,12 +138,12 @@ async def cli(argv: list[str]) -> asyncio.subprocess.Process:
         *argv,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "COLUMNS": "200"},
+        env={**os.environ, "COLUMNS": "200", **env},
     )
 
 
-async def json_lines(argv: list[str]) -> tuple[int, list[dict[str, Any]], str]:
-    proc = await cli(argv)
+async def json_lines(argv: list[str], **env: str) -> tuple[int, list[dict[str, Any]], str]:
+    proc = await cli(argv, **env)
     out, err = await asyncio.wait_for(proc.communicate(), 120)
     assert proc.returncode is not None
     return proc.returncode, [json.loads(line) for line in out.decode().splitlines()], err.decode()
@@ -200,8 +201,14 @@ async def test_a_worker_killed_mid_run_leaves_no_block_missing_or_doubled(setup:
     ]
 
 
-async def test_sigint_stops_a_backfill_and_a_rerun_finishes_it(setup: Setup) -> None:
-    proc = await cli(setup.argv("stopped", "--json"))
+async def test_sigint_stops_a_backfill_and_a_rerun_finishes_it(
+    setup: Setup, etcd_server: EtcdServer
+) -> None:
+    # With an etcd named, each run publishes its job for `blockx dashboard`.
+    prefix = f"{JOBS_PREFIX}{JobKind.BACKFILL.value}/"
+    before = {j.job_id for j in await list_jobs([etcd_server.endpoint], prefix=prefix)}
+    etcd = {"ETCD_ENDPOINTS": etcd_server.endpoint}
+    proc = await cli(setup.argv("stopped", "--json"), **etcd)
     assert proc.stdout is not None
     async with asyncio.timeout(60):
         while True:
@@ -215,14 +222,32 @@ async def test_sigint_stops_a_backfill_and_a_rerun_finishes_it(setup: Setup) -> 
     assert "done" not in {json.loads(line)["event"] for line in out.decode().splitlines()}
     _, ledger = await sink_state(setup.sink_url, "stopped")
     assert 0 < len(ledger) < BLOCKS
+    [stopped] = [
+        j for j in await list_jobs([etcd_server.endpoint], prefix=prefix) if j.job_id not in before
+    ]
+    assert (stopped.state, stopped.message, stopped.sink_table) == (
+        JobState.FAILED,
+        "interrupted",
+        "stopped",
+    )
+    assert (stopped.from_block, stopped.to_block, stopped.blocks_total) == (0, BLOCKS - 1, BLOCKS)
+    assert 0 < stopped.blocks_done < BLOCKS
 
-    code, events, err_text = await json_lines(setup.argv("stopped", "--json"))
+    code, events, err_text = await json_lines(setup.argv("stopped", "--json"), **etcd)
     assert code == 0, err_text
     assert events[0]["skipped_tasks"] >= 1
     assert events[-1]["failed"] == 0
     rows, ledger = await sink_state(setup.sink_url, "stopped")
     assert rows == expected_rows(range(BLOCKS))
     assert [w["block_number"] for w in ledger] == list(range(BLOCKS))
+    jobs = await list_jobs([etcd_server.endpoint], prefix=prefix)
+    [rerun] = [j for j in jobs if j.job_id not in before | {stopped.job_id}]
+    assert (rerun.state, rerun.function, rerun.blocks_done) == (
+        JobState.DONE,
+        "transfer",
+        events[-1]["blocks"],
+    )
+    assert rerun.blocks_total == rerun.blocks_done == BLOCKS - events[0]["skipped_blocks"]
 
 
 async def test_a_rerun_skips_what_is_written_and_force_rewrites_it(setup: Setup) -> None:

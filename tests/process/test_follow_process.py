@@ -36,6 +36,7 @@ from blockx_client.follow import (
     ReorgReconciled,
     follow,
 )
+from blockx_client.jobs import JOBS_PREFIX, JobKind, JobProgress, JobState, list_jobs
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
 
@@ -224,7 +225,16 @@ async def test_follow_through_a_reorg_on_anvil_matches_the_canonical_chain(
     assert all(e.lag_ms >= 0 and e.seen_lag_ms >= 0 for e in written)
 
 
-async def test_a_shorter_branch_deletes_the_blocks_above_its_head(setup: Setup) -> None:
+async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
+    setup: Setup, etcd_server: EtcdServer
+) -> None:
+    jobs_prefix = f"{JOBS_PREFIX}{JobKind.FOLLOW.value}/"
+    before = {j.job_id for j in await list_jobs([etcd_server.endpoint], prefix=jobs_prefix)}
+
+    async def this_job() -> JobProgress | None:
+        found = await list_jobs([etcd_server.endpoint], prefix=jobs_prefix)
+        return next((j for j in found if j.job_id not in before), None)
+
     store = await open_store(parse_blockdb_url(setup.chain_url))
     try:
         head = await store.head()
@@ -257,7 +267,7 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(setup: Setup) 
             *argv,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "COLUMNS": "200"},
+            env={**os.environ, "COLUMNS": "200", "ETCD_ENDPOINTS": etcd_server.endpoint},
         )
         assert proc.stdout is not None
         assert proc.stderr is not None
@@ -280,6 +290,21 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(setup: Setup) 
 
         await read_until(lambda: written(top))
         assert await matches_chain(setup, "short", start, top)
+
+        async def published_top() -> bool:
+            job = await this_job()
+            return job is not None and job.last_block == top
+
+        await wait_until(published_top, "the follow's job record at the head")
+        running = await this_job()
+        assert running is not None
+        assert (running.state, running.sink_table, running.head_lag_blocks) == (
+            JobState.RUNNING,
+            "short",
+            0,
+        )
+        assert running.lag_ms is not None
+        assert running.blocks_done == top - start + 1
 
         # A reorg the way ingest applies one, in one transaction: drop the blocks
         # above the fork, record it, write the new branch: one block, so two fewer.
@@ -322,3 +347,6 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(setup: Setup) 
     assert rows == expected
     assert ledger == [(n, h) for n, h, _ in expected]
     assert {e["event"] for e in events} <= {"start", "block", "retry", "reorg", "deleted"}
+    stopped = await this_job()
+    assert stopped is not None
+    assert stopped.state is JobState.DONE

@@ -166,7 +166,10 @@ class JobPublisher:
             return
         if latest.state is JobState.RUNNING:
             # The job ended without saying how: an exception or a cancellation.
-            message = latest.message or (repr(exc) if exc is not None else "stopped")
+            if exc is None or isinstance(exc, asyncio.CancelledError):
+                message = latest.message or "interrupted"
+            else:
+                message = latest.message or repr(exc)
             latest = msgspec.structs.replace(
                 latest, state=JobState.FAILED, message=message, updated_ms=_now_ms()
             )

@@ -34,7 +34,7 @@ from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.runner import hint_for
 from blockx_cli.settings import Settings, settings_of
-from blockx_client import BlockxError, InvalidRequestError
+from blockx_client import BlockxError, InvalidRequestError, JobKind
 from blockx_client.backfill import (
     DEFAULT_BACKFILL_WRITER,
     DEFAULT_BLOCKS_PER_TASK,
@@ -58,6 +58,7 @@ from blockx_client.follow import (
     ReorgReconciled,
     follow,
 )
+from blockx_client.job_progress import backfill_progress, follow_progress, published
 
 app = typer.Typer()
 T = TypeVar("T")
@@ -201,6 +202,11 @@ class _View:
         return table
 
 
+def _named(kwargs: dict[str, Any]) -> dict[str, str]:
+    """What a job record names: its function and sink table."""
+    return {"function": kwargs["function"], "sink_table": kwargs["sink_table"]}
+
+
 async def _backfill(
     settings: Settings, json_mode: bool, kwargs: dict[str, Any]
 ) -> tuple[BackfillDone | None, list[TaskFinished]]:
@@ -215,8 +221,13 @@ async def _backfill(
 
     async def consume() -> None:
         nonlocal summary
-        async with settings.client() as client:
+        async with (
+            settings.client() as client,
+            settings.job_publisher(JobKind.BACKFILL) as publisher,
+        ):
             events: AsyncIterator[BackfillEvent] = backfill(client, **kwargs)
+            if publisher is not None:
+                events = published(events, publisher, backfill_progress, **_named(kwargs))
             async for event in events:
                 if json_mode:
                     _print_json(event)
@@ -365,8 +376,14 @@ def _describe(event: FollowEvent) -> str:
 async def _follow(settings: Settings, json_mode: bool, kwargs: dict[str, Any]) -> None:
     stop = asyncio.Event()
     with _on_signals(stop.set):
-        async with settings.client() as client:
-            async for event in follow(client, stop=stop, **kwargs):
+        async with (
+            settings.client() as client,
+            settings.job_publisher(JobKind.FOLLOW) as publisher,
+        ):
+            events: AsyncIterator[FollowEvent] = follow(client, stop=stop, **kwargs)
+            if publisher is not None:
+                events = published(events, publisher, follow_progress, **_named(kwargs))
+            async for event in events:
                 if json_mode:
                     _print_json(event)
                 else:
