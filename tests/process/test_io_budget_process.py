@@ -67,9 +67,10 @@ async def test_queueing_for_a_slow_node_is_not_charged_but_its_answers_are(
                 # One node request at a time: the calls queue for it.
                 "IO_BACKEND_MAX_CONCURRENCY": "1",
                 "IO_QUEUE_TIMEOUT_MS": "30000",
-                # Each call may spend 400 ms of CPU + backend time; a queued call
-                # waits up to 7 x 150 ms before its turn.
-                "CALL_DEADLINE_MS": "400",
+                # Each call may spend 700 ms of CPU + backend time (room for a
+                # busy host's start-up CPU); a queued call waits up to 7 x 150 ms
+                # before its turn, and eight reads in one call take 8 x 150 ms.
+                "CALL_DEADLINE_MS": "700",
                 "TASK_INITIAL_INFLIGHT_CALLS": "8",
             },
             tmp_path / "worker.log",
@@ -82,7 +83,7 @@ async def test_queueing_for_a_slow_node_is_not_charged_but_its_answers_are(
                 queued = await run_to_end(
                     stub, call_list_task("t-queued", "balance", [[i] for i in range(8)])
                 )
-                over = await run_to_end(stub, call_list_task("t-over", "balances", [[4]]))
+                over = await run_to_end(stub, call_list_task("t-over", "balances", [[8]]))
             finally:
                 channel.close()
         finally:
