@@ -118,12 +118,16 @@ class CoordinatorProcess(ConsoleProcess):
         return coordinator_v1.CoordinatorServiceStub(self.channel)
 
     async def wait_serving(self) -> None:
-        """Until the port answers gRPC (any status, UNAVAILABLE included)."""
+        """Until the port answers gRPC (any status, UNAVAILABLE included). The probe is
+        the read-only ExplainPlacement (UNIMPLEMENTED where a program lacks it): a
+        reservation would take a one-slot worker's only slot."""
 
         async def answers() -> bool:
             self.assert_alive()
             try:
-                await self.reserve("probe")
+                await self.stub.explain_placement(
+                    coordinator_v1.ExplainPlacementRequest(), timeout=10
+                )
             except GRPCError:
                 return True
             except OSError:
