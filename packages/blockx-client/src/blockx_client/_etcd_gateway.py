@@ -25,6 +25,8 @@ from blockx_client.errors import ConnectError, InvalidRequestError
 
 T = TypeVar("T")
 
+DEFAULT_ETCD_PORT = 2379
+
 
 @dataclass(frozen=True, kw_only=True)
 class EtcdAccess:
@@ -83,13 +85,18 @@ class Refused(Exception):
 
 
 class Gateway:
-    """One etcd endpoint's JSON gateway, authenticated on first use."""
+    """One etcd endpoint's JSON gateway (``host[:port]``, port 2379 when left out,
+    an ``http://`` or ``https://`` scheme ignored: ``access`` decides TLS),
+    authenticated on first use."""
 
     def __init__(self, endpoint: str, access: EtcdAccess, *, timeout_s: float = 5.0) -> None:
         scheme = "http" if access.ca_file is None else "https"
         if "://" in endpoint:
             endpoint = endpoint.split("://", 1)[1]
-        self._base = f"{scheme}://{endpoint.rstrip('/')}"
+        endpoint = endpoint.rstrip("/")
+        if ":" not in endpoint.rpartition("]")[2]:
+            endpoint += f":{DEFAULT_ETCD_PORT}"  # etcd's port, as the servers assume
+        self.base_url = f"{scheme}://{endpoint}"
         self._access = access
         self._context = access.ssl_context()
         self._timeout_s = timeout_s
@@ -133,7 +140,7 @@ class Gateway:
         if not self._authenticated:
             self._token = self._authenticate()
             self._authenticated = True
-        return _post(self._base + path, body, self._context, self._token, self._timeout_s)
+        return _post(self.base_url + path, body, self._context, self._token, self._timeout_s)
 
     def _authenticate(self) -> str | None:
         access = self._access
@@ -141,7 +148,7 @@ class Gateway:
             return None
         try:
             reply = _post(
-                f"{self._base}/v3/auth/authenticate",
+                f"{self.base_url}/v3/auth/authenticate",
                 {"name": access.username, "password": access.password},
                 self._context,
                 None,
