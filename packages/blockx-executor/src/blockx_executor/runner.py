@@ -10,6 +10,9 @@ says Hello, and then serves frames until the connection closes:
   suspended (an ``IoRequested`` / ``SubCallRequested`` goes out) and the next call
   runs. ``ResumeCall`` continues it; ``CancelCalls`` closes it.
 * Results leave as JSON texts, batched into one ``CallsCompleted`` per frame.
+* A call the Worker traces (its entry in ``ExecuteCalls.traces``) is timed from
+  its first entry to its outcome, and a ``CallTraced`` goes out with the outcome
+  (``traced_calls.py``).
 
 There is no event loop: coroutines are driven by hand with ``send`` / ``throw``,
 which is cheaper than asyncio and makes "only BlockX awaitables" enforceable.
@@ -67,6 +70,7 @@ from blockx_executor.protocol import (
 )
 from blockx_executor.results import json_problem
 from blockx_executor.suspended import NOT_AWAITABLE, SuspendedCall, close_quietly
+from blockx_executor.traced_calls import OpenSpans, finished_span, open_span
 
 # Flush completions at least this often while working through a long batch.
 _FLUSH_EVERY_NS: Final = 10_000_000
@@ -92,6 +96,8 @@ class Runner:
         self._suspended: dict[int, SuspendedCall] = {}
         # Debug calls: what they print or log, per call, until they end.
         self._captures: dict[int, io.StringIO] = {}
+        # Traced calls (ExecuteCalls.traces) that have not ended yet.
+        self._spans: OpenSpans = {}
         # Outgoing, flushed as one frame: completions as columns, the rest as messages.
         self._done_ids: list[int] = []
         self._done_results: list[bytes] = []
@@ -149,6 +155,7 @@ class Runner:
                     if suspended is not None:
                         close_quietly(suspended)
                     self._captures.pop(call_id, None)
+                    self._spans.pop(call_id, None)
             case _:
                 assert_never(message)
 
@@ -168,6 +175,9 @@ class Runner:
         if batch.kwargs is not None:
             kwargs_column = batch.kwargs
         contexts: list[CallContext | None] = batch.contexts or [None] * n
+        traced = None
+        if batch.traces is not None:
+            traced = {c: t for c, t in zip(batch.call_ids, batch.traces, strict=True) if t}
         for call_id, args, kwargs, context in zip(
             batch.call_ids, batch.args, kwargs_column, contexts, strict=True
         ):
@@ -177,6 +187,8 @@ class Runner:
                 info = CallInfo(
                     call_id, task_id, function, context.block_number, context.block_hash
                 )
+            if traced is not None and call_id in traced:
+                open_span(self._spans, call_id, traced[call_id])
             if batch.debug:
                 self._captures[call_id] = io.StringIO()
                 with capturing(self._captures.get(call_id)):
@@ -363,6 +375,8 @@ class Runner:
         self._done_results.append(result)
         self._done_cpu.append(cpu_ns // 1000)
         self._done_io.append(io_ns // 1000)
+        if self._spans:
+            self._end_span(call_id, "")
 
     def _fail(
         self,
@@ -379,6 +393,13 @@ class Runner:
         self._out.append(
             CallFailed(call_id, kind, message, cpu_ns // 1000, io_ns // 1000, retryable)
         )
+        if self._spans:
+            self._end_span(call_id, kind)
+
+    def _end_span(self, call_id: int, failure_kind: str) -> None:
+        opened = self._spans.pop(call_id, None)
+        if opened is not None:
+            self._out.append(finished_span(call_id, opened, failure_kind))
 
     def _fail_budget(self, call_id: int, used_ns: int, budget_ns: int, io_ns: int) -> None:
         self._fail(
