@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from support import wait_until
 
 from blockx_core.code_view import CodeSnapshot, build_snapshot
 from blockx_core.dispatch import ConvergeTaskCalls
@@ -37,6 +39,11 @@ def double(x):
 
 def boom(x):
     raise ValueError(f"bad input {x}")
+
+def nap(ms):
+    import time
+    time.sleep(ms / 1000)
+    return ms
 """
 
 
@@ -48,6 +55,7 @@ class Traced:
         self.provider.add_span_processor(self.processor)
         self.tracer = self.provider.get_tracer("test")
         self.sent: list[wire.ExecuteCalls] = []
+        self.call_spans: CallSpans | None = None
 
     def spans(self, name: str) -> list[ReadableSpan]:
         return [s for s in self.exporter.get_finished_spans() if s.name == name]
@@ -56,7 +64,7 @@ class Traced:
 @pytest.fixture
 async def traced() -> AsyncIterator[tuple[CallEngine, Traced]]:
     seen = Traced()
-    spans = CallSpans(2, tracer=seen.tracer, export=seen.processor.on_end)
+    spans = seen.call_spans = CallSpans(2, tracer=seen.tracer, export=seen.processor.on_end)
     engine = CallEngine(
         CallEngineConfig(pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50)),
         spans=spans,
@@ -78,11 +86,14 @@ async def traced() -> AsyncIterator[tuple[CallEngine, Traced]]:
         seen.provider.shutdown()
 
 
-async def _run(engine: CallEngine, task_id: str, function: str, n: int) -> ConvergeTaskCalls:
+async def _run(
+    engine: CallEngine, task_id: str, function: str, n: int, *args: Any
+) -> ConvergeTaskCalls:
     snapshot: CodeSnapshot = build_snapshot(1, {"fns": FUNCTIONS})
     io = TaskIoScope(IoRouter([MemoryBackend()]), task_id)
+    calls = [list(args) if args else [i] for i in range(n)]
     async with asyncio.timeout(30):
-        return await engine.run_calls(task_id, snapshot, io, function, [[i] for i in range(n)])
+        return await engine.run_calls(task_id, snapshot, io, function, calls)
 
 
 async def test_untraced_runs_send_no_trace_context(traced: tuple[CallEngine, Traced]) -> None:
@@ -157,6 +168,41 @@ async def test_a_failed_call_span_names_its_failure_kind(
     assert run.attributes is not None
     assert run.attributes["blockx.outcome"] == "USER_ERROR"
     assert run.status.status_code is StatusCode.ERROR
+
+
+async def test_each_attempt_of_a_traced_call_gets_its_own_span(
+    traced: tuple[CallEngine, Traced],
+) -> None:
+    engine, seen = traced
+    assert seen.call_spans is not None
+    spans = seen.call_spans
+    (executor_id,) = engine.pool.executor_ids()
+    with seen.tracer.start_as_current_span("CALLS"):
+        run = asyncio.create_task(_run(engine, "retried", "nap", 1, 300))
+        await wait_until(lambda: bool(spans.live), "the call dispatched")
+        pid = engine.pool.pid(executor_id)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # the attempt is lost with its executor, then retried
+        assert (await run).success
+    first, second = sorted(seen.spans("call"), key=_attempt)
+    assert first.attributes is not None
+    assert second.attributes is not None
+    assert first.attributes["blockx.call_id"] == second.attributes["blockx.call_id"]
+    assert (first.attributes["blockx.attempt"], second.attributes["blockx.attempt"]) == (1, 2)
+    assert first.attributes["blockx.outcome"] == "EXECUTOR_LOST"
+    assert second.attributes["blockx.outcome"] == "ok"
+    # Only the attempt that ran to its end has a run span, on the new executor.
+    (run_span,) = seen.spans("run")
+    assert run_span.parent is not None
+    assert second.context is not None
+    assert run_span.parent.span_id == second.context.span_id
+    assert run_span.resource.attributes["process.pid"] != pid
+
+
+def _attempt(span: ReadableSpan) -> int:
+    attempt = (span.attributes or {}).get("blockx.attempt")
+    assert isinstance(attempt, int)
+    return attempt
 
 
 def test_the_sampling_setting(tmp_path: Path) -> None:
