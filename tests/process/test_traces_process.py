@@ -1,6 +1,7 @@
 """Traces across real processes: a client span (the SDK's in-memory exporter) →
-the Coordinator's ReserveWorkerSlot → the Worker's task and its phases, one trace
-id, exported over OTLP/HTTP to a receiver the test runs."""
+the Coordinator's ReserveWorkerSlot → the Worker's task and its phases → the
+sampled calls' spans → their runs in the executor processes, one trace id,
+exported over OTLP/HTTP to a receiver the test runs."""
 
 from __future__ import annotations
 
@@ -27,6 +28,9 @@ from blockx_proto import coordinator_v1, worker_v1
 from blockx_server.etcd.local import EtcdServer
 from blockx_server.runtime.tracing import trace_calls
 
+# Each received span's resource attributes, by the span object's id.
+_RESOURCES: dict[int, dict[str, Any]] = {}
+
 
 class _Receiver(BaseHTTPRequestHandler):
     spans: ClassVar[list[tuple[str, Any]]] = []  # (service.name, span); set per receiver
@@ -40,8 +44,10 @@ class _Receiver(BaseHTTPRequestHandler):
                 for a in resource_spans.resource.attributes
                 if a.key == "service.name"
             )
+            resource = {a.key: a.value for a in resource_spans.resource.attributes}
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
+                    _RESOURCES[id(span)] = resource
                     self.spans.append((service, span))
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
@@ -64,6 +70,16 @@ def otlp_receiver() -> Iterator[tuple[str, list[tuple[str, Any]]]]:
     server.server_close()
 
 
+def executor_spans(exported: list[tuple[str, Any]]) -> list[tuple[Any, dict[str, Any]]]:
+    """The spans exported under an executor's resource, with that resource."""
+    return [
+        (span, resource)
+        for service, span in exported
+        if service == "blockx-executor"
+        for resource in [_RESOURCES[id(span)]]
+    ]
+
+
 @pytest.fixture
 def client_spans() -> InMemorySpanExporter:
     return InMemorySpanExporter()
@@ -84,6 +100,8 @@ async def test_one_trace_runs_from_the_client_through_reserve_to_the_phases(
             "ETCD_ENDPOINTS": etcd_server.endpoint,
             "WORKER_REGISTRY_PREFIX": lane,
             "WORKER_HEARTBEAT_INTERVAL": "100",
+            # Three calls, two traced: the first two dispatched.
+            "BLOCKX_TRACE_CALLS_PER_TASK": "2",
             **otel,
         },
         tmp_path / "worker.log",
@@ -123,7 +141,9 @@ async def test_one_trace_runs_from_the_client_through_reserve_to_the_phases(
                         task_id="tr-1",
                         function_call_config=worker_v1.FunctionCallConfig(
                             type="CallListCallConfig",
-                            config=json.dumps({"function": "hello_world", "callList": [["t"]]}),
+                            config=json.dumps(
+                                {"function": "hello_world", "callList": [["t"], ["u"], ["v"]]}
+                            ),
                         ),
                         result_handler=worker_v1.ResultHandler(
                             type="ReturnValueResultHandler", config="{}"
@@ -169,4 +189,30 @@ async def test_one_trace_runs_from_the_client_through_reserve_to_the_phases(
     for phase in ("BUILDER", "CALLS", "WRITER"):
         (span,) = named("blockx-worker", phase)
         assert span.parent_span_id == task.span_id
+    (calls_phase,) = named("blockx-worker", "CALLS")
+    calls = named("blockx-worker", "call")
+    assert len(calls) == 2
+    call_attributes = []
+    for span in calls:
+        assert span.parent_span_id == calls_phase.span_id
+        a = {x.key: x.value for x in span.attributes}
+        assert a["blockx.task_id"].string_value == "tr-1"
+        assert a["blockx.function"].string_value == "hello_world"
+        assert a["blockx.attempt"].int_value == 1
+        assert a["blockx.outcome"].string_value == "ok"
+        call_attributes.append(a["blockx.call_id"].int_value)
+    assert len(set(call_attributes)) == 2
+    # The runs, timed in the executor processes, children of the Worker's call spans.
+    runs = [
+        (span, resource)
+        for span, resource in executor_spans(exported)
+        if int.from_bytes(span.trace_id, "big") == trace_id
+    ]
+    assert sorted(span.parent_span_id for span, _ in runs) == sorted(c.span_id for c in calls)
+    for span, resource in runs:
+        assert span.name == "run"
+        assert resource["process.pid"].int_value not in (0, worker.proc.pid)
+        (call,) = [c for c in calls if c.span_id == span.parent_span_id]
+        assert call.start_time_unix_nano <= span.start_time_unix_nano
+        assert span.start_time_unix_nano <= span.end_time_unix_nano
     assert trace.get_tracer_provider() is not provider  # the test's own, never global

@@ -74,7 +74,8 @@ def test_pinned_service_paths() -> None:
             "/coordinator.v1.CoordinatorService/ExplainPlacement",
         ],
         bundlecoordinator_v1.BundleCoordinatorServiceBase: [
-            "/bundlecoordinator.v1.BundleCoordinatorService/ReserveWorkerSlot"
+            "/bundlecoordinator.v1.BundleCoordinatorService/ReserveWorkerSlot",
+            "/bundlecoordinator.v1.BundleCoordinatorService/ExplainPlacement",
         ],
         worker_v1.WorkerServiceBase: [
             "/worker.v1.WorkerService/RequestTaskSlot",

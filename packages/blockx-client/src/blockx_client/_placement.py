@@ -212,7 +212,7 @@ class Placement:
     def _unreachable(
         self, cluster: Cluster, for_s: float, attempts: int, last: ConnectError
     ) -> CoordinatorUnreachableError:
-        addr = self._coordinator_addr(cluster)
+        addr = self.coordinator_addr(cluster)
         where = self._transport.describe(addr)
         return CoordinatorUnreachableError(
             f"{cluster.value} coordinator unreachable at {where} for {for_s:.1f} s "
@@ -220,7 +220,8 @@ class Placement:
             may_have_reached=False,
         )
 
-    def _coordinator_addr(self, cluster: Cluster) -> str:
+    def coordinator_addr(self, cluster: Cluster) -> str:
+        """The address of ``cluster``'s coordinator (InvalidRequestError: none set)."""
         if cluster is Cluster.BLOCK:
             return self._options.coordinator
         bundle_addr = self._options.bundle_coordinator
@@ -236,7 +237,7 @@ class Placement:
         self, task_id: str, cluster: Cluster, deadline: float | None
     ) -> Reservation:
         timeout = self._timeout(deadline)
-        addr = self._coordinator_addr(cluster)
+        addr = self.coordinator_addr(cluster)
         channel = self._transport.channel(addr)
         if cluster is Cluster.BUNDLE:
             bundle = await self._transport.unary(

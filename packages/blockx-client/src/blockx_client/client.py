@@ -190,12 +190,17 @@ class Client:
         same task_id again."""
         return await self._placement.reserve_worker_slot(task_id, cluster, deadline_s)
 
-    async def explain_placement(self, worker_addr: str | None = None) -> PlacementReport:
+    async def explain_placement(
+        self, worker_addr: str | None = None, *, cluster: Cluster = Cluster.BLOCK
+    ) -> PlacementReport:
         """Every worker's eligibility and reason (or only ``worker_addr``'s), from the
-        block coordinator."""
-        options = self._options
+        ``cluster``'s coordinator."""
         return await explain_placement(
-            self._transport, options.coordinator, options.rpc_timeout_s, worker_addr
+            self._transport,
+            self._placement.coordinator_addr(cluster),
+            self._options.rpc_timeout_s,
+            worker_addr,
+            cluster=cluster,
         )
 
     async def request_task_slot(

@@ -27,6 +27,7 @@ from blockx_client.models import (
     Cluster,
     ClusterTasks,
     Invocation,
+    PlacementReport,
     Precheck,
     Reservation,
     SubmitAnswer,
@@ -105,6 +106,11 @@ class SyncClient:
         return self._run(
             self._client.reserve_worker_slot(task_id, cluster=cluster, deadline_s=deadline_s)
         )
+
+    def explain_placement(
+        self, worker_addr: str | None = None, *, cluster: Cluster = Cluster.BLOCK
+    ) -> PlacementReport:
+        return self._run(self._client.explain_placement(worker_addr, cluster=cluster))
 
     def request_task_slot(
         self, worker_addr: str, task_id: str | None = None, *, ttl_ms: int = 5000

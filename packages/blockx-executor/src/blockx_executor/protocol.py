@@ -8,8 +8,9 @@ throughput. Errors travel inside messages, never as a dropped connection.
 
 Worker -> Executor: LoadCode, ExecuteCalls, ResumeCall, CancelCalls.
 Executor -> Worker: Hello (first), ExecutorHeartbeat (periodic), CallsCompleted,
-CallFailed, CallOutput (debug calls only), IoRequested and SubCallRequested (both
-"CallWaiting": the call is suspended until a ResumeCall).
+CallFailed, CallOutput (debug calls only), CallTraced (traced calls only),
+IoRequested and SubCallRequested (both "CallWaiting": the call is suspended until a
+ResumeCall).
 """
 
 from __future__ import annotations
@@ -85,6 +86,10 @@ class ExecuteCalls(msgspec.Struct, frozen=True, array_like=True, tag="exec"):
     debug: bool = False
     kwargs: list[dict[str, Any]] | None = None
     contexts: list[CallContext | None] | None = None
+    # The W3C traceparent of each sampled call's span on the Worker (None for the
+    # others); None when no call of the batch is traced, so an untraced batch
+    # carries one nil and nothing per call.
+    traces: list[str | None] | None = None
 
 
 class ResumeCall(msgspec.Struct, frozen=True, array_like=True, tag="resume"):
@@ -151,6 +156,25 @@ class CallFailed(msgspec.Struct, frozen=True, array_like=True, tag="fail"):
     retryable: bool = True
 
 
+class CallTraced(msgspec.Struct, frozen=True, array_like=True, tag="span"):
+    """The span of a traced call's run in the executor, sent with its outcome.
+
+    ``parent`` is the traceparent the call came with (the Worker's call span);
+    ``span_id`` is the executor's own span; the times are the wall clock
+    (``time.time_ns``) when the function was first entered and when its result or
+    failure was known (an async call's suspensions included). ``failure_kind`` is
+    empty for a call that returned a value. The executor has no network, so the
+    Worker exports the span for it.
+    """
+
+    call_id: int
+    parent: str
+    span_id: int
+    start_ns: int
+    end_ns: int
+    failure_kind: str = ""
+
+
 class CallOutput(msgspec.Struct, frozen=True, array_like=True, tag="out"):
     """What a debug call printed or logged; sent before its completion or failure."""
 
@@ -184,6 +208,7 @@ FromExecutor = (
     | CallsCompleted
     | CallFailed
     | CallOutput
+    | CallTraced
     | IoRequested
     | SubCallRequested
 )

@@ -10,6 +10,9 @@ says Hello, and then serves frames until the connection closes:
   suspended (an ``IoRequested`` / ``SubCallRequested`` goes out) and the next call
   runs. ``ResumeCall`` continues it; ``CancelCalls`` closes it.
 * Results leave as JSON texts, batched into one ``CallsCompleted`` per frame.
+* A call the Worker traces (its entry in ``ExecuteCalls.traces``) is timed from
+  its first entry to its outcome, and a ``CallTraced`` goes out with the outcome
+  (``traced_calls.py``).
 
 There is no event loop: coroutines are driven by hand with ``send`` / ``throw``,
 which is cheaper than asyncio and makes "only BlockX awaitables" enforceable.
@@ -23,11 +26,9 @@ thread's CPU clock) and the Worker kills the process.
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import io
 import os
-import resource
 import socket
 import threading
 import time
@@ -47,6 +48,7 @@ from blockx_executor.api import (
 )
 from blockx_executor.capture import capturing
 from blockx_executor.code import CodeCache, Function, Unavailable, describe
+from blockx_executor.heartbeat import heartbeat_loop
 from blockx_executor.integrity import IntegrityCheck, fail_and_stop
 from blockx_executor.no_event_loop import NO_EVENT_LOOP
 from blockx_executor.protocol import (
@@ -56,7 +58,6 @@ from blockx_executor.protocol import (
     CallsCompleted,
     CancelCalls,
     ExecuteCalls,
-    ExecutorHeartbeat,
     FailureKind,
     FrameDecoder,
     FrameEncoder,
@@ -68,6 +69,8 @@ from blockx_executor.protocol import (
     ToExecutor,
 )
 from blockx_executor.results import json_problem
+from blockx_executor.suspended import NOT_AWAITABLE, SuspendedCall, close_quietly
+from blockx_executor.traced_calls import OpenSpans, finished_span, open_span
 
 # Flush completions at least this often while working through a long batch.
 _FLUSH_EVERY_NS: Final = 10_000_000
@@ -75,27 +78,6 @@ _FLUSH_EVERY_CALLS: Final = 1024
 _RECV_BYTES: Final = 4 * 1024 * 1024
 _thread_time_ns = time.thread_time_ns
 _perf_counter_ns = time.perf_counter_ns
-
-
-class _Suspended:
-    """An async call waiting for a ResumeCall."""
-
-    __slots__ = ("budget_ns", "call_id", "consumed_ns", "coro", "ctx", "io_ns", "waiting_io")
-
-    def __init__(
-        self,
-        call_id: int,
-        coro: types.CoroutineType[Any, Any, Any],
-        ctx: contextvars.Context,
-        budget_ns: int,
-    ) -> None:
-        self.call_id = call_id
-        self.coro = coro
-        self.ctx = ctx
-        self.budget_ns = budget_ns
-        self.consumed_ns = 0
-        self.io_ns = 0
-        self.waiting_io = True
 
 
 class Runner:
@@ -111,9 +93,11 @@ class Runner:
         self._json = msgspec.json.Encoder()
         self._json_decode = msgspec.json.Decoder().decode
         self._code = CodeCache()
-        self._suspended: dict[int, _Suspended] = {}
+        self._suspended: dict[int, SuspendedCall] = {}
         # Debug calls: what they print or log, per call, until they end.
         self._captures: dict[int, io.StringIO] = {}
+        # Traced calls (ExecuteCalls.traces) that have not ended yet.
+        self._spans: OpenSpans = {}
         # Outgoing, flushed as one frame: completions as columns, the rest as messages.
         self._done_ids: list[int] = []
         self._done_results: list[bytes] = []
@@ -132,7 +116,18 @@ class Runner:
 
     def serve(self) -> None:
         self._send([Hello(self._executor_id, os.getpid())])
-        beat = threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True)
+        beat = threading.Thread(
+            target=heartbeat_loop,
+            args=(
+                self._sock,
+                self._send_lock,
+                self._heartbeat_interval_s,
+                self._stopped,
+                lambda: (self._running, len(self._suspended)),
+            ),
+            name="heartbeat",
+            daemon=True,
+        )
         beat.start()
         try:
             while True:
@@ -158,8 +153,9 @@ class Runner:
                 for call_id in message.call_ids:
                     suspended = self._suspended.pop(call_id, None)
                     if suspended is not None:
-                        _close_quietly(suspended)
+                        close_quietly(suspended)
                     self._captures.pop(call_id, None)
+                    self._spans.pop(call_id, None)
             case _:
                 assert_never(message)
 
@@ -179,6 +175,9 @@ class Runner:
         if batch.kwargs is not None:
             kwargs_column = batch.kwargs
         contexts: list[CallContext | None] = batch.contexts or [None] * n
+        traced = None
+        if batch.traces is not None:
+            traced = {c: t for c, t in zip(batch.call_ids, batch.traces, strict=True) if t}
         for call_id, args, kwargs, context in zip(
             batch.call_ids, batch.args, kwargs_column, contexts, strict=True
         ):
@@ -188,6 +187,8 @@ class Runner:
                 info = CallInfo(
                     call_id, task_id, function, context.block_number, context.block_hash
                 )
+            if traced is not None and call_id in traced:
+                open_span(self._spans, call_id, traced[call_id])
             if batch.debug:
                 self._captures[call_id] = io.StringIO()
                 with capturing(self._captures.get(call_id)):
@@ -243,7 +244,7 @@ class Runner:
         _current_call.reset(token)
         if type(value) is types.CoroutineType:
             # A plain def that returned a coroutine: drive it like an async def.
-            suspended = _Suspended(call_id, value, contextvars.copy_context(), budget_ns)
+            suspended = SuspendedCall(call_id, value, contextvars.copy_context(), budget_ns)
             suspended.ctx.run(_current_call.set, info)
             suspended.consumed_ns = cpu_ns
             self._step(suspended, None, None)
@@ -266,9 +267,9 @@ class Runner:
         except BaseException as exc:  # wrong arguments for the signature
             self._fail(call_id, FailureKind.USER_ERROR, describe(exc), 0)
             return
-        self._step(_Suspended(call_id, coro, ctx, budget_ns), None, None)
+        self._step(SuspendedCall(call_id, coro, ctx, budget_ns), None, None)
 
-    def _step(self, call: _Suspended, value: Any, error: BaseException | None) -> None:
+    def _step(self, call: SuspendedCall, value: Any, error: BaseException | None) -> None:
         """Run a coroutine until it suspends on a BlockX awaitable or finishes."""
         started = _thread_time_ns()
         self._running = (call.call_id, started, call.consumed_ns)
@@ -280,7 +281,7 @@ class Runner:
                     request = run(send, value) if error is None else run(call.coro.throw, error)
                     if isinstance(request, IoRequest | SubCallRequest):
                         break
-                    value, error = None, TypeError(_NOT_AWAITABLE.format(request))
+                    value, error = None, TypeError(NOT_AWAITABLE.format(request))
         except StopIteration as stop:
             self._running = None
             cpu_ns = call.consumed_ns - call.io_ns + (_thread_time_ns() - started)
@@ -306,7 +307,7 @@ class Runner:
         self._running = None
         call.consumed_ns += _thread_time_ns() - started
         if call.consumed_ns > call.budget_ns:
-            _close_quietly(call)
+            close_quietly(call)
             self._fail_budget(call.call_id, call.consumed_ns, call.budget_ns, call.io_ns)
             return
         self._suspended[call.call_id] = call
@@ -331,7 +332,7 @@ class Runner:
         call.io_ns += io_ns
         call.consumed_ns += io_ns
         if call.consumed_ns > call.budget_ns:
-            _close_quietly(call)
+            close_quietly(call)
             self._fail_budget(call.call_id, call.consumed_ns, call.budget_ns, call.io_ns)
             return
         value: Any = None
@@ -374,6 +375,8 @@ class Runner:
         self._done_results.append(result)
         self._done_cpu.append(cpu_ns // 1000)
         self._done_io.append(io_ns // 1000)
+        if self._spans:
+            self._end_span(call_id, "")
 
     def _fail(
         self,
@@ -390,6 +393,13 @@ class Runner:
         self._out.append(
             CallFailed(call_id, kind, message, cpu_ns // 1000, io_ns // 1000, retryable)
         )
+        if self._spans:
+            self._end_span(call_id, kind)
+
+    def _end_span(self, call_id: int, failure_kind: str) -> None:
+        opened = self._spans.pop(call_id, None)
+        if opened is not None:
+            self._out.append(finished_span(call_id, opened, failure_kind))
 
     def _fail_budget(self, call_id: int, used_ns: int, budget_ns: int, io_ns: int) -> None:
         self._fail(
@@ -422,45 +432,3 @@ class Runner:
         frame = self._encoder.encode(messages)
         with self._send_lock:
             self._sock.sendall(frame)
-
-    def _heartbeat_loop(self) -> None:
-        encoder = FrameEncoder()  # msgspec encoders are not shared across threads
-        main = threading.main_thread().ident
-        assert main is not None
-        cpu_clock = time.pthread_getcpuclockid(main)
-        # The first beat goes out at once: the Worker is not ready until it arrives.
-        while True:
-            running = self._running
-            call_id, used_ns = 0, 0
-            if running is not None:
-                call_id, since, before = running
-                used_ns = before + (time.clock_gettime_ns(cpu_clock) - since)
-            beat = ExecutorHeartbeat(call_id, used_ns // 1000, len(self._suspended), _rss_bytes())
-            frame = encoder.encode([beat])
-            try:
-                with self._send_lock:
-                    self._sock.sendall(frame)
-            except OSError:
-                return
-            if self._stopped.wait(self._heartbeat_interval_s):
-                return
-
-
-_NOT_AWAITABLE = (
-    "cannot await {!r} in a BlockX function: only io.<backend>.<op>(...) and "
-    "call(...) from blockx_executor can be awaited (the executor has no event loop)"
-)
-
-
-def _close_quietly(call: _Suspended) -> None:
-    # A function's cleanup code must not take the executor down.
-    with contextlib.suppress(BaseException):
-        call.ctx.run(call.coro.close)
-
-
-def _rss_bytes() -> int:
-    try:
-        with open("/proc/self/statm", "rb") as statm:
-            return int(statm.read().split()[1]) * resource.getpagesize()
-    except (OSError, ValueError, IndexError):
-        return 0

@@ -13,7 +13,7 @@ from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_OK, Output, console
 from blockx_cli.runner import run
 from blockx_cli.settings import Settings, settings_of
-from blockx_client import PlacementReport
+from blockx_client import Cluster, PlacementReport
 
 app = typer.Typer()
 
@@ -32,20 +32,26 @@ def why(
             show_default="every worker",
         ),
     ] = None,
+    cluster: Annotated[
+        Cluster,
+        typer.Option(case_sensitive=False, help="Whose coordinator to ask."),
+    ] = Cluster.BLOCK,
     json_: JsonOpt = False,
 ) -> None:
     """Why a task is (or is not) placed: each worker's eligibility, as the block
-    coordinator judges it now (stale heartbeat, red lines, breaker, full)."""
+    (or, with --cluster bundle, the bundle) coordinator judges it now (stale
+    heartbeat, red lines, breaker, full)."""
     out = Output(console, json_)
-    raise typer.Exit(run(_why(settings_of(ctx), out, worker)))
+    raise typer.Exit(run(_why(settings_of(ctx), out, worker, cluster)))
 
 
-async def _why(settings: Settings, out: Output, worker: str | None) -> int:
+async def _why(settings: Settings, out: Output, worker: str | None, cluster: Cluster) -> int:
     async with settings.client() as client:
-        report = await client.explain_placement(worker)
+        report = await client.explain_placement(worker, cluster=cluster)
     if out.json_mode:
         out.emit(
             {
+                "cluster": cluster.value,
                 "coordinator": report.coordinator,
                 "view_trusted": report.view_trusted,
                 "not_ready_reason": report.not_ready_reason,

@@ -204,6 +204,14 @@ IO_MEMORY_SEED_FILE: Final[Setting[str | None]] = Setting(
     help="a JSON object file seeding io.memory",
 )
 
+# ---- traces (calls/call_spans.py) ---------------------------------------------------
+BLOCKX_TRACE_CALLS_PER_TASK: Final = Setting(
+    name="BLOCKX_TRACE_CALLS_PER_TASK",
+    default=10,
+    parse=integer(at_least=0),
+    help="calls traced per task (the first dispatched) when tracing is on; 0 = none",
+)
+
 CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
     EXECUTOR_COUNT,
     CALL_DEADLINE_MS,
@@ -227,6 +235,7 @@ CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
     FUNCTIONS_DIR,
     FUNCTIONS_POLL_INTERVAL_MS,
     IO_MEMORY_SEED_FILE,
+    BLOCKX_TRACE_CALLS_PER_TASK,
 )
 
 
@@ -292,7 +301,11 @@ def read_call_settings(reader: ConfigReader) -> CallSettings:
     if seed is not None and not Path(seed).is_file():
         reader.report(IO_MEMORY_SEED_FILE.name, f"must be a JSON object file ({seed})")
     return CallSettings(
-        engine=CallEngineConfig(dispatch=dispatch, pool=pool),
+        engine=CallEngineConfig(
+            dispatch=dispatch,
+            pool=pool,
+            trace_calls_per_task=reader.get(BLOCKX_TRACE_CALLS_PER_TASK),
+        ),
         functions_dir=functions_dir,
         functions_poll_interval_ms=reader.get(FUNCTIONS_POLL_INTERVAL_MS),
         memory_seed_file=Path(seed) if seed is not None else None,

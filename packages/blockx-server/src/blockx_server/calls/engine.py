@@ -38,9 +38,17 @@ from blockx_core.dispatch import (
     SendCalls,
 )
 from blockx_executor import protocol as wire
+from blockx_server.calls.call_spans import CallSpans
 from blockx_server.calls.cpu_clock import ExecutorGauge
 from blockx_server.calls.executor_pool import ExecutorPool, ExecutorPoolConfig
 from blockx_server.calls.load_check import load_code
+from blockx_server.calls.messages import (
+    execute_calls,
+    failure_kind,
+    resume_with_io,
+    resume_with_result,
+    trace_message,
+)
 from blockx_server.calls.run import CallObserver, CallRun, RunState, observe
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
@@ -52,6 +60,8 @@ log = logging.getLogger(__name__)
 class CallEngineConfig(msgspec.Struct, frozen=True, kw_only=True):
     dispatch: DispatchConfig = DispatchConfig()
     pool: ExecutorPoolConfig = ExecutorPoolConfig()
+    # Calls traced per task (the first ones dispatched), when its trace is sampled.
+    trace_calls_per_task: int = 10
 
 
 class CallEngine:
@@ -59,8 +69,11 @@ class CallEngine:
         self,
         config: CallEngineConfig,
         clock: Clock = SYSTEM_CLOCK,
+        *,
+        spans: CallSpans | None = None,
     ) -> None:
         self._config = config
+        self._spans = spans or CallSpans(config.trace_calls_per_task)
         self._core = DispatcherCore(config.dispatch)
         self._pool = ExecutorPool(config.pool, self)
         self._clock = clock
@@ -127,6 +140,7 @@ class CallEngine:
             return CallRun(self, task_id, run, missing=snapshot.describe_missing(function))
         self._sources[source.digest] = source
         self._runs[task_id] = run
+        self._spans.open_run(task_id)
         if observer is not None:
             self._observed += 1
         self._apply(
@@ -197,6 +211,7 @@ class CallEngine:
         if self._runs.get(task_id) is not run:
             return
         del self._runs[task_id]
+        self._spans.close_run(task_id)
         if run.observer is not None:
             self._observed -= 1
         if self._core.has_task(task_id):
@@ -214,6 +229,9 @@ class CallEngine:
         self._apply(self._core.executor_up(executor_id, self._clock.now_ms()))
 
     def executor_gone(self, executor_id: str, reason: str) -> None:
+        if self._spans.live:
+            self._spans.executor_ended(executor_id, CallFailureKind.EXECUTOR_LOST.value, reason)
+        self._spans.executor_gone(executor_id)
         self._loaded.pop(executor_id, None)
         self._outbox.pop(executor_id, None)
         self._gauges.pop(executor_id, None)
@@ -234,9 +252,12 @@ class CallEngine:
                 cpu_ns=gauge.cpu_ns(),
                 rss_bytes=gauge.rss_bytes() if beat else None,
             )
+        spans = self._spans
         for message in messages:
             if self._observed:
                 observe(message, self._observer_of)
+            if spans.live:
+                trace_message(spans, message)
             match message:
                 case wire.CallsCompleted():
                     commands += core.calls_completed(
@@ -246,7 +267,7 @@ class CallEngine:
                     commands += core.call_failed(
                         executor_id,
                         message.call_id,
-                        _failure_kind(message.kind),
+                        failure_kind(message.kind),
                         message.message,
                         now_ms,
                         retryable=message.retryable,
@@ -263,6 +284,8 @@ class CallEngine:
                 case wire.SubCallRequested():
                     core.call_suspended(executor_id, message.call_id, now_ms)
                     commands += self._subcall(executor_id, message, now_ms)
+                case wire.CallTraced():
+                    spans.executor_span(executor_id, self._pool.pid(executor_id), message)
                 case wire.Hello() | wire.CallOutput():
                     pass
                 case _:
@@ -320,6 +343,9 @@ class CallEngine:
             if observer is not None:
                 observer.io_traced(request.call_id, request, outcome)
         if outcome.write_forbidden:
+            if self._spans.live:
+                kind = CallFailureKind.WRITE_FORBIDDEN.value
+                self._spans.failed(request.call_id, kind, outcome.error)
             self._apply(
                 self._core.call_failed(
                     executor_id,
@@ -335,17 +361,7 @@ class CallEngine:
             executor_id, request.call_id, outcome.io_us, self._clock.now_ms()
         ):
             return  # the executor is gone (the call was rescheduled) or the call was let go
-        self._outbox[executor_id].append(
-            wire.ResumeCall(
-                request.call_id,
-                outcome.ok,
-                outcome.value_json,
-                outcome.error_kind,
-                outcome.error,
-                outcome.io_us,
-                outcome.retryable,
-            )
-        )
+        self._outbox[executor_id].append(resume_with_io(request.call_id, outcome))
         self._schedule_flush()
 
     def _apply(self, commands: list[DispatchCommand]) -> None:
@@ -355,18 +371,15 @@ class CallEngine:
                     self._send_calls(command)
                 case CancelCalls():
                     self._outbox[command.executor_id].append(wire.CancelCalls(command.call_ids))
+                    if self._spans.live:
+                        self._spans.cancelled(command.call_ids)
                 case ResumeWithResult():
-                    self._outbox[command.executor_id].append(
-                        wire.ResumeCall(
-                            command.call_id,
-                            command.ok,
-                            command.value_json,
-                            command.error_kind,
-                            command.error,
-                            retryable=command.retryable,
-                        )
-                    )
+                    self._outbox[command.executor_id].append(resume_with_result(command))
                 case KillExecutor():
+                    if self._spans.live:
+                        self._spans.executor_ended(
+                            command.executor_id, "EXECUTOR_KILLED", command.reason
+                        )
                     self._forget_executor(command.executor_id)
                     self._pool.kill(command.executor_id, command.reason)
                 case RetireExecutor():
@@ -374,6 +387,7 @@ class CallEngine:
                     self._pool.retire(command.executor_id, command.reason)
                 case ConvergeTaskCalls():
                     run = self._runs.get(command.task_id)
+                    self._spans.close_run(command.task_id)
                     if run is not None and not run.future.done():
                         if run.observer is not None:
                             run.observer.calls_measured(run.usage)
@@ -399,24 +413,8 @@ class CallEngine:
             messages.append(load_code(source))
             loaded.add(command.code)
         run = self._runs.get(command.task_id)
-        messages.append(
-            wire.ExecuteCalls(
-                command.task_id,
-                command.code,
-                command.function,
-                command.budget_ms * 1000,
-                command.call_ids,
-                command.args,
-                run is not None and run.debug,
-                command.kwargs,
-                None
-                if command.contexts is None
-                else [
-                    None if c is None else wire.CallContext(c.block_number, c.block_hash)
-                    for c in command.contexts
-                ],
-            )
-        )
+        traces = self._spans.traces(command) if self._spans.tracing else None
+        messages.append(execute_calls(command, run is not None and run.debug, traces))
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled and self._loop is not None:
@@ -436,10 +434,3 @@ class CallEngine:
 
     def _on_timer(self) -> None:
         self._apply(self._core.tick(self._clock.now_ms()))
-
-
-def _failure_kind(kind: str) -> CallFailureKind:
-    try:
-        return CallFailureKind(kind)
-    except ValueError:
-        return CallFailureKind.USER_ERROR

@@ -7,7 +7,8 @@ same loop under two service identities; each process registers only its own.
 ReserveWorkerSlot is served from the stream rather than through the generated
 method, because a refusal carries the placement explanation in its trailing
 metadata (``blockx-placement-bin``), which a raised GRPCError cannot.
-ExplainPlacement (coordinator.v1 only) answers every worker's eligibility.
+ExplainPlacement answers every worker's eligibility (read-only); both services
+serve it, with coordinator.v1's messages.
 """
 
 from __future__ import annotations
@@ -114,6 +115,11 @@ class BundleCoordinatorService(bundlecoordinator_v1.BundleCoordinatorServiceBase
         self, message: bundlecoordinator_v1.ReserveWorkerSlotRequest
     ) -> bundlecoordinator_v1.ReserveWorkerSlotResponse:
         return bundle_reserve_response(await _reserve_or_raise(self._loop, message.task_id))
+
+    async def explain_placement(
+        self, message: coordinator_v1.ExplainPlacementRequest
+    ) -> coordinator_v1.ExplainPlacementResponse:
+        return explain_response(self._loop.explain(message.worker_addr or None))
 
     async def _reserve_stream(
         self,

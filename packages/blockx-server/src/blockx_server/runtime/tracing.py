@@ -6,8 +6,10 @@ every server extracts it from each request (``trace_requests``), and a client
 channel made with ``trace_calls`` injects the current one into each request. Spans
 are exported over OTLP (HTTP/protobuf) when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set,
 with the standard ``OTEL_*`` variables; unset, no tracer provider is installed and
-every span is a no-op. Calls inside the Calls phase are not traced one by one
-(a task may make millions); nor does the context reach the executors.
+every span is a no-op. In the Calls phase the first calls of each task are traced
+(``calls/call_spans.py``): their context travels to the executors in the executor
+protocol, and the spans the executors send back are exported here
+(``export_span``), because an executor has no network of its own.
 """
 
 from __future__ import annotations
@@ -16,12 +18,16 @@ import contextvars
 import logging
 import os
 from collections.abc import Mapping, MutableMapping
+from typing import TYPE_CHECKING
 
 from grpclib.client import Channel
 from grpclib.events import RecvRequest, SendRequest, listen
 from grpclib.server import Server
 from opentelemetry import propagate, trace
 from opentelemetry.context import Context
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +37,8 @@ TRACER = trace.get_tracer("blockx")
 _incoming: contextvars.ContextVar[Context | None] = contextvars.ContextVar(
     "blockx_incoming_trace", default=None
 )
+# Where spans made elsewhere (the executors') are exported; set with the provider.
+_relay: SpanProcessor | None = None
 
 
 def configure_tracing(service_name: str, environ: Mapping[str, str] = os.environ) -> bool:
@@ -43,11 +51,39 @@ def configure_tracing(service_name: str, environ: Mapping[str, str] = os.environ
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+    global _relay
     provider = TracerProvider(resource=Resource.create({SERVICE_NAME: service_name}))
-    provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    _relay = BatchSpanProcessor(OTLPSpanExporter())
+    provider.add_span_processor(_relay)
     trace.set_tracer_provider(provider)
     log.info("exporting traces to %s", environ["OTEL_EXPORTER_OTLP_ENDPOINT"])
     return True
+
+
+def export_span(span: ReadableSpan) -> None:
+    """Export a finished span made outside this process's tracer (an executor's),
+    with the same exporter; nothing when tracing is off."""
+    if _relay is not None:
+        _relay.on_end(span)
+
+
+def traceparent(context: trace.SpanContext) -> str:
+    """The W3C ``traceparent`` of ``context``."""
+    return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+
+
+def parse_traceparent(text: str) -> trace.SpanContext | None:
+    """The span context of a W3C ``traceparent`` (version 00); None if it is not one."""
+    parts = text.split("-")
+    if len(parts) != 4 or parts[0] != "00":
+        return None
+    try:
+        trace_id, span_id, flags = int(parts[1], 16), int(parts[2], 16), int(parts[3], 16)
+    except ValueError:
+        return None
+    if not trace_id or not span_id:
+        return None
+    return trace.SpanContext(trace_id, span_id, is_remote=True, trace_flags=trace.TraceFlags(flags))
 
 
 def incoming_context() -> Context | None:

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 from blockx_core.code_view import FunctionCodeView
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.worker import WorkerCore
+from blockx_server.calls.call_spans import CallSpans
 from blockx_server.calls.engine import CallEngine
 from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.etcd.heartbeat import (
@@ -82,7 +83,10 @@ async def serve(
         finality=finality,
         clock=clock,
     )
-    engine = CallEngine(calls.engine, clock)
+    task_log = TaskLog(config.advertise_addr)
+    # A task's call spans are children of its CALLS phase span.
+    spans = CallSpans(calls.engine.trace_calls_per_task, parent_of=task_log.phase_span)
+    engine = CallEngine(calls.engine, clock, spans=spans)
     # A snapshot is kept while a task pinned to it can still run.
     view = FunctionCodeView(retention_ms=config.core.max_task_timeout_ms)
     refresher = CodeViewRefresher(
@@ -106,7 +110,7 @@ async def serve(
         refresher.rearm_collection,
         stream_build=config.stream_build,
         offload=Offload(on_offloaded=metrics.work_offloaded),
-        task_log=TaskLog(config.advertise_addr),
+        task_log=task_log,
         function_calls=metrics.functions.of,
     )
     publisher = EtcdHeartbeatPublisher(

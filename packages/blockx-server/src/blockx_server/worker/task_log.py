@@ -118,6 +118,14 @@ class TaskLog:
             known.phase_span = TRACER.start_span(phase.value, context=parent)
         self._event("phase_started", task_id, known, logging.DEBUG, phase=phase.value)
 
+    def phase_span(self, task_id: str) -> Span:
+        """The span of the task's running phase (a non-recording one when there is
+        none): the Calls phase's call spans are its children."""
+        known = self._running.get(task_id)
+        if known is None or known.phase_span is None:
+            return trace.INVALID_SPAN
+        return known.phase_span
+
     def phase_finished(
         self,
         task_id: str,

@@ -74,6 +74,32 @@ class BundleCoordinatorServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def explain_placement(
+        self,
+        message: "__coordinator__v1__.ExplainPlacementRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "__coordinator__v1__.ExplainPlacementResponse":
+        """
+        Read-only, as coordinator.v1.CoordinatorService.ExplainPlacement: every
+        registered bundle worker's current eligibility and the reason. The messages
+        are coordinator.v1's: the answer means the same on both clusters.
+        """
+
+        return await self._unary_unary(
+            "/bundlecoordinator.v1.BundleCoordinatorService/ExplainPlacement",
+            message,
+            __coordinator__v1__.ExplainPlacementResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
+
+from ...coordinator import v1 as __coordinator__v1__
+
 
 class BundleCoordinatorServiceBase(betterproto2_grpclib.ServiceBase):
     async def reserve_worker_slot(
@@ -81,6 +107,17 @@ class BundleCoordinatorServiceBase(betterproto2_grpclib.ServiceBase):
     ) -> "ReserveWorkerSlotResponse":
         """
         Same semantics and error statuses as coordinator.v1.CoordinatorService.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
+    async def explain_placement(
+        self, message: "__coordinator__v1__.ExplainPlacementRequest"
+    ) -> "__coordinator__v1__.ExplainPlacementResponse":
+        """
+        Read-only, as coordinator.v1.CoordinatorService.ExplainPlacement: every
+        registered bundle worker's current eligibility and the reason. The messages
+        are coordinator.v1's: the answer means the same on both clusters.
         """
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
@@ -93,6 +130,15 @@ class BundleCoordinatorServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.reserve_worker_slot(request)
         await stream.send_message(response)
 
+    async def __rpc_explain_placement(
+        self,
+        stream: "grpclib.server.Stream[__coordinator__v1__.ExplainPlacementRequest, __coordinator__v1__.ExplainPlacementResponse]",
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.explain_placement(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/bundlecoordinator.v1.BundleCoordinatorService/ReserveWorkerSlot": grpclib.const.Handler(
@@ -100,5 +146,11 @@ class BundleCoordinatorServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 ReserveWorkerSlotRequest,
                 ReserveWorkerSlotResponse,
+            ),
+            "/bundlecoordinator.v1.BundleCoordinatorService/ExplainPlacement": grpclib.const.Handler(
+                self.__rpc_explain_placement,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                __coordinator__v1__.ExplainPlacementRequest,
+                __coordinator__v1__.ExplainPlacementResponse,
             ),
         }

@@ -1,0 +1,86 @@
+"""The executor protocol's side of the CallEngine: the dispatcher's commands as
+executor messages, and the executor's messages as what the engine records."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from blockx_core.dispatch import CallFailureKind, ResumeWithResult, SendCalls
+from blockx_executor import protocol as wire
+from blockx_server.calls.call_spans import CallSpans
+from blockx_server.io.errors import IoOutcome
+
+
+def execute_calls(
+    command: SendCalls, debug: bool, traces: list[str | None] | None
+) -> wire.ExecuteCalls:
+    """The ExecuteCalls of a SendCalls; ``traces`` as ``CallSpans.traces`` gave them."""
+    return wire.ExecuteCalls(
+        command.task_id,
+        command.code,
+        command.function,
+        command.budget_ms * 1000,
+        command.call_ids,
+        command.args,
+        debug,
+        command.kwargs,
+        None
+        if command.contexts is None
+        else [
+            None if c is None else wire.CallContext(c.block_number, c.block_hash)
+            for c in command.contexts
+        ],
+        traces,
+    )
+
+
+def resume_with_result(command: ResumeWithResult) -> wire.ResumeCall:
+    """A sub-call ended: its parent resumes with the value or the failure."""
+    return wire.ResumeCall(
+        command.call_id,
+        command.ok,
+        command.value_json,
+        command.error_kind,
+        command.error,
+        retryable=command.retryable,
+    )
+
+
+def resume_with_io(call_id: int, outcome: IoOutcome) -> wire.ResumeCall:
+    """An IO request was answered: the call resumes with the answer."""
+    return wire.ResumeCall(
+        call_id,
+        outcome.ok,
+        outcome.value_json,
+        outcome.error_kind,
+        outcome.error,
+        outcome.io_us,
+        outcome.retryable,
+    )
+
+
+def failure_kind(kind: str) -> CallFailureKind:
+    """An executor's failure kind; one this Worker does not know is a USER_ERROR."""
+    try:
+        return CallFailureKind(kind)
+    except ValueError:
+        return CallFailureKind.USER_ERROR
+
+
+def trace_message(spans: CallSpans, message: wire.FromExecutor) -> None:
+    """What an executor's message tells the open call spans."""
+    match message:
+        case wire.CallsCompleted():
+            spans.completed(message.call_ids)
+        case wire.CallFailed():
+            spans.failed(message.call_id, failure_kind(message.kind).value, message.message)
+        case wire.IoRequested():
+            spans.waiting(
+                message.call_id, "io", {"blockx.backend": message.backend, "blockx.op": message.op}
+            )
+        case wire.SubCallRequested():
+            spans.waiting(message.call_id, "sub-call", {"blockx.function": message.function})
+        case wire.Hello() | wire.ExecutorHeartbeat() | wire.CallOutput() | wire.CallTraced():
+            pass
+        case _:
+            assert_never(message)

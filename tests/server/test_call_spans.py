@@ -1,0 +1,227 @@
+"""Sampled call spans with a real executor process: which calls carry a trace
+context in the executor protocol, and the spans the Worker and the executor make
+for them (the test's own tracer provider, never the global one)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+from support import wait_until
+
+from blockx_core.code_view import CodeSnapshot, build_snapshot
+from blockx_core.dispatch import ConvergeTaskCalls
+from blockx_executor import protocol as wire
+from blockx_server.calls.call_spans import CallSpans
+from blockx_server.calls.config import load_call_settings
+from blockx_server.calls.engine import CallEngine, CallEngineConfig
+from blockx_server.calls.executor_pool import ExecutorPoolConfig
+from blockx_server.io.backends.memory import MemoryBackend
+from blockx_server.io.router import IoRouter
+from blockx_server.io.scope import TaskIoScope
+
+FUNCTIONS = """
+def double(x):
+    return x * 2
+
+def boom(x):
+    raise ValueError(f"bad input {x}")
+
+def nap(ms):
+    import time
+    time.sleep(ms / 1000)
+    return ms
+"""
+
+
+class Traced:
+    def __init__(self) -> None:
+        self.exporter = InMemorySpanExporter()
+        self.provider = TracerProvider()
+        self.processor = SimpleSpanProcessor(self.exporter)
+        self.provider.add_span_processor(self.processor)
+        self.tracer = self.provider.get_tracer("test")
+        self.sent: list[wire.ExecuteCalls] = []
+        self.call_spans: CallSpans | None = None
+
+    def spans(self, name: str) -> list[ReadableSpan]:
+        return [s for s in self.exporter.get_finished_spans() if s.name == name]
+
+
+@pytest.fixture
+async def traced() -> AsyncIterator[tuple[CallEngine, Traced]]:
+    seen = Traced()
+    spans = seen.call_spans = CallSpans(2, tracer=seen.tracer, export=seen.processor.on_end)
+    engine = CallEngine(
+        CallEngineConfig(pool=ExecutorPoolConfig(count=1, heartbeat_interval_ms=50)),
+        spans=spans,
+    )
+    await engine.start()
+    send = engine.pool.send
+
+    def recording(executor_id: str, messages: list[Any]) -> bool:
+        seen.sent += [m for m in messages if isinstance(m, wire.ExecuteCalls)]
+        return send(executor_id, messages)
+
+    engine.pool.send = recording  # type: ignore[method-assign]
+    try:
+        async with asyncio.timeout(20):
+            await engine.wait_ready()
+        yield engine, seen
+    finally:
+        await engine.close()
+        seen.provider.shutdown()
+
+
+async def _run(
+    engine: CallEngine, task_id: str, function: str, n: int, *args: Any
+) -> ConvergeTaskCalls:
+    snapshot: CodeSnapshot = build_snapshot(1, {"fns": FUNCTIONS})
+    io = TaskIoScope(IoRouter([MemoryBackend()]), task_id)
+    calls = [list(args) if args else [i] for i in range(n)]
+    async with asyncio.timeout(30):
+        return await engine.run_calls(task_id, snapshot, io, function, calls)
+
+
+async def test_untraced_runs_send_no_trace_context(traced: tuple[CallEngine, Traced]) -> None:
+    engine, seen = traced
+    assert (await _run(engine, "plain", "double", 5)).success
+    assert seen.sent
+    assert all(batch.traces is None for batch in seen.sent)
+    # A phase span that does not record (tracing off, or the trace not sampled).
+    with trace.use_span(trace.INVALID_SPAN):
+        assert (await _run(engine, "unsampled", "double", 5)).success
+    assert all(batch.traces is None for batch in seen.sent)
+    assert seen.exporter.get_finished_spans() == ()
+
+
+async def test_the_first_calls_of_a_traced_run_get_spans_in_both_processes(
+    traced: tuple[CallEngine, Traced],
+) -> None:
+    engine, seen = traced
+    with seen.tracer.start_as_current_span("CALLS") as phase:
+        assert (await _run(engine, "traced", "double", 5)).success
+    contexts = [t for batch in seen.sent for t in batch.traces or [] if t is not None]
+    assert len(contexts) == 2  # the first two dispatched, of five
+    calls = seen.spans("call")
+    runs = seen.spans("run")
+    assert len(calls) == len(runs) == 2
+    (executor_id,) = engine.pool.executor_ids()
+    trace_id = phase.get_span_context().trace_id
+    for call in calls:
+        assert call.parent is not None
+        assert call.parent.span_id == phase.get_span_context().span_id
+        assert call.context is not None
+        assert call.context.trace_id == trace_id
+        assert call.attributes is not None
+        assert call.attributes["blockx.task_id"] == "traced"
+        assert call.attributes["blockx.function"] == "double"
+        assert call.attributes["blockx.attempt"] == 1
+        assert call.attributes["blockx.outcome"] == "ok"
+        flags = call.context.trace_flags
+        traceparent = f"00-{trace_id:032x}-{call.context.span_id:016x}-{flags:02x}"
+        assert traceparent in contexts
+    for run in runs:
+        (call,) = [
+            c for c in calls if c.context and run.parent and c.context.span_id == run.parent.span_id
+        ]
+        assert run.context is not None
+        assert run.context.trace_id == trace_id
+        assert run.resource.attributes["service.name"] == "blockx-executor"
+        assert run.resource.attributes["process.pid"] == engine.pool.pid(executor_id)
+        assert run.attributes is not None
+        assert call.attributes is not None
+        assert run.attributes["blockx.call_id"] == call.attributes["blockx.call_id"]
+        assert run.start_time is not None
+        assert call.start_time is not None
+        assert call.start_time <= run.start_time
+
+
+async def test_a_failed_call_span_names_its_failure_kind(
+    traced: tuple[CallEngine, Traced],
+) -> None:
+    engine, seen = traced
+    with seen.tracer.start_as_current_span("CALLS"):
+        result = await _run(engine, "failing", "boom", 1)
+    assert not result.success
+    (call,) = seen.spans("call")
+    (run,) = seen.spans("run")
+    assert call.attributes is not None
+    assert call.attributes["blockx.outcome"] == "USER_ERROR"
+    assert call.attributes["blockx.failure_kind"] == "USER_ERROR"
+    assert call.status.status_code is StatusCode.ERROR
+    assert call.status.description is not None
+    assert "bad input 0" in call.status.description
+    assert run.attributes is not None
+    assert run.attributes["blockx.outcome"] == "USER_ERROR"
+    assert run.status.status_code is StatusCode.ERROR
+
+
+async def test_each_attempt_of_a_traced_call_gets_its_own_span(
+    traced: tuple[CallEngine, Traced],
+) -> None:
+    engine, seen = traced
+    assert seen.call_spans is not None
+    spans = seen.call_spans
+    (executor_id,) = engine.pool.executor_ids()
+    with seen.tracer.start_as_current_span("CALLS"):
+        run = asyncio.create_task(_run(engine, "retried", "nap", 1, 300))
+        await wait_until(lambda: bool(spans.live), "the call dispatched")
+        pid = engine.pool.pid(executor_id)
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)  # the attempt is lost with its executor, then retried
+        assert (await run).success
+    first, second = sorted(seen.spans("call"), key=_attempt)
+    assert first.attributes is not None
+    assert second.attributes is not None
+    assert first.attributes["blockx.call_id"] == second.attributes["blockx.call_id"]
+    assert (first.attributes["blockx.attempt"], second.attributes["blockx.attempt"]) == (1, 2)
+    assert first.attributes["blockx.outcome"] == "EXECUTOR_LOST"
+    assert second.attributes["blockx.outcome"] == "ok"
+    # Only the attempt that ran to its end has a run span, on the new executor.
+    (run_span,) = seen.spans("run")
+    assert run_span.parent is not None
+    assert second.context is not None
+    assert run_span.parent.span_id == second.context.span_id
+    assert run_span.resource.attributes["process.pid"] != pid
+
+
+def _attempt(span: ReadableSpan) -> int:
+    attempt = (span.attributes or {}).get("blockx.attempt")
+    assert isinstance(attempt, int)
+    return attempt
+
+
+def test_the_sampling_setting(tmp_path: Path) -> None:
+    functions = {"FUNCTIONS_DIR": str(tmp_path)}
+    assert load_call_settings(functions).engine.trace_calls_per_task == 10
+    settings = load_call_settings({**functions, "BLOCKX_TRACE_CALLS_PER_TASK": "0"})
+    assert settings.engine.trace_calls_per_task == 0
+
+
+def test_a_bad_sampling_setting_stops_start_up_with_one_line(tmp_path: Path) -> None:
+    binary = shutil.which("blockx-worker") or str(Path(sys.executable).parent / "blockx-worker")
+    env = {
+        **os.environ,
+        "FUNCTIONS_DIR": str(tmp_path),
+        "BLOCKX_TRACE_CALLS_PER_TASK": "some",
+    }
+    result = subprocess.run([binary], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.splitlines() == [
+        "blockx-worker: invalid configuration: BLOCKX_TRACE_CALLS_PER_TASK must be an "
+        "integer (got 'some')"
+    ]
