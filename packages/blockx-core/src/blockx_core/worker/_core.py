@@ -18,6 +18,11 @@ that a builder's empty call list skips the Calls phase. Every method takes
 loop, so each one is atomic (two coordinators racing for the last slot: exactly
 one wins).
 
+While a task is in its Calls phase the adapter hands in its call counts
+(``handle_calls_progress``); the core keeps them for ListTasks and decides, per
+task, when the Watch streams that asked for progress hear of them
+(``PublishProgress``, rate-limited and coalesced: ``_progress.py``).
+
 Timers work the aioquic way: ``next_deadline_ms`` says when ``tick_timers`` has
 work, and the adapter arms its timer from it after every call.
 """
@@ -30,6 +35,7 @@ from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
 from blockx_core.ids import shown, task_id_problem
 from blockx_core.task import RETRYABLE, PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker._listing import ListTasksQuery, TaskListing, query_problem
+from blockx_core.worker._progress import CallProgress
 from blockx_core.worker._retention import input_digest
 from blockx_core.worker._rules import (
     DEFAULT_FAILURE,
@@ -44,6 +50,7 @@ from blockx_core.worker._types import (
     LeaseExpired,
     PhaseOutcome,
     PrepareTaskActivation,
+    PublishProgress,
     RetentionStats,
     SlotExpired,
     SlotState,
@@ -249,22 +256,41 @@ class WorkerCore(TaskBook):
         # After Calls the writer phase always runs, with or without a result handler.
         return [StartWriterPhase(task_id=task_id)]
 
+    def handle_calls_progress(
+        self, task_id: str, progress: CallProgress, now_ms: int
+    ) -> list[WorkerCommand]:
+        """The adapter counted the task's calls again. Kept for ListTasks; a
+        ``PublishProgress`` when the task's progress watchers are to hear it now."""
+        task = self._tasks.get(task_id)
+        if task is None or task.phase is not TaskPhase.CALLS:
+            return []  # a late count of a task that has moved on
+        self._directory.counted(task_id, progress)
+        if self._progress.counted(task_id, progress, now_ms):
+            return [PublishProgress(task_id=task_id, progress=progress)]
+        return []
+
     # ---- watch as run credential -----------------------------------------------------
 
-    def watch_attached(self, task_id: str, now_ms: int) -> None:
-        """A Watch stream on a reserved or submitted task opened."""
+    def watch_attached(self, task_id: str, now_ms: int, *, progress: bool = False) -> None:
+        """A Watch stream on a reserved or submitted task opened; ``progress``: it
+        asked for progress updates."""
         if self._slots.by_task(task_id) is None:
             return  # unknown or already terminal: nothing to guard
         self._watches.attached(task_id)
+        if progress:
+            self._progress.watch_attached(task_id)
 
-    def watch_detached(self, task_id: str, now_ms: int) -> None:
+    def watch_detached(self, task_id: str, now_ms: int, *, progress: bool = False) -> None:
         """The Worker confirmed a Watch stream on the task is gone."""
         self._watches.detached(task_id, task_id in self._tasks, now_ms)
+        if progress:
+            self._progress.watch_detached(task_id)
 
     # ---- timers ----------------------------------------------------------------------
 
     def tick_timers(self, now_ms: int) -> list[WorkerCommand]:
-        """Reclaim expired leases, time out tasks, rule lost watches, purge results.
+        """Reclaim expired leases, time out tasks, rule lost watches, publish held
+        progress, purge results.
 
         Costs O(k log n) for the k timers that are due, nothing for the others."""
         out: list[WorkerCommand] = []
@@ -289,6 +315,8 @@ class WorkerCore(TaskBook):
                 "(WATCH_DISCONNECT_GRACE_MS)",
                 now_ms,
             )
+        for task_id, progress in self._progress.due(now_ms):
+            out.append(PublishProgress(task_id=task_id, progress=progress))
         self._retained.purge(now_ms)
         return out
 
@@ -299,12 +327,13 @@ class WorkerCore(TaskBook):
     def next_deadline_ms(self) -> int | None:
         """The earliest moment tick_timers has work to do (aioquic-style timer).
 
-        Cheap enough to ask after every event: the earliest of four heaps."""
+        Cheap enough to ask after every event: the earliest of five heaps."""
         candidates = (
             self._slots.next_lease_end_ms(),
             self._task_deadlines.earliest_ms(),
             self._watches.next_loss_ms(),
             self._retained.next_purge_ms(),
+            self._progress.next_due_ms(),
         )
         return min((d for d in candidates if d is not None), default=None)
 
@@ -344,6 +373,11 @@ class WorkerCore(TaskBook):
     def task_phase(self, task_id: str) -> TaskPhase | None:
         task = self._tasks.get(task_id)
         return None if task is None else task.phase
+
+    def call_progress(self, task_id: str) -> CallProgress | None:
+        """The running task's call counts as last handed in (None before its Calls
+        phase, and once it is terminal)."""
+        return self._progress.latest(task_id)
 
     def task_deadline_ms(self, task_id: str) -> int | None:
         task = self._tasks.get(task_id)

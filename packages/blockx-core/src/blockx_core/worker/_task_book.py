@@ -13,6 +13,7 @@ from blockx_core.errors import ErrorCode, FailureCode, Refusal
 from blockx_core.task import PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker._config import WorkerConfig
 from blockx_core.worker._listing import TaskDirectory
+from blockx_core.worker._progress import ProgressBoard
 from blockx_core.worker._retention import RetainedResults, input_digest
 from blockx_core.worker._rules import timeout_text
 from blockx_core.worker._slots import Slot, SlotTable
@@ -55,6 +56,7 @@ class TaskBook:
         )
         self._watches = WatchCredentials(config.watch_disconnect_grace_ms)
         self._directory = TaskDirectory(incarnation)
+        self._progress = ProgressBoard()
         self._ready = False
         self._draining = False
 
@@ -143,13 +145,19 @@ class TaskBook:
         del self._tasks[task_id]
         self._task_deadlines.cancel(task_id)
         slot_id = task.slot.slot_id
-        self._release(task.slot, Converge())
         until_ms = now_ms + self._config.result_retention_ms
         digest = input_digest(task.input)
+        progress = self._progress.latest(task_id)
+        self._release(task.slot, Converge())
         self._directory.converged(task_id, now_ms)
         self._retained.keep(task_id, state, result, slot_id, digest, now_ms, until_ms)
-        return [TaskConverged(task_id=task_id, slot_id=slot_id, state=state, result=result)]
+        return [
+            TaskConverged(
+                task_id=task_id, slot_id=slot_id, state=state, result=result, progress=progress
+            )
+        ]
 
     def _release(self, slot: Slot, event: LeaseExpired | Converge) -> None:
         self._slots.release(slot, event)
         self._watches.forget(slot.task_id)
+        self._progress.forget(slot.task_id)

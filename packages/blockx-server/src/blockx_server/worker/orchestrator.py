@@ -2,12 +2,14 @@
 
 It performs what the core decides: activation (pin the code epoch, open the task's
 IO scope), the three phases under their admission semaphores (their work is in
-``phase_work.py``), cleanup at convergence (cancel unfinished
-calls, close the IO scope, unpin the epoch) and OnTaskTerminal → Watch
-subscribers. A task's activation and its phases run in turn in one asyncio task
-(its job), so the next phase starts the moment the core says so; each phase reports
-back with ``handle_task_phase_finished``; a builder or writer name it has no plug-in for is
-reported with ``handle_plugin_not_found``. The core alone decides what comes next.
+``phase_work.py``), cleanup at convergence (cancel unfinished calls, close the IO
+scope, unpin the epoch), OnTaskTerminal → Watch subscribers, and the call progress
+the core publishes → the subscribers that asked for it (``call_progress.py`` counts
+the calls). A task's activation and its phases run in turn in one asyncio task (its
+job), so the next phase starts the moment the core says so; each phase reports back
+with ``handle_task_phase_finished``; a builder or writer name it has no plug-in for
+is reported with ``handle_plugin_not_found``. The core alone decides what comes
+next.
 
 Timers: after every batch of commands the orchestrator asks the core for its next
 deadline and arms one ``loop.call_later`` (see ``_arm_timer``); there is no polling.
@@ -24,11 +26,13 @@ from typing import Final, assert_never
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.errors import FailureCode, Refusal
-from blockx_core.task import TaskInput
+from blockx_core.task import TaskInput, TaskState
 from blockx_core.worker import (
     AbortTaskWork,
+    CallProgress,
     PhaseOutcome,
     PrepareTaskActivation,
+    PublishProgress,
     SlotExpired,
     StartBuilderPhase,
     StartCallPhase,
@@ -47,6 +51,7 @@ from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.writers import Writers
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
+from blockx_server.worker.call_progress import ProgressCounter
 from blockx_server.worker.metrics import FunctionCalls
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.phase_work import AdmissionConfig, PhaseWork
@@ -112,7 +117,13 @@ class Orchestrator:
         self._timer = DeadlineTimer(clock, self.tick)  # tick runs the commands, then re-arms
         self.task_log = task_log or TaskLog("")
         self._work = PhaseWork(
-            engine, admission, self.offload, self.stream_build, self.task_log, function_calls
+            engine,
+            admission,
+            self.offload,
+            self.stream_build,
+            self.task_log,
+            ProgressCounter(engine, self._calls_counted),
+            function_calls,
         )
         self.max_calls = self._work.max_calls
 
@@ -139,15 +150,19 @@ class Orchestrator:
     def get_task_result(self, task_id: str) -> TaskSnapshot | Refusal:
         return self.core.handle_get_task_result(task_id, self.clock.now_ms())
 
-    def watch_attached(self, task_id: str) -> None:
-        """A Watch stream now follows the task (its run credential)."""
-        self.core.watch_attached(task_id, self.clock.now_ms())
+    def watch_attached(self, task_id: str, *, progress: bool = False) -> None:
+        """A Watch stream now follows the task (its run credential); ``progress``:
+        it asked for progress updates."""
+        self.core.watch_attached(task_id, self.clock.now_ms(), progress=progress)
         self._arm_timer()
 
-    def watch_detached(self, task_id: str) -> None:
+    def watch_detached(self, task_id: str, *, progress: bool = False) -> None:
         """A Watch stream on the task closed before the task ended."""
-        self.core.watch_detached(task_id, self.clock.now_ms())
+        self.core.watch_detached(task_id, self.clock.now_ms(), progress=progress)
         self._arm_timer()  # the watch grace may have started
+
+    def _calls_counted(self, task_id: str, progress: CallProgress) -> None:
+        self._run(self.core.handle_calls_progress(task_id, progress, self.clock.now_ms()))
 
     def tick(self) -> None:
         self._run(self.core.tick_timers(self.clock.now_ms()))
@@ -212,6 +227,16 @@ class Orchestrator:
                             timestamp_ms=self.clock.now_ms(),
                         )
                     )
+                case PublishProgress():
+                    self.subscriptions.publish_progress(
+                        TaskEvent(
+                            task_id=command.task_id,
+                            state=TaskState.RUNNING,
+                            is_terminal=False,
+                            progress=command.progress,
+                            timestamp_ms=self.clock.now_ms(),
+                        )
+                    )
                 case _:
                     assert_never(command)
         for purged in self.core.take_purged():
@@ -248,6 +273,7 @@ class Orchestrator:
                 state=command.state,
                 result=command.result,
                 timestamp_ms=now_ms,
+                progress=command.progress,
             )
         )
         elapsed = None if runtime is None else time.perf_counter() - runtime.accepted

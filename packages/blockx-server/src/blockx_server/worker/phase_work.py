@@ -28,6 +28,7 @@ from blockx_server.pipeline.builders import (
 )
 from blockx_server.pipeline.writers import WriterError, WriterPlugin, failed_writer_result
 from blockx_server.worker.build_phase import build_calls, decode_checked_config
+from blockx_server.worker.call_progress import ProgressCounter
 from blockx_server.worker.metrics import FunctionCalls
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.task_log import TaskLog
@@ -52,9 +53,11 @@ class PhaseWork:
         offload: Offload,
         stream_build: StreamBuildConfig,
         task_log: TaskLog,
+        progress: ProgressCounter,
         function_calls: Callable[[str], FunctionCalls] | None = None,
     ) -> None:
         self.engine = engine
+        self.progress = progress
         self.max_calls = admission.task_max_calls
         self.offload = offload
         self.stream_build = stream_build
@@ -90,25 +93,31 @@ class PhaseWork:
         assert ctx is not None
         assert calls is not None
         observer = None if self._function_calls is None else self._function_calls(calls.function)
+        counted = self.progress.observer(ctx.task_id, observer)
         async with self._executor_sem:
             started = time.perf_counter()
-            if not isinstance(calls, CallList):
-                # A streaming Builder's scan feeds the calls as it reads, under scanSem.
-                # One that fails midway fails the task BUILDER_FAILED; calls of the
-                # chunks before may have run.
-                run = self.engine.open_calls(
-                    ctx.task_id, ctx.code, ctx.io, calls.function, observer=observer
-                )
-                try:
-                    async with self._scan_sem:
-                        await feed_calls(calls, run, self.max_calls)
-                except BuilderError as exc:
-                    return _builder_failed(exc)
+            run = self.engine.open_calls(
+                ctx.task_id, ctx.code, ctx.io, calls.function, observer=counted
+            )
+            try:
+                if not isinstance(calls, CallList):
+                    # A streaming Builder's scan feeds the calls as it reads, under
+                    # scanSem. One that fails midway fails the task BUILDER_FAILED;
+                    # calls of the chunks before may have run.
+                    self.progress.count(ctx.task_id)
+                    try:
+                        async with self._scan_sem:
+                            await feed_calls(calls, self.progress.sink(run), self.max_calls)
+                    except BuilderError as exc:
+                        return _builder_failed(exc)
+                else:
+                    run.add(calls.calls)
+                    run.done()
+                    self.progress.count(ctx.task_id)
                 converged = await run.result()
-            else:
-                converged = await self.engine.run_calls(
-                    ctx.task_id, ctx.code, ctx.io, calls.function, calls.calls, observer=observer
-                )
+                self.progress.converged(ctx.task_id, converged)
+            finally:
+                self.progress.forget(ctx.task_id)  # cancelled: no last counts
         if observer is not None:
             observer.calls_converged(converged, time.perf_counter() - started)
         self.task_log.calls_converged(ctx.task_id, converged.failed_call)
