@@ -6,12 +6,14 @@ one holds each task id (``commands/tasks.py``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated, Any, Final
 
+import msgspec
 import typer
 from rich.console import Group
 from rich.live import Live
@@ -34,9 +36,11 @@ from blockx_cli.output import (
 from blockx_cli.runner import TASK_FILE_HINT, run
 from blockx_cli.settings import Settings, settings_of
 from blockx_client import (
+    CallProgress,
     Client,
     Cluster,
     PluginConfig,
+    ProgressCallback,
     SubmitAnswer,
     Task,
     TaskFileError,
@@ -138,9 +142,12 @@ def watch(
     worker: FindWorkerOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Watch tasks to their end: a live table with states, progress and totals.
+    """Watch tasks to their end: a live table with states, calls done and totals.
 
-    With --json, one JSON object per line for each update, as it happens."""
+    With --json, one JSON object per line for each update, as it happens: the
+    snapshots, the call-progress updates (is_terminal false, with a "progress"
+    object: calls_done, calls_total, total_known, calls_failed) and the terminal
+    updates."""
     out = Output(console, json_)
     raise typer.Exit(run(_watch(settings_of(ctx), out, task_ids, worker)))
 
@@ -231,9 +238,14 @@ async def _submit(
     async with settings.client() as client:
         if wait:
             try:
-                result = await client.run(
-                    task, cluster=cluster, worker_addr=worker, deadline_s=deadline
-                )
+                with _progress_line(out, task.task_id) as on_progress:
+                    result = await client.run(
+                        task,
+                        cluster=cluster,
+                        worker_addr=worker,
+                        deadline_s=deadline,
+                        on_progress=on_progress,
+                    )
             except TaskInputDiffersError as exc:
                 _warn_input_differs(exc.answer)
                 if exc.answer.result is None:
@@ -260,6 +272,29 @@ async def _submit(
             f"[dim]watch it: blockx watch {answer.task_id} --worker {answer.worker_addr}[/]"
         )
     return EXIT_OK
+
+
+@contextlib.contextmanager
+def _progress_line(out: Output, task_id: str) -> Iterator[ProgressCallback]:
+    """What ``submit --wait`` shows of the calls while it waits: a live line on a
+    terminal, or a line on stderr per update otherwise (stdout keeps only the
+    result, for scripts); nothing with --json."""
+    if out.json_mode:
+        yield lambda progress: None
+        return
+    if not out.console.is_terminal:
+
+        def print_line(progress: CallProgress) -> None:
+            typer.echo(f"task {task_id}: calls {progress.shown()}", err=True)
+
+        yield print_line
+        return
+    with out.console.status(f"task {task_id}: waiting for its calls") as status:
+
+        def update_status(progress: CallProgress) -> None:
+            status.update(f"task {task_id}: calls {progress.shown()}")
+
+        yield update_status
 
 
 def _warn_input_differs(answer: SubmitAnswer) -> None:
@@ -307,7 +342,7 @@ async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: s
             def emit_line(update: TaskUpdate) -> None:
                 latest[update.task_id] = update
                 # One object per line, flushed, so a pipe sees each update at once.
-                print(json.dumps(update_dict(update), sort_keys=True), flush=True)
+                print(json.dumps(watch_line(update), sort_keys=True), flush=True)
 
             await _follow(client, groups, emit_line)
         else:
@@ -319,12 +354,15 @@ async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: s
             )
             bar = progress.add_task("tasks", total=len(set(task_ids)))
             with Live(console=out.console, refresh_per_second=8) as live:
+                calls: dict[str, CallProgress] = {}
 
                 def show(update: TaskUpdate) -> None:
                     latest[update.task_id] = update
+                    if update.progress is not None:
+                        calls[update.task_id] = update.progress
                     done = sum(1 for u in latest.values() if u.is_terminal)
                     progress.update(bar, completed=done)
-                    live.update(Group(_watch_table(latest, started), progress))
+                    live.update(Group(_watch_table(latest, calls, started), progress))
 
                 await _follow(client, groups, show)
     failed = [u for u in latest.values() if not (u.result is not None and u.result.ok)]
@@ -348,10 +386,11 @@ async def _watch_groups(
 async def _follow(
     client: Client, groups: dict[str, list[str]], on_update: Callable[[TaskUpdate], None]
 ) -> None:
-    """One Watch stream per worker, each update handed to ``on_update`` as it comes."""
+    """One Watch stream per worker, asking for call progress; each update (progress
+    ones too) handed to ``on_update`` as it comes."""
 
     async def one(addr: str, ids: list[str]) -> None:
-        async for update in client.watch_tasks(ids, worker_addr=addr):
+        async for update in client.watch_tasks(ids, worker_addr=addr, progress=True):
             on_update(update)
 
     async with asyncio.TaskGroup() as streams:
@@ -359,9 +398,19 @@ async def _follow(
             streams.create_task(one(addr, ids))
 
 
-def _watch_table(latest: dict[str, TaskUpdate], started: float) -> Table:
+def watch_line(update: TaskUpdate) -> dict[str, Any]:
+    """An update as ``watch --json`` prints it: ``update_dict``, and its progress."""
+    data = update_dict(update)
+    if update.progress is not None:
+        data["progress"] = msgspec.structs.asdict(update.progress)
+    return data
+
+
+def _watch_table(
+    latest: dict[str, TaskUpdate], calls: dict[str, CallProgress], started: float
+) -> Table:
     table = Table(title=f"watching {len(latest)} task(s)", expand=False)
-    for column in ("task", "state", "worker", "detail"):
+    for column in ("task", "state", "worker", "calls", "detail"):
         table.add_column(column, no_wrap=column != "detail")
     counts: dict[str, int] = {}
     for update in latest.values():
@@ -370,8 +419,13 @@ def _watch_table(latest: dict[str, TaskUpdate], started: float) -> Table:
         detail = _NOT_KNOWN if update.state is TaskState.NOT_FOUND else update.error
         if update.result is not None and update.result.failure_code:
             detail = f"{update.result.failure_code}: {update.result.failure_message[:60]}"
+        shown = calls.get(update.task_id)
         table.add_row(
-            update.task_id, f"[{style}]{update.state.value}[/]", update.worker_addr, detail
+            update.task_id,
+            f"[{style}]{update.state.value}[/]",
+            update.worker_addr,
+            "" if shown is None else f"calls {shown.shown()}",
+            detail,
         )
     table.caption = "  ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     return table
