@@ -197,7 +197,7 @@ def test_core_terminal_carries_the_last_counts_and_listing_keeps_them() -> None:
     assert converged[0].state is TaskState.SUCCEEDED
     assert converged[0].progress == p(10)
     assert core.next_deadline_ms() != T0 + IV  # the held update died with the task
-    assert core.call_progress("t1") is None
+    assert core.call_progress("t1") == p(10)  # a retained task's snapshot shows them
     listed = core.handle_list_tasks(ListTasksQuery(), T0 + 5)
     assert isinstance(listed, TaskListing)
     done = listed.tasks[0]

@@ -175,10 +175,8 @@ class WatchBatcher:
             async for update in self._workers.watch_tasks(
                 sorted(waiting), worker_addr=self._addr, progress=progress
             ):
-                if not update.is_terminal:
-                    self._progressed(update)
-                    continue
-                if update.task_id not in waiting:
+                self._progressed(update)  # the terminal update carries the last counts
+                if not update.is_terminal or update.task_id not in waiting:
                     continue
                 if update.state is TaskState.NOT_FOUND or update.result is None:
                     continue

@@ -375,9 +375,9 @@ class WorkerCore(TaskBook):
         return None if task is None else task.phase
 
     def call_progress(self, task_id: str) -> CallProgress | None:
-        """The running task's call counts as last handed in (None before its Calls
-        phase, and once it is terminal)."""
-        return self._progress.latest(task_id)
+        """The task's call counts as last handed in: a running task's, or a retained
+        one's last (None before its Calls phase, for a task that made no calls)."""
+        return self._directory.progress(task_id)
 
     def task_deadline_ms(self, task_id: str) -> int | None:
         task = self._tasks.get(task_id)

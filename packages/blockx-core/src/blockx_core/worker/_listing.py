@@ -161,6 +161,10 @@ class TaskDirectory:
         if entry is not None:
             entry.progress = progress
 
+    def progress(self, task_id: str) -> CallProgress | None:
+        entry = self._entries.get(task_id)
+        return None if entry is None else entry.progress
+
     def converged(self, task_id: str, now_ms: int) -> None:
         entry = self._entries.get(task_id)
         if entry is not None:
