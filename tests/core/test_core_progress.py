@@ -75,9 +75,29 @@ BOARD_CASES: list[tuple[str, list[tuple[str, CallProgress | None, int]], list[ob
         [p(1), None, None],
     ),
     (
-        "a streaming total so far, then the final total",
-        [("count", p(0, 4, False), T0), ("count", p(4, 4, True), T0 + IV)],
-        [p(0, 4, False), p(4, 4, True)],
+        "the counts before any call finished are not published",
+        [("count", p(0, 4, False), T0), ("count", p(0, 8, False), T0 + IV)],
+        [None, None],
+    ),
+    (
+        "a streaming total so far grows with the calls done",
+        [("count", p(1, 4, False), T0), ("count", p(3, 8, False), T0 + IV)],
+        [p(1, 4, False), p(3, 8, False)],
+    ),
+    (
+        "every call done waits an interval for the terminal update, then goes out",
+        [
+            ("count", p(0, 4), T0),
+            ("count", p(4, 4), T0 + 5),
+            ("tick", None, T0 + 5 + IV - 1),
+            ("tick", None, T0 + 5 + IV),
+        ],
+        [None, None, [], [p(4, 4)]],
+    ),
+    (
+        "a failed call is a change even with nothing done",
+        [("count", p(0, 4, failed=1), T0)],
+        [p(0, 4, failed=1)],
     ),
 ]
 
@@ -156,11 +176,13 @@ def publishes(commands: Sequence[WorkerCommand]) -> list[CallProgress]:
 
 def test_core_publishes_to_progress_watchers_only_on_change_and_rate_limited() -> None:
     core = core_in_calls()
-    assert publishes(core.handle_calls_progress("t1", p(0), T0)) == [p(0)]
-    assert publishes(core.handle_calls_progress("t1", p(0), T0 + 1)) == []
+    assert publishes(core.handle_calls_progress("t1", p(0), T0)) == []
+    assert publishes(core.handle_calls_progress("t1", p(1), T0 + 1)) == [p(1)]
+    assert publishes(core.handle_calls_progress("t1", p(1), T0 + 2)) == []
     assert publishes(core.handle_calls_progress("t1", p(3), T0 + 2)) == []
-    assert core.next_deadline_ms() == T0 + IV
-    assert publishes(core.tick_timers(T0 + IV)) == [p(3)]
+    assert core.next_deadline_ms() == T0 + 1 + IV
+    assert publishes(core.tick_timers(T0 + IV)) == []
+    assert publishes(core.tick_timers(T0 + 1 + IV)) == [p(3)]
     assert publishes(core.tick_timers(T0 + 2 * IV)) == []
     assert core.call_progress("t1") == p(3)
 
@@ -169,7 +191,7 @@ def test_core_publishes_to_progress_watchers_only_on_change_and_rate_limited() -
 def test_core_publishes_nothing_without_a_progress_watcher(watch: bool | None) -> None:
     core = core_in_calls(watch=watch)
     for i in range(5):
-        assert publishes(core.handle_calls_progress("t1", p(i), T0 + i)) == []
+        assert publishes(core.handle_calls_progress("t1", p(i), T0 + i * IV)) == []
     assert publishes(core.tick_timers(T0 + 10 * IV)) == []
     assert core.call_progress("t1") == p(4)  # kept for ListTasks all the same
 
@@ -188,7 +210,7 @@ def test_core_terminal_carries_the_last_counts_and_listing_keeps_them() -> None:
     assert isinstance(listed, TaskListing)
     running = listed.tasks[0]
     assert (running.calls_done, running.calls_total, running.calls_total_known) == (4, 10, True)
-    core.handle_calls_progress("t1", p(10), T0 + 2)  # held: within the interval
+    core.handle_calls_progress("t1", p(10), T0 + 2)  # every call done: held for the terminal
     core.handle_task_phase_finished("t1", TaskPhase.CALLS, PhaseOutcome(success=True), T0 + 3)
     cmds = core.handle_task_phase_finished(
         "t1", TaskPhase.WRITER, PhaseOutcome(success=True), T0 + 4
@@ -196,7 +218,7 @@ def test_core_terminal_carries_the_last_counts_and_listing_keeps_them() -> None:
     converged = [c for c in cmds if isinstance(c, TaskConverged)]
     assert converged[0].state is TaskState.SUCCEEDED
     assert converged[0].progress == p(10)
-    assert core.next_deadline_ms() != T0 + IV  # the held update died with the task
+    assert publishes(core.tick_timers(T0 + 10 * IV)) == []  # the held update died with it
     assert core.call_progress("t1") == p(10)  # a retained task's snapshot shows them
     listed = core.handle_list_tasks(ListTasksQuery(), T0 + 5)
     assert isinstance(listed, TaskListing)

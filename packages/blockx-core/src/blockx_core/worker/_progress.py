@@ -3,14 +3,20 @@ asked for it are told.
 
 The adapter counts a task's root calls (the dispatcher knows them) whenever some
 of them finish and hands the counts in with ``counted``; this board keeps the
-latest per task (ListTasks shows it) and decides when a ``PublishProgress`` goes
-out to the task's progress watchers:
+latest per task (ListTasks and the Watch snapshots show it) and decides when a
+``PublishProgress`` goes out to the task's progress watchers:
 
-* only when the counts differ from the last ones published for the task;
-* the first change goes out at once; after that at most one per
+* only when the counts differ from the last ones published for the task, and only
+  once some call has finished (or failed): the counts at the start say nothing
+  the snapshot does not;
+* the first such change goes out at once; after that at most one per
   ``PROGRESS_INTERVAL_MS`` per task: a change within the interval is held and
   published when it ends (coalesced: only the latest counts go out), so a task
   with 100k calls sends a few updates a second, not 100k;
+* counts with every call done are held for an interval: the terminal update
+  follows and carries them, so they go out on their own only when the task is
+  still not terminal by then (a long Writer phase); a task of one quick call
+  sends no progress update at all;
 * nothing is kept or timed for a task nobody watches with progress.
 
 Invariants: a task has a publish deadline in ``_due`` only while it has progress
@@ -71,6 +77,11 @@ class ProgressBoard:
         published = self._published.get(task_id)
         if published is not None and published.progress == progress:
             self._due.cancel(task_id)  # back to what the watchers have seen
+            return False
+        if progress.calls_done == 0 and progress.calls_failed == 0:
+            return False  # nothing has finished yet
+        if progress.total_known and progress.calls_done >= progress.calls_total:
+            self._due.set(task_id, now_ms + self._interval_ms)  # the terminal update may beat it
             return False
         if published is None or now_ms >= published.at_ms + self._interval_ms:
             self._publish(task_id, progress, now_ms)
