@@ -529,9 +529,12 @@ class WatchTasksRequest(betterproto2.Message):
     progress: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
     """
     BlockX addition: also send call-progress updates (TaskUpdate.progress set,
-    is_terminal false) before the terminal update of each running task: on change
-    only, at most one per task every 200 ms. Without it the stream is one snapshot
-    per task_id, then one terminal update per running task.
+    state RUNNING, is_terminal false) before the terminal update of each running
+    task: only when its counts changed and some call has finished, the first at
+    once, then at most one per task every 200 ms (coalesced); counts with every
+    call done only when the task is still not terminal 200 ms later. Without it
+    the stream is one snapshot per task_id, then one terminal update per running
+    task, and progress is never set.
     """
 
 
