@@ -10,6 +10,7 @@ from msgspec.structs import replace
 
 from blockx_client.models import (
     CallFailureInfo,
+    CallProgress,
     Durations,
     Invocation,
     IoTrace,
@@ -125,6 +126,9 @@ def listed_from_pb(pb: worker_v1.ListedTask, worker_addr: str) -> ListedTask:
         failure_summary=pb.failure_summary,
         tombstone=pb.tombstone,
         call_failures=pb.call_failures,
+        calls_done=pb.calls_done,
+        calls_total=pb.calls_total,
+        calls_total_known=pb.calls_total_known,
     )
 
 
@@ -142,6 +146,18 @@ def update_from_pb(update: worker_v1.TaskUpdate) -> TaskUpdate:
         timestamp_ms=update.timestamp_ms,
         error=update.error,
         result=result,
+        progress=progress_from_pb(update.progress),
+    )
+
+
+def progress_from_pb(pb: worker_v1.CallProgress | None) -> CallProgress | None:
+    if pb is None:
+        return None
+    return CallProgress(
+        calls_done=pb.calls_done,
+        calls_total=pb.calls_total,
+        total_known=pb.total_known,
+        calls_failed=pb.calls_failed,
     )
 
 

@@ -7,12 +7,17 @@ resolves it; RUNNING means the worker is alive and the stream is reopened; NOT_F
 (the worker restarted, or the result expired) is WORKER_LOST. Only when the worker
 cannot be asked at all for ``RetryPolicy.worker_unreachable_s`` are its pending
 tasks WORKER_LOST too. Every wait ends in a ``TaskResult``.
+
+A wait may come with a progress callback: a stream that watches such a task asks
+the Worker for call progress, and the task's progress updates go to its callback
+(the other tasks of the stream ignore them).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import random
 import time
 
@@ -20,8 +25,10 @@ from blockx_client._options import ClientOptions
 from blockx_client._outcomes import worker_lost
 from blockx_client._worker_rpc import WorkerRpc
 from blockx_client.errors import BlockxError, TaskNotFoundError
-from blockx_client.models import TaskResult, TaskState
+from blockx_client.models import ProgressCallback, TaskResult, TaskState, TaskUpdate
 from blockx_core.ids import MAX_WATCH_TASK_IDS
+
+log = logging.getLogger(__name__)
 
 _FORGOTTEN = (
     "it no longer knows the task (it restarted, or the result expired after RESULT_RETENTION_MS)"
@@ -45,17 +52,23 @@ class WatchBatcher:
         self._addr = worker_addr
         self._rng = rng
         self._pending: dict[str, asyncio.Future[TaskResult]] = {}
+        self._on_progress: dict[str, ProgressCallback] = {}
         self._batch: set[str] = set()
         self._flusher: asyncio.Task[None] | None = None
         # Each open stream's task and the ids it still waits for.
         self._streams: dict[asyncio.Task[None], set[str]] = {}
 
-    async def wait(self, task_id: str) -> TaskResult:
-        return await asyncio.shield(self.expect(task_id))
+    async def wait(self, task_id: str, on_progress: ProgressCallback | None = None) -> TaskResult:
+        return await asyncio.shield(self.expect(task_id, on_progress))
 
-    def expect(self, task_id: str) -> asyncio.Future[TaskResult]:
+    def expect(
+        self, task_id: str, on_progress: ProgressCallback | None = None
+    ) -> asyncio.Future[TaskResult]:
         """The future of ``task_id``'s result; its stream opens on the next loop
-        iteration (or after the linger). Await it shielded: it is shared."""
+        iteration (or after the linger). Await it shielded: it is shared.
+        ``on_progress`` is told the task's call progress while it runs."""
+        if on_progress is not None:
+            self._on_progress[task_id] = on_progress
         future = self._pending.get(task_id)
         if future is None:
             future = asyncio.get_running_loop().create_future()
@@ -102,6 +115,7 @@ class WatchBatcher:
         future = self._pending.pop(task_id, None)
         if future is not None:
             future.cancel()
+        self._on_progress.pop(task_id, None)
         self._batch.discard(task_id)
         for stream, waiting in list(self._streams.items()):
             if task_id in waiting:
@@ -156,8 +170,12 @@ class WatchBatcher:
         """Watch ``waiting`` until the stream ends, resolving every task it reports
         terminal; whether the stream broke. A task the worker does not know (the
         NOT_FOUND snapshot) stays in ``waiting`` for the re-check."""
+        progress = any(task_id in self._on_progress for task_id in waiting)
         try:
-            async for update in self._workers.watch_tasks(sorted(waiting), worker_addr=self._addr):
+            async for update in self._workers.watch_tasks(
+                sorted(waiting), worker_addr=self._addr, progress=progress
+            ):
+                self._progressed(update)  # the terminal update carries the last counts
                 if not update.is_terminal or update.task_id not in waiting:
                     continue
                 if update.state is TaskState.NOT_FOUND or update.result is None:
@@ -183,7 +201,18 @@ class WatchBatcher:
                 waiting.discard(task_id)
                 self._resolve(task_id, result)
 
+    def _progressed(self, update: TaskUpdate) -> None:
+        callback = self._on_progress.get(update.task_id)
+        if callback is None or update.progress is None:
+            return
+        try:
+            callback(update.progress)
+        except Exception:
+            # A display's bug must not cost the task's result.
+            log.exception("the progress callback of task %s raised", update.task_id)
+
     def _resolve(self, task_id: str, result: TaskResult) -> None:
+        self._on_progress.pop(task_id, None)
         future = self._pending.pop(task_id, None)
         if future is not None and not future.done():
             future.set_result(result)
@@ -198,6 +227,7 @@ class WatchBatcher:
         for future in self._pending.values():
             future.cancel()
         self._pending.clear()
+        self._on_progress.clear()
 
 
 class Watchers:
@@ -209,11 +239,15 @@ class Watchers:
         self._rng = rng
         self._by_addr: dict[str, WatchBatcher] = {}
 
-    async def wait(self, task_id: str, *, worker_addr: str) -> TaskResult:
-        return await self._batcher(worker_addr).wait(task_id)
+    async def wait(
+        self, task_id: str, *, worker_addr: str, on_progress: ProgressCallback | None = None
+    ) -> TaskResult:
+        return await self._batcher(worker_addr).wait(task_id, on_progress)
 
-    def expect(self, task_id: str, *, worker_addr: str) -> asyncio.Future[TaskResult]:
-        return self._batcher(worker_addr).expect(task_id)
+    def expect(
+        self, task_id: str, *, worker_addr: str, on_progress: ProgressCallback | None = None
+    ) -> asyncio.Future[TaskResult]:
+        return self._batcher(worker_addr).expect(task_id, on_progress)
 
     def forget(self, task_id: str, *, worker_addr: str) -> None:
         batcher = self._by_addr.get(worker_addr)

@@ -122,15 +122,17 @@ class WorkerRpc:
         return tasks, reply.next_page_token
 
     async def watch_tasks(
-        self, task_ids: Sequence[str], *, worker_addr: str
+        self, task_ids: Sequence[str], *, worker_addr: str, progress: bool = False
     ) -> AsyncIterator[TaskUpdate]:
-        """The stream's updates. The Worker answers its opening with a snapshot per
-        task_id, so the first update (connecting included) must come within
-        ``rpc_timeout_s``, or the stream counts as broken; after that, a silent peer
-        is dropped by the channel's keepalive."""
+        """The stream's updates (with ``progress``, the call-progress ones too). The
+        Worker answers its opening with a snapshot per task_id, so the first update
+        (connecting included) must come within ``rpc_timeout_s``, or the stream
+        counts as broken; after that, a silent peer is dropped by the channel's
+        keepalive."""
         stub, metadata = self._stub(worker_addr)
         updates = stub.watch_tasks(
-            worker_v1.WatchTasksRequest(task_ids=list(task_ids)), metadata=metadata
+            worker_v1.WatchTasksRequest(task_ids=list(task_ids), progress=progress),
+            metadata=metadata,
         )
         first = True
         try:

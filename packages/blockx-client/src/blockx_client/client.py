@@ -52,6 +52,7 @@ from blockx_client.models import (
     Cluster,
     ClusterTasks,
     PlacementReport,
+    ProgressCallback,
     Reservation,
     SubmitAnswer,
     Task,
@@ -221,11 +222,14 @@ class Client:
         return await self._workers.get_task_result(task_id, worker_addr=worker_addr)
 
     def watch_tasks(
-        self, task_ids: Sequence[str], *, worker_addr: str
+        self, task_ids: Sequence[str], *, worker_addr: str, progress: bool = False
     ) -> AsyncIterator[TaskUpdate]:
         """One snapshot per task, then one terminal update per running task; ends when
-        all are terminal. Closing the iterator closes the stream."""
-        return self._workers.watch_tasks(task_ids, worker_addr=worker_addr)
+        all are terminal. Closing the iterator closes the stream. With ``progress``
+        the running tasks' call progress comes in between: updates with
+        ``is_terminal`` false and ``progress`` set, each only when the counts changed
+        (at most about five a second per task)."""
+        return self._workers.watch_tasks(task_ids, worker_addr=worker_addr, progress=progress)
 
     # ---- the whole cluster (every registered Worker) -----------------------------------
 
@@ -285,8 +289,11 @@ class Client:
         cluster: Cluster | None = None,
         worker_addr: str | None = None,
         deadline_s: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> TaskResult:
-        """Reserve (with back-off), submit, and wait for the terminal state.
+        """Reserve (with back-off), submit, and wait for the terminal state;
+        ``on_progress`` is told the task's call progress (a CallProgress) as it
+        changes while it waits.
 
         The task_id (generated if empty) is kept across every placement retry: it is
         the idempotency key. With ``worker_addr`` the coordinator is skipped and the
@@ -306,7 +313,9 @@ class Client:
         early: dict[str, asyncio.Future[TaskResult]] = {}
 
         def watch_early(addr: str) -> None:
-            early.setdefault(addr, self._watchers.expect(task_id, worker_addr=addr))
+            early.setdefault(
+                addr, self._watchers.expect(task_id, worker_addr=addr, on_progress=on_progress)
+            )
 
         def forget_except(addr: str | None) -> None:
             for other in early:
@@ -321,7 +330,9 @@ class Client:
         except SubmitUncertainError as exc:
             # The worker may hold the task: its own answer (or its absence) decides.
             forget_except(exc.worker_addr)
-            return await self._watchers.wait(task_id, worker_addr=exc.worker_addr)
+            return await self._watchers.wait(
+                task_id, worker_addr=exc.worker_addr, on_progress=on_progress
+            )
         except BaseException:
             forget_except(None)
             raise
@@ -332,7 +343,9 @@ class Client:
             forget_except(None)
             return placed.result  # an earlier run of this task_id, retained
         forget_except(placed.worker_addr)
-        return await self._watchers.wait(task_id, worker_addr=placed.worker_addr)
+        return await self._watchers.wait(
+            task_id, worker_addr=placed.worker_addr, on_progress=on_progress
+        )
 
     submit_and_wait = run
 

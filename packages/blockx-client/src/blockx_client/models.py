@@ -9,6 +9,7 @@ from __future__ import annotations
 import enum
 import json
 import uuid
+from collections.abc import Callable
 from typing import Any, Final, TypeVar, overload
 
 import msgspec
@@ -206,7 +207,31 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
         return as_type(value, result_type, what=f"the outputs of task {self.task_id}")
 
 
+class CallProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """How far a task's Calls phase is: root calls done of the ``calls_total`` known
+    so far (all of them once ``total_known``; a streaming Builder's total grows while
+    it reads) and failed call attempts so far (retried ones included)."""
+
+    calls_done: int = 0
+    calls_total: int = 0
+    total_known: bool = False
+    calls_failed: int = 0
+
+    def shown(self) -> str:
+        """``40/100``, or ``40/60 so far`` while the total is not known yet."""
+        text = f"{self.calls_done}/{self.calls_total}"
+        return text if self.total_known else f"{text} so far"
+
+
+# Called with a task's call progress while ``Client.run`` waits for it.
+ProgressCallback = Callable[[CallProgress], None]
+
+
 class TaskUpdate(msgspec.Struct, frozen=True, kw_only=True):
+    """One update of a Watch stream. ``progress`` is set only on a stream opened with
+    ``progress=True``: on its progress updates (``is_terminal`` false, state RUNNING)
+    and on the snapshot and terminal update of a task whose calls have started."""
+
     task_id: str
     state: TaskState
     is_terminal: bool
@@ -214,6 +239,7 @@ class TaskUpdate(msgspec.Struct, frozen=True, kw_only=True):
     timestamp_ms: int = 0
     error: str = ""
     result: TaskResult | None = None
+    progress: CallProgress | None = None
 
 
 class Durations(msgspec.Struct, frozen=True, kw_only=True):
@@ -292,6 +318,22 @@ class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
     failure_summary: str = ""
     tombstone: bool = False
     call_failures: int = 0
+    # Its calls as the Worker last counted them (see CallProgress); 0 before its
+    # Calls phase.
+    calls_done: int = 0
+    calls_total: int = 0
+    calls_total_known: bool = False
+
+    @property
+    def progress(self) -> CallProgress | None:
+        """The counts as a CallProgress; None for a task that has made no calls."""
+        if not self.calls_total and not self.calls_done:
+            return None
+        return CallProgress(
+            calls_done=self.calls_done,
+            calls_total=self.calls_total,
+            total_known=self.calls_total_known,
+        )
 
 
 class UnreachableWorker(msgspec.Struct, frozen=True, kw_only=True):

@@ -29,6 +29,7 @@ from blockx_client.models import (
     Invocation,
     PlacementReport,
     Precheck,
+    ProgressCallback,
     Reservation,
     SubmitAnswer,
     Task,
@@ -123,11 +124,15 @@ class SyncClient:
     def get_task_result(self, task_id: str, *, worker_addr: str) -> TaskResult:
         return self._run(self._client.get_task_result(task_id, worker_addr=worker_addr))
 
-    def watch_tasks(self, task_ids: Sequence[str], *, worker_addr: str) -> Iterator[TaskUpdate]:
-        """Each update as the Worker sends it; the iterator ends once every task is
-        terminal (the stream's end). Stopping early closes the stream."""
+    def watch_tasks(
+        self, task_ids: Sequence[str], *, worker_addr: str, progress: bool = False
+    ) -> Iterator[TaskUpdate]:
+        """Each update as the Worker sends it (with ``progress``, the call-progress
+        ones too); the iterator ends once every task is terminal (the stream's end).
+        Stopping early closes the stream."""
         return iterate_on(
-            self._loop, lambda: self._client.watch_tasks(task_ids, worker_addr=worker_addr)
+            self._loop,
+            lambda: self._client.watch_tasks(task_ids, worker_addr=worker_addr, progress=progress),
         )
 
     def list_tasks(
@@ -177,9 +182,17 @@ class SyncClient:
         cluster: Cluster | None = None,
         worker_addr: str | None = None,
         deadline_s: float | None = None,
+        on_progress: ProgressCallback | None = None,
     ) -> TaskResult:
+        """As ``Client.run``; ``on_progress`` is called on the client's own thread."""
         return self._run(
-            self._client.run(task, cluster=cluster, worker_addr=worker_addr, deadline_s=deadline_s)
+            self._client.run(
+                task,
+                cluster=cluster,
+                worker_addr=worker_addr,
+                deadline_s=deadline_s,
+                on_progress=on_progress,
+            )
         )
 
     submit_and_wait = run

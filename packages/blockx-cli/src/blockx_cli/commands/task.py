@@ -10,30 +10,28 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Final
+from typing import Annotated
 
 import typer
 from rich.console import Group
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from blockx_cli.addresses import host_port_option
+from blockx_cli.commands._task_view import (
+    NOT_KNOWN,
+    print_result,
+    progress_line,
+    watch_line,
+    watch_table,
+)
 from blockx_cli.commands.tasks import locate
 from blockx_cli.options import ClusterOpt, JsonOpt
-from blockx_cli.output import (
-    EXIT_FAILED,
-    EXIT_OK,
-    EXIT_USAGE,
-    Output,
-    console,
-    fail,
-    result_dict,
-    update_dict,
-)
+from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Output, console, fail
 from blockx_cli.runner import TASK_FILE_HINT, run
 from blockx_cli.settings import Settings, settings_of
 from blockx_client import (
+    CallProgress,
     Client,
     Cluster,
     PluginConfig,
@@ -42,19 +40,12 @@ from blockx_client import (
     TaskFileError,
     TaskInputDiffersError,
     TaskNotFoundError,
-    TaskResult,
     TaskState,
     TaskUpdate,
     load_task_file,
 )
 
 app = typer.Typer()
-
-# What NOT_FOUND means, wherever the CLI shows it.
-_NOT_KNOWN: Final = (
-    "not known to the worker: never submitted there, the worker restarted since, or "
-    "its result has expired (kept RESULT_RETENTION_MS)"
-)
 
 FindWorkerOpt = Annotated[
     str | None,
@@ -64,16 +55,6 @@ FindWorkerOpt = Annotated[
         show_default="ask every registered worker",
     ),
 ]
-# The failed calls print_result shows; the rest are counted (--json has them all).
-_SHOWN_CALL_FAILURES: Final = 20
-
-STATE_STYLE: Final = {
-    TaskState.ALLOCATED: "yellow",
-    TaskState.RUNNING: "cyan",
-    TaskState.SUCCEEDED: "green",
-    TaskState.FAILED: "red",
-    TaskState.NOT_FOUND: "magenta",
-}
 
 
 @app.command()
@@ -138,9 +119,12 @@ def watch(
     worker: FindWorkerOpt = None,
     json_: JsonOpt = False,
 ) -> None:
-    """Watch tasks to their end: a live table with states, progress and totals.
+    """Watch tasks to their end: a live table with states, calls done and totals.
 
-    With --json, one JSON object per line for each update, as it happens."""
+    With --json, one JSON object per line for each update, as it happens: the
+    snapshots, the call-progress updates (is_terminal false, with a "progress"
+    object: calls_done, calls_total, total_known, calls_failed) and the terminal
+    updates."""
     out = Output(console, json_)
     raise typer.Exit(run(_watch(settings_of(ctx), out, task_ids, worker)))
 
@@ -231,9 +215,14 @@ async def _submit(
     async with settings.client() as client:
         if wait:
             try:
-                result = await client.run(
-                    task, cluster=cluster, worker_addr=worker, deadline_s=deadline
-                )
+                with progress_line(out, task.task_id) as on_progress:
+                    result = await client.run(
+                        task,
+                        cluster=cluster,
+                        worker_addr=worker,
+                        deadline_s=deadline,
+                        on_progress=on_progress,
+                    )
             except TaskInputDiffersError as exc:
                 _warn_input_differs(exc.answer)
                 if exc.answer.result is None:
@@ -288,7 +277,7 @@ async def _get_result(settings: Settings, out: Output, task_id: str, worker: str
             else:
                 out.console.print(
                     f"task {task_id} on {worker}: [magenta]{TaskState.NOT_FOUND.value}[/] "
-                    f"({_NOT_KNOWN})"
+                    f"({NOT_KNOWN})"
                 )
             return EXIT_FAILED
     print_result(out, result)
@@ -307,7 +296,7 @@ async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: s
             def emit_line(update: TaskUpdate) -> None:
                 latest[update.task_id] = update
                 # One object per line, flushed, so a pipe sees each update at once.
-                print(json.dumps(update_dict(update), sort_keys=True), flush=True)
+                print(json.dumps(watch_line(update), sort_keys=True), flush=True)
 
             await _follow(client, groups, emit_line)
         else:
@@ -319,12 +308,15 @@ async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: s
             )
             bar = progress.add_task("tasks", total=len(set(task_ids)))
             with Live(console=out.console, refresh_per_second=8) as live:
+                calls: dict[str, CallProgress] = {}
 
                 def show(update: TaskUpdate) -> None:
                     latest[update.task_id] = update
+                    if update.progress is not None:
+                        calls[update.task_id] = update.progress
                     done = sum(1 for u in latest.values() if u.is_terminal)
                     progress.update(bar, completed=done)
-                    live.update(Group(_watch_table(latest, started), progress))
+                    live.update(Group(watch_table(latest, calls, started), progress))
 
                 await _follow(client, groups, show)
     failed = [u for u in latest.values() if not (u.result is not None and u.result.ok)]
@@ -348,75 +340,13 @@ async def _watch_groups(
 async def _follow(
     client: Client, groups: dict[str, list[str]], on_update: Callable[[TaskUpdate], None]
 ) -> None:
-    """One Watch stream per worker, each update handed to ``on_update`` as it comes."""
+    """One Watch stream per worker, asking for call progress; each update (progress
+    ones too) handed to ``on_update`` as it comes."""
 
     async def one(addr: str, ids: list[str]) -> None:
-        async for update in client.watch_tasks(ids, worker_addr=addr):
+        async for update in client.watch_tasks(ids, worker_addr=addr, progress=True):
             on_update(update)
 
     async with asyncio.TaskGroup() as streams:
         for addr, ids in groups.items():
             streams.create_task(one(addr, ids))
-
-
-def _watch_table(latest: dict[str, TaskUpdate], started: float) -> Table:
-    table = Table(title=f"watching {len(latest)} task(s)", expand=False)
-    for column in ("task", "state", "worker", "detail"):
-        table.add_column(column, no_wrap=column != "detail")
-    counts: dict[str, int] = {}
-    for update in latest.values():
-        counts[update.state.value] = counts.get(update.state.value, 0) + 1
-        style = STATE_STYLE[update.state]
-        detail = _NOT_KNOWN if update.state is TaskState.NOT_FOUND else update.error
-        if update.result is not None and update.result.failure_code:
-            detail = f"{update.result.failure_code}: {update.result.failure_message[:60]}"
-        table.add_row(
-            update.task_id, f"[{style}]{update.state.value}[/]", update.worker_addr, detail
-        )
-    table.caption = "  ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-    return table
-
-
-def print_result(out: Output, result: TaskResult) -> None:
-    if out.json_mode:
-        out.emit(result_dict(result))
-        return
-    style = STATE_STYLE[result.state]
-    out.console.print(
-        f"task [bold]{result.task_id}[/] on {result.worker_addr}: [{style}]{result.state.value}[/]"
-    )
-    if result.failure_code:
-        out.console.print(
-            f"  failure: [red]{result.failure_code}[/] (retryable={result.retryable}, "
-            f"may_have_run={result.may_have_run})",
-            highlight=False,
-        )
-        if result.failure_message:
-            out.console.print(result.failure_message, highlight=False, markup=False)
-        _print_call_failures(out, result)
-    if result.error:
-        out.console.print(f"  {result.error}")
-    for plugin in result.plugin_results:
-        value = plugin.value()
-        shown = json.dumps(value) if value is not None else ""
-        out.console.print(f"  {plugin.plugin_name}: {shown}", highlight=False, markup=False)
-
-
-def _print_call_failures(out: Output, result: TaskResult) -> None:
-    failures = result.call_failures
-    if not failures:
-        return
-    total = len(failures) + result.call_failures_omitted
-    out.console.print(f"  failed calls ({total}):", highlight=False)
-    for f in failures[:_SHOWN_CALL_FAILURES]:
-        which = f"#{f.root_index}" if f.root_index >= 0 else "sub-call"
-        again = ", retried" if f.retried else ""
-        first_line = f.message.strip().split("\n", 1)[0]
-        out.console.print(
-            f"    {which} {f.function} (attempt {f.attempt}{again}): {f.kind}: {first_line}",
-            highlight=False,
-            markup=False,
-        )
-    more = total - min(len(failures), _SHOWN_CALL_FAILURES)
-    if more:
-        out.console.print(f"    ... and {more} more (--json lists the first 100)", highlight=False)

@@ -158,8 +158,8 @@ async def _tasks(
 def _table(found: ClusterTasks, now_ms: int) -> Table:
     answered = len(found.workers) - len(found.unreachable)
     table = Table(title=f"{len(found.tasks)} task(s) on {answered} worker(s)")
-    for column in ("task", "state", "worker", "function", "age", "ended", "failure"):
-        table.add_column(column, no_wrap=column in ("task", "state", "worker"))
+    for column in ("task", "state", "worker", "function", "calls", "age", "ended", "failure"):
+        table.add_column(column, no_wrap=column in ("task", "state", "worker", "calls"))
     counts: dict[str, int] = {}
     for t in found.tasks:
         counts[t.state.value] = counts.get(t.state.value, 0) + 1
@@ -176,6 +176,7 @@ def _table(found: ClusterTasks, now_ms: int) -> Table:
             state,
             t.worker_addr,
             t.function or t.call_builder,
+            "" if t.progress is None else t.progress.shown(),
             _age(now_ms - t.created_ms),
             _age(now_ms - t.converged_ms) + " ago" if t.converged_ms else "",
             failure,
@@ -208,6 +209,9 @@ def listed_dict(t: ListedTask, now_ms: int) -> dict[str, Any]:
         "failure_summary": t.failure_summary,
         "tombstone": t.tombstone,
         "call_failures": t.call_failures,
+        "calls_done": t.calls_done,
+        "calls_total": t.calls_total,
+        "calls_total_known": t.calls_total_known,
     }
 
 

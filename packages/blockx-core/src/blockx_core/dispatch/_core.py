@@ -98,6 +98,15 @@ class DispatcherCore(Watchdog):
         task = self._tasks.get(task_id)
         return 0 if task is None else task.added - task.done_roots
 
+    def task_progress(self, task_id: str) -> tuple[int, int, bool, int] | None:
+        """``(root calls done, root calls added, no more will be added, failed
+        attempts)`` of an open task; None for no such task (converged or cancelled)."""
+        task = self._tasks.get(task_id)
+        if task is None:
+            return None
+        failed = len(task.failures) + task.failures_omitted
+        return task.done_roots, task.added, task.source_done, failed
+
     def call_task(self, call_id: int) -> str | None:
         call = self._calls.get(call_id)
         return None if call is None else call.task.task_id

@@ -9,12 +9,14 @@ from blockx_core.worker._listing import (
     ListTasksQuery,
     TaskListing,
 )
+from blockx_core.worker._progress import PROGRESS_INTERVAL_MS, CallProgress
 from blockx_core.worker._retention import result_bytes
 from blockx_core.worker._types import (
     AbortTaskWork,
     InvalidTransition,
     PhaseOutcome,
     PrepareTaskActivation,
+    PublishProgress,
     RetentionStats,
     SlotExpired,
     SlotState,
@@ -30,12 +32,15 @@ from blockx_core.worker._types import (
 __all__ = [
     "DEFAULT_PAGE_SIZE",
     "MAX_PAGE_SIZE",
+    "PROGRESS_INTERVAL_MS",
     "AbortTaskWork",
+    "CallProgress",
     "InvalidTransition",
     "ListTasksQuery",
     "ListedTask",
     "PhaseOutcome",
     "PrepareTaskActivation",
+    "PublishProgress",
     "RetentionStats",
     "SlotExpired",
     "SlotState",

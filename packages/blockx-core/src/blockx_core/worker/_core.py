@@ -18,6 +18,11 @@ that a builder's empty call list skips the Calls phase. Every method takes
 loop, so each one is atomic (two coordinators racing for the last slot: exactly
 one wins).
 
+While a task is in its Calls phase the adapter hands in its call counts
+(``handle_calls_progress``); the core keeps them for ListTasks and decides, per
+task, when the Watch streams that asked for progress hear of them
+(``PublishProgress``, rate-limited and coalesced: ``_progress.py``).
+
 Timers work the aioquic way: ``next_deadline_ms`` says when ``tick_timers`` has
 work, and the adapter arms its timer from it after every call.
 """
@@ -26,99 +31,45 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from blockx_core.deadlines import DeadlineHeap
 from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
 from blockx_core.ids import shown, task_id_problem
 from blockx_core.task import RETRYABLE, PluginResult, TaskInput, TaskResult, TaskState
-from blockx_core.worker._config import WorkerConfig
-from blockx_core.worker._listing import ListTasksQuery, TaskDirectory, TaskListing, query_problem
-from blockx_core.worker._retention import RetainedResults, input_digest
+from blockx_core.worker._listing import ListTasksQuery, TaskListing, query_problem
+from blockx_core.worker._progress import CallProgress
+from blockx_core.worker._retention import input_digest
 from blockx_core.worker._rules import (
     DEFAULT_FAILURE,
     NEXT_PHASE,
     NOT_FOUND,
     SLOT_LOST_TEXT,
-    timeout_text,
     why_invalid,
 )
-from blockx_core.worker._slots import Slot, SlotTable
+from blockx_core.worker._task_book import Task, TaskBook
 from blockx_core.worker._types import (
     AbortTaskWork,
-    Converge,
     LeaseExpired,
     PhaseOutcome,
     PrepareTaskActivation,
+    PublishProgress,
     RetentionStats,
     SlotExpired,
     SlotState,
     StartBuilderPhase,
     StartCallPhase,
     StartWriterPhase,
-    TaskConverged,
     TaskPhase,
     TaskSnapshot,
     WorkerCommand,
 )
-from blockx_core.worker._watch import WatchCredentials
 
 
-class _Task:
-    __slots__ = ("deadline_ms", "input", "phase", "slot", "task_id")
-
-    def __init__(self, task: TaskInput, slot: Slot, deadline_ms: int) -> None:
-        self.task_id = task.task_id
-        self.input = task
-        self.slot = slot
-        self.phase = TaskPhase.PREPARING
-        self.deadline_ms = deadline_ms
-
-
-class WorkerCore:
+class WorkerCore(TaskBook):
     """See the module docstring. ``incarnation`` makes slot ids unique across restarts.
 
     Every operation costs O(log n) in the tasks and slots in use, whatever
     ``task_slots`` is: timers sit in heaps (:class:`DeadlineHeap`), counts by state
     are kept by the slot table.
     """
-
-    def __init__(self, config: WorkerConfig, incarnation: str) -> None:
-        config.validate()
-        self._config = config
-        self._slots = SlotTable(config.task_slots, incarnation)
-        self._tasks: dict[str, _Task] = {}  # submitted, not yet terminal
-        self._task_deadlines: DeadlineHeap[str] = DeadlineHeap()
-        self._retained = RetainedResults(
-            config.result_retention_max_bytes, config.result_tombstones_max
-        )
-        self._watches = WatchCredentials(config.watch_disconnect_grace_ms)
-        self._directory = TaskDirectory(incarnation)
-        self._ready = False
-        self._draining = False
-
-    # ---- lifecycle flags -----------------------------------------------------------
-
-    @property
-    def config(self) -> WorkerConfig:
-        return self._config
-
-    @property
-    def ready(self) -> bool:
-        return self._ready
-
-    @property
-    def draining(self) -> bool:
-        return self._draining
-
-    def set_ready(self, ready: bool) -> None:
-        """Ready once the executors heartbeat and the function code is loaded."""
-        self._ready = ready
-
-    def start_draining(self) -> None:
-        """Refuse new work; running tasks go on to converge."""
-        self._draining = True
-
-    def active_task_ids(self) -> list[str]:
-        return list(self._tasks)
 
     # ---- admission -------------------------------------------------------------------
 
@@ -209,7 +160,7 @@ class WorkerCore:
             or slot.lease_deadline_ms <= now_ms
         ):
             return Refusal(ErrorCode.INVALID_SLOT, why_invalid(slot, slot_id, task.task_id))
-        record = _Task(task, slot, now_ms + timeout)
+        record = Task(task, slot, now_ms + timeout)
         self._tasks[task.task_id] = record
         self._task_deadlines.set(task.task_id, record.deadline_ms)
         self._watches.submitted(task.task_id, now_ms)
@@ -305,22 +256,41 @@ class WorkerCore:
         # After Calls the writer phase always runs, with or without a result handler.
         return [StartWriterPhase(task_id=task_id)]
 
+    def handle_calls_progress(
+        self, task_id: str, progress: CallProgress, now_ms: int
+    ) -> list[WorkerCommand]:
+        """The adapter counted the task's calls again. Kept for ListTasks; a
+        ``PublishProgress`` when the task's progress watchers are to hear it now."""
+        task = self._tasks.get(task_id)
+        if task is None or task.phase is not TaskPhase.CALLS:
+            return []  # a late count of a task that has moved on
+        self._directory.counted(task_id, progress)
+        if self._progress.counted(task_id, progress, now_ms):
+            return [PublishProgress(task_id=task_id, progress=progress)]
+        return []
+
     # ---- watch as run credential -----------------------------------------------------
 
-    def watch_attached(self, task_id: str, now_ms: int) -> None:
-        """A Watch stream on a reserved or submitted task opened."""
+    def watch_attached(self, task_id: str, now_ms: int, *, progress: bool = False) -> None:
+        """A Watch stream on a reserved or submitted task opened; ``progress``: it
+        asked for progress updates."""
         if self._slots.by_task(task_id) is None:
             return  # unknown or already terminal: nothing to guard
         self._watches.attached(task_id)
+        if progress:
+            self._progress.watch_attached(task_id)
 
-    def watch_detached(self, task_id: str, now_ms: int) -> None:
+    def watch_detached(self, task_id: str, now_ms: int, *, progress: bool = False) -> None:
         """The Worker confirmed a Watch stream on the task is gone."""
         self._watches.detached(task_id, task_id in self._tasks, now_ms)
+        if progress:
+            self._progress.watch_detached(task_id)
 
     # ---- timers ----------------------------------------------------------------------
 
     def tick_timers(self, now_ms: int) -> list[WorkerCommand]:
-        """Reclaim expired leases, time out tasks, rule lost watches, purge results.
+        """Reclaim expired leases, time out tasks, rule lost watches, publish held
+        progress, purge results.
 
         Costs O(k log n) for the k timers that are due, nothing for the others."""
         out: list[WorkerCommand] = []
@@ -345,6 +315,8 @@ class WorkerCore:
                 "(WATCH_DISCONNECT_GRACE_MS)",
                 now_ms,
             )
+        for task_id, progress in self._progress.due(now_ms):
+            out.append(PublishProgress(task_id=task_id, progress=progress))
         self._retained.purge(now_ms)
         return out
 
@@ -355,12 +327,13 @@ class WorkerCore:
     def next_deadline_ms(self) -> int | None:
         """The earliest moment tick_timers has work to do (aioquic-style timer).
 
-        Cheap enough to ask after every event: the earliest of four heaps."""
+        Cheap enough to ask after every event: the earliest of five heaps."""
         candidates = (
             self._slots.next_lease_end_ms(),
             self._task_deadlines.earliest_ms(),
             self._watches.next_loss_ms(),
             self._retained.next_purge_ms(),
+            self._progress.next_due_ms(),
         )
         return min((d for d in candidates if d is not None), default=None)
 
@@ -401,77 +374,11 @@ class WorkerCore:
         task = self._tasks.get(task_id)
         return None if task is None else task.phase
 
+    def call_progress(self, task_id: str) -> CallProgress | None:
+        """The task's call counts as last handed in: a running task's, or a retained
+        one's last (None before its Calls phase, for a task that made no calls)."""
+        return self._directory.progress(task_id)
+
     def task_deadline_ms(self, task_id: str) -> int | None:
         task = self._tasks.get(task_id)
         return None if task is None else task.deadline_ms
-
-    # ---- internals -------------------------------------------------------------------
-
-    def _unavailable(self) -> Refusal | None:
-        if self._draining:
-            return Refusal(ErrorCode.UNAVAILABLE, "the worker is draining")
-        if not self._ready:
-            return Refusal(
-                ErrorCode.UNAVAILABLE, "the worker is not ready (executors or code still loading)"
-            )
-        return None
-
-    def _lookup(self, task_id: str, now_ms: int) -> TaskSnapshot | None:
-        """Reserved, or submitted and not terminal; else its retained result or tombstone."""
-        slot = self._slots.by_task(task_id)
-        if slot is not None:
-            return self._snapshot_of_slot(slot)
-        return self._retained.snapshot(task_id, now_ms)
-
-    def _snapshot_of_slot(self, slot: Slot) -> TaskSnapshot:
-        running = slot.state is SlotState.RUNNING or slot.task_id in self._tasks
-        return TaskSnapshot(
-            task_id=slot.task_id,
-            slot_id=slot.slot_id,
-            state=TaskState.RUNNING if running else TaskState.ALLOCATED,
-            lease_deadline_ms=slot.lease_deadline_ms if slot.state is SlotState.ALLOCATED else 0,
-        )
-
-    def _time_out(self, task: _Task, now_ms: int) -> list[WorkerCommand]:
-        timeout_ms = task.input.task_timeout_ms or self._config.task_deadline_ms
-        return self._fail(task, FailureCode.TIMED_OUT, True, timeout_text(timeout_ms), now_ms)
-
-    def _fail(
-        self,
-        task: _Task,
-        code: FailureCode,
-        retryable: bool,
-        message: str,
-        now_ms: int,
-        plugin_results: tuple[PluginResult, ...] = (),
-        outcome: PhaseOutcome | None = None,
-    ) -> list[WorkerCommand]:
-        result = TaskResult(
-            success=False,
-            failure_code=code,
-            retryable=retryable,
-            failure_message=message,
-            plugin_results=plugin_results,
-            call_failures=() if outcome is None else outcome.call_failures,
-            call_failures_omitted=0 if outcome is None else outcome.call_failures_omitted,
-        )
-        return self._converge(task, TaskState.FAILED, result, now_ms)
-
-    def _converge(
-        self, task: _Task, state: TaskState, result: TaskResult, now_ms: int
-    ) -> list[WorkerCommand]:
-        task.phase = TaskPhase.TERMINAL
-        task_id = task.task_id
-        del self._tasks[task_id]
-        self._task_deadlines.cancel(task_id)
-        slot_id = task.slot.slot_id
-        self._release(task.slot, Converge())
-        until_ms = now_ms + self._config.result_retention_ms
-        digest = input_digest(task.input)
-        self._directory.converged(task_id, now_ms)
-        self._retained.keep(task_id, state, result, slot_id, digest, now_ms, until_ms)
-        return [TaskConverged(task_id=task_id, slot_id=slot_id, state=state, result=result)]
-
-    def _release(self, slot: Slot, event: LeaseExpired | Converge) -> None:
-        self._slots.release(slot, event)
-        self._watches.forget(slot.task_id)

@@ -33,6 +33,7 @@ import msgspec
 from blockx_core.errors import FailureCode
 from blockx_core.ids import shown
 from blockx_core.task import TaskState
+from blockx_core.worker._progress import CallProgress
 from blockx_core.worker._types import TaskSnapshot
 
 MAX_PAGE_SIZE: Final = 10_000
@@ -79,6 +80,11 @@ class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
     tombstone: bool = False
     # Failed call attempts the result keeps (plus the ones it only counts).
     call_failures: int = 0
+    # The task's call progress as last counted (running) or at its end; all 0
+    # before its Calls phase.
+    calls_done: int = 0
+    calls_total: int = 0
+    calls_total_known: bool = False
 
 
 class TaskListing(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,7 +94,7 @@ class TaskListing(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Entry:
-    __slots__ = ("call_builder", "converged_ms", "created_ms", "function", "seq")
+    __slots__ = ("call_builder", "converged_ms", "created_ms", "function", "progress", "seq")
 
     def __init__(self, seq: int, created_ms: int) -> None:
         self.seq = seq
@@ -96,6 +102,7 @@ class _Entry:
         self.call_builder = ""
         self.function = ""
         self.converged_ms = 0
+        self.progress: CallProgress | None = None
 
 
 def query_problem(query: ListTasksQuery) -> str | None:
@@ -148,6 +155,15 @@ class TaskDirectory:
         if entry is not None:
             entry.call_builder = call_builder
             entry.function = function
+
+    def counted(self, task_id: str, progress: CallProgress) -> None:
+        entry = self._entries.get(task_id)
+        if entry is not None:
+            entry.progress = progress
+
+    def progress(self, task_id: str) -> CallProgress | None:
+        entry = self._entries.get(task_id)
+        return None if entry is None else entry.progress
 
     def converged(self, task_id: str, now_ms: int) -> None:
         entry = self._entries.get(task_id)
@@ -223,6 +239,7 @@ class TaskDirectory:
 
 def _listed(task_id: str, entry: _Entry, snapshot: TaskSnapshot) -> ListedTask:
     result = snapshot.result
+    progress = entry.progress or CallProgress()
     return ListedTask(
         task_id=task_id,
         state=snapshot.state,
@@ -237,4 +254,7 @@ def _listed(task_id: str, entry: _Entry, snapshot: TaskSnapshot) -> ListedTask:
         call_failures=0
         if result is None
         else len(result.call_failures) + result.call_failures_omitted,
+        calls_done=progress.calls_done,
+        calls_total=progress.calls_total,
+        calls_total_known=progress.total_known,
     )

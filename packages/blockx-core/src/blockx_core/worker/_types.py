@@ -8,6 +8,7 @@ import msgspec
 
 from blockx_core.errors import FailureCode
 from blockx_core.task import CallFailureSummary, PluginResult, TaskInput, TaskResult, TaskState
+from blockx_core.worker._progress import CallProgress
 
 
 class SlotState(enum.Enum):
@@ -132,6 +133,15 @@ class TaskConverged(msgspec.Struct, frozen=True, kw_only=True):
     slot_id: str
     state: TaskState
     result: TaskResult
+    # The last counts of its Calls phase; None when the task never reached it.
+    progress: CallProgress | None = None
+
+
+class PublishProgress(msgspec.Struct, frozen=True, kw_only=True):
+    """Tell the task's Watch streams that asked for progress how far its calls are."""
+
+    task_id: str
+    progress: CallProgress
 
 
 class SlotExpired(msgspec.Struct, frozen=True, kw_only=True):
@@ -149,4 +159,5 @@ WorkerCommand = (
     | AbortTaskWork
     | TaskConverged
     | SlotExpired
+    | PublishProgress
 )

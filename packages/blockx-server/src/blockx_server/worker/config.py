@@ -62,7 +62,7 @@ from blockx_server.runtime.settings import (
     text,
 )
 from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
-from blockx_server.worker.orchestrator import AdmissionConfig
+from blockx_server.worker.phase_work import AdmissionConfig
 
 
 class WorkerProfile(msgspec.Struct, frozen=True, kw_only=True):

@@ -8,7 +8,7 @@ import msgspec
 
 from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.task import PluginSpec, TaskInput, TaskResult, TaskState
-from blockx_core.worker import ListTasksQuery, TaskListing
+from blockx_core.worker import CallProgress, ListTasksQuery, TaskListing
 from blockx_proto import worker_v1
 from blockx_server.runtime.json_bounds import check_json
 
@@ -63,11 +63,25 @@ def listing_to_pb(listing: TaskListing, worker_addr: str) -> worker_v1.ListTasks
                 failure_summary=t.failure_summary,
                 tombstone=t.tombstone,
                 call_failures=t.call_failures,
+                calls_done=t.calls_done,
+                calls_total=t.calls_total,
+                calls_total_known=t.calls_total_known,
             )
             for t in listing.tasks
         ],
         next_page_token=listing.next_page_token,
         worker_addr=worker_addr,
+    )
+
+
+def progress_to_pb(progress: CallProgress | None) -> worker_v1.CallProgress | None:
+    if progress is None:
+        return None
+    return worker_v1.CallProgress(
+        calls_done=progress.calls_done,
+        calls_total=progress.calls_total,
+        total_known=progress.total_known,
+        calls_failed=progress.calls_failed,
     )
 
 

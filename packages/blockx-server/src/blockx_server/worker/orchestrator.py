@@ -1,14 +1,15 @@
 """The Orchestrator: the Worker's adapter around WorkerCore.
 
 It performs what the core decides: activation (pin the code epoch, open the task's
-IO scope), the three phases under their admission semaphores (BUILDER_SLOTS,
-EXECUTOR_TASK_SLOTS, PLUGIN_SLOTS; a streaming Builder's scan, which runs inside
-the Calls phase, also under SCAN_SLOTS), cleanup at convergence (cancel unfinished
-calls, close the IO scope, unpin the epoch) and OnTaskTerminal → Watch
-subscribers. A task's activation and its phases run in turn in one asyncio task
-(its job), so the next phase starts the moment the core says so; each phase reports
-back with ``handle_task_phase_finished``; a builder or writer name it has no plug-in for is
-reported with ``handle_plugin_not_found``. The core alone decides what comes next.
+IO scope), the three phases under their admission semaphores (their work is in
+``phase_work.py``), cleanup at convergence (cancel unfinished calls, close the IO
+scope, unpin the epoch), OnTaskTerminal → Watch subscribers, and the call progress
+the core publishes → the subscribers that asked for it (``call_progress.py`` counts
+the calls). A task's activation and its phases run in turn in one asyncio task (its
+job), so the next phase starts the moment the core says so; each phase reports back
+with ``handle_task_phase_finished``; a builder or writer name it has no plug-in for
+is reported with ``handle_plugin_not_found``. The core alone decides what comes
+next.
 
 Timers: after every batch of commands the orchestrator asks the core for its next
 deadline and arms one ``loop.call_later`` (see ``_arm_timer``); there is no polling.
@@ -17,22 +18,21 @@ deadline and arms one ``loop.call_later`` (see ``_arm_timer``); there is no poll
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections.abc import Callable
 from typing import Final, assert_never
 
-import msgspec
-
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.errors import FailureCode, Refusal
-from blockx_core.task import PluginResult, TaskInput
+from blockx_core.task import TaskInput, TaskState
 from blockx_core.worker import (
     AbortTaskWork,
+    CallProgress,
     PhaseOutcome,
     PrepareTaskActivation,
+    PublishProgress,
     SlotExpired,
     StartBuilderPhase,
     StartCallPhase,
@@ -46,27 +46,15 @@ from blockx_core.worker import (
 from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
-from blockx_server.pipeline.builders import (
-    DEFAULT_TASK_MAX_CALLS,
-    BuilderError,
-    Builders,
-    CallBuilder,
-    CallList,
-    StreamBuildConfig,
-    feed_calls,
-)
+from blockx_server.pipeline.builders import Builders, StreamBuildConfig
 from blockx_server.pipeline.context import TaskContext
-from blockx_server.pipeline.writers import (
-    WriterError,
-    WriterPlugin,
-    Writers,
-    failed_writer_result,
-)
+from blockx_server.pipeline.writers import Writers
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
-from blockx_server.worker.build_phase import build_calls, decode_checked_config
+from blockx_server.worker.call_progress import ProgressCounter
 from blockx_server.worker.metrics import FunctionCalls
 from blockx_server.worker.offload import Offload
+from blockx_server.worker.phase_work import AdmissionConfig, PhaseWork
 from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
 from blockx_server.worker.task_log import TaskLog
 from blockx_server.worker.task_runtime import PhaseBody, TaskRuntime
@@ -85,14 +73,6 @@ _WORKER_FAULTS = frozenset(
 # wall clock steps, a test clock is moved by hand) a deadline still fires at most
 # this late. With no deadline pending nothing is armed.
 MAX_TIMER_SLEEP_MS: Final = 500
-
-
-class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
-    builder_slots: int = 16
-    executor_task_slots: int = 32
-    writer_slots: int = 16
-    # Root calls one task may make (TASK_MAX_CALLS), streamed ones included.
-    task_max_calls: int = DEFAULT_TASK_MAX_CALLS
 
 
 class Orchestrator:
@@ -116,7 +96,6 @@ class Orchestrator:
         function_calls: Callable[[str], FunctionCalls] | None = None,
     ) -> None:
         admission = admission or AdmissionConfig()
-        self.max_calls = admission.task_max_calls
         # Parses and builds of large configs run on its threads, not on the loop.
         self.offload = offload or Offload()
         self.stream_build = stream_build or StreamBuildConfig()
@@ -129,10 +108,6 @@ class Orchestrator:
         self.subscriptions = subscriptions
         self.clock = clock
         self.error_rate = error_rate or ErrorRateWindow()
-        self._builder_sem = asyncio.Semaphore(admission.builder_slots)
-        self._executor_sem = asyncio.Semaphore(admission.executor_task_slots)
-        self._writer_sem = asyncio.Semaphore(admission.writer_slots)
-        self._scan_sem = asyncio.Semaphore(self.stream_build.scan_slots)
         self._runtimes: dict[str, TaskRuntime] = {}
         self._converged = asyncio.Event()
         # Told of every terminal task, with seconds since it was accepted (metrics).
@@ -141,8 +116,16 @@ class Orchestrator:
         self._on_code_released = on_code_released
         self._timer = DeadlineTimer(clock, self.tick)  # tick runs the commands, then re-arms
         self.task_log = task_log or TaskLog("")
-        # Sees the calls of each Calls phase, by function (the per-function metrics).
-        self._function_calls = function_calls
+        self._work = PhaseWork(
+            engine,
+            admission,
+            self.offload,
+            self.stream_build,
+            self.task_log,
+            ProgressCounter(engine, self._calls_counted),
+            function_calls,
+        )
+        self.max_calls = self._work.max_calls
 
     # ---- the RPCs' entry points ---------------------------------------------------
 
@@ -167,15 +150,19 @@ class Orchestrator:
     def get_task_result(self, task_id: str) -> TaskSnapshot | Refusal:
         return self.core.handle_get_task_result(task_id, self.clock.now_ms())
 
-    def watch_attached(self, task_id: str) -> None:
-        """A Watch stream now follows the task (its run credential)."""
-        self.core.watch_attached(task_id, self.clock.now_ms())
+    def watch_attached(self, task_id: str, *, progress: bool = False) -> None:
+        """A Watch stream now follows the task (its run credential); ``progress``:
+        it asked for progress updates."""
+        self.core.watch_attached(task_id, self.clock.now_ms(), progress=progress)
         self._arm_timer()
 
-    def watch_detached(self, task_id: str) -> None:
+    def watch_detached(self, task_id: str, *, progress: bool = False) -> None:
         """A Watch stream on the task closed before the task ended."""
-        self.core.watch_detached(task_id, self.clock.now_ms())
+        self.core.watch_detached(task_id, self.clock.now_ms(), progress=progress)
         self._arm_timer()  # the watch grace may have started
+
+    def _calls_counted(self, task_id: str, progress: CallProgress) -> None:
+        self._run(self.core.handle_calls_progress(task_id, progress, self.clock.now_ms()))
 
     def tick(self) -> None:
         self._run(self.core.tick_timers(self.clock.now_ms()))
@@ -221,7 +208,7 @@ class Orchestrator:
                 case StartBuilderPhase():
                     self._start_builder(command.task_id)
                 case StartCallPhase():
-                    self._start(command.task_id, TaskPhase.CALLS, self._call_phase)
+                    self._start(command.task_id, TaskPhase.CALLS, self._work.calls)
                 case StartWriterPhase():
                     self._start_writer(command.task_id)
                 case AbortTaskWork():
@@ -237,6 +224,16 @@ class Orchestrator:
                         TaskEvent(
                             task_id=command.task_id,
                             error="slot_expired",
+                            timestamp_ms=self.clock.now_ms(),
+                        )
+                    )
+                case PublishProgress():
+                    self.subscriptions.publish_progress(
+                        TaskEvent(
+                            task_id=command.task_id,
+                            state=TaskState.RUNNING,
+                            is_terminal=False,
+                            progress=command.progress,
                             timestamp_ms=self.clock.now_ms(),
                         )
                     )
@@ -276,6 +273,7 @@ class Orchestrator:
                 state=command.state,
                 result=command.result,
                 timestamp_ms=now_ms,
+                progress=command.progress,
             )
         )
         elapsed = None if runtime is None else time.perf_counter() - runtime.accepted
@@ -339,7 +337,7 @@ class Orchestrator:
                 self.core.handle_plugin_not_found(task_id, TaskPhase.BUILDER, message, now_ms)
             )
             return
-        self._start(task_id, TaskPhase.BUILDER, lambda rt: self._builder_phase(rt, builder))
+        self._start(task_id, TaskPhase.BUILDER, lambda rt: self._work.builder(rt, builder))
 
     def _start_writer(self, task_id: str) -> None:
         runtime = self._runtimes[task_id]
@@ -350,7 +348,7 @@ class Orchestrator:
             now_ms = self.clock.now_ms()
             self._run(self.core.handle_plugin_not_found(task_id, TaskPhase.WRITER, message, now_ms))
             return
-        self._start(task_id, TaskPhase.WRITER, lambda rt: self._writer_phase(rt, writer))
+        self._start(task_id, TaskPhase.WRITER, lambda rt: self._work.writer(rt, writer))
 
     def _start(self, task_id: str, phase: TaskPhase, body: PhaseBody) -> None:
         runtime = self._runtimes[task_id]
@@ -389,100 +387,3 @@ class Orchestrator:
         self._run(
             self.core.handle_task_phase_finished(task_id, phase, outcome, self.clock.now_ms())
         )
-
-    async def _builder_phase(self, runtime: TaskRuntime, builder: CallBuilder) -> PhaseOutcome:
-        async with self._builder_sem:
-            assert runtime.ctx is not None
-            try:
-                calls = await build_calls(
-                    builder,
-                    runtime.ctx,
-                    offload=self.offload,
-                    max_calls=self.max_calls,
-                    stream=self.stream_build.enabled,
-                )
-            except BuilderError as exc:
-                return _builder_failed(exc)
-        runtime.calls = calls
-        self.task_log.function_known(runtime.task.task_id, calls.function)
-        if not isinstance(calls, CallList):
-            return PhaseOutcome(success=True)  # streamed: the count is known after the scan
-        return PhaseOutcome(success=True, call_count=len(calls.calls))
-
-    async def _call_phase(self, runtime: TaskRuntime) -> PhaseOutcome:
-        ctx, calls = runtime.ctx, runtime.calls
-        assert ctx is not None
-        assert calls is not None
-        observer = None if self._function_calls is None else self._function_calls(calls.function)
-        async with self._executor_sem:
-            started = time.perf_counter()
-            if not isinstance(calls, CallList):
-                # A streaming Builder's scan feeds the calls as it reads, under scanSem.
-                # One that fails midway fails the task BUILDER_FAILED; calls of the
-                # chunks before may have run.
-                run = self.engine.open_calls(
-                    ctx.task_id, ctx.code, ctx.io, calls.function, observer=observer
-                )
-                try:
-                    async with self._scan_sem:
-                        await feed_calls(calls, run, self.max_calls)
-                except BuilderError as exc:
-                    return _builder_failed(exc)
-                converged = await run.result()
-            else:
-                converged = await self.engine.run_calls(
-                    ctx.task_id, ctx.code, ctx.io, calls.function, calls.calls, observer=observer
-                )
-        if observer is not None:
-            observer.calls_converged(converged, time.perf_counter() - started)
-        self.task_log.calls_converged(ctx.task_id, converged.failed_call)
-        if not converged.success:
-            return PhaseOutcome(
-                success=False,
-                failure_code=converged.failure_code,
-                message=converged.failure_message,
-                call_failures=converged.call_failures,
-                call_failures_omitted=converged.call_failures_omitted,
-            )
-        runtime.outputs = converged.outputs
-        return PhaseOutcome(success=True)
-
-    async def _writer_phase(
-        self, runtime: TaskRuntime, plugin: WriterPlugin | None
-    ) -> PhaseOutcome:
-        handler = runtime.task.result_handler
-        async with self._writer_sem:
-            if handler is None or plugin is None:
-                return PhaseOutcome(success=True)  # no writer runs; pluginResults is empty
-            assert runtime.ctx is not None
-            try:
-                # The Writer Plugin's scope is the only one that may write.
-                writer_ctx = dataclasses.replace(runtime.ctx, io=runtime.ctx.io.writer())
-                size = len(handler.config)
-                config = await self.offload.run(
-                    "writer", size, decode_checked_config, handler.config
-                )
-                result = await plugin.execute(writer_ctx, config, runtime.outputs)
-            except WriterError as exc:
-                return PhaseOutcome(
-                    success=False,
-                    failure_code=FailureCode.PLUGIN_FAILED,
-                    retryable=exc.retryable,
-                    message=exc.message,
-                    plugin_results=(
-                        failed_writer_result(handler.type, FailureCode.PLUGIN_FAILED, exc.message),
-                    ),
-                )
-        return PhaseOutcome(
-            success=True,
-            plugin_results=(PluginResult(plugin_name=handler.type, success=True, result=result),),
-        )
-
-
-def _builder_failed(exc: BuilderError) -> PhaseOutcome:
-    return PhaseOutcome(
-        success=False,
-        failure_code=FailureCode.BUILDER_FAILED,
-        retryable=exc.retryable,
-        message=exc.message,
-    )

@@ -8,17 +8,19 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import msgspec
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from blockx_core.errors import Refusal
 from blockx_core.ids import MAX_WATCH_TASK_IDS, task_id_problem
-from blockx_core.worker import TaskSnapshot
+from blockx_core.worker import CallProgress, TaskSnapshot
 from blockx_proto import worker_v1
 from blockx_server.runtime.status import WORKER_STATUS
 from blockx_server.worker.convert import (
     config_chars,
     listing_to_pb,
+    progress_to_pb,
     query_from_pb,
     result_to_pb,
     state_to_pb,
@@ -96,7 +98,9 @@ class WorkerService(worker_v1.WorkerServiceBase):
         self, message: worker_v1.WatchTasksRequest
     ) -> AsyncIterator[worker_v1.TaskUpdate]:
         """A snapshot per task_id, then one terminal update per task still pending;
-        the stream ends when all are terminal. Closing it is the unsubscribe."""
+        the stream ends when all are terminal. Closing it is the unsubscribe. With
+        ``progress`` the running tasks' call progress comes in between (each one
+        only when it differs from what this stream last saw of the task)."""
         orchestrator = self._orchestrator
         clock = orchestrator.clock
         task_ids = list(dict.fromkeys(message.task_ids))
@@ -109,9 +113,11 @@ class WorkerService(worker_v1.WorkerServiceBase):
             problem = task_id_problem(task_id)
             if problem is not None:
                 raise GRPCError(Status.INVALID_ARGUMENT, f"task_ids: {problem}")
+        with_progress = message.progress
         # Subscribe before the snapshots, so that no terminal update falls between.
-        subscription = orchestrator.subscriptions.subscribe(task_ids)
+        subscription = orchestrator.subscriptions.subscribe(task_ids, progress=with_progress)
         pending: set[str] = set()
+        seen: dict[str, CallProgress] = {}  # the progress this stream last sent per task
         try:
             for task_id in task_ids:
                 answer = orchestrator.get_task_result(task_id)
@@ -120,22 +126,36 @@ class WorkerService(worker_v1.WorkerServiceBase):
                         TaskEvent(task_id=task_id, error="not_found"), clock.now_ms()
                     )
                     continue
-                yield self._snapshot_update(answer, clock.now_ms())
+                progress = orchestrator.core.call_progress(task_id) if with_progress else None
+                if progress is not None:
+                    seen[task_id] = progress
+                yield self._snapshot_update(answer, clock.now_ms(), progress)
                 if not answer.state.is_terminal:
                     pending.add(task_id)
-                    orchestrator.watch_attached(task_id)
+                    orchestrator.watch_attached(task_id, progress=with_progress)
             while pending:
                 event = await subscription.queue.get()
-                if event.task_id in pending:
-                    pending.discard(event.task_id)
+                if event.task_id not in pending:
+                    continue
+                if not event.is_terminal:
+                    if event.progress is None or seen.get(event.task_id) == event.progress:
+                        continue
+                    seen[event.task_id] = event.progress
                     yield self._update(event, clock.now_ms())
+                    continue
+                pending.discard(event.task_id)
+                if not with_progress:
+                    event = msgspec.structs.replace(event, progress=None)
+                yield self._update(event, clock.now_ms())
         finally:
             orchestrator.subscriptions.unsubscribe(subscription)
             for task_id in pending:
                 # The stream is gone before the task ended: maybe start the watch grace.
-                orchestrator.watch_detached(task_id)
+                orchestrator.watch_detached(task_id, progress=with_progress)
 
-    def _snapshot_update(self, answer: TaskSnapshot, now_ms: int) -> worker_v1.TaskUpdate:
+    def _snapshot_update(
+        self, answer: TaskSnapshot, now_ms: int, progress: CallProgress | None = None
+    ) -> worker_v1.TaskUpdate:
         return worker_v1.TaskUpdate(
             task_id=answer.task_id,
             state=state_to_pb(answer.state),
@@ -143,15 +163,17 @@ class WorkerService(worker_v1.WorkerServiceBase):
             worker_addr=self._addr,
             timestamp_ms=now_ms,
             result=result_to_pb(answer.result),
+            progress=progress_to_pb(progress),
         )
 
     def _update(self, event: TaskEvent, now_ms: int) -> worker_v1.TaskUpdate:
         return worker_v1.TaskUpdate(
             task_id=event.task_id,
             state=state_to_pb(event.state),
-            is_terminal=True,
+            is_terminal=event.is_terminal,
             worker_addr=self._addr,
             timestamp_ms=event.timestamp_ms or now_ms,
             result=result_to_pb(event.result),
             error=event.error,
+            progress=progress_to_pb(event.progress),
         )

@@ -5,6 +5,7 @@
 
 __all__ = (
     "CallFailureSummary",
+    "CallProgress",
     "ExecuteResult",
     "FunctionCallConfig",
     "GetTaskResultRequest",
@@ -80,10 +81,6 @@ class TaskState(betterproto2.Enum):
 
 @dataclass(eq=False, repr=False)
 class CallFailureSummary(betterproto2.Message):
-    """
-    ---- BlockX addition: ListTasks and call failure summaries ----
-    """
-
     root_index: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
     """
     The root call's index; -1 for a sub-call.
@@ -110,6 +107,42 @@ class CallFailureSummary(betterproto2.Message):
 
 
 default_message_pool.register_message("worker.v1", "CallFailureSummary", CallFailureSummary)
+
+
+@dataclass(eq=False, repr=False)
+class CallProgress(betterproto2.Message):
+    """
+    ---- BlockX addition: ListTasks and call failure summaries ----
+
+    BlockX addition: how far a task's Calls phase is. Counts root calls (one per
+    call the Builder made; sub-calls and retried attempts are not counted twice).
+    """
+
+    calls_done: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    Root calls that finished successfully.
+    """
+
+    calls_total: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    Root calls known so far: all of them once total_known; while a streaming
+    Builder still reads, the ones it has produced so far.
+    """
+
+    total_known: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+    """
+    calls_total is final (an eager Builder's list, or a streaming Builder that has
+    finished reading).
+    """
+
+    calls_failed: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    Failed call attempts so far (retried attempts and sub-calls included), as
+    ExecuteResult.call_failures counts them.
+    """
+
+
+default_message_pool.register_message("worker.v1", "CallProgress", CallProgress)
 
 
 @dataclass(eq=False, repr=False)
@@ -235,6 +268,17 @@ class ListedTask(betterproto2.Message):
     """
     Failed call attempts the result records.
     """
+
+    calls_done: "int" = betterproto2.field(12, betterproto2.TYPE_INT64)
+    """
+    BlockX addition: the task's CallProgress as the Worker last counted it (a
+    running task's, updated as its calls finish, or a finished task's final one);
+    all 0 before its Calls phase starts and for a task that made no calls.
+    """
+
+    calls_total: "int" = betterproto2.field(13, betterproto2.TYPE_INT64)
+
+    calls_total_known: "bool" = betterproto2.field(14, betterproto2.TYPE_BOOL)
 
 
 default_message_pool.register_message("worker.v1", "ListedTask", ListedTask)
@@ -465,6 +509,15 @@ class TaskUpdate(betterproto2.Message):
     "not_found" for an unknown task_id; empty otherwise.
     """
 
+    progress: "CallProgress | None" = betterproto2.field(
+        8, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    BlockX addition, only on a stream that asked for progress: set on its progress
+    updates (state RUNNING, is_terminal false), and on the snapshot and the
+    terminal update of a task whose Calls phase has started.
+    """
+
 
 default_message_pool.register_message("worker.v1", "TaskUpdate", TaskUpdate)
 
@@ -472,6 +525,17 @@ default_message_pool.register_message("worker.v1", "TaskUpdate", TaskUpdate)
 @dataclass(eq=False, repr=False)
 class WatchTasksRequest(betterproto2.Message):
     task_ids: "list[str]" = betterproto2.field(1, betterproto2.TYPE_STRING, repeated=True)
+
+    progress: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    BlockX addition: also send call-progress updates (TaskUpdate.progress set,
+    state RUNNING, is_terminal false) before the terminal update of each running
+    task: only when its counts changed and some call has finished, the first at
+    once, then at most one per task every 200 ms (coalesced); counts with every
+    call done only when the task is still not terminal 200 ms later. Without it
+    the stream is one snapshot per task_id, then one terminal update per running
+    task, and progress is never set.
+    """
 
 
 default_message_pool.register_message("worker.v1", "WatchTasksRequest", WatchTasksRequest)

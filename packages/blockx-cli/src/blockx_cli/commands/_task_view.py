@@ -1,0 +1,135 @@
+"""How the task commands show tasks: a result (with its failed calls), the live
+watch table with each task's calls, a ``watch --json`` line, and the calls of a
+task ``submit --wait`` waits for."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from typing import Any, Final
+
+import msgspec
+import typer
+from rich.table import Table
+
+from blockx_cli.output import Output, result_dict, update_dict
+from blockx_client import CallProgress, ProgressCallback, TaskResult, TaskState, TaskUpdate
+
+# What NOT_FOUND means, wherever the CLI shows it.
+NOT_KNOWN: Final = (
+    "not known to the worker: never submitted there, the worker restarted since, or "
+    "its result has expired (kept RESULT_RETENTION_MS)"
+)
+
+# The failed calls print_result shows; the rest are counted (--json has them all).
+_SHOWN_CALL_FAILURES: Final = 20
+
+STATE_STYLE: Final = {
+    TaskState.ALLOCATED: "yellow",
+    TaskState.RUNNING: "cyan",
+    TaskState.SUCCEEDED: "green",
+    TaskState.FAILED: "red",
+    TaskState.NOT_FOUND: "magenta",
+}
+
+
+@contextlib.contextmanager
+def progress_line(out: Output, task_id: str) -> Iterator[ProgressCallback]:
+    """What ``submit --wait`` shows of the calls while it waits: a live line on a
+    terminal, or a line on stderr per update otherwise (stdout keeps only the
+    result, for scripts); nothing with --json."""
+    if out.json_mode:
+        yield lambda progress: None
+        return
+    if not out.console.is_terminal:
+
+        def print_line(progress: CallProgress) -> None:
+            typer.echo(f"task {task_id}: calls {progress.shown()}", err=True)
+
+        yield print_line
+        return
+    with out.console.status(f"task {task_id}: waiting for its calls") as status:
+
+        def update_status(progress: CallProgress) -> None:
+            status.update(f"task {task_id}: calls {progress.shown()}")
+
+        yield update_status
+
+
+def watch_line(update: TaskUpdate) -> dict[str, Any]:
+    """An update as ``watch --json`` prints it: ``update_dict``, and its progress."""
+    data = update_dict(update)
+    if update.progress is not None:
+        data["progress"] = msgspec.structs.asdict(update.progress)
+    return data
+
+
+def watch_table(
+    latest: dict[str, TaskUpdate], calls: dict[str, CallProgress], started: float
+) -> Table:
+    table = Table(title=f"watching {len(latest)} task(s)", expand=False)
+    for column in ("task", "state", "worker", "calls", "detail"):
+        table.add_column(column, no_wrap=column != "detail")
+    counts: dict[str, int] = {}
+    for update in latest.values():
+        counts[update.state.value] = counts.get(update.state.value, 0) + 1
+        style = STATE_STYLE[update.state]
+        detail = NOT_KNOWN if update.state is TaskState.NOT_FOUND else update.error
+        if update.result is not None and update.result.failure_code:
+            detail = f"{update.result.failure_code}: {update.result.failure_message[:60]}"
+        shown = calls.get(update.task_id)
+        table.add_row(
+            update.task_id,
+            f"[{style}]{update.state.value}[/]",
+            update.worker_addr,
+            "" if shown is None else f"calls {shown.shown()}",
+            detail,
+        )
+    table.caption = "  ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+    return table
+
+
+def print_result(out: Output, result: TaskResult) -> None:
+    if out.json_mode:
+        out.emit(result_dict(result))
+        return
+    style = STATE_STYLE[result.state]
+    out.console.print(
+        f"task [bold]{result.task_id}[/] on {result.worker_addr}: [{style}]{result.state.value}[/]"
+    )
+    if result.failure_code:
+        out.console.print(
+            f"  failure: [red]{result.failure_code}[/] (retryable={result.retryable}, "
+            f"may_have_run={result.may_have_run})",
+            highlight=False,
+        )
+        if result.failure_message:
+            out.console.print(result.failure_message, highlight=False, markup=False)
+        _print_call_failures(out, result)
+    if result.error:
+        out.console.print(f"  {result.error}")
+    for plugin in result.plugin_results:
+        value = plugin.value()
+        shown = json.dumps(value) if value is not None else ""
+        out.console.print(f"  {plugin.plugin_name}: {shown}", highlight=False, markup=False)
+
+
+def _print_call_failures(out: Output, result: TaskResult) -> None:
+    failures = result.call_failures
+    if not failures:
+        return
+    total = len(failures) + result.call_failures_omitted
+    out.console.print(f"  failed calls ({total}):", highlight=False)
+    for f in failures[:_SHOWN_CALL_FAILURES]:
+        which = f"#{f.root_index}" if f.root_index >= 0 else "sub-call"
+        again = ", retried" if f.retried else ""
+        first_line = f.message.strip().split("\n", 1)[0]
+        out.console.print(
+            f"    {which} {f.function} (attempt {f.attempt}{again}): {f.kind}: {first_line}",
+            highlight=False,
+            markup=False,
+        )
+    more = total - min(len(failures), _SHOWN_CALL_FAILURES)
+    if more:
+        out.console.print(f"    ... and {more} more (--json lists the first 100)", highlight=False)

@@ -1,0 +1,171 @@
+"""The work of each phase, under its admission semaphore: the Builder phase
+(BUILDER_SLOTS), the Calls phase (EXECUTOR_TASK_SLOTS, and a streaming Builder's
+scan, which runs inside it, also under SCAN_SLOTS) and the Writer phase
+(PLUGIN_SLOTS). Each returns the phase's ``PhaseOutcome``; the Orchestrator hands it
+to the core, which decides what comes next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from blockx_core.errors import FailureCode
+from blockx_core.task import PluginResult
+from blockx_core.worker import PhaseOutcome
+from blockx_server.calls.engine import CallEngine
+from blockx_server.pipeline.builders import (
+    DEFAULT_TASK_MAX_CALLS,
+    BuilderError,
+    CallBuilder,
+    CallList,
+    StreamBuildConfig,
+    feed_calls,
+)
+from blockx_server.pipeline.writers import WriterError, WriterPlugin, failed_writer_result
+from blockx_server.worker.build_phase import build_calls, decode_checked_config
+from blockx_server.worker.call_progress import ProgressCounter
+from blockx_server.worker.metrics import FunctionCalls
+from blockx_server.worker.offload import Offload
+from blockx_server.worker.task_log import TaskLog
+from blockx_server.worker.task_runtime import TaskRuntime
+
+
+class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
+    builder_slots: int = 16
+    executor_task_slots: int = 32
+    writer_slots: int = 16
+    # Root calls one task may make (TASK_MAX_CALLS), streamed ones included.
+    task_max_calls: int = DEFAULT_TASK_MAX_CALLS
+
+
+class PhaseWork:
+    """Runs one phase's work for a task's job; see the module docstring."""
+
+    def __init__(
+        self,
+        engine: CallEngine,
+        admission: AdmissionConfig,
+        offload: Offload,
+        stream_build: StreamBuildConfig,
+        task_log: TaskLog,
+        progress: ProgressCounter,
+        function_calls: Callable[[str], FunctionCalls] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.progress = progress
+        self.max_calls = admission.task_max_calls
+        self.offload = offload
+        self.stream_build = stream_build
+        self.task_log = task_log
+        self._builder_sem = asyncio.Semaphore(admission.builder_slots)
+        self._executor_sem = asyncio.Semaphore(admission.executor_task_slots)
+        self._writer_sem = asyncio.Semaphore(admission.writer_slots)
+        self._scan_sem = asyncio.Semaphore(stream_build.scan_slots)
+        # Sees the calls of each Calls phase, by function (the per-function metrics).
+        self._function_calls = function_calls
+
+    async def builder(self, runtime: TaskRuntime, builder: CallBuilder) -> PhaseOutcome:
+        async with self._builder_sem:
+            assert runtime.ctx is not None
+            try:
+                calls = await build_calls(
+                    builder,
+                    runtime.ctx,
+                    offload=self.offload,
+                    max_calls=self.max_calls,
+                    stream=self.stream_build.enabled,
+                )
+            except BuilderError as exc:
+                return _builder_failed(exc)
+        runtime.calls = calls
+        self.task_log.function_known(runtime.task.task_id, calls.function)
+        if not isinstance(calls, CallList):
+            return PhaseOutcome(success=True)  # streamed: the count is known after the scan
+        return PhaseOutcome(success=True, call_count=len(calls.calls))
+
+    async def calls(self, runtime: TaskRuntime) -> PhaseOutcome:
+        ctx, calls = runtime.ctx, runtime.calls
+        assert ctx is not None
+        assert calls is not None
+        observer = None if self._function_calls is None else self._function_calls(calls.function)
+        counted = self.progress.observer(ctx.task_id, observer)
+        async with self._executor_sem:
+            started = time.perf_counter()
+            run = self.engine.open_calls(
+                ctx.task_id, ctx.code, ctx.io, calls.function, observer=counted
+            )
+            try:
+                if not isinstance(calls, CallList):
+                    # A streaming Builder's scan feeds the calls as it reads, under
+                    # scanSem. One that fails midway fails the task BUILDER_FAILED;
+                    # calls of the chunks before may have run.
+                    self.progress.count(ctx.task_id)
+                    try:
+                        async with self._scan_sem:
+                            await feed_calls(calls, self.progress.sink(run), self.max_calls)
+                    except BuilderError as exc:
+                        return _builder_failed(exc)
+                else:
+                    run.add(calls.calls)
+                    run.done()
+                    self.progress.count(ctx.task_id)
+                converged = await run.result()
+                self.progress.converged(ctx.task_id, converged)
+            finally:
+                self.progress.forget(ctx.task_id)  # cancelled: no last counts
+        if observer is not None:
+            observer.calls_converged(converged, time.perf_counter() - started)
+        self.task_log.calls_converged(ctx.task_id, converged.failed_call)
+        if not converged.success:
+            return PhaseOutcome(
+                success=False,
+                failure_code=converged.failure_code,
+                message=converged.failure_message,
+                call_failures=converged.call_failures,
+                call_failures_omitted=converged.call_failures_omitted,
+            )
+        runtime.outputs = converged.outputs
+        return PhaseOutcome(success=True)
+
+    async def writer(self, runtime: TaskRuntime, plugin: WriterPlugin | None) -> PhaseOutcome:
+        handler = runtime.task.result_handler
+        async with self._writer_sem:
+            if handler is None or plugin is None:
+                return PhaseOutcome(success=True)  # no writer runs; pluginResults is empty
+            assert runtime.ctx is not None
+            try:
+                # The Writer Plugin's scope is the only one that may write.
+                writer_ctx = dataclasses.replace(runtime.ctx, io=runtime.ctx.io.writer())
+                size = len(handler.config)
+                config = await self.offload.run(
+                    "writer", size, decode_checked_config, handler.config
+                )
+                result = await plugin.execute(writer_ctx, config, runtime.outputs)
+            except WriterError as exc:
+                return PhaseOutcome(
+                    success=False,
+                    failure_code=FailureCode.PLUGIN_FAILED,
+                    retryable=exc.retryable,
+                    message=exc.message,
+                    plugin_results=(
+                        failed_writer_result(handler.type, FailureCode.PLUGIN_FAILED, exc.message),
+                    ),
+                )
+        return PhaseOutcome(
+            success=True,
+            plugin_results=(PluginResult(plugin_name=handler.type, success=True, result=result),),
+        )
+
+
+def _builder_failed(exc: BuilderError) -> PhaseOutcome:
+    return PhaseOutcome(
+        success=False,
+        failure_code=FailureCode.BUILDER_FAILED,
+        retryable=exc.retryable,
+        message=exc.message,
+    )
