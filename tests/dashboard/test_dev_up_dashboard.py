@@ -8,6 +8,7 @@ import json
 import os
 import re
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -84,3 +85,20 @@ def test_dashboard_help_shows_the_defaults() -> None:
     assert "[default: 127.0.0.1]" in result.output
     assert "[default: 8941]" in result.output
     assert "BLOCKX_DASHBOARD_PORT" in result.output
+
+
+def test_a_port_in_use_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [BLOCKX, "--etcd", "127.0.0.1:1", "dashboard", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path), "COLUMNS": "200"},
+        )
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert f"port {port} on 127.0.0.1 is already in use (--port)" in result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
