@@ -31,6 +31,7 @@ import aetcd
 import pytest
 import pytest_asyncio
 from grpclib.client import Channel
+from grpclib.const import Status
 from playwright.async_api import Browser, Page, async_playwright
 from processes import EXAMPLES, CoordinatorProcess, WorkerProcess, call_list_task, run_to_end
 from support import free_port, heartbeat, wait_until
@@ -64,6 +65,8 @@ OK_ID: Final = "dash-ok"
 FAIL_ID: Final = "dash-fail"
 HOSTILE_ID: Final = 'dash-<img id="injected-id" src="x">'
 HOSTILE_MESSAGE: Final = '<b id="injected-msg">bold</b>'
+# Refused by the coordinator while its only worker is a full one.
+REFUSED_ID: Final = 'dash-refused-<i id="injected-refusal">'
 
 FUNCTIONS: Final = """
 def echo(x):
@@ -103,6 +106,24 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
     (functions / "dashfns.py").write_text(FUNCTIONS)
     async with EtcdServer() as etcd:
         env = {"ETCD_ENDPOINTS": etcd.endpoint}
+        coordinator = CoordinatorProcess(
+            {**env, "COORDINATOR_REGISTRY_PREFIXES": PREFIX}, base / "coordinator.log"
+        )
+        # First a refusal to remember: the only worker registered is a full one.
+        full = f"127.0.0.1:{free_port()}"
+        etcd_client = aetcd.Client(etcd.host, etcd.port, timeout=5)
+        full_hb = heartbeat(full, slots=2, used=2, at_ms=SYSTEM_CLOCK.now_ms())
+        await etcd_client.put((PREFIX + full).encode(), encode_heartbeat(full_hb))
+        try:
+            await coordinator.wait_serving()
+
+            async def refused() -> bool:
+                return await coordinator.status_of(REFUSED_ID) == Status.RESOURCE_EXHAUSTED
+
+            await wait_until(refused, "a reservation refused for the full worker", timeout=20)
+        finally:
+            await etcd_client.delete((PREFIX + full).encode())
+            await etcd_client.close()
         worker = WorkerProcess(
             {
                 **env,
@@ -112,13 +133,9 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
             },
             base / "worker.log",
         )
-        coordinator = CoordinatorProcess(
-            {**env, "COORDINATOR_REGISTRY_PREFIXES": PREFIX}, base / "coordinator.log"
-        )
         channel: Channel | None = None
         try:
             await worker.wait_ready()
-            await coordinator.wait_serving()
             channel = worker.channel()
             stub = worker_v1.WorkerServiceStub(channel)
             for task in (
@@ -413,6 +430,14 @@ async def test_placement_page(
     summary = await page.locator(".summary").inner_text()
     assert "places tasks" in summary
     assert "1 of 1 worker(s) eligible" in summary
+    # The last refusals, newest first, each with its per-worker explanation.
+    refusal = page.locator("#refusals tbody tr").first
+    assert await refusal.get_attribute("data-task-id") == REFUSED_ID
+    text = await refusal.inner_text()
+    assert REFUSED_ID in text
+    assert "NoExecutableSlot" in text
+    assert "full 2/2" in text
+    assert await page.locator("#injected-refusal").count() == 0
     await snap(page, artifacts, "placement")
 
 
@@ -466,6 +491,10 @@ async def test_json_twins(
     assert [w["worker_addr"] for w in placement["workers"] if w["eligible"]] == [
         cluster.worker.addr
     ]
+    [last, *_] = placement["recent_refusals"]
+    assert last["task_id"] == REFUSED_ID
+    assert last["code"] == "NoExecutableSlot"
+    assert [w["kind"] for w in last["workers"]] == ["full"]
     listed = await get_json(dashboard.at("/api/jobs"))
     by_id = {j["job_id"]: j for j in listed["jobs"]}
     assert by_id["backfill-dash"]["fraction_done"] == 0.4

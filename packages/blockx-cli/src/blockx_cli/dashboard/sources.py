@@ -232,6 +232,7 @@ class ClusterSource:
             view_trusted=report.view_trusted,
             not_ready_reason=report.not_ready_reason,
             workers=report.workers,
+            recent_refusals=report.recent_refusals,
         )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from blockx_client import CallFailureInfo, WorkerEligibility
+from blockx_client.models import RecentRefusal
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):
@@ -133,6 +134,8 @@ class PlacementPage(msgspec.Struct, frozen=True, kw_only=True):
     view_trusted: bool | None
     not_ready_reason: str
     workers: tuple[WorkerEligibility, ...]
+    # The coordinator's last refused reservations, newest first, each explained.
+    recent_refusals: tuple[RecentRefusal, ...] = ()
     problems: tuple[Problem, ...] = ()
 
 
