@@ -308,8 +308,10 @@ async def page(browser: Browser) -> AsyncIterator[Page]:
     assert errors == []
 
 
-def get(url: str, method: str = "GET") -> tuple[int, bytes, dict[str, str]]:
-    request = urllib.request.Request(url, method=method)
+def get(
+    url: str, method: str = "GET", host: str | None = None
+) -> tuple[int, bytes, dict[str, str]]:
+    request = urllib.request.Request(url, method=method, headers={"Host": host} if host else {})
     try:
         with urllib.request.urlopen(request, timeout=10) as response:
             return response.status, response.read(), dict(response.headers)
@@ -519,6 +521,20 @@ async def test_read_only_and_bounded(dashboard: Dashboard) -> None:
     assert "script-src 'self'" in headers["content-security-policy"]
     status, body, _ = await asyncio.to_thread(get, dashboard.at("/api/task?id=nobody-has-it"))
     assert json.loads(body)["holders"] == []
+
+
+async def test_only_loopback_names_on_loopback(dashboard: Dashboard) -> None:
+    """A page on another domain re-pointed at 127.0.0.1 (DNS rebinding) reads nothing."""
+    port = urllib.parse.urlsplit(dashboard.url).port
+    for host, expected in [
+        ("rebind.example", 400),
+        (f"rebind.example:{port}", 400),
+        (f"localhost:{port}", 200),
+        (f"[::1]:{port}", 200),
+        (f"127.0.0.1:{port}", 200),
+    ]:
+        status, _, _ = await asyncio.to_thread(get, dashboard.at("/api/workers"), "GET", host)
+        assert status == expected, host
 
 
 async def test_a_worker_that_does_not_answer(dashboard: Dashboard, cluster: Cluster) -> None:

@@ -8,7 +8,12 @@ from typing import Annotated
 import typer
 
 from blockx_cli.dashboard import DEFAULT_HOST, DEFAULT_PORT, BindError, DashboardConfig, serve
-from blockx_cli.dashboard.config import DEFAULT_JOBS_PREFIX, DEFAULT_REFRESH_S, DEFAULT_TIMEOUT_S
+from blockx_cli.dashboard.config import (
+    DEFAULT_JOBS_PREFIX,
+    DEFAULT_REFRESH_S,
+    DEFAULT_TIMEOUT_S,
+    LOOPBACK_NAMES,
+)
 from blockx_cli.output import EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.settings import settings_of
 from blockx_client import BlockxError
@@ -82,6 +87,8 @@ def dashboard(
             access=settings.etcd_access(),
             refresh_s=refresh,
             timeout_s=timeout,
+            # On loopback, only requests addressed to loopback (no DNS rebinding).
+            allowed_hosts=(*LOOPBACK_NAMES, host) if _loopback(host) else (),
         )
     except BlockxError as exc:
         fail(exc.message, EXIT_USAGE)

@@ -49,15 +49,39 @@ _HEADERS: Final = [
 ]
 
 
-class ReadOnly:
-    """405 for every method but GET and HEAD; the security headers on every answer."""
+def _host_name(scope: Scope) -> str:
+    """The Host header's name without its port (``[::1]:8941`` is ``::1``)."""
+    host = ""
+    for name, value in scope.get("headers", []):
+        if name == b"host":
+            host = value.decode("latin-1").strip().lower()
+            break
+    if host.startswith("["):
+        return host[1 : host.find("]")] if "]" in host else host
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
 
-    def __init__(self, app: ASGIApp) -> None:
+
+class ReadOnly:
+    """405 for every method but GET and HEAD, 400 for a Host not allowed; the
+    security headers on every answer."""
+
+    def __init__(self, app: ASGIApp, allowed_hosts: tuple[str, ...] = ()) -> None:
         self.app = app
+        self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if self.allowed_hosts and _host_name(scope) not in self.allowed_hosts:
+            refusal = Response(
+                "this dashboard answers only requests addressed to "
+                + ", ".join(sorted(self.allowed_hosts))
+                + "\n",
+                status_code=400,
+                media_type="text/plain",
+            )
+            await refusal(scope, receive, send)
             return
         if scope["method"] not in ("GET", "HEAD"):
             refusal = Response(
@@ -144,7 +168,8 @@ class Dashboard:
                 routes=routes,
                 lifespan=self._lifespan,
                 exception_handlers={HTTPException: self._http_error, Exception: self._crashed},
-            )
+            ),
+            config.allowed_hosts,
         )
 
     @contextlib.asynccontextmanager

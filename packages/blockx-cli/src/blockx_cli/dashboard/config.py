@@ -38,3 +38,10 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     access: EtcdAccess | None = None
     refresh_s: float = DEFAULT_REFRESH_S
     timeout_s: float = DEFAULT_TIMEOUT_S
+    # Host names a request may address (its Host header, port aside); empty: any.
+    # On loopback only loopback names, so a web page whose domain an attacker
+    # re-points at 127.0.0.1 (DNS rebinding) cannot read the dashboard.
+    allowed_hosts: tuple[str, ...] = ()
+
+
+LOOPBACK_NAMES: Final = ("127.0.0.1", "localhost", "::1")
