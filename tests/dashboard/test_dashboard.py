@@ -6,9 +6,10 @@ are HTML), two jobs publishing their progress in that etcd, the dashboard as a r
 ``blockx dashboard`` process, and one Debian ``chromium`` started with the issue's
 flags and a fresh profile, driven by Playwright over its debugging pipe. Each page
 is loaded, what it shows is checked, and a screenshot of it is kept in
-``test-artifacts/dashboard/``. Plain-HTTP tests check the JSON twins, the 405 for
-anything but GET and HEAD, bounded parameters, and a registered worker that does
-not answer.
+``test-artifacts/dashboard/`` (the ``artifacts`` fixture of conftest.py).
+Plain-HTTP tests check the JSON twins, the 405 for anything but GET and HEAD,
+bounded parameters, loopback Host names, and a registered worker that does not
+answer.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import subprocess
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -48,7 +49,6 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 PREFIX: Final = "/blockx/workers/"
 # The dashboard reads this prefix too; no coordinator places on it.
 DOWN_PREFIX: Final = "/blockx/bundle-workers/"
-ARTIFACTS: Final = Path(__file__).resolve().parents[2] / "test-artifacts" / "dashboard"
 CHROMIUM: Final = shutil.which("chromium")
 # The issue's flags, exactly; Playwright adds only the profile and its pipe.
 CHROMIUM_FLAGS: Final = (
@@ -267,13 +267,6 @@ async def jobs(cluster: Cluster) -> AsyncIterator[tuple[JobProgress, JobProgress
 
         await wait_until(both, "both jobs published", timeout=10)
         yield backfill, follow
-
-
-@pytest.fixture(scope="module")
-def artifacts() -> Iterator[Path]:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    yield ARTIFACTS
-    print(f"\ndashboard screenshots: {ARTIFACTS}")
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
