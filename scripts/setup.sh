@@ -1,10 +1,29 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need beyond Python packages, on a Debian
-# machine: PostgreSQL server binaries (for the block database tests) and the npm
-# packages pinned in package-lock.json (anvil, a local Ethereum node). Safe to run
-# again: each step is skipped when what it installs is already there.
+# machine: PostgreSQL server binaries (for the block database tests), Debian's
+# chromium (the headless browser the dashboard tests drive through Playwright) and
+# the npm packages pinned in package-lock.json (anvil, a local Ethereum node). Safe
+# to run again: each step is skipped when what it installs is already there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+apt_updated=""
+apt_install() {
+    # $1: what it is, for the messages; the rest: the Debian packages.
+    local what=$1
+    shift
+    if [[ "$(id -u)" != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
+        echo "setup: $what: missing; install it (Debian: apt-get install $*) or put it on PATH" >&2
+        exit 1
+    fi
+    echo "setup: installing $what (apt-get)"
+    export DEBIAN_FRONTEND=noninteractive
+    if [[ -z "$apt_updated" ]]; then
+        apt-get update -qq
+        apt_updated=1
+    fi
+    apt-get install -y -qq "$@" >/dev/null
+}
 
 have_postgres() {
     local bin
@@ -17,15 +36,15 @@ have_postgres() {
 }
 
 if ! have_postgres; then
-    if [[ "$(id -u)" != 0 ]] || ! command -v apt-get >/dev/null 2>&1; then
-        echo "setup: PostgreSQL server binaries are missing; install them (Debian: apt-get install postgresql) or put initdb and pg_ctl on PATH" >&2
-        exit 1
-    fi
-    echo "setup: installing PostgreSQL (apt-get)"
-    export DEBIAN_FRONTEND=noninteractive
-    apt-get update -qq
-    apt-get install -y -qq postgresql >/dev/null
+    apt_install "PostgreSQL server binaries (initdb, pg_ctl)" postgresql
     have_postgres || { echo "setup: apt-get installed postgresql but no initdb/pg_ctl was found" >&2; exit 1; }
+fi
+
+# The dashboard tests drive this browser with Playwright's executable_path: never
+# `playwright install`, whose browser download is not a Debian package.
+if ! command -v chromium >/dev/null 2>&1; then
+    apt_install "chromium (the dashboard tests' headless browser)" chromium
+    command -v chromium >/dev/null 2>&1 || { echo "setup: apt-get installed chromium but it is not on PATH" >&2; exit 1; }
 fi
 
 if [[ -f package-lock.json ]]; then

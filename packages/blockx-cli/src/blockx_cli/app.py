@@ -16,7 +16,18 @@ from typing import Annotated
 import typer
 
 from blockx_cli.addresses import etcd_endpoints_option, host_port_option, unix_socket_option
-from blockx_cli.commands import chain, dev, drive, function, task, tasks, version, why, workers
+from blockx_cli.commands import (
+    chain,
+    dashboard,
+    dev,
+    drive,
+    function,
+    task,
+    tasks,
+    version,
+    why,
+    workers,
+)
 from blockx_cli.settings import Settings
 from blockx_client.client import DEFAULT_COORDINATOR, DEFAULT_SYNC_INVOKER
 
@@ -33,6 +44,7 @@ for commands in (
     function.app,
     workers.app,
     why.app,
+    dashboard.app,
     dev.app,
     drive.app,
     version.app,

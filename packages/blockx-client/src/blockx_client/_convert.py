@@ -18,6 +18,8 @@ from blockx_client.models import (
     PlacementReport,
     PluginOutput,
     Precheck,
+    RecentRefusal,
+    RefusedWorker,
     Task,
     TaskResult,
     TaskState,
@@ -239,5 +241,19 @@ def placement_report_from_pb(
                 recent_failures=w.recent_failures,
             )
             for w in reply.workers
+        ),
+        recent_refusals=tuple(
+            RecentRefusal(
+                task_id=r.task_id,
+                at_ms=r.at_ms,
+                code=r.code,
+                message=r.message,
+                workers=tuple(
+                    RefusedWorker(worker_addr=w.worker_addr, kind=w.kind, reason=w.reason)
+                    for w in r.workers
+                ),
+                omitted=r.omitted,
+            )
+            for r in reply.recent_refusals
         ),
     )

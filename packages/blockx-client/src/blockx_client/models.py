@@ -381,14 +381,36 @@ class WorkerEligibility(msgspec.Struct, frozen=True, kw_only=True):
     recent_failures: int
 
 
+class RefusedWorker(msgspec.Struct, frozen=True, kw_only=True):
+    """What one worker answered a refused reservation, or why it was not asked."""
+
+    worker_addr: str
+    kind: str
+    reason: str
+
+
+class RecentRefusal(msgspec.Struct, frozen=True, kw_only=True):
+    """A ReserveWorkerSlot the coordinator refused (``at_ms`` on its clock), with the
+    explanation it carried; ``omitted`` more workers were left out for size."""
+
+    task_id: str
+    at_ms: int
+    code: str
+    message: str
+    workers: tuple[RefusedWorker, ...] = ()
+    omitted: int = 0
+
+
 class PlacementReport(msgspec.Struct, frozen=True, kw_only=True):
-    """Eligible workers first, in the order the coordinator would choose them."""
+    """Eligible workers first, in the order the coordinator would choose them;
+    ``recent_refusals``: the coordinator's last refusals, newest first."""
 
     coordinator: str
     view_trusted: bool
     not_ready_reason: str
     now_ms: int
     workers: tuple[WorkerEligibility, ...]
+    recent_refusals: tuple[RecentRefusal, ...] = ()
 
     @property
     def eligible(self) -> tuple[WorkerEligibility, ...]:

@@ -64,6 +64,7 @@ def dev_up(
     sync_invoker_port: PortOpt = None,
     metrics_port: PortOpt = None,
     anvil_port: PortOpt = None,
+    dashboard_port: PortOpt = None,
     executors: Annotated[int, typer.Option()] = 2,
     blocks: Annotated[int, typer.Option(min=0, help="Blocks of history to mine.")] = 200,
     block_time: Annotated[
@@ -75,10 +76,14 @@ def dev_up(
     smoke: Annotated[
         bool, typer.Option(help="Run the example smoke task once everything serves.")
     ] = True,
+    dashboard: Annotated[
+        bool, typer.Option(help="Run the read-only web dashboard (blockx dashboard).")
+    ] = True,
 ) -> None:
     """etcd, the block and bundle coordinators and workers, the sync invoker, the proxy,
     and a chain: anvil with test tokens and live blocks, a block database kept fresh
-    by a following ingest, a sink database; in the foreground until Ctrl-C.
+    by a following ingest, a sink database; and the web dashboard; in the
+    foreground until Ctrl-C.
 
     Every port is a free one unless an option fixes it. While it runs, the addresses
     are in ~/.config/blockx/dev.toml ($XDG_CONFIG_HOME/blockx/dev.toml), which blockx
@@ -97,6 +102,8 @@ def dev_up(
             sync_invoker_port=sync_invoker_port,
             metrics_port=metrics_port,
             executors=executors,
+            dashboard=dashboard,
+            dashboard_port=dashboard_port,
             chain=ChainOptions(
                 anvil_port=anvil_port, history_blocks=blocks, block_time_s=block_time
             )

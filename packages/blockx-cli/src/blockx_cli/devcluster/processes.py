@@ -8,7 +8,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -50,12 +50,20 @@ class Child:
         self.pump = asyncio.create_task(self._pump())
 
     @classmethod
-    async def start(cls, name: str, program: str, env: dict[str, str], log: IO[str]) -> Child:
+    async def start(
+        cls,
+        name: str,
+        program: str,
+        env: dict[str, str],
+        log: IO[str],
+        args: Sequence[str] = (),
+    ) -> Child:
         binary = console_script(program)
         if binary is None:
             raise LaunchError(f"{program} is not installed; run `uv sync` at the repository root")
         proc = await asyncio.create_subprocess_exec(
             binary,
+            *args,
             env={**os.environ, **env},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -106,6 +114,27 @@ def grpc_serving(port: int, service: str) -> Callable[[], Awaitable[bool]]:
         finally:
             channel.close()
         return bool(reply.status == HealthCheckResponse.SERVING)
+
+    return probe
+
+
+def http_serving(port: int, path: str) -> Callable[[], Awaitable[bool]]:
+    """A probe: an HTTP GET of ``path`` on 127.0.0.1:``port`` answers 200."""
+
+    async def probe() -> bool:
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        except OSError:
+            return False
+        try:
+            writer.write(f"GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n".encode())
+            await writer.drain()
+            status = await asyncio.wait_for(reader.readline(), timeout=2)
+        except (OSError, TimeoutError):
+            return False
+        finally:
+            writer.close()
+        return status.split(b" ")[1:2] == [b"200"]
 
     return probe
 

@@ -6,7 +6,8 @@ Coordinator and a bundle Worker, with test tokens, ``--blocks`` blocks of histor
 a block mined every ``--block-time`` seconds and an ingest following the head
 (``--no-feed``: an empty chain, for programs that drive it, such as ``blockx demo``)
 (``launcher.DevCluster``), serving the functions of ``--functions``, FUNCTIONS_DIR
-or ``--examples``/functions (``layout``), on free ports unless port options fix
+or ``--examples``/functions (``layout``), and the web dashboard (``blockx
+dashboard``; ``--no-dashboard``: not), on free ports unless port options fix
 them. It runs the smoke task ``examples/tasks/hello_world.json`` through the client
 when it serves the example functions (unless ``--no-smoke``), prints how to reach
 everything and the ``export`` lines a shell needs (``--ready-json``: one JSON line
@@ -72,6 +73,8 @@ def _banner(cluster: DevCluster, e: Endpoints, config_file: Path | None) -> str:
         f"  sync invoker        {e.sync_invoker}  syncinvoker.v1.SyncInvokerService",
         f"  proxy               unix:{e.proxy_socket}  (PROXY_SOCKET_PATH)",
     ]
+    if e.dashboard is not None:
+        lines.append(f"  dashboard           {e.dashboard}  (read-only, blockx dashboard)")
     lines += [
         f"  metrics             {url}  ({process.replace('_', ' ')})"
         for process, url in e.metrics_by_process.items()
@@ -185,6 +188,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--sync-invoker-port", type=int, help=free)
     p.add_argument("--metrics-port", type=int, help=f"the coordinator's Prometheus port {free}")
     p.add_argument("--anvil-port", type=int, help=free)
+    p.add_argument("--dashboard-port", type=int, help=f"the web dashboard's port {free}")
+    p.add_argument("--no-dashboard", action="store_true", help="do not start the web dashboard")
     p.add_argument("--no-chain", action="store_true", help="no anvil, databases nor bundle cluster")
     p.add_argument(
         "--no-feed", action="store_true", help="leave the chain empty, with no ingest running"
@@ -271,6 +276,8 @@ def main(argv: list[str] | None = None) -> None:
         metrics_port=args.metrics_port,
         proxy_socket=Path(args.proxy_socket) if args.proxy_socket else None,
         executors=args.executors,
+        dashboard=not args.no_dashboard,
+        dashboard_port=args.dashboard_port,
         chain=None if args.no_chain else chain,
     )
     launch(

@@ -29,7 +29,7 @@ from blockx_proto import bundlecoordinator_v1, coordinator_v1, worker_v1
 from blockx_server.runtime.status import COORDINATOR_STATUS
 
 if TYPE_CHECKING:
-    from blockx_server.coordinator.reservation import PlacementSnapshot
+    from blockx_server.coordinator.reservation import PlacementSnapshot, RecentRefusal
 
 
 def request_task_slot_request(task_id: TaskId, ttl_ms: int) -> worker_v1.RequestTaskSlotRequest:
@@ -101,4 +101,22 @@ def explain_response(snapshot: PlacementSnapshot) -> coordinator_v1.ExplainPlace
         not_ready_reason="" if snapshot.not_ready is None else snapshot.not_ready.message,
         workers=[_eligibility(r, v, snapshot.now_ms) for r, v in snapshot.workers],
         now_ms=snapshot.now_ms,
+        recent_refusals=[_recent_refusal(r) for r in snapshot.recent_refusals],
+    )
+
+
+def _recent_refusal(recent: RecentRefusal) -> coordinator_v1.RecentRefusal:
+    explanation = recent.explanation or PlacementExplanation()
+    return coordinator_v1.RecentRefusal(
+        task_id=recent.task_id,
+        at_ms=recent.at_ms,
+        code=recent.refusal.code.value,
+        message=recent.refusal.message,
+        workers=[
+            coordinator_v1.RefusedWorker(
+                worker_addr=w.worker_addr, kind=w.kind.value, reason=describe_reason(w)
+            )
+            for w in explanation.workers
+        ],
+        omitted=explanation.omitted,
     )

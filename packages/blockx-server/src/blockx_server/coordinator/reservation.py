@@ -12,6 +12,7 @@ needed around them.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import logging
 import time
@@ -48,13 +49,29 @@ class HandlerConfig(msgspec.Struct, frozen=True, kw_only=True):
     max_timeout_retries: int = 1
 
 
+# Refusals ExplainPlacement recalls, newest first; kept in memory only.
+RECENT_REFUSALS: Final = 20
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RecentRefusal:
+    """A refused ReserveWorkerSlot past validation, with the explanation it carried."""
+
+    task_id: str
+    at_ms: int
+    refusal: ReserveFailure
+    explanation: PlacementExplanation | None
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class PlacementSnapshot:
-    """What ExplainPlacement answers: each reason with the view it was judged on."""
+    """What ExplainPlacement answers: each reason with the view it was judged on,
+    and the most recent refusals (newest first)."""
 
     now_ms: int
     not_ready: Refusal | None
     workers: list[tuple[WorkerReason, WorkerView]]
+    recent_refusals: tuple[RecentRefusal, ...] = ()
 
 
 class ReserveObserver(Protocol):
@@ -94,6 +111,7 @@ class ReservationLoop:
         self._clock = clock
         self._config = config or HandlerConfig()
         self._observer = observer or _NoObserver()
+        self._refusals: collections.deque[RecentRefusal] = collections.deque(maxlen=RECENT_REFUSALS)
 
     async def reserve_worker_slot(self, task_id: TaskId) -> Reservation | ReserveFailure:
         result, _ = await self.reserve_explained(task_id)
@@ -123,7 +141,9 @@ class ReservationLoop:
             else:
                 outcome = result.outcome
                 if outcome is not ReserveOutcome.INVALID_ARGUMENT:
-                    explanation = reservation.explain(self._clock.now_ms())
+                    now_ms = self._clock.now_ms()
+                    explanation = reservation.explain(now_ms)
+                    self._refusals.appendleft(RecentRefusal(task_id, now_ms, result, explanation))
             reason = last[-1].value if last else NONE_TRIED
             span.set_attributes({"blockx.outcome": outcome.value, "blockx.reason": reason})
         self._observer.reserve_finished(outcome, time.perf_counter() - started, reason)
@@ -139,6 +159,7 @@ class ReservationLoop:
             now_ms=now_ms,
             not_ready=core.not_ready_reason(now_ms),
             workers=[(r, v) for r, v in zip(reasons, views, strict=True) if v is not None],
+            recent_refusals=tuple(self._refusals),
         )
 
     async def _run(

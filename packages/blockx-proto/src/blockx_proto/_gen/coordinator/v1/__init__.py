@@ -8,6 +8,8 @@ __all__ = (
     "CoordinatorServiceStub",
     "ExplainPlacementRequest",
     "ExplainPlacementResponse",
+    "RecentRefusal",
+    "RefusedWorker",
     "ReserveWorkerSlotRequest",
     "ReserveWorkerSlotResponse",
     "WorkerEligibility",
@@ -71,10 +73,72 @@ class ExplainPlacementResponse(betterproto2.Message):
     The coordinator's clock when it judged.
     """
 
+    recent_refusals: "list[RecentRefusal]" = betterproto2.field(
+        5, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    BlockX addition (RecentRefusal below).
+    """
+
 
 default_message_pool.register_message(
     "coordinator.v1", "ExplainPlacementResponse", ExplainPlacementResponse
 )
+
+
+@dataclass(eq=False, repr=False)
+class RecentRefusal(betterproto2.Message):
+    """
+    ---- BlockX addition: the coordinator's most recent refusals -------------------
+
+    A refused ReserveWorkerSlot as the coordinator answered it, newest first in
+    recent_refusals (the last 20 it refused past validation, kept in memory only,
+    whatever worker_addr the request names).
+    """
+
+    task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    at_ms: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    On the coordinator's clock.
+    """
+
+    code: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The refusal's code (NoExecutableSlot, Unavailable, ...) and message, as the
+    caller got them.
+    """
+
+    message: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    workers: "list[RefusedWorker]" = betterproto2.field(5, betterproto2.TYPE_MESSAGE, repeated=True)
+    """
+    What each worker it considered answered or why it was not asked, as the
+    refusal's trailing metadata carried it; omitted: how many more were left out.
+    """
+
+    omitted: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("coordinator.v1", "RecentRefusal", RecentRefusal)
+
+
+@dataclass(eq=False, repr=False)
+class RefusedWorker(betterproto2.Message):
+    worker_addr: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    kind: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    As WorkerEligibility.kind, or what the worker answered (e.g. no_slot).
+    """
+
+    reason: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    In words, e.g. "full 50/50" or "answered RESOURCE_EXHAUSTED".
+    """
+
+
+default_message_pool.register_message("coordinator.v1", "RefusedWorker", RefusedWorker)
 
 
 @dataclass(eq=False, repr=False)

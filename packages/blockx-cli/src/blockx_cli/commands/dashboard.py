@@ -1,0 +1,110 @@
+"""The web dashboard: ``dashboard``."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated
+
+import typer
+
+from blockx_cli.dashboard import DEFAULT_HOST, DEFAULT_PORT, BindError, DashboardConfig, serve
+from blockx_cli.dashboard.config import (
+    DEFAULT_JOBS_PREFIX,
+    DEFAULT_REFRESH_S,
+    DEFAULT_TIMEOUT_S,
+    LOOPBACK_NAMES,
+)
+from blockx_cli.output import EXIT_SERVICE, EXIT_USAGE, console, fail
+from blockx_cli.settings import settings_of
+from blockx_client import BlockxError
+from blockx_client.cluster_tasks import DEFAULT_PREFIXES
+
+app = typer.Typer()
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@app.command()
+def dashboard(
+    ctx: typer.Context,
+    *,
+    host: Annotated[
+        str,
+        typer.Option(
+            envvar="BLOCKX_DASHBOARD_HOST",
+            help="Address to listen on. It has no login: keep it on loopback unless "
+            "you mean everyone who can reach the host to read it.",
+        ),
+    ] = DEFAULT_HOST,
+    port: Annotated[
+        int,
+        typer.Option(
+            envvar="BLOCKX_DASHBOARD_PORT",
+            min=0,
+            max=65535,
+            help="Port to listen on; 0: a free one.",
+        ),
+    ] = DEFAULT_PORT,
+    prefix: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Worker registry prefixes; repeat for more.",
+            show_default=" and ".join(DEFAULT_PREFIXES),
+        ),
+    ] = None,
+    jobs_prefix: Annotated[
+        str, typer.Option(help="Where backfill and follow jobs publish their progress in etcd.")
+    ] = DEFAULT_JOBS_PREFIX,
+    refresh: Annotated[
+        float, typer.Option(min=0, help="Seconds between a page's data reloads; 0: never.")
+    ] = DEFAULT_REFRESH_S,
+    timeout: Annotated[
+        float,
+        typer.Option(min=0.1, help="Seconds etcd, each worker and the coordinator have to answer."),
+    ] = DEFAULT_TIMEOUT_S,
+) -> None:
+    """A read-only web dashboard of the cluster: workers, tasks (search by id), each
+    task's phases and failures, backfill and follow jobs, placement.
+
+    It reads etcd (--etcd / ETCD_ENDPOINTS), the registered workers and the block
+    coordinator (--coordinator / BLOCKX_COORDINATOR), like `blockx workers`,
+    `blockx tasks` and `blockx why`; it changes nothing (GET and HEAD only)."""
+    settings = settings_of(ctx)
+    try:
+        config = DashboardConfig(
+            etcd_endpoints=tuple(settings.etcd_endpoints()),
+            prefixes=tuple(prefix or DEFAULT_PREFIXES),
+            jobs_prefix=jobs_prefix,
+            coordinator=settings.coordinator,
+            proxy_socket=settings.proxy,
+            access=settings.etcd_access(),
+            refresh_s=refresh,
+            timeout_s=timeout,
+            # On loopback, only requests addressed to loopback (no DNS rebinding).
+            allowed_hosts=(*LOOPBACK_NAMES, host) if _loopback(host) else (),
+        )
+    except BlockxError as exc:
+        fail(exc.message, EXIT_USAGE)
+    if not _loopback(host):
+        console.print(
+            f"[yellow]listening on {host}: anyone who can reach it can read the dashboard "
+            "(it has no login)[/]",
+            highlight=False,
+        )
+
+    def listening(url: str) -> None:
+        console.print(f"BlockX dashboard on {url} (read-only; Ctrl-C to stop)", highlight=False)
+
+    try:
+        serve(config, host, port, on_listening=listening)
+    except BindError as exc:
+        fail(str(exc), EXIT_SERVICE)
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None

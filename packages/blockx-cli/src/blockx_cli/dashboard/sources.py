@@ -1,0 +1,291 @@
+"""The dashboard's data access: the SDK calls ``blockx workers``, ``blockx tasks``,
+``blockx get-result`` and ``blockx why`` make, turned into page values (``views``).
+
+Nothing here raises for a source that does not answer: etcd that cannot be read,
+a Worker that does not answer or a Coordinator that is down become a ``Problem``
+on the page, next to whatever the other sources did answer.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+from typing import Final
+
+import msgspec
+
+from blockx_cli.dashboard.config import DashboardConfig
+from blockx_cli.dashboard.views import (
+    Phase,
+    PlacementPage,
+    PluginRow,
+    Problem,
+    TaskDetail,
+    TaskPage,
+    TaskRow,
+    TasksPage,
+    WorkerRow,
+    WorkersPage,
+)
+from blockx_client import (
+    BlockxError,
+    Client,
+    ListedTask,
+    Registry,
+    TaskFilter,
+    TaskResult,
+    TaskState,
+    UnreachableWorker,
+    list_workers,
+)
+
+# Tasks one listing takes from each Worker (ListTasks' own page bound).
+LIST_LIMIT_PER_WORKER: Final = 10_000
+_PREVIEW_BYTES: Final = 2_000
+_CLUSTERS: Final = {"/blockx/workers/": "block", "/blockx/bundle-workers/": "bundle"}
+CODE_EPOCH_NOTE: Final = (
+    "The heartbeat does not carry the code epoch; each Worker exports it on its "
+    "Prometheus endpoint as blockx_worker_code_epoch."
+)
+LISTED_STATES: Final = tuple(s.value for s in TaskState if s is not TaskState.NOT_FOUND)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _problem(source: str, exc: BaseException) -> Problem:
+    if isinstance(exc, BlockxError):
+        return Problem(source=source, error=exc.message)
+    if isinstance(exc, TimeoutError):
+        return Problem(source=source, error="no answer in time")
+    return Problem(source=source, error=str(exc) or type(exc).__name__)
+
+
+def _unreachable(workers: Iterable[UnreachableWorker]) -> list[Problem]:
+    return [Problem(source=f"worker {u.worker_addr}", error=u.error) for u in workers]
+
+
+def task_row(t: ListedTask, at_ms: int) -> TaskRow:
+    return TaskRow(
+        task_id=t.task_id,
+        state=t.state.value,
+        worker_addr=t.worker_addr,
+        function=t.function,
+        call_builder=t.call_builder,
+        slot_id=t.slot_id,
+        created_ms=t.created_ms,
+        converged_ms=t.converged_ms,
+        age_ms=max(0, at_ms - t.created_ms),
+        failure_code=t.failure_code,
+        failure_summary=t.failure_summary,
+        tombstone=t.tombstone,
+        call_failures=t.call_failures,
+        # Call progress is on ListedTask only where the Worker reports it.
+        calls_done=getattr(t, "calls_done", None),
+        calls_total=getattr(t, "calls_total", None),
+        calls_total_known=getattr(t, "calls_total_known", None),
+    )
+
+
+class ClusterSource:
+    """Reads the cluster for the pages; one ``Client`` for the dashboard's lifetime."""
+
+    def __init__(self, config: DashboardConfig, client: Client) -> None:
+        self.config = config
+        self.client = client
+        self.registry = Registry(
+            endpoints=config.etcd_endpoints, prefixes=config.prefixes, access=config.access
+        )
+
+    async def workers(self) -> WorkersPage:
+        at = now_ms()
+        try:
+            found = await list_workers(
+                list(self.config.etcd_endpoints),
+                list(self.config.prefixes),
+                timeout_s=self.config.timeout_s,
+                access=self.config.access,
+            )
+        except BlockxError as exc:
+            return WorkersPage(
+                now_ms=at,
+                workers=(),
+                problems=(_problem("etcd", exc),),
+                code_epoch_note=CODE_EPOCH_NOTE,
+            )
+        rows = tuple(
+            WorkerRow(
+                worker_addr=w.worker_addr,
+                cluster=_CLUSTERS.get(w.prefix, w.prefix),
+                registry_prefix=w.prefix,
+                task_slots=w.task_slots,
+                reserved_slots=w.reserved_slots,
+                running_tasks=w.running_tasks,
+                used_slots=w.used_slots,
+                cpu_fraction=w.cpu_percent,
+                memory_fraction=w.memory_percent,
+                error_rate=w.error_rate,
+                memory_total_bytes=w.memory_total_bytes,
+                memory_available_bytes=w.memory_available_bytes,
+                process_rss_bytes=w.process_rss_bytes,
+                heartbeat_age_ms=max(0, at - w.last_heartbeat_ms),
+            )
+            for w in found
+        )
+        return WorkersPage(now_ms=at, workers=rows, code_epoch_note=CODE_EPOCH_NOTE)
+
+    async def tasks(self, *, state: str, function: str, q: str, limit: int) -> TasksPage:
+        """Every registered Worker's tasks running ``function``; the counts by state
+        of those whose id contains ``q``; the newest ``limit`` in ``state`` as rows."""
+        try:
+            found = await self.client.list_tasks(
+                TaskFilter(function=function),
+                registry=self.registry,
+                limit_per_worker=LIST_LIMIT_PER_WORKER,
+                worker_timeout_s=self.config.timeout_s,
+            )
+        except BlockxError as exc:
+            return TasksPage(
+                now_ms=now_ms(),
+                state=state,
+                function=function,
+                q=q,
+                limit=limit,
+                counts=dict.fromkeys(LISTED_STATES, 0),
+                matching=0,
+                tasks=(),
+                problems=(_problem("etcd", exc),),
+            )
+        at = now_ms()
+        searched = [t for t in found.tasks if q in t.task_id]
+        counts = dict.fromkeys(LISTED_STATES, 0)
+        for t in searched:
+            counts[t.state.value] = counts.get(t.state.value, 0) + 1
+        matching = [t for t in searched if not state or t.state.value == state]
+        matching.sort(key=lambda t: (t.created_ms, t.task_id), reverse=True)
+        return TasksPage(
+            now_ms=at,
+            state=state,
+            function=function,
+            q=q,
+            limit=limit,
+            counts=counts,
+            matching=len(matching),
+            tasks=tuple(task_row(t, at) for t in matching[:limit]),
+            workers_asked=found.workers,
+            truncated_workers=found.truncated,
+            problems=tuple(_unreachable(found.unreachable)),
+        )
+
+    async def task(self, task_id: str) -> TaskPage:
+        """Each Worker's answer for ``task_id``, with its listing (timestamps, calls)."""
+        try:
+            holders = await self.client.find_task(
+                task_id, registry=self.registry, worker_timeout_s=self.config.timeout_s
+            )
+        except BlockxError as exc:
+            return TaskPage(
+                now_ms=now_ms(), task_id=task_id, holders=(), problems=(_problem("etcd", exc),)
+            )
+        problems = _unreachable(holders.unreachable)
+        details = []
+        for result in holders.results:
+            listed: ListedTask | None = None
+            try:
+                # ListTasks has no id filter: the holder's listing is searched here.
+                listing = await self.client.list_tasks(
+                    workers=[result.worker_addr],
+                    limit_per_worker=LIST_LIMIT_PER_WORKER,
+                    worker_timeout_s=self.config.timeout_s,
+                )
+            except BlockxError as exc:
+                problems.append(_problem(f"worker {result.worker_addr}", exc))
+            else:
+                problems += _unreachable(listing.unreachable)
+                listed = next((t for t in listing.tasks if t.task_id == task_id), None)
+            details.append(_detail(result, listed, now_ms()))
+        return TaskPage(
+            now_ms=now_ms(),
+            task_id=task_id,
+            holders=tuple(details),
+            workers_asked=holders.workers,
+            problems=tuple(problems),
+        )
+
+    async def placement(self) -> PlacementPage:
+        coordinator = self.client.coordinator
+        try:
+            report = await self.client.explain_placement()
+        except (BlockxError, OSError, TimeoutError) as exc:
+            return PlacementPage(
+                now_ms=now_ms(),
+                coordinator=coordinator,
+                view_trusted=None,
+                not_ready_reason="",
+                workers=(),
+                problems=(_problem(f"coordinator {coordinator}", exc),),
+            )
+        return PlacementPage(
+            now_ms=now_ms(),
+            coordinator=report.coordinator,
+            view_trusted=report.view_trusted,
+            not_ready_reason=report.not_ready_reason,
+            workers=report.workers,
+            recent_refusals=report.recent_refusals,
+        )
+
+
+def _phases(result: TaskResult, listed: TaskRow | None) -> tuple[Phase, ...]:
+    """First seen (reserved or submitted), running, converged: what the Worker records."""
+    state = result.state
+    ran = state in (TaskState.RUNNING, TaskState.SUCCEEDED, TaskState.FAILED)
+    ended = state in (TaskState.SUCCEEDED, TaskState.FAILED)
+    return (
+        Phase(
+            name="reserved / first seen",
+            reached=True,
+            at_ms=listed.created_ms if listed and listed.created_ms else None,
+        ),
+        Phase(name="running", reached=ran, note="builder, calls and writer"),
+        Phase(
+            name=state.value if ended else "converged",
+            reached=ended,
+            at_ms=listed.converged_ms if listed and listed.converged_ms else None,
+            note=result.failure_code,
+        ),
+    )
+
+
+def _detail(result: TaskResult, listed: ListedTask | None, at_ms: int) -> TaskDetail:
+    row = task_row(listed, at_ms) if listed is not None else None
+    return TaskDetail(
+        worker_addr=result.worker_addr,
+        state=result.state.value,
+        phases=_phases(result, row),
+        listed=row,
+        success=result.success,
+        failure_code=result.failure_code,
+        failure_message=result.failure_message or result.error,
+        retryable=result.retryable,
+        attempt=result.attempt,
+        original_task_id=result.original_task_id,
+        may_have_run=result.may_have_run,
+        plugin_results=tuple(
+            PluginRow(
+                plugin_name=p.plugin_name,
+                success=p.success,
+                failure_code=p.failure_code,
+                failure_message=p.failure_message,
+                result_bytes=len(p.result),
+                result_preview=p.result[:_PREVIEW_BYTES].decode(errors="replace"),
+            )
+            for p in result.plugin_results
+        ),
+        call_failures=result.call_failures,
+        call_failures_omitted=result.call_failures_omitted,
+    )
+
+
+def to_json(page: msgspec.Struct) -> bytes:
+    return msgspec.json.encode(page)

@@ -1,0 +1,174 @@
+"""What each page shows, as values: the templates render them and ``/api/...``
+serves them as JSON, so a page and its JSON twin never disagree.
+
+Every page carries ``problems``: a source that did not answer (etcd, a Worker,
+the Coordinator) is a value on the page, never an error page.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from blockx_client import CallFailureInfo, WorkerEligibility
+from blockx_client.models import RecentRefusal
+
+
+class Problem(msgspec.Struct, frozen=True, kw_only=True):
+    """``source`` did not answer, or refused: ``etcd``, ``worker HOST:PORT``, ..."""
+
+    source: str
+    error: str
+
+
+class WorkerRow(msgspec.Struct, frozen=True, kw_only=True):
+    worker_addr: str
+    cluster: str  # block, bundle, or the registry prefix itself
+    registry_prefix: str
+    task_slots: int
+    reserved_slots: int
+    running_tasks: int
+    used_slots: int
+    # Fractions 0..1, as the heartbeat carries them (its cpuPercent / memoryPercent).
+    cpu_fraction: float
+    memory_fraction: float
+    error_rate: float
+    memory_total_bytes: int
+    memory_available_bytes: int
+    process_rss_bytes: int
+    heartbeat_age_ms: int
+
+
+class WorkersPage(msgspec.Struct, frozen=True, kw_only=True):
+    now_ms: int
+    workers: tuple[WorkerRow, ...]
+    problems: tuple[Problem, ...] = ()
+    # The heartbeat has no code epoch: say where it is instead of showing a guess.
+    code_epoch_note: str = ""
+
+
+class TaskRow(msgspec.Struct, frozen=True, kw_only=True):
+    task_id: str
+    state: str
+    worker_addr: str
+    function: str
+    call_builder: str
+    slot_id: str
+    created_ms: int
+    converged_ms: int
+    age_ms: int
+    failure_code: str
+    failure_summary: str
+    tombstone: bool
+    call_failures: int
+    # Calls progress, when the Worker reports it (None: not reported).
+    calls_done: int | None = None
+    calls_total: int | None = None
+    calls_total_known: bool | None = None
+
+
+class TasksPage(msgspec.Struct, frozen=True, kw_only=True):
+    now_ms: int
+    state: str
+    function: str
+    q: str
+    limit: int
+    # Tasks by state among those matching ``function`` and ``q`` (every state).
+    counts: dict[str, int]
+    # How many match every filter; ``tasks`` holds the newest ``limit`` of them.
+    matching: int
+    tasks: tuple[TaskRow, ...]
+    workers_asked: tuple[str, ...] = ()
+    # Workers holding more tasks than one listing takes (their oldest are shown).
+    truncated_workers: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+
+class Phase(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    reached: bool
+    at_ms: int | None = None
+    note: str = ""
+
+
+class PluginRow(msgspec.Struct, frozen=True, kw_only=True):
+    plugin_name: str
+    success: bool
+    failure_code: str
+    failure_message: str
+    result_bytes: int
+    # The first bytes of the result as text, for a glance (the API has it all).
+    result_preview: str
+
+
+class TaskDetail(msgspec.Struct, frozen=True, kw_only=True):
+    """One Worker's answer for the task (normally the only one)."""
+
+    worker_addr: str
+    state: str
+    phases: tuple[Phase, ...]
+    listed: TaskRow | None
+    success: bool
+    failure_code: str
+    failure_message: str
+    retryable: bool
+    attempt: int
+    original_task_id: str
+    may_have_run: bool
+    plugin_results: tuple[PluginRow, ...]
+    call_failures: tuple[CallFailureInfo, ...]
+    call_failures_omitted: int
+
+
+class TaskPage(msgspec.Struct, frozen=True, kw_only=True):
+    now_ms: int
+    task_id: str
+    holders: tuple[TaskDetail, ...]
+    workers_asked: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+
+class PlacementPage(msgspec.Struct, frozen=True, kw_only=True):
+    now_ms: int
+    coordinator: str
+    # None: the Coordinator did not answer.
+    view_trusted: bool | None
+    not_ready_reason: str
+    workers: tuple[WorkerEligibility, ...]
+    # The coordinator's last refused reservations, newest first, each explained.
+    recent_refusals: tuple[RecentRefusal, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+
+class JobRow(msgspec.Struct, frozen=True, kw_only=True):
+    job_id: str
+    kind: str
+    state: str
+    started_ms: int
+    updated_ms: int
+    updated_age_ms: int
+    function: str
+    sink_table: str
+    from_block: int
+    to_block: int | None
+    blocks_total: int | None
+    blocks_done: int
+    # blocks_done / blocks_total when the total is known.
+    fraction_done: float | None
+    rows_done: int
+    tasks_done: int
+    tasks_failed: int
+    retries: int
+    blocks_per_s: float
+    eta_s: float | None
+    head: int | None
+    last_block: int | None
+    # The block database's head minus the highest block written (None: unknown).
+    head_lag_blocks: int | None
+    lag_ms: int | None
+    message: str
+
+
+class JobsPage(msgspec.Struct, frozen=True, kw_only=True):
+    now_ms: int
+    jobs: tuple[JobRow, ...]
+    problems: tuple[Problem, ...] = ()
