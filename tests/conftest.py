@@ -13,6 +13,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Final
 
 import asyncpg
 import pytest
@@ -105,3 +106,25 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 def anvil() -> Iterator[Anvil]:
     with Anvil() as node:
         yield node
+
+
+# Screenshots and other files a test keeps for people to look at (not committed).
+DASHBOARD_ARTIFACTS: Final = Path(__file__).resolve().parents[1] / "test-artifacts" / "dashboard"
+_artifacts_used: list[Path] = []
+
+
+@pytest.fixture(scope="module")
+def artifacts() -> Path:
+    """``test-artifacts/dashboard/`` at the repository root, for the dashboard's
+    screenshots; its path is printed at the end of the run."""
+    DASHBOARD_ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    _artifacts_used.append(DASHBOARD_ARTIFACTS)
+    return DASHBOARD_ARTIFACTS
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if _artifacts_used:
+        shots = sorted(p.name for p in DASHBOARD_ARTIFACTS.glob("*.png"))
+        terminalreporter.write_line(
+            f"dashboard screenshots in {DASHBOARD_ARTIFACTS}: {', '.join(shots)}"
+        )

@@ -3,10 +3,10 @@
 One module-scoped cluster (a real etcd, ``blockx-coordinator`` and ``blockx-worker``
 with a task that succeeded, one that failed and one whose id and failure message
 are HTML), two jobs publishing their progress in that etcd, the dashboard as a real
-``blockx dashboard`` process, and one Debian ``chromium`` started with the issue's
-flags and a fresh profile, driven by Playwright over its debugging pipe. Each page
+``blockx dashboard`` process, and one Debian ``chromium`` started with the flags
+root needs and a fresh profile, driven by Playwright over its debugging pipe. Each page
 is loaded, what it shows is checked, and a screenshot of it is kept in
-``test-artifacts/dashboard/`` (the ``artifacts`` fixture of conftest.py).
+``test-artifacts/dashboard/`` (the ``artifacts`` fixture of tests/conftest.py).
 Plain-HTTP tests check the JSON twins, the 405 for anything but GET and HEAD,
 bounded parameters, loopback Host names, and a registered worker that does not
 answer.
@@ -50,7 +50,8 @@ PREFIX: Final = "/blockx/workers/"
 # The dashboard reads this prefix too; no coordinator places on it.
 DOWN_PREFIX: Final = "/blockx/bundle-workers/"
 CHROMIUM: Final = shutil.which("chromium")
-# The flags, exactly; Playwright adds only the profile and its pipe.
+# Headless, as root, with nothing fetched in the background; Playwright adds only the
+# profile and its pipe.
 CHROMIUM_FLAGS: Final = (
     "--headless",
     "--no-sandbox",
@@ -275,7 +276,7 @@ async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Bro
         pytest.skip("chromium is not on PATH (scripts/setup.sh installs Debian's chromium)")
     profile = tmp_path_factory.mktemp("chromium-profile")
     async with async_playwright() as playwright:
-        # Never `playwright install`: Debian's chromium, with the flags only.
+        # Never `playwright install`: Debian's chromium, with these flags only.
         started = await playwright.chromium.launch(
             executable_path=CHROMIUM,
             ignore_default_args=True,
@@ -352,7 +353,10 @@ async def test_tasks_page_by_state(page: Page, dashboard: Dashboard, artifacts: 
     await page.goto(dashboard.at("/tasks"))
     ok = page.locator(f'#tasks tr[data-task-id="{OK_ID}"]')
     failed = page.locator(f'#tasks tr[data-task-id="{FAIL_ID}"]')
-    assert "SUCCEEDED" in await ok.inner_text()
+    ok_text = await ok.inner_text()
+    assert "SUCCEEDED" in ok_text
+    assert "2/2" in ok_text  # its two calls, as the Worker counted them
+    assert await ok.locator('progress[max="2"][value="2"]').count() == 1
     failed_text = await failed.inner_text()
     assert "FAILED" in failed_text
     assert "CALL_FAILED" in failed_text
@@ -393,6 +397,7 @@ async def test_task_page_shows_the_failure(
     assert "boom" in failure
     assert "USER_ERROR" in failure
     assert f"boom {HOSTILE_MESSAGE}" in failure
+    assert "0/1" in text  # its one call failed
     phases = await holder.locator("ol.phases").inner_text()
     assert "reserved / first seen" in phases
     assert "FAILED" in phases

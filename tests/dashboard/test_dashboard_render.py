@@ -1,5 +1,5 @@
 """The dashboard's values and templates without a cluster: calls progress is shown
-when the Worker's listing carries it, and the numbers read as labelled."""
+once the task has made calls, and the numbers read as labelled."""
 
 from __future__ import annotations
 
@@ -15,22 +15,16 @@ from blockx_client import Client, ListedTask, TaskState
 NOW_MS = 1_764_619_564_120
 
 
-class ListedWithProgress(ListedTask, frozen=True, kw_only=True):
-    """A listing as a Worker that reports calls progress gives it."""
-
-    calls_done: int | None = None
-    calls_total: int | None = None
-    calls_total_known: bool | None = None
-
-
-def _listed(**progress: object) -> ListedTask:
-    return ListedWithProgress(
+def _listed(*, calls_done: int, calls_total: int, calls_total_known: bool) -> ListedTask:
+    return ListedTask(
         task_id="t-1",
         state=TaskState.RUNNING,
         worker_addr="127.0.0.1:1",
         function="echo",
         created_ms=NOW_MS - 1_500,
-        **progress,  # type: ignore[arg-type]
+        calls_done=calls_done,
+        calls_total=calls_total,
+        calls_total_known=calls_total_known,
     )
 
 
@@ -50,7 +44,7 @@ def _render(rows: tuple[TaskRow, ...]) -> str:
     return template.render(refresh_s=5.0, page="tasks", view=page, api="/api/tasks")
 
 
-def test_a_listing_without_progress_shows_none() -> None:
+def test_a_task_without_calls_shows_no_progress() -> None:
     row = task_row(ListedTask(task_id="t-0", state=TaskState.RUNNING, worker_addr="a:1"), NOW_MS)
     assert (row.calls_done, row.calls_total, row.calls_total_known) == (None, None, None)
     assert "<progress" not in _render((row,))

@@ -67,6 +67,7 @@ def _unreachable(workers: Iterable[UnreachableWorker]) -> list[Problem]:
 
 
 def task_row(t: ListedTask, at_ms: int) -> TaskRow:
+    progress = t.progress
     return TaskRow(
         task_id=t.task_id,
         state=t.state.value,
@@ -81,10 +82,10 @@ def task_row(t: ListedTask, at_ms: int) -> TaskRow:
         failure_summary=t.failure_summary,
         tombstone=t.tombstone,
         call_failures=t.call_failures,
-        # Call progress is on ListedTask only where the Worker reports it.
-        calls_done=getattr(t, "calls_done", None),
-        calls_total=getattr(t, "calls_total", None),
-        calls_total_known=getattr(t, "calls_total_known", None),
+        # None for a task that has made no calls (yet).
+        calls_done=None if progress is None else progress.calls_done,
+        calls_total=None if progress is None else progress.calls_total,
+        calls_total_known=None if progress is None else progress.total_known,
     )
 
 
