@@ -439,6 +439,12 @@ async def test_placement_page(
     assert "full 2/2" in text
     assert await page.locator("#injected-refusal").count() == 0
     await snap(page, artifacts, "placement")
+    # The bundle cluster's coordinator: none is configured for this dashboard.
+    await page.click('nav.clusters a[data-cluster="bundle"]')
+    await page.wait_for_url("**cluster=bundle**")
+    problem = await page.locator(".problems").inner_text()
+    assert "bundle coordinator" in problem
+    assert "BLOCKX_BUNDLE_COORDINATOR" in problem
 
 
 async def test_jobs_page(
@@ -515,6 +521,9 @@ async def test_read_only_and_bounded(dashboard: Dashboard) -> None:
     assert status == 400
     status, body, _ = await asyncio.to_thread(get, dashboard.at("/api/task"))
     assert status == 400
+    status, body, _ = await asyncio.to_thread(get, dashboard.at("/placement?cluster=nope"))
+    assert status == 400
+    assert b"cluster must be block or bundle" in body
     status, _, headers = await asyncio.to_thread(get, dashboard.at("/workers"))
     assert "script-src 'self'" in headers["content-security-policy"]
     status, body, _ = await asyncio.to_thread(get, dashboard.at("/api/task?id=nobody-has-it"))

@@ -7,12 +7,14 @@ from typing import Annotated
 
 import typer
 
-from blockx_cli.dashboard import DEFAULT_HOST, DEFAULT_PORT, BindError, DashboardConfig, serve
 from blockx_cli.dashboard.config import (
+    DEFAULT_HOST,
     DEFAULT_JOBS_PREFIX,
+    DEFAULT_PORT,
     DEFAULT_REFRESH_S,
     DEFAULT_TIMEOUT_S,
     LOOPBACK_NAMES,
+    DashboardConfig,
 )
 from blockx_cli.output import EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.settings import settings_of
@@ -101,6 +103,9 @@ def dashboard(
 
     def listening(url: str) -> None:
         console.print(f"BlockX dashboard on {url} (read-only; Ctrl-C to stop)", highlight=False)
+
+    # Here, not at the top: the web stack loads only for this command.
+    from blockx_cli.dashboard.server import BindError, serve
 
     try:
         serve(config, host, port, on_listening=listening)

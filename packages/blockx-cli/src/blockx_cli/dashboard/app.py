@@ -30,7 +30,7 @@ from blockx_cli.dashboard.config import DashboardConfig
 from blockx_cli.dashboard.formatting import FILTERS
 from blockx_cli.dashboard.jobs_source import jobs_page
 from blockx_cli.dashboard.sources import LISTED_STATES, ClusterSource
-from blockx_client import Client
+from blockx_client import Client, Cluster
 
 _HERE: Final = Path(__file__).parent
 MAX_TEXT: Final = 200
@@ -126,6 +126,14 @@ def _limit(request: Request) -> int:
     return int(raw)
 
 
+def _cluster(request: Request) -> Cluster:
+    value = _text(request, "cluster", 8).lower() or Cluster.BLOCK.value
+    try:
+        return Cluster(value)
+    except ValueError:
+        raise BadParameter("cluster must be block or bundle") from None
+
+
 def _task_id(request: Request) -> str:
     value = request.query_params.get("id", "")
     if not value:
@@ -200,8 +208,8 @@ class Dashboard:
     async def _task(self, request: Request) -> msgspec.Struct:
         return await self.source.task(_task_id(request))
 
-    async def _placement(self, _request: Request) -> msgspec.Struct:
-        return await self.source.placement()
+    async def _placement(self, request: Request) -> msgspec.Struct:
+        return await self.source.placement(_cluster(request))
 
     async def _jobs(self, _request: Request) -> msgspec.Struct:
         return await jobs_page(self.config)

@@ -1,7 +1,7 @@
 """Where the dashboard reads from and how it serves: ``DashboardConfig``.
 
 The dashboard only reads: the registry and the jobs' progress from etcd, task
-lists and results from the Workers, placement from the block Coordinator.
+lists and results from the Workers, placement from the Coordinators.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import msgspec
 
 from blockx_client import EtcdAccess
 from blockx_client.cluster_tasks import DEFAULT_PREFIXES
+from blockx_client.jobs import JOBS_PREFIX
 
 # Loopback unless configured: the dashboard shows task ids, failure messages and
 # addresses, and has no login of its own.
@@ -21,8 +22,8 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8941
 DEFAULT_REFRESH_S: Final = 5.0
 DEFAULT_TIMEOUT_S: Final = 3.0
-# Where backfill and follow jobs publish their progress (blockx_client.jobs).
-DEFAULT_JOBS_PREFIX: Final = "/blockx/jobs/"
+# Where backfill and follow jobs publish their progress.
+DEFAULT_JOBS_PREFIX: Final = JOBS_PREFIX
 
 
 class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):

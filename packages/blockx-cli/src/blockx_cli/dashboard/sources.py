@@ -30,6 +30,7 @@ from blockx_cli.dashboard.views import (
 from blockx_client import (
     BlockxError,
     Client,
+    Cluster,
     ListedTask,
     Registry,
     TaskFilter,
@@ -214,21 +215,26 @@ class ClusterSource:
             problems=tuple(problems),
         )
 
-    async def placement(self) -> PlacementPage:
-        coordinator = self.client.coordinator
+    async def placement(self, cluster: Cluster) -> PlacementPage:
+        client = self.client
+        coordinator = (
+            client.coordinator if cluster is Cluster.BLOCK else client.bundle_coordinator or ""
+        )
         try:
-            report = await self.client.explain_placement()
+            report = await client.explain_placement(cluster=cluster)
         except (BlockxError, OSError, TimeoutError) as exc:
             return PlacementPage(
                 now_ms=now_ms(),
+                cluster=cluster.value,
                 coordinator=coordinator,
                 view_trusted=None,
                 not_ready_reason="",
                 workers=(),
-                problems=(_problem(f"coordinator {coordinator}", exc),),
+                problems=(_problem(f"{cluster.value} coordinator {coordinator}", exc),),
             )
         return PlacementPage(
             now_ms=now_ms(),
+            cluster=cluster.value,
             coordinator=report.coordinator,
             view_trusted=report.view_trusted,
             not_ready_reason=report.not_ready_reason,

@@ -129,6 +129,7 @@ class TaskPage(msgspec.Struct, frozen=True, kw_only=True):
 
 class PlacementPage(msgspec.Struct, frozen=True, kw_only=True):
     now_ms: int
+    cluster: str  # block or bundle: whose coordinator answered
     coordinator: str
     # None: the Coordinator did not answer.
     view_trusted: bool | None
