@@ -442,9 +442,9 @@ async def test_placement_page(
     # The bundle cluster's coordinator: none is configured for this dashboard.
     await page.click('nav.clusters a[data-cluster="bundle"]')
     await page.wait_for_url("**cluster=bundle**")
-    problem = await page.locator(".problems").inner_text()
-    assert "bundle coordinator" in problem
-    assert "BLOCKX_BUNDLE_COORDINATOR" in problem
+    missing = await page.locator("#not-configured").inner_text()
+    assert "No bundle coordinator is configured" in missing
+    assert "BLOCKX_BUNDLE_COORDINATOR" in missing
 
 
 async def test_jobs_page(

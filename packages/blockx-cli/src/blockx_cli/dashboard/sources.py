@@ -220,18 +220,21 @@ class ClusterSource:
         coordinator = (
             client.coordinator if cluster is Cluster.BLOCK else client.bundle_coordinator or ""
         )
+        unknown = PlacementPage(
+            now_ms=now_ms(),
+            cluster=cluster.value,
+            coordinator=coordinator,
+            view_trusted=None,
+            not_ready_reason="",
+            workers=(),
+        )
+        if not coordinator and not client.proxied:
+            return msgspec.structs.replace(unknown, not_configured=True)
         try:
             report = await client.explain_placement(cluster=cluster)
         except (BlockxError, OSError, TimeoutError) as exc:
-            return PlacementPage(
-                now_ms=now_ms(),
-                cluster=cluster.value,
-                coordinator=coordinator,
-                view_trusted=None,
-                not_ready_reason="",
-                workers=(),
-                problems=(_problem(f"{cluster.value} coordinator {coordinator}", exc),),
-            )
+            problem = _problem(f"{cluster.value} coordinator {coordinator}", exc)
+            return msgspec.structs.replace(unknown, problems=(problem,))
         return PlacementPage(
             now_ms=now_ms(),
             cluster=cluster.value,

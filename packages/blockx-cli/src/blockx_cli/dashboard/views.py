@@ -137,6 +137,8 @@ class PlacementPage(msgspec.Struct, frozen=True, kw_only=True):
     workers: tuple[WorkerEligibility, ...]
     # The coordinator's last refused reservations, newest first, each explained.
     recent_refusals: tuple[RecentRefusal, ...] = ()
+    # No coordinator of this cluster was given to the dashboard.
+    not_configured: bool = False
     problems: tuple[Problem, ...] = ()
 
 
