@@ -11,7 +11,7 @@ from typing import Any, Final
 
 from blockx_chain.ingest.errors import NodeUnusable
 from blockx_chain.ingest.rows import Inconsistent, block_rows
-from blockx_chain.rpc import EthRpc, RpcError, parse_quantity, quantity
+from blockx_chain.rpc import EthRpc, RpcError, RpcErrorKind, parse_quantity, quantity
 from blockx_chain.schema import BlockRows
 
 RETRY_ATTEMPTS: Final = 6
@@ -63,16 +63,30 @@ class BatchFetcher:
         return rows
 
     async def hashes(self, numbers: Sequence[int]) -> dict[int, str]:
-        """The node's block hashes, for a fork walk (headers only)."""
+        """The node's block hashes, for a fork walk (headers only). A block the node
+        does not have is left out: its chain got shorter since its head was read (a
+        reorg to a shorter branch), so that block is on no branch the node holds."""
         for attempt in range(1, self.attempts + 1):
             try:
-                blocks = await self.eth.get_blocks(list(numbers), full=False)
-                return {parse_quantity(b["number"]): str(b["hash"]).lower() for b in blocks}
+                found = await asyncio.gather(*(self._header(n) for n in numbers))
+                return {
+                    parse_quantity(b["number"]): str(b["hash"]).lower()
+                    for b in found
+                    if b is not None
+                }
             except RpcError as exc:
                 if not exc.retryable or attempt == self.attempts:
                     raise NodeUnusable(f"fork walk: {exc.message}") from None
             await asyncio.sleep(backoff_s(attempt))
         raise AssertionError("unreachable")
+
+    async def _header(self, number: int) -> dict[str, Any] | None:
+        try:
+            return await self.eth.get_block(number, full=False)
+        except RpcError as exc:
+            if exc.kind is RpcErrorKind.NOT_FOUND:
+                return None
+            raise
 
     async def head(self) -> tuple[int, int | None]:
         """The node's head and its finalized block (None when it reports none)."""
