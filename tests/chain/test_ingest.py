@@ -457,12 +457,15 @@ def _blockx() -> str:
 
 
 class Proxy:
-    """A node in front of anvil that lacks eth_getBlockReceipts, and that answers
-    its next ``busy`` requests for blocks in full with HTTP 503 (a node under load)."""
+    """A node in front of anvil that lacks eth_getBlockReceipts, that answers its
+    next ``busy`` requests for blocks in full with HTTP 503 (a node under load), and
+    whose next ``ahead`` eth_blockNumber answers are 3 above anvil's head (blocks it
+    then does not have, as a node shows just before it reorgs to a shorter branch)."""
 
     def __init__(self, upstream: str, busy: int = 0) -> None:
         self.upstream = upstream
         self.busy = busy
+        self.ahead = 0
         self.methods: list[str] = []
         self.http = httpx.AsyncClient()
 
@@ -478,6 +481,10 @@ class Proxy:
         if forwarded:
             upstream = await self.http.post(self.upstream, json=forwarded)
             answers += upstream.json()
+        for r, a in zip(forwarded, answers[len(missing) :], strict=True):
+            if r["method"] == "eth_blockNumber" and self.ahead > 0:
+                self.ahead -= 1
+                a["result"] = quantity(int(a["result"], 16) + 3)
         body = answers if isinstance(request, list) else answers[0]
         return 200, json.dumps(body).encode()
 
@@ -496,6 +503,21 @@ async def test_a_node_without_block_receipts_gets_one_request_per_transaction(
     await proxy.http.aclose()
     assert summary.blocks == 13
     assert "eth_getTransactionReceipt" in proxy.methods
+    await assert_matches_node(store, client)
+
+
+async def test_a_node_without_the_blocks_below_its_head_is_asked_its_head_again(
+    node: Anvil, client: JsonRpcClient, db_url: str, store: BlockStore
+) -> None:
+    await devnet(client, 10)
+    proxy = Proxy(node.url)
+    proxy.ahead = 1  # the first head read is 16; the node has blocks up to 13
+    async with ScriptedRpcServer(proxy) as server:
+        summary = await ingest(server.url, parse_blockdb_url(db_url), IngestOptions())
+    await proxy.http.aclose()
+    assert proxy.ahead == 0
+    assert summary.blocks == 13
+    assert proxy.methods.count("eth_blockNumber") >= 2  # asked again after the miss
     await assert_matches_node(store, client)
 
 

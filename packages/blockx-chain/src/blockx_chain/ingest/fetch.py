@@ -25,6 +25,12 @@ def backoff_s(attempt: int) -> float:
     return random.uniform(ceiling / 2, ceiling)
 
 
+class NodeShortened(Exception):
+    """The node lacks a block at or below the head it reported: its chain got
+    shorter since (a reorg to a shorter branch), or it is catching up. The run reads
+    the head again and goes on from the same block."""
+
+
 class BatchFetcher:
     def __init__(self, eth: EthRpc, attempts: int = RETRY_ATTEMPTS) -> None:
         self.eth = eth
@@ -37,6 +43,8 @@ class BatchFetcher:
             try:
                 return await self._once(numbers)
             except RpcError as exc:
+                if exc.kind is RpcErrorKind.NOT_FOUND:
+                    raise NodeShortened(f"blocks {_span(numbers)}: {exc.message}") from None
                 if not exc.retryable or attempt == self.attempts:
                     raise NodeUnusable(f"blocks {_span(numbers)}: {exc.message}") from None
             except Inconsistent as exc:

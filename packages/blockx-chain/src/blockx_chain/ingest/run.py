@@ -33,8 +33,14 @@ from typing import Any
 import msgspec
 
 from blockx_chain.ingest import plan
-from blockx_chain.ingest.errors import IngestError
-from blockx_chain.ingest.fetch import BatchFetcher, node_identity
+from blockx_chain.ingest.errors import IngestError, NodeUnusable
+from blockx_chain.ingest.fetch import (
+    RETRY_ATTEMPTS,
+    BatchFetcher,
+    NodeShortened,
+    backoff_s,
+    node_identity,
+)
 from blockx_chain.ingest.lock import ingest_lock
 from blockx_chain.rpc import EthRpc, JsonRpcClient
 from blockx_chain.schema import BLOCKS, ERC20_TRANSFERS, LOGS, TRANSACTIONS, BlockRows, RowError
@@ -193,6 +199,7 @@ class _Run:
             next_number = await self._check_tip(next_number)
             self.summary.from_block = min(start, next_number)
         pending: _Pending = deque()
+        shortened = 0  # batches in a row the node lacked a block of
         try:
             while not self.stop.is_set():
                 next_number = self._fill(pending, next_number, target)
@@ -206,8 +213,22 @@ class _Run:
                     self.summary.from_block = min(self.summary.from_block, next_number)
                     self._report(target)
                     continue
-                _, task = pending.popleft()
-                batch = await task
+                numbers, task = pending.popleft()
+                try:
+                    batch = await task
+                except NodeShortened as exc:
+                    await _cancel(pending)
+                    shortened += 1
+                    if shortened > RETRY_ATTEMPTS:
+                        raise NodeUnusable(
+                            f"{exc}, though its head is {self.node_head} (asked {shortened} times)"
+                        ) from None
+                    await self._wait(backoff_s(shortened))
+                    await self._poll_head()
+                    next_number = numbers.start
+                    target = self._target() if opts.follow else min(target, self.node_head)
+                    continue
+                shortened = 0
                 # Keep in_flight batches coming while this one is written.
                 next_number = self._fill(pending, next_number, target)
                 restart = await self._write(batch)
