@@ -11,14 +11,12 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 
 import pytest
+from engines import windowed_engine
 
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot, build_snapshot
-from blockx_core.dispatch import DispatchConfig
 from blockx_core.worker import CallProgress
-from blockx_server.calls.engine import CallEngine, CallEngineConfig
-from blockx_server.calls.executor_pool import ExecutorPoolConfig
-from blockx_server.io.backends.memory import MemoryBackend
+from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.pipeline.builders import feed_calls
@@ -54,16 +52,8 @@ class Chunks:
 
 @pytest.fixture
 async def engine() -> AsyncIterator[tuple[CallEngine, IoRouter]]:
-    config = CallEngineConfig(
-        dispatch=DispatchConfig(initial_window=WINDOW, task_max_inflight_calls=WINDOW),
-        pool=ExecutorPoolConfig(count=2, heartbeat_interval_ms=50),
-    )
-    eng = CallEngine(config)
-    await eng.start()
-    async with asyncio.timeout(20):
-        await eng.wait_ready()
-    yield eng, IoRouter([MemoryBackend({})])
-    await eng.close()
+    async with windowed_engine(WINDOW) as started:
+        yield started
 
 
 @pytest.fixture
