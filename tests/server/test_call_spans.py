@@ -23,7 +23,7 @@ from opentelemetry.trace import StatusCode
 from support import wait_until
 
 from blockx_core.code_view import CodeSnapshot, build_snapshot
-from blockx_core.dispatch import ConvergeTaskCalls
+from blockx_core.dispatch import ConvergeTaskCalls, SendCalls
 from blockx_executor import protocol as wire
 from blockx_server.calls.call_spans import CallSpans
 from blockx_server.calls.config import load_call_settings
@@ -203,6 +203,33 @@ def _attempt(span: ReadableSpan) -> int:
     attempt = (span.attributes or {}).get("blockx.attempt")
     assert isinstance(attempt, int)
     return attempt
+
+
+def test_a_span_an_executor_sends_is_exported_only_for_the_context_it_was_given() -> None:
+    """An executor runs user code, which may write forged span records."""
+    seen = Traced()
+    spans = CallSpans(2, tracer=seen.tracer, export=seen.processor.on_end)
+    with seen.tracer.start_as_current_span("CALLS"):
+        spans.open_run("t")
+    command = SendCalls(
+        executor_id="e1", task_id="t", code="", function="f", budget_ms=1, call_ids=[7], args=[[1]]
+    )
+    [given] = spans.traces(command) or [None]
+    assert given is not None
+    other = f"00-{'1' * 32}-{'2' * 16}-01"
+
+    def record(call_id: int, parent: str, kind: str = "") -> wire.CallTraced:
+        return wire.CallTraced(call_id, parent, 0xABC, 1, 2, kind)
+
+    spans.executor_span("e2", None, record(7, given))  # another executor
+    spans.executor_span("e1", None, record(7, other))  # another trace context
+    spans.executor_span("e1", None, record(8, given))  # a call never traced
+    assert seen.spans("run") == []
+    spans.executor_span("e1", None, record(7, given, "USER_ERROR" + "x" * 1000))
+    spans.executor_span("e1", None, record(7, given))  # sent again
+    [run] = seen.spans("run")
+    assert run.attributes is not None
+    assert len(str(run.attributes["blockx.outcome"])) <= 40
 
 
 def test_the_sampling_setting(tmp_path: Path) -> None:

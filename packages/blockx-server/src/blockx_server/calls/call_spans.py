@@ -38,6 +38,8 @@ OK: Final = "ok"
 CANCELLED: Final = "CANCELLED"
 # The longest status description a failed call's span carries.
 _MAX_DESCRIPTION: Final = 300
+# A failure kind is a FailureKind name; anything longer is not one.
+_MAX_KIND: Final = 40
 
 
 class _RunTrace:
@@ -77,6 +79,10 @@ class CallSpans:
         self._export = export
         self._runs: dict[str, _RunTrace] = {}
         self.live: dict[int, _CallSpan] = {}
+        # Traced calls sent and not yet answered with their run's span: call ->
+        # (executor, traceparent, task). An executor runs user code, so a span it
+        # sends is exported only for the call and the context it was given.
+        self._sent: dict[int, tuple[str, str, str]] = {}
         self._resources: dict[str, Resource] = {}
 
     @property
@@ -97,6 +103,8 @@ class CallSpans:
             return
         for call_id in [c for c, s in self.live.items() if s.task_id == task_id]:
             self._end(call_id, CANCELLED, "the task's Calls phase ended")
+        for call_id in [c for c, sent in self._sent.items() if sent[2] == task_id]:
+            del self._sent[call_id]
 
     def traces(self, command: SendCalls) -> list[str | None] | None:
         """Start the spans of the sampled calls of ``command``: their traceparents,
@@ -131,7 +139,8 @@ class CallSpans:
             self.live[call_id] = _CallSpan(span, command.executor_id, command.task_id)
             if out is None:
                 out = [None] * len(command.call_ids)
-            out[index] = traceparent(span.get_span_context())
+            given = out[index] = traceparent(span.get_span_context())
+            self._sent[call_id] = (command.executor_id, given, command.task_id)
         return out
 
     # ---- answers -----------------------------------------------------------------------
@@ -173,7 +182,12 @@ class CallSpans:
     # ---- the executors' spans ----------------------------------------------------------
 
     def executor_span(self, executor_id: str, pid: int | None, record: CallTraced) -> None:
-        """Export the span an executor sent for a traced call's run."""
+        """Export the span an executor sent for a traced call's run: only one for a
+        call that executor was sent with exactly that trace context, once."""
+        sent = self._sent.get(record.call_id)
+        if sent is None or sent[:2] != (executor_id, record.parent):
+            return
+        del self._sent[record.call_id]
         parent = parse_traceparent(record.parent)
         if parent is None:
             return
@@ -184,11 +198,12 @@ class CallSpans:
         context = SpanContext(
             parent.trace_id, record.span_id, is_remote=False, trace_flags=parent.trace_flags
         )
-        failed = bool(record.failure_kind)
+        failure_kind = record.failure_kind[:_MAX_KIND]
+        failed = bool(failure_kind)
         attributes: dict[str, str | int] = {
             "blockx.call_id": record.call_id,
             "blockx.executor_id": executor_id,
-            "blockx.outcome": record.failure_kind or OK,
+            "blockx.outcome": failure_kind or OK,
         }
         self._export(
             ReadableSpan(
@@ -198,7 +213,7 @@ class CallSpans:
                 resource=self._resource(executor_id, pid),
                 attributes=attributes,
                 kind=SpanKind.INTERNAL,
-                status=Status(StatusCode.ERROR, record.failure_kind) if failed else Status(),
+                status=Status(StatusCode.ERROR, failure_kind) if failed else Status(),
                 start_time=record.start_ns,
                 end_time=max(record.end_ns, record.start_ns),
                 instrumentation_scope=InstrumentationScope("blockx_executor"),
