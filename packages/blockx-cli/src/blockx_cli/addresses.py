@@ -13,12 +13,9 @@ from typing import Final
 import typer
 
 from blockx_cli.output import EXIT_USAGE, fail
-from blockx_core.addr import InvalidAddress, split_host_port
+from blockx_core.addr import InvalidAddress, etcd_host_port, split_host_port
 
-# The port a bare etcd host gets, as the servers parse ETCD_ENDPOINTS.
-DEFAULT_ETCD_PORT: Final = 2379
 _UNIX_PREFIXES: Final = ("unix://", "unix:")
-_HTTP_SCHEMES: Final = ("http://", "https://")
 
 
 def _where(ctx: typer.Context, param: typer.CallbackParam) -> str:
@@ -42,15 +39,7 @@ def etcd_endpoint(text: str) -> str:
     """An etcd endpoint as the servers accept it: ``host:port``, ``[v6]:port`` or a
     bare host (port 2379), an ``http://`` or ``https://`` scheme allowed (TLS comes
     from ``--etcd-ca-file``). Returned as ``host:port``."""
-    endpoint = text.strip()
-    for scheme in _HTTP_SCHEMES:
-        if endpoint.lower().startswith(scheme):
-            endpoint = endpoint[len(scheme) :]
-            break
-    endpoint = endpoint.rstrip("/")
-    if ":" not in endpoint.rpartition("]")[2]:
-        endpoint += f":{DEFAULT_ETCD_PORT}"
-    return dial_address(endpoint)
+    return dial_address(etcd_host_port(text))
 
 
 def unix_socket_path(text: str) -> str:

@@ -22,10 +22,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from blockx_client.errors import ConnectError, InvalidRequestError
+from blockx_core.addr import etcd_host_port
 
 T = TypeVar("T")
-
-DEFAULT_ETCD_PORT = 2379
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,12 +90,7 @@ class Gateway:
 
     def __init__(self, endpoint: str, access: EtcdAccess, *, timeout_s: float = 5.0) -> None:
         scheme = "http" if access.ca_file is None else "https"
-        if "://" in endpoint:
-            endpoint = endpoint.split("://", 1)[1]
-        endpoint = endpoint.rstrip("/")
-        if ":" not in endpoint.rpartition("]")[2]:
-            endpoint += f":{DEFAULT_ETCD_PORT}"  # etcd's port, as the servers assume
-        self.base_url = f"{scheme}://{endpoint}"
+        self.base_url = f"{scheme}://{etcd_host_port(endpoint)}"
         self._access = access
         self._context = access.ssl_context()
         self._timeout_s = timeout_s

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Final
+
+# etcd's client port, for an endpoint that names none.
+DEFAULT_ETCD_PORT: Final = 2379
+_HTTP_SCHEMES: Final = ("http://", "https://")
+
 
 class InvalidAddress(ValueError):
     """Not a ``host:port`` (or ``[v6]:port``, or ``:port``) address."""
@@ -28,3 +34,19 @@ def split_host_port(addr: str, *, allow_empty_host: bool = False) -> tuple[str, 
 
 def join_host_port(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def etcd_host_port(endpoint: str) -> str:
+    """An etcd endpoint as ``ETCD_ENDPOINTS`` may spell it (``host:port``,
+    ``[v6]:port`` or a bare host, meaning port 2379; an ``http://`` or ``https://``
+    scheme is ignored, TLS is configured apart) as ``host:port``. Not validated:
+    ``split_host_port`` does that."""
+    endpoint = endpoint.strip()
+    for scheme in _HTTP_SCHEMES:
+        if endpoint.lower().startswith(scheme):
+            endpoint = endpoint[len(scheme) :]
+            break
+    endpoint = endpoint.rstrip("/")
+    if ":" not in endpoint.rpartition("]")[2]:
+        endpoint += f":{DEFAULT_ETCD_PORT}"
+    return endpoint

@@ -12,12 +12,11 @@ from typing import Final
 
 import aetcd
 
-from blockx_core.addr import InvalidAddress, split_host_port
+from blockx_core.addr import InvalidAddress, etcd_host_port, split_host_port
 from blockx_core.errors import InvalidConfig
 
 log = logging.getLogger(__name__)
 
-DEFAULT_ETCD_PORT: Final = 2379
 
 _GRPC_OPTIONS: Final[Mapping[str, int]] = {
     "grpc.keepalive_permit_without_calls": 1,
@@ -44,26 +43,14 @@ def grpc_options(keepalive_time_ms: int, keepalive_timeout_ms: int) -> dict[str,
     }
 
 
-def _strip_scheme(endpoint: str) -> str:
-    endpoint = endpoint.strip()
-    for scheme in ("http://", "https://"):
-        if endpoint.lower().startswith(scheme):
-            endpoint = endpoint[len(scheme) :]
-            break
-    return endpoint.rstrip("/")
-
-
 def parse_endpoint(given: str) -> tuple[str, int]:
     """``(host, port)`` of an etcd endpoint: ``host:port``, ``[v6]:port`` or a bare
     host (port 2379); an ``http://`` or ``https://`` scheme is stripped (TLS is
     set by ``EtcdSecurity``, not by the scheme). Raises
     ``InvalidConfig("endpoints", ...)``. IPv6 hosts keep their brackets, as grpc
     wants them."""
-    endpoint = _strip_scheme(given)
-    if ":" not in endpoint.rpartition("]")[2]:
-        endpoint += f":{DEFAULT_ETCD_PORT}"
     try:
-        host, port = split_host_port(endpoint)
+        host, port = split_host_port(etcd_host_port(given))
     except InvalidAddress as exc:
         raise InvalidConfig("endpoints", f"{given!r} is not host:port ({exc})") from None
     if port == 0:

@@ -33,12 +33,12 @@ import aetcd
 import aetcd.exceptions
 import msgspec
 
+from blockx_core.addr import DEFAULT_ETCD_PORT
 from blockx_core.errors import InvalidConfig
 from blockx_core.heartbeat import InvalidHeartbeat, WorkerHeartbeat, decode_heartbeat
 from blockx_core.registry import InvalidRegistryPrefix, RegistryFormat, parse_registry_prefix
 from blockx_core.registry_merge import MergeChange, RegistryMerge, WorkerRemoved, WorkerUpserted
 from blockx_server.etcd.client import (
-    DEFAULT_ETCD_PORT,
     close_quietly,
     grpc_options,
     parse_endpoint,
