@@ -67,9 +67,11 @@ class Settings:
         """The flag or ETCD_ENDPOINTS, else the running ``dev up``'s etcd, else the default.
 
         Read when a command needs it, so a bad dev.toml fails that command alone."""
-        if self._etcd:
-            return self._etcd
-        return read_dev_config().get("ETCD_ENDPOINTS") or DEFAULT_ETCD
+        return self._named_etcd() or DEFAULT_ETCD
+
+    def _named_etcd(self) -> str | None:
+        """The flag or ETCD_ENDPOINTS, else the running ``dev up``'s etcd."""
+        return self._etcd or read_dev_config().get("ETCD_ENDPOINTS") or None
 
     def etcd_endpoints(self) -> list[str]:
         return [e.strip() for e in self.etcd.split(",") if e.strip()]
@@ -79,7 +81,7 @@ class Settings:
         """Publishes a backfill's or a follow's progress for ``blockx dashboard`` when
         an etcd is named (flag, ETCD_ENDPOINTS or ``dev up``); None otherwise, so a
         job without a cluster registry does not wait on the default address."""
-        if not (self._etcd or read_dev_config().get("ETCD_ENDPOINTS")):
+        if self._named_etcd() is None:
             yield None
             return
         async with JobPublisher(self.etcd_endpoints(), kind, access=self.etcd_access()) as pub:

@@ -185,8 +185,7 @@ class JobPublisher:
     async def _run(self) -> None:
         while not self._closing.is_set():
             latest = self._latest
-            due = self._lease and time.monotonic() - self._renewed > RUNNING_TTL_S / 3
-            if latest is not None and (latest is not self._written or due):
+            if latest is not None and (latest is not self._written or self._renewal_due()):
                 try:
                     await first_answer(
                         self._endpoints, self._access, self._timeout_s, self._write(latest)
@@ -199,19 +198,22 @@ class JobPublisher:
 
     def _write(self, progress: JobProgress) -> Callable[[Gateway], None]:
         def write(gateway: Gateway) -> None:
-            now = time.monotonic()
-            if self._lease and now - self._renewed > RUNNING_TTL_S / 3:
+            if self._renewal_due():
                 try:
                     gateway.keep_alive(self._lease)
-                    self._renewed = now
+                    self._renewed = time.monotonic()
                 except Refused:
                     self._lease = 0  # it expired while etcd was out of reach
             if not self._lease:
                 self._lease = gateway.grant(RUNNING_TTL_S)
-                self._renewed = now
+                self._renewed = time.monotonic()
             gateway.put(self.key, msgspec.json.encode(progress), lease=self._lease)
 
         return write
+
+    def _renewal_due(self) -> bool:
+        """A third of the lease has passed since it was granted or renewed."""
+        return bool(self._lease) and time.monotonic() - self._renewed > RUNNING_TTL_S / 3
 
     def _finish(self, progress: JobProgress) -> Callable[[Gateway], None]:
         def finish(gateway: Gateway) -> None:
