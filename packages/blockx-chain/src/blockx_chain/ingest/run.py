@@ -224,9 +224,8 @@ class _Run:
                             f"{exc}, though its head is {self.node_head} (asked {shortened} times)"
                         ) from None
                     await self._wait(backoff_s(shortened))
-                    await self._poll_head()
                     next_number = numbers.start
-                    target = self._target() if opts.follow else min(target, self.node_head)
+                    target = await self._head_again(target)
                     continue
                 shortened = 0
                 # Keep in_flight batches coming while this one is written.
@@ -236,9 +235,7 @@ class _Run:
                     await _cancel(pending)
                     next_number = restart
                     self.summary.from_block = min(self.summary.from_block, restart)
-                    # The new branch may be shorter than the old head was.
-                    await self._poll_head()
-                    target = self._target() if opts.follow else min(target, self.node_head)
+                    target = await self._head_again(target)
                 self._report(target)
         finally:
             await _cancel(pending)
@@ -269,6 +266,12 @@ class _Run:
 
     async def _poll_head(self) -> None:
         self.node_head, self.node_finalized = await self.fetcher.head()
+
+    async def _head_again(self, target: int) -> int:
+        """After a reorg or a miss, the node's head may be lower than it was: read it
+        and return the block to aim for (never above ``target`` unless following)."""
+        await self._poll_head()
+        return self._target() if self.options.follow else min(target, self.node_head)
 
     def _report(self, target: int) -> None:
         self.summary.to_block = max(self.summary.to_block, target)
