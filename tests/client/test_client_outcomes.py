@@ -18,6 +18,7 @@ from support import free_port
 
 from blockx_client import (
     CLIENT_RETRYABLE,
+    Backoff,
     BlockxError,
     Client,
     ClientFailureCode,
@@ -216,6 +217,40 @@ async def test_an_unreachable_coordinator_says_where_and_for_how_long() -> None:
     message = caught.value.message
     assert message.startswith(f"block coordinator unreachable at {addr} for ")
     assert "attempts; last: cannot reach" in message
+
+
+class RefusesThenHangs(coordinator_v1.CoordinatorServiceBase):
+    """A block coordinator that answers "no slot" once, then never answers again."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+
+    async def reserve_worker_slot(
+        self, message: coordinator_v1.ReserveWorkerSlotRequest
+    ) -> coordinator_v1.ReserveWorkerSlotResponse:
+        self.seen += 1
+        if self.seen == 1:
+            raise GRPCError(Status.RESOURCE_EXHAUSTED, "no worker has a free slot")
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+
+async def test_an_attempt_cut_by_the_deadline_reports_the_last_refusal() -> None:
+    """The deadline ending an attempt in flight is not a coordinator that stopped
+    answering: the caller hears the "no slot" it was last told."""
+    fake = RefusesThenHangs()
+    server, addr = await serve(fake)
+    try:
+        policy = RetryPolicy(no_slot=Backoff(initial_s=0.01, max_s=0.01))
+        async with Client(coordinator=addr, retry=policy) as client:
+            with pytest.raises(NoSlotError) as caught:
+                await client.reserve_worker_slot("t-cut", deadline_s=0.5)
+    finally:
+        server.close()
+    assert fake.seen == 2
+    message = caught.value.message
+    assert message.startswith("timed out waiting for a slot for task t-cut")
+    assert "(2 attempts; last: RESOURCE_EXHAUSTED: no worker has a free slot)" in message
 
 
 def _task(builder: str, handler: str | None, task_id: str) -> Task:

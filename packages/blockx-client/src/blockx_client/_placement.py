@@ -147,6 +147,7 @@ class Placement:
         started = time.monotonic()
         deadline = None if deadline_s is None else started + deadline_s
         no_slot = unavailable = unreachable = 0
+        last_no_slot: NoSlotError | None = None
         unreachable_since = 0.0
         listener = _listener.get()
         waited = False
@@ -156,6 +157,7 @@ class Placement:
                     return await self._reserve_once(task_id, cluster, deadline)
                 except NoSlotError as exc:
                     met: BlockxError = exc
+                    last_no_slot = exc
                     no_slot += 1
                     unavailable = unreachable = 0
                     attempts = no_slot
@@ -164,6 +166,7 @@ class Placement:
                         raise _gave_up(exc, task_id, deadline_s, no_slot) from None
                 except UnavailableError as exc:
                     met = exc
+                    refused, last_no_slot = last_no_slot, None
                     unavailable += 1
                     unreachable = 0
                     attempts = unavailable
@@ -171,6 +174,10 @@ class Placement:
                         raise
                     delay = retry.unavailable_delay(unavailable, self._rng)
                     if deadline is not None and time.monotonic() + delay > deadline:
+                        if refused is not None and _cut_by(exc, deadline):
+                            # The coordinator's last answer was "no slot"; this attempt
+                            # only ran out of the caller's time.
+                            raise _gave_up(refused, task_id, deadline_s, no_slot + 1) from None
                         raise UnavailableError(
                             f"{exc.message} (still so at the deadline of {deadline_s} s)",
                             exc.status,
@@ -178,6 +185,7 @@ class Placement:
                         ) from None
                 except ConnectError as exc:
                     met = exc
+                    last_no_slot = None
                     now = time.monotonic()
                     if unreachable == 0:
                         unreachable_since = now
@@ -196,6 +204,7 @@ class Placement:
                         ) from None
                 except SlotUncertainError as exc:
                     met = exc
+                    last_no_slot = None
                     no_slot = unavailable = unreachable = 0
                     attempts = 1
                     delay = retry.slot_ttl_s
@@ -308,6 +317,12 @@ class Placement:
         if deadline is None:
             return rpc_timeout_s
         return max(0.001, min(rpc_timeout_s, deadline - time.monotonic()))
+
+
+def _cut_by(exc: UnavailableError, deadline: float) -> bool:
+    """Whether ``exc`` is an attempt that got no answer because the caller's deadline
+    came, rather than a coordinator that stopped answering."""
+    return exc.status is Status.DEADLINE_EXCEEDED and time.monotonic() >= deadline - 0.001
 
 
 def _may_have_been_accepted(exc: BlockxError) -> bool:
