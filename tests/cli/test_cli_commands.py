@@ -199,3 +199,30 @@ def test_an_unreachable_coordinator_is_one_line_and_exit_3() -> None:
     assert "cannot reach 127.0.0.1:1" in result.output
     assert "blockx dev up" in result.output
     assert "Traceback" not in result.output
+
+
+HOSTILE = "[/][bold]x[/bold]"  # rich markup, which would fail or restyle the output
+
+
+def test_markup_in_ids_and_messages_is_printed_as_text(cluster: dict[str, str]) -> None:
+    task_id, function = f"cli-{HOSTILE}", f"no_such_{HOSTILE}"
+    failed = blockx(
+        cluster, "submit", "--function", function, "--call", "[1]", "--task-id", task_id, "--wait"
+    )
+    assert failed.exit_code == 1, failed.output
+    assert task_id in failed.output
+    worker = cluster["worker"]
+    for args in (
+        ("watch", task_id, "--worker", worker),
+        ("get-result", task_id, "--worker", worker),
+        ("tasks", "--function", function),
+    ):
+        shown = blockx(cluster, *args)
+        assert shown.exit_code in (0, 1), shown.output
+        assert task_id in shown.output, (args, shown.output)
+    missing = blockx(cluster, "invoke", function)
+    assert missing.exit_code == 1
+    assert function in missing.output
+    unknown = blockx(cluster, "get-result", HOSTILE, "--worker", worker)
+    assert unknown.exit_code == 1
+    assert HOSTILE in unknown.output

@@ -237,9 +237,19 @@ async def test_a_refusal_explains_every_worker(
     assert "1 of 4 worker(s) eligible" in shown.stdout
     for words in ("full 50/50", "cpu 0.97 > red line 0.90", "stale heartbeat", "eligible 0/5"):
         assert words in shown.stdout, shown.stdout
+    # Below it, the refusals just met, newest first: the SDK's wait, then the raw one.
+    assert "the coordinator's last 5 refusal(s)" in shown.stdout, shown.stdout
+    assert "t-sdk" in shown.stdout
     as_json = await asyncio.to_thread(blockx, coordinator, "why", "--json")
     document = json.loads(as_json.stdout)
     assert document["view_trusted"] is True
+    refused = document["recent_refusals"]
+    assert len(refused) == 5
+    assert refused[0]["task_id"] == "t-sdk"
+    assert refused[0]["code"] == "NoExecutableSlot"
+    assert any(w["kind"] == "full" for w in refused[0]["workers"])
+    none = await asyncio.to_thread(blockx, coordinator, "why", "--refusals", "0", "--json")
+    assert json.loads(none.stdout)["recent_refusals"] == []
     assert [w["kind"] for w in document["workers"]] == [
         "eligible",
         "full",

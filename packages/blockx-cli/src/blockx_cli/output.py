@@ -8,6 +8,7 @@ from typing import Any, Final, NoReturn
 import msgspec
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from blockx_client import Invocation, TaskResult, TaskUpdate
 
@@ -23,9 +24,9 @@ _errors = Console(stderr=True)
 
 def fail(message: str, code: int, hint: str | None = None) -> NoReturn:
     """One clear line (and a hint) on stderr, then exit; never a traceback."""
-    _errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    _errors.print(f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True)
     if hint:
-        _errors.print(f"[dim]hint: {hint}[/]", highlight=False, soft_wrap=True)
+        _errors.print(f"[dim]hint: {escape(hint)}[/]", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

@@ -11,7 +11,9 @@ from typing import Any, Final
 
 import msgspec
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from blockx_cli.output import Output, result_dict, update_dict
 from blockx_client import CallProgress, ProgressCallback, TaskResult, TaskState, TaskUpdate
@@ -80,11 +82,11 @@ def watch_table(
             detail = f"{update.result.failure_code}: {update.result.failure_message[:60]}"
         shown = calls.get(update.task_id)
         table.add_row(
-            update.task_id,
+            Text(update.task_id),
             f"[{style}]{update.state.value}[/]",
-            update.worker_addr,
+            Text(update.worker_addr),
             "" if shown is None else f"calls {shown.shown()}",
-            detail,
+            Text(detail),
         )
     table.caption = "  ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
     return table
@@ -96,7 +98,8 @@ def print_result(out: Output, result: TaskResult) -> None:
         return
     style = STATE_STYLE[result.state]
     out.console.print(
-        f"task [bold]{result.task_id}[/] on {result.worker_addr}: [{style}]{result.state.value}[/]"
+        f"task [bold]{escape(result.task_id)}[/] on {escape(result.worker_addr)}: "
+        f"[{style}]{result.state.value}[/]"
     )
     if result.failure_code:
         out.console.print(
@@ -108,7 +111,7 @@ def print_result(out: Output, result: TaskResult) -> None:
             out.console.print(result.failure_message, highlight=False, markup=False)
         _print_call_failures(out, result)
     if result.error:
-        out.console.print(f"  {result.error}")
+        out.console.print(f"  {result.error}", highlight=False, markup=False)
     for plugin in result.plugin_results:
         value = plugin.value()
         shown = json.dumps(value) if value is not None else ""

@@ -26,6 +26,7 @@ from typing import Annotated, Any, TypeVar, assert_never
 import msgspec
 import typer
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from blockx_chain.sink import SinkError, SinkUnavailable
@@ -242,7 +243,7 @@ async def _backfill(
                             live.console.print(
                                 f"[yellow]retrying[/] blocks {event.from_block}.."
                                 f"{event.to_block} ({event.failure_code}: "
-                                f"{event.failure_message})",
+                                f"{escape(event.failure_message)})",
                                 highlight=False,
                             )
                     case BackfillDone():
@@ -355,12 +356,12 @@ def _describe(event: FollowEvent) -> str:
         case BlockRetrying():
             return (
                 f"[yellow]block {event.number} retrying[/] after attempt {event.attempt}: "
-                f"{event.failure_code}: {event.failure_message}"
+                f"{event.failure_code}: {escape(event.failure_message)}"
             )
         case BlockFailed():
             return (
                 f"[red]block {event.number} failed[/] after {event.attempt} attempts: "
-                f"{event.failure_code}: {event.failure_message}"
+                f"{event.failure_code}: {escape(event.failure_message)}"
             )
         case ReorgReconciled():
             return (

@@ -7,7 +7,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import (
@@ -110,11 +112,12 @@ def _print_invocation(out: Output, function: str, args: list[Any], result: Invoc
         out.console.print(f"{call} = {json.dumps(result.value)}", highlight=False, markup=False)
     else:
         out.console.print(
-            f"{call} failed: [red]{result.failure_code}[/] (retryable={result.retryable})"
+            f"{escape(call)} failed: [red]{result.failure_code}[/] (retryable={result.retryable})"
         )
         out.console.print(result.failure_message, highlight=False, markup=False)
     out.console.print(
-        f"[dim]call {result.call_id}: queue {d.queue_us} µs, cpu {d.cpu_us} µs, io {d.io_us} µs[/]"
+        f"[dim]call {escape(result.call_id)}: queue {d.queue_us} µs, cpu {d.cpu_us} µs, "
+        f"io {d.io_us} µs[/]"
     )
     if result.output:
         out.console.print("[bold]output[/]")
@@ -125,7 +128,11 @@ def _print_invocation(out: Output, function: str, args: list[Any], result: Invoc
             table.add_column(column)
         for t in result.io_trace:
             table.add_row(
-                t.backend, t.op, t.request, str(t.duration_us), "yes" if t.success else t.error
+                t.backend,
+                t.op,
+                Text(t.request),
+                str(t.duration_us),
+                "yes" if t.success else Text(t.error),
             )
         out.console.print(table)
 
@@ -147,12 +154,16 @@ async def _precheck(
         )
     elif result.ok:
         kind = "async def" if result.is_async else "def"
-        out.console.print(f"[green]ok[/]: {kind} {function}{result.signature}", highlight=False)
+        out.console.print(
+            f"[green]ok[/]: {kind} {escape(function + result.signature)}", highlight=False
+        )
         out.console.print(
             "[dim]its module's top level was not run; --functions DIR loads it as a call would[/]"
         )
     else:
-        out.console.print(f"[red]{result.failure_code}[/]: {result.message}", highlight=False)
+        out.console.print(
+            f"[red]{result.failure_code}[/]: {escape(result.message)}", highlight=False
+        )
     return EXIT_OK if result.ok else EXIT_FAILED
 
 
@@ -186,11 +197,11 @@ async def _precheck_directory(
     elif result.ok:
         kind = "async def" if result.is_async else "def"
         out.console.print(
-            f"[green]ok[/]: {kind} {function}{result.signature} (its module loads)",
+            f"[green]ok[/]: {kind} {escape(function + result.signature)} (its module loads)",
             highlight=False,
         )
         if result.message:
-            out.console.print(f"[dim]{result.message}[/]", highlight=False)
+            out.console.print(f"[dim]{escape(result.message)}[/]", highlight=False)
     else:
         out.console.print(f"[red]{result.failure_code}[/]: ", end="", highlight=False)
         out.console.print(result.message, highlight=False, markup=False, soft_wrap=True)

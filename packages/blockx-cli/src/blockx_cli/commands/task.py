@@ -15,6 +15,7 @@ from typing import Annotated
 import typer
 from rich.console import Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from blockx_cli.addresses import host_port_option
@@ -197,8 +198,8 @@ async def _reserve(
         )
     else:
         out.console.print(
-            f"reserved slot [bold]{slot.slot_id}[/] on worker [bold]{slot.worker_addr}[/] "
-            f"for task {slot.task_id}"
+            f"reserved slot [bold]{escape(slot.slot_id)}[/] on worker "
+            f"[bold]{escape(slot.worker_addr)}[/] for task {escape(slot.task_id)}"
         )
 
 
@@ -244,9 +245,10 @@ async def _submit(
         )
     else:
         out.console.print(
-            f"submitted task [bold]{answer.task_id}[/] to worker [bold]{answer.worker_addr}[/]: "
-            f"{answer.state.value}\n"
-            f"[dim]watch it: blockx watch {answer.task_id} --worker {answer.worker_addr}[/]"
+            f"submitted task [bold]{escape(answer.task_id)}[/] to worker "
+            f"[bold]{escape(answer.worker_addr)}[/]: {answer.state.value}\n"
+            f"[dim]watch it: blockx watch {escape(answer.task_id)} "
+            f"--worker {escape(answer.worker_addr)}[/]"
         )
     return EXIT_OK
 
@@ -276,7 +278,8 @@ async def _get_result(settings: Settings, out: Output, task_id: str, worker: str
                 )
             else:
                 out.console.print(
-                    f"task {task_id} on {worker}: [magenta]{TaskState.NOT_FOUND.value}[/] "
+                    f"task {escape(task_id)} on {escape(worker)}: "
+                    f"[magenta]{TaskState.NOT_FOUND.value}[/] "
                     f"({NOT_KNOWN})"
                 )
             return EXIT_FAILED

@@ -7,7 +7,9 @@ import time
 from typing import Annotated, Any, Final
 
 import typer
+from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
@@ -147,8 +149,8 @@ async def _tasks(
         warn_unreachable(found.unreachable)
         for addr in found.truncated:
             out.console.print(
-                f"[yellow]{addr} holds more than {limit} matching tasks; its oldest are shown "
-                "(narrow the filters or raise --limit)[/]"
+                f"[yellow]{escape(addr)} holds more than {limit} matching tasks; its oldest "
+                "are shown (narrow the filters or raise --limit)[/]"
             )
     if found.workers and len(found.unreachable) == len(found.workers):
         return EXIT_SERVICE  # nobody answered: the listing says nothing
@@ -166,16 +168,16 @@ def _table(found: ClusterTasks, now_ms: int) -> Table:
         state = f"[{_STATE_STYLE[t.state]}]{t.state.value}[/]"
         if t.tombstone:
             state += " [dim](outputs dropped)[/]"
-        failure = t.failure_code
+        failure = escape(t.failure_code)
         if t.failure_summary:
-            failure += f": {t.failure_summary[:80]}"
+            failure += f": {escape(t.failure_summary[:80])}"
         if t.call_failures > 1:
             failure += f" [dim]({t.call_failures} failed calls)[/]"
         table.add_row(
-            t.task_id,
+            Text(t.task_id),
             state,
-            t.worker_addr,
-            t.function or t.call_builder,
+            Text(t.worker_addr),
+            Text(t.function or t.call_builder),
             "" if t.progress is None else t.progress.shown(),
             _age(now_ms - t.created_ms),
             _age(now_ms - t.converged_ms) + " ago" if t.converged_ms else "",
@@ -222,7 +224,8 @@ def unreachable_dict(u: UnreachableWorker) -> dict[str, str]:
 def warn_unreachable(unreachable: tuple[UnreachableWorker, ...]) -> None:
     for u in unreachable:
         console.print(
-            f"[yellow]worker {u.worker_addr} did not answer: {u.error}[/]", highlight=False
+            f"[yellow]worker {escape(u.worker_addr)} did not answer: {escape(u.error)}[/]",
+            highlight=False,
         )
 
 

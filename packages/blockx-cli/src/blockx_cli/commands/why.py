@@ -7,6 +7,7 @@ from typing import Annotated
 import msgspec
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from blockx_cli.addresses import host_port_option
 from blockx_cli.options import JsonOpt
@@ -18,6 +19,7 @@ from blockx_client import Cluster, PlacementReport
 app = typer.Typer()
 
 _COLUMNS = ("worker", "eligible", "reason", "slots used", "cpu", "mem", "errors", "heartbeat")
+_REFUSAL_COLUMNS = ("when", "task", "code", "explanation")
 
 
 @app.command()
@@ -36,16 +38,26 @@ def why(
         Cluster,
         typer.Option(case_sensitive=False, help="Whose coordinator to ask."),
     ] = Cluster.BLOCK,
+    refusals: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            max=20,
+            help="Also list the coordinator's last refusals, newest first (0: none).",
+        ),
+    ] = 5,
     json_: JsonOpt = False,
 ) -> None:
     """Why a task is (or is not) placed: each worker's eligibility, as the block
     (or, with --cluster bundle, the bundle) coordinator judges it now (stale
     heartbeat, red lines, breaker, full)."""
     out = Output(console, json_)
-    raise typer.Exit(run(_why(settings_of(ctx), out, worker, cluster)))
+    raise typer.Exit(run(_why(settings_of(ctx), out, worker, cluster, refusals)))
 
 
-async def _why(settings: Settings, out: Output, worker: str | None, cluster: Cluster) -> int:
+async def _why(
+    settings: Settings, out: Output, worker: str | None, cluster: Cluster, refusals: int
+) -> int:
     async with settings.client() as client:
         report = await client.explain_placement(worker, cluster=cluster)
     if out.json_mode:
@@ -57,6 +69,9 @@ async def _why(settings: Settings, out: Output, worker: str | None, cluster: Clu
                 "not_ready_reason": report.not_ready_reason,
                 "now_ms": report.now_ms,
                 "workers": [msgspec.to_builtins(w) for w in report.workers],
+                "recent_refusals": [
+                    msgspec.to_builtins(r) for r in report.recent_refusals[:refusals]
+                ],
             }
         )
         return EXIT_OK
@@ -66,6 +81,8 @@ async def _why(settings: Settings, out: Output, worker: str | None, cluster: Clu
             f"[bold red]the coordinator does not place now:[/] {report.not_ready_reason}",
             highlight=False,
         )
+    if refusals and report.recent_refusals:
+        out.console.print(_refusals(report, refusals))
     return EXIT_OK
 
 
@@ -75,26 +92,36 @@ def _table(report: PlacementReport) -> Table:
         f"at {report.coordinator}",
         caption="eligible workers first, in the order the coordinator picks them",
     )
-    for column in (
-        "worker",
-        "eligible",
-        "reason",
-        "slots used",
-        "cpu",
-        "mem",
-        "errors",
-        "heartbeat",
-    ):
+    for column in _COLUMNS:
         table.add_column(column, no_wrap=column != "reason")
     for w in report.workers:
         table.add_row(
-            w.worker_addr,
+            Text(w.worker_addr),
             "[green]yes[/]" if w.eligible else "[red]no[/]",
-            w.reason,
+            Text(w.reason),
             f"{w.used_slots}/{w.task_slots}",
             f"{w.cpu_fraction:.2f}",
             f"{w.memory_fraction:.2f}",
             f"{w.error_rate:.2f}",
             f"{w.heartbeat_age_ms / 1000:.1f} s ago",
+        )
+    return table
+
+
+def _refusals(report: PlacementReport, limit: int) -> Table:
+    shown = report.recent_refusals[:limit]
+    more = len(report.recent_refusals) - len(shown)
+    table = Table(
+        title=f"the coordinator's last {len(shown)} refusal(s)",
+        caption=f"+{more} older: --refusals 20 or --json" if more else None,
+    )
+    for column in _REFUSAL_COLUMNS:
+        table.add_column(column, no_wrap=column != "explanation")
+    for r in shown:
+        table.add_row(
+            f"{max(0, report.now_ms - r.at_ms) / 1000:.1f} s ago",
+            Text(r.task_id),
+            r.code,
+            Text(r.message),
         )
     return table

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_OK, Output, console
@@ -68,8 +69,8 @@ async def _workers(settings: Settings, out: Output, prefixes: list[str]) -> int:
         table.add_column(column, no_wrap=column in ("worker", "slots used"))
     for w in found:
         table.add_row(
-            w.worker_addr,
-            w.prefix,
+            Text(w.worker_addr),
+            Text(w.prefix),
             f"{_bar(w.used_slots, w.task_slots)} {w.used_slots}/{w.task_slots}",
             f"{w.cpu_percent:.0%}",
             f"{w.memory_percent:.0%}",
