@@ -261,3 +261,48 @@ def test_one_port_for_two_processes_is_one_line(
         result.stderr.strip()
         == f"blockx-dev: port {port} (--worker-port) is given to two processes"
     )
+
+
+def _children(pid: int) -> set[int]:
+    """The live processes whose parent is ``pid`` (zombies are not alive)."""
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            alive = _alive_with_parent(int(entry.name))
+            if alive == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _alive_with_parent(pid: int) -> int | None:
+    """``pid``'s parent, or None once it has exited (gone, or a zombie)."""
+    try:
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+    return None if state in ("Z", "X") else int(ppid)
+
+
+def test_a_closed_terminal_stops_the_cluster(running: tuple[DevUp, str], home: Path) -> None:
+    """SIGHUP, which a closing terminal sends, stops it as Ctrl-C does."""
+    dev, _ = running
+    config_file = home / ".config" / "blockx" / "dev.toml"
+    etcd = tomllib.loads(config_file.read_text())["ETCD_ENDPOINTS"]
+    os.kill(dev.proc.pid, signal.SIGHUP)
+    rest, _ = dev.proc.communicate(timeout=60)
+    assert dev.proc.returncode == 0, rest
+    assert "blockx-dev: stopped" in rest
+    assert not config_file.exists()
+    assert _refused(etcd)
+
+
+def test_dev_up_killed_outright_leaves_no_process_behind(running: tuple[DevUp, str]) -> None:
+    dev, _ = running
+    children = _children(dev.proc.pid)
+    assert len(children) >= 5, children  # etcd, coordinator, worker, invoker, proxy
+    dev.kill()  # SIGKILL: dev up cleans nothing up itself
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and any(_alive_with_parent(p) for p in children):
+        time.sleep(0.1)
+    assert [p for p in children if _alive_with_parent(p) is not None] == []

@@ -17,7 +17,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 
-from blockx_server.runtime.process import signal_child
+from blockx_server.runtime.process import signal_child, stopped_with_parent
 
 READY_TIMEOUT_S: Final = 60.0
 _PROBE_PERIOD_S: Final = 0.2
@@ -70,6 +70,8 @@ class Child:
             # Ctrl-C at a terminal signals the whole foreground process group: only
             # the launcher should get it, so it stops the children in order.
             start_new_session=True,
+            # A launcher killed outright (SIGKILL, OOM) leaves no cluster behind.
+            preexec_fn=stopped_with_parent(),
         )
         return cls(name, proc, log)
 

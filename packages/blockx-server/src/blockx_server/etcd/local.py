@@ -25,7 +25,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, Final
 
-from blockx_server.runtime.process import signal_child
+from blockx_server.runtime.process import signal_child, stopped_with_parent
 
 _HOST: Final = "127.0.0.1"
 _HINT: Final = (
@@ -348,6 +348,7 @@ class EtcdServer:
             stdout=self._log,
             stderr=asyncio.subprocess.STDOUT,
             start_new_session=True,  # a terminal's Ctrl-C goes to its owner, which stops it
+            preexec_fn=stopped_with_parent(),  # and its owner killed outright takes it along
         )
         try:
             await self._wait_healthy()

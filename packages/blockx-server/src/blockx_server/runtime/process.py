@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import cProfile
+import ctypes
 import importlib.metadata
 import logging
 import os
@@ -170,11 +171,33 @@ def signal_child(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) ->
             os.kill(proc.pid, sig)
 
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def stopped_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for a child that must not outlive the process starting it,
+    even one killed by SIGKILL: Linux sends the child SIGTERM when that process ends
+    (None elsewhere). The signal follows the thread that forks, so start such a
+    child from the thread that lives as long as the process (the event loop's)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # it died before the prctl took hold
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
+
+
 def stop_on_signals() -> asyncio.Event:
-    """An event set by SIGINT or SIGTERM: the way every BlockX process is told to stop."""
+    """An event set by SIGINT, SIGTERM or SIGHUP (its terminal closed): the way every
+    BlockX process is told to stop."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop.set)
     return stop
