@@ -75,7 +75,7 @@ from chain_cluster import ChainCluster
 
 from blockx_chain.contracts import transfer_data
 from blockx_chain.devnet import Anvil, Devnet
-from blockx_chain.ingest.run import DEFAULT_POLL_INTERVAL_S as INGEST_POLL_S
+from blockx_chain.ingest.plan import DEFAULT_POLL_INTERVAL_S as INGEST_POLL_S
 from blockx_chain.rpc import JsonRpcClient, quantity
 from blockx_client.follow import (
     DEFAULT_FOLLOW_TASKS_IN_FLIGHT,

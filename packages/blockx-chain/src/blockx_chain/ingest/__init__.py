@@ -8,6 +8,8 @@ decisions.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from blockx_chain.ingest.errors import (
     DeepReorgRefused,
     GapRefused,
@@ -15,7 +17,22 @@ from blockx_chain.ingest.errors import (
     NodeUnusable,
     ReorgTooDeep,
 )
-from blockx_chain.ingest.run import IngestOptions, IngestProgress, IngestSummary, ingest
+
+if TYPE_CHECKING:
+    from blockx_chain.ingest.run import IngestOptions, IngestProgress, IngestSummary, ingest
+
+# The run's names load on first use: reading the plan's defaults (the CLI's help)
+# does not load the JSON-RPC client and the databases' drivers.
+_RUN_NAMES = frozenset({"IngestOptions", "IngestProgress", "IngestSummary", "ingest"})
+
+
+def __getattr__(name: str) -> object:
+    if name in _RUN_NAMES:
+        from blockx_chain.ingest import run
+
+        return getattr(run, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DeepReorgRefused",

@@ -21,6 +21,9 @@ from blockx_chain.ingest.errors import DeepReorgRefused, GapRefused, IngestError
 DEFAULT_CONFIRMATIONS = 12
 DEFAULT_MAX_REORG_DEPTH = 64
 DEFAULT_BATCH_SIZE = 50
+# An eth_blockNumber every quarter second: cheap for a node, and most of a new
+# block's way to the sink is this wait.
+DEFAULT_POLL_INTERVAL_S = 0.25
 
 
 def start_block(head_number: int | None, requested: int | None) -> int:

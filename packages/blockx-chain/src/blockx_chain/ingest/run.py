@@ -48,9 +48,6 @@ from blockx_chain.store import BlockStore, BlockWriter, open_store
 from blockx_chain.url import BlockDbUrl
 
 DEFAULT_IN_FLIGHT = 4
-# An eth_blockNumber every quarter second: cheap for a node, and most of a new
-# block's way to the sink is this wait.
-DEFAULT_POLL_INTERVAL_S = 0.25
 
 
 class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,7 +59,7 @@ class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):
     max_reorg_depth: int = plan.DEFAULT_MAX_REORG_DEPTH
     allow_deep_reorg: bool = False
     in_flight: int = DEFAULT_IN_FLIGHT
-    poll_interval_s: float = DEFAULT_POLL_INTERVAL_S
+    poll_interval_s: float = plan.DEFAULT_POLL_INTERVAL_S
 
     def check(self) -> None:
         for name, value, least in (

@@ -14,29 +14,25 @@ import signal
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.live import Live
 from rich.table import Table
 
-from blockx_chain.ingest import (
-    IngestError,
-    IngestOptions,
-    IngestProgress,
-    IngestSummary,
-    NodeUnusable,
-    ingest,
-)
+from blockx_chain.ingest.errors import IngestError, NodeUnusable
 from blockx_chain.ingest.plan import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CONFIRMATIONS,
     DEFAULT_MAX_REORG_DEPTH,
+    DEFAULT_POLL_INTERVAL_S,
 )
-from blockx_chain.ingest.run import DEFAULT_POLL_INTERVAL_S
 from blockx_chain.store import StoreError, StoreUnavailable
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
+
+if TYPE_CHECKING:
+    from blockx_chain.ingest import IngestOptions, IngestProgress, IngestSummary
 
 # ``blockx chain ...``
 group = typer.Typer(help="Chain data: the block database and a local devnet.", no_args_is_help=True)
@@ -104,6 +100,8 @@ def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
 async def _run(
     rpc: str, db: BlockDbUrl, options: IngestOptions, live: Live | None
 ) -> IngestSummary:
+    from blockx_chain.ingest import ingest  # the node's client and the drivers: only here
+
     stop = asyncio.Event()
 
     def show(progress: IngestProgress) -> None:
@@ -173,6 +171,8 @@ def chain_ingest(
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Fill the block database from a node: batched, resumable and reorg-aware."""
+    from blockx_chain.ingest import IngestOptions
+
     rpc_url = _rpc_url(rpc)
     db_url = _db_url(db)
     options = IngestOptions(

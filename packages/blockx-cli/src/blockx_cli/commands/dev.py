@@ -7,14 +7,10 @@ from typing import Annotated
 
 import typer
 
-from blockx_cli.devcluster import LaunchOptions
-from blockx_cli.devcluster.chain import ChainOptions
-from blockx_cli.devcluster.demo import DemoOptions
-from blockx_cli.devcluster.demo import demo as run_demo
-from blockx_cli.devcluster.layout import find_layout
-from blockx_cli.devcluster.processes import LaunchError
-from blockx_cli.devcluster.program import launch
 from blockx_cli.output import EXIT_USAGE, console, fail
+
+# The launcher (and with it the chain package, the node's client and the database
+# drivers) is imported by the commands that run it, not by every `blockx` command.
 
 # ``blockx dev ...``
 group = typer.Typer(help="A local cluster for development.", no_args_is_help=True)
@@ -88,6 +84,12 @@ def dev_up(
     Every port is a free one unless an option fixes it. While it runs, the addresses
     are in ~/.config/blockx/dev.toml ($XDG_CONFIG_HOME/blockx/dev.toml), which blockx
     and blockx_client read in any shell (flags and environment variables win)."""
+    from blockx_cli.devcluster import LaunchOptions
+    from blockx_cli.devcluster.chain import ChainOptions
+    from blockx_cli.devcluster.layout import find_layout
+    from blockx_cli.devcluster.processes import LaunchError
+    from blockx_cli.devcluster.program import launch
+
     try:
         layout = find_layout(functions=functions, examples=examples)
     except LaunchError as exc:
@@ -126,5 +128,8 @@ def demo(
     """Start a local cluster with anvil, generate a chain of ERC-20 transfers, ingest
     it, backfill token volume through the bundle cluster, go live through a reorg,
     print the results read back from the sink, and shut everything down."""
+    from blockx_cli.devcluster.demo import DemoOptions
+    from blockx_cli.devcluster.demo import demo as run_demo
+
     options = DemoOptions(blocks=blocks, live_seconds=live_seconds)
     raise typer.Exit(run_demo(options, _examples(examples), console))
