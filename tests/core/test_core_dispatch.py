@@ -986,7 +986,9 @@ def test_over_budget_sub_call_sharing_its_parents_executor_resumes_nobody() -> N
     # The child fails for good, but its parent died with the same executor: the parent
     # is retried (and will ask again); there is no executor to resume.
     out = core.executor_heartbeat("e1", cid, 1_000_001, 10)
-    assert out == [KillExecutor(executor_id="e1", reason="a call exceeded its budget")]
+    assert out == [
+        KillExecutor(executor_id="e1", reason="a call exceeded its budget", over_budget_call_id=cid)
+    ]
     assert core.has_task("t1")
     assert core.live_calls() == 1
     up(core, "e2", now_ms=20)
@@ -1059,7 +1061,13 @@ def test_silent_executor_is_killed_after_the_heartbeat_timeout(
     assert (
         out[:1]
         == of(out, KillExecutor)
-        == [KillExecutor(executor_id="e1", reason="no heartbeat for 3001 ms")]
+        == [
+            KillExecutor(
+                executor_id="e1",
+                reason="no heartbeat for 3001 ms",
+                over_budget_call_id=a[0] if charged else None,  # the call it blames
+            )
+        ]
     )
     if charged:
         converge = only_converge(out)

@@ -203,7 +203,9 @@ def test_the_cpu_budget_uses_the_samples_not_the_executors_word(
     assert core.executor_heartbeat("e1", 0, 0, 3) == []
     out = core.executor_sample("e1", 10, cpu_ns=5 * MS + cpu_ns)
     if killed:
-        assert out[0] == KillExecutor(executor_id="e1", reason="a call exceeded its budget")
+        assert out[0] == KillExecutor(
+            executor_id="e1", reason="a call exceeded its budget", over_budget_call_id=call
+        )
         [converged] = of(out, ConvergeTaskCalls)
         assert "BUDGET_EXCEEDED" in converged.failure_message
     else:

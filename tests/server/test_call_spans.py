@@ -44,6 +44,10 @@ def nap(ms):
     import time
     time.sleep(ms / 1000)
     return ms
+
+def spin(x):
+    while True:
+        x += 1
 """
 
 
@@ -87,13 +91,18 @@ async def traced() -> AsyncIterator[tuple[CallEngine, Traced]]:
 
 
 async def _run(
-    engine: CallEngine, task_id: str, function: str, n: int, *args: Any
+    engine: CallEngine,
+    task_id: str,
+    function: str,
+    n: int,
+    *args: Any,
+    budget_ms: int | None = None,
 ) -> ConvergeTaskCalls:
     snapshot: CodeSnapshot = build_snapshot(1, {"fns": FUNCTIONS})
     io = TaskIoScope(IoRouter([MemoryBackend()]), task_id)
     calls = [list(args) if args else [i] for i in range(n)]
     async with asyncio.timeout(30):
-        return await engine.run_calls(task_id, snapshot, io, function, calls)
+        return await engine.run_calls(task_id, snapshot, io, function, calls, budget_ms=budget_ms)
 
 
 async def test_untraced_runs_send_no_trace_context(traced: tuple[CallEngine, Traced]) -> None:
@@ -252,3 +261,19 @@ def test_a_bad_sampling_setting_stops_start_up_with_one_line(tmp_path: Path) -> 
         "blockx-worker: invalid configuration: BLOCKX_TRACE_CALLS_PER_TASK must be an "
         "integer (got 'some')"
     ]
+
+
+async def test_a_call_killed_over_its_budget_says_so(traced: tuple[CallEngine, Traced]) -> None:
+    """The watchdog kills the executor of a call that spins past its budget: that
+    call's span fails BUDGET_EXCEEDED, as its attempt does."""
+    engine, seen = traced
+    with seen.tracer.start_as_current_span("CALLS"):
+        result = await _run(engine, "spinning", "spin", 1, budget_ms=200)
+    assert not result.success
+    assert result.failed_call is not None
+    assert result.failed_call.kind == "BUDGET_EXCEEDED"
+    (call,) = seen.spans("call")
+    assert call.attributes is not None
+    assert call.attributes["blockx.outcome"] == "BUDGET_EXCEEDED"
+    assert call.status.status_code is StatusCode.ERROR
+    assert call.status.description == "a call exceeded its budget"

@@ -290,7 +290,10 @@ class CallBook:
         del self._executors[ex.executor_id]
         self._accepting.pop(ex.executor_id, None)
         self._retiring.pop(ex.executor_id, None)
-        out.append(KillExecutor(executor_id=ex.executor_id, reason=reason))
+        culprit = over_budget.call_id if over_budget and over_budget.call_id in ex.calls else None
+        out.append(
+            KillExecutor(executor_id=ex.executor_id, reason=reason, over_budget_call_id=culprit)
+        )
         self._reschedule_lost(
             ex, over_budget, used_us, f"executor {ex.executor_id} killed: {reason}", now_ms, out
         )

@@ -53,10 +53,13 @@ class ResumeWithResult(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class KillExecutor(msgspec.Struct, frozen=True, kw_only=True):
-    """Kill this executor process (its calls have already been rescheduled)."""
+    """Kill this executor process (its calls have already been rescheduled);
+    ``over_budget_call_id``: the call it held that failed BUDGET_EXCEEDED, if one did
+    (every other call it held failed EXECUTOR_LOST)."""
 
     executor_id: str
     reason: str
+    over_budget_call_id: int | None = None
 
 
 class RetireExecutor(msgspec.Struct, frozen=True, kw_only=True):

@@ -25,7 +25,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
 
-from blockx_core.dispatch import SendCalls
+from blockx_core.dispatch import CallFailureKind, KillExecutor, SendCalls
 from blockx_executor.protocol import CallTraced
 from blockx_server.runtime.tracing import TRACER, export_span, parse_traceparent, traceparent
 
@@ -165,6 +165,16 @@ class CallSpans:
         call = self.live.get(call_id)
         if call is not None:
             call.span.add_event(name, attributes)
+
+    def killed(self, command: KillExecutor) -> None:
+        """An executor killed by the watchdog: the call over its budget (if that was
+        why) fails BUDGET_EXCEEDED, the others it held EXECUTOR_LOST, as the core
+        decided their attempts."""
+        if command.over_budget_call_id is not None:
+            self.failed(
+                command.over_budget_call_id, CallFailureKind.BUDGET_EXCEEDED, command.reason
+            )
+        self.executor_ended(command.executor_id, CallFailureKind.EXECUTOR_LOST, command.reason)
 
     def executor_ended(self, executor_id: str, kind: str, reason: str) -> None:
         """Every open span of the calls ``executor_id`` held ends with ``kind``."""

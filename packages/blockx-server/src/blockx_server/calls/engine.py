@@ -377,9 +377,7 @@ class CallEngine:
                     self._outbox[command.executor_id].append(resume_with_result(command))
                 case KillExecutor():
                     if self._spans.live:
-                        self._spans.executor_ended(
-                            command.executor_id, "EXECUTOR_KILLED", command.reason
-                        )
+                        self._spans.killed(command)
                     self._forget_executor(command.executor_id)
                     self._pool.kill(command.executor_id, command.reason)
                 case RetireExecutor():
