@@ -17,11 +17,8 @@ from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from support import free_port, wait_until
 
-from blockx_server.runtime.config_file import (
-    ConfigFileError,
-    FileUnderEnviron,
-    read_config_file,
-)
+from blockx_core.environ import EnvironOverFile
+from blockx_server.runtime.config_file import ConfigFileError, read_config_file
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 PROGRAMS = [
@@ -84,7 +81,7 @@ def test_every_problem_is_one_line_naming_the_key(
 
 
 def test_the_environment_wins_unless_blank() -> None:
-    layered = FileUnderEnviron(
+    layered = EnvironOverFile(
         {"TASK_SLOTS": "7", "CALL_DEADLINE_MS": "  "}, {"TASK_SLOTS": "50", "CALL_DEADLINE_MS": "9"}
     )
     assert layered["TASK_SLOTS"] == "7"

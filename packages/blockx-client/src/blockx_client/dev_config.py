@@ -19,11 +19,12 @@ import contextlib
 import json
 import os
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Final
 
 from blockx_client.errors import InvalidRequestError
+from blockx_core.environ import EnvironOverFile
 
 # The variables ``dev up`` writes, in the order the file lists them.
 DEV_VARIABLES: Final = (
@@ -117,28 +118,11 @@ def remove_dev_config(path: Path | None = None) -> None:
             path.unlink()
 
 
-class LayeredEnviron(Mapping[str, str]):
+class LayeredEnviron(EnvironOverFile):
     """The environment over ``dev.toml``: a set, non-blank variable wins over the file."""
 
     def __init__(
         self, environ: Mapping[str, str] | None = None, dev: Mapping[str, str] | None = None
     ) -> None:
-        self._environ = os.environ if environ is None else environ
-        self._dev = read_dev_config(dev_config_path(self._environ)) if dev is None else dev
-
-    def __getitem__(self, name: str) -> str:
-        value = self._environ.get(name)
-        if value is not None and value.strip():
-            return value
-        if name in self._dev:
-            return self._dev[name]
-        if value is not None:
-            return value
-        raise KeyError(name)
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self._environ
-        yield from (name for name in self._dev if name not in self._environ)
-
-    def __len__(self) -> int:
-        return len(set(self._environ) | set(self._dev))
+        environ = os.environ if environ is None else environ
+        super().__init__(environ, read_dev_config(dev_config_path(environ)) if dev is None else dev)

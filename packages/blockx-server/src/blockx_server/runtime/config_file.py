@@ -22,10 +22,8 @@ from __future__ import annotations
 
 import difflib
 import tomllib
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Collection
 from pathlib import Path
-
-from blockx_server.runtime.env import Environ
 
 
 class ConfigFileError(Exception):
@@ -90,33 +88,3 @@ def read_config_file(path: Path, known: Collection[str]) -> dict[str, str]:
     if problems:
         raise ConfigFileError(problems)
     return values
-
-
-class FileUnderEnviron(Mapping[str, str]):
-    """``environ`` over ``file``: a set, non-blank variable wins, else the file's value."""
-
-    def __init__(self, environ: Environ, file: Mapping[str, str]) -> None:
-        self._environ = environ
-        self._file = file
-
-    def __getitem__(self, name: str) -> str:
-        value = self._environ.get(name)
-        if value is not None and value.strip():
-            return value
-        if name in self._file:
-            return self._file[name]
-        if value is not None:
-            return value
-        raise KeyError(name)
-
-    def __iter__(self) -> Iterator[str]:
-        yield from self._environ
-        yield from (name for name in self._file if name not in self._environ)
-
-    def __len__(self) -> int:
-        return len(set(self._environ) | set(self._file))
-
-    def from_file(self, name: str) -> bool:
-        """The value of ``name`` is the file's (the environment does not set it)."""
-        value = self._environ.get(name)
-        return name in self._file and not (value is not None and value.strip())

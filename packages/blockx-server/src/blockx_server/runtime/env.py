@@ -6,7 +6,7 @@ value instead of stopping at the first, and ``finish()`` raises one
 ``ConfigErrors`` naming them all: a user fixes every variable in one round, and
 each is one line on stderr. Values come from a ``Source``: the environment, which
 with ``--config FILE`` is the environment over a TOML file
-(``config_file.FileUnderEnviron``); the declarations do not change for it.
+(``blockx_core.environ.EnvironOverFile``); the declarations do not change for it.
 """
 
 from __future__ import annotations

@@ -17,7 +17,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, Protocol, TypeVar
 
-from blockx_server.runtime.config_file import ConfigFileError, FileUnderEnviron, read_config_file
+from blockx_core.environ import EnvironOverFile
+from blockx_server.runtime.config_file import ConfigFileError, read_config_file
 from blockx_server.runtime.env import ConfigError, Environ, each_error
 from blockx_server.runtime.logs import LOG_SETTINGS, configure_logging, read_log_settings
 from blockx_server.runtime.settings import Setting
@@ -89,7 +90,7 @@ def start_program(
             file = read_config_file(Path(config_path), known)
         except ConfigFileError as exc:
             fail(program, *(f"invalid configuration: {line}" for line in exc.lines))
-        environ = FileUnderEnviron(os.environ, file)
+        environ = EnvironOverFile(os.environ, file)
     errors: list[str] = []
     try:
         config = load(environ)
@@ -109,7 +110,7 @@ def start_program(
 def _invalid(error: ConfigError, environ: Environ, config_path: str | None) -> str:
     """One line for a bad value, saying so when it came from the file."""
     line = f"invalid configuration: {error}"
-    if isinstance(environ, FileUnderEnviron) and environ.from_file(error.variable):
+    if isinstance(environ, EnvironOverFile) and environ.from_file(error.variable):
         line += f" (in {config_path})"
     return line
 
