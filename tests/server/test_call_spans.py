@@ -34,6 +34,11 @@ from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 
 FUNCTIONS = """
+from blockx_executor import call
+
+async def outer(x):
+    return await call("double", x) + 1
+
 def double(x):
     return x * 2
 
@@ -277,3 +282,20 @@ async def test_a_call_killed_over_its_budget_says_so(traced: tuple[CallEngine, T
     assert call.attributes["blockx.outcome"] == "BUDGET_EXCEEDED"
     assert call.status.status_code is StatusCode.ERROR
     assert call.status.description == "a call exceeded its budget"
+
+
+async def test_a_sub_call_span_is_a_child_of_its_parent_calls(
+    traced: tuple[CallEngine, Traced],
+) -> None:
+    engine, seen = traced
+    with seen.tracer.start_as_current_span("CALLS") as phase:
+        result = await _run(engine, "nested", "outer", 1)
+    assert result.success
+    spans = {s.attributes["blockx.function"]: s for s in seen.spans("call") if s.attributes}
+    outer, inner = spans["outer"], spans["double"]
+    assert outer.parent is not None
+    assert outer.parent.span_id == phase.get_span_context().span_id
+    assert inner.parent is not None
+    assert outer.context is not None
+    assert inner.parent.span_id == outer.context.span_id
+    assert [e.name for e in outer.events] == ["sub-call"]

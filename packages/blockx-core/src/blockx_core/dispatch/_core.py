@@ -118,6 +118,11 @@ class DispatcherCore(Watchdog):
     def live_calls(self) -> int:
         return len(self._calls)
 
+    def parent_call(self, call_id: int) -> int:
+        """The call whose sub-call ``call_id`` is (0: a root call, or not live)."""
+        call = self._calls.get(call_id)
+        return 0 if call is None else call.parent
+
     def usage(self, task_id: str) -> CallUsage:
         """The task's measured cost; the same object fills up until the task ends."""
         return self._tasks[task_id].usage

@@ -106,9 +106,13 @@ class CallSpans:
         for call_id in [c for c, sent in self._sent.items() if sent[2] == task_id]:
             del self._sent[call_id]
 
-    def traces(self, command: SendCalls) -> list[str | None] | None:
+    def traces(
+        self, command: SendCalls, parent_call: Callable[[int], int] = lambda _: 0
+    ) -> list[str | None] | None:
         """Start the spans of the sampled calls of ``command``: their traceparents,
-        one per call (None: not traced), or None when none of them is traced."""
+        one per call (None: not traced), or None when none of them is traced. A
+        sub-call's span is a child of its parent call's, when that one is traced
+        (``parent_call``: the parent of a call, 0 for a root)."""
         run = self._runs.get(command.task_id)
         if run is None:
             return None
@@ -124,9 +128,10 @@ class CallSpans:
             run.attempts[call_id] = attempt
             if call_id in self.live:  # an answer never came: this attempt replaces it
                 self._end(call_id, CANCELLED, "sent again")
+            parent = self.live.get(parent_call(call_id))
             span = self._tracer.start_span(
                 "call",
-                context=run.context,
+                context=run.context if parent is None else trace.set_span_in_context(parent.span),
                 kind=SpanKind.INTERNAL,
                 attributes={
                     "blockx.task_id": command.task_id,

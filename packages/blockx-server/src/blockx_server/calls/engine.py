@@ -411,7 +411,9 @@ class CallEngine:
             messages.append(load_code(source))
             loaded.add(command.code)
         run = self._runs.get(command.task_id)
-        traces = self._spans.traces(command) if self._spans.tracing else None
+        traces = (
+            self._spans.traces(command, self._core.parent_call) if self._spans.tracing else None
+        )
         messages.append(execute_calls(command, run is not None and run.debug, traces))
 
     def _schedule_flush(self) -> None:
