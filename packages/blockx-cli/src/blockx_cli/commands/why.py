@@ -113,7 +113,7 @@ def _refusals(report: PlacementReport, limit: int) -> Table:
     more = len(report.recent_refusals) - len(shown)
     table = Table(
         title=f"the coordinator's last {len(shown)} refusal(s)",
-        caption=f"+{more} older: --refusals 20 or --json" if more else None,
+        caption=f"+{more} older (--refusals 20 shows them)" if more else None,
     )
     for column in _REFUSAL_COLUMNS:
         table.add_column(column, no_wrap=column != "explanation")
