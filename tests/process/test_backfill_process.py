@@ -26,7 +26,7 @@ from blockx_chain.schema import TRANSFER_TOPIC
 from blockx_chain.sink import open_sink
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
-from blockx_client import Client
+from blockx_client import Client, RetryPolicy
 from blockx_client.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
 from blockx_client.jobs import JOBS_PREFIX, JobKind, JobState, list_jobs
 from blockx_client.resubmit import ClusterUnreachable
@@ -342,7 +342,9 @@ async def test_a_backfill_into_a_postgresql_sink(
 
 
 async def test_a_cluster_out_of_reach_ends_the_backfill(setup: Setup) -> None:
-    async with Client(bundle_coordinator=f"127.0.0.1:{free_port()}") as client:
+    # Each attempt gives up on the unreachable coordinator after 0.5 s, not 10.
+    nowhere, patience = f"127.0.0.1:{free_port()}", RetryPolicy(unreachable_s=0.5)
+    async with Client(bundle_coordinator=nowhere, retry=patience) as client:
         events = client.backfill(
             function="transfer",
             source_table="logs",

@@ -172,7 +172,7 @@ async def test_a_client_without_a_certificate_or_without_tls_is_refused(
                 await client.get_task_result("t-refused", worker_addr=worker.addr)
             assert worker.addr in str(refused.value)
             with pytest.raises(ConnectError):
-                await client.reserve_worker_slot("t-refused", deadline_s=5)
+                await client.reserve_worker_slot("t-refused", deadline_s=2)
     # A certificate from another CA: refused as well.
     stranger = GrpcTls(
         ca_file=str(pki.ca), cert_file=str(pki.stranger.cert), key_file=str(pki.stranger.key)
