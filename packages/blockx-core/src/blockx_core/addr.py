@@ -13,11 +13,17 @@ class InvalidAddress(ValueError):
     """Not a ``host:port`` (or ``[v6]:port``, or ``:port``) address."""
 
 
+# Characters of URLs, lists and brackets, which no host name or address holds.
+_NOT_IN_HOSTS = frozenset("[]/\\@?#,;'\"<>")
+
+
 def split_host_port(addr: str, *, allow_empty_host: bool = False) -> tuple[str, int]:
     """Split ``host:port``, ``[::1]:port`` or (with ``allow_empty_host``) ``:port``.
 
     An empty host means every interface; it is returned as ``""``.
     """
+    if "://" in addr:
+        raise InvalidAddress(f"{addr!r}: write host:port, without a scheme")
     host, sep, port_text = addr.rpartition(":")
     if not sep:
         raise InvalidAddress(f"{addr!r} is not host:port")
@@ -27,7 +33,9 @@ def split_host_port(addr: str, *, allow_empty_host: bool = False) -> tuple[str, 
         raise InvalidAddress(f"{addr!r}: write an IPv6 host in brackets, e.g. [::1]:8080")
     if not host and not allow_empty_host:
         raise InvalidAddress(f"{addr!r} has no host")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
+    if any(c in _NOT_IN_HOSTS or not c.isprintable() or c.isspace() for c in host):
+        raise InvalidAddress(f"{addr!r} has no valid host (a name, an IPv4 or a [v6] address)")
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 <= int(port_text) <= 65535:
         raise InvalidAddress(f"{addr!r} has no valid port (0-65535)")
     return host, int(port_text)
 
