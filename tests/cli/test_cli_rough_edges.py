@@ -64,6 +64,8 @@ BAD_ADDRESSES = [
     (["--etcd", "localhost:2379,:x", "workers"], {}, "--etcd", "no host"),
     (["workers"], {"ETCD_ENDPOINTS": " , "}, "ETCD_ENDPOINTS", "names no etcd endpoint"),
     (["--proxy", "unix:", "invoke", "f"], {}, "--proxy", "names no socket path"),
+    (["--etcd", "[", "workers"], {}, "--etcd", "no valid host"),
+    (["--coordinator", "a b:1", "reserve"], {}, "--coordinator", "no valid host"),
 ]
 
 
@@ -78,6 +80,30 @@ def test_a_malformed_address_is_a_usage_error(
     assert reason in first
     assert all(line.startswith("hint: ") for line in rest), result.stderr
     assert "Traceback" not in result.stdout + result.stderr
+
+
+BAD_TASK_IDS = [
+    # (arguments, the error line, the hint)
+    (["watch", "t-1", ""], "error: a task id is empty", None),
+    (["get-result", "x" * 300], "error: task_id is 300 bytes long; at most 256", None),
+    (
+        ["reserve", "--task-id", ""],
+        "error: --task-id is empty",
+        "hint: leave --task-id out to have one generated",
+    ),
+]
+
+
+@pytest.mark.parametrize(("args", "error", "hint"), BAD_TASK_IDS)
+def test_a_task_id_no_worker_accepts_is_a_usage_error(
+    args: list[str], error: str, hint: str | None
+) -> None:
+    """Refused before any RPC: no cluster runs here, so reaching for one exits 3."""
+    result = blockx("--coordinator", "127.0.0.1:1", *args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert lines[0].startswith(error), result.stderr
+    assert lines[1:] == ([hint] if hint else [])
 
 
 ADDRESS_FORMS = [

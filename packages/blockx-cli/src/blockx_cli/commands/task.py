@@ -27,7 +27,7 @@ from blockx_cli.commands._task_view import (
     watch_table,
 )
 from blockx_cli.commands.tasks import locate
-from blockx_cli.options import ClusterOpt, JsonOpt
+from blockx_cli.options import ClusterOpt, JsonOpt, task_id_option
 from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Output, console, fail
 from blockx_cli.runner import TASK_FILE_HINT, run
 from blockx_cli.settings import Settings, settings_of
@@ -63,7 +63,8 @@ def reserve(
     ctx: typer.Context,
     *,
     task_id: Annotated[
-        str | None, typer.Option(help="Idempotency key.", show_default="a uuid4")
+        str | None,
+        typer.Option(callback=task_id_option, help="Idempotency key.", show_default="a uuid4"),
     ] = None,
     cluster: Annotated[Cluster, typer.Option(case_sensitive=False)] = Cluster.BLOCK,
     timeout: Annotated[float, typer.Option(help="Give up after this many seconds.")] = 30.0,
@@ -90,7 +91,8 @@ def submit(
         str, typer.Option(help="Result handler type ('' for none).")
     ] = "ReturnValueResultHandler",
     task_id: Annotated[
-        str | None, typer.Option(help="Idempotency key.", show_default="a uuid4")
+        str | None,
+        typer.Option(callback=task_id_option, help="Idempotency key.", show_default="a uuid4"),
     ] = None,
     timeout_ms: Annotated[int, typer.Option(help="task_timeout_ms (0 = the worker default).")] = 0,
     cluster: ClusterOpt = None,
@@ -115,7 +117,9 @@ def submit(
 @app.command()
 def watch(
     ctx: typer.Context,
-    task_ids: Annotated[list[str], typer.Argument(help="Task ids to watch.")],
+    task_ids: Annotated[
+        list[str], typer.Argument(callback=task_id_option, help="Task ids to watch.")
+    ],
     *,
     worker: FindWorkerOpt = None,
     json_: JsonOpt = False,
@@ -133,7 +137,7 @@ def watch(
 @app.command("get-result")
 def get_result(
     ctx: typer.Context,
-    task_id: Annotated[str, typer.Argument()],
+    task_id: Annotated[str, typer.Argument(callback=task_id_option)],
     *,
     worker: FindWorkerOpt = None,
     json_: JsonOpt = False,
