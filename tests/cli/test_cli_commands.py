@@ -226,3 +226,11 @@ def test_markup_in_ids_and_messages_is_printed_as_text(cluster: dict[str, str]) 
     unknown = blockx(cluster, "get-result", HOSTILE, "--worker", worker)
     assert unknown.exit_code == 1
     assert HOSTILE in unknown.output
+
+
+def test_the_watch_hint_can_be_pasted_into_a_shell(cluster: dict[str, str]) -> None:
+    placed = blockx(
+        cluster, "submit", "--function", "hello_world", "--call", '["q"]', "--task-id", "two words"
+    )
+    assert placed.exit_code == 0, placed.output
+    assert f"blockx watch 'two words' --worker {cluster['worker']}" in placed.output

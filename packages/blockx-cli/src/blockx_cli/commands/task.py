@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -251,8 +252,8 @@ async def _submit(
         out.console.print(
             f"submitted task [bold]{escape(answer.task_id)}[/] to worker "
             f"[bold]{escape(answer.worker_addr)}[/]: {answer.state.value}\n"
-            f"[dim]watch it: blockx watch {escape(answer.task_id)} "
-            f"--worker {escape(answer.worker_addr)}[/]"
+            f"[dim]watch it: blockx watch {escape(shlex.quote(answer.task_id))} "
+            f"--worker {escape(shlex.quote(answer.worker_addr))}[/]"
         )
     return EXIT_OK
 
