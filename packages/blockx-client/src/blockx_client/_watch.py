@@ -127,12 +127,14 @@ class WatchBatcher:
         try:
             await self._watch_until_done(waiting)
         except Exception as exc:
-            # A bug, not an outcome: the waiters raise it rather than hang.
+            # A bug, not an outcome: the waiters raise it rather than hang. It is not
+            # raised again here, where nobody awaits this task: asyncio would print
+            # its traceback ("Task exception was never retrieved") to a CLI's user.
+            log.debug("watching %s on %s failed", sorted(waiting), self._addr, exc_info=True)
             for task_id in waiting:
                 future = self._pending.pop(task_id, None)
                 if future is not None and not future.done():
                     future.set_exception(exc)
-            raise
 
     async def _watch_until_done(self, waiting: set[str]) -> None:
         broken = 0  # streams in a row that broke while the worker still answered

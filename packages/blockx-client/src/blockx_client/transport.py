@@ -61,6 +61,22 @@ def split_addr(addr: str) -> tuple[str, int]:
         raise InvalidRequestError(str(exc)) from None
 
 
+class KeptAliveChannel(Channel):
+    """A grpclib Channel that dials again once keepalive has given up its connection.
+
+    A ping unanswered for the timeout makes grpclib close the connection's transport
+    at once, but the channel counts it as lost only when asyncio reports the close,
+    an iteration of the loop later; a call started in between would use the closed
+    connection and fail with an AttributeError from inside grpclib."""
+
+    @property
+    def _connected(self) -> bool:
+        protocol = self._protocol
+        return bool(super()._connected) and not (
+            protocol is not None and protocol.connection.is_closing()
+        )
+
+
 def keepalive_config(keepalive_s: float) -> Configuration:
     """HTTP/2 keepalive for a client channel: while a call or stream is open, ping
     every ``keepalive_s`` and close the connection when a ping goes unanswered for
@@ -101,12 +117,12 @@ class Transport:
         """The channel for a coordinator or sync invoker address (the proxy's, if any)."""
         if self._proxy_socket is not None:
             if self._proxy is None:
-                self._proxy = Channel(path=self._proxy_socket, config=self._config)
+                self._proxy = KeptAliveChannel(path=self._proxy_socket, config=self._config)
             return self._proxy
         channel = self._channels.get(addr)
         if channel is None:
             host, port = split_addr(addr)
-            channel = Channel(host, port, ssl=self._tls, config=self._config)
+            channel = KeptAliveChannel(host, port, ssl=self._tls, config=self._config)
             self._channels[addr] = channel
             if len(self._channels) > _POOL_SIZE:
                 _, evicted = self._channels.popitem(last=False)

@@ -1,0 +1,109 @@
+"""The client's channels over a connection that keepalive gave up: grpclib closes
+its transport at once (``Connection.close``, what its ping-timeout timer calls) but
+marks the connection lost only when asyncio reports the close, a loop iteration
+later. A call made in between must dial again, not fail inside grpclib. And if
+something unexpected fails a watch all the same, its waiter hears of it, and
+nothing else prints it."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import random
+from collections.abc import AsyncIterator
+
+import pytest
+from grpclib.client import Channel
+from grpclib.health.service import Health
+from grpclib.health.v1.health_grpc import HealthStub
+from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+from grpclib.server import Server
+from support import free_port
+
+from blockx_client import RetryPolicy
+from blockx_client._options import ClientOptions
+from blockx_client._watch import WatchBatcher
+from blockx_client.transport import Transport, keepalive_config
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[str]:
+    serving = Server([Health()])
+    port = free_port()
+    await serving.start("127.0.0.1", port)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        serving.close()
+        await serving.wait_closed()
+
+
+async def _check(channel: Channel) -> int:
+    reply = await HealthStub(channel).Check(HealthCheckRequest(), timeout=5)
+    return int(reply.status)
+
+
+def _give_up_the_connection(channel: Channel) -> None:
+    """What grpclib's keepalive does when a ping goes unanswered for its timeout."""
+    protocol = channel._protocol
+    assert protocol is not None
+    protocol.connection.close()
+
+
+async def test_a_call_right_after_keepalive_closed_the_connection_dials_again(
+    server: str,
+) -> None:
+    transport = Transport()
+    channel = transport.channel(server)
+    try:
+        assert await _check(channel) == HealthCheckResponse.SERVING
+        first = channel._protocol
+        _give_up_the_connection(channel)
+        assert await _check(channel) == HealthCheckResponse.SERVING  # no await in between
+        assert channel._protocol is not first
+    finally:
+        transport.close()
+
+
+async def test_grpclibs_own_channel_fails_there(server: str) -> None:
+    """Why the client has its own channel class: grpclib's fails in that window."""
+    host, port = server.rsplit(":", 1)
+    channel = Channel(host, int(port), config=keepalive_config(5.0))
+    try:
+        await _check(channel)
+        _give_up_the_connection(channel)
+        with pytest.raises(AttributeError, match="_transport"):
+            await _check(channel)
+    finally:
+        channel.close()
+
+
+class _BrokenWorkers:
+    """A WorkerRpc whose watch fails the way a bug in the client would."""
+
+    def watch_tasks(self, task_ids: list[str], **_: object) -> AsyncIterator[object]:
+        raise RuntimeError("a bug in the client")
+
+
+async def test_a_bug_in_a_watch_reaches_its_waiter_and_nothing_else() -> None:
+    """The waiter raises it; no task is left with an exception nobody retrieved,
+    which asyncio would print to a CLI's user as a traceback."""
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: unhandled.append(context))
+    options = ClientOptions(
+        coordinator="127.0.0.1:1",
+        bundle_coordinator=None,
+        sync_invoker="127.0.0.1:1",
+        retry=RetryPolicy(),
+        rpc_timeout_s=1.0,
+    )
+    batcher = WatchBatcher(_BrokenWorkers(), options, "127.0.0.1:2", random.Random(1))  # type: ignore[arg-type]
+    try:
+        with pytest.raises(RuntimeError, match="a bug in the client"):
+            await batcher.wait("t-1")
+        await asyncio.sleep(0)  # the watching task ends
+        gc.collect()  # where asyncio reports an exception never retrieved
+    finally:
+        loop.set_exception_handler(None)
+    assert unhandled == []
