@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import random
 import socket
 import time
@@ -60,6 +61,28 @@ def free_port() -> int:
         _given.add(port)
         return port
     raise RuntimeError("no free loopback port in 20000-31999")
+
+
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (the state, then the
+    parent's pid, ...); None once the process has exited (gone, or a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return None if fields[0] in ("Z", "X") else fields
+
+
+def children_of(parent: int) -> list[int]:
+    """The live processes whose parent is ``parent``."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = proc_stat(int(entry))
+            if fields is not None and int(fields[1]) == parent:
+                found.append(int(entry))
+    return found
 
 
 async def wait_until(

@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support import children_of, proc_stat
 
 VENV_BIN = Path(sys.executable).parent
 BLOCKX = str(VENV_BIN / "blockx")
@@ -263,27 +264,6 @@ def test_one_port_for_two_processes_is_one_line(
     )
 
 
-def _children(pid: int) -> set[int]:
-    """The live processes whose parent is ``pid`` (zombies are not alive)."""
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            alive = _alive_with_parent(int(entry.name))
-            if alive == pid:
-                found.add(int(entry.name))
-    return found
-
-
-def _alive_with_parent(pid: int) -> int | None:
-    """``pid``'s parent, or None once it has exited (gone, or a zombie)."""
-    try:
-        stat = (Path("/proc") / str(pid) / "stat").read_text()
-    except OSError:
-        return None
-    state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-    return None if state in ("Z", "X") else int(ppid)
-
-
 def test_a_closed_terminal_stops_the_cluster(running: tuple[DevUp, str], home: Path) -> None:
     """SIGHUP, which a closing terminal sends, stops it as Ctrl-C does."""
     dev, _ = running
@@ -299,10 +279,10 @@ def test_a_closed_terminal_stops_the_cluster(running: tuple[DevUp, str], home: P
 
 def test_dev_up_killed_outright_leaves_no_process_behind(running: tuple[DevUp, str]) -> None:
     dev, _ = running
-    children = _children(dev.proc.pid)
+    children = children_of(dev.proc.pid)
     assert len(children) >= 5, children  # etcd, coordinator, worker, invoker, proxy
     dev.kill()  # SIGKILL: dev up cleans nothing up itself
     deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and any(_alive_with_parent(p) for p in children):
+    while time.monotonic() < deadline and any(proc_stat(p) for p in children):
         time.sleep(0.1)
-    assert [p for p in children if _alive_with_parent(p) is not None] == []
+    assert [p for p in children if proc_stat(p) is not None] == []

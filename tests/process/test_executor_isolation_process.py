@@ -29,7 +29,7 @@ import pytest
 import pytest_asyncio
 from grpclib.client import Channel
 from processes import WorkerProcess, call_list_task, execute_result, run_to_end, serving
-from support import wait_until
+from support import proc_stat, wait_until
 
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
@@ -328,18 +328,8 @@ async def test_memory_over_the_limit_fails_the_call_not_the_worker(
         assert await outputs(stub, "t-small", "hog", [[1 << 20]]) == [1 << 20]
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/<pid>/stat after the command name; None once it is gone."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-    except FileNotFoundError:
-        return None
-    return None if fields[0] == "Z" else fields
-
-
 def _cpu_ticks(pid: int) -> int:
-    fields = _stat(pid)
+    fields = proc_stat(pid)
     return -1 if fields is None else int(fields[11])  # utime
 
 
@@ -364,9 +354,11 @@ async def test_a_busy_executor_dies_with_the_worker(start_worker: StartWorker) -
         finally:
             channel.close()
             worker.kill()  # SIGKILL: the Worker cannot stop its executors itself
-        await wait_until(lambda: _stat(executor_pid) is None, "the executor gone with its Worker")
+        await wait_until(
+            lambda: proc_stat(executor_pid) is None, "the executor gone with its Worker"
+        )
     finally:
-        if executor_pid and _stat(executor_pid) is not None:
+        if executor_pid and proc_stat(executor_pid) is not None:
             os.kill(executor_pid, signal.SIGKILL)
 
 

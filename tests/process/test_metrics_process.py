@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 from grpclib.const import Status
 from processes import CoordinatorProcess, WorkerProcess
-from support import wait_until
+from support import children_of, wait_until
 
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
@@ -66,17 +66,13 @@ def sample(text: str, series: str) -> float:
 
 def executor_pids(parent: int) -> list[int]:
     pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    for pid in children_of(parent):
         try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         except OSError:
             continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        if ppid == parent and b"blockx_executor" in cmdline:
-            pids.append(int(entry))
+        if b"blockx_executor" in cmdline:
+            pids.append(pid)
     return pids
 
 
