@@ -21,7 +21,8 @@ from typing import Any
 import msgspec
 import pytest
 from chain_cluster import ChainCluster
-from chain_rows import make_block
+from chain_rows import block_hash, make_block, seed_chain
+from postgres import PostgresServer, find_postgres_bin
 from support import free_port, wait_until
 
 from blockx_chain.devnet import Anvil, Devnet, Reorg
@@ -37,8 +38,10 @@ from blockx_client.follow import (
     BlockWritten,
     FollowEvent,
     FollowStarted,
+    GapReason,
     LedgerReconciled,
     ReorgReconciled,
+    WatchInterrupted,
     follow,
 )
 from blockx_client.jobs import JOBS_PREFIX, JobKind, JobProgress, JobState, list_jobs
@@ -545,3 +548,60 @@ async def test_a_block_whose_attempts_never_reach_the_cluster_ends_follow(setup:
         BlockRetrying,
         BlockFailed,
     ]
+
+
+async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_reconciled(
+    tmp_path: Path,
+) -> None:
+    """Follow's own watching has a gap: its block database (PostgreSQL) stops and
+    comes back. Follow waits instead of ending, and once it can read again compares
+    its ledger with the chain: a block written meanwhile above the head goes."""
+    bin_dir = find_postgres_bin()
+    assert bin_dir is not None, "PostgreSQL is not installed: run scripts/setup.sh"
+    server = PostgresServer(bin_dir)
+    server.start()
+    sink_url = f"sqlite:///{tmp_path}/sink.db"
+    sink = await open_sink(parse_blockdb_url(sink_url))
+    try:
+        await seed_chain(server.url(), 12)
+        await sink.replace_blocks("gap", [(n, block_hash(n), [{"v": n}]) for n in range(8, 12)])
+        # No block is submitted: the ledger is up to date and the chain does not move.
+        async with Client(coordinator="127.0.0.1:1") as client:
+            events = follow(
+                client,
+                function="volume",
+                source_table="erc20_transfers",
+                sink_table="gap",
+                db_url=server.url(),
+                sink_db_url=sink_url,
+            )
+            seen: list[FollowEvent] = []
+
+            async def until(done: Callable[[FollowEvent], bool]) -> FollowEvent:
+                async with asyncio.timeout(60):
+                    async for event in events:
+                        seen.append(event)
+                        if done(event):
+                            return event
+                raise AssertionError(f"follow ended: {seen}")
+
+            await until(lambda e: isinstance(e, LedgerReconciled))
+            server.stop_server()
+            await until(lambda e: isinstance(e, WatchInterrupted))
+            # Written while follow could not look: a block the chain does not hold.
+            await sink.replace_blocks("gap", [(12, block_hash(12, branch=1), [{"v": 12}])])
+            server.start_server()
+            reconciled = await until(lambda e: isinstance(e, LedgerReconciled))
+            await events.aclose()  # type: ignore[attr-defined]
+        assert reconciled == LedgerReconciled(
+            reason=GapReason.UNREACHABLE,
+            from_block=8,
+            to_block=12,
+            checked=5,
+            rewritten=(),
+            deleted=(12,),
+        )
+        assert [w["block_number"] for w in await sink.written("gap")] == [8, 9, 10, 11]
+    finally:
+        await sink.close()
+        server.stop()

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -247,6 +248,9 @@ def _on_signals(handler: Callable[[], object]) -> Iterator[None]:
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command: every expected error is one line and an exit code."""
+    # asyncpg's pool logs each failed reconnection with a traceback; a database out
+    # of reach is follow's `interrupted` event, and backfill's one-line error.
+    logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
     try:
         return asyncio.run(coro)
     except ValueError as exc:

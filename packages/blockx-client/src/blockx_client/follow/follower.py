@@ -64,6 +64,7 @@ from blockx_client.ledger import Reconciliation, canonical_blocks, reach, reconc
 from blockx_client.models import TaskResult
 from blockx_client.resubmit import (
     DEFAULT_MAX_ATTEMPTS,
+    ClusterUnreachable,
     OnFailure,
     Verdict,
     check_attempts,
@@ -139,6 +140,10 @@ class Follower:
         self._finished: deque[tuple[_Job, TaskResult]] = deque()
         # A block failed for good and ``on_failure`` is STOP.
         self._halted = False
+        # A block's attempts never reached the cluster: follow ends with this.
+        self._unreachable: ClusterUnreachable | None = None
+        # What happened, not reported yet.
+        self._outbox: deque[FollowEvent] = deque()
         self._watch = Watch(_now_ms(), poll_interval_ms=int(spec.poll_interval_s * 1000))
 
     # ---- start ---------------------------------------------------------------------
@@ -199,20 +204,16 @@ class Follower:
             while True:
                 wait_s = self._spec.poll_interval_s
                 try:
-                    while self._finished:
-                        job, result = self._finished[0]
-                        event = await self._completed(job, result)
-                        self._finished.popleft()
-                        if event is not None:
-                            yield event
-                        if isinstance(event, BlockFailed) and unanswered(result):
-                            raise out_of_reach(f"block {job.number}", job.attempt, result)
+                    await self._judge()
                     if not (stop.is_set() or self._halted):
-                        async for event in self._look():
-                            yield event
+                        await self._look()
                 except (StoreUnavailable, SinkUnavailable) as exc:
                     wait_s = self._watch.lost()
-                    yield WatchInterrupted(message=str(exc), retry_in_s=wait_s)
+                    self._outbox.append(WatchInterrupted(message=str(exc), retry_in_s=wait_s))
+                while self._outbox:
+                    yield self._outbox.popleft()
+                if self._unreachable is not None:
+                    raise self._unreachable
                 if stop.is_set() or self._halted:  # (stop may have been set meanwhile)
                     if give_up_at is None:
                         give_up_at = time.monotonic() + STOP_GRACE_S
@@ -237,16 +238,27 @@ class Follower:
             if self._running:
                 await asyncio.gather(*self._running, return_exceptions=True)
 
-    async def _look(self) -> AsyncIterator[FollowEvent]:
+    async def _judge(self) -> None:
+        """Judge the finished attempts, in order; one whose judging cannot read a
+        database stays first in line."""
+        while self._finished and self._unreachable is None:
+            job, result = self._finished[0]
+            event = await self._completed(job, result)
+            self._finished.popleft()
+            if event is not None:
+                self._outbox.append(event)
+            if isinstance(event, BlockFailed) and unanswered(result):
+                self._unreachable = out_of_reach(f"block {job.number}", job.attempt, result)
+
+    async def _look(self) -> None:
         """One look at the chain: the ledger reconciled after a gap, new reorgs,
         new blocks submitted. Raises the stores' unavailable errors."""
         gap = self._watch.due(_now_ms())
         if gap is not None:
-            yield await self._reconcile_ledger(gap)
+            self._outbox.append(await self._reconcile_ledger(gap))
         for row in await self._store.reorgs(self._cursor, _REORG_PAGE):
-            event = await self._reconcile(row)
+            self._outbox.append(await self._reconcile(row))
             self._cursor = row["id"]  # only once reconciled: a failed read tries it again
-            yield event
         await self._fill()
         self._watch.looked(_now_ms())
 
