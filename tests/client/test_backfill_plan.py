@@ -1,8 +1,11 @@
 """Backfill and follow decisions without a cluster: how a range is cut, which ranges
-a re-run skips, how the ledger is reconciled with the chain, which attempt outcomes
-are resubmitted and under which task_id, and the running totals."""
+a re-run skips, how the ledger is reconciled with the chain and over which window,
+when follow has missed part of the chain, which attempt outcomes are resubmitted
+and under which task_id, how attempts are bounded, and the running totals."""
 
 from __future__ import annotations
+
+import re
 
 import msgspec
 import pytest
@@ -17,13 +20,23 @@ from blockx_client.backfill import (
     plan,
     split,
 )
+from blockx_client.backfill.driver import writer_config_for
 from blockx_client.backfill.plan import bundle_task, missing_block
 from blockx_client.backfill.progress import Tally
-from blockx_client.follow import BlockWritten, ReorgReconciled
+from blockx_client.follow import BlockWritten, GapReason, LedgerReconciled, ReorgReconciled
 from blockx_client.follow.follower import Follower
-from blockx_client.ledger import Reconciliation, reconcile
+from blockx_client.follow.watch import PAUSE_MS, Watch
+from blockx_client.ledger import Reconciliation, reach, reconcile
 from blockx_client.models import PluginConfig, Task
-from blockx_client.resubmit import Verdict, attempt_task, retry_delay_s, verdict
+from blockx_client.resubmit import (
+    MAX_ATTEMPTS_LIMIT,
+    OnFailure,
+    Verdict,
+    attempt_task,
+    check_attempts,
+    retry_delay_s,
+    verdict,
+)
 
 CANONICAL = {n: f"0x{n:02x}" for n in range(10)}
 
@@ -108,6 +121,90 @@ def test_the_ledger_is_reconciled_with_the_canonical_chain(
     assert reconcile(written, canonical) == expected
 
 
+REACH = [
+    # (ledger top, database head, finalized, reorg window, lowest block compared)
+    (100, 100, 90, 64, 37),  # the window below the head reaches lower than finality
+    (100, 100, 20, 64, 21),  # every block above the finalized height
+    (100, 100, None, 64, 0),  # nothing final yet: the whole ledger
+    (100, 97, 90, 64, 34),  # a shorter chain: the window is below its head
+    (100, 120, 110, 64, 37),  # the chain moved on: below the ledger's own head
+    (10, 10, 5, 64, 0),  # never below block 0
+    (100, 100, 99, 1, 100),
+]
+
+
+@pytest.mark.parametrize(("top", "head", "finalized", "window", "expected"), REACH)
+def test_the_window_a_reorg_can_reach(
+    top: int, head: int, finalized: int | None, window: int, expected: int
+) -> None:
+    assert reach(top=top, head=head, finalized=finalized, reorg_window=window) == expected
+
+
+def test_a_reorg_window_below_one_is_refused() -> None:
+    with pytest.raises(ValueError, match="reorg_window must be >= 1"):
+        reach(top=10, head=10, finalized=None, reorg_window=0)
+
+
+POLL_MS = 100
+# Each step: (milliseconds after the start, what happens, the gap ``due`` reports
+# at that moment after it).
+WATCH = [
+    # Looks a poll interval apart: no gap.
+    [(100, "looked", None), (200, "looked", None)],
+    # A look that comes later than the pause bound after the one before.
+    [(100, "looked", None), (100 + PAUSE_MS + POLL_MS + 1, "due", GapReason.PAUSED)],
+    [(PAUSE_MS + POLL_MS, "due", None)],
+    # A failed look: due until a look goes through, however soon.
+    [(100, "lost", GapReason.UNREACHABLE), (150, "due", GapReason.UNREACHABLE)],
+    [(100, "lost", GapReason.UNREACHABLE), (200, "looked", None), (300, "due", None)],
+]
+
+
+@pytest.mark.parametrize("steps", WATCH)
+def test_follow_knows_when_it_missed_part_of_the_chain(
+    steps: list[tuple[int, str, GapReason | None]],
+) -> None:
+    watch = Watch(0, poll_interval_ms=POLL_MS)
+    for at_ms, happens, expected in steps:
+        match happens:
+            case "looked":
+                watch.looked(at_ms)
+            case "lost":
+                watch.lost()
+        assert watch.due(at_ms) is expected
+
+
+def test_a_database_out_of_reach_is_tried_again_with_a_back_off() -> None:
+    watch = Watch(0, poll_interval_ms=POLL_MS)
+    assert [watch.lost() for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    watch.looked(1)
+    assert watch.lost() == 0.5
+
+
+def test_attempts_are_bounded_and_the_choice_after_a_failure_checked() -> None:
+    assert check_attempts(1, "stop") is OnFailure.STOP
+    assert check_attempts(MAX_ATTEMPTS_LIMIT, OnFailure.CONTINUE) is OnFailure.CONTINUE
+    for bad in (0, MAX_ATTEMPTS_LIMIT + 1, None, True, 2.5):
+        with pytest.raises(ValueError, match="max_attempts must be a whole number from 1 to"):
+            check_attempts(bad, "stop")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="on_failure must be 'continue' or 'stop', got 'skip'"):
+        check_attempts(3, "skip")
+
+
+def test_declared_columns_are_checked_before_anything_is_submitted() -> None:
+    assert writer_config_for({"columns": {"volume": "numeric"}}, "t") == {
+        "columns": {"volume": "numeric"},
+        "table": "t",
+    }
+    assert writer_config_for(None, "t") == {"table": "t"}
+    with pytest.raises(ValueError, match=re.escape("not one of INTEGER|TEXT|REAL|NUMERIC|JSON")):
+        writer_config_for({"columns": {"volume": "FLOAT"}}, "t")
+    with pytest.raises(ValueError, match="is not a usable name"):
+        writer_config_for({"columns": {"1x": "TEXT"}}, "t")
+    with pytest.raises(ValueError, match="columns must map column names to types"):
+        writer_config_for({"columns": ["volume"]}, "t")
+
+
 def result(state: TaskState, *, retryable: bool = False, code: str = "") -> TaskResult:
     return TaskResult(task_id="t", state=state, retryable=retryable, failure_code=code)
 
@@ -168,6 +265,7 @@ def test_the_totals_rates_and_eta() -> None:
         retries=1,
         blocks_per_s=12.5,
         rows_per_s=25.0,
+        unfinished=2,  # of the 4 planned, 2 never ended (the run stopped)
     )
 
 
@@ -191,6 +289,18 @@ def test_events_encode_as_one_object_naming_the_event() -> None:
         "depth": 2,
         "rewritten": [4],
         "deleted": [5],
+    }
+    checked = LedgerReconciled(
+        reason=GapReason.START, from_block=3, to_block=9, checked=7, rewritten=(8,), deleted=(9,)
+    )
+    assert msgspec.json.decode(msgspec.json.encode(checked)) == {
+        "event": "reconcile",
+        "reason": "start",
+        "from_block": 3,
+        "to_block": 9,
+        "checked": 7,
+        "rewritten": [8],
+        "deleted": [9],
     }
 
 

@@ -26,7 +26,7 @@ from blockx_chain.schema import TRANSFER_TOPIC
 from blockx_chain.sink import open_sink
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
-from blockx_client import Client, RetryPolicy
+from blockx_client import Client, RetryPolicy, dev_config
 from blockx_client.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
 from blockx_client.jobs import JOBS_PREFIX, JobKind, JobState, list_jobs
 from blockx_client.resubmit import ClusterUnreachable
@@ -38,6 +38,12 @@ import time
 
 def transfer(row):
     time.sleep(0.01)  # long enough for a task to be under way when its Worker dies
+    return {"log_index": row["log_index"], "data": row["data"]}
+
+
+def transfer_but_25(row):
+    if row["block_number"] == 25:
+        raise ValueError("block 25 is refused")
     return {"log_index": row["log_index"], "data": row["data"]}
 """
 BLOCKS = 240
@@ -54,12 +60,20 @@ class Setup:
         self.sink_url = sink_url
         self.functions = functions
 
-    def argv(self, table: str, *extra: str, to_block: int = BLOCKS - 1) -> list[str]:
+    def argv(
+        self,
+        table: str,
+        *extra: str,
+        to_block: int = BLOCKS - 1,
+        function: str = "transfer",
+        databases: bool = True,
+    ) -> list[str]:
+        dbs = ["--db", self.chain_url, "--sink-db", self.sink_url] if databases else []
         return [
             *self.cluster.cli_args(),
             "backfill",
             "--function",
-            "transfer",
+            function,
             "--source-table",
             "logs",
             "--where",
@@ -76,10 +90,7 @@ class Setup:
             "2",
             "--sink-table",
             table,
-            "--db",
-            self.chain_url,
-            "--sink-db",
-            self.sink_url,
+            *dbs,
             *extra,
         ]
 
@@ -373,7 +384,9 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
     runner = CliRunner()
 
     def run(argv: list[str]) -> tuple[int, str]:
-        result = runner.invoke(app, argv, env={"COLUMNS": "200"})
+        # No dev.toml of a running `blockx dev up` to fall back on.
+        env = {"COLUMNS": "200", "XDG_CONFIG_HOME": str(tmp_path)}
+        result = runner.invoke(app, argv, env=env)
         assert result.exception is None or isinstance(result.exception, SystemExit), result
         return result.exit_code, result.output
 
@@ -408,9 +421,21 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
     assert (code, "--to (3) is below --from (9)" in output) == (2, True)
     code, output = run([*base, "--blocks-per-task", "0"])
     assert (code, "--blocks-per-task" in output) == (2, True)
+    for bad in (["--max-attempts", "0"], ["--max-attempts", "101"], ["--on-failure", "skip"]):
+        code, output = run([*base, *bad])
+        assert (code, bad[0] in output) == (2, True), output
+    for column, message in (
+        ("volume=FLOAT", "has type 'FLOAT', not one of INTEGER|TEXT|REAL|NUMERIC|JSON"),
+        ("volume", "expected NAME=TYPE, TYPE one of INTEGER, TEXT, REAL, NUMERIC, JSON"),
+        ("1x=TEXT", "is not a usable name"),
+    ):
+        code, output = run([*base, "--column", column])
+        assert (code, message in output) == (2, True), output
+    code, output = run([*base, "--column", "a=TEXT", "--column", "A=JSON"])
+    assert (code, "--column 'A' is declared twice" in output) == (2, True), output
     no_db = [a for a in base if a not in ("--db", setup.chain_url)]
     code, output = run(no_db)
-    assert (code, "no block database: pass --db or set BLOCKDB_URL" in output) == (2, True)
+    assert (code, "no block database: pass --db, set BLOCKDB_URL" in output) == (2, True)
     code, output = run([*base, "--db", "mysql://x"])
     assert (code, "--db" in output) == (2, True)
     unreachable = [*base, "--db", "postgresql://blockx@127.0.0.1:1/nowhere"]
@@ -428,11 +453,21 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
     assert (code, "--unit" in output) == (2, True)
     code, output = run([*follow_base, *follow_dbs, "--poll-interval", "0"])
     assert (code, "--poll-interval" in output) == (2, True)
+    for bad in (["--reorg-window", "0"], ["--reorg-window", "100001"], ["--max-attempts", "0"]):
+        code, output = run([*follow_base, *follow_dbs, *bad])
+        assert (code, bad[0] in output) == (2, True), output
+    code, output = run([*follow_base, *follow_dbs, "--column", "v=FLOAT"])
+    assert (code, "not one of INTEGER|TEXT|REAL|NUMERIC|JSON" in output) == (2, True), output
     result = runner.invoke(
-        app, [*follow_base, "--db", setup.chain_url], env={"SINK_DB_URL": None, "COLUMNS": "200"}
+        app,
+        [*follow_base, "--db", setup.chain_url],
+        env={"SINK_DB_URL": None, "COLUMNS": "200", "XDG_CONFIG_HOME": str(tmp_path)},
     )
     assert result.exit_code == 2
-    assert "no sink database: pass --sink-db or set SINK_DB_URL" in result.output
+    assert (
+        "no sink database: pass --sink-db, set SINK_DB_URL, or start `blockx dev up`"
+        in result.output
+    )
     # The bundle cluster's task with no bundle coordinator configured.
     no_bundle = base[2:]
     result = runner.invoke(
@@ -441,3 +476,92 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
     assert result.exit_code == 2, result.output
     assert "no bundle coordinator is configured" in result.output
     assert "Traceback" not in result.output
+
+
+def _invoke(argv: list[str], **env: str | None) -> tuple[int, list[dict[str, Any]], str]:
+    """``blockx`` in this process: the exit code, the JSON lines, everything printed."""
+    result = CliRunner().invoke(app, argv, env={"COLUMNS": "200", **env})
+    assert result.exception is None or isinstance(result.exception, SystemExit), result
+    lines = [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    return result.exit_code, lines, result.output
+
+
+def sink_now(setup: Setup, table: str) -> tuple[list[tuple[Any, ...]], list[dict[str, Any]]]:
+    """``sink_state`` from a test without an event loop (one that runs the CLI)."""
+    return asyncio.run(sink_state(setup.sink_url, table))
+
+
+def test_a_backfill_told_to_stop_ends_at_the_first_failed_task(setup: Setup) -> None:
+    argv = setup.argv(
+        "stopping",
+        *("--json", "--on-failure", "stop", "--max-attempts", "2", "--tasks-in-flight", "1"),
+        function="transfer_but_25",
+    )
+    code, events, output = _invoke(argv)
+    assert code == 1, output
+    tasks = [e for e in events if e["event"] == "task"]
+    # In block order, one at a time: 0..9 and 10..19 written, 20..29 fails (a call
+    # failure is not retryable: one attempt), and nothing runs after it.
+    assert [(e["from_block"], e["outcome"], e["attempt"]) for e in tasks] == [
+        (0, "written", 1),
+        (10, "written", 1),
+        (20, "failed", 1),
+    ]
+    done = events[-1]
+    assert (done["event"], done["failed"], done["unfinished"]) == (
+        "done",
+        1,
+        BLOCKS // PER_TASK - 3,
+    )
+    assert "blocks 20..29 after 1 attempts: CALL_FAILED: call #" in output
+    rows, _ = sink_now(setup, "stopping")
+    assert rows == expected_rows(range(20))
+
+
+def test_declared_columns_reach_the_writer(setup: Setup) -> None:
+    argv = setup.argv("declared", "--column", "log_index=numeric", to_block=PER_TASK - 1)
+    code, _, output = _invoke(argv)
+    assert code == 0, output
+    rows, _ = sink_now(setup, "declared")
+    # NUMERIC, as declared (read back as decimal text), not the INTEGER inferred.
+    assert rows == [
+        (n, h, i, str(log_index), data) for n, h, i, log_index, data in expected_rows(range(10))
+    ]
+
+
+def test_the_databases_of_a_running_dev_up_are_used_below_flags_and_environment(
+    setup: Setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("BLOCKDB_URL", "SINK_DB_URL"):
+        if name not in dev_config.DEV_VARIABLES:
+            monkeypatch.setattr(dev_config, "DEV_VARIABLES", (*dev_config.DEV_VARIABLES, name))
+    dev_toml = tmp_path / "blockx" / "dev.toml"
+    dev_toml.parent.mkdir()
+    dev_toml.write_text(
+        f'BLOCKDB_URL = "{setup.chain_url}"\nSINK_DB_URL = "{setup.sink_url}"\n\n'
+        f"[writer]\npid = {os.getpid()}\n"
+    )
+    home = {"XDG_CONFIG_HOME": str(tmp_path)}
+    without_dbs = setup.argv("dev_toml", to_block=PER_TASK - 1, databases=False)
+    # dev.toml alone: its databases.
+    code, _, output = _invoke(without_dbs, BLOCKDB_URL=None, SINK_DB_URL=None, **home)
+    assert code == 0, output
+    assert f"from the running `blockx dev up` ({dev_toml})" in output
+    rows, _ = sink_now(setup, "dev_toml")
+    assert rows == expected_rows(range(PER_TASK))
+    # The environment over dev.toml ...
+    nowhere = f"sqlite:///{tmp_path}/missing/chain.db"
+    code, _, output = _invoke(without_dbs, BLOCKDB_URL=nowhere, SINK_DB_URL=None, **home)
+    assert (code, f"{tmp_path}/missing" in output) == (3, True), output
+    # ... and the flag over the environment.
+    flagged = [*without_dbs, "--db", setup.chain_url]
+    code, _, output = _invoke(flagged, BLOCKDB_URL=nowhere, SINK_DB_URL=None, **home)
+    assert code == 0, output
+    # A bad value in dev.toml is named where it comes from.
+    dev_toml.write_text(f'BLOCKDB_URL = "mysql://x"\n\n[writer]\npid = {os.getpid()}\n')
+    code, _, output = _invoke([*without_dbs, "--sink-db", setup.sink_url], BLOCKDB_URL=None, **home)
+    assert (code, f"BLOCKDB_URL in {dev_toml}" in output) == (2, True), output
+    dev_toml.write_text("not = [toml")
+    code, _, output = _invoke(without_dbs, BLOCKDB_URL=None, SINK_DB_URL=None, **home)
+    assert (code, f"{dev_toml} is not valid TOML" in output) == (2, True), output
+    assert "Traceback" not in output

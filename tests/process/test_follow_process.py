@@ -14,35 +14,51 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from chain_cluster import ChainCluster
-from chain_rows import make_block
-from support import wait_until
+from chain_rows import block_hash, make_block, seed_chain
+from postgres import PostgresServer, find_postgres_bin
+from support import free_port, wait_until
 
-from blockx_chain.devnet import Anvil, Devnet
+from blockx_chain.devnet import Anvil, Devnet, Reorg
 from blockx_chain.ingest import IngestOptions, ingest
 from blockx_chain.rpc import JsonRpcClient
 from blockx_chain.sink import open_sink
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
+from blockx_client import Client, RetryPolicy
 from blockx_client.follow import (
+    BlockFailed,
+    BlockRetrying,
     BlockWritten,
     FollowEvent,
     FollowStarted,
+    GapReason,
+    LedgerReconciled,
     ReorgReconciled,
+    WatchInterrupted,
     follow,
 )
 from blockx_client.jobs import JOBS_PREFIX, JobKind, JobProgress, JobState, list_jobs
+from blockx_client.resubmit import ClusterUnreachable
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
 
 FUNCTIONS = """
 def volume(arg):
     return {"transfers": len(arg["rows"]), "seen": arg["block"]["block_hash"]}
+
+
+def even_only(arg):
+    number = arg["block"]["block_number"]
+    if number % 2:
+        raise ValueError(f"block {number} is odd")
+    return volume(arg)
 """
 
 
@@ -133,11 +149,22 @@ async def matches_chain(
 
 
 class Following:
-    """``follow`` in a task of its own, its events collected."""
+    """``follow`` of ``volume`` into ``table`` in a task of its own, its events
+    collected."""
 
-    def __init__(self, events: AsyncIterator[FollowEvent], stop: asyncio.Event) -> None:
+    def __init__(self, client: Client, setup: Setup, table: str) -> None:
         self.events: list[FollowEvent] = []
-        self.stop = stop
+        self.stop = asyncio.Event()
+        events = follow(
+            client,
+            function="volume",
+            source_table="erc20_transfers",
+            unit="block",
+            sink_table=table,
+            db_url=setup.chain_url,
+            sink_db_url=setup.sink_url,
+            stop=self.stop,
+        )
         self._task = asyncio.create_task(self._collect(events))
 
     async def _collect(self, events: AsyncIterator[FollowEvent]) -> None:
@@ -154,6 +181,84 @@ class Following:
             raise AssertionError("follow ended by itself")
 
 
+class FollowCommand:
+    """A ``blockx follow --json`` process, its events read as they come."""
+
+    def __init__(self, proc: asyncio.subprocess.Process) -> None:
+        self.proc = proc
+        self.events: list[dict[str, Any]] = []
+
+    @classmethod
+    async def start(
+        cls, setup: Setup, table: str, *extra: str, function: str = "volume", **env: str
+    ) -> FollowCommand:
+        blockx = shutil.which("blockx")
+        assert blockx is not None
+        argv = [
+            *setup.cluster.cli_args(),
+            *("follow", "--function", function, "--source-table", "erc20_transfers"),
+            *("--unit", "block", "--sink-table", table),
+            *("--db", setup.chain_url, "--sink-db", setup.sink_url, "--json", *extra),
+        ]
+        proc = await asyncio.create_subprocess_exec(
+            blockx,
+            *argv,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "COLUMNS": "200", **env},
+        )
+        return cls(proc)
+
+    async def read_until(self, done: Callable[[], bool]) -> None:
+        assert self.proc.stdout is not None
+        assert self.proc.stderr is not None
+        async with asyncio.timeout(60):
+            while not done():
+                line = await self.proc.stdout.readline()
+                assert line, (await self.proc.stderr.read()).decode()
+                self.events.append(json.loads(line))
+
+    def written(self, number: int, block_hash: str | None = None) -> bool:
+        return any(
+            e["event"] == "block"
+            and e["number"] == number
+            and (block_hash is None or e["hash"] == block_hash)
+            for e in self.events
+        )
+
+    async def interrupt(self) -> tuple[int, str]:
+        """SIGINT; the exit code and stderr, its last events read."""
+        self.proc.send_signal(signal.SIGINT)
+        return await self.finish()
+
+    async def finish(self) -> tuple[int, str]:
+        """The exit code and stderr once it ends, its last events read."""
+        out, err = await asyncio.wait_for(self.proc.communicate(), 60)
+        self.events.extend(json.loads(line) for line in out.decode().splitlines())
+        assert self.proc.returncode is not None
+        return self.proc.returncode, err.decode()
+
+    async def kill(self) -> None:
+        self.proc.kill()
+        await self.proc.wait()
+
+
+@pytest.fixture
+def follow_cli(setup: Setup) -> Iterator[Callable[..., Awaitable[FollowCommand]]]:
+    """Starts ``blockx follow`` processes; any still running after the test is killed."""
+    started: list[FollowCommand] = []
+
+    async def start(table: str, *extra: str, **kw: str) -> FollowCommand:
+        command = await FollowCommand.start(setup, table, *extra, **kw)
+        started.append(command)
+        return command
+
+    yield start
+    for command in started:
+        if command.proc.returncode is None:
+            command.proc.kill()
+
+
 async def test_follow_through_a_reorg_on_anvil_matches_the_canonical_chain(
     setup: Setup, tmp_path: Path
 ) -> None:
@@ -166,23 +271,10 @@ async def test_follow_through_a_reorg_on_anvil_matches_the_canonical_chain(
         stdout=ingest_log,
         stderr=subprocess.STDOUT,
     )
-    stop = asyncio.Event()
+    following: Following | None = None
     try:
         async with setup.cluster.client() as client, JsonRpcClient(setup.anvil.url) as rpc:
-            following = Following(
-                follow(
-                    client,
-                    function="volume",
-                    source_table="erc20_transfers",
-                    unit="block",
-                    sink_table="volume",
-                    db_url=setup.chain_url,
-                    sink_db_url=setup.sink_url,
-                    poll_interval_s=0.1,
-                    stop=stop,
-                ),
-                stop,
-            )
+            following = Following(client, setup, "volume")
             await wait_until(lambda: bool(following.events), "follow to start", timeout=20)
             started = following.events[0]
             assert isinstance(started, FollowStarted)
@@ -210,7 +302,8 @@ async def test_follow_through_a_reorg_on_anvil_matches_the_canonical_chain(
             assert {b.hash for b in reorg.new_blocks} <= {h for _, h in ledger}
             await following.close()
     finally:
-        stop.set()
+        if following is not None:
+            following.stop.set()
         feeder.send_signal(signal.SIGTERM)
         assert await asyncio.wait_for(feeder.wait(), 30) == 0
         ingest_log.close()
@@ -225,8 +318,70 @@ async def test_follow_through_a_reorg_on_anvil_matches_the_canonical_chain(
     assert all(e.lag_ms >= 0 and e.seen_lag_ms >= 0 for e in written)
 
 
+async def test_a_restarted_follow_repairs_what_a_reorg_left_behind(
+    setup: Setup, follow_cli: Callable[..., Awaitable[FollowCommand]]
+) -> None:
+    """Follow stops (a CLI process killed with SIGKILL, then one stopped with SIGINT),
+    the chain reorganises by 3 blocks and moves on, and follow restarts without
+    --from: the sink holds exactly the canonical rows and ledger hashes."""
+    table = "restarted"
+    chain_url = parse_blockdb_url(setup.chain_url)
+    async with JsonRpcClient(setup.anvil.url) as rpc:
+        net = Devnet(rpc)
+        await net.setup(tokens=1, reorgable=True)
+        await net.mine(4, token_transfers=2, eth_transfers=0, reorgable=True)
+        await ingest(setup.anvil.url, chain_url, IngestOptions())
+        _, top = await canonical(setup.chain_url, 0)
+        start = top - 4
+
+        async def reorganise() -> tuple[Reorg, int]:
+            """Reorg the top 3 blocks, mine 2 more, ingest it all."""
+            reorg = await net.reorg(3, token_transfers=1, eth_transfers=0)
+            await net.mine(2, token_transfers=1, eth_transfers=0, reorgable=True)
+            await ingest(setup.anvil.url, chain_url, IngestOptions())
+            _, head = await canonical(setup.chain_url, 0)
+            return reorg, head
+
+        killed = await follow_cli(table, "--from", str(start))
+        await killed.read_until(lambda: killed.written(top))
+        await killed.kill()
+        first, top = await reorganise()
+
+        restarted = await follow_cli(table)
+        await wait_until(
+            lambda: matches_chain(setup, table, start, top),
+            "the restart to repair the sink",
+            timeout=60,
+        )
+        code, err = await restarted.interrupt()
+        assert code == 0, err
+        second, top = await reorganise()
+
+        async with setup.cluster.client() as client:
+            following = Following(client, setup, table)
+
+            async def repaired() -> bool:
+                following.check()
+                return await matches_chain(setup, table, start, top)
+
+            await wait_until(repaired, "the Python API's restart to repair the sink", timeout=60)
+            await following.close()
+    # Each restart said what it found: the 3 abandoned blocks, rewritten.
+    api_events = [msgspec.json.decode(msgspec.json.encode(e)) for e in following.events]
+    for run, reorg in ((restarted.events, first), (api_events, second)):
+        [reconciled] = [e for e in run if e["event"] == "reconcile"]
+        assert reconciled["reason"] == "start"
+        assert set(reconciled["rewritten"]) == set(reorg.old_hashes)
+        assert reconciled["deleted"] == []
+        assert reconciled["checked"] >= 5
+    _, ledger = await in_sink(setup.sink_url, table)
+    assert not {h for _, h in ledger} & (
+        set(first.old_hashes.values()) | set(second.old_hashes.values())
+    )
+
+
 async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
-    setup: Setup, etcd_server: EtcdServer
+    setup: Setup, etcd_server: EtcdServer, follow_cli: Callable[..., Awaitable[FollowCommand]]
 ) -> None:
     jobs_prefix = f"{JOBS_PREFIX}{JobKind.FOLLOW.value}/"
     before = {j.job_id for j in await list_jobs([etcd_server.endpoint], prefix=jobs_prefix)}
@@ -241,54 +396,10 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
         assert head is not None
         top = head["number"]
         start = top - 5
-        blockx = shutil.which("blockx")
-        assert blockx is not None
-        argv = [
-            *setup.cluster.cli_args(),
-            "follow",
-            "--function",
-            "volume",
-            "--source-table",
-            "erc20_transfers",
-            "--unit",
-            "block",
-            "--sink-table",
-            "short",
-            "--from",
-            str(start),
-            "--db",
-            setup.chain_url,
-            "--sink-db",
-            setup.sink_url,
-            "--json",
-        ]
-        proc = await asyncio.create_subprocess_exec(
-            blockx,
-            *argv,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env={**os.environ, "COLUMNS": "200", "ETCD_ENDPOINTS": etcd_server.endpoint},
+        follower = await follow_cli(
+            "short", "--from", str(start), ETCD_ENDPOINTS=etcd_server.endpoint
         )
-        assert proc.stdout is not None
-        assert proc.stderr is not None
-        events: list[dict[str, Any]] = []
-
-        async def read_until(done: Any) -> None:
-            async with asyncio.timeout(60):
-                while not done():
-                    line = await proc.stdout.readline()  # type: ignore[union-attr]
-                    assert line, (await proc.stderr.read()).decode()  # type: ignore[union-attr]
-                    events.append(json.loads(line))
-
-        def written(number: int, block_hash: str | None = None) -> bool:
-            return any(
-                e["event"] == "block"
-                and e["number"] == number
-                and (block_hash is None or e["hash"] == block_hash)
-                for e in events
-            )
-
-        await read_until(lambda: written(top))
+        await follower.read_until(lambda: follower.written(top))
         assert await matches_chain(setup, "short", start, top)
 
         async def published_top() -> bool:
@@ -328,14 +439,13 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
                 finalized_number=chain.finalized_number,
                 epoch=chain.epoch,
             )
-        await read_until(lambda: written(fork + 1, new_block.block.block_hash))
-        proc.send_signal(signal.SIGINT)
-        out, err = await asyncio.wait_for(proc.communicate(), 30)
-        events.extend(json.loads(line) for line in out.decode().splitlines())
-        assert proc.returncode == 0, err.decode()
-        assert "Traceback" not in err.decode()
+        await follower.read_until(lambda: follower.written(fork + 1, new_block.block.block_hash))
+        code, err = await follower.interrupt()
+        assert code == 0, err
+        assert "Traceback" not in err
     finally:
         await store.close()
+    events = follower.events
     assert events[0]["event"] == "start"
     assert events[0]["from_block"] == start
     [reorg] = [e for e in events if e["event"] == "reorg"]
@@ -346,7 +456,152 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
     assert new_head == fork + 1
     assert rows == expected
     assert ledger == [(n, h) for n, h, _ in expected]
-    assert {e["event"] for e in events} <= {"start", "block", "retry", "reorg", "deleted"}
+    assert events[1] == {
+        "event": "reconcile",
+        "reason": "start",
+        "from_block": None,
+        "to_block": None,
+        "checked": 0,
+        "rewritten": [],
+        "deleted": [],
+    }
+    assert {e["event"] for e in events} <= {
+        "start",
+        "reconcile",
+        "block",
+        "retry",
+        "reorg",
+        "deleted",
+    }
     stopped = await this_job()
     assert stopped is not None
     assert stopped.state is JobState.DONE
+
+
+async def test_a_block_that_fails_for_good_is_reported_and_never_passes_for_written(
+    setup: Setup, follow_cli: Callable[..., Awaitable[FollowCommand]]
+) -> None:
+    _, top = await canonical(setup.chain_url, 0)
+    start = top - 3
+    odd = [n for n in range(start, top + 1) if n % 2]
+    # Going on (the default): the other blocks are written, the exit code is 1.
+    going_on = await follow_cli("odd", "--from", str(start), function="even_only")
+    await going_on.read_until(
+        lambda: (
+            {e.get("number") for e in going_on.events if e["event"] in ("block", "failed")}
+            == set(range(start, top + 1))
+        )
+    )
+    code, err = await going_on.interrupt()
+    assert code == 1, err
+    failed = [e for e in going_on.events if e["event"] == "failed"]
+    assert sorted(e["number"] for e in failed) == odd
+    # Not retryable: one attempt each, never resubmitted.
+    assert {(e["attempt"], e["failure_code"]) for e in failed} == {(1, "CALL_FAILED")}
+    assert not [e for e in going_on.events if e["event"] == "retry"]
+    assert f"2 blocks failed for good and were not written ({odd[0]}, {odd[1]})" in err
+    assert "is odd" in err
+    assert "Traceback" not in err
+    rows, _ = await in_sink(setup.sink_url, "odd")
+    assert [n for n, _, _ in rows] == [n for n in range(start, top + 1) if not n % 2]
+
+    # Stopping: follow ends by itself once a block failed (the blocks under way
+    # then are still reported), exit code 1.
+    stopping = await follow_cli(
+        "odd_stop",
+        *("--from", str(start), "--on-failure", "stop", "--max-attempts", "3"),
+        function="even_only",
+    )
+    code, err = await stopping.finish()
+    assert code == 1, err
+    assert {e["number"] for e in stopping.events if e["event"] == "failed"} <= set(odd)
+    assert "after 1 attempts: CALL_FAILED: call #0 even_only(" in err
+
+
+async def test_a_block_whose_attempts_never_reach_the_cluster_ends_follow(setup: Setup) -> None:
+    _, top = await canonical(setup.chain_url, 0)
+    # Each attempt gives up on the unreachable coordinator after 0.5 s, not 10.
+    nowhere, patience = f"127.0.0.1:{free_port()}", RetryPolicy(unreachable_s=0.5)
+    seen: list[FollowEvent] = []
+    async with Client(coordinator=nowhere, retry=patience) as client:
+        events = follow(
+            client,
+            function="volume",
+            source_table="erc20_transfers",
+            sink_table="unreached",
+            db_url=setup.chain_url,
+            sink_db_url=setup.sink_url,
+            from_block=top,
+            max_attempts=2,
+        )
+
+        async def consume() -> None:
+            async with asyncio.timeout(60):
+                async for event in events:
+                    seen.append(event)
+
+        with pytest.raises(ClusterUnreachable, match="2 attempts and the cluster never answered"):
+            await consume()
+    assert [type(e) for e in seen] == [
+        FollowStarted,
+        LedgerReconciled,
+        BlockRetrying,
+        BlockFailed,
+    ]
+
+
+async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_reconciled(
+    tmp_path: Path,
+) -> None:
+    """Follow's own watching has a gap: its block database (PostgreSQL) stops and
+    comes back. Follow waits instead of ending, and once it can read again compares
+    its ledger with the chain: a block written meanwhile above the head goes."""
+    bin_dir = find_postgres_bin()
+    assert bin_dir is not None, "PostgreSQL is not installed: run scripts/setup.sh"
+    server = PostgresServer(bin_dir)
+    server.start()
+    sink_url = f"sqlite:///{tmp_path}/sink.db"
+    sink = await open_sink(parse_blockdb_url(sink_url))
+    try:
+        await seed_chain(server.url(), 12)
+        await sink.replace_blocks("gap", [(n, block_hash(n), [{"v": n}]) for n in range(8, 12)])
+        # No block is submitted: the ledger is up to date and the chain does not move.
+        async with Client(coordinator="127.0.0.1:1") as client:
+            events = follow(
+                client,
+                function="volume",
+                source_table="erc20_transfers",
+                sink_table="gap",
+                db_url=server.url(),
+                sink_db_url=sink_url,
+            )
+            seen: list[FollowEvent] = []
+
+            async def until(done: Callable[[FollowEvent], bool]) -> FollowEvent:
+                async with asyncio.timeout(60):
+                    async for event in events:
+                        seen.append(event)
+                        if done(event):
+                            return event
+                raise AssertionError(f"follow ended: {seen}")
+
+            await until(lambda e: isinstance(e, LedgerReconciled))
+            server.stop_server()
+            await until(lambda e: isinstance(e, WatchInterrupted))
+            # Written while follow could not look: a block the chain does not hold.
+            await sink.replace_blocks("gap", [(12, block_hash(12, branch=1), [{"v": 12}])])
+            server.start_server()
+            reconciled = await until(lambda e: isinstance(e, LedgerReconciled))
+            await events.aclose()  # type: ignore[attr-defined]
+        assert reconciled == LedgerReconciled(
+            reason=GapReason.UNREACHABLE,
+            from_block=8,
+            to_block=12,
+            checked=5,
+            rewritten=(),
+            deleted=(12,),
+        )
+        assert [w["block_number"] for w in await sink.written("gap")] == [8, 9, 10, 11]
+    finally:
+        await sink.close()
+        server.stop()

@@ -31,7 +31,9 @@ from blockx_client.follow.events import (
     BlockWritten,
     FollowEvent,
     FollowStarted,
+    LedgerReconciled,
     ReorgReconciled,
+    WatchInterrupted,
 )
 from blockx_client.jobs import JobProgress, JobPublisher, JobState
 
@@ -122,7 +124,7 @@ def follow_progress(job: JobProgress, event: FollowEvent, now_ms: int) -> JobPro
             )
         case BlockRetrying():
             return replace(job, updated_ms=now_ms, retries=job.retries + 1)
-        case ReorgReconciled() | BlocksDeleted():
+        case ReorgReconciled() | BlocksDeleted() | LedgerReconciled() | WatchInterrupted():
             return replace(job, updated_ms=now_ms)
         case _:
             assert_never(event)

@@ -4,7 +4,8 @@ A block writer records, per sink table and block, the hash of the block it wrote
 Backfill skips a block whose recorded hash is still the canonical one; follow
 rewrites a block whose recorded hash is no longer canonical and deletes one that
 is no longer in the chain at all (above the head of a shorter new branch).
-``reconcile`` is that decision, a pure function; the reads sit beside it.
+``reconcile`` is that decision and ``reach`` the window it covers after follow
+starts or misses some of the chain, pure functions; the reads sit beside them.
 """
 
 from __future__ import annotations
@@ -42,6 +43,19 @@ def reconcile(written: Mapping[int, str], canonical: Mapping[int, str]) -> Recon
         elif current != written[number]:
             rewrite[number] = current
     return Reconciliation(rewrite=rewrite, delete=tuple(delete))
+
+
+def reach(*, top: int, head: int, finalized: int | None, reorg_window: int) -> int:
+    """The lowest block a reorg can still change, for a ledger whose highest block is
+    ``top`` over a block database at ``head`` with ``finalized`` as its finalized
+    height (None: nothing final yet): every block above the finalized height, and at
+    least the ``reorg_window`` blocks up to the lower of the two heads (a ledger
+    above the database's head is a branch the chain left)."""
+    if reorg_window < 1:
+        raise ValueError(f"reorg_window must be >= 1, got {reorg_window}")
+    lowest = min(top, head) - reorg_window + 1
+    lowest = min(lowest, 0 if finalized is None else finalized + 1)
+    return max(lowest, 0)
 
 
 def up_to_date(numbers: range, written: Mapping[int, str], canonical: Mapping[int, str]) -> bool:

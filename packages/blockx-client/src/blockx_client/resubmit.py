@@ -12,6 +12,10 @@ or when the client could not learn its fate (a connection refused or cut, no slo
 in time, the Worker no longer knowing the task). A request the cluster refuses as
 malformed or misconfigured (``InvalidRequestError``, e.g. no bundle coordinator
 configured) is raised: no attempt would fare better.
+
+Attempts are bounded (``max_attempts``, at most ``MAX_ATTEMPTS_LIMIT``): a task
+out of attempts, or failed with a failure that is not retryable, has failed for
+good, and the driver goes on without it or stops, as ``OnFailure`` says.
 """
 
 from __future__ import annotations
@@ -29,6 +33,9 @@ if TYPE_CHECKING:  # the Client's own backfill/follow methods import this module
     from blockx_client.client import Client
 
 DEFAULT_MAX_ATTEMPTS: Final = 8
+# Past this many attempts (about 8 minutes of back-off) an outage is no longer
+# "for a while": a bound, so that no block is retried for ever.
+MAX_ATTEMPTS_LIMIT: Final = 100
 # Waits before attempt 2, 3, ...: doubling from BASE up to CAP, long enough for a
 # killed Worker to be restarted or dropped from the coordinator's view.
 RETRY_BASE_S: Final = 0.5
@@ -39,6 +46,30 @@ _CLIENT_CODES: Final = frozenset(code.value for code in ClientFailureCode)
 class ClusterUnreachable(ConnectError):
     """A task used up its attempts without the client once learning its fate: the
     cluster is out of reach, and the other tasks would fare no better."""
+
+
+class OnFailure(enum.StrEnum):
+    """What a driver does once a block (a task) has failed for good."""
+
+    CONTINUE = "continue"  # report it and go on with the other blocks
+    STOP = "stop"  # report it and end the run: no block is started after it
+
+
+def check_bounded(name: str, value: int, limit: int) -> None:
+    """ValueError naming ``name`` unless ``value`` is a whole number from 1 to ``limit``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= limit:
+        raise ValueError(f"{name} must be a whole number from 1 to {limit}, got {value!r}")
+
+
+def check_attempts(max_attempts: int, on_failure: OnFailure | str) -> OnFailure:
+    """``max_attempts`` and ``on_failure`` as a driver takes them; ValueError naming
+    what is wrong."""
+    check_bounded("max_attempts", max_attempts, MAX_ATTEMPTS_LIMIT)
+    try:
+        return OnFailure(on_failure)
+    except ValueError:
+        allowed = " or ".join(repr(o.value) for o in OnFailure)
+        raise ValueError(f"on_failure must be {allowed}, got {on_failure!r}") from None
 
 
 class Verdict(enum.Enum):
@@ -83,6 +114,14 @@ async def run_attempt(
         # Any other refusal of the client may pass: a later attempt is worth it.
         result = replace(outcome_of_error(this.task_id, exc), retryable=True)
     return replace(result, attempt=attempt, original_task_id=original_task_id)
+
+
+def out_of_reach(what: str, attempts: int, result: TaskResult) -> ClusterUnreachable:
+    """The error ending a run whose task (``what``: its blocks) went unanswered."""
+    return ClusterUnreachable(
+        f"{what}: {attempts} attempts and the cluster never answered: "
+        f"{result.failure_message or result.error}"
+    )
 
 
 def unanswered(result: TaskResult) -> bool:

@@ -4,12 +4,13 @@ Both are clients of the cluster (BlockX itself generates no tasks): ``backfill``
 runs a block range through the bundle cluster into a sink table, resumably;
 ``follow`` computes each new block on the block cluster and keeps the sink table
 matching the canonical chain across reorgs. ``--json`` prints one JSON object per
-line as events happen.
+line as events happen. The databases come from ``--db`` / ``--sink-db``, else
+BLOCKDB_URL / SINK_DB_URL, else the running ``blockx dev up`` (its dev.toml).
 
-Exit codes: 0 done (``follow``: stopped by SIGINT/SIGTERM); 1 a task failed for
-good, or the range is not in the block database; 2 usage (a bad flag, no bundle
-coordinator configured); 3 a database or the cluster cannot be reached; 130
-``backfill`` interrupted (a re-run resumes).
+Exit codes: 0 done, every block written (``follow``: stopped by SIGINT/SIGTERM);
+1 a block failed for good and was not written, or the range is not in the block
+database; 2 usage (a bad flag, no bundle coordinator configured); 3 a database or
+the cluster cannot be reached; 130 ``backfill`` interrupted (a re-run resumes).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import logging
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -29,9 +31,10 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from blockx_chain.sink import SinkError, SinkUnavailable
+from blockx_chain.sink import SinkError, SinkRejected, SinkType, SinkUnavailable
+from blockx_chain.sink.schema import parse_types
 from blockx_chain.store import StoreError, StoreUnavailable
-from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
+from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, describe, parse_blockdb_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.runner import hint_for
 from blockx_cli.settings import Settings, settings_of
@@ -39,24 +42,33 @@ from blockx_client import BlockxError, InvalidRequestError, JobKind
 from blockx_client.backfill import (
     DEFAULT_BACKFILL_WRITER,
     DEFAULT_BLOCKS_PER_TASK,
+    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_TASKS_IN_FLIGHT,
+    MAX_ATTEMPTS_LIMIT,
     BackfillDone,
     BackfillError,
     BackfillEvent,
     BackfillPlanned,
+    OnFailure,
     TaskFinished,
     TaskOutcome,
     backfill,
 )
+from blockx_client.dev_config import dev_config_path, read_dev_config
 from blockx_client.follow import (
     DEFAULT_POLL_INTERVAL_S,
+    DEFAULT_REORG_WINDOW,
+    REORG_WINDOW_LIMIT,
+    RESUME_WINDOW,
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
     BlockWritten,
     FollowEvent,
     FollowStarted,
+    LedgerReconciled,
     ReorgReconciled,
+    WatchInterrupted,
     follow,
 )
 from blockx_client.job_progress import backfill_progress, follow_progress, published
@@ -97,7 +109,8 @@ DbOpt = Annotated[
         "--db",
         envvar="BLOCKDB_URL",
         help="The block database: sqlite:////abs.db, sqlite:///rel.db or "
-        "postgresql://user@host:port/db.",
+        "postgresql://user@host:port/db (default: BLOCKDB_URL, else the running "
+        "`blockx dev up`'s).",
     ),
 ]
 SinkDbOpt = Annotated[
@@ -105,21 +118,97 @@ SinkDbOpt = Annotated[
     typer.Option(
         "--sink-db",
         envvar="SINK_DB_URL",
-        help="The sink database the Workers write (SINK_DB_URL), in the same forms.",
+        help="The sink database the Workers write, in the same forms (default: "
+        "SINK_DB_URL, else the running `blockx dev up`'s).",
     ),
 ]
 JsonLinesOpt = Annotated[
     bool, typer.Option("--json", help="One JSON object per line, as events happen.")
 ]
+MaxAttemptsOpt = Annotated[
+    int,
+    typer.Option(
+        "--max-attempts",
+        min=1,
+        max=MAX_ATTEMPTS_LIMIT,
+        help="Attempts per task before its blocks are reported failed "
+        "(retryable failures and lost Workers are attempted again).",
+    ),
+]
+OnFailureOpt = Annotated[
+    OnFailure,
+    typer.Option(
+        "--on-failure",
+        case_sensitive=False,
+        help="Once a block failed for good: continue with the others, or stop the run. "
+        "Either way the command exits 1.",
+    ),
+]
+_TYPES = ", ".join(t.value for t in SinkType)
+ColumnOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--column",
+        metavar="NAME=TYPE",
+        help=f"Declare a sink column's type ({_TYPES}) instead of inferring it from "
+        "the first values written; repeatable.",
+    ),
+]
 
 
-def _url(raw: str | None, flag: str, variable: str, what: str) -> BlockDbUrl:
+def _url(raw: str | None, flag: str, variable: str, what: str) -> tuple[BlockDbUrl, bool]:
+    """The database of ``flag`` (or of its environment variable, which typer read),
+    else the one the running ``blockx dev up`` wrote into dev.toml; and whether it
+    came from dev.toml."""
+    source, from_dev = flag, False
     if not raw:
-        fail(f"no {what}: pass {flag} or set {variable}", EXIT_USAGE)
+        try:
+            raw = read_dev_config().get(variable)
+        except InvalidRequestError as exc:
+            fail(exc.message, EXIT_USAGE)
+        source, from_dev = f"{variable} in {dev_config_path()}", True
+    if not raw:
+        fail(f"no {what}: pass {flag}, set {variable}, or start `blockx dev up`", EXIT_USAGE)
     try:
-        return parse_blockdb_url(raw)
+        return parse_blockdb_url(raw), from_dev
     except InvalidBlockDbUrl as exc:
-        fail(f"{flag} {exc}", EXIT_USAGE)
+        fail(f"{source} {exc}", EXIT_USAGE)
+
+
+def _databases(db: str | None, sink_db: str | None, json_mode: bool) -> dict[str, BlockDbUrl]:
+    """The block database and the sink, as the drivers take them; a line saying so
+    when they are the running ``blockx dev up``'s."""
+    db_url, db_from_dev = _url(db, "--db", "BLOCKDB_URL", "block database")
+    sink_url, sink_from_dev = _url(sink_db, "--sink-db", "SINK_DB_URL", "sink database")
+    shown = [describe(u) for u, dev in ((db_url, db_from_dev), (sink_url, sink_from_dev)) if dev]
+    if shown and not json_mode:
+        console.print(
+            f"[dim]from the running `blockx dev up` ({dev_config_path()}): "
+            f"{escape(' and '.join(shown))}[/]",
+            highlight=False,
+        )
+    return {"db_url": db_url, "sink_db_url": sink_url}
+
+
+def _columns(pairs: list[str] | None) -> dict[str, Any] | None:
+    """``--column NAME=TYPE`` flags as the writer's ``columns``."""
+    if not pairs:
+        return None
+    columns: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, kind = pair.partition("=")
+        name, kind = name.strip(), kind.strip()
+        if not sep or not name or not kind:
+            fail(f"--column {pair!r}: expected NAME=TYPE, TYPE one of {_TYPES}", EXIT_USAGE)
+        twin = next((n for n in columns if n.lower() == name.lower()), None)
+        if twin is not None:
+            fail(f"--column {name!r} is declared twice (as {twin!r} before)", EXIT_USAGE)
+        try:
+            parse_types({name: kind})
+        except SinkRejected as exc:
+            fail(f"--column {pair!r}: {exc}", EXIT_USAGE)
+        columns[name] = kind.upper()
+    return {"columns": columns}
 
 
 def _where(raw: str | None) -> dict[str, Any] | None:
@@ -132,6 +221,12 @@ def _where(raw: str | None) -> dict[str, Any] | None:
     if not isinstance(value, dict):
         fail(f"--where must be a JSON object of column: value, got {raw!r}", EXIT_USAGE)
     return value
+
+
+def _first_line(message: str) -> str:
+    """A failure's first line, for the closing error (its event printed all of it:
+    a function's traceback, say)."""
+    return message.strip().split("\n", 1)[0]
 
 
 def _print_json(event: msgspec.Struct) -> None:
@@ -153,6 +248,9 @@ def _on_signals(handler: Callable[[], object]) -> Iterator[None]:
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command: every expected error is one line and an exit code."""
+    # asyncpg's pool logs each failed reconnection with a traceback; a database out
+    # of reach is follow's `interrupted` event, and backfill's one-line error.
+    logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
     try:
         return asyncio.run(coro)
     except ValueError as exc:
@@ -296,6 +394,9 @@ def backfill_command(
     db: DbOpt = None,
     sink_db: SinkDbOpt = None,
     force: Annotated[bool, typer.Option("--force", help="Rewrite ranges already written.")] = False,
+    max_attempts: MaxAttemptsOpt = DEFAULT_MAX_ATTEMPTS,
+    on_failure: OnFailureOpt = OnFailure.CONTINUE,
+    column: ColumnOpt = None,
     json_output: JsonLinesOpt = False,
 ) -> None:
     """Run a block range through the bundle cluster into a sink table, resumably."""
@@ -313,9 +414,11 @@ def backfill_command(
         "tasks_in_flight": tasks_in_flight,
         "sink_table": sink_table,
         "writer": writer,
-        "db_url": _url(db, "--db", "BLOCKDB_URL", "block database"),
-        "sink_db_url": _url(sink_db, "--sink-db", "SINK_DB_URL", "sink database"),
+        **_databases(db, sink_db, json_output),
         "force": force,
+        "max_attempts": max_attempts,
+        "on_failure": on_failure,
+        "writer_config": _columns(column),
     }
     summary, failures = _run(_backfill(settings_of(ctx), json_output, kwargs))
     if summary is None:
@@ -331,11 +434,18 @@ def backfill_command(
             f"{summary.rows_per_s:,.0f} rows/s",
             highlight=False,
         )
+        if summary.unfinished:
+            console.print(
+                f"stopped after a failure (--on-failure stop): {summary.unfinished} tasks "
+                "not run; run again to resume",
+                highlight=False,
+            )
     if failures:
         last = failures[-1]
         message = (
             f"{summary.failed} of {summary.tasks} tasks failed; the last: blocks "
-            f"{last.from_block}..{last.to_block}: {last.failure_code}: {last.failure_message}"
+            f"{last.from_block}..{last.to_block} after {last.attempt} attempts: "
+            f"{last.failure_code}: {_first_line(last.failure_message)}"
         )
         fail(message, EXIT_FAILED)
 
@@ -370,11 +480,33 @@ def _describe(event: FollowEvent) -> str:
             )
         case BlocksDeleted():
             return f"deleted blocks {', '.join(map(str, event.numbers))} (no longer in the chain)"
+        case LedgerReconciled():
+            if event.from_block is None:
+                return f"ledger reconciled ({event.reason}): nothing written to check"
+            return (
+                f"ledger reconciled ({event.reason}): {event.checked} blocks written in "
+                f"{event.from_block}..{event.to_block} compared with the chain, "
+                f"rewriting {_numbers(event.rewritten)}, deleted {_numbers(event.deleted)}"
+            )
+        case WatchInterrupted():
+            return (
+                f"[yellow]cannot read a database[/] ({escape(event.message)}): "
+                f"trying again in {event.retry_in_s:.1f} s"
+            )
         case _:
             assert_never(event)
 
 
-async def _follow(settings: Settings, json_mode: bool, kwargs: dict[str, Any]) -> None:
+def _numbers(numbers: tuple[int, ...]) -> str:
+    return ", ".join(map(str, numbers)) if numbers else "none"
+
+
+async def _follow(
+    settings: Settings, json_mode: bool, kwargs: dict[str, Any]
+) -> dict[int, BlockFailed]:
+    """Run follow until it stops; the blocks that failed for good and were not
+    written after all, by number."""
+    unwritten: dict[int, BlockFailed] = {}
     stop = asyncio.Event()
     with _on_signals(stop.set):
         async with (
@@ -389,6 +521,15 @@ async def _follow(settings: Settings, json_mode: bool, kwargs: dict[str, Any]) -
                     _print_json(event)
                 else:
                     console.print(_describe(event), highlight=False)
+                match event:
+                    case BlockFailed():
+                        unwritten[event.number] = event
+                    case BlockWritten():
+                        unwritten.pop(event.number, None)
+                    case BlocksDeleted():
+                        for number in event.numbers:
+                            unwritten.pop(number, None)
+    return unwritten
 
 
 @app.command("follow")
@@ -420,6 +561,19 @@ def follow_command(
             help="Seconds between looks at the block database's head and reorgs.",
         ),
     ] = DEFAULT_POLL_INTERVAL_S,
+    reorg_window: Annotated[
+        int,
+        typer.Option(
+            "--reorg-window",
+            min=1,
+            max=REORG_WINDOW_LIMIT,
+            help="Blocks below its head that follow compares with the chain on every "
+            "start and after a gap (with every block above the finalized height).",
+        ),
+    ] = DEFAULT_REORG_WINDOW,
+    max_attempts: MaxAttemptsOpt = DEFAULT_MAX_ATTEMPTS,
+    on_failure: OnFailureOpt = OnFailure.CONTINUE,
+    column: ColumnOpt = None,
     json_output: JsonLinesOpt = False,
 ) -> None:
     """Compute every new block on the block cluster into a sink table, reorgs included,
@@ -431,8 +585,21 @@ def follow_command(
         "unit": unit.value,
         "sink_table": sink_table,
         "from_block": from_block,
-        "db_url": _url(db, "--db", "BLOCKDB_URL", "block database"),
-        "sink_db_url": _url(sink_db, "--sink-db", "SINK_DB_URL", "sink database"),
+        **_databases(db, sink_db, json_output),
         "poll_interval_s": poll_interval,
+        "reorg_window": reorg_window,
+        "max_attempts": max_attempts,
+        "on_failure": on_failure,
+        "writer_config": _columns(column),
     }
-    _run(_follow(settings_of(ctx), json_output, kwargs))
+    unwritten = _run(_follow(settings_of(ctx), json_output, kwargs))
+    if unwritten:
+        last = list(unwritten.values())[-1]
+        fail(
+            f"{len(unwritten)} blocks failed for good and were not written "
+            f"({_numbers(tuple(sorted(unwritten)))}); the last: block {last.number} after "
+            f"{last.attempt} attempts: {last.failure_code}: {_first_line(last.failure_message)}",
+            EXIT_FAILED,
+            hint="fix the cause and run follow again: without --from it starts at the "
+            f"oldest block missing among the last {RESUME_WINDOW:,} of the ledger",
+        )

@@ -30,16 +30,20 @@ from blockx_client.backfill.progress import (
     TaskFinished,
     TaskOutcome,
 )
+from blockx_client.resubmit import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
 
 __all__ = [
     "DEFAULT_BACKFILL_WRITER",
     "DEFAULT_BLOCKS_PER_TASK",
+    "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_TASKS_IN_FLIGHT",
+    "MAX_ATTEMPTS_LIMIT",
     "BackfillDone",
     "BackfillError",
     "BackfillEvent",
     "BackfillPlan",
     "BackfillPlanned",
+    "OnFailure",
     "TaskFinished",
     "TaskOutcome",
     "TaskRange",

@@ -6,8 +6,10 @@ attempt fails retryably (or whose fate the client could not learn: a Worker
 killed, a connection cut) runs again under a new task_id of its lineage, after a
 back-off (``blockx_client.resubmit``), up to ``max_attempts`` attempts. Every
 finished attempt is reported as it ends; the iteration ends with the summary. A
-task whose attempts all went without an answer from the cluster ends the
-backfill with ClusterUnreachable: the other tasks would fare no better.
+task that failed for good is reported, and the backfill goes on with the other
+tasks or (``on_failure="stop"``) ends there, the waits of the attempts under way
+cancelled. A task whose attempts all went without an answer from the cluster
+ends the backfill with ClusterUnreachable: the other tasks would fare no better.
 
 BlockX itself generates no tasks: this is a client, and the task model stays the
 Coordinator/Worker one. Stopping the iteration early (``aclose``, cancellation)
@@ -24,7 +26,8 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from blockx_chain.sink import open_sink
+from blockx_chain.sink import SinkRejected, open_sink
+from blockx_chain.sink.schema import parse_types
 from blockx_chain.store import open_store
 from blockx_chain.url import BlockDbUrl, parse_blockdb_url
 from blockx_client.backfill.plan import (
@@ -49,8 +52,10 @@ from blockx_client.ledger import canonical_hashes, written_hashes
 from blockx_client.models import Task, TaskResult
 from blockx_client.resubmit import (
     DEFAULT_MAX_ATTEMPTS,
-    ClusterUnreachable,
+    OnFailure,
     Verdict,
+    check_attempts,
+    out_of_reach,
     retry_delay_s,
     run_attempt,
     unanswered,
@@ -71,6 +76,22 @@ def as_url(url: str | BlockDbUrl, what: str) -> BlockDbUrl:
         except ValueError as exc:
             raise ValueError(f"{what}: {exc}") from None
     return url
+
+
+def writer_config_for(writer_config: Mapping[str, Any] | None, sink_table: str) -> dict[str, Any]:
+    """The writer's config: ``writer_config`` with ``{"table": sink_table}``; its
+    ``columns`` (name → INTEGER, TEXT, REAL, NUMERIC or JSON) are checked here, so a
+    declaration the writer would refuse is refused before any task is submitted."""
+    config = {**(writer_config or {}), "table": sink_table}
+    columns = config.get("columns")
+    if columns is not None:
+        if not isinstance(columns, Mapping):
+            raise ValueError(f"columns must map column names to types, got {columns!r}")
+        try:
+            parse_types(columns)
+        except SinkRejected as exc:
+            raise ValueError(f"columns: {exc}") from None
+    return config
 
 
 async def make_plan(
@@ -171,12 +192,15 @@ async def backfill(
     writer_config: Mapping[str, Any] | None = None,
     force: bool = False,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    on_failure: OnFailure | str = OnFailure.CONTINUE,
 ) -> AsyncIterator[BackfillEvent]:
     """Backfill ``[from_block, to_block]``: ``function`` over ``source_table`` of the
     block database (``db_url``) into ``sink_table`` of the sink (``sink_db_url``,
     the one the bundle Workers write, SINK_DB_URL). Yields a BackfillPlanned, a
     TaskFinished per finished attempt, and a BackfillDone last. ``writer_config``
-    adds writer options (``key``, ``columns``) to ``{"table": sink_table}``.
+    adds writer options (``key``, ``columns``) to ``{"table": sink_table}``. A task
+    is attempted at most ``max_attempts`` times; after one failed for good the
+    backfill goes on (``on_failure="continue"``) or ends (``"stop"``).
 
     Raises ValueError for arguments it cannot use, BackfillError when a block of the
     range is not in the block database, the stores' unavailable errors when a
@@ -187,10 +211,10 @@ async def backfill(
         raise ValueError(f"unit must be row or block, got {unit!r}")
     if tasks_in_flight < 1:
         raise ValueError(f"tasks_in_flight must be >= 1, got {tasks_in_flight}")
-    if max_attempts < 1:
-        raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+    after_failure = check_attempts(max_attempts, on_failure)
     if bundle_size is not None and bundle_size < 1:
         raise ValueError(f"bundle_size must be >= 1, got {bundle_size}")
+    config = writer_config_for(writer_config, sink_table)
     started = time.monotonic()
     planned = await make_plan(
         db_url=as_url(db_url, "db_url"),
@@ -211,7 +235,6 @@ async def backfill(
     )
     yield header
     tally = Tally(header, started)
-    config = {**(writer_config or {}), "table": sink_table}
     pending: deque[_Attempt] = deque()
     for task_range in planned.run:
         task = bundle_task(
@@ -226,8 +249,9 @@ async def backfill(
         )
         pending.append(_Attempt(task_range, task, f"backfill-{uuid.uuid4()}", 1))
     running: dict[asyncio.Task[TaskResult], _Attempt] = {}
+    stopped = False  # a task failed for good and on_failure is STOP
     try:
-        while pending or running:
+        while (pending or running) and not stopped:
             while pending and len(running) < tasks_in_flight:
                 attempt = pending.popleft()
                 running[asyncio.create_task(_run(client, attempt))] = attempt
@@ -242,11 +266,13 @@ async def backfill(
                         _Attempt(attempt.range, attempt.task, attempt.original, attempt.attempt + 1)
                     )
                 yield tally.record(event, time.monotonic())
-                if event.outcome is TaskOutcome.FAILED and unanswered(result):
-                    raise ClusterUnreachable(
-                        f"blocks {event.from_block}..{event.to_block}: {event.attempt} attempts "
-                        f"and the cluster never answered: {event.failure_message}"
-                    )
+                if event.outcome is TaskOutcome.FAILED:
+                    if unanswered(result):
+                        what = f"blocks {event.from_block}..{event.to_block}"
+                        raise out_of_reach(what, event.attempt, result)
+                    # The attempts under way are cancelled below; the summary
+                    # counts the tasks this leaves unfinished.
+                    stopped = after_failure is OnFailure.STOP
     finally:
         for waiting in running:
             waiting.cancel()

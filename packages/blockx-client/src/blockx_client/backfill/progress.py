@@ -57,6 +57,9 @@ class BackfillDone(msgspec.Struct, frozen=True, kw_only=True, tag="done", tag_fi
     retries: int = 0  # attempts beyond each task's first
     blocks_per_s: float = 0.0
     rows_per_s: float = 0.0
+    # Tasks never taken to an end: the backfill stopped after a task failed for
+    # good (``on_failure="stop"``); a re-run runs them.
+    unfinished: int = 0
 
 
 BackfillEvent = BackfillPlanned | TaskFinished | BackfillDone
@@ -115,4 +118,5 @@ class Tally:
             retries=self.retries,
             blocks_per_s=self.blocks / elapsed,
             rows_per_s=self.rows / elapsed,
+            unfinished=self.planned.tasks - self.done - self.failed,
         )

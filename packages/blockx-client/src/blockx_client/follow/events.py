@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
+from blockx_client.follow.watch import GapReason
+
 
 class FollowStarted(msgspec.Struct, frozen=True, kw_only=True, tag="start", tag_field="event"):
     from_block: int  # the first block follow looks at
@@ -26,7 +28,8 @@ class BlockWritten(msgspec.Struct, frozen=True, kw_only=True, tag="block", tag_f
 
 class BlockFailed(msgspec.Struct, frozen=True, kw_only=True, tag="failed", tag_field="event"):
     """A block whose task failed for good (not retryable, or out of ``max_attempts``)
-    while its hash was still canonical: follow goes on without it."""
+    while its hash was still canonical: follow goes on without it, or stops, as
+    ``on_failure`` says."""
 
     number: int
     hash: str
@@ -68,6 +71,39 @@ class BlocksDeleted(msgspec.Struct, frozen=True, kw_only=True, tag="deleted", ta
     numbers: tuple[int, ...]
 
 
+class LedgerReconciled(
+    msgspec.Struct, frozen=True, kw_only=True, tag="reconcile", tag_field="event"
+):
+    """The ledger compared with the canonical chain over the window a reorg can
+    reach, on every start and after every gap in follow's watching (``reason``):
+    blocks written under another hash run again (``rewritten``), blocks the chain
+    no longer holds lose their rows and ledger entries (``deleted``)."""
+
+    reason: GapReason
+    from_block: int | None  # the ledger blocks compared (None: none to compare)
+    to_block: int | None
+    checked: int  # ledger entries compared
+    rewritten: tuple[int, ...]
+    deleted: tuple[int, ...]
+
+
+class WatchInterrupted(
+    msgspec.Struct, frozen=True, kw_only=True, tag="interrupted", tag_field="event"
+):
+    """The block database or the sink could not be read: follow looks again after
+    ``retry_in_s``, and reconciles its ledger once it can."""
+
+    message: str
+    retry_in_s: float
+
+
 FollowEvent = (
-    FollowStarted | BlockWritten | BlockRetrying | BlockFailed | ReorgReconciled | BlocksDeleted
+    FollowStarted
+    | BlockWritten
+    | BlockRetrying
+    | BlockFailed
+    | ReorgReconciled
+    | BlocksDeleted
+    | LedgerReconciled
+    | WatchInterrupted
 )

@@ -5,22 +5,31 @@ Follow polls the block database (kept fresh by ``blockx chain ingest --follow``)
 * every new block gets one BlockTableCallConfig task on the block cluster, pinned
   to the block's hash (``{"number", "hash"}``), submitted in block order with at
   most ``tasks_in_flight`` under way; a retryable failure runs again under a new
-  task_id of its lineage (``blockx_client.resubmit``);
-* every row of ``reorgs`` above its cursor (the last id seen) is reconciled: the
-  ledger entries above the fork are compared with the canonical chain, blocks
-  written on the abandoned branch run again on the new one, and blocks above the
-  new head (a shorter branch) have their rows and ledger entries deleted;
-* every finished task is checked against the chain as it is then: a block writer
-  checks canonicity before it commits, but where the sink and the block database
-  are different databases that check cannot be atomic with the commit, so a block
-  written, or failed, on a branch abandoned meanwhile is run again (or deleted).
+  task_id of its lineage (``blockx_client.resubmit``), up to ``max_attempts``
+  attempts; a block that failed for good is reported, and follow goes on or
+  stops as ``on_failure`` says;
+* on every start, and after every gap in its watching (a database it could not
+  read for a while, a pause: ``blockx_client.follow.watch``), the ledger is
+  compared with the canonical chain over the window a reorg can reach
+  (``blockx_client.ledger.reach``: every ledger block above the finalized height,
+  and at least ``reorg_window`` blocks below the head): blocks written under
+  another hash run again, blocks the chain no longer holds have their rows and
+  ledger entries deleted;
+* every row of ``reorgs`` above its cursor (the last id seen) is reconciled the
+  same way from the fork up;
+* every finished task is checked against the chain as it is then: a block
+  writer checks canonicity before it commits, but where the sink and the block
+  database are different databases that check cannot be atomic with the commit,
+  so a block written, or failed, on a branch abandoned meanwhile is run again (or
+  deleted).
 
 It starts at ``from_block`` or, without it, at the oldest gap among the last
 ``RESUME_WINDOW`` blocks of the ledger (after the highest written block when
 there is none), or at the head on an empty ledger. Blocks already in the ledger
-with their canonical hash are skipped. Ledger entries below where it starts are
-not examined. It runs until ``stop`` is set (then the tasks under way finish and
-are reported) or the iteration is closed (then their waits are cancelled).
+with their canonical hash are skipped. A database that cannot be reached at
+start ends follow; one that cannot be read later is waited for. It runs until
+``stop`` is set (then the tasks under way finish and are reported) or the
+iteration is closed (then their waits are cancelled).
 """
 
 from __future__ import annotations
@@ -28,13 +37,15 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from blockx_chain.sink import SinkStore, open_sink
-from blockx_chain.store import BlockStore, open_store
+from blockx_chain.ingest.plan import DEFAULT_MAX_REORG_DEPTH
+from blockx_chain.sink import SinkStore, SinkUnavailable, open_sink
+from blockx_chain.store import BlockStore, StoreUnavailable, open_store
 from blockx_chain.url import BlockDbUrl
-from blockx_client.backfill.driver import as_url
+from blockx_client.backfill.driver import as_url, writer_config_for
 from blockx_client.backfill.plan import UNITS
 from blockx_client.follow.events import (
     BlockFailed,
@@ -43,15 +54,25 @@ from blockx_client.follow.events import (
     BlockWritten,
     FollowEvent,
     FollowStarted,
+    LedgerReconciled,
     ReorgReconciled,
+    WatchInterrupted,
 )
 from blockx_client.follow.spec import FollowSpec
-from blockx_client.ledger import canonical_blocks, reconcile, written_hashes
+from blockx_client.follow.watch import GapReason, Watch
+from blockx_client.ledger import Reconciliation, canonical_blocks, reach, reconcile, written_hashes
 from blockx_client.models import TaskResult
 from blockx_client.resubmit import (
+    DEFAULT_MAX_ATTEMPTS,
+    ClusterUnreachable,
+    OnFailure,
     Verdict,
+    check_attempts,
+    check_bounded,
+    out_of_reach,
     retry_delay_s,
     run_attempt,
+    unanswered,
     verdict,
 )
 
@@ -59,11 +80,15 @@ if TYPE_CHECKING:
     from blockx_client.client import Client
 
 RESUME_WINDOW: Final = 1000
+# Reconciled below follow's head: as deep as ingest applies a reorg by default.
+DEFAULT_REORG_WINDOW: Final = DEFAULT_MAX_REORG_DEPTH
+REORG_WINDOW_LIMIT: Final = 100_000
 # How long a stopped follow waits for the tasks under way before it cancels them.
 STOP_GRACE_S: Final = 15.0
 # Blocks read from the block database at a time while catching up.
 SCAN_AHEAD: Final = 64
 _REORG_PAGE: Final = 1000
+_LEDGER_PAGE: Final = 10_000
 
 
 class _Job:
@@ -92,7 +117,7 @@ def _now_ms() -> int:
 
 
 class Follower:
-    """The state of one follow run; ``events`` drives it."""
+    """The state of one follow run; ``open`` then ``events`` drive it."""
 
     def __init__(
         self, client: Client, store: BlockStore, sink: SinkStore, spec: FollowSpec
@@ -101,49 +126,59 @@ class Follower:
         self._store = store
         self._sink = sink
         self._spec = spec
+        # The lowest block this run may rewind to, and the next block to look at.
         self._start = 0
         self._next = 0
         self._cursor = 0
-        # The ledger as this run knows it, for blocks from where it started.
+        # The ledger as this run knows it, for blocks from ``_start``.
         self._written: dict[int, str] = {}
         self._running: dict[asyncio.Task[TaskResult], _Job] = {}
         self._running_numbers: set[int] = set()
         # Resubmissions waiting for a free place, by block number.
         self._queued: dict[int, _Job] = {}
+        # Finished attempts not judged yet (a database could not be read).
+        self._finished: deque[tuple[_Job, TaskResult]] = deque()
+        # A block failed for good and ``on_failure`` is STOP.
+        self._halted = False
+        # A block's attempts never reached the cluster: follow ends with this.
+        self._unreachable: ClusterUnreachable | None = None
+        # What happened, not reported yet.
+        self._outbox: deque[FollowEvent] = deque()
+        self._watch = Watch(_now_ms(), poll_interval_ms=int(spec.poll_interval_s * 1000))
 
     # ---- start ---------------------------------------------------------------------
 
-    async def open(self, from_block: int | None) -> tuple[FollowStarted, BlocksDeleted | None]:
+    async def open(self, from_block: int | None) -> tuple[FollowStarted, LedgerReconciled]:
+        """Reconcile the ledger with the chain as it is now, whatever happened while
+        follow was stopped, then decide where to start."""
         table = self._spec.sink_table
         head = await self._store.head()
         self._cursor = await self._last_reorg_id()
+        reconciled = await self._reconcile_ledger(GapReason.START)
         if from_block is not None:
             start = from_block
         else:
             span = await self._sink.written_span(table)
             if span is not None:
                 low, high = span
+                first = max(low, high - RESUME_WINDOW + 1)
                 start = self._oldest_gap(
-                    await written_hashes(self._sink, table, max(low, high - RESUME_WINDOW + 1)),
-                    max(low, high - RESUME_WINDOW + 1),
-                    high,
+                    await written_hashes(self._sink, table, first), first, high
                 )
             else:
                 start = 0 if head is None else head["number"]
-        self._start = self._next = start
-        self._written = await written_hashes(self._sink, table, start)
-        deleted = None
-        if head is not None:
-            above = tuple(n for n in sorted(self._written) if n > head["number"])
-            if above:
-                await self._delete(above)
-                deleted = BlocksDeleted(numbers=above)
+        # Blocks of the reconciled window stay this run's to rewrite, below ``start`` too.
+        floor = start if reconciled.from_block is None else min(start, reconciled.from_block)
+        self._start, self._next = floor, start
+        written = await written_hashes(self._sink, table, floor)
+        self._written = {n: h for n, h in written.items() if n not in self._queued}
+        self._watch.looked(_now_ms())
         started = FollowStarted(
             from_block=start,
             head=None if head is None else head["number"],
             reorg_cursor=self._cursor,
         )
-        return started, deleted
+        return started, reconciled
 
     @staticmethod
     def _oldest_gap(written: Mapping[int, str], low: int, high: int) -> int:
@@ -167,12 +202,19 @@ class Follower:
         give_up_at: float | None = None
         try:
             while True:
-                if not stop.is_set():
-                    for row in await self._store.reorgs(self._cursor, _REORG_PAGE):
-                        self._cursor = row["id"]
-                        yield await self._reconcile(row)
-                    await self._fill()
-                if stop.is_set():  # (it may have been set during the reads above)
+                wait_s = self._spec.poll_interval_s
+                try:
+                    await self._judge()
+                    if not (stop.is_set() or self._halted):
+                        await self._look()
+                except (StoreUnavailable, SinkUnavailable) as exc:
+                    wait_s = self._watch.lost()
+                    self._outbox.append(WatchInterrupted(message=str(exc), retry_in_s=wait_s))
+                while self._outbox:
+                    yield self._outbox.popleft()
+                if self._unreachable is not None:
+                    raise self._unreachable
+                if stop.is_set() or self._halted:  # (stop may have been set meanwhile)
                     if give_up_at is None:
                         give_up_at = time.monotonic() + STOP_GRACE_S
                     if not self._running or time.monotonic() > give_up_at:
@@ -181,23 +223,44 @@ class Follower:
                 if not stop.is_set():
                     waiting.add(stopper)
                 done, _ = await asyncio.wait(
-                    waiting,
-                    timeout=self._spec.poll_interval_s,
-                    return_when=asyncio.FIRST_COMPLETED,
+                    waiting, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
                 )
                 finished = [t for t in self._running if t in done]
                 for task in sorted(finished, key=lambda t: self._running[t].number):
                     job = self._running.pop(task)
                     self._running_numbers.discard(job.number)
-                    event = await self._completed(job, task.result())
-                    if event is not None:
-                        yield event
+                    # InvalidRequestError (the task itself refused) ends follow here.
+                    self._finished.append((job, task.result()))
         finally:
             stopper.cancel()
             for task in self._running:
                 task.cancel()
             if self._running:
                 await asyncio.gather(*self._running, return_exceptions=True)
+
+    async def _judge(self) -> None:
+        """Judge the finished attempts, in order; one whose judging cannot read a
+        database stays first in line."""
+        while self._finished and self._unreachable is None:
+            job, result = self._finished[0]
+            event = await self._completed(job, result)
+            self._finished.popleft()
+            if event is not None:
+                self._outbox.append(event)
+            if isinstance(event, BlockFailed) and unanswered(result):
+                self._unreachable = out_of_reach(f"block {job.number}", job.attempt, result)
+
+    async def _look(self) -> None:
+        """One look at the chain: the ledger reconciled after a gap, new reorgs,
+        new blocks submitted. Raises the stores' unavailable errors."""
+        gap = self._watch.due(_now_ms())
+        if gap is not None:
+            self._outbox.append(await self._reconcile_ledger(gap))
+        for row in await self._store.reorgs(self._cursor, _REORG_PAGE):
+            self._outbox.append(await self._reconcile(row))
+            self._cursor = row["id"]  # only once reconciled: a failed read tries it again
+        await self._fill()
+        self._watch.looked(_now_ms())
 
     async def _fill(self) -> None:
         """Start resubmissions first, then the blocks from ``_next`` up to the head,
@@ -245,7 +308,7 @@ class Follower:
     # ---- outcomes ------------------------------------------------------------------
 
     async def _completed(self, job: _Job, result: TaskResult) -> FollowEvent | None:
-        judged = verdict(result)  # InvalidRequestError was raised by the task itself
+        judged = verdict(result)
         row = await self._store.block(job.number)
         current = None if row is None else row["block_hash"]
         if current != job.hash:
@@ -255,10 +318,10 @@ class Follower:
             if row is not None:
                 self._queued[job.number] = self._job(job.number, row)
                 return None
-            self._rewind(job.number)
             if judged is Verdict.DONE:
                 await self._delete((job.number,))
                 return BlocksDeleted(numbers=(job.number,))
+            self._rewind(job.number)
             return None
         if judged is Verdict.DONE:
             self._written[job.number] = job.hash
@@ -272,38 +335,66 @@ class Follower:
                 lag_ms=now - job.timestamp_s * 1000,
                 seen_lag_ms=now - job.seen_ms,
             )
-        limit = self._spec.max_attempts
-        if judged is Verdict.RETRY and (limit is None or job.attempt < limit):
-            retrying = BlockRetrying(
+        failure = result.failure_message or result.error
+        if judged is Verdict.RETRY and job.attempt < self._spec.max_attempts:
+            self._queued[job.number] = job.again()
+            return BlockRetrying(
                 number=job.number,
                 hash=job.hash,
                 task_id=result.task_id,
                 attempt=job.attempt,
                 failure_code=result.failure_code,
-                failure_message=result.failure_message or result.error,
+                failure_message=failure,
             )
-            self._queued[job.number] = job.again()
-            return retrying
+        if self._spec.on_failure is OnFailure.STOP:
+            self._halted = True
         return BlockFailed(
             number=job.number,
             hash=job.hash,
             task_id=result.task_id,
             attempt=job.attempt,
             failure_code=result.failure_code,
-            failure_message=result.failure_message or result.error,
+            failure_message=failure,
+        )
+
+    # ---- reconciliation ------------------------------------------------------------
+
+    async def _reconcile_ledger(self, reason: GapReason) -> LedgerReconciled:
+        """The ledger over the window a reorg can reach, made to match the chain (read
+        ``_LEDGER_PAGE`` blocks at a time: the finalized height may lag far behind)."""
+        table = self._spec.sink_table
+        head = await self._store.head()
+        span = await self._sink.written_span(table)
+        checked: list[int] = []
+        rewritten: list[int] = []
+        deleted: list[int] = []
+        if head is not None and span is not None:
+            low = reach(
+                top=span[1],
+                head=head["number"],
+                finalized=head["finalized"],
+                reorg_window=self._spec.reorg_window,
+            )
+            for first in range(max(low, span[0]), span[1] + 1, _LEDGER_PAGE):
+                ledger = await written_hashes(self._sink, table, first, first + _LEDGER_PAGE - 1)
+                decision = await self._repair(ledger)
+                checked.extend(ledger)
+                rewritten.extend(decision.rewrite)
+                deleted.extend(decision.delete)
+        return LedgerReconciled(
+            reason=reason,
+            from_block=min(checked, default=None),
+            to_block=max(checked, default=None),
+            checked=len(checked),
+            rewritten=tuple(rewritten),
+            deleted=tuple(deleted),
         )
 
     async def _reconcile(self, reorg: Mapping[str, Any]) -> ReorgReconciled:
         fork = reorg["fork_block_number"]
-        ledger = await written_hashes(self._sink, self._spec.sink_table, fork + 1)
-        blocks = await canonical_blocks(self._store, fork + 1, max(ledger, default=fork))
-        decision = reconcile(ledger, {n: r["block_hash"] for n, r in blocks.items()})
-        if decision.delete:
-            await self._delete(decision.delete)
-        for number in decision.rewrite:
-            self._written.pop(number, None)
-            if number not in self._running_numbers:
-                self._queued[number] = self._job(number, blocks[number])
+        decision = await self._repair(
+            await written_hashes(self._sink, self._spec.sink_table, fork + 1)
+        )
         self._rewind(fork + 1)
         return ReorgReconciled(
             reorg_id=reorg["id"],
@@ -312,6 +403,25 @@ class Follower:
             rewritten=tuple(decision.rewrite),
             deleted=decision.delete,
         )
+
+    async def _repair(self, ledger: Mapping[int, str]) -> Reconciliation:
+        """Compare ``ledger`` entries with the chain: delete the blocks it no longer
+        holds, run again those written under another hash (a block under way is
+        checked when it finishes)."""
+        if not ledger:
+            return Reconciliation()
+        blocks = await canonical_blocks(self._store, min(ledger), max(ledger))
+        decision = reconcile(ledger, {n: r["block_hash"] for n, r in blocks.items()})
+        if decision.delete:
+            await self._delete(decision.delete)
+        for number, block_hash in decision.rewrite.items():
+            self._written.pop(number, None)
+            queued = self._queued.get(number)
+            if number not in self._running_numbers and (
+                queued is None or queued.hash != block_hash
+            ):
+                self._queued[number] = self._job(number, blocks[number])
+        return decision
 
     async def _delete(self, numbers: tuple[int, ...]) -> None:
         await self._sink.delete_blocks(self._spec.sink_table, numbers)
@@ -352,30 +462,35 @@ async def follow(
     writer: str = DEFAULT_FOLLOW_WRITER,
     writer_config: Mapping[str, Any] | None = None,
     tasks_in_flight: int = DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
-    max_attempts: int | None = None,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    on_failure: OnFailure | str = OnFailure.CONTINUE,
+    reorg_window: int = DEFAULT_REORG_WINDOW,
     stop: asyncio.Event | None = None,
 ) -> AsyncIterator[FollowEvent]:
     """Follow the block database's head: ``function`` over ``source_table`` for each
     new block, written into ``sink_table`` of the sink (``sink_db_url``, the one the
     block Workers write, SINK_DB_URL) by ``writer``, reorgs reconciled. Yields a
-    FollowStarted, then BlockWritten / BlockFailed / ReorgReconciled / BlocksDeleted
-    as they happen, until ``stop`` is set and the tasks under way have finished.
+    FollowStarted and the LedgerReconciled of the start, then BlockWritten /
+    BlockRetrying / BlockFailed / ReorgReconciled / BlocksDeleted /
+    LedgerReconciled / WatchInterrupted as they happen, until ``stop`` is set and
+    the tasks under way have finished, or (``on_failure="stop"``) a block failed.
 
-    A retryable failure is resubmitted until it succeeds (a block is never skipped
-    because the cluster or the sink is down for a while) unless ``max_attempts``
-    bounds it. Raises ValueError for arguments it cannot use, the stores' unavailable errors
-    when a database cannot be reached, and InvalidRequestError when the cluster
-    refuses the task."""
+    A block is attempted at most ``max_attempts`` times; ``reorg_window`` is how
+    far below its head follow compares the ledger with the chain on every start
+    and after a gap. Raises ValueError for arguments it cannot use, the stores'
+    unavailable errors when a database cannot be reached at start,
+    ClusterUnreachable (a ConnectError) when a block's attempts never reached the
+    cluster, and InvalidRequestError when the cluster refuses the task."""
     if unit not in UNITS:
         raise ValueError(f"unit must be row or block, got {unit!r}")
     if tasks_in_flight < 1:
         raise ValueError(f"tasks_in_flight must be >= 1, got {tasks_in_flight}")
-    if max_attempts is not None and max_attempts < 1:
-        raise ValueError(f"max_attempts must be >= 1 or None, got {max_attempts}")
+    after_failure = check_attempts(max_attempts, on_failure)
     if poll_interval_s <= 0:
         raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
     if from_block is not None and (isinstance(from_block, bool) or from_block < 0):
         raise ValueError(f"from_block must be a block number, got {from_block!r}")
+    check_bounded("reorg_window", reorg_window, REORG_WINDOW_LIMIT)
     spec = FollowSpec(
         function=function,
         source_table=source_table,
@@ -383,9 +498,11 @@ async def follow(
         unit=unit,
         sink_table=sink_table,
         writer=writer,
-        writer_config=writer_config,
+        writer_config=writer_config_for(writer_config, sink_table),
         tasks_in_flight=tasks_in_flight,
         max_attempts=max_attempts,
+        on_failure=after_failure,
+        reorg_window=reorg_window,
         poll_interval_s=poll_interval_s,
     )
     store = await open_store(as_url(db_url, "db_url"))
@@ -393,10 +510,9 @@ async def follow(
         sink = await open_sink(as_url(sink_db_url, "sink_db_url"))
         try:
             follower = Follower(client, store, sink, spec)
-            started, deleted = await follower.open(from_block)
+            started, reconciled = await follower.open(from_block)
             yield started
-            if deleted is not None:
-                yield deleted
+            yield reconciled
             async for event in follower.events(stop or asyncio.Event()):
                 yield event
         finally:

@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from blockx_client.models import PluginConfig, Task
+from blockx_client.resubmit import OnFailure
 
 
 class FollowSpec:
@@ -20,9 +21,11 @@ class FollowSpec:
         unit: str,
         sink_table: str,
         writer: str,
-        writer_config: Mapping[str, Any] | None,
+        writer_config: dict[str, Any],
         tasks_in_flight: int,
-        max_attempts: int | None,
+        max_attempts: int,
+        on_failure: OnFailure,
+        reorg_window: int,
         poll_interval_s: float,
     ) -> None:
         self.function = function
@@ -31,9 +34,11 @@ class FollowSpec:
         self.unit = unit
         self.sink_table = sink_table
         self.writer = writer
-        self.writer_config = {**(writer_config or {}), "table": sink_table}
+        self.writer_config = writer_config
         self.tasks_in_flight = tasks_in_flight
         self.max_attempts = max_attempts
+        self.on_failure = on_failure
+        self.reorg_window = reorg_window
         self.poll_interval_s = poll_interval_s
 
     def task(self, number: int, block_hash: str) -> Task:

@@ -44,7 +44,9 @@ from blockx_client.follow import (
     BlockWritten,
     FollowEvent,
     FollowStarted,
+    LedgerReconciled,
     ReorgReconciled,
+    WatchInterrupted,
 )
 
 _POLL_S: Final = 0.05
@@ -188,6 +190,13 @@ class Following:
                 f.deleted += len(event.numbers)
                 for number in event.numbers:
                     self.written.pop(number, None)
+            case LedgerReconciled():
+                self.rewriting.update(event.rewritten)
+                f.deleted += len(event.deleted)
+                for number in event.deleted:
+                    self.written.pop(number, None)
+            case WatchInterrupted():
+                pass
             case _:
                 assert_never(event)
 
