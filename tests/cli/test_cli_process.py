@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import signal
 import subprocess
 import time
+import tomllib
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from support import free_port
 
 from blockx_cli.devcluster import LocalCluster
+from blockx_client.dev_config import DEV_VARIABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -96,13 +100,55 @@ def test_bad_flags_are_a_usage_error_without_traceback() -> None:
     assert "Traceback" not in result.stderr + result.stdout
 
 
+# A function reading chain data, served next to the examples.
+HEAD_FUNCTION = """
+from blockx_executor import io
+
+
+async def ingested_head():
+    return await io.blockdb.head()
+"""
+# What points a shell at a cluster; another shell starts without any of it.
+CLUSTER_VARIABLES = (*DEV_VARIABLES, "XDG_CONFIG_HOME")
+
+
+def _another_shell(config_home: Path) -> dict[str, str]:
+    kept = {k: v for k, v in os.environ.items() if k not in CLUSTER_VARIABLES}
+    return {**kept, "XDG_CONFIG_HOME": str(config_home), "COLUMNS": "200"}
+
+
+def _blockx(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [blockx_binary(), *args], env=env, capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+
+
+def _rpc(url: str, method: str, *params: object) -> Any:
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+    request = urllib.request.Request(
+        url, data=body.encode(), headers={"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.loads(response.read())["result"]
+
+
 def test_dev_up_runs_until_ctrl_c(tmp_path: Path) -> None:
+    """dev up with its chain: the banner, every metrics endpoint, dev.toml naming
+    the proxy and the chain, a second dev up refused while this one runs, and a
+    function reading the block database through ``blockx invoke`` from another
+    shell; Ctrl-C stops it all."""
+    examples = tmp_path / "examples"
+    shutil.copytree(ROOT / "examples", examples)
+    (examples / "functions" / "heads.py").write_text(HEAD_FUNCTION)
+    config_home = tmp_path / "config"
     ports = [str(free_port()) for _ in range(7)]
     proc = subprocess.Popen(
         [
             blockx_binary(),
             "dev",
             "up",
+            "--examples",
+            str(examples),
             "--coordinator-port",
             ports[0],
             "--worker-port",
@@ -122,7 +168,7 @@ def test_dev_up_runs_until_ctrl_c(tmp_path: Path) -> None:
         ],
         cwd=ROOT,
         # Its dev.toml goes to a temporary directory, not the user's ~/.config.
-        env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path)},
+        env=_another_shell(config_home),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -157,7 +203,48 @@ def test_dev_up_runs_until_ctrl_c(tmp_path: Path) -> None:
     for url in metrics.values():
         with urllib.request.urlopen(url, timeout=10) as response:
             assert b"# TYPE " in response.read()
+
+    # dev.toml and the banner's exports name the proxy and the chain too.
+    config_file = config_home / "blockx" / "dev.toml"
+    written = tomllib.loads(config_file.read_text())
+    rpc_url = f"http://127.0.0.1:{ports[6]}"
+    assert written["CHAIN_RPC_URL"] == rpc_url
+    assert written["BLOCKDB_URL"].startswith("sqlite:///")
+    assert written["SINK_DB_URL"].startswith("sqlite:///")
+    assert written["BLOCKDB_URL"] != written["SINK_DB_URL"]
+    assert Path(written["PROXY_SOCKET_PATH"]).is_socket()
+    for name in ("PROXY_SOCKET_PATH", "CHAIN_RPC_URL", "BLOCKDB_URL", "SINK_DB_URL"):
+        assert f"    export {name}={written[name]}\n" in text, name
+
+    # A second dev up, in any shell, is refused while this one runs: one line, and
+    # nothing started, written or removed.
+    before = config_file.read_bytes()
+    second = _blockx(_another_shell(config_home), "dev", "up", "--no-chain")
+    assert second.returncode == 2, second.stdout + second.stderr
+    lock = config_home / "blockx" / "dev.lock"
+    assert second.stderr == (
+        f"blockx-dev: another blockx dev up is running (pid {proc.pid}), holding {lock}; "
+        f"stop it first: Ctrl-C in its terminal, or kill -INT {proc.pid}\n"
+    )
+    assert second.stdout == ""
+    assert config_file.read_bytes() == before
+
+    # Another shell invokes a function reading the block database (through the
+    # proxy, as dev.toml names it), once the ingest has stored a block.
+    shell = _another_shell(config_home)
+    deadline = time.monotonic() + 30
+    while True:
+        invoked = _blockx(shell, "invoke", "ingested_head", "--json")
+        assert invoked.returncode == 0, invoked.stdout + invoked.stderr
+        head = json.loads(invoked.stdout)["value"]
+        if head is not None:
+            break
+        assert time.monotonic() < deadline, "the ingest stored no block"
+    canonical = _rpc(rpc_url, "eth_getBlockByNumber", hex(head["number"]), False)
+    assert head["hash"] == canonical["hash"]
+
     proc.send_signal(signal.SIGINT)
     rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, rest
     assert "blockx-dev: stopped" in rest
+    assert not config_file.exists()

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -14,9 +15,14 @@ from blockx_cli.devcluster.layout import find_layout
 from blockx_cli.devcluster.processes import LaunchError
 from blockx_cli.settings import DEFAULT_ETCD, Settings
 from blockx_client import Client, InvalidRequestError
+from blockx_client._options import proxy_socket_of
 from blockx_client.dev_config import (
+    DEV_VARIABLES,
+    DevUpRunning,
     LayeredEnviron,
+    claim_dev_config,
     dev_config_path,
+    dev_lock_path,
     read_dev_config,
     remove_dev_config,
     write_dev_config,
@@ -32,7 +38,7 @@ VALUES = {
 @pytest.fixture
 def config_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    for name in (*VALUES, "BLOCKX_BUNDLE_COORDINATOR", "PROXY_SOCKET_PATH"):
+    for name in DEV_VARIABLES:
         monkeypatch.delenv(name, raising=False)
     return tmp_path / "xdg"
 
@@ -60,7 +66,8 @@ def test_written_values_read_back(config_home: Path) -> None:
     assert read_dev_config() == {}
 
 
-def test_a_file_whose_writer_is_gone_is_ignored(config_home: Path) -> None:
+def _left_by_a_dead_dev_up() -> Path:
+    """dev.toml as a dev up killed outright leaves it: its writer pid is gone."""
     gone = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         text=True,
@@ -69,6 +76,11 @@ def test_a_file_whose_writer_is_gone_is_ignored(config_home: Path) -> None:
     )
     path = write_dev_config(VALUES)
     path.write_text(path.read_text().replace(f"pid = {os.getpid()}", f"pid = {gone.stdout}"))
+    return path
+
+
+def test_a_file_whose_writer_is_gone_is_ignored(config_home: Path) -> None:
+    path = _left_by_a_dead_dev_up()
     assert read_dev_config() == {}
     remove_dev_config()  # not this process's: left alone
     assert path.exists()
@@ -114,6 +126,81 @@ def test_cli_etcd_flag_or_environment_file_default(config_home: Path) -> None:
         assert settings(None).etcd == VALUES["ETCD_ENDPOINTS"]
         # typer hands over the flag, or ETCD_ENDPOINTS when there is no flag.
         assert settings("given:2379").etcd_endpoints() == ["given:2379"]
+    finally:
+        remove_dev_config()
+
+
+def test_one_dev_up_holds_the_file_and_a_stale_one_is_replaced(config_home: Path) -> None:
+    stale = _left_by_a_dead_dev_up()  # its lock died with it
+    with claim_dev_config() as path:
+        assert path == stale
+        assert dev_lock_path().read_text() == f"{os.getpid()}\n"
+        # The lock is per open file: a second claim, even from this process, is refused.
+        with pytest.raises(DevUpRunning) as refused, claim_dev_config():
+            pass
+        assert refused.value.pid == os.getpid()
+        assert str(refused.value) == (
+            f"another blockx dev up is running (pid {os.getpid()}), holding {dev_lock_path()}; "
+            f"stop it first: Ctrl-C in its terminal, or kill -INT {os.getpid()}"
+        )
+        write_dev_config({**VALUES, "PROXY_SOCKET_PATH": "/run/p.sock"}, path)
+        assert read_dev_config()["PROXY_SOCKET_PATH"] == "/run/p.sock"
+        remove_dev_config(path)
+        assert not path.exists()
+    with claim_dev_config():  # released at the end of the block
+        pass
+
+
+PROXY = "/run/dev/proxy.sock"
+PROXY_ROUTES = [
+    # (Client arguments, the environment, dev.toml, the proxy used: None = direct)
+    ({}, {}, {}, None),
+    ({}, {}, {"PROXY_SOCKET_PATH": PROXY, **VALUES}, PROXY),
+    ({}, {"PROXY_SOCKET_PATH": " "}, {"PROXY_SOCKET_PATH": PROXY}, PROXY),
+    ({"direct": True}, {}, {"PROXY_SOCKET_PATH": PROXY}, None),
+    ({"direct": True}, {"PROXY_SOCKET_PATH": "/env.sock"}, {}, None),
+    ({"proxy_socket": "/arg.sock"}, {"PROXY_SOCKET_PATH": "/env.sock"}, {}, "/arg.sock"),
+    ({}, {"PROXY_SOCKET_PATH": "/env.sock"}, {"PROXY_SOCKET_PATH": PROXY}, "/env.sock"),
+    # An address named above dev.toml is another cluster: dev up's proxy would not reach it.
+    ({"coordinator": "10.0.0.1:8080"}, {}, {"PROXY_SOCKET_PATH": PROXY}, None),
+    ({}, {"BLOCKX_SYNC_INVOKER": "10.0.0.1:9091"}, {"PROXY_SOCKET_PATH": PROXY}, None),
+    ({}, {"BLOCKX_COORDINATOR": " "}, {"PROXY_SOCKET_PATH": PROXY}, PROXY),
+    # ...but a proxy named above dev.toml is used whatever the addresses.
+    ({"coordinator": "10.0.0.1:8080"}, {"PROXY_SOCKET_PATH": "/env.sock"}, {}, "/env.sock"),
+]
+
+
+@pytest.mark.parametrize(("arguments", "environ", "file", "used"), PROXY_ROUTES)
+def test_the_proxy_is_used_unless_told_or_named_otherwise(
+    arguments: dict[str, Any], environ: dict[str, str], file: dict[str, str], used: str | None
+) -> None:
+    addresses = [arguments.get(k) for k in ("coordinator", "bundle_coordinator", "sync_invoker")]
+    found = proxy_socket_of(
+        LayeredEnviron(environ, file),
+        arguments.get("proxy_socket"),
+        direct=arguments.get("direct", False),
+        addresses=addresses,
+    )
+    assert found == used
+
+
+def test_direct_and_a_proxy_argument_contradict() -> None:
+    with pytest.raises(InvalidRequestError, match="contradict"):
+        proxy_socket_of(LayeredEnviron({}, {}), "/p.sock", direct=True, addresses=())
+
+
+def test_client_and_cli_go_through_dev_ups_proxy(
+    config_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write_dev_config({**VALUES, "PROXY_SOCKET_PATH": PROXY})
+    try:
+        assert Client().proxy_socket == PROXY
+        assert Client(direct=True).proxy_socket is None
+        assert Settings(None, None, None, None, None).client().proxy_socket == PROXY
+        # --direct wins over --proxy / PROXY_SOCKET_PATH too.
+        assert Settings(None, None, None, "/p", None, direct=True).client().proxy_socket is None
+        monkeypatch.setenv("BLOCKX_COORDINATOR", "10.0.0.1:8080")
+        assert Client().proxy_socket is None
     finally:
         remove_dev_config()
 

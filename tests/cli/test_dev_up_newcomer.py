@@ -17,6 +17,10 @@ from pathlib import Path
 
 import pytest
 from support import children_of, proc_stat
+from typer.testing import CliRunner
+
+from blockx_cli.app import app
+from blockx_client import Client, ConnectError, SyncClient
 
 VENV_BIN = Path(sys.executable).parent
 BLOCKX = str(VENV_BIN / "blockx")
@@ -29,13 +33,13 @@ def _bare_path() -> str:
     return os.pathsep.join(kept or ["/usr/bin", "/bin"])
 
 
+# What a fresh shell has none of.
+SHELL_VARIABLES = ("BLOCKX_", "ETCD_", "PROXY_", "FUNCTIONS_DIR", "XDG_CONFIG")
+
+
 def _shell_env(home: Path, **extra: str) -> dict[str, str]:
     """A fresh shell's environment: no BlockX variables, HOME in a temporary directory."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("BLOCKX_", "ETCD_", "PROXY_", "FUNCTIONS_DIR", "XDG_CONFIG"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(SHELL_VARIABLES)}
     return {**env, "HOME": str(home), "PATH": _bare_path(), "COLUMNS": "200", **extra}
 
 
@@ -121,7 +125,7 @@ def running(functions_dir: Path, home: Path, tmp_path: Path) -> Iterator[tuple[D
 
 
 def test_dev_up_serves_a_functions_dir_and_another_shell_finds_it(
-    running: tuple[DevUp, str], home: Path, functions_dir: Path
+    running: tuple[DevUp, str], home: Path, functions_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     dev, banner = running
     assert f"functions from {functions_dir}" in banner
@@ -129,7 +133,7 @@ def test_dev_up_serves_a_functions_dir_and_another_shell_finds_it(
     config_file = home / ".config" / "blockx" / "dev.toml"
     written = tomllib.loads(config_file.read_text())
     etcd, coordinator = written["ETCD_ENDPOINTS"], written["BLOCKX_COORDINATOR"]
-    sync_invoker = written["BLOCKX_SYNC_INVOKER"]
+    sync_invoker, proxy_socket = written["BLOCKX_SYNC_INVOKER"], written["PROXY_SOCKET_PATH"]
     assert f"export ETCD_ENDPOINTS={etcd}" in banner
     assert f"export BLOCKX_COORDINATOR={coordinator}" in banner
     # Free ports: never the fixed defaults of before, nor Prometheus' and node_exporter's.
@@ -153,19 +157,34 @@ def test_dev_up_serves_a_functions_dir_and_another_shell_finds_it(
     flagged = _blockx({**shell, "ETCD_ENDPOINTS": dead}, "--etcd", etcd, "workers", "--json")
     assert flagged.returncode == 0, flagged.stderr
 
-    # The SDK reads it too.
-    sdk = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from blockx_client import Client; c = Client(); print(c.coordinator, c.sync_invoker)",
-        ],
-        env=shell,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert sdk.stdout.split() == [coordinator, sync_invoker], sdk.stderr
+    # The SDK reads it too (this process, made another shell).
+    for name in list(os.environ):
+        if name.startswith(SHELL_VARIABLES):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("HOME", str(home))
+    client = Client()
+    assert (client.coordinator, client.sync_invoker) == (coordinator, sync_invoker)
+
+    # dev.toml names the proxy, so the CLI and the SDK send every RPC through it:
+    # with its socket moved away they fail naming it, and go direct when told to.
+    assert client.proxy_socket == proxy_socket
+    assert f"export PROXY_SOCKET_PATH={proxy_socket}" in banner
+    aside = Path(proxy_socket).with_name("aside.sock")
+    Path(proxy_socket).rename(aside)
+    try:
+        through = _blockx(shell, "invoke", "greet", '"proxy"', "--json")
+        assert through.returncode == 3, through.stdout + through.stderr
+        assert f"cannot reach the proxy at unix:{proxy_socket}" in through.stderr
+        with SyncClient() as sdk, pytest.raises(ConnectError) as lost:
+            sdk.function("greet").call("sdk")
+        assert f"cannot reach the proxy at unix:{proxy_socket}" in lost.value.message
+        with SyncClient(direct=True) as sdk:
+            assert sdk.function("greet").call("direct sdk") == "hi direct sdk"
+        direct = CliRunner().invoke(app, ["--direct", "invoke", "greet", '"direct"', "--json"])
+        assert direct.exit_code == 0, direct.output
+        assert "hi direct" in direct.output
+    finally:
+        aside.rename(proxy_socket)
 
     # Ctrl-C at the terminal: no traceback, the children stopped, the file removed.
     code, rest = dev.ctrl_c()

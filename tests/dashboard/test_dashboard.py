@@ -466,6 +466,67 @@ async def test_jobs_page(
     await snap(page, artifacts, "jobs")
 
 
+def _record(**fields: Any) -> bytes:
+    base = {"kind": "backfill", "state": "running", "started_ms": 1, "updated_ms": 1}
+    return json.dumps({**base, **fields}).encode()
+
+
+# Records anyone who can write etcd could put under the jobs prefix, each with the
+# field its reason names (or what it says of the whole value).
+BAD_JOB_RECORDS: Final = {
+    "bad-eta": (_record(job_id="bad-eta", eta_s=1e308), "$.eta_s"),
+    "bad-nan": (b'{"job_id": "bad-nan", "blocks_per_s": NaN}', "not JSON"),
+    "bad-negative": (_record(job_id="bad-negative", blocks_done=-5), "$.blocks_done"),
+    "bad-string": (_record(job_id="bad-string", rows_done="many"), "$.rows_done"),
+    "bad-huge-text": (_record(job_id="bad-huge-text", message="x" * 100_000), "bytes"),
+    "bad-long-text": (_record(job_id="bad-long-text", function="f" * 5_000), "$.function"),
+    "bad-json": (b"{not json", "not JSON"),
+    "bad-array": (b"[1, 2]", "Expected `object`, got `array`"),
+    "bad-date": (_record(job_id="bad-date", updated_ms=10**17), "$.updated_ms"),
+}
+
+
+async def test_bad_job_records_are_rows_and_the_page_stays_up(
+    page: Page,
+    dashboard: Dashboard,
+    cluster: Cluster,
+    jobs: tuple[JobProgress, JobProgress],
+    artifacts: Path,
+) -> None:
+    client = aetcd.Client(cluster.etcd.host, cluster.etcd.port, timeout=5)
+    keys = {name: f"/blockx/jobs/backfill/{name}" for name in BAD_JOB_RECORDS}
+    try:
+        for name, (value, _) in BAD_JOB_RECORDS.items():
+            await client.put(keys[name].encode(), value)
+        status, body, _ = await asyncio.to_thread(get, dashboard.at("/jobs"))
+        assert status == 200, body[-2000:]
+        listed = await get_json(dashboard.at("/api/jobs"))
+        assert {j["job_id"] for j in listed["jobs"]} == {"backfill-dash", "follow-dash"}
+        bad = {b["key"]: b["error"] for b in listed["bad_records"]}
+        assert sorted(bad) == sorted(keys.values())
+        for name, (_, reason) in BAD_JOB_RECORDS.items():
+            assert reason in bad[keys[name]], (name, bad[keys[name]])
+            assert len(bad[keys[name]]) <= 301
+        # In the browser: one row per bad record, the jobs as before.
+        await page.goto(dashboard.at("/jobs"))
+        rows = page.locator("#jobs tr.bad-record")
+        assert await rows.count() == len(BAD_JOB_RECORDS)
+        eta = await page.locator('#jobs tr[data-key="/blockx/jobs/backfill/bad-eta"]').inner_text()
+        assert "bad record /blockx/jobs/backfill/bad-eta" in eta
+        assert "$.eta_s" in eta
+        assert (
+            "40/100 (40.0 %)"
+            in await page.locator('#jobs tr[data-job-id="backfill-dash"]').inner_text()
+        )
+        summary = await page.locator(".summary").inner_text()
+        assert f"{len(BAD_JOB_RECORDS)} bad record(s)" in summary
+        await snap(page, artifacts, "jobs-bad-records")
+    finally:
+        for key in keys.values():
+            await client.delete(key.encode())
+        await client.close()
+
+
 async def test_pages_refresh_themselves(page: Page, dashboard: Dashboard, cluster: Cluster) -> None:
     await page.goto(dashboard.at("/tasks"))
     await page.locator(f'#tasks tr[data-task-id="{OK_ID}"]').wait_for()

@@ -1,16 +1,20 @@
 """The dashboard's values and templates without a cluster: calls progress is shown
-once the task has made calls, and the numbers read as labelled."""
+once the task has made calls, the numbers read as labelled, whatever a source sends
+them, and a job record out of bounds is a bad record naming why."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from blockx_cli.dashboard.app import Dashboard
 from blockx_cli.dashboard.config import DashboardConfig
-from blockx_cli.dashboard.formatting import age, percent, timestamp
+from blockx_cli.dashboard.formatting import FILTERS, age, percent, timestamp
+from blockx_cli.dashboard.jobs_source import decode_record, job_row
 from blockx_cli.dashboard.sources import task_row
-from blockx_cli.dashboard.views import TaskRow, TasksPage
-from blockx_client import Client, ListedTask, TaskState
+from blockx_cli.dashboard.views import BadJobRecord, JobsPage, TaskRow, TasksPage
+from blockx_client import Client, JobProgress, ListedTask, TaskState
 
 NOW_MS = 1_764_619_564_120
 
@@ -76,3 +80,61 @@ def test_ages(ms: int | None, text: str) -> None:
 def test_fractions_read_as_percentages_and_times_as_utc() -> None:
     assert percent(0.682) == "68.2 %"
     assert timestamp(NOW_MS) == "2025-12-01 20:06:04.120Z"
+
+
+@pytest.mark.parametrize("name", sorted(set(FILTERS) - {"quote"}))
+@pytest.mark.parametrize(
+    "value", [math.inf, -math.inf, math.nan, 1e308, -1e308, 2**63 - 1, -(2**63), 0, None]
+)
+def test_filters_read_any_number(name: str, value: float | None) -> None:
+    if name == "size" and value is None:
+        return  # sizes are never unknown
+    assert isinstance(FILTERS[name](value), str)
+
+
+KEY = b"/blockx/jobs/backfill/j"
+GOOD = b'{"job_id": "j", "kind": "follow", "state": "running", "started_ms": 1, "updated_ms": 2'
+
+RECORDS = [
+    # (the record's JSON after GOOD's fields, what the reason names; "" = a good record)
+    (b', "eta_s": 4.5, "lag_ms": -5000}', ""),
+    (b', "eta_s": 1e15, "blocks_per_s": 1e-9}', ""),
+    (b', "eta_s": 1e308}', "$.eta_s"),
+    (b', "eta_s": 1.1e15}', "$.eta_s"),
+    (b', "eta_s": 1e400}', "$.eta_s"),
+    (b', "eta_s": -1}', "$.eta_s"),
+    (b', "blocks_per_s": Infinity}', "not JSON"),
+    (b', "head": 9223372036854775808}', "$.head"),
+    (b', "from_block": 1.5}', "$.from_block"),
+    (b', "message": ["a"]}', "$.message"),
+    (b', "kind": "rebuild"}', "$.kind"),
+    (b', "sink_table": "' + b"t" * 257 + b'"}', "$.sink_table"),
+    (b"", "not JSON"),
+]
+
+
+@pytest.mark.parametrize(("rest", "named"), RECORDS)
+def test_job_records_are_bounded(rest: bytes, named: str) -> None:
+    decoded = decode_record(KEY, GOOD + rest)
+    if not named:
+        assert isinstance(decoded, JobProgress)
+        return
+    assert isinstance(decoded, BadJobRecord)
+    assert decoded.key == KEY.decode()
+    assert named in decoded.error
+
+
+def test_a_bad_record_is_one_row_and_the_jobs_are_shown() -> None:
+    job = decode_record(KEY, GOOD + b', "eta_s": 3153600000}')
+    assert isinstance(job, JobProgress)
+    bad = decode_record(b"/blockx/jobs/<b>x</b>" + b"k" * 1000, b"{")
+    assert isinstance(bad, BadJobRecord)
+    assert len(bad.key) == 301  # bounded, with an ellipsis
+    dashboard = Dashboard(DashboardConfig(etcd_endpoints=("127.0.0.1:1",)), Client)
+    page = JobsPage(now_ms=NOW_MS, jobs=(job_row(job, NOW_MS),), bad_records=(bad,))
+    html = dashboard.templates.get_template("jobs.html").render(
+        refresh_s=5.0, page="jobs", view=page, api="/api/jobs"
+    )
+    assert html.count('<tr class="bad-record"') == 1
+    assert "&lt;b&gt;x&lt;/b&gt;" in html
+    assert 'data-job-id="j"' in html

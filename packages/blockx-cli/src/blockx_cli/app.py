@@ -90,8 +90,17 @@ def root(
             envvar="PROXY_SOCKET_PATH",
             callback=unix_socket_option,
             help="Send every RPC through this blockx-proxy Unix socket (PATH or unix:PATH).",
+            show_default="the running dev up's proxy, unless an address is given",
         ),
     ] = None,
+    direct: Annotated[
+        bool,
+        typer.Option(
+            "--direct",
+            help="Dial the coordinators, workers and sync invoker directly: no proxy, "
+            "whatever --proxy, PROXY_SOCKET_PATH or dev.toml say.",
+        ),
+    ] = False,
     etcd: Annotated[
         str | None,
         typer.Option(
@@ -137,6 +146,7 @@ def root(
         etcd,
         etcd_files=(etcd_ca_file, etcd_cert_file, etcd_key_file),
         etcd_username=etcd_username,
+        direct=direct,
     )
 
 

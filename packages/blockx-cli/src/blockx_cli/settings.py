@@ -33,11 +33,14 @@ class Settings:
         *,
         etcd_files: tuple[str | None, str | None, str | None] = (None, None, None),
         etcd_username: str | None = None,
+        direct: bool = False,
     ) -> None:
         self.coordinator = coordinator
         self.bundle_coordinator = bundle_coordinator
         self.sync_invoker = sync_invoker
-        self.proxy = proxy
+        # --direct: dial each address, through no proxy (not even --proxy's).
+        self.proxy = None if direct else proxy
+        self.direct = direct
         self._etcd = etcd
         self.etcd_files = etcd_files
         self.etcd_username = etcd_username
@@ -48,6 +51,7 @@ class Settings:
             bundle_coordinator=self.bundle_coordinator,
             sync_invoker=self.sync_invoker,
             proxy_socket=self.proxy,
+            direct=self.direct,
         )
 
     def etcd_access(self) -> EtcdAccess:

@@ -4,18 +4,58 @@ from __future__ import annotations
 
 import os
 import ssl
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from blockx_client.backoff import RetryPolicy
 from blockx_client.dev_config import LayeredEnviron
 from blockx_client.errors import InvalidRequestError
 
+# The addresses a Client dials when it does not go through a proxy.
+ADDRESS_VARIABLES: Final = (
+    "BLOCKX_COORDINATOR",
+    "BLOCKX_BUNDLE_COORDINATOR",
+    "BLOCKX_SYNC_INVOKER",
+)
 
-def client_environ() -> Mapping[str, str]:
+
+def client_environ() -> LayeredEnviron:
     """Where a Client's unset arguments come from: the environment, then the running
     ``blockx dev up``'s ``dev.toml`` (``blockx_client.dev_config``)."""
     return LayeredEnviron()
+
+
+def proxy_socket_of(
+    env: LayeredEnviron,
+    proxy_socket: str | None,
+    *,
+    direct: bool,
+    addresses: Sequence[str | None],
+) -> str | None:
+    """The proxy's Unix socket every RPC goes through; None: dial each address.
+
+    The first of: ``direct`` (no proxy); the ``proxy_socket`` argument;
+    PROXY_SOCKET_PATH in the environment; the running ``dev up``'s proxy
+    (``dev.toml``), as the specification's client sends every RPC through the
+    proxy. That last one is not used when ``addresses`` or the environment name a
+    coordinator or Sync Invoker: the dev cluster's proxy forwards only to its own
+    cluster, and a client told to reach another one must not land there."""
+    if direct:
+        if proxy_socket:
+            raise InvalidRequestError(
+                f"proxy_socket={proxy_socket!r} and direct=True contradict each other"
+            )
+        return None
+    if proxy_socket:
+        return proxy_socket
+    found = env.get("PROXY_SOCKET_PATH", "").strip()
+    if not found or not env.from_file("PROXY_SOCKET_PATH"):
+        return found or None
+    named = any(addresses) or any(
+        env.get(name, "").strip() and not env.from_file(name) for name in ADDRESS_VARIABLES
+    )
+    return None if named else found
 
 
 @dataclass(slots=True, kw_only=True)

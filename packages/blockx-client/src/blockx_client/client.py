@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from msgspec.structs import replace
 
-from blockx_client._options import ClientOptions, GrpcTls, client_environ
+from blockx_client._options import ClientOptions, GrpcTls, client_environ, proxy_socket_of
 from blockx_client._outcomes import outcome_of_error
 from blockx_client._placement import Placement
 from blockx_client._run_many import run_many as _run_many
@@ -78,6 +78,11 @@ DEFAULT_SYNC_INVOKER: Final = "127.0.0.1:9091"
 class Client:
     """An async client of a BlockX deployment. Use as ``async with Client(...)``.
 
+    Every RPC goes through the proxy's Unix socket when one is known: the
+    ``proxy_socket`` argument, ``PROXY_SOCKET_PATH``, or the running ``blockx dev
+    up``'s (unless an address is named by an argument or the environment); with
+    ``direct=True`` the client dials each address itself.
+
     ``tls`` (default: ``GrpcTls.from_environ()``, the ``GRPC_TLS_*`` variables)
     secures every direct channel. While a call or a Watch stream is open, every
     channel pings its peer each ``keepalive_s`` and drops a connection whose ping
@@ -91,6 +96,7 @@ class Client:
         bundle_coordinator: str | None = None,
         sync_invoker: str | None = None,
         proxy_socket: str | None = None,
+        direct: bool = False,
         tls: GrpcTls | None = None,
         retry: RetryPolicy | None = None,
         rpc_timeout_s: float = 30.0,
@@ -98,6 +104,8 @@ class Client:
         rng: random.Random | None = None,
     ) -> None:
         env = client_environ()
+        named = (coordinator, bundle_coordinator, sync_invoker)
+        proxy = proxy_socket_of(env, proxy_socket, direct=direct, addresses=named)
         self._options = ClientOptions(
             coordinator=coordinator or env.get("BLOCKX_COORDINATOR") or DEFAULT_COORDINATOR,
             bundle_coordinator=(bundle_coordinator or env.get("BLOCKX_BUNDLE_COORDINATOR") or None),
@@ -107,7 +115,7 @@ class Client:
         )
         tls = tls if tls is not None else GrpcTls.from_environ(env)
         self._transport = Transport(
-            proxy_socket or env.get("PROXY_SOCKET_PATH") or None,
+            proxy,
             tls.ssl_context(),
             keepalive_s=keepalive_s,
         )
@@ -161,6 +169,11 @@ class Client:
     @property
     def proxied(self) -> bool:
         return self._transport.proxied
+
+    @property
+    def proxy_socket(self) -> str | None:
+        """The proxy's Unix socket every RPC goes through; None: direct."""
+        return self._transport.proxy_socket
 
     # ---- lifecycle ---------------------------------------------------------------------
 

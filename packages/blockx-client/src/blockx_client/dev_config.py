@@ -1,9 +1,10 @@
 """The running local cluster's addresses: ``~/.config/blockx/dev.toml``.
 
-``blockx dev up`` picks free ports, so nothing can guess where its etcd or its
-Coordinator listen. While it runs it writes them to this file, keyed by the
-environment variable each one would be set in (``ETCD_ENDPOINTS``,
-``BLOCKX_COORDINATOR``, ...), and removes the file when it stops. The CLI and the
+``blockx dev up`` picks free ports and temporary files, so nothing can guess
+where its etcd, its Coordinator or its databases are. While it runs it writes
+them to this file, keyed by the environment variable each one would be set in
+(``ETCD_ENDPOINTS``, ``BLOCKX_COORDINATOR``, ``PROXY_SOCKET_PATH``,
+``SINK_DB_URL``, ...), and removes the file when it stops. The CLI and the
 SDK read it when it is there, below the flags and the environment:
 
     flag or argument > environment variable > dev.toml > built-in default
@@ -11,27 +12,41 @@ SDK read it when it is there, below the flags and the environment:
 The file names the process that wrote it (``[writer] pid``); a file whose writer
 is gone (a ``dev up`` killed with SIGKILL) is ignored, so a stale file never
 sends calls to ports nobody listens on.
+
+One ``dev up`` at a time owns the file: it holds an exclusive lock on
+``dev.lock`` next to it (``claim_dev_config``) from before it starts anything
+until it has stopped, and a second one is refused with the first one's pid. The
+kernel drops the lock when its holder dies, however it dies, so a stale file is
+simply replaced by the next ``dev up``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Final
 
 from blockx_client.errors import InvalidRequestError
 from blockx_core.environ import EnvironOverFile
 
-# The variables ``dev up`` writes, in the order the file lists them.
+# The variables ``dev up`` writes, in the order the file lists them: where the
+# cluster listens, its proxy (through which the SDK and the CLI then send every
+# RPC), and its chain: the node, the block database the Workers read and the sink
+# they write (``blockx backfill`` and ``follow`` default to these).
 DEV_VARIABLES: Final = (
     "ETCD_ENDPOINTS",
     "BLOCKX_COORDINATOR",
     "BLOCKX_BUNDLE_COORDINATOR",
     "BLOCKX_SYNC_INVOKER",
+    "PROXY_SOCKET_PATH",
+    "CHAIN_RPC_URL",
+    "BLOCKDB_URL",
+    "SINK_DB_URL",
 )
 
 
@@ -43,6 +58,11 @@ def dev_config_path(environ: Mapping[str, str] | None = None) -> Path:
         home = env.get("HOME", "").strip() or str(Path.home())
         base = str(Path(home) / ".config")
     return Path(base) / "blockx" / "dev.toml"
+
+
+def dev_lock_path(config: Path | None = None) -> Path:
+    """``dev.lock`` next to the file (``config``, default ``dev_config_path()``)."""
+    return (dev_config_path() if config is None else config).with_name("dev.lock")
 
 
 def _alive(pid: int) -> bool:
@@ -103,6 +123,48 @@ def write_dev_config(values: Mapping[str, str], path: Path | None = None) -> Pat
     partial.write_text("\n".join(lines))
     partial.replace(path)
     return path
+
+
+class DevUpRunning(Exception):
+    """Another ``dev up`` holds ``dev.lock``; ``str()`` is the one line users see."""
+
+    def __init__(self, pid: int | None, lock: Path) -> None:
+        self.pid = pid
+        if pid is None:  # it has the lock and has not written its pid yet
+            stop = "stop it first (Ctrl-C in its terminal)"
+        else:
+            stop = f"stop it first: Ctrl-C in its terminal, or kill -INT {pid}"
+        running = "another blockx dev up is running" + ("" if pid is None else f" (pid {pid})")
+        super().__init__(f"{running}, holding {lock}; {stop}")
+
+
+@contextlib.contextmanager
+def claim_dev_config(path: Path | None = None) -> Iterator[Path]:
+    """Hold ``dev.lock`` next to ``path`` (default: ``dev_config_path()``) while the
+    block runs, so that this process alone writes and removes ``path``; yields it.
+
+    DevUpRunning, with the holder's pid, when another process holds the lock. The
+    lock file stays (removing it would let a third process lock a new file while a
+    second still holds the old one); it holds the pid of its last holder."""
+    path = dev_config_path() if path is None else path
+    lock = dev_lock_path(path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise DevUpRunning(_holder(fd), lock) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        yield path
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _holder(fd: int) -> int | None:
+    text = os.pread(fd, 32, 0).decode(errors="replace").strip()
+    return int(text) if text.isdigit() else None
 
 
 def remove_dev_config(path: Path | None = None) -> None:

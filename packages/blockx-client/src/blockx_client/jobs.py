@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Callable
 from types import TracebackType
+from typing import Annotated, Final
 
 import msgspec
 
@@ -48,28 +49,47 @@ class JobState(enum.Enum):
     FAILED = "failed"
 
 
+# The bounds of a record's values, checked when one is decoded: whoever can write
+# etcd can write a record, and a reader must be able to show every value it
+# accepts. The publishers' values stay well inside them.
+MAX_RECORD_BYTES: Final = 64 * 1024
+# The last ms of year 9999: the latest time a date can be shown for.
+MAX_UNIX_MS: Final = 253_402_300_799_999
+Count = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
+UnixMs = Annotated[int, msgspec.Meta(ge=0, le=MAX_UNIX_MS)]
+# Signed: a chain's block timestamps can run ahead of the clock.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
+# Finite and not negative; a stalled job's ETA can be very large.
+Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e15)]
+Rate = Annotated[float, msgspec.Meta(ge=0.0, le=1e12)]
+Name = Annotated[str, msgspec.Meta(max_length=256)]
+
+
 class JobProgress(msgspec.Struct, frozen=True, kw_only=True):
-    job_id: str
+    """One job's latest state, as its record in etcd holds it (JSON); decoding one
+    checks the bounds above."""
+
+    job_id: Annotated[str, msgspec.Meta(min_length=1, max_length=256)]
     kind: JobKind
     state: JobState
-    started_ms: int
-    updated_ms: int
-    function: str = ""
-    sink_table: str = ""
-    from_block: int = 0
-    to_block: int | None = None  # None: follow, no end
-    blocks_total: int | None = None
-    blocks_done: int = 0
-    rows_done: int = 0
-    tasks_done: int = 0
-    tasks_failed: int = 0
-    retries: int = 0
-    blocks_per_s: float = 0.0
-    eta_s: float | None = None
-    head: int | None = None  # the block database's head the job last saw
-    last_block: int | None = None  # the highest block the job wrote
-    lag_ms: int | None = None  # now minus the last written block's timestamp (follow)
-    message: str = ""  # the last failure, if any
+    started_ms: UnixMs
+    updated_ms: UnixMs
+    function: Name = ""
+    sink_table: Name = ""
+    from_block: Count = 0
+    to_block: Count | None = None  # None: follow, no end
+    blocks_total: Count | None = None
+    blocks_done: Count = 0
+    rows_done: Count = 0
+    tasks_done: Count = 0
+    tasks_failed: Count = 0
+    retries: Count = 0
+    blocks_per_s: Rate = 0.0
+    eta_s: Seconds | None = None
+    head: Count | None = None  # the block database's head the job last saw
+    last_block: Count | None = None  # the highest block the job wrote
+    lag_ms: Int64 | None = None  # now minus the last written block's timestamp (follow)
+    message: Annotated[str, msgspec.Meta(max_length=2_000)] = ""  # the last failure, if any
 
     @property
     def head_lag_blocks(self) -> int | None:
@@ -83,14 +103,22 @@ def job_key(prefix: str, kind: JobKind, job_id: str) -> str:
     return f"{prefix}{kind.value}/{job_id}"
 
 
-def _decode_jobs(gateway: Gateway, prefix: str) -> list[JobProgress]:
-    jobs = []
-    for _key, value in gateway.range_prefix(prefix):
-        try:
-            jobs.append(msgspec.json.decode(value, type=JobProgress))
-        except msgspec.DecodeError:
-            continue  # not a job record
-    return jobs
+async def read_job_records(
+    endpoints: list[str],
+    *,
+    prefix: str = JOBS_PREFIX,
+    timeout_s: float = 5.0,
+    access: EtcdAccess | None = None,
+) -> list[tuple[bytes, bytes]]:
+    """Every (key, value) under ``prefix`` as etcd holds it, undecoded: for a reader
+    that shows the records it cannot use (``blockx dashboard``). ``access`` defaults
+    to ``EtcdAccess.from_environ()``."""
+    try:
+        return await first_answer(
+            endpoints, access, timeout_s, lambda gateway: gateway.range_prefix(prefix)
+        )
+    except ConnectError as exc:
+        raise ConnectError(f"cannot read the jobs from etcd ({exc})") from None
 
 
 async def list_jobs(
@@ -101,14 +129,26 @@ async def list_jobs(
     access: EtcdAccess | None = None,
 ) -> list[JobProgress]:
     """Every job recorded under ``prefix``, newest first, from the first endpoint
-    that answers. ``access`` defaults to ``EtcdAccess.from_environ()``."""
-    try:
-        jobs = await first_answer(
-            endpoints, access, timeout_s, lambda gateway: _decode_jobs(gateway, prefix)
-        )
-    except ConnectError as exc:
-        raise ConnectError(f"cannot read the jobs from etcd ({exc})") from None
+    that answers; a value that is not a job record within bounds is skipped."""
+    records = await read_job_records(endpoints, prefix=prefix, timeout_s=timeout_s, access=access)
+    jobs = [job for _key, value in records if isinstance(job := decode_job(value), JobProgress)]
     return sorted(jobs, key=lambda job: (-job.started_ms, job.job_id))
+
+
+_decoder: Final = msgspec.json.Decoder(JobProgress)
+
+
+def decode_job(value: bytes) -> JobProgress | str:
+    """The job record ``value``, or why it is not one (too big, not JSON, a field of
+    the wrong type or out of bounds, naming it)."""
+    if len(value) > MAX_RECORD_BYTES:
+        return f"{len(value):,} bytes; a job record is at most {MAX_RECORD_BYTES:,}"
+    try:
+        return _decoder.decode(value)
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    except msgspec.DecodeError as exc:
+        return f"not JSON: {exc}"
 
 
 def new_job_id(kind: JobKind) -> str:

@@ -113,6 +113,10 @@ class Transport:
     def proxied(self) -> bool:
         return self._proxy_socket is not None
 
+    @property
+    def proxy_socket(self) -> str | None:
+        return self._proxy_socket
+
     def channel(self, addr: str) -> Channel:
         """The channel for a coordinator or sync invoker address (the proxy's, if any)."""
         if self._proxy_socket is not None:
@@ -154,7 +158,9 @@ class Transport:
 
     def describe(self, addr: str) -> str:
         """How an error names where a call went."""
-        return f"the proxy for {addr}" if self.proxied else addr
+        if self._proxy_socket is None:
+            return addr
+        return f"the proxy at unix:{self._proxy_socket} (for {addr})"
 
     def close(self) -> None:
         if self._proxy is not None:

@@ -81,9 +81,12 @@ def dev_up(
     by a following ingest, a sink database; and the web dashboard; in the
     foreground until Ctrl-C.
 
-    Every port is a free one unless an option fixes it. While it runs, the addresses
-    are in ~/.config/blockx/dev.toml ($XDG_CONFIG_HOME/blockx/dev.toml), which blockx
-    and blockx_client read in any shell (flags and environment variables win)."""
+    Every port is a free one unless an option fixes it. While it runs, the addresses,
+    the proxy's socket and the chain's node and databases are in
+    ~/.config/blockx/dev.toml ($XDG_CONFIG_HOME/blockx/dev.toml), which blockx and
+    blockx_client read in any shell (flags and environment variables win): every RPC
+    then goes through its proxy (blockx --direct: not). One runs at a time: a second
+    is refused, naming the first one's pid."""
     from blockx_cli.devcluster import LaunchOptions
     from blockx_cli.devcluster.chain import ChainOptions
     from blockx_cli.devcluster.layout import find_layout

@@ -278,7 +278,9 @@ def create_app(
     def default_client() -> Client:
         return Client(
             coordinator=config.coordinator,
+            bundle_coordinator=config.bundle_coordinator,
             proxy_socket=config.proxy_socket,
+            direct=config.direct,
             rpc_timeout_s=config.timeout_s,
         )
 

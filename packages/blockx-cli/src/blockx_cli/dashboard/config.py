@@ -27,15 +27,18 @@ DEFAULT_JOBS_PREFIX: Final = JOBS_PREFIX
 
 
 class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """``coordinator`` and ``proxy_socket``: None is the client's own default (the
-    environment, then the running ``dev up``, then localhost). ``timeout_s`` bounds
-    each answer a page waits for (etcd, each Worker, the Coordinator)."""
+    """``coordinator``, ``bundle_coordinator`` and ``proxy_socket``: None is the
+    client's own default (the environment, then the running ``dev up``, then
+    localhost); ``direct``: through no proxy. ``timeout_s`` bounds each answer a
+    page waits for (etcd, each Worker, the Coordinator)."""
 
     etcd_endpoints: tuple[str, ...]
     prefixes: tuple[str, ...] = DEFAULT_PREFIXES
     jobs_prefix: str = DEFAULT_JOBS_PREFIX
     coordinator: str | None = None
+    bundle_coordinator: str | None = None
     proxy_socket: str | None = None
+    direct: bool = False
     access: EtcdAccess | None = None
     refresh_s: float = DEFAULT_REFRESH_S
     timeout_s: float = DEFAULT_TIMEOUT_S

@@ -1,8 +1,12 @@
-"""How numbers read on the pages (Jinja filters); the JSON twins keep the raw values."""
+"""How numbers read on the pages (Jinja filters); the JSON twins keep the raw values.
+
+Every filter reads any 64-bit integer and any float, NaN and infinities included:
+a value some source got wrong reads oddly, and the page is still served."""
 
 from __future__ import annotations
 
 import datetime
+import math
 import urllib.parse
 from collections.abc import Callable
 from typing import Any, Final
@@ -29,7 +33,10 @@ def age(ms: int | None) -> str:
 
 
 def seconds(value: float | None) -> str:
-    return NONE if value is None else age(int(value * 1000))
+    if value is None:
+        return NONE
+    ms = value * 1000
+    return age(int(ms)) if math.isfinite(ms) else NONE
 
 
 def percent(fraction: float | None) -> str:
@@ -50,7 +57,10 @@ def timestamp(ms: int | None) -> str:
     """Unix ms as UTC, to the millisecond: ``2026-12-01 20:46:04.120Z``."""
     if not ms:
         return NONE
-    at = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    try:
+        at = datetime.datetime.fromtimestamp(ms / 1000, tz=datetime.UTC)
+    except (OverflowError, ValueError, OSError):
+        return f"{ms:,} ms (not a date)"
     return at.strftime("%Y-%m-%d %H:%M:%S.") + f"{at.microsecond // 1000:03d}Z"
 
 

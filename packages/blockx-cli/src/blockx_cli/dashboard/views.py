@@ -171,7 +171,16 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     message: str
 
 
+class BadJobRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A record under the jobs prefix that is not a job the page can show: its key
+    and why (not JSON, too big, a field of the wrong type or out of bounds)."""
+
+    key: str
+    error: str
+
+
 class JobsPage(msgspec.Struct, frozen=True, kw_only=True):
     now_ms: int
     jobs: tuple[JobRow, ...]
+    bad_records: tuple[BadJobRecord, ...] = ()
     problems: tuple[Problem, ...] = ()

@@ -9,9 +9,14 @@ each is serving; then the web dashboard (``blockx dashboard``, unless
 (``ports``); a fixed port already in use stops the start before anything runs. With ``chain``
 (the default) it also starts anvil with a block database and a sink database
 (``chain.ChainStack``), the bundle Coordinator and a bundle Worker, both Workers
-reading the block database (``BLOCKDB_URL``) and writing the sink (``SINK_DB_URL``);
-the chain is fed (tokens, blocks, a following ingest) once everything serves.
-Whatever submits tasks to it uses ``blockx_client``.
+reading the block database (``BLOCKDB_URL``) and the node (``CHAIN_RPC_URL``) and
+writing the sink (``SINK_DB_URL``), the Sync Invoker reading the same chain as
+they do; the chain is fed (tokens, blocks, a following ingest) once everything
+serves. Whatever submits tasks to it uses ``blockx_client``.
+
+No child inherits the variables of ``dev.toml`` (``DEV_VARIABLES``) from the
+shell: a shell that exported an earlier cluster's must not point this one's
+processes at that one; each child gets what it needs from this cluster only.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from blockx_cli.devcluster.processes import (
     http_serving,
     wait_serving,
 )
+from blockx_client.dev_config import DEV_VARIABLES
 from blockx_server.etcd.local import EtcdNotFound, EtcdServer, EtcdStartError
 
 
@@ -167,7 +173,10 @@ class DevCluster:
         except (EtcdNotFound, EtcdStartError) as exc:
             raise LaunchError(f"cannot start etcd: {exc}") from None
         self.endpoints = msgspec.structs.replace(self.endpoints, etcd=self.etcd.endpoint)
-        chain_env: dict[str, str] = {}
+        # What functions read of the chain (Workers and the Sync Invoker alike), and
+        # the sink Writer Plugins write (Workers only).
+        chain_reads: dict[str, str] = {}
+        sink: dict[str, str] = {}
         if self.chain is not None:
             await self.chain.start()
             self.endpoints = msgspec.structs.replace(
@@ -178,11 +187,11 @@ class DevCluster:
                 block_db_url=self.chain.block_db_url,
                 sink_db_url=self.chain.sink_db_url,
             )
-            chain_env = {
+            chain_reads = {
                 "BLOCKDB_URL": self.chain.block_db_url,
-                "SINK_DB_URL": self.chain.sink_db_url,
                 "CHAIN_RPC_URL": self.chain.rpc_url,
             }
+            sink = {"SINK_DB_URL": self.chain.sink_db_url}
         e = self.endpoints
         etcd_env = {"ETCD_ENDPOINTS": self.etcd.endpoint}
         # One host runs everything: shedding its only worker for host CPU or memory load
@@ -207,7 +216,8 @@ class DevCluster:
             {
                 **etcd_env,
                 **calls,
-                **chain_env,
+                **chain_reads,
+                **sink,
                 **self._metrics_env("worker"),
                 "WORKER_LISTEN": e.worker,
             },
@@ -231,7 +241,8 @@ class DevCluster:
                     {
                         **etcd_env,
                         **calls,
-                        **chain_env,
+                        **chain_reads,
+                        **sink,
                         **self._metrics_env("bundle_worker"),
                         "WORKER_LISTEN": e.bundle_worker,
                     },
@@ -240,7 +251,12 @@ class DevCluster:
         invoker = await self._start(
             "syncinvoker",
             "blockx-syncinvoker",
-            {**calls, **self._metrics_env("sync_invoker"), "SYNC_INVOKER_LISTEN": e.sync_invoker},
+            {
+                **calls,
+                **chain_reads,
+                **self._metrics_env("sync_invoker"),
+                "SYNC_INVOKER_LISTEN": e.sync_invoker,
+            },
         )
         proxy = await self._start(
             "proxy",
@@ -287,7 +303,7 @@ class DevCluster:
     async def _start(
         self, name: str, program: str, env: dict[str, str], args: Sequence[str] = ()
     ) -> Child:
-        child = await Child.start(name, program, env, self._log, args)
+        child = await Child.start(name, program, env, self._log, args, unset=DEV_VARIABLES)
         self.children.append(child)
         return child
 

@@ -8,7 +8,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -57,14 +57,17 @@ class Child:
         env: dict[str, str],
         log: IO[str],
         args: Sequence[str] = (),
+        *,
+        unset: Collection[str] = (),
     ) -> Child:
+        """``program`` with this process's environment, less ``unset``, plus ``env``."""
         binary = console_script(program)
         if binary is None:
             raise LaunchError(f"{program} is not installed; run `uv sync` at the repository root")
         proc = await asyncio.create_subprocess_exec(
             binary,
             *args,
-            env={**os.environ, **env},
+            env={**{k: v for k, v in os.environ.items() if k not in unset}, **env},
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             # Ctrl-C at a terminal signals the whole foreground process group: only

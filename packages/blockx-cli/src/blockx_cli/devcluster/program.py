@@ -13,7 +13,8 @@ when it serves the example functions (unless ``--no-smoke``), prints how to reac
 everything and the ``export`` lines a shell needs (``--ready-json``: one JSON line
 instead, for programs such as ``blockx demo``), writes the addresses to
 ``~/.config/blockx/dev.toml`` for the CLI and SDK in any shell
-(``blockx_client.dev_config``; ``--no-dev-config``: not), streams the logs (or
+(``blockx_client.dev_config``; ``--no-dev-config``: not; while another ``dev up``
+writing that file runs, it is refused before it starts anything), streams the logs (or
 writes them to ``--log-file``) until Ctrl-C or SIGTERM, and stops everything it
 started and removes the file. ``--once`` stops right after the smoke task.
 """
@@ -38,7 +39,14 @@ from blockx_cli.devcluster.layout import find_layout
 from blockx_cli.devcluster.processes import LaunchError
 from blockx_cli.devcluster.smoke import run_smoke_task
 from blockx_client import BlockxError, TaskFileError
-from blockx_client.dev_config import dev_config_path, remove_dev_config, write_dev_config
+from blockx_client.dev_config import (
+    DevUpRunning,
+    claim_dev_config,
+    dev_config_path,
+    dev_lock_path,
+    remove_dev_config,
+    write_dev_config,
+)
 from blockx_server.runtime.process import stop_on_signals
 
 PROGRAM: Final = "blockx-dev"
@@ -95,7 +103,11 @@ def _banner(cluster: DevCluster, e: Endpoints, config_file: Path | None) -> str:
                 "ingest following the head"
             )
             lines += [f"    token           {token}" for token in chain.tokens]
-    lines += ["", "  for blockx and blockx_client in another shell:"]
+    lines += [
+        "",
+        "  for blockx and blockx_client in another shell (every RPC through the proxy;",
+        "  `blockx --direct` or Client(direct=True) dial each address instead):",
+    ]
     if config_file is not None:
         lines.append(f"    nothing to do: they read {config_file} while this runs; or")
     lines += [f"    export {name}={value}" for name, value in exports(e).items()]
@@ -103,12 +115,17 @@ def _banner(cluster: DevCluster, e: Endpoints, config_file: Path | None) -> str:
 
 
 def exports(e: Endpoints) -> dict[str, str]:
-    """The variables that point the CLI and the SDK at this cluster."""
+    """The variables that point the CLI and the SDK at this cluster, its proxy and
+    its chain (``blockx_client.dev_config.DEV_VARIABLES``)."""
     found = {
         "ETCD_ENDPOINTS": e.etcd,
         "BLOCKX_COORDINATOR": e.coordinator,
         "BLOCKX_BUNDLE_COORDINATOR": e.bundle_coordinator,
         "BLOCKX_SYNC_INVOKER": e.sync_invoker,
+        "PROXY_SOCKET_PATH": e.proxy_socket,
+        "CHAIN_RPC_URL": e.rpc_url,
+        "BLOCKDB_URL": e.block_db_url,
+        "SINK_DB_URL": e.sink_db_url,
     }
     return {name: value for name, value in found.items() if value}
 
@@ -135,12 +152,12 @@ async def run(
     smoke: bool = True,
     ready_json: bool = False,
     once: bool = False,
-    dev_config: bool = True,
+    config_file: Path | None = None,
 ) -> None:
+    """``config_file``: where to write the addresses (its lock held by the caller)."""
     stop = stop_on_signals()
     task_file = options.layout.smoke_task if smoke else None
     cluster = DevCluster(options, log)
-    config_file = dev_config_path() if dev_config else None
     try:
         endpoints = await _unless_stopped(cluster.start(), stop)
         if endpoints is None:
@@ -233,23 +250,42 @@ def launch(
     dev_config: bool = True,
     log_file: str | None = None,
 ) -> None:
-    """Run the cluster until Ctrl-C or SIGTERM (or the smoke task, with ``once``)."""
-    log: IO[str] = sys.stdout
-    if log_file is not None:
+    """Run the cluster until Ctrl-C or SIGTERM (or the smoke task, with ``once``).
+
+    With ``dev_config``, a second ``dev up`` (one holding the lock next to dev.toml)
+    is refused before anything is started or written."""
+    with contextlib.ExitStack() as held:
+        config_file: Path | None = None
+        if dev_config:
+            try:
+                config_file = held.enter_context(claim_dev_config())
+            except DevUpRunning as exc:
+                fail(str(exc))
+            except OSError as exc:
+                fail(f"cannot lock {dev_lock_path()}: {exc.strerror}")
+        log: IO[str] = sys.stdout
+        if log_file is not None:
+            try:
+                log = open(log_file, "a", buffering=1)  # noqa: SIM115 (closed at exit)
+            except OSError as exc:
+                fail(f"cannot write the log file {log_file}: {exc.strerror}")
         try:
-            log = open(log_file, "a", buffering=1)  # noqa: SIM115 (closed at exit)
-        except OSError as exc:
-            fail(f"cannot write the log file {log_file}: {exc.strerror}")
-    try:
-        asyncio.run(
-            run(options, log, smoke=smoke, ready_json=ready_json, once=once, dev_config=dev_config)
-        )
-    except (LaunchError, TaskFileError) as exc:
-        fail(str(exc))
-    except BlockxError as exc:
-        fail(f"the smoke task: {exc.message}")
-    except KeyboardInterrupt:
-        pass
+            asyncio.run(
+                run(
+                    options,
+                    log,
+                    smoke=smoke,
+                    ready_json=ready_json,
+                    once=once,
+                    config_file=config_file,
+                )
+            )
+        except (LaunchError, TaskFileError) as exc:
+            fail(str(exc))
+        except BlockxError as exc:
+            fail(f"the smoke task: {exc.message}")
+        except KeyboardInterrupt:
+            pass
     with contextlib.suppress(BrokenPipeError):
         sys.stdout.flush()
 

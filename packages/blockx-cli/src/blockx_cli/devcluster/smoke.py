@@ -23,7 +23,9 @@ _PATIENT: Final = RetryPolicy(unavailable_attempts=1_000_000)
 async def run_smoke_task(coordinator: str, task_file: Path) -> str:
     """Run the task in ``task_file`` under a fresh task_id; returns how it ended."""
     task = replace(load_task_file(task_file), task_id=f"smoke-{uuid.uuid4()}")
-    async with Client(coordinator=coordinator, retry=_PATIENT) as client:
+    # Direct: a PROXY_SOCKET_PATH the shell kept from an earlier cluster names
+    # another proxy, and this cluster's may not have listed its Worker yet.
+    async with Client(coordinator=coordinator, retry=_PATIENT, direct=True) as client:
         slot = await client.reserve_worker_slot(task.task_id, deadline_s=RESERVE_DEADLINE_S)
         print(f"  reserved  slot {slot.slot_id} on worker {slot.worker_addr}", flush=True)
         submitted = await client.submit_task(
