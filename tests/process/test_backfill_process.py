@@ -26,7 +26,7 @@ from blockx_chain.schema import TRANSFER_TOPIC
 from blockx_chain.sink import open_sink
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
-from blockx_client import Client, RetryPolicy, dev_config
+from blockx_client import Client, RetryPolicy
 from blockx_client.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
 from blockx_client.jobs import JOBS_PREFIX, JobKind, JobState, list_jobs
 from blockx_client.resubmit import ClusterUnreachable
@@ -530,11 +530,8 @@ def test_declared_columns_reach_the_writer(setup: Setup) -> None:
 
 
 def test_the_databases_of_a_running_dev_up_are_used_below_flags_and_environment(
-    setup: Setup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    setup: Setup, tmp_path: Path
 ) -> None:
-    for name in ("BLOCKDB_URL", "SINK_DB_URL"):
-        if name not in dev_config.DEV_VARIABLES:
-            monkeypatch.setattr(dev_config, "DEV_VARIABLES", (*dev_config.DEV_VARIABLES, name))
     dev_toml = tmp_path / "blockx" / "dev.toml"
     dev_toml.parent.mkdir()
     dev_toml.write_text(
