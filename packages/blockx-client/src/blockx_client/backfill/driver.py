@@ -24,7 +24,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from blockx_chain.sink import open_sink
+from blockx_chain.sink import open_sink, read_identity
 from blockx_chain.store import open_store
 from blockx_chain.url import BlockDbUrl, parse_blockdb_url
 from blockx_client.backfill.plan import (
@@ -211,7 +211,9 @@ async def backfill(
     )
     yield header
     tally = Tally(header, started)
-    config = {**(writer_config or {}), "table": sink_table}
+    # A Worker whose sink is another database refuses the tasks (PLUGIN_FAILED).
+    identity = await read_identity(as_url(sink_db_url, "sink_db_url"))
+    config = {**(writer_config or {}), "table": sink_table, "sinkIdentity": identity}
     pending: deque[_Attempt] = deque()
     for task_range in planned.run:
         task = bundle_task(
