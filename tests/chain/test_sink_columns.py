@@ -96,6 +96,26 @@ NO_WIDENING: list[tuple[dict[str, str] | None, Any, str]] = [
 ]
 
 
+async def test_a_widening_under_a_users_view(sink: SinkStore, db_url: str) -> None:
+    await sink.replace_blocks("viewed", [(1, "0x1", [{"volume": 7}])])
+    async with sink.transaction() as tx:
+        await tx.execute('CREATE VIEW volumes AS SELECT volume FROM "viewed"')
+    big = [(2, "0x2", [{"volume": BIG}])]
+    if db_url.startswith("postgresql"):
+        # PostgreSQL does not change the type of a column a view depends on.
+        with pytest.raises(SinkRejected, match="'volume' of table 'viewed' cannot be widened "):
+            await sink.replace_blocks("viewed", big)
+        assert [w["block_number"] for w in await sink.written("viewed")] == [1]
+        return
+    # SQLite rewrites the table under the same name: the view still reads it.
+    await sink.replace_blocks("viewed", big)
+    async with sink.transaction() as tx:
+        assert await tx.fetch("SELECT volume FROM volumes", ()) == [
+            {"volume": "7"},
+            {"volume": str(BIG)},
+        ]
+
+
 async def test_a_change_that_is_no_widening_names_the_column_the_types_and_the_flag(
     sink: SinkStore,
 ) -> None:

@@ -46,10 +46,11 @@ _MISFITS: Final = (
     asyncpg.exceptions.DataError,
 )
 # The statement is refused as such (a name taken, a duplicate column, too many
-# columns): it fails the same way every time.
+# columns, a change the server does not make): it fails the same way every time.
 _REFUSED: Final = (
     asyncpg.exceptions.SyntaxOrAccessError,
     asyncpg.exceptions.ProgramLimitExceededError,
+    asyncpg.exceptions.FeatureNotSupportedError,
 )
 # PostgreSQL's MaxHeapAttributeNumber.
 MAX_COLUMNS: Final = 1600
@@ -139,7 +140,16 @@ class _PostgresTx(SinkTx):
             f"ALTER COLUMN {quoted(name)} TYPE {sql_type(kind, True)}"
             for name, kind in columns.items()
         )
-        await self.execute(f"ALTER TABLE {quoted(table)} {changes}")
+        try:
+            await self._conn.execute(f"ALTER TABLE {quoted(table)} {changes}")
+        except asyncpg.exceptions.FeatureNotSupportedError as exc:
+            # A view (or rule) on the column: PostgreSQL will not change its type.
+            names = ", ".join(repr(name) for name in columns)
+            raise SinkRejected(
+                f"{self._description}: column {names} of table {table!r} cannot be widened "
+                f"while a view depends on it ({_said(exc)}): drop the view, let the write "
+                "widen the column, then make the view again"
+            ) from None
 
     async def legacy_indexes(self) -> list[IndexInfo]:
         rows = await self.fetch(

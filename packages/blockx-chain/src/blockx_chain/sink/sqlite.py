@@ -105,7 +105,13 @@ class _SqliteTx(SinkTx):
             conn.execute(f"CREATE TABLE {copy} ({', '.join(body)})")
             conn.execute(f"INSERT INTO {copy} SELECT {', '.join(values)} FROM {name_sql}")
             conn.execute(f"DROP TABLE {name_sql}")
-            conn.execute(f"ALTER TABLE {copy} RENAME TO {name_sql}")
+            # Views on the table name it, not the table: the legacy rename leaves them
+            # alone (the modern one would refuse them while the name is free).
+            conn.execute("PRAGMA legacy_alter_table = ON")
+            try:
+                conn.execute(f"ALTER TABLE {copy} RENAME TO {name_sql}")
+            finally:
+                conn.execute("PRAGMA legacy_alter_table = OFF")
             for sql in indexes:
                 conn.execute(sql)
 
