@@ -11,7 +11,7 @@ kind) fails the same way every time: not retryable.
 
 Widening a column rewrites the table (SQLite cannot change a column's type): a
 copy with the new types is filled from it, the old one dropped, the copy renamed
-and the indexes made again, all in the write's transaction.
+and the indexes and triggers made again, all in the write's transaction.
 """
 
 from __future__ import annotations
@@ -83,11 +83,12 @@ class _SqliteTx(SinkTx):
             name_sql, copy = quoted(table), quoted(_REWRITE_TABLE)
             # (cid, name, type, notnull, default, pk) in column order.
             info = conn.execute(f"PRAGMA table_info({name_sql})").fetchall()
-            indexes = [
+            # The table's indexes and triggers go with it: made again on the copy.
+            dependents = [
                 sql
                 for (sql,) in conn.execute(
-                    "SELECT sql FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
-                    "AND sql IS NOT NULL",
+                    "SELECT sql FROM sqlite_master WHERE type IN ('index', 'trigger') "
+                    "AND tbl_name = ? AND sql IS NOT NULL",
                     (table,),
                 )
             ]
@@ -112,7 +113,7 @@ class _SqliteTx(SinkTx):
                 conn.execute(f"ALTER TABLE {copy} RENAME TO {name_sql}")
             finally:
                 conn.execute("PRAGMA legacy_alter_table = OFF")
-            for sql in indexes:
+            for sql in dependents:
                 conn.execute(sql)
 
         await self._sink._run(rewrite)
