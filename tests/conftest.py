@@ -5,7 +5,8 @@
 * ``etcd_factory``: etcds of a test's own, to kill, restart or compact, or to use
   the fixed legacy registry prefixes without meeting other tests' keys.
 * ``postgres_server``: one PostgreSQL server for the session (tests/postgres.py);
-  ``postgres_url``: a fresh database on it for one test, as a BLOCKDB_URL.
+  ``postgres_url``: a fresh database on it for one test, as a BLOCKDB_URL;
+  ``db_url``: one on each engine; ``sink``: a sink store on it.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import pytest_asyncio
 from postgres import PostgresServer, find_postgres_bin
 
 from blockx_chain.devnet import Anvil
+from blockx_chain.sink import SinkStore, open_sink
+from blockx_chain.url import parse_blockdb_url
 from blockx_core.registry import RegistryKind, v2_registry_prefix
 from blockx_server.etcd.local import EtcdServer
 
@@ -94,6 +97,14 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path}/chain.db"
     url: str = request.getfixturevalue("postgres_url")
     return url
+
+
+@pytest_asyncio.fixture
+async def sink(db_url: str) -> AsyncIterator[SinkStore]:
+    """A sink store on this test's own database (``db_url``: SQLite, then PostgreSQL)."""
+    opened = await open_sink(parse_blockdb_url(db_url))
+    yield opened
+    await opened.close()
 
 
 # --- anvil (a local Ethereum node) -------------------------------------------------

@@ -51,6 +51,12 @@ def test_numeric_stays_exact() -> None:
         ([INT], [[2**63]], [], "column 'a' of table 't' is INTEGER"),
         ([R], [[True]], [], "column 'a' of table 't' is REAL"),
         ([N], [["nope"]], [], "column 'a' of table 't' is NUMERIC"),
+        # Beyond a float's range: refused, not an OverflowError.
+        ([R], [[10**400]], [], "column 'a' of table 't' is REAL: the value 1000"),
+        # NUMERIC takes plain decimals of at most 78 digits each side of the point.
+        ([N], [["1e100000000"]], [], "NUMERIC: the value '1e100000000' .* plain decimal"),
+        ([N], [[1, 10**78]], [], "NUMERIC: the value 1000.* plain decimal"),
+        ([N], [[1e-100]], [], "NUMERIC: the value 1e-100 .* plain decimal"),
         ([T, INT], [["a", None], ["x", 2]], ["a"], "column 'b' of table 't' is INTEGER"),
         ([T, INT], [[None, "a"], [1, 2]], ["a"], "no key column 'a'"),
         ([T], [["a"]], ["a", "id"], "no key column 'id'"),

@@ -3,19 +3,9 @@ span, and deleting blocks (rows and ledger entries in one transaction)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
-from blockx_chain.sink import SinkRejected, SinkStore, open_sink
-from blockx_chain.url import parse_blockdb_url
-
-
-@pytest.fixture
-async def sink(db_url: str) -> AsyncIterator[SinkStore]:
-    opened = await open_sink(parse_blockdb_url(db_url))
-    yield opened
-    await opened.close()
+from blockx_chain.sink import SinkRejected, SinkStore
 
 
 async def test_deleting_blocks_removes_their_rows_and_ledger_entries(sink: SinkStore) -> None:

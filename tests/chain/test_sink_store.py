@@ -4,22 +4,15 @@ replacement with its ledger, upserts, refusals, rollback, two writers of one blo
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 
-from blockx_chain.sink import SinkRejected, SinkStore, open_sink
+from blockx_chain.sink import SinkMismatch, SinkRejected, SinkStore, open_sink
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 
 BIG = 2**70 + 1
-
-
-@pytest.fixture
-async def sink(db_url: str) -> AsyncIterator[SinkStore]:
-    opened = await open_sink(parse_blockdb_url(db_url))
-    yield opened
-    await opened.close()
 
 
 def _user_columns(rows: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -182,3 +175,55 @@ async def test_two_writers_of_one_block_never_both_commit(db_url: str) -> None:
     finally:
         await one.close()
         await two.close()
+
+
+async def test_a_sink_has_one_identity_and_a_write_meant_for_another_writes_nothing(
+    db_url: str, tmp_path: Path
+) -> None:
+    url = parse_blockdb_url(db_url)
+    one, two = await open_sink(url), await open_sink(url)
+    other = await open_sink(parse_blockdb_url(f"sqlite:///{tmp_path}/other.db"))
+    try:
+        identity = await one.identity()
+        assert await two.identity() == identity
+        elsewhere = await other.identity()
+        assert elsewhere != identity
+        with pytest.raises(SinkMismatch, match=f"identity {identity}.*identity {elsewhere}"):
+            await one.replace_blocks("t", [(1, "0x1", [{"v": 1}])], sink_identity=elsewhere)
+        with pytest.raises(SinkMismatch):
+            await one.upsert("u", [{"k": 1}], key=["k"], sink_identity=elsewhere)
+        with pytest.raises(SinkMismatch):  # with nothing to write, still checked
+            await one.upsert("u", [], key=["k"], sink_identity=elsewhere)
+        assert (await one.rows("t"), await one.written("t"), await one.rows("u")) == ([], [], [])
+        written = await two.replace_blocks("t", [(1, "0x1", [{"v": 1}])], sink_identity=identity)
+        assert written == {"blocks": 1, "rows": 1}
+    finally:
+        for sink in (one, two, other):
+            await sink.close()
+
+
+async def test_a_write_goes_in_chunks_inside_its_one_transaction(db_url: str) -> None:
+    sink = await open_sink(parse_blockdb_url(db_url), chunk_rows=3)
+    try:
+        blocks = [(1, "0x1", [{"v": i} for i in range(4)]), (2, "0x2", []), (3, "0x3", [])]
+        blocks.append((4, "0x4", [{"v": 10 + i} for i in range(5)]))
+        assert await sink.replace_blocks("c", blocks) == {"blocks": 4, "rows": 9}
+        rows = await sink.rows("c")
+        assert [(r["block_number"], r["row_index"], r["v"]) for r in rows] == [
+            *((1, i, i) for i in range(4)),
+            *((4, i, 10 + i) for i in range(5)),
+        ]
+        # A row that does not fit in the last chunk: the chunks before it are undone.
+        bad = [(5, "0x5", [{"v": 1}] * 7 + [{"v": "x"}])]
+        with pytest.raises(SinkRejected, match="column 'v' of table 'c' is INTEGER"):
+            await sink.replace_blocks("c", bad)
+        assert await sink.rows("c") == rows
+        await sink.upsert("cu", [{"k": i % 4, "n": i} for i in range(10)], key=["k"])
+        assert sorted((r["k"], r["n"]) for r in await sink.rows("cu")) == [
+            (0, 8),
+            (1, 9),
+            (2, 6),
+            (3, 7),
+        ]
+    finally:
+        await sink.close()

@@ -23,7 +23,7 @@ from support import free_port
 from typer.testing import CliRunner
 
 from blockx_chain.schema import TRANSFER_TOPIC
-from blockx_chain.sink import open_sink
+from blockx_chain.sink import open_sink, read_identity
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
 from blockx_client import Client, RetryPolicy
@@ -350,6 +350,39 @@ async def test_a_backfill_into_a_postgresql_sink(
     rows, ledger = await sink_state(postgres_url, "transfers")
     assert rows == expected_rows(range(last + 1))
     assert [w["block_number"] for w in ledger] == list(range(last + 1))
+
+
+async def test_a_backfill_given_another_sink_than_the_workers_fails_and_writes_nothing(
+    setup: Setup, tmp_path: Path
+) -> None:
+    # The Workers write sink A (their SINK_DB_URL); the driver is given sink B.
+    given = f"sqlite:///{tmp_path}/other-sink.db"
+    async with setup.cluster.client() as client:
+        events = [
+            e
+            async for e in client.backfill(
+                function="transfer",
+                source_table="logs",
+                from_block=0,
+                to_block=PER_TASK - 1,
+                sink_table="elsewhere",
+                db_url=setup.chain_url,
+                sink_db_url=given,
+                max_attempts=3,
+            )
+        ]
+    finished = [e for e in events if isinstance(e, TaskFinished)]
+    # Not retryable: one attempt of three, failed.
+    assert [(e.outcome, e.attempt, e.failure_code) for e in finished] == [
+        (TaskOutcome.FAILED, 1, "PLUGIN_FAILED")
+    ]
+    workers = await read_identity(parse_blockdb_url(setup.sink_url))
+    drivers = await read_identity(parse_blockdb_url(given))
+    assert workers != drivers
+    assert workers in finished[0].failure_message
+    assert drivers in finished[0].failure_message
+    assert await sink_state(setup.sink_url, "elsewhere") == ([], [])
+    assert await sink_state(given, "elsewhere") == ([], [])
 
 
 async def test_a_cluster_out_of_reach_ends_the_backfill(setup: Setup) -> None:

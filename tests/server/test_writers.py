@@ -172,6 +172,44 @@ async def test_rows_that_do_not_fit_fail_not_retryable_naming_the_column(stack: 
     assert [r["v"] for r in await stack.sink.rows("s")] == [1]
 
 
+async def test_a_writer_meant_for_another_sink_fails_not_retryable_writing_nothing(
+    stack: Stack, tmp_path: Path
+) -> None:
+    other = await open_sink(parse_blockdb_url(f"sqlite:///{tmp_path}/other.db"))
+    try:
+        meant = await other.identity()
+    finally:
+        await other.close()
+    mine = await stack.sink.identity()
+    cases = [
+        ("BlockWriteResultHandler", stack.writers, {"table": "m"}),
+        ("BlockBundleWriteResultHandler", _writers(bundle=True), {"table": "m"}),
+        ("TableUpsertsResultHandler", stack.writers, {"table": "m", "key": "v"}),
+    ]
+    for name, writers, config in cases:
+        with pytest.raises(WriterError, match=f"identity {mine}.*identity {meant}") as failed:
+            await _run(
+                writers,
+                stack.router,
+                name,
+                {**config, "sinkIdentity": meant},
+                [_out(0, {"v": 1}, 2)],
+            )
+        assert not failed.value.retryable
+        # Even a task with nothing to write is refused.
+        with pytest.raises(WriterError, match=meant):
+            await _run(writers, stack.router, name, {**config, "sinkIdentity": meant}, [])
+    assert (await stack.sink.rows("m"), await stack.sink.written("m")) == ([], [])
+    config = {"table": "m", "sinkIdentity": mine}
+    assert await _run(
+        stack.writers, stack.router, "BlockWriteResultHandler", config, [_out(0, {"v": 1}, 2)]
+    ) == {
+        "table": "m",
+        "blocks": 1,
+        "rows": 1,
+    }
+
+
 async def test_upserts_by_key(stack: Stack) -> None:
     run = stack.writers, stack.router, "NormalTableWriteHandler"
     config = {"table": "u", "key": "who"}

@@ -1,4 +1,5 @@
-"""A Worker with a malformed SINK_DB_URL refuses to start, in one line naming it."""
+"""A Worker with a malformed SINK_DB_URL refuses to start, in one line naming it;
+SINK_WRITE_CHUNK_ROWS is read with it, and a bad value is named."""
 
 from __future__ import annotations
 
@@ -9,6 +10,11 @@ from pathlib import Path
 
 import pytest
 from support import free_port
+
+from blockx_chain.url import parse_blockdb_url
+from blockx_server.io.config import SinkSettings
+from blockx_server.runtime.env import ConfigErrors
+from blockx_server.worker.config import BLOCK_WORKER, load_worker_config
 
 
 @pytest.mark.parametrize("program", ["blockx-worker", "blockx-bundle-worker"])
@@ -32,3 +38,16 @@ def test_a_malformed_sink_db_url_refuses_start_up_in_one_line(program: str, tmp_
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith(f"{program}: invalid configuration: SINK_DB_URL must be sqlite:")
+
+
+def test_sink_write_chunk_rows_is_read_and_a_bad_value_is_named(tmp_path: Path) -> None:
+    base = {"FUNCTIONS_DIR": str(tmp_path), "SINK_DB_URL": "sqlite:///sink.db"}
+    url = parse_blockdb_url("sqlite:///sink.db")
+    assert load_worker_config(BLOCK_WORKER, base).sink == SinkSettings(
+        url=url, write_chunk_rows=10_000
+    )
+    chosen = load_worker_config(BLOCK_WORKER, {**base, "SINK_WRITE_CHUNK_ROWS": "500"})
+    assert chosen.sink == SinkSettings(url=url, write_chunk_rows=500)
+    assert load_worker_config(BLOCK_WORKER, {"FUNCTIONS_DIR": str(tmp_path)}).sink is None
+    with pytest.raises(ConfigErrors, match="SINK_WRITE_CHUNK_ROWS must be >= 1"):
+        load_worker_config(BLOCK_WORKER, {**base, "SINK_WRITE_CHUNK_ROWS": "0"})

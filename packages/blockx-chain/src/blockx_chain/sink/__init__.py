@@ -3,36 +3,52 @@
 ``await open_sink(url)`` for either engine (the block database's URL forms; the
 sink may be the block database itself). ``replace_blocks``, ``upsert`` and
 ``delete_blocks`` are its writes, ``rows`` and ``written`` (the ``_blockx_written``
-ledger) its reads; see ``blockx_chain.sink.base``.
+ledger) its reads, ``identity`` the random id that tells it from every other sink;
+see ``blockx_chain.sink.base``.
 """
 
 from __future__ import annotations
 
-from blockx_chain.sink.base import DEFAULT_BLOCK_KEY, SinkStore
-from blockx_chain.sink.errors import SinkError, SinkRejected, SinkUnavailable
+from blockx_chain.sink.base import DEFAULT_BLOCK_KEY, DEFAULT_CHUNK_ROWS, SinkStore
+from blockx_chain.sink.errors import SinkError, SinkMismatch, SinkRejected, SinkUnavailable
 from blockx_chain.sink.schema import LEDGER, SinkType
 from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl
 
 __all__ = [
     "DEFAULT_BLOCK_KEY",
+    "DEFAULT_CHUNK_ROWS",
     "LEDGER",
     "SinkError",
+    "SinkMismatch",
     "SinkRejected",
     "SinkStore",
     "SinkType",
     "SinkUnavailable",
     "open_sink",
+    "read_identity",
 ]
 
 
-async def open_sink(url: BlockDbUrl) -> SinkStore:
-    """The sink at ``url``; its tables are made by the first write that needs them."""
+async def open_sink(url: BlockDbUrl, *, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> SinkStore:
+    """The sink at ``url``; its tables are made by the first write that needs them.
+    A write inserts its rows ``chunk_rows`` at a time (within its one transaction)."""
     match url:
         case SqliteUrl(path):
             from blockx_chain.sink.sqlite import SqliteSink
 
-            return await SqliteSink.open(path)
+            return await SqliteSink.open(path, chunk_rows=chunk_rows)
         case PostgresUrl():
             from blockx_chain.sink.postgres import PostgresSink
 
-            return await PostgresSink.open(url)
+            return await PostgresSink.open(url, chunk_rows=chunk_rows)
+
+
+async def read_identity(url: BlockDbUrl) -> str:
+    """The identity of the sink at ``url`` (made now if it has none yet): what a
+    driver puts into its writer's config, so that a Worker writing another sink
+    refuses the task."""
+    sink = await open_sink(url)
+    try:
+        return await sink.identity()
+    finally:
+        await sink.close()

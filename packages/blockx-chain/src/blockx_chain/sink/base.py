@@ -1,23 +1,43 @@
 """What every sink store does, whatever its engine.
 
-Each write is one database transaction: it locks what it writes, creates or widens
-the table as the rows need, writes, and commits; any failure rolls all of it back.
-Engines supply the transaction (``SinkTx``): SQLite serializes writers with
-``BEGIN IMMEDIATE``; PostgreSQL takes a transaction-level advisory lock per
+Each write is one database transaction: it checks that the sink is the one the
+writer was told to write (when told), locks what it writes, creates, extends or
+widens the table as the rows need, writes, and commits; any failure rolls all of
+it back. Engines supply the transaction (``SinkTx``): SQLite serializes writers
+with ``BEGIN IMMEDIATE``; PostgreSQL takes a transaction-level advisory lock per
 (table, block), so writers of different blocks of one table run side by side and
 two writers of one block take turns.
+
+A large write keeps its work off the event loop: its rows are checked on a thread
+of the store's own, and inserted in chunks of ``chunk_rows`` rows within the one
+transaction, each chunk converted off the loop (SQLite: on its connection's
+thread, together with the insert; PostgreSQL: on the store's thread, before
+asyncpg sends it), so the loop never holds more than one chunk's work at a time.
+
+The writers' own tables (``_blockx_columns``, ``_blockx_written``,
+``_blockx_sink``) are made, and older layouts brought up to date, once per store
+before its first transaction. ``_blockx_sink`` holds the sink's identity, a
+random id made with it: a driver reads it from the sink it was given and puts it
+into the writer's config, and a Worker whose sink has another identity refuses
+the write (``SinkMismatch``) before writing anything.
 """
 
 from __future__ import annotations
 
 import abc
-import hashlib
-from collections.abc import Mapping, Sequence
+import asyncio
+import bisect
+import functools
+import itertools
+import logging
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Final
+from typing import Any, Final, NamedTuple, TypeVar
 
 from blockx_chain.sink.encode import encode_rows
-from blockx_chain.sink.errors import SinkRejected
+from blockx_chain.sink.errors import SinkMismatch, SinkRejected
 from blockx_chain.sink.schema import (
     BLOCK_HASH,
     BLOCK_NUMBER,
@@ -25,17 +45,31 @@ from blockx_chain.sink.schema import (
     COLUMNS_TABLE,
     LEDGER,
     ROW_INDEX,
+    SINK_TABLE,
     STAMP_TYPES,
     Plan,
     SinkType,
+    Values,
     identifier,
+    index_name,
     parse_types,
     plan,
     sql_type,
     writable_table,
 )
 
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
 DEFAULT_BLOCK_KEY: Final = (BLOCK_NUMBER, ROW_INDEX)
+# Rows inserted per statement batch of a write (SINK_WRITE_CHUNK_ROWS on the Worker).
+DEFAULT_CHUNK_ROWS: Final = 10_000
+# Checking fewer rows than this costs less than a thread hop: done on the caller's thread.
+OFFLOAD_FROM_ROWS: Final = 1_000
+# Version 1: the writers' index names moved under ``_blockx_``.
+LAYOUT_VERSION: Final = 1
+_META_LOCK: Final = "_blockx_meta"
 
 
 def _meta_statements(postgres: bool) -> list[str]:
@@ -48,13 +82,23 @@ def _meta_statements(postgres: bool) -> list[str]:
         f"block_number {big} NOT NULL, block_hash TEXT NOT NULL, code_epoch {big} NOT NULL, "
         f"task_id TEXT NOT NULL, written_at_ms {big} NOT NULL, "
         "PRIMARY KEY (table_name, block_number))",
+        f"CREATE TABLE IF NOT EXISTS {SINK_TABLE} (identity TEXT NOT NULL, "
+        "version INTEGER NOT NULL)",
     ]
+
+
+class IndexInfo(NamedTuple):
+    name: str
+    table: str
+    columns: list[str]
 
 
 class SinkTx(abc.ABC):
     """One open transaction; statements use ``?`` placeholders."""
 
     postgres: bool
+    # The most columns a table of this engine may have.
+    max_columns: int
 
     @abc.abstractmethod
     async def fetch(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]: ...
@@ -66,26 +110,70 @@ class SinkTx(abc.ABC):
     async def executemany(self, sql: str, rows: list[tuple[Any, ...]]) -> None: ...
 
     @abc.abstractmethod
+    async def insert(
+        self, sql: str, encode: Callable[[], list[tuple[Any, ...]]], count: int
+    ) -> None:
+        """Run ``sql`` for each of the ``count`` rows ``encode()`` gives, converting
+        them off the event loop."""
+
+    @abc.abstractmethod
     async def lock(self, keys: Sequence[str]) -> None:
         """Hold these named locks until the transaction ends (in the order given)."""
 
+    @abc.abstractmethod
+    async def taken(self, name: str) -> str | None:
+        """What already bears the name ``name`` in the database (``table``,
+        ``index``, ...), None when nothing does."""
 
-def _index_name(prefix: str, table: str, columns: Sequence[str]) -> str:
-    digest = hashlib.sha1("\0".join([table, *columns]).encode()).hexdigest()[:16]
-    return f'"{prefix}_{digest}"'
+    @abc.abstractmethod
+    async def widen(self, table: str, columns: Mapping[str, SinkType]) -> None:
+        """Give these columns of ``table`` these (wider) types, converting what they hold."""
+
+    @abc.abstractmethod
+    async def legacy_indexes(self) -> list[IndexInfo]:
+        """The indexes named like the writers' indexes before they moved under
+        ``_blockx_`` (``ux_`` or ``ix_`` and 16 hex digits)."""
+
+    @abc.abstractmethod
+    async def rename_index(self, index: IndexInfo, new_name: str, *, unique: bool) -> None: ...
 
 
 class SinkStore(abc.ABC):
-    def __init__(self, description: str) -> None:
+    def __init__(self, description: str, *, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
+        if chunk_rows < 1:
+            raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
         self.description = description
+        self.chunk_rows = chunk_rows
         self._meta_ready = False
+        self._meta_turn = asyncio.Lock()
+        # Checking and converting rows holds the interpreter: two threads keep a small
+        # write from waiting behind a large one's checks.
+        self._cpu = ThreadPoolExecutor(2, thread_name_prefix="sink-encode")
 
     @abc.abstractmethod
     def transaction(self) -> AbstractAsyncContextManager[SinkTx]:
         """One transaction: commits on leaving, rolls back on an exception."""
 
     @abc.abstractmethod
-    async def close(self) -> None: ...
+    async def _close(self) -> None: ...
+
+    async def close(self) -> None:
+        await self._close()
+        self._cpu.shutdown(wait=False, cancel_futures=True)
+
+    async def offload(self, work: Callable[[], T], rows: int) -> T:
+        """``work()`` on the store's own thread when it concerns ``rows`` rows or
+        more, else at once on the caller's."""
+        if rows < OFFLOAD_FROM_ROWS:
+            return work()
+        return await asyncio.get_running_loop().run_in_executor(self._cpu, work)
+
+    async def identity(self) -> str:
+        """The sink's identity: made with its writers' tables, the same for every
+        store opened on this database."""
+        await self._ready()
+        async with self.transaction() as tx:
+            return await _identity(tx)
 
     async def replace_blocks(
         self,
@@ -97,57 +185,36 @@ class SinkStore(abc.ABC):
         code_epoch: int = 0,
         task_id: str = "",
         now_ms: int = 0,
+        sink_identity: str | None = None,
     ) -> dict[str, int]:
         """In one transaction, for each ``(block_number, block_hash, rows)``: delete
         the table's rows of that block, insert ``rows`` stamped with block_number,
         block_hash, code_epoch (and row_index, the row's position, without ``key``),
         and record the block in ``_blockx_written``. A block with no rows is
-        recorded too. Returns the blocks and rows written."""
+        recorded too. With ``sink_identity``, SinkMismatch (nothing written) when the
+        sink has another identity. Returns the blocks and rows written."""
         writable_table(table)
         key_columns = list(key) if key else list(DEFAULT_BLOCK_KEY)
         declared = _stamped_types(parse_types(columns), with_row_index=not key)
-        numbers: list[int] = []
-        ledger: list[tuple[Any, ...]] = []
-        # The rows as given, and the columns the writer stamps on them.
-        given: list[Mapping[str, Any]] = []
-        stamps: dict[str, list[Any]] = {BLOCK_NUMBER: [], BLOCK_HASH: [], CODE_EPOCH: []}
-        if not key:
-            stamps[ROW_INDEX] = []
-        for number, block_hash, rows in blocks:
-            if isinstance(number, bool) or not isinstance(number, int) or number < 0:
-                raise SinkRejected(f"block number {number!r} is no block number")
-            if not isinstance(block_hash, str):
-                raise SinkRejected(f"block {number}: hash {block_hash!r} is no text")
-            numbers.append(number)
-            count = len(rows)
-            given.extend(rows)
-            stamps[BLOCK_NUMBER].extend([number] * count)
-            stamps[BLOCK_HASH].extend([block_hash] * count)
-            stamps[CODE_EPOCH].extend([code_epoch] * count)
-            if not key:
-                stamps[ROW_INDEX].extend(range(count))
-            ledger.append((table, number, block_hash, code_epoch, task_id, now_ms))
-        brought = _stampable(table, given, stamps, key)
-        if brought is None:
-            # Some row cannot be stamped: say which, the first in block and row order.
-            for number, block_hash, rows in blocks:
-                for index, row in enumerate(rows):
-                    _stamp(table, row, number, block_hash, code_epoch, index, key)
-            raise AssertionError("_stampable refused rows _stamp accepts")  # pragma: no cover
-        if len(set(numbers)) != len(numbers):
-            raise SinkRejected("replace_blocks was given the same block twice")
-        if not numbers:
+        batch = await self.offload(
+            functools.partial(_block_batch, table, blocks, key), _count(blocks)
+        )
+        numbers = [number for number, _, _ in batch.spans]
+        if not numbers and sink_identity is None:
             return {"blocks": 0, "rows": 0}
+        await self._ready()
         async with self.transaction() as tx:
+            await _same_sink(tx, self.description, sink_identity)
+            if not numbers:
+                return {"blocks": 0, "rows": 0}
             await tx.lock([f"{table}:{n}" for n in sorted(numbers)])
-            types = await self._widened(tx, table, declared, given, key_columns)
+            needed = await self._columns(tx, table, declared, batch.brought, key_columns)
             quoted = identifier(table, "table")
             # One statement per run of consecutive blocks, not one per block.
             runs = _runs(numbers)
             await tx.executemany(f"DELETE FROM {quoted} WHERE block_number BETWEEN ? AND ?", runs)
-            await self._insert(
-                tx, table, types, given, key_columns, conflict=None, stamps=stamps, brought=brought
-            )
+            stamps = _Stamps(batch.spans, code_epoch, with_row_index=not key)
+            await self._insert(tx, table, needed.types, batch, key_columns, stamps=stamps)
             await tx.executemany(
                 f"DELETE FROM {LEDGER} WHERE table_name = ? AND block_number BETWEEN ? AND ?",
                 [(table, low, high) for low, high in runs],
@@ -155,9 +222,10 @@ class SinkStore(abc.ABC):
             await tx.executemany(
                 f"INSERT INTO {LEDGER} (table_name, block_number, block_hash, code_epoch, "
                 "task_id, written_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
-                ledger,
+                [(table, n, h, code_epoch, task_id, now_ms) for n, h, _ in batch.spans],
             )
-        return {"blocks": len(numbers), "rows": len(given)}
+        self._widened(table, needed)
+        return {"blocks": len(numbers), "rows": len(batch.rows)}
 
     async def upsert(
         self,
@@ -165,25 +233,34 @@ class SinkStore(abc.ABC):
         rows: Sequence[Mapping[str, Any]],
         key: Sequence[str],
         columns: Mapping[str, Any] | None = None,
+        *,
+        sink_identity: str | None = None,
     ) -> dict[str, int]:
         """Insert ``rows``, replacing the columns of a row whose ``key`` is already
-        there. Returns the rows written."""
+        there. With ``sink_identity``, SinkMismatch (nothing written) when the sink
+        has another identity. Returns the rows written."""
         writable_table(table)
         if not key:
             raise SinkRejected("upsert needs a key: the columns that identify a row")
         declared = parse_types(columns)
-        checked = [_mapping(table, row) for row in rows]
-        if not checked:
+        batch = await self.offload(functools.partial(_upsert_batch, table, rows), len(rows))
+        if not batch.rows and sink_identity is None:
             return {"rows": 0}
+        await self._ready()
         async with self.transaction() as tx:
-            types = await self._widened(tx, table, declared, checked, list(key))
-            await self._insert(tx, table, types, checked, list(key), conflict=list(key))
-        return {"rows": len(checked)}
+            await _same_sink(tx, self.description, sink_identity)
+            if not batch.rows:
+                return {"rows": 0}
+            needed = await self._columns(tx, table, declared, batch.brought, list(key))
+            await self._insert(tx, table, needed.types, batch, list(key), conflict=list(key))
+        self._widened(table, needed)
+        return {"rows": len(batch.rows)}
 
     async def rows(self, table: str) -> list[dict[str, Any]]:
         """Every row of ``table`` (NUMERIC as decimal text), in insertion order for
         SQLite and by block then row for stamped tables."""
         quoted = identifier(table, "table")
+        await self._ready()
         async with self.transaction() as tx:
             types = await self._known(tx, table)
             if not types:
@@ -207,16 +284,16 @@ class SinkStore(abc.ABC):
         if to_block is not None:
             where += " AND block_number <= ?"
             params.append(to_block)
+        await self._ready()
         async with self.transaction() as tx:
-            await self._known(tx, table)  # makes the ledger on a sink never written
             return await tx.fetch(
                 f"SELECT * FROM {LEDGER} WHERE {where} ORDER BY block_number", tuple(params)
             )
 
     async def written_span(self, table: str) -> tuple[int, int] | None:
         """The lowest and highest block numbers in the ledger of ``table``."""
+        await self._ready()
         async with self.transaction() as tx:
-            await self._known(tx, table)
             rows = await tx.fetch(
                 f"SELECT MIN(block_number) AS low, MAX(block_number) AS high FROM {LEDGER} "
                 "WHERE table_name = ?",
@@ -234,6 +311,7 @@ class SinkStore(abc.ABC):
         wanted = sorted(set(numbers))
         if not wanted:
             return 0
+        await self._ready()
         async with self.transaction() as tx:
             await tx.lock([f"{table}:{n}" for n in wanted])
             if await self._known(tx, table):
@@ -253,49 +331,74 @@ class SinkStore(abc.ABC):
             )
         return len(present)
 
-    async def _known(self, tx: SinkTx, table: str) -> dict[str, SinkType]:
-        if not self._meta_ready:
-            await tx.lock(["_blockx_meta"])
+    async def _ready(self) -> None:
+        """Once per store, in a transaction of its own: the writers' tables made,
+        the sink's identity made when it has none, its layout brought up to date."""
+        if self._meta_ready:
+            return
+        async with self._meta_turn:
+            if not self._meta_ready:
+                await self._make_meta()
+                self._meta_ready = True
+
+    async def _make_meta(self) -> None:
+        async with self.transaction() as tx:
+            await tx.lock([_META_LOCK])
             for statement in _meta_statements(tx.postgres):
                 await tx.execute(statement)
-            self._meta_ready = True
+            rows = await tx.fetch(f"SELECT version FROM {SINK_TABLE}", ())
+            if not rows:
+                await tx.execute(
+                    f"INSERT INTO {SINK_TABLE} (identity, version) VALUES (?, ?)",
+                    (str(uuid.uuid4()), 0),
+                )
+            if (rows[0]["version"] if rows else 0) < LAYOUT_VERSION:
+                await _rename_legacy_indexes(tx)
+                await tx.execute(f"UPDATE {SINK_TABLE} SET version = ?", (LAYOUT_VERSION,))
+
+    async def _known(self, tx: SinkTx, table: str) -> dict[str, SinkType]:
         rows = await tx.fetch(
             f"SELECT column_name, column_type FROM {COLUMNS_TABLE} WHERE table_name = ?",
             (table,),
         )
         return {r["column_name"]: SinkType(r["column_type"]) for r in rows}
 
-    async def _widened(
+    async def _columns(
         self,
         tx: SinkTx,
         table: str,
         declared: Mapping[str, SinkType],
-        rows: Sequence[Mapping[str, Any]],
+        brought: Mapping[str, Values],
         key: Sequence[str],
-    ) -> dict[str, SinkType]:
-        """The table's column types once it holds every column ``rows`` bring."""
+    ) -> Plan:
+        """The table once it holds every column the write brings, each as wide as
+        its values need."""
         known = await self._known(tx, table)
-        needed = plan(table, known, declared, rows)
-        if needed.added:
-            # Another writer may be widening the same table: take turns, then look again.
+        needed = plan(table, known, declared, brought, max_columns=tx.max_columns)
+        if needed.added or needed.widened:
+            # Another writer may be changing the same table: take turns, then look again.
             await tx.lock([f"{table}:schema"])
             known = await self._known(tx, table)
-            needed = plan(table, known, declared, rows)
-            await self._apply(tx, table, bool(known), needed, key)
+            needed = plan(table, known, declared, brought, max_columns=tx.max_columns)
+            await self._apply(tx, table, known, needed, key)
         for name in key:
             identifier(name, "key column")
             if name not in needed.types:
                 raise SinkRejected(f"key column {name!r} of table {table!r} is in no row")
-        return needed.types
+        return needed
 
     async def _apply(
-        self, tx: SinkTx, table: str, exists: bool, needed: Plan, key: Sequence[str]
+        self,
+        tx: SinkTx,
+        table: str,
+        known: Mapping[str, SinkType],
+        needed: Plan,
+        key: Sequence[str],
     ) -> None:
         quoted = identifier(table, "table")
         pg = tx.postgres
-        if not needed.added:
-            return
-        if not exists:
+        if needed.added and not known:
+            await _claim(tx, table)
             for name in key:
                 if name not in needed.types:
                     raise SinkRejected(f"key column {name!r} of table {table!r} is in no row")
@@ -305,11 +408,11 @@ class SinkStore(abc.ABC):
             await tx.execute(f"CREATE TABLE {quoted} ({body})")
             key_list = ", ".join(identifier(name, "key column") for name in key)
             await tx.execute(
-                f"CREATE UNIQUE INDEX {_index_name('ux', table, key)} ON {quoted} ({key_list})"
+                f'CREATE UNIQUE INDEX "{index_name("ux", table, key)}" ON {quoted} ({key_list})'
             )
             if BLOCK_NUMBER in needed.types and key[0] != BLOCK_NUMBER:
                 await tx.execute(
-                    f"CREATE INDEX {_index_name('ix', table, [BLOCK_NUMBER])} "
+                    f'CREATE INDEX "{index_name("ix", table, [BLOCK_NUMBER])}" '
                     f"ON {quoted} (block_number)"
                 )
         else:
@@ -318,32 +421,48 @@ class SinkStore(abc.ABC):
                     f"ALTER TABLE {quoted} ADD COLUMN {identifier(name, 'column')} "
                     f"{sql_type(kind, pg)}"
                 )
+        if needed.widened:
+            await tx.widen(table, {name: new for name, _, new in needed.widened})
+            await tx.executemany(
+                f"UPDATE {COLUMNS_TABLE} SET column_type = ? WHERE table_name = ? "
+                "AND column_name = ?",
+                [(new.value, table, name) for name, _, new in needed.widened],
+            )
         await tx.executemany(
             f"INSERT INTO {COLUMNS_TABLE} (table_name, column_name, column_type) VALUES (?, ?, ?)",
             [(table, name, kind.value) for name, kind in needed.added],
         )
+
+    def _widened(self, table: str, needed: Plan) -> None:
+        """Log each column the write widened (once it is committed: a widening is
+        made once, and its cost, a rewrite of the table, is worth knowing)."""
+        for name, old, new in needed.widened:
+            log.warning(
+                "%s: widened column %r of table %r from %s to %s (the table was rewritten)",
+                self.description,
+                name,
+                table,
+                old,
+                new,
+            )
 
     async def _insert(
         self,
         tx: SinkTx,
         table: str,
         types: Mapping[str, SinkType],
-        rows: Sequence[Mapping[str, Any]],
+        batch: _Batch,
         key: Sequence[str],
         *,
-        conflict: list[str] | None,
-        stamps: dict[str, list[Any]] | None = None,
-        brought: set[str] | None = None,
+        conflict: list[str] | None = None,
+        stamps: _Stamps | None = None,
     ) -> None:
-        """Insert ``rows`` (with the ``stamps`` columns, which win over a row's own
-        value; ``brought``: the column names the rows have, when known)."""
-        if not rows:
+        """Insert the batch's rows (with the ``stamps`` columns, which win over a
+        row's own value), ``chunk_rows`` at a time."""
+        if not batch.rows:
             return
-        stamps = stamps or {}
-        present = set(stamps).union(*rows) if brought is None else {*stamps, *brought}
-        names = [name for name in types if name in present]
-        columns = [stamps[n] if n in stamps else [row.get(n) for row in rows] for n in names]
-        values = encode_rows(table, [types[n] for n in names], names, columns, key, tx.postgres)
+        stamped = stamps.names if stamps is not None else ()
+        names = [name for name in types if name in batch.brought or name in stamped]
         quoted = identifier(table, "table")
         column_list = ", ".join(identifier(n, "column") for n in names)
         marks = ", ".join("?" for _ in names)
@@ -359,7 +478,141 @@ class SinkStore(abc.ABC):
                 sql += f" ON CONFLICT ({targets}) DO UPDATE SET {updates}"
             else:
                 sql += f" ON CONFLICT ({targets}) DO NOTHING"
-        await tx.executemany(sql, values)
+        kinds = [types[n] for n in names]
+        total = len(batch.rows)
+        for start in range(0, total, self.chunk_rows):
+            end = min(start + self.chunk_rows, total)
+            encode = functools.partial(
+                _encode_chunk, table, batch.rows, start, end, names, kinds, key, stamps, tx.postgres
+            )
+            await tx.insert(sql, encode, end - start)
+
+
+class _Batch(NamedTuple):
+    """A write's rows, checked: the column names they bring with their values, and
+    for a block write each block's number, hash and count of rows, in row order."""
+
+    rows: list[Mapping[str, Any]]
+    brought: dict[str, Values]
+    spans: list[tuple[int, str, int]]
+
+
+class _Stamps:
+    """The columns a block writer stamps on a run of a write's rows: each row's block
+    number and hash, the code epoch, and (without a key) its index in its block."""
+
+    def __init__(
+        self, spans: list[tuple[int, str, int]], code_epoch: int, *, with_row_index: bool
+    ) -> None:
+        self._spans = spans
+        self._starts = list(itertools.accumulate((count for _, _, count in spans), initial=0))
+        self._code_epoch = code_epoch
+        self.names: tuple[str, ...] = (BLOCK_NUMBER, BLOCK_HASH, CODE_EPOCH)
+        if with_row_index:
+            self.names += (ROW_INDEX,)
+
+    def columns(self, start: int, end: int) -> dict[str, list[Any]]:
+        """The stamp columns of rows ``[start, end)``."""
+        numbers: list[int] = []
+        hashes: list[str] = []
+        indexes: list[int] = []
+        span = bisect.bisect_right(self._starts, start) - 1
+        while start < end:
+            number, block_hash, count = self._spans[span]
+            first = self._starts[span]
+            stop = min(end, first + count)
+            numbers.extend([number] * (stop - start))
+            hashes.extend([block_hash] * (stop - start))
+            indexes.extend(range(start - first, stop - first))
+            start = stop
+            span += 1
+        stamped: dict[str, list[Any]] = {
+            BLOCK_NUMBER: numbers,
+            BLOCK_HASH: hashes,
+            CODE_EPOCH: [self._code_epoch] * len(numbers),
+        }
+        if ROW_INDEX in self.names:
+            stamped[ROW_INDEX] = indexes
+        return stamped
+
+
+def _encode_chunk(
+    table: str,
+    rows: list[Mapping[str, Any]],
+    start: int,
+    end: int,
+    names: Sequence[str],
+    kinds: Sequence[SinkType],
+    key: Sequence[str],
+    stamps: _Stamps | None,
+    postgres: bool,
+) -> list[tuple[Any, ...]]:
+    """Rows ``[start, end)`` as the database stores them (``encode_rows``)."""
+    part = rows[start:end]
+    stamped = stamps.columns(start, end) if stamps is not None else {}
+    columns = [stamped[n] if n in stamped else [row.get(n) for row in part] for n in names]
+    return encode_rows(table, kinds, names, columns, key, postgres)
+
+
+async def _identity(tx: SinkTx) -> str:
+    rows = await tx.fetch(f"SELECT identity FROM {SINK_TABLE}", ())
+    identity: str = rows[0]["identity"]
+    return identity
+
+
+async def _same_sink(tx: SinkTx, description: str, expected: str | None) -> None:
+    """SinkMismatch when the writer was told to write the sink ``expected`` and this
+    one has another identity."""
+    if expected is None:
+        return
+    actual = await _identity(tx)
+    if actual != expected:
+        raise SinkMismatch(
+            f"{description} is the sink with identity {actual}, but the task was given the "
+            f"sink with identity {expected}: this Worker writes another sink database than "
+            "the one its driver was given (compare the Workers' SINK_DB_URL with the "
+            "driver's --sink-db or sink_db_url); nothing was written"
+        )
+
+
+async def _claim(tx: SinkTx, table: str) -> None:
+    """SinkRejected when the name of a table about to be made is taken: by a sink
+    table differing only by case, or by something the writers did not make."""
+    twins = await tx.fetch(
+        f"SELECT DISTINCT table_name FROM {COLUMNS_TABLE} "
+        "WHERE lower(table_name) = lower(?) AND table_name <> ?",
+        (table, table),
+    )
+    if twins:
+        raise SinkRejected(
+            f"table {table!r} differs only by case from the sink's table "
+            f"{twins[0]['table_name']!r} (choose another table name)"
+        )
+    taken = await tx.taken(table)
+    if taken is not None:
+        raise SinkRejected(
+            f"the sink database already has a {taken} named {table!r} that its writers did "
+            "not make (choose another table name)"
+        )
+
+
+async def _rename_legacy_indexes(tx: SinkTx) -> None:
+    """The writers' indexes of an older sink, renamed under ``_blockx_`` (an index
+    is told from a user's by its name, the digest of its table and columns)."""
+    for index in await tx.legacy_indexes():
+        kind = index.name[:2]
+        if index.name == index_name(kind, index.table, index.columns, legacy=True):
+            await tx.rename_index(
+                index, index_name(kind, index.table, index.columns), unique=kind == "ux"
+            )
+
+
+def _count(blocks: Any) -> int:
+    """The rows of ``blocks``; 0 when it is malformed (checked inline, it says why)."""
+    try:
+        return sum(len(rows) for _, _, rows in blocks)
+    except (TypeError, ValueError):
+        return 0
 
 
 def _runs(numbers: Sequence[int]) -> list[tuple[int, int]]:
@@ -381,61 +634,95 @@ def _stamped_types(declared: dict[str, SinkType], *, with_row_index: bool) -> di
     return {**stamps, **declared}
 
 
-def _stampable(
-    table: str,
-    rows: Sequence[Any],
-    stamps: Mapping[str, list[Any]],
-    key: Sequence[str] | None,
-) -> set[str] | None:
-    """The column names ``rows`` bring, or None when some row cannot be stamped
-    (``_stamp`` says why): it is no object of column names, it carries a block
-    number or hash other than its call's, or a row_index without a key."""
+def _brought(rows: Sequence[Any]) -> dict[str, Values] | None:
+    """Each column the rows bring (in the order they first bring it) with its
+    values; None when some row is no object of column names."""
     if not all(issubclass(kind, Mapping) for kind in set(map(type, rows))):
         return None
-    brought: set[str] = set().union(*rows)
-    if not all(isinstance(name, str) for name in brought):
+    names = dict.fromkeys(itertools.chain.from_iterable(rows))
+    if not all(isinstance(name, str) for name in names):
         return None
+    return {name: Values.of([row.get(name) for row in rows]) for name in names}
+
+
+def _block_batch(
+    table: str, blocks: Sequence[tuple[int, str, Sequence[Any]]], key: Sequence[str] | None
+) -> _Batch:
+    """The rows of a block write, checked: SinkRejected naming the first row (in
+    block and row order) that cannot be stamped, or a block given twice."""
+    spans: list[tuple[int, str, int]] = []
+    rows: list[Any] = []
+    for number, block_hash, block_rows in blocks:
+        if isinstance(number, bool) or not isinstance(number, int) or number < 0:
+            raise SinkRejected(f"block number {number!r} is no block number")
+        if not isinstance(block_hash, str):
+            raise SinkRejected(f"block {number}: hash {block_hash!r} is no text")
+        spans.append((number, block_hash, len(block_rows)))
+        rows.extend(block_rows)
+    brought = _brought(rows)
+    if brought is None or not _stampable(spans, rows, brought, key):
+        # Some row cannot be stamped: say which, the first in block and row order.
+        for number, block_hash, block_rows in blocks:
+            for row in block_rows:
+                _check_stampable(table, row, number, block_hash, key)
+        raise AssertionError("_stampable refused rows _check_stampable accepts")  # pragma: no cover
+    if len({number for number, _, _ in spans}) != len(spans):
+        raise SinkRejected("replace_blocks was given the same block twice")
+    return _Batch(rows, brought, spans)
+
+
+def _upsert_batch(table: str, rows: Sequence[Any]) -> _Batch:
+    brought = _brought(rows)
+    if brought is None:
+        for row in rows:
+            _mapping(table, row)
+        raise AssertionError("_brought refused rows _mapping accepts")  # pragma: no cover
+    return _Batch(list(rows), brought, [])
+
+
+def _stampable(
+    spans: Sequence[tuple[int, str, int]],
+    rows: Sequence[Mapping[str, Any]],
+    brought: Mapping[str, Values],
+    key: Sequence[str] | None,
+) -> bool:
+    """Whether every row can be stamped (``_check_stampable`` says why not): none
+    carries a block number or hash other than its block's, or a row_index without
+    a key."""
     if not key and ROW_INDEX in brought:
-        return None
-    for name in (BLOCK_NUMBER, BLOCK_HASH):
-        if name in brought:
-            for row, expected in zip(rows, stamps[name], strict=True):
+        return False
+    for name, position in ((BLOCK_NUMBER, 0), (BLOCK_HASH, 1)):
+        if name not in brought:
+            continue
+        start = 0
+        for span in spans:
+            expected = span[position]
+            for row in rows[start : start + span[2]]:
                 own = row.get(name)
                 if own is not None and own != expected:
-                    return None
-    return brought
+                    return False
+            start += span[2]
+    return True
 
 
-def _mapping(table: str, row: Any) -> dict[str, Any]:
+def _mapping(table: str, row: Any) -> Mapping[str, Any]:
     if not isinstance(row, Mapping) or not all(isinstance(k, str) for k in row):
         raise SinkRejected(f"a row of table {table!r} is no object of column names: {row!r:.80}")
-    return dict(row)
+    return row
 
 
-def _stamp(
-    table: str,
-    row: Any,
-    number: int,
-    block_hash: str,
-    code_epoch: int,
-    index: int,
-    key: Sequence[str] | None,
-) -> dict[str, Any]:
-    stamped = _mapping(table, row)
+def _check_stampable(
+    table: str, row: Any, number: int, block_hash: str, key: Sequence[str] | None
+) -> None:
+    checked = _mapping(table, row)
     for name, expected in ((BLOCK_NUMBER, number), (BLOCK_HASH, block_hash)):
-        own = stamped.get(name)
+        own = checked.get(name)
         if own is not None and own != expected:
             raise SinkRejected(
                 f"a row of block {number} carries {name} {own!r}, not its call's {expected!r}"
             )
-    if not key and ROW_INDEX in stamped:
+    if not key and ROW_INDEX in checked:
         raise SinkRejected(
             f"a row of table {table!r} carries {ROW_INDEX!r}, which the writer sets when no "
             "key is given (give a key, or rename the column)"
         )
-    stamped[BLOCK_NUMBER] = number
-    stamped[BLOCK_HASH] = block_hash
-    stamped[CODE_EPOCH] = code_epoch
-    if not key:
-        stamped[ROW_INDEX] = index
-    return stamped

@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any, Final
 
 from blockx_chain.sink.errors import SinkRejected
-from blockx_chain.sink.schema import INT64, SinkType, cell
+from blockx_chain.sink.schema import INT64, NUMERIC_BOUND, SinkType, cell
 
 _NONE: Final = type(None)
 _INTS: Final = frozenset({int, _NONE})
@@ -63,28 +63,35 @@ def _column(
         case SinkType.TEXT if types <= _STRS:
             return values
         case SinkType.INTEGER if types <= _INTS:
-            present = [v for v in values if v is not None] if _NONE in types else values
-            if not present or (min(present) >= INT64[0] and max(present) <= INT64[1]):
+            if _within(values, _NONE in types, INT64[0], INT64[1]):
                 return values
             raise _RowByRow
         case SinkType.REAL if types <= _FLOATS:
             return values
         case SinkType.REAL if types <= _NUMBERS:
-            return [None if v is None else float(v) for v in values]
-        case SinkType.NUMERIC if types <= _INTS:
-            # An int's decimal text is what format(Decimal(v), "f") gives.
             try:
-                if postgres:
-                    return [None if v is None else Decimal(v) for v in values]
-                return [None if v is None else str(v) for v in values]
-            except ValueError:  # beyond sys.get_int_max_str_digits(): let cell say
-                pass
+                return [None if v is None else float(v) for v in values]
+            except OverflowError:  # an int beyond a float's range: let cell say
+                raise _RowByRow from None
+        case SinkType.NUMERIC if types <= _INTS:
+            if not _within(values, _NONE in types, -NUMERIC_BOUND + 1, NUMERIC_BOUND - 1):
+                raise _RowByRow
+            # An int's decimal text is what format(Decimal(v), "f") gives.
+            if postgres:
+                return [None if v is None else Decimal(v) for v in values]
+            return [None if v is None else str(v) for v in values]
         case _:
             pass
     try:
         return [cell(table, name, kind, v, postgres) for v in values]
     except SinkRejected:
         raise _RowByRow from None
+
+
+def _within(values: list[Any], nulls: bool, low: int, high: int) -> bool:
+    """Whether every int of ``values`` (ints, and None where ``nulls``) is in [low, high]."""
+    present = [v for v in values if v is not None] if nulls else values
+    return not present or (min(present) >= low and max(present) <= high)
 
 
 def _row_by_row(

@@ -13,10 +13,17 @@ class SinkError(Exception):
 
 class SinkRejected(SinkError):
     """The write can never succeed as given: a row that does not fit its table (a
-    bad type, a missing key column), a column whose type changed, an identifier
-    that is not one, or a table the sink may not write (a block database table)."""
+    bad type, a missing key column), a column whose type cannot change so, an
+    identifier that is not one, a table the sink may not write (a block database
+    table) or whose name is taken, or a statement the database refuses as such (too
+    many columns, a duplicate name)."""
 
     retryable = False
+
+
+class SinkMismatch(SinkRejected):
+    """The writer was told to write another sink than this one (their identities
+    differ): nothing is written."""
 
 
 class SinkUnavailable(SinkError):

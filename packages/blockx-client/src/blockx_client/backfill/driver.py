@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from blockx_chain.sink import SinkRejected, open_sink
+from blockx_chain.sink import SinkRejected, open_sink, read_identity
 from blockx_chain.sink.schema import parse_types
 from blockx_chain.store import open_store
 from blockx_chain.url import BlockDbUrl, parse_blockdb_url
@@ -235,6 +235,8 @@ async def backfill(
     )
     yield header
     tally = Tally(header, started)
+    # A Worker whose sink is another database refuses the tasks (PLUGIN_FAILED).
+    config["sinkIdentity"] = await read_identity(as_url(sink_db_url, "sink_db_url"))
     pending: deque[_Attempt] = deque()
     for task_range in planned.run:
         task = bundle_task(

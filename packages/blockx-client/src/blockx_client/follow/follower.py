@@ -509,6 +509,8 @@ async def follow(
     try:
         sink = await open_sink(as_url(sink_db_url, "sink_db_url"))
         try:
+            # A Worker whose sink is another database refuses the tasks (PLUGIN_FAILED).
+            spec.writer_config["sinkIdentity"] = await sink.identity()
             follower = Follower(client, store, sink, spec)
             started, reconciled = await follower.open(from_block)
             yield started

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import msgspec
 
+from blockx_chain.sink import DEFAULT_CHUNK_ROWS
 from blockx_chain.store import DEFAULT_MAX_ROWS, SchemaRefused
 from blockx_chain.url import FORMS, BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_core.io import ConcurrencyLimit
@@ -220,12 +221,31 @@ SINK_DB_URL: Final[Setting[BlockDbUrl | None]] = Setting(
     parse=_blockdb_url,
     help=f"the sink database Writer Plugins write ({FORMS}); unset: no io.sink",
 )
+SINK_WRITE_CHUNK_ROWS: Final = Setting(
+    name="SINK_WRITE_CHUNK_ROWS",
+    default=DEFAULT_CHUNK_ROWS,
+    parse=integer(at_least=1),
+    help="rows a sink write converts and inserts at a time, within its one transaction",
+)
+SINK_SETTINGS: Final[tuple[Setting[Any], ...]] = (SINK_DB_URL, SINK_WRITE_CHUNK_ROWS)
 
 
-async def start_sink(url: BlockDbUrl | None) -> SinkBackend | None:
+class SinkSettings(msgspec.Struct, frozen=True, kw_only=True):
+    url: BlockDbUrl
+    write_chunk_rows: int = DEFAULT_CHUNK_ROWS
+
+
+def read_sink_settings(reader: ConfigReader) -> SinkSettings | None:
+    """SINK_DB_URL and SINK_WRITE_CHUNK_ROWS; None when SINK_DB_URL is unset."""
+    url = reader.get(SINK_DB_URL)
+    chunk_rows = reader.get(SINK_WRITE_CHUNK_ROWS)
+    return None if url is None else SinkSettings(url=url, write_chunk_rows=chunk_rows)
+
+
+async def start_sink(settings: SinkSettings | None) -> SinkBackend | None:
     """``io.sink`` opened (or to be opened on first write), or None without SINK_DB_URL."""
-    if url is None:
+    if settings is None:
         return None
-    backend = SinkBackend(url)
+    backend = SinkBackend(settings.url, chunk_rows=settings.write_chunk_rows)
     await backend.start()
     return backend

@@ -71,7 +71,7 @@ async def serve(
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
     blockdb = await start_blockdb(config.blockdb)
-    sink = await start_sink(config.sink_url)
+    sink = await start_sink(config.sink)
     finality = None if blockdb is None else ChainFinality(blockdb, config.io.finality_refresh_ms)
     io = open_router(
         calls.memory_seed_file,

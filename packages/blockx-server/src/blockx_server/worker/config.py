@@ -12,7 +12,6 @@ from typing import Any, Final
 
 import msgspec
 
-from blockx_chain.url import BlockDbUrl
 from blockx_core.addr import join_host_port
 from blockx_core.errors import InvalidConfig
 from blockx_core.registry import (
@@ -30,10 +29,12 @@ from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_se
 from blockx_server.io.config import (
     BLOCKDB_SETTINGS,
     IO_SETTINGS,
-    SINK_DB_URL,
+    SINK_SETTINGS,
     BlockDbSettings,
+    SinkSettings,
     read_blockdb_settings,
     read_io_settings,
+    read_sink_settings,
 )
 from blockx_server.io.settings import IoSettings
 from blockx_server.pipeline.builders import DEFAULT_TASK_MAX_CALLS, StreamBuildConfig
@@ -114,7 +115,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     event_loop: EventLoop = EventLoop.ASYNCIO
     blockdb: BlockDbSettings | None = None
     # io.sink: the database Writer Plugins write (SINK_DB_URL); None when unset.
-    sink_url: BlockDbUrl | None = None
+    sink: SinkSettings | None = None
     io: IoSettings = IoSettings()
     stream_build: StreamBuildConfig = StreamBuildConfig()
     grpc_tls: GrpcTls = GrpcTls()
@@ -295,7 +296,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         SCAN_SLOTS,
         *CALL_SETTINGS,
         *BLOCKDB_SETTINGS,
-        SINK_DB_URL,
+        *SINK_SETTINGS,
         *RPC_SETTINGS,
         *IO_SETTINGS,
         GRPC_KEEPALIVE_TIME_MS,
@@ -390,7 +391,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         log_level=reader.get(LOG_LEVEL),
         event_loop=reader.get(EVENT_LOOP),
         blockdb=read_blockdb_settings(reader),
-        sink_url=reader.get(SINK_DB_URL),
+        sink=read_sink_settings(reader),
         io=io,
         stream_build=StreamBuildConfig(
             enabled=reader.get(_stream_build_setting(profile)),

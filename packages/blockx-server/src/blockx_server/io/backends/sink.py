@@ -1,16 +1,20 @@
 """``io.sink``: the sink database (``SINK_DB_URL``), written only by Writer Plugins.
 
 Writes, no reads: ``replace_blocks(table, blocks, key=None, columns=None,
-code_epoch=0, task_id="", now_ms=0)`` with ``blocks`` a list of ``[block_number,
-block_hash, rows]``, and ``upsert(table, rows, key, columns=None)`` (see
-``blockx_chain.sink``). A function's scope is read-only, so the router refuses
-both with WRITE_FORBIDDEN before they reach the database.
+code_epoch=0, task_id="", now_ms=0, sink_identity=None)`` with ``blocks`` a list
+of ``[block_number, block_hash, rows]``, and ``upsert(table, rows, key,
+columns=None, sink_identity=None)`` (see ``blockx_chain.sink``). A function's
+scope is read-only, so the router refuses both with WRITE_FORBIDDEN before they
+reach the database.
 
-Failures: rows that do not fit their table, a changed column type, a refused
-table are BAD_REQUEST (not retryable); an unreachable database, a lock not
-granted in time and any unclassified database error are UNAVAILABLE (retryable).
-The store is opened at start-up when it can be, and again on the next write when
-it could not.
+Failures: rows that do not fit their table, a column type that cannot change so,
+a refused or taken table name, a statement the database refuses as such (too
+many columns, a duplicate name) and a sink whose identity is not
+``sink_identity`` are BAD_REQUEST (not retryable); an unreachable database, a
+lock not granted in time and any unclassified database error are UNAVAILABLE
+(retryable). The store is opened at start-up when it can be, and again on the
+next write when it could not; a write inserts its rows ``chunk_rows`` at a time
+(SINK_WRITE_CHUNK_ROWS), off the event loop.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ import inspect
 import logging
 from typing import Any, Final
 
-from blockx_chain.sink import SinkError, SinkRejected, SinkStore, open_sink
+from blockx_chain.sink import DEFAULT_CHUNK_ROWS, SinkError, SinkRejected, SinkStore, open_sink
 from blockx_chain.url import BlockDbUrl, describe
 from blockx_server.io.errors import BackendError, IoErrorKind
 
@@ -40,8 +44,9 @@ class SinkBackend:
     read_ops: frozenset[str] = frozenset()
     write_ops = frozenset(WRITES)
 
-    def __init__(self, url: BlockDbUrl) -> None:
+    def __init__(self, url: BlockDbUrl, *, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
         self.url = url
+        self.chunk_rows = chunk_rows
         self._store: SinkStore | None = None
         self._opening = asyncio.Lock()
 
@@ -60,7 +65,7 @@ class SinkBackend:
     async def _opened(self) -> SinkStore:
         async with self._opening:
             if self._store is None:
-                self._store = await open_sink(self.url)
+                self._store = await open_sink(self.url, chunk_rows=self.chunk_rows)
                 log.info("io.sink writes %s", describe(self.url))
             return self._store
 

@@ -1,11 +1,12 @@
 """``BlockBundleWriteResultHandler`` (``BlockTableWriteHandler`` on the bundle
 cluster): the block writer's replacement, one transaction per bundle of blocks.
 
-``{"table", "key"?, "columns"?, "bundleSize"?}`` (default 100, the same default as
-BlockBundleCallConfig's). The blocks the task covered (the blocks of its outputs)
-are cut into bundles of ``bundleSize`` consecutive block numbers counted from the
-first covered block; each bundle is checked canonical and written in its own
-``io.sink.replace_blocks`` transaction, in block order. A failure stops at its
+``{"table", "key"?, "columns"?, "bundleSize"?, "sinkIdentity"?}`` (bundleSize
+default 100, the same default as BlockBundleCallConfig's; sinkIdentity as for
+``BlockWriteResultHandler``). The blocks the task covered (the blocks of its
+outputs) are cut into bundles of ``bundleSize`` consecutive block numbers counted
+from the first covered block; each bundle is checked canonical and written in its
+own ``io.sink.replace_blocks`` transaction, in block order. A failure stops at its
 bundle: the bundles before it stay written (re-running the task rewrites them to
 the same rows), nothing of it or after it is.
 """
@@ -23,6 +24,7 @@ from blockx_server.pipeline.writers.base import WriterError
 from blockx_server.pipeline.writers.block_write import (
     BlockRows,
     BlockWriteConfig,
+    off_loop,
     parse_config,
     replace_blocks,
     rows_per_block,
@@ -39,6 +41,7 @@ class BlockBundleWriteConfig(
     columns: dict[str, str] | None = None
     # Unset: the BlockBundleCallConfig's bundleSize, else DEFAULT_BUNDLE_SIZE.
     bundle_size: int | None = None
+    sink_identity: str | None = None
 
 
 def bundles(blocks: list[BlockRows], size: int) -> list[list[BlockRows]]:
@@ -60,9 +63,19 @@ class BlockBundleWriteResultHandler:
         size = parsed.bundle_size or ctx.scan.bundle_size or DEFAULT_BUNDLE_SIZE
         if size < 1:
             raise WriterError(f"{self.name} config: bundleSize must be >= 1", retryable=False)
-        per_block = BlockWriteConfig(table=parsed.table, key=parsed.key, columns=parsed.columns)
+        per_block = BlockWriteConfig(
+            table=parsed.table,
+            key=parsed.key,
+            columns=parsed.columns,
+            sink_identity=parsed.sink_identity,
+        )
         done = {"bundles": 0, "blocks": 0, "rows": 0}
-        covered = rows_per_block(outputs, self.name, ctx.scan.block_hashes)
+        covered = await off_loop(
+            outputs, lambda: rows_per_block(outputs, self.name, ctx.scan.block_hashes)
+        )
+        if not covered and parsed.sink_identity is not None:
+            # Nothing to write: the sink is still checked to be the one meant.
+            await replace_blocks(ctx, self.name, per_block, [])
         for bundle in bundles(covered, size):
             written = await replace_blocks(ctx, self.name, per_block, bundle)
             done["bundles"] += 1

@@ -13,13 +13,21 @@ reorged away during the task fails the write, retryable, and nothing is written.
 The check and the commit are not atomic when the sink and the block database are
 different databases (``blockx follow`` reconciles what slips between them). A
 Worker without ``io.blockdb`` writes unchecked.
+
+``sinkIdentity`` (set by the drivers, ``blockx backfill`` and ``follow``): the
+identity of the sink the task was meant for. A Worker whose sink has another one
+fails the task, not retryable, before writing anything.
+
+Large outputs are decoded on a thread, off the Worker's event loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -28,16 +36,27 @@ from blockx_server.io.errors import IoErrorKind
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.writers.base import WriterError
 
+T = TypeVar("T")
+
 # The widest block range one canonical-hash read asks for.
 CHECK_SPAN: Final = 1000
+# Outputs of at least this many bytes of JSON are decoded on a thread.
+DECODE_OFF_LOOP_BYTES: Final = 64 * 1024
+# Decoding holds the interpreter: two threads keep one large task's outputs from
+# delaying every other writer's.
+_decoding: Final = ThreadPoolExecutor(2, thread_name_prefix="writer-decode")
 
 BlockRows = tuple[int, str, list[dict[str, Any]]]
 
 
-class BlockWriteConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class BlockWriteConfig(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename="camel"
+):
     table: str
     key: list[str] | None = None
     columns: dict[str, str] | None = None
+    # The identity of the sink the task is meant for (the drivers set it).
+    sink_identity: str | None = None
 
 
 def parse_config(config: Any, kind: type[msgspec.Struct], plugin: str) -> Any:
@@ -45,6 +64,13 @@ def parse_config(config: Any, kind: type[msgspec.Struct], plugin: str) -> Any:
         return msgspec.convert(config, kind)
     except msgspec.ValidationError as exc:
         raise WriterError(f"{plugin} config: {exc}", retryable=False) from None
+
+
+async def off_loop(outputs: Sequence[RootOutput], work: Callable[[], T]) -> T:
+    """``work()``, on a thread when ``outputs`` are large, else at once."""
+    if sum(len(output.value_json) for output in outputs) < DECODE_OFF_LOOP_BYTES:
+        return work()
+    return await asyncio.get_running_loop().run_in_executor(_decoding, work)
 
 
 def output_rows(output: RootOutput, plugin: str) -> list[dict[str, Any]]:
@@ -165,6 +191,7 @@ async def replace_blocks(
             "code_epoch": ctx.code.epoch,
             "task_id": ctx.task_id,
             "now_ms": time.time_ns() // 1_000_000,
+            "sink_identity": config.sink_identity,
         },
         retry=True,
     )
@@ -175,15 +202,18 @@ async def replace_blocks(
 
 
 class BlockWriteResultHandler:
-    """``{"table", "key"?, "columns"?}``; result ``{"table", "blocks", "rows"}``."""
+    """``{"table", "key"?, "columns"?, "sinkIdentity"?}``; result ``{"table",
+    "blocks", "rows"}``."""
 
     name = "BlockWriteResultHandler"
 
     async def execute(self, ctx: TaskContext, config: Any, outputs: Sequence[RootOutput]) -> bytes:
         parsed: BlockWriteConfig = parse_config(config, BlockWriteConfig, self.name)
         # Every block the Builder scanned reaches the ledger, with or without rows.
-        blocks = rows_per_block(outputs, self.name, ctx.scan.block_hashes)
+        blocks = await off_loop(
+            outputs, lambda: rows_per_block(outputs, self.name, ctx.scan.block_hashes)
+        )
         written = {"blocks": 0, "rows": 0}
-        if blocks:
+        if blocks or parsed.sink_identity is not None:
             written = await replace_blocks(ctx, self.name, parsed, blocks)
         return msgspec.json.encode({"table": parsed.table, **written})

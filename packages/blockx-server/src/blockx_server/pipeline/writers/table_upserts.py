@@ -1,11 +1,11 @@
 """``TableUpsertsResultHandler`` (``NormalTableWriteHandler``): the calls' rows
 upserted into a sink table by a key.
 
-``{"table", "key", "columns"?}``; ``key`` (a column or a list of columns) is
-required. A function returns a dict (one row), a list of dicts, or None; every
-row of the task goes in one ``io.sink.upsert`` transaction, a row whose key is
-already there replacing its columns. Rows are written as returned (no block
-stamps).
+``{"table", "key", "columns"?, "sinkIdentity"?}``; ``key`` (a column or a list
+of columns) is required; ``sinkIdentity`` as for ``BlockWriteResultHandler``. A
+function returns a dict (one row), a list of dicts, or None; every row of the
+task goes in one ``io.sink.upsert`` transaction, a row whose key is already there
+replacing its columns. Rows are written as returned (no block stamps).
 """
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ import msgspec
 from blockx_core.calls import RootOutput
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.writers.base import WriterError
-from blockx_server.pipeline.writers.block_write import output_rows, parse_config
+from blockx_server.pipeline.writers.block_write import off_loop, output_rows, parse_config
 
 
-class TableUpsertsConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class TableUpsertsConfig(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename="camel"
+):
     table: str
     key: list[str] | str
     columns: dict[str, str] | None = None
+    sink_identity: str | None = None
 
 
 class TableUpsertsResultHandler:
@@ -37,14 +40,23 @@ class TableUpsertsResultHandler:
         key = [parsed.key] if isinstance(parsed.key, str) else parsed.key
         if not key:
             raise WriterError(f"{self.name} config: key names no column", retryable=False)
-        rows = [row for output in outputs for row in output_rows(output, self.name)]
+        rows = await off_loop(
+            outputs,
+            lambda: [row for output in outputs for row in output_rows(output, self.name)],
+        )
         written = {"rows": 0}
-        if rows:
+        if rows or parsed.sink_identity is not None:
             outcome = await ctx.io.request(
                 "sink",
                 "upsert",
                 [],
-                {"table": parsed.table, "rows": rows, "key": key, "columns": parsed.columns},
+                {
+                    "table": parsed.table,
+                    "rows": rows,
+                    "key": key,
+                    "columns": parsed.columns,
+                    "sink_identity": parsed.sink_identity,
+                },
                 retry=True,
             )
             if not outcome.ok:
