@@ -76,7 +76,8 @@ NO_WIDENING: list[tuple[dict[str, str] | None, Any, str]] = [
         1.5,
         "column 'volume' of table 'vol' is INTEGER: the value 1.5 does not fit, it is REAL: a "
         "column's type only ever widens .*: give the column its type before its table's first "
-        r"write \(--column volume=REAL on blockx backfill or follow, columns=\{'volume': 'REAL'\} "
+        r"write \(--column volume=REAL on blockx backfill or follow, "
+        r"writer_config=\{'columns': \{'volume': 'REAL'\}\} "
         "in the Python API\\)",
     ),
     (

@@ -222,7 +222,7 @@ def retype_hint(column: str, current: SinkType | None, wanted: SinkType) -> str:
     a ``wanted`` column."""
     flags = (
         f"--column {column}={wanted} on blockx backfill or follow, "
-        f"columns={{{column!r}: {wanted.value!r}}} in the Python API"
+        f"writer_config={{'columns': {{{column!r}: {wanted.value!r}}}}} in the Python API"
     )
     if current is None:
         return f"declare its type: {flags}"
