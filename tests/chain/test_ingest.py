@@ -1,7 +1,8 @@
 """Ingest against a real anvil into SQLite and PostgreSQL: every column checked
 against the node's own answers, idempotent re-runs, resume after kill -9, reorgs
 (depth 1 and 5, deeper than the limit, below the finalized block), gaps refused,
-one ingest at a time, follow mode."""
+one ingest at a time, follow mode; and a scripted node that answers another block
+than the one asked for."""
 
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import asyncpg
 import httpx
 import pytest
 import pytest_asyncio
-from rpc_scripted import ScriptedRpcServer, error
+from rpc_scripted import ScriptedChain, ScriptedRpcServer, error, shifted_blocks
 from support import wait_until
 
 from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.ingest import (
+    BadNodeAnswer,
     DeepReorgRefused,
     GapRefused,
     IngestOptions,
@@ -535,3 +537,22 @@ async def test_a_busy_node_is_retried(
     assert proxy.busy == 0  # every 503 was met, and retried
     assert summary.blocks == 5
     await assert_matches_node(store, client)
+
+
+async def test_a_node_answering_another_block_is_refused_and_nothing_is_written(
+    db_url: str, store: BlockStore
+) -> None:
+    chain = ScriptedChain(head=200)
+    chain.lie = shifted_blocks(chain, 11, 20)
+    async with ScriptedRpcServer(chain) as node:
+        with pytest.raises(BadNodeAnswer) as refused:
+            await ingest(
+                node.url,
+                parse_blockdb_url(db_url),
+                IngestOptions(from_block=11, to_block=20, batch_size=10),
+            )
+    assert str(refused.value) == (
+        "blocks 11..20: eth_getBlockByNumber(0xb, true): the node answered block 111, not block 11"
+    )
+    assert await store.chain() is None
+    assert await store.blocks(0, 200) == []

@@ -1,5 +1,6 @@
 """``blockx chain ingest`` as a real subprocess: the --json summary, follow mode
-stopped by SIGTERM, and bad input — one clear line, an exit code, nothing written."""
+stopped by SIGTERM, and bad input, a node that answers wrongly and a database that
+dies — one clear line, an exit code, nothing written."""
 
 from __future__ import annotations
 
@@ -11,15 +12,30 @@ import signal
 import sqlite3
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import asyncpg
 import pytest
+from postgres import PostgresServer, find_postgres_bin
+from rpc_scripted import (
+    Lie,
+    ScriptedChain,
+    ScriptedRpcServer,
+    lying_head,
+    served_in_thread,
+    shifted_blocks,
+)
+from support import wait_until
+from typer.testing import CliRunner
 
 from blockx_chain.devnet import Anvil, AnvilOptions, Devnet
 from blockx_chain.rpc import JsonRpcClient
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
+from blockx_cli.app import app
 
 ROOT = Path(__file__).resolve().parents[2]
 SUMMARY_KEYS = {
@@ -279,3 +295,159 @@ def test_chain_devnet_runs_the_devnet_cli() -> None:
     summary = json.loads(result.stdout)
     assert summary["head"] == 4  # the token's deployment, its hand-out, two blocks
     assert len(summary["tokens"]) == 1
+
+
+# -- a node that answers wrongly ---------------------------------------------------
+
+
+def _block(tag: str, change: Callable[[Any], Any]) -> Lie:
+    def lie(request: dict[str, Any], result: Any) -> Any:
+        if request["method"] == "eth_getBlockByNumber" and request["params"][0] == tag:
+            return change(result)
+        return result
+
+    return lie
+
+
+def _without_number(block: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in block.items() if k != "number"}
+
+
+@dataclass(frozen=True)
+class WrongNode:
+    name: str
+    lie: Callable[[ScriptedChain], Lie]
+    args: tuple[str, ...]
+    words: str
+    # Wrong from its first answers: nothing is created, not even the database file.
+    no_file: bool = True
+
+
+WRONG_NODES = [
+    WrongNode(
+        "another block",
+        lambda chain: shifted_blocks(chain, 11, 20),
+        ("--from", "11", "--to", "20", "--batch-size", "10"),
+        "error: blocks 11..20: eth_getBlockByNumber(0xb, true): the node answered block 111, "
+        "not block 11",
+        no_file=False,
+    ),
+    WrongNode(
+        "a head that is not hex",
+        lambda _: lying_head("0xzz"),
+        (),
+        "error: the node's head: eth_blockNumber: not a quantity (0x and 1 to 64 hex digits): "
+        "'0xzz'",
+    ),
+    WrongNode(
+        "a head of 4,000 hex digits",
+        lambda _: lying_head("0x" + "f" * 4000),
+        (),
+        "(4002 characters)",
+    ),
+    WrongNode(
+        "a finalized block without number",
+        lambda _: _block("finalized", _without_number),
+        (),
+        "error: the node's head: eth_getBlockByNumber(finalized, false): number is missing",
+    ),
+    WrongNode(
+        "a string for the finalized block",
+        lambda _: _block("finalized", lambda _: "a block"),
+        (),
+        "eth_getBlockByNumber(finalized, false): not an object: 'a block'",
+    ),
+    WrongNode(
+        "a string for the genesis block",
+        lambda _: _block("0x0", lambda _: "a block"),
+        (),
+        "error: eth_getBlockByNumber(0x0, false): not an object: 'a block'",
+    ),
+]
+
+
+def _rows(db: Path) -> tuple[int, int]:
+    """The chain rows and block rows the database holds (none without a file)."""
+    if not db.exists():
+        return 0, 0
+    with sqlite3.connect(db) as conn:
+        chain = conn.execute("SELECT count(*) FROM chain").fetchone()[0]
+        blocks = conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
+    return chain, blocks
+
+
+@pytest.mark.parametrize("node", WRONG_NODES, ids=[n.name for n in WRONG_NODES])
+def test_a_node_that_answers_wrongly_is_one_line_and_exit_1_with_nothing_written(
+    node: WrongNode, tmp_path: Path
+) -> None:
+    """In-process, to keep it cheap: the next test runs the command as a real process."""
+    chain = ScriptedChain(head=200)
+    chain.lie = node.lie(chain)
+    db = tmp_path / "chain.db"
+    with served_in_thread(chain) as url:
+        result = CliRunner().invoke(
+            app, ["chain", "ingest", "--rpc", url, "--db", f"sqlite:///{db}", *node.args]
+        )
+    assert result.exception is None or isinstance(result.exception, SystemExit), result
+    assert_one_line(
+        subprocess.CompletedProcess([], result.exit_code, result.stdout, result.stderr),
+        1,
+        node.words,
+    )
+    assert _rows(db) == (0, 0)
+    if node.no_file:
+        assert list(tmp_path.iterdir()) == []
+
+
+async def test_postgresql_dying_mid_ingest_is_one_line(tmp_path: Path) -> None:
+    """A server of this test's own, stopped while a following ingest writes batch after
+    batch: the error is one line, and nothing asyncpg logs reaches stderr."""
+    bin_dir = find_postgres_bin()
+    assert bin_dir is not None
+    server = PostgresServer(bin_dir)
+    await asyncio.to_thread(server.start)
+    try:
+        conn = await asyncpg.connect(server.url())
+        try:
+            await conn.execute("CREATE DATABASE blocks")
+        finally:
+            await conn.close()
+        chain = ScriptedChain(head=2000)
+        async with ScriptedRpcServer(chain) as node:
+            args = ["--rpc", node.url, "--db", server.url("blocks"), "--follow"]
+            proc = await asyncio.create_subprocess_exec(
+                blockx(),
+                *("chain", "ingest", *args, "--batch-size", "1", "--poll-interval", "0.05"),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=ROOT,
+                env=clean_env(),
+            )
+            try:
+                await wait_until(
+                    lambda: _postgres_head_at_least(server.url("blocks"), 20), "20 blocks written"
+                )
+                await asyncio.to_thread(server.stop_server)
+                chain.head += 10  # more to write, should the ingest have caught up
+                out, err = await asyncio.wait_for(proc.communicate(), 60)  # a hang guard
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
+    finally:
+        await asyncio.to_thread(server.stop)
+    assert proc.returncode is not None
+    result = subprocess.CompletedProcess([], proc.returncode, out.decode(), err.decode())
+    assert_one_line(result, 3, "is unreachable")
+    assert "Traceback" not in result.stderr
+
+
+async def _postgres_head_at_least(url: str, number: int) -> bool:
+    conn = await asyncpg.connect(url)
+    try:
+        head = await conn.fetchval("SELECT head_number FROM chain")
+    except asyncpg.UndefinedTableError:
+        return False
+    finally:
+        await conn.close()
+    return head is not None and head >= number

@@ -17,7 +17,13 @@ HEAD = 2
 
 
 def _header(number: int) -> dict[str, Any]:
-    return {"number": quantity(number), "hash": f"0x{number:064X}"}
+    parent = f"0x{number - 1:064X}" if number else "0x" + "00" * 32
+    return {
+        "number": quantity(number),
+        "hash": f"0x{number:064X}",
+        "parentHash": parent,
+        "transactions": [],
+    }
 
 
 def _block(request: dict[str, Any]) -> dict[str, Any]:

@@ -5,22 +5,34 @@ cache may keep (``immutable``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 import pytest_asyncio
+from rpc_scripted import (
+    ScriptedChain,
+    ScriptedRpcServer,
+    answer,
+    chain_receipts,
+    each,
+    lying_head,
+    tx_hash,
+)
 from support import free_port
 
 from blockx_chain.contracts import TRANSFER_TOPIC, balance_of_data
 from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.devnet.generator import TOKEN_SUPPLY
 from blockx_chain.rpc import JsonRpcClient
+from blockx_core.io import FixedLimit
 from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
 from blockx_server.io.config import open_router
 from blockx_server.io.errors import IoErrorKind, IoOutcome
+from blockx_server.io.finality import StaticFinality
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 
@@ -286,3 +298,92 @@ def test_which_reads_can_never_change(
 ) -> None:
     backend = RpcBackend(JsonRpcClient("http://127.0.0.1:1"))
     assert backend.immutable(op, args, kwargs, finalized=100) is expected
+
+
+# -- a node that answers wrongly ------------------------------------------------------
+
+
+async def test_an_answer_with_a_malformed_id_fails_the_read_and_frees_its_admission() -> None:
+    """One admission slot: a read left without an answer would hold it for good, and
+    every later read would wait IO_QUEUE_TIMEOUT_MS and fail."""
+    chain = ScriptedChain(head=16)
+    replies = 0
+
+    async def handler(request: Any) -> tuple[int, bytes]:
+        nonlocal replies
+        replies += 1
+        if replies == 1:
+            return 200, each(request, lambda r: {**answer(r, "0x10"), "id": [r["id"]]})
+        return await chain(request)
+
+    async with ScriptedRpcServer(handler) as node:
+        backend = RpcBackend(JsonRpcClient(node.url))
+        router = IoRouter([backend], limits=lambda name: FixedLimit(1))
+        try:
+            # A guard against the hang this test is about, not a measure of time.
+            first = await asyncio.wait_for(
+                TaskIoScope(router, "t1").request("rpc", "block_number", []), 30
+            )
+            second = await TaskIoScope(router, "t2").request("rpc", "block_number", [])
+        finally:
+            await backend.aclose()
+    assert first.error_kind == IoErrorKind.UNAVAILABLE, first.error
+    assert first.retryable
+    assert value(second) == 16
+    (gate,) = router.gates()
+    assert gate.in_flight == 0
+
+
+def _shifted(request: dict[str, Any], result: Any) -> Any:
+    """Block 111 (and its receipts) for block 11."""
+    if request["params"][:1] == ["0xb"]:
+        return ScriptedChain(head=200).answer(request["method"], ["0x6f", *request["params"][1:]])
+    return result
+
+
+def _other_receipt(request: dict[str, Any], result: Any) -> Any:
+    if request["method"] == "eth_getTransactionReceipt":
+        return chain_receipts(12)[0]
+    return result
+
+
+def _far_log(request: dict[str, Any], result: Any) -> Any:
+    if request["method"] == "eth_getLogs":
+        return [{**log, "blockNumber": "0x1f4"} for log in result]
+    return result
+
+
+LIES = [
+    # (the lie, op, args, words of the error)
+    (_shifted, "block", [11], "the node answered block 111, not block 11"),
+    (_shifted, "block", [11], "eth_getBlockByNumber(0xb, false)"),
+    (_shifted, "request", ["eth_getBlockByNumber", ["0xb", True]], "not block 11"),
+    (_shifted, "request", ["eth_getBlockReceipts", ["0xb"]], "a receipt of block 111, not of"),
+    (_other_receipt, "receipt", [tx_hash(11)], f"not {tx_hash(11)}"),
+    (_far_log, "logs", [10, 12], "a log of block 500, outside blocks 10..12"),
+    (lying_head("0xzz"), "block_number", [], "eth_blockNumber: not a quantity"),
+    (lying_head("0x" + "f" * 4000), "block_number", [], "(4002 characters)"),
+]
+
+
+@pytest.mark.parametrize(("lie", "op", "args", "words"), LIES)
+async def test_an_answer_that_is_not_what_was_asked_for_is_refused_and_not_cached(
+    lie: Callable[[dict[str, Any], Any], Any], op: str, args: list[Any], words: str
+) -> None:
+    chain = ScriptedChain(head=200, lie=lie)
+    async with ScriptedRpcServer(chain) as node:
+        backend = RpcBackend(JsonRpcClient(node.url))
+        # Blocks up to 150 are final: an answer about them would be cached.
+        router = IoRouter([backend], finality=StaticFinality(finalized=150, epoch=0))
+        scope = TaskIoScope(router, "t1")
+        try:
+            refused = await scope.request("rpc", op, args)
+            chain.lie = None
+            honest = await scope.request("rpc", op, args)
+        finally:
+            await backend.aclose()
+    assert refused.error_kind == IoErrorKind.BAD_VALUE, refused.error
+    assert not refused.retryable
+    assert words in refused.error
+    assert honest.ok, honest.error
+    assert not honest.cached

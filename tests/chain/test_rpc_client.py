@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import httpx
@@ -210,3 +210,88 @@ async def test_no_finalized_tag_is_none() -> None:
     handler = _node_error(-32602, "invalid block tag finalized")
     async with ScriptedRpcServer(handler) as server, JsonRpcClient(server.url) as client:
         assert await EthRpc(client).finalized_block() is None
+
+
+# -- answers the client cannot match to its requests ---------------------------------
+
+ASKED = ["eth_chainId", "eth_blockNumber", "eth_gasPrice"]
+
+
+def _answers(requests: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [answer(r, "0x1") for r in requests]
+
+
+def _with_id(position: int, id_: Any) -> Callable[[list[dict[str, Any]]], Any]:
+    def reply(requests: list[dict[str, Any]]) -> Any:
+        answers = _answers(requests)
+        answers[position]["id"] = id_(requests[position]["id"]) if callable(id_) else id_
+        return answers
+
+    return reply
+
+
+def _without_id(requests: list[dict[str, Any]]) -> Any:
+    answers = _answers(requests)
+    del answers[1]["id"]
+    return answers
+
+
+def _first_twice(requests: list[dict[str, Any]]) -> Any:
+    answers = _answers(requests)
+    answers[1]["id"] = requests[0]["id"]
+    return answers
+
+
+MALFORMED = [
+    # (requests, the node's one bad reply to them, which requests fail)
+    (1, lambda rs: {**_answers(rs)[0], "id": [rs[0]["id"]]}, [True]),
+    (3, _with_id(1, lambda i: [i]), [False, True, False]),
+    (3, _with_id(1, lambda i: {"id": i}), [False, True, False]),
+    (3, _with_id(1, float), [False, True, False]),
+    (3, _with_id(1, lambda i: str(i)), [False, True, False]),
+    (3, _with_id(0, True), [True, False, False]),  # the first request's id is 1
+    (3, _with_id(1, 999), [False, True, False]),
+    (3, _with_id(1, None), [False, True, False]),
+    (3, _without_id, [False, True, False]),
+    (3, _first_twice, [True, True, False]),
+    (3, lambda rs: _answers(rs)[:2], [False, False, True]),
+    (3, lambda rs: [*_answers(rs), {"jsonrpc": "2.0", "id": 7, "result": "0x2"}], [False] * 3),
+    (3, lambda rs: _answers(rs)[0], [False, True, True]),
+    (3, lambda rs: [1, 2, 3], [True] * 3),
+    (3, lambda rs: 3, [True] * 3),
+]
+
+
+@pytest.mark.parametrize(("count", "reply", "failing"), MALFORMED)
+async def test_an_answer_that_matches_no_request_fails_only_those_and_the_client_goes_on(
+    count: int, reply: Callable[[list[dict[str, Any]]], Any], failing: list[bool]
+) -> None:
+    """The node misbehaves once: the requests it left without an answer fail
+    UNAVAILABLE (retryable), the others get theirs, and the next requests succeed."""
+    replies = 0
+
+    async def handler(request: Any) -> tuple[int, bytes]:
+        nonlocal replies
+        replies += 1
+        requests = request if isinstance(request, list) else [request]
+        if replies == 1:
+            return 200, json.dumps(reply(requests)).encode()
+        return 200, each(request, lambda r: answer(r, "0x1"))
+
+    async with ScriptedRpcServer(handler) as server, JsonRpcClient(server.url) as client:
+        # A guard against the hang this test is about, not a measure of time.
+        first = await asyncio.wait_for(
+            asyncio.gather(*(client.request(m) for m in ASKED[:count]), return_exceptions=True),
+            30,
+        )
+        second = await client.batch([(m, []) for m in ASKED[:count]])
+    for got, fails in zip(first, failing, strict=True):
+        if fails:
+            assert isinstance(got, RpcError), got
+            assert got.kind is RpcErrorKind.UNAVAILABLE
+            assert got.retryable
+            assert "the node's reply" in got.message or "not JSON-RPC" in got.message
+        else:
+            assert got == "0x1"
+    assert second == ["0x1"] * count
+    assert replies == 2

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from blockx_chain.ingest.errors import (
+    BadNodeAnswer,
     DeepReorgRefused,
     GapRefused,
     IngestError,
@@ -35,6 +36,7 @@ def __getattr__(name: str) -> object:
 
 
 __all__ = [
+    "BadNodeAnswer",
     "DeepReorgRefused",
     "GapRefused",
     "IngestError",

@@ -21,3 +21,9 @@ class DeepReorgRefused(IngestError):
 
 class NodeUnusable(IngestError):
     """The node cannot be reached, or its answers break what ingest relies on."""
+
+
+class BadNodeAnswer(IngestError):
+    """The node answered something other than what was asked for (another block, the
+    receipts of other transactions) or not in JSON-RPC's shapes: nothing of it is
+    written, and asking again would get the same."""

@@ -1,5 +1,8 @@
 """Fetching a batch of blocks from the node: blocks in full and their receipts, in
-one JSON-RPC batch, retried when the node is busy or changed between requests."""
+one JSON-RPC batch, retried when the node is busy or changed between requests.
+
+Every answer is checked against its request first (``blockx_chain.rpc.answers``):
+one that is not what was asked for is BadNodeAnswer at once, never retried."""
 
 from __future__ import annotations
 
@@ -9,9 +12,9 @@ import random
 from collections.abc import Sequence
 from typing import Any, Final
 
-from blockx_chain.ingest.errors import NodeUnusable
+from blockx_chain.ingest.errors import BadNodeAnswer, IngestError, NodeUnusable
 from blockx_chain.ingest.rows import Inconsistent, block_rows
-from blockx_chain.rpc import EthRpc, RpcError, RpcErrorKind, parse_quantity, quantity
+from blockx_chain.rpc import EthRpc, RpcError, RpcErrorKind, parse_quantity
 from blockx_chain.schema import BlockRows
 
 RETRY_ATTEMPTS: Final = 6
@@ -46,7 +49,7 @@ class BatchFetcher:
                 if exc.kind is RpcErrorKind.NOT_FOUND:
                     raise NodeShortened(f"blocks {_span(numbers)}: {exc.message}") from None
                 if not exc.retryable or attempt == self.attempts:
-                    raise NodeUnusable(f"blocks {_span(numbers)}: {exc.message}") from None
+                    raise failed(exc, f"blocks {_span(numbers)}: ") from None
             except Inconsistent as exc:
                 if attempt == self.attempts:
                     raise NodeUnusable(
@@ -61,10 +64,7 @@ class BatchFetcher:
         blocks, receipts = await asyncio.gather(
             self.eth.get_blocks(wanted, full=True), self.eth.get_block_receipts(wanted)
         )
-        try:
-            rows = [block_rows(b, r) for b, r in zip(blocks, receipts, strict=True)]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise NodeUnusable(f"blocks {_span(numbers)}: an unusable answer: {exc}") from None
+        rows = [block_rows(b, r) for b, r in zip(blocks, receipts, strict=True)]
         for before, after in itertools.pairwise(rows):
             if after.block.parent_hash != before.block.block_hash:
                 raise Inconsistent(f"block {after.block.block_number} is not on its parent")
@@ -78,13 +78,11 @@ class BatchFetcher:
             try:
                 found = await asyncio.gather(*(self._header(n) for n in numbers))
                 return {
-                    parse_quantity(b["number"]): str(b["hash"]).lower()
-                    for b in found
-                    if b is not None
+                    parse_quantity(b["number"]): b["hash"].lower() for b in found if b is not None
                 }
             except RpcError as exc:
                 if not exc.retryable or attempt == self.attempts:
-                    raise NodeUnusable(f"fork walk: {exc.message}") from None
+                    raise failed(exc, "fork walk: ") from None
             await asyncio.sleep(backoff_s(attempt))
         raise AssertionError("unreachable")
 
@@ -106,7 +104,7 @@ class BatchFetcher:
                 return head, finalized
             except RpcError as exc:
                 if not exc.retryable or attempt == self.attempts:
-                    raise NodeUnusable(f"the node's head: {exc.message}") from None
+                    raise failed(exc, "the node's head: ") from None
             await asyncio.sleep(backoff_s(attempt))
         raise AssertionError("unreachable")
 
@@ -115,18 +113,22 @@ async def node_identity(eth: EthRpc) -> tuple[int, str]:
     """The chain id and genesis hash, asked once (no retry: a node that does not
     answer at the start is reported at once)."""
     try:
-        chain_id, genesis = await asyncio.gather(
-            eth.chain_id(), eth.client.request("eth_getBlockByNumber", [quantity(0), False])
-        )
+        chain_id, genesis = await asyncio.gather(eth.chain_id(), eth.get_block(0, full=False))
     except RpcError as exc:
-        raise NodeUnusable(exc.message) from None
-    if not isinstance(genesis, dict) or not isinstance(genesis.get("hash"), str):
-        raise NodeUnusable(
-            f"the node at {eth.client.url} has no genesis block"
-            + (" (it prunes its history)" if genesis is None else "")
-        )
-    hash_: Any = genesis["hash"]
-    return chain_id, str(hash_).lower()
+        if exc.kind is RpcErrorKind.NOT_FOUND:
+            raise NodeUnusable(
+                f"the node at {eth.client.url} has no genesis block (it prunes its history)"
+            ) from None
+        raise failed(exc) from None
+    return chain_id, genesis["hash"].lower()
+
+
+def failed(exc: RpcError, what: str = "") -> IngestError:
+    """The run's error for a request that failed for good: BadNodeAnswer for an answer
+    that is not the one asked for, NodeUnusable for a node that did not answer."""
+    if exc.kind is RpcErrorKind.BAD_ANSWER:
+        return BadNodeAnswer(what + exc.message)
+    return NodeUnusable(what + exc.message)
 
 
 def _span(numbers: range) -> str:

@@ -22,10 +22,12 @@ from typing import Final
 import asyncpg
 
 from blockx_chain.store import StoreUnavailable, WriterBusy
+from blockx_chain.store.postgres import UNREACHABLE
 from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl, describe
 
 # Not the store's writer or migration keys: this one is held across transactions.
 INGEST_LOCK: Final = 0x626C6B7849
+_CLOSE_TIMEOUT_S: Final = 5.0
 
 
 def _busy(url: BlockDbUrl) -> WriterBusy:
@@ -55,8 +57,17 @@ async def ingest_lock(url: BlockDbUrl) -> AsyncIterator[None]:
             except (OSError, TimeoutError, asyncpg.PostgresError) as exc:
                 raise StoreUnavailable(f"{describe(url)} is unreachable: {exc}") from None
             try:
-                if not await conn.fetchval("SELECT pg_try_advisory_lock($1)", INGEST_LOCK):
+                try:
+                    locked = await conn.fetchval("SELECT pg_try_advisory_lock($1)", INGEST_LOCK)
+                except UNREACHABLE as exc:
+                    raise StoreUnavailable(f"{describe(url)} is unreachable: {exc}") from None
+                if not locked:
                     raise _busy(url)
                 yield
             finally:
-                await conn.close()
+                # A server gone meanwhile took the lock with it; its error is the
+                # run's, not this close's.
+                try:
+                    await conn.close(timeout=_CLOSE_TIMEOUT_S)
+                except (*UNREACHABLE, asyncpg.PostgresError):
+                    conn.terminate()

@@ -2,16 +2,21 @@
 
 A block comes from ``eth_getBlockByNumber(n, true)`` (its transactions in full) and
 its receipts from ``eth_getBlockReceipts(n)`` (or one ``eth_getTransactionReceipt``
-per transaction). Quantities become ints; the store checks every value against the
-schema (63-bit integers, uint256 decimal strings, lowercase hex) when it writes.
-Answers that do not belong together (a receipt of another block, because the node
-reorged between the two requests) raise ``Inconsistent`` so the batch is fetched again.
+per transaction), both already checked against their requests
+(``blockx_chain.rpc.answers``). Quantities become ints (a malformed one is
+BAD_ANSWER, naming its field); the store checks every value against the schema
+(63-bit integers, uint256 decimal strings, lowercase hex) when it writes. Receipts
+of another block with the same number (the node reorged between the two requests)
+raise ``Inconsistent`` so the batch is fetched again; receipts of this very block
+that are not of its transactions, in order, are BAD_ANSWER.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from blockx_chain.rpc import parse_quantity, quantity
+from blockx_chain.rpc.answers import bad_answer, call_text, check_receipts, field, shown
 from blockx_chain.schema import Block, BlockRows, Log, Transaction
 
 
@@ -19,71 +24,69 @@ class Inconsistent(Exception):
     """A block and its receipts disagree: the node changed between two requests."""
 
 
-def _opt_int(value: str | None) -> int | None:
-    return None if value is None else int(value, 16)
+def _int(obj: dict[str, Any], name: str, where: str) -> int:
+    return parse_quantity(field(obj, name, where), f"{where}.{name}")
+
+
+def _opt_int(obj: dict[str, Any], name: str, where: str) -> int | None:
+    value = obj.get(name)
+    return None if value is None else parse_quantity(value, f"{where}.{name}")
 
 
 def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRows:
-    """One block's rows; ValueError naming the block for an answer that lacks a
-    field or has a malformed one."""
-    try:
-        return _block_rows(block, receipts)
-    except (KeyError, TypeError, ValueError) as exc:
-        what = f"a missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-        raise ValueError(f"block {block.get('number')}: {what}") from None
-
-
-def _block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRows:
-    number = int(block["number"], 16)
-    where = f"block {number}"
-    block_hash = str(block.get("hash")).lower()
-    txs: list[dict[str, Any]] = block.get("transactions") or []
-    if len(receipts) != len(txs):
-        raise Inconsistent(f"{where}: {len(txs)} transactions but {len(receipts)} receipts")
+    """One block's rows, from a checked block and its checked receipts."""
+    number = parse_quantity(block["number"])
+    what = call_text("eth_getBlockByNumber", [quantity(number), True])
+    block_hash = block["hash"].lower()
+    txs: list[dict[str, Any]] = block["transactions"]
+    other_block = receipts and receipts[0]["blockHash"].lower() != block_hash
+    if other_block or (txs and not receipts):
+        raise Inconsistent(f"block {number}: its receipts are of another block {number}")
+    check_receipts(
+        receipts,
+        f"receipts of block {number}",
+        block_hash=block_hash,
+        transactions=[tx["hash"].lower() for tx in txs],
+    )
     transactions = []
     logs = []
     for tx, receipt in zip(txs, receipts, strict=True):
-        if not isinstance(tx, dict):
-            raise ValueError("transactions are hashes, not objects (full=false?)")
-        tx_hash = str(tx.get("hash")).lower()
-        if str(receipt.get("transactionHash")).lower() != tx_hash or (
-            str(receipt.get("blockHash")).lower() != block_hash
-        ):
-            raise Inconsistent(f"{where}: a receipt is not of transaction {tx_hash}")
-        index = int(tx["transactionIndex"], 16)
-        status = receipt.get("status")
+        index = _int(tx, "transactionIndex", what)
+        at = f"{what}: transactions[{index}]"
+        receipt_at = f"receipts of block {number}: [{index}]"
         transactions.append(
             Transaction(
                 block_number=number,
                 transaction_index=index,
-                transaction_hash=tx_hash,
+                transaction_hash=tx["hash"].lower(),
                 block_hash=block_hash,
-                from_address=tx["from"],
+                from_address=field(tx, "from", at),
                 to_address=tx.get("to"),
-                value=int(tx["value"], 16),
+                value=_int(tx, "value", at),
                 input=tx.get("input", "0x"),
-                nonce=int(tx["nonce"], 16),
-                gas_limit=int(tx["gas"], 16),
-                gas_used=int(receipt["gasUsed"], 16),
-                effective_gas_price=_opt_int(receipt.get("effectiveGasPrice")),
-                transaction_type=int(tx.get("type", "0x0"), 16),
-                success=_opt_int(status),
+                nonce=_int(tx, "nonce", at),
+                gas_limit=_int(tx, "gas", at),
+                gas_used=_int(receipt, "gasUsed", receipt_at),
+                effective_gas_price=_opt_int(receipt, "effectiveGasPrice", receipt_at),
+                transaction_type=_opt_int(tx, "type", at) or 0,
+                success=_opt_int(receipt, "status", receipt_at),
                 contract_address=receipt.get("contractAddress"),
             )
         )
-        for log in receipt.get("logs") or []:
-            topics: list[str] = log.get("topics") or []
-            if len(topics) > 4:
-                raise ValueError(f"a log has {len(topics)} topics (at most 4)")
+        for position, log in enumerate(receipt.get("logs") or []):
+            log_at = f"{receipt_at}.logs[{position}]"
+            topics = log.get("topics") or []
+            if not isinstance(topics, list) or len(topics) > 4:
+                raise bad_answer(f"{log_at}.topics", f"not a list of at most 4: {shown(topics)}")
             padded = [*topics, None, None, None, None]
             logs.append(
                 Log(
                     block_number=number,
-                    log_index=int(log["logIndex"], 16),
+                    log_index=_int(log, "logIndex", log_at),
                     transaction_index=index,
-                    transaction_hash=tx_hash,
+                    transaction_hash=tx["hash"].lower(),
                     block_hash=block_hash,
-                    address=log["address"],
+                    address=field(log, "address", log_at),
                     topic0=padded[0],
                     topic1=padded[1],
                     topic2=padded[2],
@@ -95,12 +98,12 @@ def _block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockR
         block=Block(
             block_number=number,
             block_hash=block_hash,
-            parent_hash=str(block.get("parentHash")).lower(),
-            timestamp=int(block["timestamp"], 16),
-            miner=block["miner"],
-            gas_used=int(block["gasUsed"], 16),
-            gas_limit=int(block["gasLimit"], 16),
-            base_fee_per_gas=_opt_int(block.get("baseFeePerGas")),
+            parent_hash=block["parentHash"].lower(),
+            timestamp=_int(block, "timestamp", what),
+            miner=field(block, "miner", what),
+            gas_used=_int(block, "gasUsed", what),
+            gas_limit=_int(block, "gasLimit", what),
+            base_fee_per_gas=_opt_int(block, "baseFeePerGas", what),
             transaction_count=len(txs),
         ),
         transactions=transactions,

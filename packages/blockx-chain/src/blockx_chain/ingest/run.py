@@ -2,11 +2,12 @@
 
 The run:
 
-1. asks the node its chain id, genesis block and head (a node that does not answer
-   is reported before anything is opened or written);
+1. asks the node its chain id, genesis block, head and finalized block, and checks
+   the answers (a node that does not answer, or answers wrongly, is reported before
+   the database is opened or created);
 2. opens the database, takes the run's ingest lock (one ingest per database), and
-   records or checks the chain (``init_chain``: a database of another chain is
-   refused);
+   checks the chain (a database of another chain is refused). The chain row of a
+   new database is written with the first batch, in its transaction;
 3. checks the stored head against the node (a reorg at the same height shows
    only there);
 4. fetches batches of blocks, ``in_flight`` of them at a time, and writes them in
@@ -45,6 +46,7 @@ from blockx_chain.ingest.lock import ingest_lock
 from blockx_chain.rpc import EthRpc, JsonRpcClient
 from blockx_chain.schema import BLOCKS, ERC20_TRANSFERS, LOGS, TRANSACTIONS, BlockRows, RowError
 from blockx_chain.store import BlockStore, BlockWriter, open_store
+from blockx_chain.store.base import check_chain
 from blockx_chain.url import BlockDbUrl
 
 DEFAULT_IN_FLIGHT = 4
@@ -135,15 +137,26 @@ async def ingest(
     options.check()
     async with JsonRpcClient(rpc_url, max_batch=2 * options.batch_size) as client:
         eth = EthRpc(client)
-        chain_id, genesis = await node_identity(eth)
         fetcher = BatchFetcher(eth)
+        # The node's first answers are checked before the database is opened: a node
+        # that cannot be used leaves no file behind.
+        node = _Node(*await node_identity(eth), *await fetcher.head())
         store = await open_store(db_url)
         try:
             async with ingest_lock(db_url):
-                run = _Run(store, fetcher, options, stop or asyncio.Event(), on_progress)
-                return await run.run(chain_id, genesis)
+                run = _Run(store, fetcher, node, options, stop or asyncio.Event(), on_progress)
+                return await run.run()
         finally:
             await store.close()
+
+
+class _Node(msgspec.Struct, frozen=True):
+    """What the node said before the database was opened."""
+
+    chain_id: int
+    genesis: str
+    head: int
+    finalized: int | None
 
 
 class _Run:
@@ -151,12 +164,14 @@ class _Run:
         self,
         store: BlockStore,
         fetcher: BatchFetcher,
+        node: _Node,
         options: IngestOptions,
         stop: asyncio.Event,
         on_progress: ProgressCallback | None,
     ) -> None:
         self.store = store
         self.fetcher = fetcher
+        self.node = node
         self.options = options
         self.stop = stop
         self.on_progress = on_progress
@@ -165,16 +180,16 @@ class _Run:
         self.head_hash: str | None = None
         self.finalized: int | None = None
         self.epoch = 0
-        self.node_head = 0
-        self.node_finalized: int | None = None
+        self.node_head = node.head
+        self.node_finalized = node.finalized
 
-    async def run(self, chain_id: int, genesis: str) -> IngestSummary:
+    async def run(self) -> IngestSummary:
         opts = self.options
-        async with self.store.writer() as w:
-            state = await w.init_chain(chain_id, genesis)
-        self.head, self.head_hash = state.head_number, state.head_hash
-        self.finalized, self.epoch = state.finalized_number, state.epoch
-        await self._poll_head()
+        state = await self.store.chain()
+        if state is not None:
+            check_chain(state, self.node.chain_id, self.node.genesis)
+            self.head, self.head_hash = state.head_number, state.head_hash
+            self.finalized, self.epoch = state.finalized_number, state.epoch
         start = plan.start_block(self.head, opts.from_block)
         target = self._target()
         if opts.from_block is not None and opts.from_block > self.node_head and not opts.follow:
@@ -310,6 +325,9 @@ class _Run:
         hashes = [b.block.block_hash for b in batch]
         first, last = numbers[0], numbers[-1]
         async with self.store.writer() as w:
+            if self.head is None:
+                # Nothing written yet: the chain row goes with the first batch.
+                await w.init_chain(self.node.chain_id, self.node.genesis)
             stored = await self._stored(first - 1, last + 1)
             check = plan.check_batch(numbers, hashes, [b.block.parent_hash for b in batch], stored)
             match check:

@@ -8,7 +8,11 @@ Answers are matched to their requests by id. One ``httpx.AsyncClient`` keeps
 connections alive between batches.
 
 Every failure is an ``RpcError`` of a kind the caller can act on (see
-``blockx_chain.rpc.errors``). An answer is streamed and cut off once it passes
+``blockx_chain.rpc.errors``), and every request is answered or failed: an answer
+the client cannot match to its request (an ``id`` that is not an integer, or no
+request's, or given twice; a batch answer missing some) fails the requests left
+without one UNAVAILABLE, and the client stays usable. One HTTP exchange lasts at
+most ``timeout_s`` in all. An answer is streamed and cut off once it passes
 ``max_response_bytes``: a batch answer that is too large is re-sent one request at
 a time, so only the requests whose own answer is too large fail (BAD_REQUEST).
 A ``null`` result is returned as ``None``; whether that is an error is the caller's
@@ -25,6 +29,7 @@ from typing import Any, Final
 import httpx
 import msgspec
 
+from blockx_chain.rpc.answers import shown
 from blockx_chain.rpc.errors import (
     RpcError,
     RpcErrorKind,
@@ -76,6 +81,7 @@ class JsonRpcClient:
         self.max_response_bytes = max_response_bytes
         self.max_batch = max_batch
         self.batch_window_s = batch_window_s
+        self.timeout_s = timeout_s
         self.stats = RpcStats()
         self._http = httpx.AsyncClient(
             timeout=timeout_s,
@@ -136,6 +142,16 @@ class JsonRpcClient:
 
     async def _send(self, batch: list[_Pending]) -> None:
         try:
+            await self._exchange(batch)
+        finally:
+            # Whatever happened (a cancellation, a bug), no caller is left waiting.
+            _fail(
+                batch,
+                RpcError(RpcErrorKind.UNAVAILABLE, f"{batch[0].method}: the request was dropped"),
+            )
+
+    async def _exchange(self, batch: list[_Pending]) -> None:
+        try:
             answers = await self._post(batch)
         except _TooLarge:
             if len(batch) > 1:
@@ -157,24 +173,7 @@ class JsonRpcClient:
         except Exception as exc:  # a bug here must not leave callers waiting forever
             _fail(batch, RpcError(RpcErrorKind.UNAVAILABLE, f"JSON-RPC request failed: {exc!r}"))
             return
-        by_id = {answer.get("id"): answer for answer in answers if isinstance(answer, dict)}
-        for pending in batch:
-            if pending.answer.done():
-                continue
-            answer = by_id.get(pending.id)
-            if answer is None:
-                pending.answer.set_exception(
-                    RpcError(
-                        RpcErrorKind.UNAVAILABLE,
-                        f"{pending.method}: the node's answer has no response for this request",
-                    )
-                )
-                continue
-            error = answer.get("error")
-            if error is not None:
-                pending.answer.set_exception(_node_error(pending.method, error))
-            else:
-                pending.answer.set_result(answer.get("result"))
+        _resolve(batch, answers)
 
     async def _post(self, batch: list[_Pending]) -> list[Any]:
         bodies = [
@@ -186,12 +185,22 @@ class JsonRpcClient:
         self.stats.rpc_requests += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
         try:
-            async with self._http.stream("POST", self.url, content=content) as response:
+            # httpx bounds each read; this bounds the whole exchange (a node that
+            # trickles its answer byte by byte).
+            async with (
+                asyncio.timeout(self.timeout_s),
+                self._http.stream("POST", self.url, content=content) as response,
+            ):
                 body = await self._read_capped(response)
                 status = response.status_code
         except httpx.TransportError as exc:
             raise RpcError(
                 RpcErrorKind.UNAVAILABLE, f"cannot reach the node at {self.url}: {exc!r}"
+            ) from None
+        except TimeoutError:
+            raise RpcError(
+                RpcErrorKind.UNAVAILABLE,
+                f"the node at {self.url} did not answer within {self.timeout_s:g} s",
             ) from None
         try:
             decoded = _decoder.decode(body)
@@ -238,15 +247,58 @@ def _is_rpc_answer(decoded: Any) -> bool:
     )
 
 
+def _resolve(batch: list[_Pending], answers: list[Any]) -> None:
+    """Give each request of ``batch`` the answer with its id. A request left without
+    one fails UNAVAILABLE, saying what the node sent instead."""
+    by_id: dict[int, Any] = {}
+    twice: set[int] = set()
+    asked = {p.id for p in batch}
+    strays = 0
+    for answer in answers:
+        id_ = answer.get("id") if isinstance(answer, dict) else None
+        # Only the integers this client sent: not a list, an object, a float, a bool.
+        if type(id_) is not int or id_ not in asked:
+            strays += 1
+        elif id_ in by_id:
+            twice.add(id_)
+        else:
+            by_id[id_] = answer
+    for pending in batch:
+        if pending.answer.done():
+            continue
+        answer = by_id.get(pending.id)
+        if answer is None or pending.id in twice:
+            how = "answers this request twice" if pending.id in twice else "has no answer to it"
+            pending.answer.set_exception(
+                RpcError(
+                    RpcErrorKind.UNAVAILABLE,
+                    f"{pending.method}: the node's reply {how} ({len(answers)} answers to "
+                    f"{len(batch)} requests, {strays} with an id that is no request's)",
+                )
+            )
+            continue
+        error = answer.get("error")
+        if error is not None:
+            pending.answer.set_exception(_node_error(pending.method, error))
+        else:
+            pending.answer.set_result(answer.get("result"))
+
+
 def _node_error(method: str, error: Any) -> RpcError:
     if not isinstance(error, dict):
-        return RpcError(RpcErrorKind.UNAVAILABLE, f"{method}: malformed error {error!r}")
+        return RpcError(RpcErrorKind.UNAVAILABLE, f"{method}: malformed error {shown(error)}")
     code = error.get("code")
-    code = code if isinstance(code, int) else 0
-    message = str(error.get("message", ""))
+    code = code if type(code) is int else 0
+    message = _one_line(str(error.get("message", "")))
     data = error.get("data")
-    text = f"{method}: {message}" + (f" ({data})" if data not in (None, "") else "")
+    detail = "" if data in (None, "") else f" ({_one_line(shown(data))})"
+    text = f"{method}: {message}{detail}"
     return RpcError(classify_node_error(code, message), text, code)
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[:limit] + "..."
 
 
 def _fail(batch: list[_Pending], error: RpcError) -> None:

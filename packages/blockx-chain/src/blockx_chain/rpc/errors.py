@@ -7,6 +7,10 @@
   a reverted call, an answer larger than the client accepts); a retry fails the same.
 * ``NOT_FOUND``: the node does not know the block or transaction asked for, where an
   answer is required.
+* ``BAD_ANSWER``: the node answered, but not what was asked for (another block, the
+  receipt of another transaction) or not in JSON-RPC's shapes (a quantity that is
+  not hex, a string where an object belongs); see ``blockx_chain.rpc.answers``. The
+  same node answers the same way: not retryable.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ class RpcErrorKind(enum.StrEnum):
     UNAVAILABLE = "UNAVAILABLE"
     BAD_REQUEST = "BAD_REQUEST"
     NOT_FOUND = "NOT_FOUND"
+    BAD_ANSWER = "BAD_ANSWER"
 
 
 class RpcError(Exception):

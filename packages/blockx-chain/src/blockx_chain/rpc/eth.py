@@ -1,6 +1,8 @@
 """Typed Ethereum reads over a JsonRpcClient, for ingest and tools.
 
-Quantities are ints, block and receipt objects the node's dicts. A block or
+Quantities are ints, block and receipt objects the node's dicts, each checked
+against its request (``blockx_chain.rpc.answers``): a block of another number, a
+receipt of another transaction or a malformed answer is BAD_ANSWER. A block or
 receipt list the node answers ``null`` for is NOT_FOUND: a caller that asked for
 block n must not mistake "unknown" for "empty".
 """
@@ -10,6 +12,10 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from blockx_chain.rpc.answers import (
+    check_answer,
+    check_receipts,
+)
 from blockx_chain.rpc.client import JsonRpcClient
 from blockx_chain.rpc.errors import RpcError, RpcErrorKind, is_method_missing
 
@@ -21,12 +27,6 @@ def quantity(value: int) -> str:
     return hex(value)
 
 
-def parse_quantity(value: Any) -> int:
-    if not isinstance(value, str) or not value.startswith("0x"):
-        raise RpcError(RpcErrorKind.BAD_REQUEST, f"not a JSON-RPC quantity: {value!r}")
-    return int(value, 16)
-
-
 class EthRpc:
     def __init__(self, client: JsonRpcClient) -> None:
         self.client = client
@@ -34,38 +34,44 @@ class EthRpc:
         self._block_receipts: bool | None = None
 
     async def block_number(self) -> int:
-        return parse_quantity(await self.client.request("eth_blockNumber"))
+        return await self._quantity("eth_blockNumber")
 
     async def chain_id(self) -> int:
-        return parse_quantity(await self.client.request("eth_chainId"))
+        return await self._quantity("eth_chainId")
+
+    async def _quantity(self, method: str) -> int:
+        answer = check_answer(method, [], await self.client.request(method))
+        return int(answer, 16)
 
     async def finalized_block(self) -> int | None:
         """The node's finalized block number; None when it has no ``finalized`` tag."""
+        params: list[Any] = ["finalized", False]
         try:
-            block = await self.client.request("eth_getBlockByNumber", ["finalized", False])
+            block = await self.client.request("eth_getBlockByNumber", params)
         except RpcError as exc:
-            if exc.kind is RpcErrorKind.UNAVAILABLE:
-                raise
-            return None
+            if exc.kind in (RpcErrorKind.BAD_REQUEST, RpcErrorKind.NOT_FOUND):
+                return None
+            raise
         if block is None:
             return None
-        return parse_quantity(block["number"])
+        return int(check_answer("eth_getBlockByNumber", params, block)["number"], 16)
 
     async def get_block(self, number: int, full: bool = True) -> dict[str, Any]:
-        block = await self.client.request("eth_getBlockByNumber", [quantity(number), full])
+        params: list[Any] = [quantity(number), full]
+        block = await self.client.request("eth_getBlockByNumber", params)
         if block is None:
             raise RpcError(RpcErrorKind.NOT_FOUND, f"the node has no block {number}")
-        if not isinstance(block, dict):
-            raise RpcError(RpcErrorKind.BAD_REQUEST, f"block {number}: not an object")
-        return block
+        checked: dict[str, Any] = check_answer("eth_getBlockByNumber", params, block)
+        return checked
 
     async def get_blocks(self, numbers: list[int], full: bool = True) -> list[dict[str, Any]]:
         """Blocks in the order asked (one JSON-RPC batch when they fit one)."""
         return list(await asyncio.gather(*(self.get_block(n, full) for n in numbers)))
 
     async def get_block_receipts(self, numbers: list[int]) -> list[list[dict[str, Any]]]:
-        """Every receipt of each block, in transaction order. Uses eth_getBlockReceipts,
-        or per-transaction receipts on a node that lacks it."""
+        """Every receipt of each block, in transaction order, each of the block number
+        asked for. Uses eth_getBlockReceipts, or per-transaction receipts on a node
+        that lacks it."""
         if self._block_receipts is not False:
             try:
                 asked = (self._block_receipts_of(n) for n in numbers)
@@ -81,17 +87,21 @@ class EthRpc:
         return list(await asyncio.gather(*(self._receipts_one_by_one(b) for b in blocks)))
 
     async def _block_receipts_of(self, number: int) -> list[dict[str, Any]]:
-        receipts = await self.client.request("eth_getBlockReceipts", [quantity(number)])
+        params = [quantity(number)]
+        receipts = await self.client.request("eth_getBlockReceipts", params)
         if receipts is None:
             raise RpcError(RpcErrorKind.NOT_FOUND, f"the node has no receipts of block {number}")
-        return list(receipts)
+        checked: list[dict[str, Any]] = check_answer("eth_getBlockReceipts", params, receipts)
+        return checked
 
     async def _receipts_one_by_one(self, block: dict[str, Any]) -> list[dict[str, Any]]:
-        hashes: list[str] = list(block.get("transactions") or [])
+        hashes: list[str] = block["transactions"]
         receipts = await asyncio.gather(
             *(self.client.request("eth_getTransactionReceipt", [h]) for h in hashes)
         )
         for tx_hash, receipt in zip(hashes, receipts, strict=True):
             if receipt is None:
                 raise RpcError(RpcErrorKind.NOT_FOUND, f"the node has no receipt of {tx_hash}")
-        return list(receipts)
+            check_answer("eth_getTransactionReceipt", [tx_hash], receipt)
+        number = int(block["number"], 16)
+        return check_receipts(list(receipts), f"receipts of block {number}", number=number)

@@ -33,6 +33,15 @@ from blockx_chain.store import reads
 from blockx_chain.store.errors import ChainMismatch, StoreError
 
 
+def check_chain(current: ChainState, chain_id: int, genesis_hash: str) -> None:
+    """ChainMismatch when the database holds another chain than the node's."""
+    if (current.chain_id, current.genesis_hash) != (chain_id, genesis_hash):
+        raise ChainMismatch(
+            f"the block database holds chain {current.chain_id} (genesis "
+            f"{current.genesis_hash}), not chain {chain_id} (genesis {genesis_hash})"
+        )
+
+
 class BlockWriter(abc.ABC):
     """The writes of one ingest transaction."""
 
@@ -75,11 +84,7 @@ class BlockWriter(abc.ABC):
                 finalized_number=None,
                 epoch=0,
             )
-        if (current.chain_id, current.genesis_hash) != (chain_id, genesis_hash):
-            raise ChainMismatch(
-                f"the block database holds chain {current.chain_id} (genesis "
-                f"{current.genesis_hash}), not chain {chain_id} (genesis {genesis_hash})"
-            )
+        check_chain(current, chain_id, genesis_hash)
         return current
 
     async def insert_blocks(self, blocks: Sequence[BlockRows]) -> dict[str, int]:

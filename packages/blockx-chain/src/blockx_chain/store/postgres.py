@@ -58,7 +58,9 @@ def _decoded(record: asyncpg.Record) -> dict[str, Any]:
     return row
 
 
-# The server is down, restarting, full or gone: a later try may succeed.
+# The server is down, restarting, full or gone: a later try may succeed. (A
+# connection lost in the middle of an operation can leave asyncpg's protocol in a
+# state it reports as InternalClientError.)
 UNREACHABLE: Final = (
     OSError,
     TimeoutError,
@@ -66,7 +68,19 @@ UNREACHABLE: Final = (
     asyncpg.exceptions.OperatorInterventionError,
     asyncpg.InterfaceError,
     asyncpg.TooManyConnectionsError,
+    asyncpg.exceptions.InternalClientError,
 )
+
+
+def lost_connection_report(context: dict[str, Any]) -> bool:
+    """Whether an event loop's exception report is asyncpg noting a connection lost
+    under an operation (a future of it nobody awaits any more, a connection reset
+    with a transaction open). The operation itself fails StoreUnavailable, which is
+    what a command reports, once."""
+    message = str(context.get("message", ""))
+    return isinstance(context.get("exception"), UNREACHABLE) or message.startswith(
+        "Resetting connection with an active transaction"
+    )
 
 
 @contextmanager
@@ -132,8 +146,11 @@ class PostgresStore(BlockStore):
         description = describe(url)
         try:
             with _reachable(description):
+                # No floor of idle connections: asyncpg restores a floor from a
+                # background task that logs a traceback at every failed reconnect
+                # while the server is down.
                 pool = await asyncpg.create_pool(
-                    url.dsn, min_size=1, max_size=pool_size, timeout=_CONNECT_TIMEOUT_S
+                    url.dsn, min_size=0, max_size=pool_size, timeout=_CONNECT_TIMEOUT_S
                 )
         except StoreError as exc:
             # A missing database or a refused login: nothing here can use it until fixed.

@@ -2,8 +2,9 @@
 starts a local anvil full of token transfers.
 
 Exit codes of ``chain ingest``: 0 done (or stopped by SIGINT/SIGTERM after its
-transaction); 1 refused (another ingest holds the database, a database of another
-chain or schema, a gap, a reorg deeper than allowed or below the finalized block);
+transaction); 1 refused (a node's answer that is not what was asked for, another
+ingest holds the database, a database of another chain or schema, a gap, a reorg
+deeper than allowed or below the finalized block);
 2 usage (a malformed URL or flag); 3 the node or the database cannot be reached.
 """
 
@@ -14,7 +15,7 @@ import signal
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.live import Live
@@ -97,11 +98,20 @@ def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
+def _quiet_lost_connections(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    from blockx_chain.store.postgres import lost_connection_report
+
+    # A database that dies under the run is reported once, as the run's one line.
+    if not lost_connection_report(context):
+        loop.default_exception_handler(context)
+
+
 async def _run(
     rpc: str, db: BlockDbUrl, options: IngestOptions, live: Live | None
 ) -> IngestSummary:
     from blockx_chain.ingest import ingest  # the node's client and the drivers: only here
 
+    asyncio.get_running_loop().set_exception_handler(_quiet_lost_connections)
     stop = asyncio.Event()
 
     def show(progress: IngestProgress) -> None:

@@ -11,10 +11,15 @@ A ``block`` is a number, a tag (``latest``, ``pending``, ``safe``, ``finalized``
 ``earliest``), a 32-byte block hash, or an EIP-1898 object (``{"blockHash": h}``,
 ``{"blockNumber": n}``): a function can read state at exactly the block its
 builder pinned. A block or transaction the node does not know is NOT_FOUND, never
-an empty result. Every state-changing method (``eth_send*``, ``eth_sign*``,
-``personal_*``, ``anvil_*``, ``evm_*``, ``hardhat_*``, ``miner_*``, ``admin_*``,
-``debug_set*``) is refused WRITE_FORBIDDEN before anything is sent, which fails the
-call whatever the function does with the error; any other method is UNKNOWN_OP.
+an empty result. Every answer is checked against its request before it is returned
+or cached (``blockx_chain.rpc.answers.check_answer``): another block than the one
+asked for, the receipt of another transaction, a log outside the range asked for or
+a malformed quantity is BAD_VALUE, not retryable.
+
+Every state-changing method (``eth_send*``, ``eth_sign*``, ``personal_*``,
+``anvil_*``, ``evm_*``, ``hardhat_*``, ``miner_*``, ``admin_*``, ``debug_set*``) is
+refused WRITE_FORBIDDEN before anything is sent, which fails the call whatever the
+function does with the error; any other method is UNKNOWN_OP.
 
 ``immutable`` tells a read cache which answers can never change: a read naming a
 numeric block at or below the finalized height, or a block hash (state and
@@ -32,6 +37,7 @@ from typing import Any, Final
 import msgspec
 
 from blockx_chain.rpc import DEFAULT_MAX_RESPONSE_BYTES, JsonRpcClient, RpcError, RpcErrorKind
+from blockx_chain.rpc.answers import check_answer
 from blockx_server.io.backends.arguments import bind_arguments
 from blockx_server.io.backends.rpc_params import (
     HASH,
@@ -154,6 +160,7 @@ _KIND: Final = {
     RpcErrorKind.UNAVAILABLE: IoErrorKind.UNAVAILABLE,
     RpcErrorKind.BAD_REQUEST: IoErrorKind.BAD_REQUEST,
     RpcErrorKind.NOT_FOUND: IoErrorKind.NOT_FOUND,
+    RpcErrorKind.BAD_ANSWER: IoErrorKind.BAD_VALUE,
 }
 
 
@@ -198,6 +205,12 @@ class RpcBackend:
         await self.client.aclose()
 
     async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        try:
+            return await self._serve(op, args, kwargs)
+        except RpcError as exc:
+            raise BackendError(_KIND[exc.kind], exc.message) from None
+
+    async def _serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         match op:
             case "request":
                 method, params = bind_arguments(
@@ -211,7 +224,7 @@ class RpcBackend:
                 raw = await self._send(
                     "eth_getBalance", [address_param(address), block_param(block)]
                 )
-                return str(_int(raw))
+                return str(int(raw, 16))
             case "call":
                 to, data, block = bind_arguments(
                     args, kwargs, 'call(to, data, block="latest")', ("to", "data"), ("block",)
@@ -258,10 +271,10 @@ class RpcBackend:
                 return await self._logs(from_block, to_block, address, topics)
             case "chain_id":
                 bind_arguments(args, kwargs, "chain_id()", ())
-                return _int(await self._send("eth_chainId", []))
+                return int(await self._send("eth_chainId", []), 16)
             case "block_number":
                 bind_arguments(args, kwargs, "block_number()", ())
-                return _int(await self._send("eth_blockNumber", []))
+                return int(await self._send("eth_blockNumber", []), 16)
         raise BackendError(IoErrorKind.UNKNOWN_OP, op)
 
     def immutable(
@@ -318,15 +331,13 @@ class RpcBackend:
         return await self._send(method, params)
 
     async def _send(self, method: str, params: list[Any]) -> Any:
-        try:
-            result = await self.client.request(method, params)
-        except RpcError as exc:
-            raise BackendError(_KIND[exc.kind], exc.message) from None
+        """The node's answer, once checked against the request."""
+        result = await self.client.request(method, params)
         if result is None and method in _NULL_IS_NOT_FOUND:
             raise BackendError(
                 IoErrorKind.NOT_FOUND, f"{method}{_params_text(params)}: the node does not know it"
             )
-        return result
+        return check_answer(method, params, result)
 
     async def _block(self, number: Any, full: bool) -> Any:
         param = block_param(number)
@@ -356,12 +367,6 @@ class RpcBackend:
             answer, _ = await asyncio.gather(logs, self._send("eth_getBlockByNumber", [end, False]))
             return answer
         return await logs
-
-
-def _int(raw: Any) -> int:
-    if not isinstance(raw, str) or not raw.startswith("0x"):
-        raise BackendError(IoErrorKind.BAD_VALUE, f"the node answered {raw!r}, not a quantity")
-    return int(raw, 16)
 
 
 def _params_text(params: list[Any]) -> str:
