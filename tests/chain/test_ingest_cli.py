@@ -319,8 +319,6 @@ class WrongNode:
     lie: Callable[[ScriptedChain], Lie]
     args: tuple[str, ...]
     words: str
-    # Wrong from its first answers: nothing is created, not even the database file.
-    no_file: bool = True
 
 
 WRONG_NODES = [
@@ -330,7 +328,6 @@ WRONG_NODES = [
         ("--from", "11", "--to", "20", "--batch-size", "10"),
         "error: blocks 11..20: eth_getBlockByNumber(0xb, true): the node answered block 111, "
         "not block 11",
-        no_file=False,
     ),
     WrongNode(
         "a head that is not hex",
@@ -366,16 +363,6 @@ WRONG_NODES = [
 ]
 
 
-def _rows(db: Path) -> tuple[int, int]:
-    """The chain rows and block rows the database holds (none without a file)."""
-    if not db.exists():
-        return 0, 0
-    with sqlite3.connect(db) as conn:
-        chain = conn.execute("SELECT count(*) FROM chain").fetchone()[0]
-        blocks = conn.execute("SELECT count(*) FROM blocks").fetchone()[0]
-    return chain, blocks
-
-
 @pytest.mark.parametrize("node", WRONG_NODES, ids=[n.name for n in WRONG_NODES])
 def test_a_node_that_answers_wrongly_is_one_line_and_exit_1_with_nothing_written(
     node: WrongNode, tmp_path: Path
@@ -394,9 +381,22 @@ def test_a_node_that_answers_wrongly_is_one_line_and_exit_1_with_nothing_written
         1,
         node.words,
     )
-    assert _rows(db) == (0, 0)
-    if node.no_file:
-        assert list(tmp_path.iterdir()) == []
+    # Nothing is left, not even the database file.
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_wrong_answer_leaves_a_database_that_was_there_as_it_was(tmp_path: Path) -> None:
+    chain = ScriptedChain(head=200)
+    db = tmp_path / "chain.db"
+    ingest = ["chain", "ingest", "--db", f"sqlite:///{db}", "--batch-size", "10"]
+    with served_in_thread(chain) as url:
+        first = CliRunner().invoke(app, [*ingest, "--rpc", url, "--to", "10"])
+        assert first.exit_code == 0, first.output
+        chain.lie = shifted_blocks(chain, 11, 20)
+        second = CliRunner().invoke(app, [*ingest, "--rpc", url, "--to", "20"])
+    assert second.exit_code == 1, second.output
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT max(block_number), count(*) FROM blocks").fetchone() == (10, 11)
 
 
 async def test_postgresql_dying_mid_ingest_is_one_line(tmp_path: Path) -> None:

@@ -27,6 +27,8 @@ from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl, describe
 
 # Not the store's writer or migration keys: this one is held across transactions.
 INGEST_LOCK: Final = 0x626C6B7849
+# SQLite: the lock file beside the database, ``<database>-ingest.lock``.
+LOCK_SUFFIX: Final = "-ingest.lock"
 _CLOSE_TIMEOUT_S: Final = 5.0
 
 
@@ -41,7 +43,7 @@ def _busy(url: BlockDbUrl) -> WriterBusy:
 async def ingest_lock(url: BlockDbUrl) -> AsyncIterator[None]:
     match url:
         case SqliteUrl(path):
-            lock_path = path.with_name(path.name + "-ingest.lock")
+            lock_path = path.with_name(path.name + LOCK_SUFFIX)
             fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
                 try:

@@ -29,6 +29,7 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -42,12 +43,12 @@ from blockx_chain.ingest.fetch import (
     backoff_s,
     node_identity,
 )
-from blockx_chain.ingest.lock import ingest_lock
+from blockx_chain.ingest.lock import LOCK_SUFFIX, ingest_lock
 from blockx_chain.rpc import EthRpc, JsonRpcClient
 from blockx_chain.schema import BLOCKS, ERC20_TRANSFERS, LOGS, TRANSACTIONS, BlockRows, RowError
 from blockx_chain.store import BlockStore, BlockWriter, open_store
 from blockx_chain.store.base import check_chain
-from blockx_chain.url import BlockDbUrl
+from blockx_chain.url import BlockDbUrl, SqliteUrl
 
 DEFAULT_IN_FLIGHT = 4
 
@@ -141,13 +142,38 @@ async def ingest(
         # The node's first answers are checked before the database is opened: a node
         # that cannot be used leaves no file behind.
         node = _Node(*await node_identity(eth), *await fetcher.head())
+        # A SQLite database this run makes.
+        new_file = (
+            db_url.path if isinstance(db_url, SqliteUrl) and not db_url.path.exists() else None
+        )
         store = await open_store(db_url)
         try:
             async with ingest_lock(db_url):
                 run = _Run(store, fetcher, node, options, stop or asyncio.Event(), on_progress)
-                return await run.run()
+                try:
+                    return await run.run()
+                except BaseException:
+                    # A database this run made and never wrote a batch into (the chain
+                    # row comes with the first) goes again, under the run's lock: a
+                    # refused run leaves no file behind.
+                    if new_file is not None and await _empty(store):
+                        _remove_sqlite(new_file)
+                    raise
         finally:
             await store.close()
+
+
+async def _empty(store: BlockStore) -> bool:
+    with contextlib.suppress(Exception):
+        return await store.chain() is None
+    return False
+
+
+def _remove_sqlite(path: Path) -> None:
+    """The database file and SQLite's files beside it (its open connections keep
+    what they have until they close)."""
+    for suffix in ("", "-wal", "-shm", LOCK_SUFFIX):
+        path.with_name(path.name + suffix).unlink(missing_ok=True)
 
 
 class _Node(msgspec.Struct, frozen=True):
