@@ -67,6 +67,7 @@ from blockx_executor.protocol import (
     ResumeCall,
     SubCallRequested,
     ToExecutor,
+    printable,
 )
 from blockx_executor.results import json_problem
 from blockx_executor.suspended import NOT_AWAITABLE, SuspendedCall, close_quietly
@@ -429,6 +430,37 @@ class Runner:
         self._last_flush_ns = _perf_counter_ns()
 
     def _send(self, messages: list[Any]) -> None:
-        frame = self._encoder.encode(messages)
-        with self._send_lock:
-            self._sock.sendall(frame)
+        frame, unsendable = self._encoder.encode_sendable(messages)
+        if frame:
+            with self._send_lock:
+                self._sock.sendall(frame)
+        if unsendable:
+            # What cannot be encoded fails its own call: the rest of the frame went.
+            for message, reason in unsendable:
+                self._cannot_send(message, reason)
+            out, self._out = self._out, []
+            if out:
+                self._send(out)
+
+    def _cannot_send(self, message: Any, reason: str) -> None:
+        """``message`` could not be encoded: a suspended call whose request it was
+        fails (its arguments would fail the same way every time); anything else
+        (a span) is dropped."""
+        if not isinstance(message, IoRequested | SubCallRequested):
+            return
+        call = self._suspended.pop(message.call_id, None)
+        if call is None:
+            return
+        close_quietly(call)
+        if isinstance(message, IoRequested):
+            request = repr(IoRequest(message.backend, message.op, message.args, message.kwargs))
+        else:
+            request = repr(SubCallRequest(message.function, message.args, message.kwargs))
+        self._fail(
+            message.call_id,
+            FailureKind.BAD_ARGUMENTS,
+            f"{printable(request)}: its arguments cannot be sent to the Worker: {reason}",
+            call.consumed_ns - call.io_ns,
+            call.io_ns,
+            retryable=False,
+        )

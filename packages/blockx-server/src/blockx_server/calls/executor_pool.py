@@ -18,14 +18,13 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Protocol, cast
 
 import msgspec
 
 from blockx_executor.protocol import (
     ExecutorHeartbeat,
     FrameDecoder,
-    FrameEncoder,
     FromExecutor,
     Hello,
     ProtocolError,
@@ -116,7 +115,6 @@ class ExecutorPool:
     def __init__(self, config: ExecutorPoolConfig, listener: PoolListener) -> None:
         self._config = config
         self._listener = listener
-        self._encoder = FrameEncoder()
         self._dir: Path | None = None
         self._server: asyncio.AbstractServer | None = None
         self._processes: dict[str, _Process] = {}
@@ -168,11 +166,13 @@ class ExecutorPool:
             if all(p.up for p in self._processes.values()):
                 self._ready.set()
 
-    def send(self, executor_id: str, messages: list[Any]) -> bool:
+    def send(self, executor_id: str, frame: bytes) -> bool:
+        """Write one encoded frame (``FrameEncoder``); False when the executor has no
+        connection (it is gone)."""
         connection = self._connections.get(executor_id)
         if connection is None or connection.transport is None:
             return False
-        connection.transport.write(self._encoder.encode(messages))
+        connection.transport.write(frame)
         return True
 
     def kill(self, executor_id: str, reason: str) -> None:
