@@ -10,6 +10,8 @@ says Hello, and then serves frames until the connection closes:
   suspended (an ``IoRequested`` / ``SubCallRequested`` goes out) and the next call
   runs. ``ResumeCall`` continues it; ``CancelCalls`` closes it.
 * Results leave as JSON texts, batched into one ``CallsCompleted`` per frame.
+* What a call prints goes with its suspension or outcome as ``CallOutput``
+  (``capture.py``), bounded per call.
 * A call the Worker traces (its entry in ``ExecuteCalls.traces``) is timed from
   its first entry to its outcome, and a ``CallTraced`` goes out with the outcome
   (``traced_calls.py``).
@@ -27,7 +29,6 @@ thread's CPU clock) and the Worker kills the process.
 from __future__ import annotations
 
 import contextvars
-import io
 import os
 import socket
 import threading
@@ -46,7 +47,7 @@ from blockx_executor.api import (
     SubCallRequest,
     _current_call,
 )
-from blockx_executor.capture import capturing
+from blockx_executor.capture import CallOutputs, debug_logging
 from blockx_executor.code import CodeCache, Function, Unavailable, describe
 from blockx_executor.heartbeat import heartbeat_loop
 from blockx_executor.integrity import IntegrityCheck, fail_and_stop
@@ -54,7 +55,6 @@ from blockx_executor.no_event_loop import NO_EVENT_LOOP
 from blockx_executor.protocol import (
     CallContext,
     CallFailed,
-    CallOutput,
     CallsCompleted,
     CancelCalls,
     ExecuteCalls,
@@ -84,7 +84,13 @@ _perf_counter_ns = time.perf_counter_ns
 class Runner:
     """Serves one Worker connection. Single-threaded except for the heartbeat thread."""
 
-    def __init__(self, sock: socket.socket, executor_id: str, heartbeat_interval_s: float) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        executor_id: str,
+        heartbeat_interval_s: float,
+        outputs: CallOutputs | None = None,
+    ) -> None:
         self._sock = sock
         self._executor_id = executor_id
         self._heartbeat_interval_s = heartbeat_interval_s
@@ -95,8 +101,10 @@ class Runner:
         self._json_decode = msgspec.json.Decoder().decode
         self._code = CodeCache()
         self._suspended: dict[int, SuspendedCall] = {}
-        # Debug calls: what they print or log, per call, until they end.
-        self._captures: dict[int, io.StringIO] = {}
+        # What calls print (this process's sys.stdout and sys.stderr write into it).
+        self._outputs = outputs or CallOutputs(0)
+        # Debug calls (their logging is part of their output) that have not ended.
+        self._debug: set[int] = set()
         # Traced calls (ExecuteCalls.traces) that have not ended yet.
         self._spans: OpenSpans = {}
         # Outgoing, flushed as one frame: completions as columns, the rest as messages.
@@ -155,7 +163,8 @@ class Runner:
                     suspended = self._suspended.pop(call_id, None)
                     if suspended is not None:
                         close_quietly(suspended)
-                    self._captures.pop(call_id, None)
+                    self._outputs.forget(call_id)
+                    self._debug.discard(call_id)
                     self._spans.pop(call_id, None)
             case _:
                 assert_never(message)
@@ -191,8 +200,9 @@ class Runner:
             if traced is not None and call_id in traced:
                 open_span(self._spans, call_id, traced[call_id])
             if batch.debug:
-                self._captures[call_id] = io.StringIO()
-                with capturing(self._captures.get(call_id)):
+                self._debug.add(call_id)
+                self._outputs.debug(call_id)
+                with debug_logging():
                     self._start(entry, call_id, args, kwargs or None, budget_ns, info)
             else:
                 self._start(entry, call_id, args, kwargs or None, budget_ns, info)
@@ -216,10 +226,12 @@ class Runner:
         else:
             self._run_sync(call_id, entry.fn, args, kwargs, budget_ns, info)
 
-    def _emit_output(self, call_id: int) -> None:
-        buffer = self._captures.pop(call_id, None)
-        if buffer is not None:
-            self._out.append(CallOutput(call_id, buffer.getvalue()))
+    def _emit_output(self, call_id: int, *, ended: bool) -> None:
+        output = self._outputs.take(call_id, ended=ended)
+        if output is not None:
+            self._out.append(output)
+        if ended and self._debug:
+            self._debug.discard(call_id)
 
     def _run_sync(
         self,
@@ -233,15 +245,19 @@ class Runner:
         token = _current_call.set(info)
         started = _thread_time_ns()
         self._running = (call_id, started, 0)
+        outputs = self._outputs
+        outputs.current = call_id
         try:
             value = fn(*args) if kwargs is None else fn(*args, **kwargs)
         except BaseException as exc:
             self._running = None
+            outputs.current = 0
             _current_call.reset(token)
             self._fail(call_id, FailureKind.USER_ERROR, describe(exc), _thread_time_ns() - started)
             return
         cpu_ns = _thread_time_ns() - started
         self._running = None
+        outputs.current = 0
         _current_call.reset(token)
         if type(value) is types.CoroutineType:
             # A plain def that returned a coroutine: drive it like an async def.
@@ -274,6 +290,8 @@ class Runner:
         """Run a coroutine until it suspends on a BlockX awaitable or finishes."""
         started = _thread_time_ns()
         self._running = (call.call_id, started, call.consumed_ns)
+        outputs = self._outputs
+        outputs.current = call.call_id
         send = call.coro.send
         run = call.ctx.run
         try:
@@ -285,11 +303,13 @@ class Runner:
                     value, error = None, TypeError(NOT_AWAITABLE.format(request))
         except StopIteration as stop:
             self._running = None
+            outputs.current = 0
             cpu_ns = call.consumed_ns - call.io_ns + (_thread_time_ns() - started)
             self._complete(call.call_id, stop.value, cpu_ns, call.io_ns, call.budget_ns)
             return
         except BaseException as exc:
             self._running = None
+            outputs.current = 0
             cpu_ns = call.consumed_ns - call.io_ns + (_thread_time_ns() - started)
             if isinstance(exc, IoError):
                 # The Worker must not retry, nor report retryable, a read that fails
@@ -306,11 +326,14 @@ class Runner:
                 self._fail(call.call_id, FailureKind.USER_ERROR, describe(exc), cpu_ns, call.io_ns)
             return
         self._running = None
+        outputs.current = 0
         call.consumed_ns += _thread_time_ns() - started
         if call.consumed_ns > call.budget_ns:
             close_quietly(call)
             self._fail_budget(call.call_id, call.consumed_ns, call.budget_ns, call.io_ns)
             return
+        if outputs.pending:
+            self._emit_output(call.call_id, ended=False)
         self._suspended[call.call_id] = call
         if isinstance(request, IoRequest):
             call.waiting_io = True
@@ -346,15 +369,15 @@ class Runner:
         else:
             error_type = IoError if call.waiting_io else CallError
             error = error_type(message.error_kind, message.error, retryable=message.retryable)
-        if self._captures:
-            with capturing(self._captures.get(call.call_id)):
+        if call.call_id in self._debug:
+            with debug_logging():
                 self._step(call, value, error)
         else:
             self._step(call, value, error)
 
     def _complete(self, call_id: int, value: Any, cpu_ns: int, io_ns: int, budget_ns: int) -> None:
-        if self._captures:
-            self._emit_output(call_id)
+        if self._outputs.pending:
+            self._emit_output(call_id, ended=True)
         if cpu_ns + io_ns > budget_ns:
             self._fail_budget(call_id, cpu_ns + io_ns, budget_ns, io_ns)
             return
@@ -389,8 +412,8 @@ class Runner:
         *,
         retryable: bool = True,
     ) -> None:
-        if self._captures:
-            self._emit_output(call_id)
+        if self._outputs.pending:
+            self._emit_output(call_id, ended=True)
         self._out.append(
             CallFailed(call_id, kind, message, cpu_ns // 1000, io_ns // 1000, retryable)
         )

@@ -45,6 +45,7 @@ from blockx_core.dispatch import (
     SendCalls,
 )
 from blockx_executor import protocol as wire
+from blockx_server.calls.call_logs import CallLogs
 from blockx_server.calls.call_spans import CallSpans
 from blockx_server.calls.cpu_clock import ExecutorGauge
 from blockx_server.calls.executor_pool import ExecutorPool, ExecutorPoolConfig
@@ -83,6 +84,7 @@ class CallEngine:
         self._spans = spans or CallSpans(config.trace_calls_per_task)
         self._core = DispatcherCore(config.dispatch)
         self._pool = ExecutorPool(config.pool, self)
+        self._logs = CallLogs(config.pool.max_log_bytes)
         self._clock = clock
         self._sources: dict[str, FunctionSource] = {}  # digest -> module source
         self._loaded: dict[str, set[str]] = {}  # executor -> digests written to it
@@ -241,8 +243,14 @@ class CallEngine:
         if self._spans.live:
             self._spans.executor_ended(executor_id, CallFailureKind.EXECUTOR_LOST.value, reason)
         self._spans.executor_gone(executor_id)
+        self._logs.executor_gone(executor_id)
         self._forget_executor(executor_id)
         self._apply(self._core.executor_lost(executor_id, reason, self._clock.now_ms()))
+
+    def executor_output(self, executor_id: str, data: bytes) -> None:
+        call_id = self._core.holding_call(executor_id)
+        task_id = self._core.call_task(call_id) if call_id else None
+        self._logs.raw(executor_id, data, call_id, task_id)
 
     def executor_messages(self, executor_id: str, messages: list[wire.FromExecutor]) -> None:
         core = self._core
@@ -267,10 +275,14 @@ class CallEngine:
                 trace_message(spans, message)
             match message:
                 case wire.CallsCompleted():
+                    if self._logs.open:
+                        self._logs.ended(message.call_ids)
                     commands += core.calls_completed(
                         executor_id, message.call_ids, message.results, now_ms
                     )
                 case wire.CallFailed():
+                    if self._logs.open:
+                        self._logs.ended((message.call_id,))
                     commands += core.call_failed(
                         executor_id,
                         message.call_id,
@@ -293,7 +305,12 @@ class CallEngine:
                     commands += self._subcall(executor_id, message, now_ms)
                 case wire.CallTraced():
                     spans.executor_span(executor_id, self._pool.pid(executor_id), message)
-                case wire.Hello() | wire.CallOutput():
+                case wire.CallOutput():
+                    task_id = core.call_task(message.call_id)
+                    self._logs.output(
+                        executor_id, message.call_id, task_id, message.text, message.dropped
+                    )
+                case wire.Hello():
                     pass
                 case _:
                     assert_never(message)
@@ -378,6 +395,8 @@ class CallEngine:
                     self._send_calls(command)
                 case CancelCalls():
                     self._outbox[command.executor_id].append(wire.CancelCalls(command.call_ids))
+                    if self._logs.open:
+                        self._logs.ended(command.call_ids)
                     if self._spans.live:
                         self._spans.cancelled(command.call_ids)
                 case ResumeWithResult():
