@@ -22,8 +22,8 @@ which is cheaper than asyncio and makes "only BlockX awaitables" enforceable.
 Budget: each call may use ``budget_us`` of CPU (this thread's CPU clock, so
 queueing and other processes do not count) plus IO backend time (reported by
 the Worker in ``ResumeCall``). A call that ends over budget fails. A call that
-never ends is seen by the Worker through the heartbeat thread (which reads this
-thread's CPU clock) and the Worker kills the process.
+never ends is stopped by the Worker, which reads this thread's CPU from the kernel
+and kills the process; the heartbeat thread only says which call runs.
 """
 
 from __future__ import annotations

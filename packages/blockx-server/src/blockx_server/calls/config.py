@@ -111,7 +111,8 @@ EXECUTOR_HEARTBEAT_TIMEOUT_MS: Final = Setting(
     name="EXECUTOR_HEARTBEAT_TIMEOUT_MS",
     default=3000,
     parse=integer(at_least=1),
-    help="a silent executor is killed; > EXECUTOR_HEARTBEAT_INTERVAL_MS",
+    help="an executor with no heartbeat and no CPU progress this long is killed; "
+    "> EXECUTOR_HEARTBEAT_INTERVAL_MS",
 )
 EXECUTOR_MAX_OPEN_FILES: Final = Setting(
     name="EXECUTOR_MAX_OPEN_FILES",
