@@ -237,6 +237,11 @@ class CallModel:
     args: list[Any]
     depth: int = 0
     sends: int = 0  # attempts started
+    uncharged: int = 0  # of those, sent again uncharged after a neighbour's executor ended
+
+    @property
+    def attempts(self) -> int:
+        return self.sends - self.uncharged
 
 
 @dataclass
@@ -354,31 +359,63 @@ class DispatchMachine(RuleBasedStateMachine):
         parts = [f"#{call.root}", kind.value]
         if msg is not None:
             parts.append(msg)
-            if call.sends > 1:
-                parts.append(f"after {call.sends} attempts")
+            if call.attempts > 1:
+                parts.append(f"after {call.attempts} attempts")
         self._fail_task(call.task, FailureCode.CALL_FAILED, parts, exp)
 
     def _fail_attempt(self, cid: int, kind: CallFailureKind, msg: str | None, exp: Expect) -> None:
         self._cancel_descendants(cid, exp)
         policy = self.cfg.retry
-        sends = self.calls[cid].sends
-        if kind in policy.retry_on and sends < policy.max_attempts:
-            self.pending[cid] = self.now + policy.backoff_for(sends)
+        attempts = self.calls[cid].attempts
+        if kind in policy.retry_on and attempts < policy.max_attempts:
+            self.pending[cid] = self.now + policy.backoff_for(attempts)
             return
         self._terminal(cid, kind, msg, exp)
 
-    def _lose(self, ex: str, culprit: int, exp: Expect) -> None:
-        """The executor is gone: its calls fail this attempt (the culprit for budget)."""
-        del self.up[ex]
+    def _lose(self, ex: str, culprit: int, head: int, exp: Expect) -> list[int]:
+        """The executor is gone. The call responsible (the culprit over its budget, else
+        ``head``, the call the core said held the executor, or for one no longer held
+        there the call that made it) and the calls there awaiting it fail this
+        attempt; the others are returned, to be sent again uncharged (``_restart``)."""
+        self.up.pop(ex, None)
         del self.report[ex]
         lost = sorted(c for c, e in self.holder.items() if e == ex)
         for cid in lost:
             del self.holder[cid]
         if culprit in lost:
-            self._fail_attempt(culprit, CallFailureKind.BUDGET_EXCEEDED, None, exp)
+            responsible = culprit
+        elif head in lost:
+            responsible = head
+        else:
+            responsible = self.calls[head].parent if head else 0
+        charged: set[int] = set()
+        while responsible in lost:
+            charged.add(responsible)
+            responsible = self.calls[responsible].parent
+        uncharged: list[int] = []
         for cid in lost:
-            if cid != culprit and cid in self.alive:
+            if cid not in self.alive:
+                continue
+            if cid == culprit:
+                self._fail_attempt(cid, CallFailureKind.BUDGET_EXCEEDED, None, exp)
+            elif cid in charged:
                 self._fail_attempt(cid, CallFailureKind.EXECUTOR_LOST, None, exp)
+            else:
+                uncharged.append(cid)
+        for cid in uncharged:
+            if cid in self.alive:
+                self._cancel_descendants(cid, exp)
+        return uncharged
+
+    def _restart(self, uncharged: list[int], exp: Expect) -> None:
+        """The uncharged calls of the executors a step ended, still wanted, go again."""
+        for cid in uncharged:
+            if cid in self.alive:
+                self.calls[cid].uncharged += 1
+                if self.up:
+                    exp.resends.add(cid)
+                else:
+                    self.waiting.add(cid)
 
     def _fill(self, task: str, exp: Expect) -> None:
         t = self.tasks[task]
@@ -493,6 +530,7 @@ class DispatchMachine(RuleBasedStateMachine):
         self._check(self.core.executor_up(ex, self.now), exp)
 
     def _heartbeat(self, ex: str, running: int, running_us: int) -> None:
+        head = self.core.holding_call(ex)
         out = self.core.executor_heartbeat(ex, running, running_us, self.now)
         exp = Expect()
         if ex in self.up:
@@ -502,7 +540,8 @@ class DispatchMachine(RuleBasedStateMachine):
                 exp.kills.append(ex)
                 # Its own call is blamed; a call it does not hold (let go by the core,
                 # or held elsewhere) is stopped only by killing the executor.
-                self._lose(ex, running if self.holder.get(running) == ex else 0, exp)
+                culprit = running if self.holder.get(running) == ex else 0
+                self._restart(self._lose(ex, culprit, head, exp), exp)
         self._check(out, exp)
 
     def _complete(self, ex: str, batch: list[int]) -> None:
@@ -559,19 +598,27 @@ class DispatchMachine(RuleBasedStateMachine):
     def _tick(self) -> None:
         exp = Expect()
         timeout = self.cfg.executor_heartbeat_timeout_ms
-        for ex in [e for e, last in self.up.items() if self.now - last > timeout]:
-            silent = self.now - self.up[ex]
+        silent = {e: last for e, last in self.up.items() if self.now - last > timeout}
+        heads = {e: self.core.holding_call(e) for e in silent}
+        for ex in silent:  # none of them is sent a call again in this step
+            del self.up[ex]
+        uncharged: list[int] = []
+        for ex, last in silent.items():
             running, used_us = self.report[ex]
             blamed = 0
-            if self.holder.get(running) == ex and used_us + silent * 1000 > self.budget_us:
+            if (
+                self.holder.get(running) == ex
+                and used_us + (self.now - last) * 1000 > self.budget_us
+            ):
                 blamed = running
             exp.kills.append(ex)
-            self._lose(ex, blamed, exp)
+            uncharged += self._lose(ex, blamed, heads[ex], exp)
+        self._restart(uncharged, exp)
         due = {cid for cid, at in self.pending.items() if at <= self.now}
         for cid in due:
             del self.pending[cid]
         if self.up:
-            exp.resends = due
+            exp.resends |= due
         else:
             self.waiting |= due
         self._check(self.core.tick(self.now), exp)
@@ -588,7 +635,7 @@ class DispatchMachine(RuleBasedStateMachine):
         elif event == "lost":
             exp = Expect()
             if ex in self.up:
-                self._lose(ex, 0, exp)
+                self._restart(self._lose(ex, 0, self.core.holding_call(ex), exp), exp)
             self._check(self.core.executor_lost(ex, "gone", self.now), exp)
         else:
             on_ex = sorted(c for c, e in self.holder.items() if e == ex)

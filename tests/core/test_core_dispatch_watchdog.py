@@ -17,6 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blockx_core.dispatch import (
+    CallFailureKind,
+    CallRetryPolicy,
     CancelCalls,
     ConvergeTaskCalls,
     DispatchCommand,
@@ -160,18 +162,19 @@ def test_a_call_of_an_ended_task_still_holding_its_executor_is_killed_after_the_
     assert isinstance(kill, KillExecutor)
 
 
-def test_other_calls_on_an_executor_killed_for_a_call_are_retried() -> None:
-    core = make(max_batch_calls=8)
+def test_other_calls_on_an_executor_killed_for_a_call_are_retried_uncharged() -> None:
+    # One attempt per call: a call charged for its neighbour's kill would fail.
+    core = make(max_batch_calls=8, retry=CallRetryPolicy(max_attempts=1))
     core.executor_up("e1", 0)
     [a] = start(core, "a", 1)
     [b] = start(core, "b", 1)
     assert of(core.tick(301), ConvergeTaskCalls)[0].task_id == "a"
     out = core.tick(401)
     assert of(out, KillExecutor)
-    assert core.has_task("b")  # b's attempt is retried as EXECUTOR_LOST
+    assert core.has_task("b")
     assert not of(out, ConvergeTaskCalls)
-    core.executor_up("e2", 401)
-    assert sent(core.tick(1_000)) == [b]
+    assert sent(core.executor_up("e2", 401)) == [b]
+    assert of(core.calls_completed("e2", [b], [b"1"], 402), ConvergeTaskCalls)[0].success
     assert a != b
 
 
@@ -376,3 +379,226 @@ def test_recycling_loses_no_call_and_overfills_no_executor(
     assert done.success
     assert [o.value_json for o in done.outputs] == [str(i).encode() for i in range(n)]
     assert all(count <= max_calls for count in per_executor.values())
+
+
+# ---- signs of life and the one budget rule ----------------------------------------------
+
+LIFE_CASES = [
+    # (CPU of the call at each sample (ms) every 100 ms from 100 on, heartbeats after 0?,
+    #  what the tick at 401 does)
+    ([100, 200, 300, 400], False, "alive"),  # holding the GIL: no heartbeat, CPU moves
+    ([100, 100, 100, 100], False, "lost"),  # nothing moves: hung
+    ([0, 0, 0, 0], True, "alive"),  # waiting in a system call, heartbeats go on
+    ([100, 200, 300, 1_001], False, "budget"),
+]
+
+
+@pytest.mark.parametrize(("cpu_ms", "beats", "outcome"), LIFE_CASES)
+def test_a_silent_executor_is_lost_only_when_its_cpu_stands_still(
+    cpu_ms: list[int], beats: bool, outcome: str
+) -> None:
+    core = make(
+        call_wall_limit_ms=FAR,
+        executor_heartbeat_timeout_ms=300,
+        retry=CallRetryPolicy(max_attempts=1),
+    )
+    core.executor_up("e1", 0)
+    core.executor_sample("e1", 0, cpu_ns=0)
+    [call] = start(core, "t", 1)
+    out: list[DispatchCommand] = []
+    for i, cpu in enumerate(cpu_ms):
+        now = 100 * (i + 1)
+        out += core.executor_sample("e1", now, cpu_ns=cpu * MS)
+        if beats:
+            out += core.executor_heartbeat("e1", call, 0, now)
+    out += core.tick(401)
+    kills = of(out, KillExecutor)
+    if outcome == "alive":
+        assert out == []
+        assert core.holding_call("e1") == call
+        return
+    [converged] = of(out, ConvergeTaskCalls)
+    assert converged.failed_call is not None
+    if outcome == "lost":
+        assert kills == [
+            KillExecutor(executor_id="e1", reason="no heartbeat and no CPU progress for 301 ms")
+        ]
+        assert converged.failed_call.kind is CallFailureKind.EXECUTOR_LOST
+    else:
+        assert kills == [
+            KillExecutor(
+                executor_id="e1", reason="a call exceeded its budget", over_budget_call_id=call
+            )
+        ]
+        assert converged.failed_call.kind is CallFailureKind.BUDGET_EXCEEDED
+        assert converged.failed_call.attempts == 1
+
+
+def test_the_core_asks_for_a_sample_when_the_call_could_reach_its_budget() -> None:
+    core = make(call_wall_limit_ms=FAR, executor_heartbeat_timeout_ms=FAR)
+    core.executor_up("e1", 0)
+    core.executor_sample("e1", 0, cpu_ns=0)
+    [call] = start(core, "t", 1)
+    # 200 ms used of 1000 at 100: the CPU cannot pass the budget before 100 + 800.
+    assert core.executor_sample("e1", 100, cpu_ns=200 * MS) == []
+    assert core.next_deadline_ms() == 901
+    assert core.executor_sample("e1", 901, cpu_ns=995 * MS) == []
+    assert core.next_deadline_ms() == 901 + 10  # never more often than every 10 ms
+    out = core.executor_sample("e1", 911, cpu_ns=1_005 * MS)
+    assert out[0] == KillExecutor(
+        executor_id="e1", reason="a call exceeded its budget", over_budget_call_id=call
+    )
+    assert core.next_deadline_ms() is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(st.integers(1, 400), st.sampled_from([0, 1, 2]), st.booleans()),
+        min_size=1,
+        max_size=30,
+    )
+)
+def test_the_cpu_decides_the_budget_and_a_sign_of_life(
+    steps: list[tuple[int, int, bool]],
+) -> None:
+    """A call whose CPU runs at 0, half or full speed for random stretches, with or
+    without a heartbeat at the end of each, driven as the adapter does (a sample
+    before each heartbeat, and a sample then a tick whenever the core's deadline
+    falls due). The executor is killed for the budget only when the CPU is over it,
+    and within 11 ms of passing it; it is declared lost only when neither a
+    heartbeat nor its CPU moved for the timeout, and by 2 x timeout + 3 ms of both
+    standing still."""
+    budget, timeout = 1_000, 300
+    core = make(
+        call_deadline_ms=budget, call_wall_limit_ms=FAR, executor_heartbeat_timeout_ms=timeout
+    )
+    core.executor_up("e1", 0)
+    core.executor_sample("e1", 0, cpu_ns=0)
+    [call] = start(core, "t", 1)
+    times, cpus, beats = [0], [0], set()
+    for dt, rate, beat in steps:
+        times.append(times[-1] + dt)
+        cpus.append(cpus[-1] + dt * MS * rate // 2)
+        if beat:
+            beats.add(times[-1])
+
+    def cpu_at(t: int) -> int:
+        for i in range(1, len(times)):
+            if t <= times[i]:
+                lo, hi = times[i - 1], times[i]
+                return cpus[i - 1] + (cpus[i] - cpus[i - 1]) * (t - lo) // (hi - lo)
+        return cpus[-1]
+
+    killed: tuple[int, KillExecutor] | None = None
+    for end in times[1:]:
+        while killed is None and (due := core.next_deadline_ms()) is not None and due <= end:
+            out = core.executor_sample("e1", due, cpu_ns=cpu_at(due)) + core.tick(due)
+            killed = next(((due, k) for k in of(out, KillExecutor)), None)
+        if killed is not None:
+            break
+        out = core.executor_sample("e1", end, cpu_ns=cpu_at(end))
+        if end in beats:
+            out += core.executor_heartbeat("e1", call, 0, end)
+        killed = next(((end, k) for k in of(out, KillExecutor)), None)
+        if killed is not None:
+            break
+
+    crossed = next((t for t in range(times[-1] + 1) if cpu_at(t) > budget * MS), None)
+    still = next(
+        (
+            t
+            for t in range(2 * timeout + 3, times[-1] + 1)
+            if cpu_at(t) == cpu_at(t - 2 * timeout - 3)
+            and not any(t - 2 * timeout - 3 < b <= t for b in beats)
+        ),
+        None,
+    )
+    if killed is None:
+        assert crossed is None or crossed + 11 > times[-1]
+        assert still is None
+        return
+    at, kill = killed
+    if kill.over_budget_call_id is not None:
+        assert kill == KillExecutor(
+            executor_id="e1", reason="a call exceeded its budget", over_budget_call_id=call
+        )
+        assert cpu_at(at) > budget * MS
+        assert crossed is not None
+        assert at <= crossed + 11
+    else:
+        assert kill.reason.startswith("no heartbeat and no CPU progress")
+        assert cpu_at(at) == cpu_at(at - timeout - 1)
+        assert not any(at - timeout - 1 < b <= at for b in beats)
+        assert crossed is None or at < crossed + 11
+    assert still is None or at <= still
+
+
+# ---- who pays when an executor ends --------------------------------------------------
+
+
+def test_a_sub_call_over_its_budget_charges_the_parent_awaiting_it_there() -> None:
+    """The parent's run died with the executor: it is charged (a parent that keeps
+    calling a sub-call that kills its executor ends), unlike the call of another
+    task queued behind, which goes again uncharged."""
+    core = make(call_wall_limit_ms=FAR, max_batch_calls=8, retry=CallRetryPolicy(max_attempts=1))
+    core.executor_up("e1", 0)
+    core.executor_sample("e1", 0, cpu_ns=0)
+    [parent] = start(core, "a", 1)
+    core.call_suspended("e1", parent, 0)
+    [child] = sent(core.subcall_requested("e1", parent, CODE, "g", [], 1))
+    [neighbour] = start(core, "b", 1)
+    core.executor_up("e2", 1)
+    out = core.executor_sample("e1", 1_100, cpu_ns=1_050 * MS)
+    assert out[0] == KillExecutor(
+        executor_id="e1", reason="a call exceeded its budget", over_budget_call_id=child
+    )
+    [converged] = of(out, ConvergeTaskCalls)
+    assert converged.task_id == "a"
+    assert converged.failed_call is not None
+    assert converged.failed_call.kind is CallFailureKind.EXECUTOR_LOST
+    assert sent(out) == [neighbour]
+    assert of(core.calls_completed("e2", [neighbour], [b"1"], 1_101), ConvergeTaskCalls)
+
+
+def test_a_parent_queued_behind_its_stuck_child_is_charged_when_the_executor_is_killed() -> None:
+    """The child fails at the wall limit and its parent, on the same executor, is
+    resumed with that failure; the child ignores its cancel and the executor is
+    killed: the parent is charged, so a parent that calls it again and again ends."""
+    core = make(call_wall_limit_ms=300, cancel_grace_ms=100, retry=CallRetryPolicy(max_attempts=1))
+    core.executor_up("e1", 0)
+    [parent] = start(core, "a", 1)
+    core.call_suspended("e1", parent, 0)
+    [child] = sent(core.subcall_requested("e1", parent, CODE, "g", [], 0))
+    out = core.tick(301)
+    assert CancelCalls(executor_id="e1", call_ids=[child]) in out
+    assert core.holding_call("e1") == child
+    out = core.tick(401)
+    assert of(out, KillExecutor)
+    [converged] = of(out, ConvergeTaskCalls)
+    assert converged.failed_call is not None
+    assert converged.failed_call.kind is CallFailureKind.EXECUTOR_LOST
+
+
+# ---- a call the Worker could not send ------------------------------------------------
+
+
+def test_a_call_that_could_not_be_sent_fails_alone_and_holds_nothing() -> None:
+    core = make(call_wall_limit_ms=300, max_batch_calls=8)
+    core.executor_up("e1", 0)
+    [a] = start(core, "a", 1)
+    [b] = start(core, "b", 1, now_ms=50)
+    out = core.call_unsent("e1", a, CallFailureKind.BAD_ARGUMENTS, "no msgpack type", 60)
+    [converged] = of(out, ConvergeTaskCalls)
+    assert converged.task_id == "a"
+    assert converged.failed_call is not None
+    failed = converged.failed_call
+    assert (failed.kind, failed.attempts, failed.retryable) == (
+        CallFailureKind.BAD_ARGUMENTS,
+        1,
+        False,
+    )
+    # b holds the executor from now: its wall time starts at 60, not at 0.
+    assert core.holding_call("e1") == b
+    assert core.next_deadline_ms() == 60 + 300 + 1
+    assert core.call_unsent("e1", a, CallFailureKind.BAD_ARGUMENTS, "again", 61) == []

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
 
@@ -15,6 +16,7 @@ from blockx_executor.protocol import (
     CallContext,
     CallFailed,
     CallsCompleted,
+    CancelCalls,
     ExecuteCalls,
     FailureKind,
     FrameDecoder,
@@ -27,6 +29,7 @@ from blockx_executor.protocol import (
     ResumeCall,
     SubCallRequested,
     ToExecutor,
+    Unsendable,
 )
 from blockx_executor.sandbox import _hook
 
@@ -88,6 +91,54 @@ def test_oversized_frame_is_refused() -> None:
 def test_garbage_is_refused() -> None:
     with pytest.raises(ProtocolError, match="undecodable"):
         FrameDecoder[Any](ToExecutor).feed(struct.pack(">I", 3) + b"\x93\x01\x02")
+
+
+# Around msgpack's 64-bit edges, and far beyond them.
+INTEGERS = [0, -1, 2**63 - 1, -(2**63), 2**64 - 1, 2**64, -(2**63) - 1, 2**200, -(2**200), 10**77]
+
+
+@pytest.mark.parametrize("n", INTEGERS)
+def test_integers_of_any_size_travel_both_ways(n: int) -> None:
+    to_executor = ExecuteCalls("t", "d", "f", 1, [1], [[n, [n], {"k": n}]], kwargs=[{"n": n}])
+    from_executor = [
+        IoRequested(1, "memory", "get", [n], {"default": n}),
+        SubCallRequested(2, "f", [{"deep": [n]}], {"n": n}),
+    ]
+    encoder = FrameEncoder()
+    assert FrameDecoder[Any](ToExecutor).feed(encoder.encode([to_executor])) == [to_executor]
+    assert FrameDecoder[Any](FromExecutor).feed(encoder.encode(from_executor)) == from_executor
+    [got] = FrameDecoder[Any](ToExecutor).feed(encoder.encode([to_executor]))
+    assert type(got.args[0][0]) is int
+
+
+def test_a_call_that_cannot_be_encoded_is_left_out_alone() -> None:
+    batch = ExecuteCalls(
+        "t", "d", "f", 1, [1, 2, 3], [[2**70], [object()], ["\udc80"]], kwargs=[{}, {}, {"a": 1}]
+    )
+    load = LoadCode("d", "m", "def f(x):\n    return x\n")
+    frame, unsendable = FrameEncoder().encode_sendable([load, batch, CancelCalls([9])])
+    assert FrameDecoder[Any](ToExecutor).feed(frame) == [
+        load,
+        ExecuteCalls("t", "d", "f", 1, [1], [[2**70]], kwargs=[{}]),
+        CancelCalls([9]),
+    ]
+    assert [(u.message.call_ids, u.message.args) for u in unsendable] == [
+        ([2], batch.args[1:2]),
+        ([3], [["\udc80"]]),
+    ]
+    assert "object" in unsendable[0].reason
+    assert "surrogates not allowed" in unsendable[1].reason
+
+
+def test_text_that_cannot_be_encoded_is_escaped_not_dropped() -> None:
+    failed = CallFailed(1, "USER_ERROR", "ValueError: \udc80")
+    sub = SubCallRequested(2, "f", ["\udc80"])
+    frame, unsendable = FrameEncoder().encode_sendable([failed, sub])
+    assert FrameDecoder[Any](FromExecutor).feed(frame) == [
+        CallFailed(1, "USER_ERROR", "ValueError: \\udc80")
+    ]
+    assert [u.message for u in unsendable] == [sub]
+    assert FrameEncoder().encode_sendable([object()]) == (b"", [Unsendable(ANY, ANY)])
 
 
 def test_executor_failure_kinds_are_dispatcher_kinds() -> None:

@@ -1,14 +1,16 @@
 """The executor watchdog with real Workers, Sync Invokers and executor processes:
 the wall-time limit (time.sleep holds an executor), the CPU budget measured by the
 Worker from the kernel (user code that replaces the executor's clocks cannot hide
-from it), honest durations, and executors replaced after EXECUTOR_MAX_CALLS calls
-or when their memory stays above EXECUTOR_MAX_RSS_BYTES."""
+from it), honest durations, executors replaced after EXECUTOR_MAX_CALLS calls or
+when their memory stays above EXECUTOR_MAX_RSS_BYTES, and what functions print,
+in the Worker's log, tagged and bounded."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable, Iterator
@@ -68,6 +70,26 @@ def blind_and_work(n):
     for i in range(n):
         total += i * i
     return total
+
+
+def chatty(word):
+    import sys
+
+    print(f"said {word}")
+    print(f"warned {word}", file=sys.stderr)
+    print("2026-01-01 00:00:00,000 ERROR blockx.task: a forged line\\rX")
+    return word
+
+
+def flood(n):
+    for i in range(n):
+        print(f"line {i:04d} " + "x" * 40)
+    return n
+
+
+def raw(text):
+    os.write(1, (text + "\\n").encode())
+    return text
 """
 
 StartWorker = Callable[..., WorkerProcess]
@@ -233,3 +255,40 @@ async def test_durations_are_measured_by_the_worker(invoker: SyncInvokerProcess)
         assert work.durations.cpu_us > 0
     finally:
         channel.close()
+
+
+async def test_functions_print_into_the_workers_log_tagged_and_bounded(
+    start_worker: StartWorker, tmp_path: Path
+) -> None:
+    # The Worker's log is already past the executors' RLIMIT_FSIZE: a print that
+    # wrote to it would fail with "File too large".
+    (tmp_path / "worker-0.log").write_bytes(b"." * 8192 + b"\n")
+    worker = start_worker(
+        EXECUTOR_COUNT="1", EXECUTOR_MAX_FILE_BYTES="4096", CALL_MAX_LOG_BYTES="2000"
+    )
+    async with serving(worker) as (stub,):
+        assert outputs(await outcome(stub, "t-chatty", "chatty", [["hello"]])) == ["hello"]
+        assert outputs(await outcome(stub, "t-flood", "flood", [[1000]])) == [1000]
+        assert outputs(await outcome(stub, "t-raw", "raw", [["to fd 1"]])) == ["to fd 1"]
+    log = worker.output()
+    tag = r"INFO blockx\.output: task t-chatty call \d+: "
+    assert re.search(tag + "said hello$", log, re.MULTILINE), log
+    assert re.search(tag + "warned hello$", log, re.MULTILINE), log
+    # A printed line never stands as a line of the Worker's own.
+    assert re.search(
+        tag + r"2026-01-01 00:00:00,000 ERROR blockx\.task: a forged line\\x0dX$", log, re.MULTILINE
+    )
+    assert not re.search("^2026-01-01", log, re.MULTILINE)
+    # 1000 lines of 51 bytes: the first 2000 bytes are logged, one note counts the rest.
+    kept = re.findall(r"task t-flood call \d+: line \d{4} x+$", log, re.MULTILINE)
+    assert 35 <= len(kept) <= 40
+    note = re.search(
+        r"WARNING blockx\.output: task t-flood call \d+: (\d+) more bytes of output dropped "
+        r"\(over CALL_MAX_LOG_BYTES, 2000\)",
+        log,
+    )
+    assert note is not None, log
+    assert 1000 * 51 - 2000 <= int(note[1]) < 1000 * 51
+    assert len(re.findall("more bytes of output dropped", log)) == 1
+    # Bytes written to the file descriptor itself come through the pipe.
+    assert re.search(r"(task t-raw call \d+|executor x0\.\d+): to fd 1$", log, re.MULTILINE)

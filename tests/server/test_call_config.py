@@ -32,6 +32,7 @@ def test_defaults(functions_dir: Path) -> None:
     # RLIMIT_AS is on by default (4 GiB): a call cannot take the host's memory.
     assert (p.memory_limit_bytes, p.max_open_files, p.sandbox) == (4 << 30, 256, True)
     assert (p.isolation.user, p.isolation.max_file_bytes) == ("nobody", 1 << 30)
+    assert p.max_log_bytes == 64 * 1024
     assert s.functions_dir == functions_dir
     assert s.functions_poll_interval_ms == 1000
     assert s.memory_seed_file is None
@@ -59,6 +60,7 @@ def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
             "EXECUTOR_SANDBOX": "false",
             "EXECUTOR_USER": "-",
             "EXECUTOR_MAX_FILE_BYTES": "4096",
+            "CALL_MAX_LOG_BYTES": "0",
             "FUNCTIONS_POLL_INTERVAL_MS": "250",
             "IO_MEMORY_SEED_FILE": str(seed),
         }
@@ -76,6 +78,7 @@ def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
     assert (p.heartbeat_interval_ms, d.executor_heartbeat_timeout_ms) == (50, 500)
     assert (p.memory_limit_bytes, p.max_open_files, p.sandbox) == (1_000_000_000, 64, False)
     assert (p.isolation.user, p.isolation.max_file_bytes) == ("", 4096)
+    assert p.max_log_bytes == 0
     assert s.functions_poll_interval_ms == 250
     assert s.memory_seed_file == seed
 
@@ -95,6 +98,8 @@ BAD = [
     ("EXECUTOR_SANDBOX", "maybe", "true or false"),
     ("EXECUTOR_MEMORY_LIMIT_BYTES", "-1", ">= 0"),
     ("EXECUTOR_MAX_FILE_BYTES", "-1", ">= 0"),
+    ("CALL_MAX_LOG_BYTES", "-1", ">= 0"),
+    ("CALL_MAX_LOG_BYTES", "64k", "integer"),
     ("FUNCTIONS_DIR", "/nonexistent/functions", "directory"),
     ("IO_MEMORY_SEED_FILE", "/nonexistent/seed.json", "JSON object file"),
 ]

@@ -175,6 +175,36 @@ async def escapes_unknown_backend():
 
 async def escapes_flaky():
     return await io.flaky.get()
+
+def half(x):
+    return x // 2
+
+async def half_by_sub_call(x):
+    return await call("half", x)
+
+async def read_with_default(x):
+    return await io.memory.get("no-such-key", default=x)
+
+async def sub_call_with_an_object():
+    return await call("half", object())
+
+def hold_gil(cpu_ms):
+    # One regular-expression search holds the GIL (the executor's heartbeat thread
+    # cannot run) for about cpu_ms of CPU: its cost grows with the square of the
+    # text's length, measured first on shorter texts.
+    import re
+    import time
+    pattern = re.compile(r"a*b")
+    n = 1000
+    while True:
+        started = time.thread_time()
+        pattern.search("a" * n)
+        took = time.thread_time() - started
+        if took > 0.01:
+            break
+        n *= 2
+    pattern.search("a" * int(n * (cpu_ms / 1000 / took) ** 0.5))
+    return cpu_ms
 """
 
 
@@ -707,3 +737,104 @@ async def test_executors_are_recycled_after_max_calls_and_no_call_fails(
             2 * i for i in range(10)
         ]
         assert first not in eng.pool.executor_ids()
+
+
+# ---- what travels to and from executors ------------------------------------------------
+
+BIG = 2**200
+
+
+async def test_integers_beyond_64_bits_travel_to_and_from_executors(
+    snapshot: CodeSnapshot,
+) -> None:
+    """The first call after a code change carries 2**200: its module's LoadCode and the
+    call reach the executor, and every later call of that module succeeds there."""
+    async with one_executor(DispatchConfig()) as eng:
+        assert outputs(await run(eng, snapshot, "double", [[1]])) == [2]
+        changed = build_snapshot(2, {"fns": FUNCTIONS + "\n# changed\n"})
+        assert outputs(await run(eng, changed, "double", [[BIG]])) == [2 * BIG]
+        assert outputs(await run(eng, changed, "half", [[8], [-BIG], [2**64]])) == [
+            4,
+            -BIG // 2,
+            2**63,
+        ]
+        # From the executor: a sub-call's arguments and an IO request's.
+        assert outputs(await run(eng, changed, "half_by_sub_call", [[BIG]])) == [BIG // 2]
+        assert outputs(await run(eng, changed, "read_with_default", [[-BIG]])) == [-BIG]
+
+
+async def test_arguments_that_cannot_reach_an_executor_fail_only_their_own_call(
+    snapshot: CodeSnapshot,
+) -> None:
+    async with one_executor(DispatchConfig()) as eng:
+        [pid] = [eng.pool.pid(e) for e in eng.pool.executor_ids()]
+
+        async def go(task_id: str, function: str, calls: list[Any]) -> ConvergeTaskCalls:
+            return await eng.run_calls(task_id, snapshot, scope(eng, task_id), function, calls)
+
+        # All three go out in one flush, with the module's LoadCode.
+        async with asyncio.timeout(30):
+            unsendable, lone_surrogate, fine = await asyncio.gather(
+                go("object", "double", [RootCall([object()])]),
+                go("surrogate", "double", [RootCall(["\udc80"])]),
+                go("fine", "double", [[1], [2]]),
+            )
+        assert outputs(fine) == [2, 4]
+        for failed in (unsendable, lone_surrogate):
+            call = failed.failed_call
+            assert call is not None
+            assert call.kind is CallFailureKind.BAD_ARGUMENTS
+            assert (call.attempts, call.retryable) == (1, False)
+            assert "cannot be sent to an executor" in call.message
+        # From the executor: a sub-call of an object fails that call alone.
+        sub = await run(eng, snapshot, "sub_call_with_an_object", [[]])
+        assert sub.failed_call is not None
+        assert sub.failed_call.kind is CallFailureKind.BAD_ARGUMENTS
+        assert "call('half', <object object at" in sub.failed_call.message
+        assert outputs(await run(eng, snapshot, "half", [[4]])) == [2]
+        assert [eng.pool.pid(e) for e in eng.pool.executor_ids()] == [pid]
+
+
+# ---- budgets are judged by the CPU the kernel reports ----------------------------------
+
+
+async def test_a_call_holding_the_gil_is_judged_by_its_cpu_not_by_missed_heartbeats(
+    snapshot: CodeSnapshot,
+) -> None:
+    """hold_gil starves the executor's heartbeat thread for its whole run. Within its
+    budget it is not killed; over it, it fails BUDGET_EXCEEDED once; a neighbour on the
+    same executor is never charged (one attempt only: a charged one would fail)."""
+    dispatch = DispatchConfig(
+        call_deadline_ms=30_000,
+        call_wall_limit_ms=120_000,
+        executor_heartbeat_timeout_ms=500,
+        retry=CallRetryPolicy(max_attempts=1),
+    )
+    async with one_executor(dispatch) as eng:
+        [before] = eng.pool.executor_ids()
+
+        async def go(
+            task_id: str, function: str, arg: int, budget_ms: int | None = None
+        ) -> ConvergeTaskCalls:
+            io = scope(eng, task_id)
+            return await eng.run_calls(
+                task_id, snapshot, io, function, [[arg]], budget_ms=budget_ms
+            )
+
+        async with asyncio.timeout(60):
+            within, neighbour = await asyncio.gather(
+                go("within", "hold_gil", 1_500), go("neighbour", "double", 1)
+            )
+        assert outputs(within) == [1_500]
+        assert outputs(neighbour) == [2]
+        assert eng.pool.executor_ids() == [before]
+
+        async with asyncio.timeout(60):
+            over, neighbour = await asyncio.gather(
+                go("over", "hold_gil", 600_000, budget_ms=1_000), go("neighbour-2", "double", 2)
+            )
+        failed = over.failed_call
+        assert failed is not None
+        assert (failed.kind, failed.attempts) == (CallFailureKind.BUDGET_EXCEEDED, 1)
+        assert "budget of 1000 ms" in failed.message
+        assert outputs(neighbour) == [4]

@@ -80,10 +80,11 @@ async def traced() -> AsyncIterator[tuple[CallEngine, Traced]]:
     )
     await engine.start()
     send = engine.pool.send
+    frames: wire.FrameDecoder[wire.ToExecutor] = wire.FrameDecoder(wire.ToExecutor)
 
-    def recording(executor_id: str, messages: list[Any]) -> bool:
-        seen.sent += [m for m in messages if isinstance(m, wire.ExecuteCalls)]
-        return send(executor_id, messages)
+    def recording(executor_id: str, frame: bytes) -> bool:
+        seen.sent += [m for m in frames.feed(frame) if isinstance(m, wire.ExecuteCalls)]
+        return send(executor_id, frame)
 
     engine.pool.send = recording  # type: ignore[method-assign]
     try:

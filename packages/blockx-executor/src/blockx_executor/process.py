@@ -16,7 +16,8 @@ import socket
 import sys
 import tempfile
 
-from blockx_executor import confine
+from blockx_executor import capture, confine
+from blockx_executor.capture import CallOutputs
 from blockx_executor.confine import ConfinementError
 from blockx_executor.integrity import ExecutorCodeChanged, IntegrityCheck
 from blockx_executor.runner import Runner
@@ -37,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--socket", required=True, help="the Worker's Unix socket")
     parser.add_argument("--executor-id", required=True)
     parser.add_argument("--heartbeat-interval-ms", type=int, default=200)
+    parser.add_argument(
+        "--max-log-bytes", type=int, default=64 * 1024, help="what one call may print"
+    )
     parser.add_argument("--memory-limit-bytes", type=int, default=0)
     parser.add_argument("--max-open-files", type=int, default=256)
     parser.add_argument("--max-file-bytes", type=int, default=0, help="RLIMIT_FSIZE, 0 = none")
@@ -113,9 +117,11 @@ def main(argv: list[str] | None = None) -> None:
     except ConfinementError as exc:
         print(f"blockx_executor: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    outputs = CallOutputs(args.max_log_bytes)
+    capture.install(outputs)
     if not args.no_sandbox:
         install_sandbox()
-    runner = Runner(sock, args.executor_id, args.heartbeat_interval_ms / 1000)
+    runner = Runner(sock, args.executor_id, args.heartbeat_interval_ms / 1000, outputs)
     # Taken after start-up, before any user code: what the executor's code must stay.
     runner.integrity = IntegrityCheck.of(runner)
     # Batches of call arguments and results live through a frame: at the default

@@ -6,6 +6,13 @@ message that is ready into one frame, and batches of calls travel as columns
 (``ExecuteCalls``, ``CallsCompleted``), because per-call overhead decides
 throughput. Errors travel inside messages, never as a dropped connection.
 
+msgpack's integers stop at 64 bits; a larger one travels as the extension type
+``BIG_INT_EXT`` and is an ``int`` again on the other side, so arguments of any
+size reach a function. A message that still cannot be encoded (an object
+msgpack has no type for, a string with a lone surrogate) is left out of its
+frame alone (``FrameEncoder.encode_sendable``): the sender fails that call, and
+the rest of the frame goes out.
+
 Worker -> Executor: LoadCode, ExecuteCalls, ResumeCall, CancelCalls.
 Executor -> Worker: Hello (first), ExecutorHeartbeat (periodic), CallsCompleted,
 CallFailed, CallOutput (debug calls only), CallTraced (traced calls only),
@@ -17,7 +24,7 @@ from __future__ import annotations
 
 import enum
 import struct
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, NamedTuple, TypeVar
 
 import msgspec
 
@@ -38,6 +45,8 @@ class FailureKind(enum.StrEnum):
     # An IoError escaped the function (retried when CALL_RETRY_ON lists it and the
     # IoError was retryable).
     IO_ERROR = "IO_ERROR"
+    # A sub-call's or an IO request's arguments cannot be sent to the Worker.
+    BAD_ARGUMENTS = "BAD_ARGUMENTS"
 
 
 class CallContext(msgspec.Struct, frozen=True, array_like=True):
@@ -176,10 +185,13 @@ class CallTraced(msgspec.Struct, frozen=True, array_like=True, tag="span"):
 
 
 class CallOutput(msgspec.Struct, frozen=True, array_like=True, tag="out"):
-    """What a debug call printed or logged; sent before its completion or failure."""
+    """What a call printed (and, for a debug call, logged) in one run, sent before its
+    suspension, completion or failure. ``dropped`` (on the last one of the call) is
+    how many bytes of its output went over the executor's bound and were not sent."""
 
     call_id: int
     text: str
+    dropped: int = 0
 
 
 class IoRequested(msgspec.Struct, frozen=True, array_like=True, tag="io"):
@@ -218,13 +230,142 @@ class ProtocolError(Exception):
     """The peer sent something that is not a frame of this protocol."""
 
 
+# msgpack's integer range; an int outside it travels as BIG_INT_EXT: its
+# two's-complement bytes, big-endian.
+BIG_INT_EXT: Final = 1
+_MIN_INT: Final = -(2**63)
+_MAX_INT: Final = 2**64 - 1
+# What msgspec raises for a value it cannot encode.
+_UNENCODABLE: Final = (TypeError, ValueError, OverflowError, RecursionError)
+# Messages whose only unencodable part can be text for people (a message, an
+# error, printed output): sent with the text made encodable rather than dropped.
+_TEXT_FIELDS: Final[dict[type[Any], tuple[str, ...]]] = {
+    ResumeCall: ("error_kind", "error"),
+    CallFailed: ("kind", "message"),
+    CallOutput: ("text",),
+    CallTraced: ("parent", "failure_kind"),
+}
+
+
+def portable(value: Any) -> Any:
+    """``value`` with every int beyond msgpack's 64 bits as a ``BIG_INT_EXT``, in
+    lists, tuples, dicts and messages at any depth (the rest is left as it is)."""
+    if isinstance(value, int):
+        if _MIN_INT <= value <= _MAX_INT or isinstance(value, bool):
+            return value
+        size = (value.bit_length() + 8) // 8  # room for the sign bit
+        return msgspec.msgpack.Ext(BIG_INT_EXT, value.to_bytes(size, "big", signed=True))
+    if isinstance(value, list | tuple):
+        return [portable(v) for v in value]
+    if isinstance(value, dict):
+        return {portable(k): portable(v) for k, v in value.items()}
+    if isinstance(value, msgspec.Struct):
+        fields = value.__struct_fields__
+        return msgspec.structs.replace(value, **{f: portable(getattr(value, f)) for f in fields})
+    return value
+
+
+def _ext_hook(code: int, data: memoryview) -> Any:
+    if code == BIG_INT_EXT:
+        return int.from_bytes(data, "big", signed=True)
+    return msgspec.msgpack.Ext(code, bytes(data))
+
+
+def printable(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates) escaped."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+class Unsendable(NamedTuple):
+    """A message left out of its frame because it cannot be encoded, and why. For a
+    batch of calls, the calls left out (an ``ExecuteCalls`` of those only)."""
+
+    message: Any
+    reason: str
+
+
 class FrameEncoder:
     def __init__(self) -> None:
         self._encoder = msgspec.msgpack.Encoder()
 
     def encode(self, messages: list[Any]) -> bytes:
-        payload = self._encoder.encode(messages)
+        """One frame of ``messages``; raises TypeError, ValueError or RecursionError
+        when one of them cannot be encoded."""
+        try:
+            payload = self._encoder.encode(messages)
+        except OverflowError:  # an int beyond 64 bits: the rare case pays for the walk
+            payload = self._encoder.encode(portable(messages))
         return _HEADER.pack(len(payload)) + payload
+
+    def encode_sendable(self, messages: list[Any]) -> tuple[bytes, list[Unsendable]]:
+        """One frame of the messages that can be encoded (b"" when none can), and
+        the ones that cannot. A batch of calls loses only its calls that cannot be
+        encoded; a message for people has its text escaped instead."""
+        try:
+            return self.encode(messages), []
+        except _UNENCODABLE:
+            pass
+        sendable: list[Any] = []
+        unsendable: list[Unsendable] = []
+        for message in messages:
+            reason = self._problem(message)
+            if reason is None:
+                sendable.append(message)
+            elif isinstance(message, ExecuteCalls):
+                kept, left_out = self._split(message)
+                if kept is not None:
+                    sendable.append(kept)
+                unsendable += left_out
+            elif type(message) in _TEXT_FIELDS:
+                texts = {f: printable(getattr(message, f)) for f in _TEXT_FIELDS[type(message)]}
+                escaped = msgspec.structs.replace(message, **texts)
+                if self._problem(escaped) is None:
+                    sendable.append(escaped)
+                else:
+                    unsendable.append(Unsendable(message, reason))
+            else:
+                unsendable.append(Unsendable(message, reason))
+        return (self.encode(sendable) if sendable else b""), unsendable
+
+    def _problem(self, value: Any) -> str | None:
+        """None when ``value`` can be encoded, else what msgspec said."""
+        try:
+            self._encoder.encode(portable(value))
+        except _UNENCODABLE as exc:
+            return str(exc) or type(exc).__name__
+        return None
+
+    def _split(self, batch: ExecuteCalls) -> tuple[ExecuteCalls | None, list[Unsendable]]:
+        """The calls of ``batch`` that can be encoded (None: none), and one
+        ``Unsendable`` per call that cannot."""
+        n = len(batch.call_ids)
+        columns = (batch.args, batch.kwargs, batch.contexts, batch.traces)
+        kept: list[int] = []
+        left_out: list[Unsendable] = []
+        for i in range(n):
+            row = [None if column is None else column[i] for column in columns]
+            reason = self._problem(row)
+            if reason is None:
+                kept.append(i)
+            else:
+                left_out.append(Unsendable(_rows(batch, [i]), reason))
+        return (_rows(batch, kept) if kept else None), left_out
+
+
+def _rows(batch: ExecuteCalls, rows: list[int]) -> ExecuteCalls:
+    """The calls at ``rows`` of ``batch`` as a batch of their own."""
+
+    def pick(column: list[Any] | None) -> Any:
+        return None if column is None else [column[i] for i in rows]
+
+    return msgspec.structs.replace(
+        batch,
+        call_ids=pick(batch.call_ids),
+        args=pick(batch.args),
+        kwargs=pick(batch.kwargs),
+        contexts=pick(batch.contexts),
+        traces=pick(batch.traces),
+    )
 
 
 M = TypeVar("M")
@@ -235,7 +376,7 @@ class FrameDecoder(Generic[M]):
 
     def __init__(self, message_type: Any) -> None:
         self._decoder: msgspec.msgpack.Decoder[list[M]] = msgspec.msgpack.Decoder(
-            list[message_type]
+            list[message_type], ext_hook=_ext_hook
         )
         self._buffer = bytearray()
 

@@ -10,6 +10,8 @@ says Hello, and then serves frames until the connection closes:
   suspended (an ``IoRequested`` / ``SubCallRequested`` goes out) and the next call
   runs. ``ResumeCall`` continues it; ``CancelCalls`` closes it.
 * Results leave as JSON texts, batched into one ``CallsCompleted`` per frame.
+* What a call prints goes with its suspension or outcome as ``CallOutput``
+  (``capture.py``), bounded per call.
 * A call the Worker traces (its entry in ``ExecuteCalls.traces``) is timed from
   its first entry to its outcome, and a ``CallTraced`` goes out with the outcome
   (``traced_calls.py``).
@@ -20,14 +22,13 @@ which is cheaper than asyncio and makes "only BlockX awaitables" enforceable.
 Budget: each call may use ``budget_us`` of CPU (this thread's CPU clock, so
 queueing and other processes do not count) plus IO backend time (reported by
 the Worker in ``ResumeCall``). A call that ends over budget fails. A call that
-never ends is seen by the Worker through the heartbeat thread (which reads this
-thread's CPU clock) and the Worker kills the process.
+never ends is stopped by the Worker, which reads this thread's CPU from the kernel
+and kills the process; the heartbeat thread only says which call runs.
 """
 
 from __future__ import annotations
 
 import contextvars
-import io
 import os
 import socket
 import threading
@@ -46,7 +47,7 @@ from blockx_executor.api import (
     SubCallRequest,
     _current_call,
 )
-from blockx_executor.capture import capturing
+from blockx_executor.capture import CallOutputs, debug_logging
 from blockx_executor.code import CodeCache, Function, Unavailable, describe
 from blockx_executor.heartbeat import heartbeat_loop
 from blockx_executor.integrity import IntegrityCheck, fail_and_stop
@@ -54,7 +55,6 @@ from blockx_executor.no_event_loop import NO_EVENT_LOOP
 from blockx_executor.protocol import (
     CallContext,
     CallFailed,
-    CallOutput,
     CallsCompleted,
     CancelCalls,
     ExecuteCalls,
@@ -67,6 +67,7 @@ from blockx_executor.protocol import (
     ResumeCall,
     SubCallRequested,
     ToExecutor,
+    printable,
 )
 from blockx_executor.results import json_problem
 from blockx_executor.suspended import NOT_AWAITABLE, SuspendedCall, close_quietly
@@ -83,7 +84,13 @@ _perf_counter_ns = time.perf_counter_ns
 class Runner:
     """Serves one Worker connection. Single-threaded except for the heartbeat thread."""
 
-    def __init__(self, sock: socket.socket, executor_id: str, heartbeat_interval_s: float) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        executor_id: str,
+        heartbeat_interval_s: float,
+        outputs: CallOutputs | None = None,
+    ) -> None:
         self._sock = sock
         self._executor_id = executor_id
         self._heartbeat_interval_s = heartbeat_interval_s
@@ -94,8 +101,10 @@ class Runner:
         self._json_decode = msgspec.json.Decoder().decode
         self._code = CodeCache()
         self._suspended: dict[int, SuspendedCall] = {}
-        # Debug calls: what they print or log, per call, until they end.
-        self._captures: dict[int, io.StringIO] = {}
+        # What calls print (this process's sys.stdout and sys.stderr write into it).
+        self._outputs = outputs or CallOutputs(0)
+        # Debug calls (their logging is part of their output) that have not ended.
+        self._debug: set[int] = set()
         # Traced calls (ExecuteCalls.traces) that have not ended yet.
         self._spans: OpenSpans = {}
         # Outgoing, flushed as one frame: completions as columns, the rest as messages.
@@ -154,7 +163,8 @@ class Runner:
                     suspended = self._suspended.pop(call_id, None)
                     if suspended is not None:
                         close_quietly(suspended)
-                    self._captures.pop(call_id, None)
+                    self._outputs.forget(call_id)
+                    self._debug.discard(call_id)
                     self._spans.pop(call_id, None)
             case _:
                 assert_never(message)
@@ -190,8 +200,9 @@ class Runner:
             if traced is not None and call_id in traced:
                 open_span(self._spans, call_id, traced[call_id])
             if batch.debug:
-                self._captures[call_id] = io.StringIO()
-                with capturing(self._captures.get(call_id)):
+                self._debug.add(call_id)
+                self._outputs.debug(call_id)
+                with debug_logging():
                     self._start(entry, call_id, args, kwargs or None, budget_ns, info)
             else:
                 self._start(entry, call_id, args, kwargs or None, budget_ns, info)
@@ -215,10 +226,12 @@ class Runner:
         else:
             self._run_sync(call_id, entry.fn, args, kwargs, budget_ns, info)
 
-    def _emit_output(self, call_id: int) -> None:
-        buffer = self._captures.pop(call_id, None)
-        if buffer is not None:
-            self._out.append(CallOutput(call_id, buffer.getvalue()))
+    def _emit_output(self, call_id: int, *, ended: bool) -> None:
+        output = self._outputs.take(call_id, ended=ended)
+        if output is not None:
+            self._out.append(output)
+        if ended and self._debug:
+            self._debug.discard(call_id)
 
     def _run_sync(
         self,
@@ -232,15 +245,19 @@ class Runner:
         token = _current_call.set(info)
         started = _thread_time_ns()
         self._running = (call_id, started, 0)
+        outputs = self._outputs
+        outputs.current = call_id
         try:
             value = fn(*args) if kwargs is None else fn(*args, **kwargs)
         except BaseException as exc:
             self._running = None
+            outputs.current = 0
             _current_call.reset(token)
             self._fail(call_id, FailureKind.USER_ERROR, describe(exc), _thread_time_ns() - started)
             return
         cpu_ns = _thread_time_ns() - started
         self._running = None
+        outputs.current = 0
         _current_call.reset(token)
         if type(value) is types.CoroutineType:
             # A plain def that returned a coroutine: drive it like an async def.
@@ -273,6 +290,8 @@ class Runner:
         """Run a coroutine until it suspends on a BlockX awaitable or finishes."""
         started = _thread_time_ns()
         self._running = (call.call_id, started, call.consumed_ns)
+        outputs = self._outputs
+        outputs.current = call.call_id
         send = call.coro.send
         run = call.ctx.run
         try:
@@ -284,11 +303,13 @@ class Runner:
                     value, error = None, TypeError(NOT_AWAITABLE.format(request))
         except StopIteration as stop:
             self._running = None
+            outputs.current = 0
             cpu_ns = call.consumed_ns - call.io_ns + (_thread_time_ns() - started)
             self._complete(call.call_id, stop.value, cpu_ns, call.io_ns, call.budget_ns)
             return
         except BaseException as exc:
             self._running = None
+            outputs.current = 0
             cpu_ns = call.consumed_ns - call.io_ns + (_thread_time_ns() - started)
             if isinstance(exc, IoError):
                 # The Worker must not retry, nor report retryable, a read that fails
@@ -305,11 +326,14 @@ class Runner:
                 self._fail(call.call_id, FailureKind.USER_ERROR, describe(exc), cpu_ns, call.io_ns)
             return
         self._running = None
+        outputs.current = 0
         call.consumed_ns += _thread_time_ns() - started
         if call.consumed_ns > call.budget_ns:
             close_quietly(call)
             self._fail_budget(call.call_id, call.consumed_ns, call.budget_ns, call.io_ns)
             return
+        if outputs.pending:
+            self._emit_output(call.call_id, ended=False)
         self._suspended[call.call_id] = call
         if isinstance(request, IoRequest):
             call.waiting_io = True
@@ -345,15 +369,15 @@ class Runner:
         else:
             error_type = IoError if call.waiting_io else CallError
             error = error_type(message.error_kind, message.error, retryable=message.retryable)
-        if self._captures:
-            with capturing(self._captures.get(call.call_id)):
+        if call.call_id in self._debug:
+            with debug_logging():
                 self._step(call, value, error)
         else:
             self._step(call, value, error)
 
     def _complete(self, call_id: int, value: Any, cpu_ns: int, io_ns: int, budget_ns: int) -> None:
-        if self._captures:
-            self._emit_output(call_id)
+        if self._outputs.pending:
+            self._emit_output(call_id, ended=True)
         if cpu_ns + io_ns > budget_ns:
             self._fail_budget(call_id, cpu_ns + io_ns, budget_ns, io_ns)
             return
@@ -388,8 +412,8 @@ class Runner:
         *,
         retryable: bool = True,
     ) -> None:
-        if self._captures:
-            self._emit_output(call_id)
+        if self._outputs.pending:
+            self._emit_output(call_id, ended=True)
         self._out.append(
             CallFailed(call_id, kind, message, cpu_ns // 1000, io_ns // 1000, retryable)
         )
@@ -429,6 +453,37 @@ class Runner:
         self._last_flush_ns = _perf_counter_ns()
 
     def _send(self, messages: list[Any]) -> None:
-        frame = self._encoder.encode(messages)
-        with self._send_lock:
-            self._sock.sendall(frame)
+        frame, unsendable = self._encoder.encode_sendable(messages)
+        if frame:
+            with self._send_lock:
+                self._sock.sendall(frame)
+        if unsendable:
+            # What cannot be encoded fails its own call: the rest of the frame went.
+            for message, reason in unsendable:
+                self._cannot_send(message, reason)
+            out, self._out = self._out, []
+            if out:
+                self._send(out)
+
+    def _cannot_send(self, message: Any, reason: str) -> None:
+        """``message`` could not be encoded: a suspended call whose request it was
+        fails (its arguments would fail the same way every time); anything else
+        (a span) is dropped."""
+        if not isinstance(message, IoRequested | SubCallRequested):
+            return
+        call = self._suspended.pop(message.call_id, None)
+        if call is None:
+            return
+        close_quietly(call)
+        if isinstance(message, IoRequested):
+            request = repr(IoRequest(message.backend, message.op, message.args, message.kwargs))
+        else:
+            request = repr(SubCallRequest(message.function, message.args, message.kwargs))
+        self._fail(
+            message.call_id,
+            FailureKind.BAD_ARGUMENTS,
+            f"{printable(request)}: its arguments cannot be sent to the Worker: {reason}",
+            call.consumed_ns - call.io_ns,
+            call.io_ns,
+            retryable=False,
+        )

@@ -44,6 +44,9 @@ class CallBook:
         self._next_call_id = 1
         self._unassigned: list[Call] = []  # waiting for an executor to come up
         self._retries: list[tuple[int, int]] = []  # (due_ms, call_id), lazily invalidated
+        # Calls of ended executors that did nothing wrong, sent again uncharged once
+        # the event that ended them is through (``_send_restarts``).
+        self._restarts: list[Call] = []
 
     def _new_call(
         self,
@@ -133,11 +136,13 @@ class CallBook:
             # never overfills one (the common case is one chunk of everything).
             room = min(max_calls - ex.started for ex in accepting.values())
             chunk, calls = calls[:room], calls[room:]
+            # Sub-calls (rare next to root calls) are queued with their parent.
+            parents = {c.call_id: c.parent for c in chunk if c.parent}
             for send in place(chunk, accepting, self._config.max_batch_calls):
                 ex = accepting[send.executor_id]
                 ex.started += len(send.call_ids)
                 for call_id in send.call_ids:
-                    hold(ex, call_id, now_ms)
+                    hold(ex, call_id, now_ms, parents.get(call_id, 0) if parents else 0)
                 out.append(send)
             for ex in [e for e in accepting.values() if e.started >= max_calls]:
                 self._retire(ex, f"it has run {ex.started} calls (EXECUTOR_MAX_CALLS)")
@@ -229,7 +234,7 @@ class CallBook:
             parent.children.remove(child.call_id)
         ex = self._executors.get(parent.executor_id)
         if ex is not None:
-            hold(ex, parent.call_id, now_ms)
+            hold(ex, parent.call_id, now_ms, parent.parent)
         out.append(
             ResumeWithResult(
                 executor_id=parent.executor_id,
@@ -307,21 +312,60 @@ class CallBook:
         now_ms: int,
         out: list[DispatchCommand],
     ) -> None:
-        """Every call the executor held fails this attempt (the culprit for good)."""
+        """Every call the executor held ends this attempt. The call responsible and
+        the calls there awaiting it are charged (the culprit fails for good, the
+        others as EXECUTOR_LOST); the rest are sent again at once, uncharged."""
         lost = [self._calls[c] for c in sorted(ex.calls) if c in self._calls]
+        charged = self._responsible(ex, over_budget)
         ex.calls.clear()
         for call in lost:
             call.executor_id = None
-        if over_budget is not None and over_budget in lost:
-            lost.remove(over_budget)
-            self._attempt_failed(
-                over_budget,
-                CallFailureKind.BUDGET_EXCEEDED,
-                f"the call used {used_us // 1000} ms of CPU and IO time, over its budget of "
-                f"{over_budget.task.budget_ms} ms; its executor was killed",
-                now_ms,
-                out,
-            )
+        uncharged: list[Call] = []
         for call in lost:
-            if call.call_id in self._calls and call.task.task_id in self._tasks:
+            if call.call_id not in self._calls or call.task.task_id not in self._tasks:
+                continue  # gone with a parent's attempt, or its task failed meanwhile
+            if call is over_budget:
+                self._attempt_failed(
+                    call,
+                    CallFailureKind.BUDGET_EXCEEDED,
+                    f"the call used {used_us // 1000} ms of CPU and IO time, over its budget "
+                    f"of {call.task.budget_ms} ms; its executor was killed",
+                    now_ms,
+                    out,
+                )
+            elif call.call_id in charged:
                 self._attempt_failed(call, CallFailureKind.EXECUTOR_LOST, reason, now_ms, out)
+            else:
+                uncharged.append(call)
+        for call in uncharged:
+            if call.call_id in self._calls:
+                self._cancel_children(call, out, now_ms)  # it starts again from the top
+                call.cpu_ns = call.io_us = call.held_ms = 0
+                self._restarts.append(call)
+
+    def _send_restarts(self, out: list[DispatchCommand], now_ms: int) -> None:
+        """Send the uncharged calls of ended executors again (those still wanted),
+        after every executor the event ended is gone: none goes to one of them, and
+        none is sent and cancelled in the same step."""
+        calls, self._restarts = self._restarts, []
+        calls = [c for c in calls if c.call_id in self._calls and c.task.task_id in self._tasks]
+        if calls:
+            self._send(calls, out, now_ms)
+
+    def _responsible(self, ex: Executor, over_budget: Call | None) -> set[int]:
+        """The calls an executor's end is charged to: the call over its budget, else
+        the call holding the executor (for one no longer held there, the call that
+        made it), with the calls on ``ex`` that await it, transitively."""
+        if over_budget is not None:
+            call_id = over_budget.call_id
+        elif ex.queue:
+            head = ex.queue[0]
+            call_id = head if head in ex.calls else ex.queued[head]
+        else:
+            return set()
+        charged: set[int] = set()
+        while call_id in ex.calls:
+            charged.add(call_id)
+            call = self._calls.get(call_id)
+            call_id = 0 if call is None else call.parent
+        return charged

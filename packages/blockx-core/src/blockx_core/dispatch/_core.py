@@ -32,12 +32,15 @@ Rules:
   attempts remain and the attempt did not say a retry cannot succeed; a result
   from an attempt the core no longer expects (its executor was declared lost, the
   task ended) is ignored, so no call is reported twice.
-* An executor whose running call is over budget, or that stopped heartbeating, is
-  killed; the over-budget call fails BUDGET_EXCEEDED, the others on it are retried
-  as EXECUTOR_LOST. What a call uses is measured by the Worker, not reported by the
-  executor (``Watchdog``, ``_watchdog.py``): a call over ``call_wall_limit_ms`` of
-  holding its executor fails BUDGET_EXCEEDED and is cancelled, and a cancelled call
-  still holding its executor ``cancel_grace_ms`` later gets it killed.
+* An executor whose running call is over its CPU + IO budget is killed and the
+  call fails BUDGET_EXCEEDED; one that shows no sign of life (no heartbeat, and
+  its call thread's CPU clock does not move) for ``executor_heartbeat_timeout_ms``
+  is killed too, the call it held charged EXECUTOR_LOST. The other calls on an
+  executor that ended are sent again without an attempt counted. What a call uses
+  is measured by the Worker, not reported by the executor (``Watchdog``,
+  ``_watchdog.py``): a call over ``call_wall_limit_ms`` of holding its executor
+  fails BUDGET_EXCEEDED and is cancelled, and a cancelled call still holding its
+  executor ``cancel_grace_ms`` later gets it killed.
 * An executor that ran ``executor_max_calls`` calls, or whose resident memory is
   over ``executor_max_rss_bytes`` between calls, is retired: it gets no new calls,
   and once it holds none the core asks for it to be replaced (``RetireExecutor``).
@@ -127,6 +130,12 @@ class DispatcherCore(Watchdog):
         """The task's measured cost; the same object fills up until the task ends."""
         return self._tasks[task_id].usage
 
+    def holding_call(self, executor_id: str) -> int:
+        """The call holding the executor now, as its messages tell (0: none); it may
+        be one the core has let go that has not stopped yet."""
+        ex = self._executors.get(executor_id)
+        return ex.queue[0] if ex is not None and ex.queue else 0
+
     def executor_retiring(self, executor_id: str) -> bool:
         return executor_id in self._retiring
 
@@ -140,7 +149,10 @@ class DispatcherCore(Watchdog):
         out: list[DispatchCommand] = []
         if self._unassigned:
             waiting, self._unassigned = self._unassigned, []
-            self._send(waiting, out, now_ms)
+            # A sub-call's parent may have ended its attempt meanwhile.
+            waiting = [c for c in waiting if c.call_id in self._calls]
+            if waiting:
+                self._send(waiting, out, now_ms)
         return out
 
     def executor_heartbeat(
@@ -149,7 +161,7 @@ class DispatcherCore(Watchdog):
         ex = self._executors.get(executor_id)
         if ex is None:
             return []
-        ex.last_heartbeat_ms = now_ms
+        ex.alive_ms = now_ms
         ex.running_call = running_call
         ex.running_us = running_us
         out: list[DispatchCommand] = []
@@ -157,17 +169,8 @@ class DispatcherCore(Watchdog):
             # The Worker measures this executor's CPU (``executor_sample``): the
             # figures it reports about itself only say which call it is on.
             self._advance(ex, running_call, now_ms)
-            return out
-        if not running_call:
-            return out
-        call = self._calls.get(running_call)
-        if call is not None and call.executor_id == executor_id:
-            if running_us > call.task.budget_ms * 1000:
-                self._kill(ex, call, running_us, "a call exceeded its budget", now_ms, out)
-        elif running_us > self._budget_us:
-            # A call the core already let go (its task was cancelled or timed out) is
-            # still on the CPU past any budget: only killing its executor stops it.
-            self._kill(ex, None, running_us, "a cancelled call kept running", now_ms, out)
+        elif self._check_budget(ex, now_ms, out):
+            self._send_restarts(out, now_ms)
         return out
 
     def executor_lost(self, executor_id: str, reason: str, now_ms: int) -> list[DispatchCommand]:
@@ -180,6 +183,7 @@ class DispatcherCore(Watchdog):
             self._reschedule_lost(
                 ex, None, 0, f"executor {executor_id} lost: {reason}", now_ms, out
             )
+            self._send_restarts(out, now_ms)
         return out
 
     # ---- tasks -------------------------------------------------------------------------
@@ -373,18 +377,22 @@ class DispatcherCore(Watchdog):
     # ---- time ---------------------------------------------------------------------------
 
     def tick(self, now_ms: int) -> list[DispatchCommand]:
+        """Time passed. The adapter samples each executor's CPU (``executor_sample``)
+        just before, so an executor whose heartbeats a call starves (one holding the
+        GIL) is seen working."""
         out: list[DispatchCommand] = []
-        self._check_holds(now_ms, out)
         timeout = self._config.executor_heartbeat_timeout_ms
-        for ex in [e for e in self._executors.values() if now_ms - e.last_heartbeat_ms > timeout]:
-            silent_ms = now_ms - ex.last_heartbeat_ms
-            blamed = self._calls.get(ex.running_call) if ex.running_call else None
-            used_us = ex.running_us + silent_ms * 1000
-            if blamed is not None and (
-                blamed.executor_id != ex.executor_id or used_us <= blamed.task.budget_ms * 1000
-            ):
-                blamed = None
-            self._kill(ex, blamed, used_us, f"no heartbeat for {silent_ms} ms", now_ms, out)
+        quiet = [e for e in self._executors.values() if now_ms - e.alive_ms > timeout]
+        for ex in quiet:  # none of them is sent a call again in this tick
+            self._accepting.pop(ex.executor_id, None)
+        self._check_holds(now_ms, out)
+        for ex in quiet:
+            if ex.executor_id not in self._executors or self._check_budget(ex, now_ms, out):
+                continue
+            silent = "no heartbeat and no CPU progress" if ex.measured else "no heartbeat"
+            reason = f"{silent} for {now_ms - ex.alive_ms} ms"
+            self._kill(ex, None, 0, reason, now_ms, out)
+        self._send_restarts(out, now_ms)
         ready: list[Call] = []
         retries = self._retries
         while retries and retries[0][0] <= now_ms:
@@ -400,16 +408,20 @@ class DispatcherCore(Watchdog):
         return out
 
     def next_deadline_ms(self) -> int | None:
-        """When ``tick`` next has work: a retry falls due, a heartbeat times out, a
-        call reaches its wall limit or a cancelled one its grace."""
+        """When ``tick`` next has work: a retry falls due, an executor's sign of life
+        is overdue, a call reaches its wall limit or a cancelled one its grace, or a
+        running call could have reached its budget (sample its CPU then)."""
         deadlines = []
         timeout = self._config.executor_heartbeat_timeout_ms + 1
         for ex in self._executors.values():
-            deadlines.append(ex.last_heartbeat_ms + timeout)
+            deadlines.append(ex.alive_ms + timeout)
             if ex.queue:
                 held = self._hold_deadline(ex)
                 if held is not None:
                     deadlines.append(held)
+                budget = self._budget_deadline(ex)
+                if budget is not None:
+                    deadlines.append(budget)
         if self._retries:
             deadlines.append(self._retries[0][0])
         return min(deadlines) if deadlines else None

@@ -30,6 +30,9 @@ class CallFailureKind(enum.StrEnum):
     IO_ERROR = "IO_ERROR"
     # The function attempted a write; writes go through a Writer Plugin.
     WRITE_FORBIDDEN = "WRITE_FORBIDDEN"
+    # The call's arguments (or a sub-call's, an IO request's) cannot be sent between
+    # the Worker and an executor: an object with no msgpack type, a lone surrogate.
+    BAD_ARGUMENTS = "BAD_ARGUMENTS"
 
 
 # Whether calling again may help, per failure kind (a Sync Invoker answer's
@@ -41,6 +44,7 @@ RETRYABLE: Final[Mapping[CallFailureKind, bool]] = {
     CallFailureKind.BAD_RESULT: False,
     CallFailureKind.BUDGET_EXCEEDED: False,
     CallFailureKind.WRITE_FORBIDDEN: False,
+    CallFailureKind.BAD_ARGUMENTS: False,
     # The executor process died (memory limit, a kill): a new attempt gets a fresh one.
     CallFailureKind.EXECUTOR_LOST: True,
     # A read the function did not handle failed; backends fail transiently. An IO
@@ -73,8 +77,15 @@ def failure_text(call: Call, kind: CallFailureKind, message: str) -> str:
 
 
 def _short_args(args: list[Any], kwargs: dict[str, Any] | None, limit: int = 120) -> str:
-    parts = [repr(a) for a in args]
+    parts = [_short_repr(a) for a in args]
     if kwargs:
-        parts += [f"{k}={v!r}" for k, v in kwargs.items()]
+        parts += [f"{k}={_short_repr(v)}" for k, v in kwargs.items()]
     text = ", ".join(parts)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _short_repr(value: Any) -> str:
+    try:
+        return repr(value)
+    except ValueError:  # an int past Python's digit limit for str()
+        return f"<{type(value).__name__}>"

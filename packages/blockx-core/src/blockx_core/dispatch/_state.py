@@ -192,17 +192,20 @@ class Executor:
     and not yet answered by a frame of that call (the executor runs its messages in
     the order they arrive, so frames come back in this order). ``queue[0]`` holds
     the executor since ``head_since_ms``, when the executor's call-thread CPU clock
-    read ``head_cpu_ns``. A queue entry whose call the core let go is an orphan:
-    ``orphaned`` says since when.
+    read ``head_cpu_ns``. ``queued`` maps each entry to the call it is a sub-call of
+    (0: a root call). A queue entry whose call the core let go is an orphan:
+    ``orphaned`` says since when. ``alive_ms`` is the last sign of life: a
+    heartbeat, or a sample of its call thread's CPU clock that had moved (a call
+    holding the GIL starves the heartbeat thread, not the CPU).
     """
 
     __slots__ = (
+        "alive_ms",
         "calls",
         "cpu_ns",
         "executor_id",
         "head_cpu_ns",
         "head_since_ms",
-        "last_heartbeat_ms",
         "measured",
         "orphaned",
         "queue",
@@ -211,22 +214,24 @@ class Executor:
         "rss_bytes",
         "running_call",
         "running_us",
+        "sampled_ms",
         "started",
     )
 
     def __init__(self, executor_id: str, now_ms: int) -> None:
         self.executor_id = executor_id
         self.calls: set[int] = set()
-        self.last_heartbeat_ms = now_ms
+        self.alive_ms = now_ms
         self.running_call = 0
         self.running_us = 0
         self.queue: deque[int] = deque()
-        self.queued: set[int] = set()
+        self.queued: dict[int, int] = {}
         self.orphaned: dict[int, int] = {}
         self.head_since_ms = now_ms
         self.head_cpu_ns: int | None = None
-        # The last sample of its call thread's CPU clock (None: never sampled).
+        # The last sample of its call thread's CPU clock (None: never sampled), and when.
         self.cpu_ns: int | None = None
+        self.sampled_ms = now_ms
         # Sampled from outside at least once: the executor's own CPU figures are
         # no longer trusted.
         self.measured = False
@@ -260,12 +265,13 @@ def detach(
     return cancels
 
 
-def hold(ex: Executor, call_id: int, now_ms: int) -> None:
-    """An ExecuteCalls call or a ResumeCall goes to ``ex``: the call joins its queue."""
+def hold(ex: Executor, call_id: int, now_ms: int, parent: int = 0) -> None:
+    """An ExecuteCalls call or a ResumeCall goes to ``ex``: the call (a sub-call of
+    ``parent``) joins its queue."""
     if call_id in ex.queued:
         return
     if not ex.queue:
         ex.head_since_ms = now_ms
         ex.head_cpu_ns = ex.cpu_ns
     ex.queue.append(call_id)
-    ex.queued.add(call_id)
+    ex.queued[call_id] = parent

@@ -4,22 +4,38 @@ The Worker measures, the executor is not asked: which call holds an executor
 follows from the messages (a call holds it from its ExecuteCalls or ResumeCall
 until its next frame; the executor runs messages in arrival order, so the queue
 head is the call on its CPU), wall time comes from ``now_ms``, and CPU from samples
-of the executor's call-thread clock that the adapter reads from the kernel at frame
-boundaries and heartbeats (``executor_sample``). A call that holds its executor
-past the wall limit fails BUDGET_EXCEEDED and is cancelled; one past its CPU + IO
-budget gets the executor killed at once. A call still holding an executor
+of the executor's call-thread clock that the adapter reads from the kernel
+(``executor_sample``) at frame boundaries and whenever ``next_deadline_ms`` falls
+due, which includes the earliest moment the running call could pass its budget
+(its CPU cannot run ahead of the wall clock).
+
+One budget rule (``_check_budget``): the call running on an executor that has
+used more CPU + IO than its budget gets the executor killed and fails
+BUDGET_EXCEEDED. A call that holds its executor past the wall limit fails
+BUDGET_EXCEEDED and is cancelled; a call still holding an executor
 ``cancel_grace_ms`` after it was cancelled (over the wall limit, or its task ended)
-gets the executor killed; the other calls there are retried as EXECUTOR_LOST.
-An executor whose resident memory is over ``executor_max_rss_bytes`` while it runs
-nothing is retired.
+gets the executor killed. An executor whose resident memory is over
+``executor_max_rss_bytes`` while it runs nothing is retired.
+
+When an executor ends (killed, or gone by itself), the call responsible is
+charged: the one over its budget, else the one holding the executor (for a call
+the core already let go, the call that awaits it), together with the calls on the
+same executor awaiting it. Every other call there did nothing wrong: it is sent
+again at once, without an attempt counted (``_reschedule_lost``).
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 from blockx_core.dispatch._book import CallBook
 from blockx_core.dispatch._commands import CancelCalls, DispatchCommand
 from blockx_core.dispatch._failures import CallFailureKind
 from blockx_core.dispatch._state import Call, Executor, hold
+
+# The soonest a running call's CPU is sampled again near its budget: a call starved
+# of CPU at 1 ms from its budget is not sampled every millisecond.
+_MIN_SAMPLE_GAP_MS: Final = 10
 
 
 class Watchdog(CallBook):
@@ -34,11 +50,24 @@ class Watchdog(CallBook):
         queue = ex.queue
         while True:
             head = queue.popleft()
-            ex.queued.discard(head)
+            del ex.queued[head]
             popped.append(head)
             if head == call_id:
                 break
         self._credit(ex, popped, now_ms)
+
+    def _unhold(self, ex: Executor, call_id: int, now_ms: int) -> None:
+        """``call_id`` never reached the executor: it leaves its queue and holds
+        nothing (the entries before it still run)."""
+        if call_id not in ex.queued:
+            return
+        del ex.queued[call_id]
+        if ex.queue[0] == call_id:
+            ex.queue.popleft()
+            ex.head_since_ms = now_ms
+            ex.head_cpu_ns = ex.cpu_ns
+        else:
+            ex.queue.remove(call_id)
 
     def _advance(self, ex: Executor, running_call: int, now_ms: int) -> None:
         """The executor says it runs ``running_call``: the entries before it are done
@@ -48,7 +77,7 @@ class Watchdog(CallBook):
         popped: list[int] = []
         while ex.queue[0] != running_call:
             head = ex.queue.popleft()
-            ex.queued.discard(head)
+            del ex.queued[head]
             popped.append(head)
         self._credit(ex, popped, now_ms)
 
@@ -100,6 +129,24 @@ class Watchdog(CallBook):
         if ex is not None:
             self._release(ex, call_id, now_ms)
 
+    def call_unsent(
+        self, executor_id: str, call_id: int, kind: CallFailureKind, message: str, now_ms: int
+    ) -> list[DispatchCommand]:
+        """The Worker could not send the call to ``executor_id`` (its arguments
+        cannot be encoded): the attempt fails and a retry cannot succeed."""
+        ex = self._executors.get(executor_id)
+        call = self._calls.get(call_id)
+        out: list[DispatchCommand] = []
+        if ex is not None:
+            self._unhold(ex, call_id, now_ms)
+            ex.calls.discard(call_id)
+        if call is not None and call.executor_id == executor_id:
+            call.executor_id = None
+            self._attempt_failed(call, kind, message, now_ms, out, retryable=False)
+        if self._retiring:
+            self._stop_retired(out)
+        return out
+
     def call_resuming(self, executor_id: str, call_id: int, io_us: int, now_ms: int) -> bool:
         """The Worker is about to send the call's ResumeCall (an IO answer, ``io_us`` of
         backend time charged to it, or a sub-call it could not start); False when the
@@ -110,7 +157,7 @@ class Watchdog(CallBook):
             return False
         call.io_us += io_us
         call.task.usage.io_us += io_us
-        hold(ex, call_id, now_ms)
+        hold(ex, call_id, now_ms, call.parent)
         return True
 
     # ---- samples ---------------------------------------------------------------------
@@ -124,17 +171,22 @@ class Watchdog(CallBook):
         rss_bytes: int | None = None,
     ) -> list[DispatchCommand]:
         """The executor's call thread has used ``cpu_ns`` of CPU in all (None: could
-        not be read) and its resident memory is ``rss_bytes``, as the kernel says."""
+        not be read) and its resident memory is ``rss_bytes``, as the kernel says.
+        A clock that moved since the last sample is a sign of life."""
         ex = self._executors.get(executor_id)
         out: list[DispatchCommand] = []
         if ex is None:
             return out
         if cpu_ns is not None:
+            if ex.cpu_ns is not None and cpu_ns > ex.cpu_ns:
+                ex.alive_ms = max(ex.alive_ms, now_ms)
             ex.measured = True
             ex.cpu_ns = cpu_ns
+            ex.sampled_ms = now_ms
             if ex.head_cpu_ns is None:
                 ex.head_cpu_ns = cpu_ns
-            if ex.queue and self._cpu_over(ex, out, now_ms):
+            if self._check_budget(ex, now_ms, out):
+                self._send_restarts(out, now_ms)
                 return out
         if rss_bytes is not None:
             ex.rss_bytes = rss_bytes
@@ -153,21 +205,61 @@ class Watchdog(CallBook):
                 f"EXECUTOR_MAX_RSS_BYTES ({limit})",
             )
 
-    def _cpu_over(self, ex: Executor, out: list[DispatchCommand], now_ms: int) -> bool:
-        assert ex.cpu_ns is not None
-        assert ex.head_cpu_ns is not None
-        running_ns = max(0, ex.cpu_ns - ex.head_cpu_ns)
-        call = self._calls.get(ex.queue[0])
-        if call is not None and call.executor_id == ex.executor_id:
-            used_us = (call.cpu_ns + running_ns) // 1000 + call.io_us
-            if used_us > call.task.budget_ms * 1000:
+    # ---- the budget ------------------------------------------------------------------
+
+    def _held(self, ex: Executor, call_id: int) -> Call | None:
+        """The call, if it is live and on ``ex`` (None: the core let it go)."""
+        call = self._calls.get(call_id)
+        return call if call is not None and call.executor_id == ex.executor_id else None
+
+    def _running(self, ex: Executor, now_ms: int) -> tuple[Call | None, int, int] | None:
+        """The call running on ``ex`` (None for one the core let go), the CPU + IO it
+        has used this attempt and its budget, in µs; None when nothing runs there.
+
+        Measured: the kernel's CPU of its runs (the last sample) and the IO the Worker
+        charged. Otherwise what the executor last reported, plus its silence since
+        (a call cannot use more CPU than wall time)."""
+        if ex.measured:
+            if not ex.queue:
+                return None
+            call = self._held(ex, ex.queue[0])
+            running_us = self._head_segment(ex, now_ms)[0] // 1000
+            if call is not None:
+                running_us += call.cpu_ns // 1000 + call.io_us
+        else:
+            if not ex.running_call:
+                return None
+            call = self._held(ex, ex.running_call)
+            running_us = ex.running_us + max(0, now_ms - ex.alive_ms) * 1000
+        budget_us = self._budget_us if call is None else call.task.budget_ms * 1000
+        return call, running_us, budget_us
+
+    def _check_budget(self, ex: Executor, now_ms: int, out: list[DispatchCommand]) -> bool:
+        """The one budget rule: the call running on ``ex`` is over its CPU + IO budget
+        (one the core let go: over the default budget): kill the executor, the call
+        fails BUDGET_EXCEEDED. True when it did."""
+        running = self._running(ex, now_ms)
+        if running is None or running[1] <= running[2]:
+            return False
+        call, used_us, _ = running
+        if call is None:
+            self._kill(ex, None, used_us, "a cancelled call kept running", now_ms, out)
+        else:
+            if ex.measured:
                 self._settle_head(ex, now_ms)
-                self._kill(ex, call, used_us, "a call exceeded its budget", now_ms, out)
-                return True
-        elif running_ns > self._budget_us * 1000:
-            self._kill(ex, None, running_ns // 1000, "a cancelled call kept running", now_ms, out)
-            return True
-        return False
+            self._kill(ex, call, used_us, "a call exceeded its budget", now_ms, out)
+        return True
+
+    def _budget_deadline(self, ex: Executor) -> int | None:
+        """When the running call could first be over its budget, counted from the
+        last sample: the adapter samples again then (None: nothing to watch)."""
+        if not ex.measured:
+            return None
+        running = self._running(ex, ex.sampled_ms)
+        if running is None:
+            return None
+        _, used_us, budget_us = running
+        return ex.sampled_ms + max(_MIN_SAMPLE_GAP_MS, (budget_us - used_us) // 1000 + 1)
 
     # ---- time ---------------------------------------------------------------------------
 

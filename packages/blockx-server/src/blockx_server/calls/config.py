@@ -111,13 +111,20 @@ EXECUTOR_HEARTBEAT_TIMEOUT_MS: Final = Setting(
     name="EXECUTOR_HEARTBEAT_TIMEOUT_MS",
     default=3000,
     parse=integer(at_least=1),
-    help="a silent executor is killed; > EXECUTOR_HEARTBEAT_INTERVAL_MS",
+    help="an executor with no heartbeat and no CPU progress this long is killed; "
+    "> EXECUTOR_HEARTBEAT_INTERVAL_MS",
 )
 EXECUTOR_MAX_OPEN_FILES: Final = Setting(
     name="EXECUTOR_MAX_OPEN_FILES",
     default=256,
     parse=integer(at_least=16),
     help="RLIMIT_NOFILE per executor, >= 16",
+)
+CALL_MAX_LOG_BYTES: Final = Setting(
+    name="CALL_MAX_LOG_BYTES",
+    default=64 * 1024,
+    parse=integer(at_least=0),
+    help="what one call may print into the log (bytes); the rest is counted and dropped",
 )
 EXECUTOR_SANDBOX: Final = Setting(
     name="EXECUTOR_SANDBOX",
@@ -225,6 +232,7 @@ CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
     EXECUTOR_HEARTBEAT_INTERVAL_MS,
     EXECUTOR_HEARTBEAT_TIMEOUT_MS,
     EXECUTOR_MAX_OPEN_FILES,
+    CALL_MAX_LOG_BYTES,
     EXECUTOR_SANDBOX,
     EXECUTOR_MEMORY_LIMIT_BYTES,
     EXECUTOR_MAX_FILE_BYTES,
@@ -289,6 +297,7 @@ def read_call_settings(reader: ConfigReader) -> CallSettings:
         heartbeat_interval_ms=heartbeat,
         memory_limit_bytes=reader.get(EXECUTOR_MEMORY_LIMIT_BYTES),
         max_open_files=reader.get(EXECUTOR_MAX_OPEN_FILES),
+        max_log_bytes=reader.get(CALL_MAX_LOG_BYTES),
         sandbox=reader.get(EXECUTOR_SANDBOX),
         isolation=_read_isolation(reader),
     )

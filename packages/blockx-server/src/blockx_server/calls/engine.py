@@ -10,7 +10,14 @@ all of it for a list known up front. Every IO request of the calls goes through
 ``io``, the task's scope. Everything happens on one event loop: executor frames are
 decoded in ``data_received``, fed to the core, and the commands it returns are
 turned into messages that are buffered per executor and flushed once per loop
-iteration, so one frame carries everything that became ready together.
+iteration, so one frame carries everything that became ready together. A call
+whose arguments cannot be encoded is left out of its frame and fails alone
+(BAD_ARGUMENTS); a module counts as loaded on an executor once the frame with its
+``LoadCode`` was written.
+
+The executors' CPU is read from the kernel at every frame and whenever the core's
+deadline falls due (``_on_timer``): a call holding the GIL starves the executor's
+heartbeat, never the kernel's count of its CPU.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from blockx_core.dispatch import (
     SendCalls,
 )
 from blockx_executor import protocol as wire
+from blockx_server.calls.call_logs import CallLogs
 from blockx_server.calls.call_spans import CallSpans
 from blockx_server.calls.cpu_clock import ExecutorGauge
 from blockx_server.calls.executor_pool import ExecutorPool, ExecutorPoolConfig
@@ -76,9 +84,12 @@ class CallEngine:
         self._spans = spans or CallSpans(config.trace_calls_per_task)
         self._core = DispatcherCore(config.dispatch)
         self._pool = ExecutorPool(config.pool, self)
+        self._logs = CallLogs(config.pool.max_log_bytes)
         self._clock = clock
         self._sources: dict[str, FunctionSource] = {}  # digest -> module source
-        self._loaded: dict[str, set[str]] = {}  # executor -> digests it has
+        self._loaded: dict[str, set[str]] = {}  # executor -> digests written to it
+        self._loading: dict[str, set[str]] = defaultdict(set)  # ... in its outbox
+        self._encoder = wire.FrameEncoder()
         self._gauges: dict[str, ExecutorGauge] = {}  # executor -> its kernel accounting
         self._outbox: dict[str, list[Any]] = defaultdict(list)
         self._flush_scheduled = False
@@ -232,10 +243,14 @@ class CallEngine:
         if self._spans.live:
             self._spans.executor_ended(executor_id, CallFailureKind.EXECUTOR_LOST.value, reason)
         self._spans.executor_gone(executor_id)
-        self._loaded.pop(executor_id, None)
-        self._outbox.pop(executor_id, None)
-        self._gauges.pop(executor_id, None)
+        self._logs.executor_gone(executor_id)
+        self._forget_executor(executor_id)
         self._apply(self._core.executor_lost(executor_id, reason, self._clock.now_ms()))
+
+    def executor_output(self, executor_id: str, data: bytes) -> None:
+        call_id = self._core.holding_call(executor_id)
+        task_id = self._core.call_task(call_id) if call_id else None
+        self._logs.raw(executor_id, data, call_id, task_id)
 
     def executor_messages(self, executor_id: str, messages: list[wire.FromExecutor]) -> None:
         core = self._core
@@ -260,10 +275,14 @@ class CallEngine:
                 trace_message(spans, message)
             match message:
                 case wire.CallsCompleted():
+                    if self._logs.open:
+                        self._logs.ended(message.call_ids)
                     commands += core.calls_completed(
                         executor_id, message.call_ids, message.results, now_ms
                     )
                 case wire.CallFailed():
+                    if self._logs.open:
+                        self._logs.ended((message.call_id,))
                     commands += core.call_failed(
                         executor_id,
                         message.call_id,
@@ -286,7 +305,12 @@ class CallEngine:
                     commands += self._subcall(executor_id, message, now_ms)
                 case wire.CallTraced():
                     spans.executor_span(executor_id, self._pool.pid(executor_id), message)
-                case wire.Hello() | wire.CallOutput():
+                case wire.CallOutput():
+                    task_id = core.call_task(message.call_id)
+                    self._logs.output(
+                        executor_id, message.call_id, task_id, message.text, message.dropped
+                    )
+                case wire.Hello():
                     pass
                 case _:
                     assert_never(message)
@@ -371,6 +395,8 @@ class CallEngine:
                     self._send_calls(command)
                 case CancelCalls():
                     self._outbox[command.executor_id].append(wire.CancelCalls(command.call_ids))
+                    if self._logs.open:
+                        self._logs.ended(command.call_ids)
                     if self._spans.live:
                         self._spans.cancelled(command.call_ids)
                 case ResumeWithResult():
@@ -401,15 +427,18 @@ class CallEngine:
     def _forget_executor(self, executor_id: str) -> None:
         self._outbox.pop(executor_id, None)
         self._loaded.pop(executor_id, None)
+        self._loading.pop(executor_id, None)
         self._gauges.pop(executor_id, None)
 
     def _send_calls(self, command: SendCalls) -> None:
-        messages = self._outbox[command.executor_id]
-        loaded = self._loaded.get(command.executor_id)
+        executor_id = command.executor_id
+        messages = self._outbox[executor_id]
+        loaded = self._loaded.get(executor_id)
         if loaded is not None and command.code not in loaded:
-            source = self._sources[command.code]
-            messages.append(load_code(source))
-            loaded.add(command.code)
+            loading = self._loading[executor_id]
+            if command.code not in loading:
+                messages.append(load_code(self._sources[command.code]))
+                loading.add(command.code)
         run = self._runs.get(command.task_id)
         traces = (
             self._spans.traces(command, self._core.parent_call) if self._spans.tracing else None
@@ -424,13 +453,51 @@ class CallEngine:
     def _flush(self) -> None:
         self._flush_scheduled = False
         outbox, self._outbox = self._outbox, defaultdict(list)
+        loading, self._loading = self._loading, defaultdict(set)
+        commands: list[DispatchCommand] = []
         for executor_id, messages in outbox.items():
-            if messages:
-                self._pool.send(executor_id, messages)
+            if not messages:
+                continue
+            frame, unsendable = self._encoder.encode_sendable(messages)
+            loads = loading.get(executor_id, set())
+            if unsendable:
+                commands += self._unsendable(executor_id, unsendable)
+                loads -= {u.message.digest for u in unsendable if type(u.message) is wire.LoadCode}
+            # A module is loaded there once the frame with its LoadCode is written.
+            if frame and self._pool.send(executor_id, frame) and loads:
+                self._loaded.get(executor_id, set()).update(loads)
+        if commands:
+            self._apply(commands)
+
+    def _unsendable(
+        self, executor_id: str, unsendable: list[wire.Unsendable]
+    ) -> list[DispatchCommand]:
+        """Messages left out of a frame: each call among them fails alone (only calls'
+        arguments can be what cannot be encoded; text is escaped, the rest is ours)."""
+        now_ms = self._clock.now_ms()
+        kind = CallFailureKind.BAD_ARGUMENTS
+        commands: list[DispatchCommand] = []
+        for message, reason in unsendable:
+            if not isinstance(message, wire.ExecuteCalls):
+                log.error("cannot send to executor %s: %r: %s", executor_id, message, reason)
+                continue
+            text = f"the call's arguments cannot be sent to an executor: {reason}"
+            for call_id in message.call_ids:
+                if self._spans.live:
+                    self._spans.failed(call_id, kind.value, text)
+                commands += self._core.call_unsent(executor_id, call_id, kind, text, now_ms)
+        return commands
 
     def _arm_timer(self) -> None:
         if self._loop is not None:  # before start() nothing runs that could be due
             self._timer.arm(self._core.next_deadline_ms())
 
     def _on_timer(self) -> None:
-        self._apply(self._core.tick(self._clock.now_ms()))
+        # Read every executor's CPU first: the core decides budgets and signs of life
+        # from what the kernel says, whatever the executors' heartbeats do.
+        now_ms = self._clock.now_ms()
+        core = self._core
+        commands: list[DispatchCommand] = []
+        for executor_id, gauge in list(self._gauges.items()):
+            commands += core.executor_sample(executor_id, now_ms, cpu_ns=gauge.cpu_ns())
+        self._apply(commands + core.tick(now_ms))

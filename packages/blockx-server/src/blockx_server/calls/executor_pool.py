@@ -8,6 +8,11 @@ replaced by a new one (with a new executor id, so nothing of the old one can be
 mistaken for the new). ``retire`` stops an idle executor the same way, on purpose
 (it ran too many calls or grew too large). Sending is a buffered
 ``transport.write`` of one frame.
+
+Each executor's stdout and stderr are one pipe the pool reads as it comes and
+hands to the listener (``executor_output``): what functions print never goes to
+the Worker's own stderr (a file there would put it under the executors'
+RLIMIT_FSIZE), and a stalled reader only slows a printing call down.
 """
 
 from __future__ import annotations
@@ -18,14 +23,13 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Protocol, cast
+from typing import Final, Protocol, cast
 
 import msgspec
 
 from blockx_executor.protocol import (
     ExecutorHeartbeat,
     FrameDecoder,
-    FrameEncoder,
     FromExecutor,
     Hello,
     ProtocolError,
@@ -35,10 +39,14 @@ from blockx_server.runtime.process import signal_child
 
 log = logging.getLogger(__name__)
 
+_READ_BYTES: Final = 64 * 1024
+
 
 class ExecutorPoolConfig(msgspec.Struct, frozen=True, kw_only=True):
     count: int = 8
     heartbeat_interval_ms: int = 200
+    # What one call may print into the Worker's log (CALL_MAX_LOG_BYTES).
+    max_log_bytes: int = 64 * 1024
     # RLIMIT_AS of each executor; 0 = no limit.
     memory_limit_bytes: int = 4 << 30
     max_open_files: int = 256
@@ -55,6 +63,8 @@ class PoolListener(Protocol):
     def executor_up(self, executor_id: str) -> None: ...
     def executor_messages(self, executor_id: str, messages: list[FromExecutor]) -> None: ...
     def executor_gone(self, executor_id: str, reason: str) -> None: ...
+    def executor_output(self, executor_id: str, data: bytes) -> None:
+        """Bytes from the executor's stdout and stderr; b"" once they closed."""
 
 
 class _Connection(asyncio.Protocol):
@@ -101,7 +111,7 @@ class _Connection(asyncio.Protocol):
 
 
 class _Process:
-    __slots__ = ("executor_id", "proc", "slot", "started", "up", "watcher")
+    __slots__ = ("executor_id", "proc", "reader", "slot", "started", "up", "watcher")
 
     def __init__(self, slot: int, executor_id: str, proc: asyncio.subprocess.Process) -> None:
         self.slot = slot
@@ -110,13 +120,13 @@ class _Process:
         self.started = asyncio.get_running_loop().time()
         self.up = False
         self.watcher: asyncio.Task[None] | None = None
+        self.reader: asyncio.Task[None] | None = None
 
 
 class ExecutorPool:
     def __init__(self, config: ExecutorPoolConfig, listener: PoolListener) -> None:
         self._config = config
         self._listener = listener
-        self._encoder = FrameEncoder()
         self._dir: Path | None = None
         self._server: asyncio.AbstractServer | None = None
         self._processes: dict[str, _Process] = {}
@@ -168,11 +178,13 @@ class ExecutorPool:
             if all(p.up for p in self._processes.values()):
                 self._ready.set()
 
-    def send(self, executor_id: str, messages: list[Any]) -> bool:
+    def send(self, executor_id: str, frame: bytes) -> bool:
+        """Write one encoded frame (``FrameEncoder``); False when the executor has no
+        connection (it is gone)."""
         connection = self._connections.get(executor_id)
         if connection is None or connection.transport is None:
             return False
-        connection.transport.write(self._encoder.encode(messages))
+        connection.transport.write(frame)
         return True
 
     def kill(self, executor_id: str, reason: str) -> None:
@@ -208,8 +220,9 @@ class ExecutorPool:
             signal_child(process.proc)
         for process in list(self._processes.values()):
             await process.proc.wait()
-            if process.watcher is not None:
-                process.watcher.cancel()
+            for waiting in (process.watcher, process.reader):
+                if waiting is not None:
+                    waiting.cancel()
         for connection in list(self._connections.values()):
             if connection.transport is not None:
                 connection.transport.abort()
@@ -242,6 +255,8 @@ class ExecutorPool:
             str(cfg.memory_limit_bytes),
             "--max-open-files",
             str(cfg.max_open_files),
+            "--max-log-bytes",
+            str(cfg.max_log_bytes),
         ]
         if not cfg.sandbox:
             args.append("--no-sandbox")
@@ -253,12 +268,13 @@ class ExecutorPool:
             cwd=str(private_dir),
             start_new_session=True,  # the Worker's process group signals do not reach it
             stdin=asyncio.subprocess.DEVNULL,
-            stdout=sys.stderr.fileno(),  # what functions print lands in the Worker's log
-            stderr=sys.stderr.fileno(),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
         )
         process = _Process(slot, executor_id, proc)
         self._processes[executor_id] = process
         process.watcher = asyncio.create_task(self._watch(process), name=f"watch {executor_id}")
+        process.reader = asyncio.create_task(self._read(process), name=f"read {executor_id}")
 
     async def _watch(self, process: _Process) -> None:
         code = await process.proc.wait()
@@ -272,6 +288,13 @@ class ExecutorPool:
         task = asyncio.create_task(self._respawn(process.slot, delay))
         self._spawns.add(task)
         task.add_done_callback(self._spawns.discard)
+
+    async def _read(self, process: _Process) -> None:
+        stream = process.proc.stdout
+        assert stream is not None
+        while data := await stream.read(_READ_BYTES):
+            self._listener.executor_output(process.executor_id, data)
+        self._listener.executor_output(process.executor_id, b"")
 
     async def _respawn(self, slot: int, delay_s: float) -> None:
         if delay_s:

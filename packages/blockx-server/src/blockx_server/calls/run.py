@@ -163,6 +163,9 @@ def observe(message: wire.FromExecutor, observer_of: Callable[[int], CallObserve
         case wire.CallOutput():
             observer = observer_of(message.call_id)
             if observer is not None:
-                observer.call_output(message.call_id, message.text)
+                text = message.text
+                if message.dropped:
+                    text += f"\n[... {message.dropped} more bytes of output dropped]\n"
+                observer.call_output(message.call_id, text)
         case _:
             pass  # the other frames carry nothing an observer sees
