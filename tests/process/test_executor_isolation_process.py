@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import stat
@@ -31,6 +32,7 @@ from grpclib.client import Channel
 from processes import WorkerProcess, call_list_task, execute_result, run_to_end, serving
 from support import proc_stat, wait_until
 
+from blockx_chain.sink.sqlite import SqliteSink
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
 
@@ -130,6 +132,46 @@ def worker_environ_by_fd():
     return os.read(fd, 1 << 16).decode(errors="replace")
 
 
+def worker_environ_by_dir_fd(how):
+    """The Worker's environment through a directory descriptor of /proc."""
+    proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+    relative = f"{os.getppid()}/environ"
+    if how == "dir_fd":
+        fd = os.open(relative, os.O_RDONLY, dir_fd=proc)
+    elif how == "dev_fd":
+        fd = os.open(f"/dev/fd/{proc}/{relative}", os.O_RDONLY)
+    else:
+        with open(relative, "rb", opener=lambda p, f: os.open(p, f, dir_fd=proc)) as f:
+            return f.read().decode(errors="replace")
+    return os.read(fd, 1 << 16).decode(errors="replace")
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def forge_ledger(sink):
+    """Attach the sink's file to an in-memory database and write its ledger."""
+    import sqlite3
+
+    db = sqlite3.connect(":memory:")
+    db.execute("ATTACH DATABASE ? AS sink", (sink,))
+    db.execute(
+        "INSERT INTO sink._blockx_written (table_name, block_number, block_hash, "
+        "code_epoch, task_id, written_at_ms) VALUES ('t', 99, '0xforged', 0, 'forged', 0)"
+    )
+    db.commit()
+    return "forged"
+
+
+def vacuum_into(path):
+    import sqlite3
+
+    sqlite3.connect(":memory:").execute("VACUUM INTO ?", (path,))
+    return "written"
+
+
 def pid():
     return os.getpid()
 
@@ -143,17 +185,20 @@ def hog(n):
     return len(bytearray(n))
 
 
-def whoami():
+def whoami(config=None, sink=None):
     import ctypes
     import socket
     import tempfile
 
     # Native code gets past the audit hook: what the OS alone allows.
     libc = ctypes.CDLL(None, use_errno=True)
-    environ = f"/proc/{os.getppid()}/environ".encode()
-    fd = libc.open(environ, os.O_RDONLY)
-    if fd >= 0:
-        libc.close(fd)
+
+    def native_open(path, flags):
+        fd = libc.open(path.encode(), flags, 0o644)
+        if fd >= 0:
+            libc.close(fd)
+        return fd >= 0
+
 
     tmp = tempfile.gettempdir()
     info = os.stat(tmp)
@@ -168,7 +213,11 @@ def whoami():
         "environ": sorted(os.environ),
         "interfaces": [name for _, name in socket.if_nameindex()],
         "sees_worker": os.getppid() in pids,
-        "native_reads_worker_environ": fd >= 0,
+        "native_reads_worker_environ": native_open(f"/proc/{os.getppid()}/environ", os.O_RDONLY),
+        "native_reads_config": config is not None and native_open(config, os.O_RDONLY),
+        "native_writes_sink": sink is not None and native_open(sink, os.O_RDWR),
+        "native_writes_beside_sink": sink is not None
+        and native_open(sink + "-journal", os.O_WRONLY | os.O_CREAT),
         "native_may_signal_worker": libc.kill(os.getppid(), 0) == 0,
     }
 '''
@@ -198,7 +247,17 @@ StartWorker = Callable[..., WorkerProcess]
 def start_worker(
     etcd_server: EtcdServer, unique_lane: Callable[..., str], functions_dir: Path, tmp_path: Path
 ) -> StartWorker:
-    def start(program: str = "blockx-worker", **env: str) -> WorkerProcess:
+    def start(
+        program: str = "blockx-worker",
+        *,
+        config: Path | None = None,
+        umask: int | None = None,
+        **env: str,
+    ) -> WorkerProcess:
+        # A shell that sets the umask and execs the Worker: the Worker keeps its pid.
+        script = 'exec "$0"' if config is None else f'exec "$0" --config {shlex.quote(str(config))}'
+        if umask is not None:
+            script = f"umask {umask:03o}; {script}"
         return WorkerProcess(
             {
                 "ETCD_ENDPOINTS": etcd_server.endpoint,
@@ -210,6 +269,7 @@ def start_worker(
             },
             tmp_path / "worker.log",
             program,
+            wrapper=["/bin/sh", "-c", script] if config or umask is not None else (),
         )
 
     return start
@@ -217,7 +277,8 @@ def start_worker(
 
 @pytest_asyncio.fixture
 async def worker(start_worker: StartWorker) -> AsyncIterator[worker_v1.WorkerServiceStub]:
-    async with serving(start_worker()) as [stub]:
+    """A Worker whose executors run as its own user: only the guard rails stand."""
+    async with serving(start_worker(EXECUTOR_USER="-")) as [stub]:
         yield stub
 
 
@@ -294,15 +355,31 @@ async def test_the_worker_cannot_be_reniced(start_worker: StartWorker) -> None:
         assert os.getpriority(os.PRIO_PROCESS, worker.proc.pid) == 0
 
 
-async def test_no_sqlite_file_and_no_fifo(
-    worker: worker_v1.WorkerServiceStub, shared_dir: Path
+async def test_no_sqlite_and_no_fifo(
+    worker: worker_v1.WorkerServiceStub, shared_dir: Path, tmp_path: Path
 ) -> None:
     database = shared_dir / "db.sqlite"
     message = await failure(worker, "t-sqlite", "sqlite_file", [[str(database)]])
     assert "PermissionError" in message
-    assert "SQLite database file" in message
+    assert "SQLite" in message
     assert not database.exists()
-    assert await outputs(worker, "t-sqlite-memory", "sqlite_memory", [[]]) == [2]
+    # An in-memory database would ATTACH files: the sink's ledger, a VACUUM INTO copy.
+    sink = await SqliteSink.open(tmp_path / "sink.db")
+    try:
+        await sink.replace_blocks("t", [(1, "0x01", [{"v": 1}])])
+        ledger = await sink.written("t")
+        message = await failure(worker, "t-attach", "forge_ledger", [[str(sink.path)]])
+        assert "PermissionError" in message
+        assert "SQLite" in message
+        copy = shared_dir / "copy.db"
+        message = await failure(worker, "t-vacuum", "vacuum_into", [[str(copy)]])
+        assert "PermissionError" in message
+        assert not copy.exists()
+        message = await failure(worker, "t-sqlite-memory", "sqlite_memory", [[]])
+        assert "PermissionError" in message
+        assert await sink.written("t") == ledger
+    finally:
+        await sink.close()
     pipe = shared_dir / "fifo"
     message = await failure(worker, "t-fifo", "fifo", [[str(pipe)]])
     assert "PermissionError" in message
@@ -315,6 +392,36 @@ async def test_the_workers_environment_is_not_readable(
     worker: worker_v1.WorkerServiceStub, function: str
 ) -> None:
     message = await failure(worker, f"t-{function}", function, [[]])
+    assert "PermissionError" in message
+    assert SECRET not in message
+
+
+async def test_a_directory_descriptor_does_not_open_the_workers_environment(
+    worker: worker_v1.WorkerServiceStub,
+) -> None:
+    """``os.open("<ppid>/environ", dir_fd=<fd of /proc>)`` and its relatives: the
+    relative path is decided against the directory the descriptor holds."""
+    for how in ("dir_fd", "dev_fd", "opener"):
+        message = await failure(worker, f"t-{how}", "worker_environ_by_dir_fd", [[how]])
+        assert "PermissionError" in message, how
+        assert "read other processes' files" in message, how
+        assert SECRET not in message
+
+
+def _private_config(directory: Path) -> Path:
+    """A Worker's --config file only its user can read, holding a secret."""
+    config = directory / "worker.toml"
+    config.write_text(f'# SINK_DB_URL = "postgresql://blockx:{SECRET}@db/sink"\nTASK_SLOTS = 4\n')
+    config.chmod(0o600)
+    return config
+
+
+async def test_the_workers_config_file_is_not_readable(
+    start_worker: StartWorker, tmp_path: Path
+) -> None:
+    config = _private_config(tmp_path)
+    async with serving(start_worker(config=config, EXECUTOR_USER="-")) as [stub]:
+        message = await failure(stub, "t-config", "read_file", [[str(config)]])
     assert "PermissionError" in message
     assert SECRET not in message
 
