@@ -2,12 +2,12 @@
 hostile function tried, each against a real ``blockx-worker`` and its real
 executors.
 
-Most tests run the Worker as this test run does. Where its interpreter cannot be
-read by ``nobody`` (here it lives under /root), executors fall back to the
-Worker's user, the hardest case for the sandbox. The tests of the user switch
-itself run the Worker on a virtual environment made for them: in a directory
-``nobody`` can read (executors run as uid 65534), and in a 0700 directory (the
-fallback, with its warning).
+Most tests run the Worker with ``EXECUTOR_USER=-``: executors of the Worker's own
+user, where only the sandbox's guard rails stand, the hardest case for them. The
+tests of the user switch run the Worker as installed (the README's setup, as
+root): executors as ``nobody`` from the executor runtime, and, with the runtime
+where ``nobody`` cannot reach it, the fallback to the Worker's user with its
+warning.
 """
 
 from __future__ import annotations
@@ -17,10 +17,6 @@ import os
 import shlex
 import shutil
 import signal
-import stat
-import subprocess
-import sys
-import sysconfig
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -469,35 +465,6 @@ async def test_a_busy_executor_dies_with_the_worker(start_worker: StartWorker) -
             os.kill(executor_pid, signal.SIGKILL)
 
 
-def _venv_for_the_tests(parent: Path) -> Path:
-    """A virtual environment on the system's Python with this run's packages: a
-    Worker started on it hands its interpreter to its executors."""
-    name = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    candidates = [Path("/usr/bin") / name, Path("/usr/local/bin") / name]
-    system_python = next((str(p) for p in candidates if p.is_file()), None)
-    if system_python is None:
-        pytest.skip(f"no system {name} for a readable virtual environment")
-    venv = parent / "venv"
-    subprocess.run([system_python, "-m", "venv", "--without-pip", str(venv)], check=True)
-    [site_packages] = (venv / "lib").glob("python*/site-packages")
-    here = sysconfig.get_paths()["purelib"]
-    (site_packages / "blockx-tests.pth").write_text(f"import site; site.addsitedir({here!r})\n")
-    script = parent / "blockx-worker"
-    script.write_text(
-        f"#!{venv}/bin/python\n"
-        "import sys\n"
-        "from blockx_server.worker.main import main_block\n"
-        "sys.exit(main_block())\n"
-    )
-    script.chmod(0o755)
-    return script
-
-
-def _readable_by_all(path: Path) -> bool:
-    """Every directory from / to ``path`` can be searched by other users."""
-    return all(os.stat(p).st_mode & stat.S_IXOTH for p in [path, *path.parents])
-
-
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the Worker switches users only as root")
 
 
@@ -505,38 +472,48 @@ def _removed(path: str) -> bool:
     return not Path(path).exists()
 
 
-def _make_venv(mode: int) -> Iterator[Path]:
-    parent = Path(tempfile.mkdtemp(prefix="blockx-venv-"))
-    try:
-        parent.chmod(mode)
-        yield _venv_for_the_tests(parent)
-    finally:
-        shutil.rmtree(parent, ignore_errors=True)
+def _umask(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    [line] = [line for line in status.splitlines() if line.startswith("Umask:")]
+    return int(line.split()[1], 8)
 
 
 @pytest.fixture
-def readable_worker_script() -> Iterator[Path]:
-    """``blockx-worker`` on a virtual environment everyone can read."""
-    sitedir = Path(sysconfig.get_paths()["purelib"])
-    if not _readable_by_all(sitedir):
-        pytest.skip(f"{sitedir} is not readable by other users")
-    yield from _make_venv(0o755)
+def reachable_dir() -> Iterator[Path]:
+    """A directory every user can search (but only root can write): what is in it
+    is kept from the executor's user by the files' own permissions alone."""
+    d = Path(tempfile.mkdtemp(prefix="blockx-reachable-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
-def private_worker_script() -> Iterator[Path]:
-    """``blockx-worker`` on a virtual environment in a 0700 directory."""
-    yield from _make_venv(0o700)
+def private_dir() -> Iterator[Path]:
+    """A directory only root can enter."""
+    d = Path(tempfile.mkdtemp(prefix="blockx-private-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @needs_root
-async def test_executors_run_as_nobody_when_the_worker_is_root(
-    start_worker: StartWorker, readable_worker_script: Path
+async def test_executors_run_as_nobody_after_the_readmes_setup(
+    start_worker: StartWorker, reachable_dir: Path
 ) -> None:
-    assert _readable_by_all(readable_worker_script.parent)
-    worker = start_worker(str(readable_worker_script))
-    async with serving(worker) as [stub]:
-        [info] = await outputs(stub, "t-whoami", "whoami", [[]])
+    """The Worker as this run installs it (the README's setup: a virtual environment
+    whose interpreter and packages ``nobody`` may not reach), as root, by default."""
+    config = _private_config(reachable_dir)
+    sink = await SqliteSink.open(reachable_dir / "sink.db")
+    try:
+        await sink.replace_blocks("t", [(1, "0x01", [{"v": 1}])])
+        # Started with a umask that lets everyone write what it creates.
+        worker = start_worker(config=config, umask=0o000)
+        async with serving(worker) as [stub]:
+            [info] = await outputs(stub, "t-whoami", "whoami", [[str(config), str(sink.path)]])
+            umask = _umask(worker.proc.pid)
+        assert len(await sink.written("t")) == 1
+    finally:
+        await sink.close()
     assert "EXECUTOR_USER" not in worker.output()
     assert info["uid"] == 65534
     assert info["session_leader"]
@@ -550,23 +527,30 @@ async def test_executors_run_as_nobody_when_the_worker_is_root(
     # Its own network namespace (only loopback) and a /proc without the Worker.
     assert info["interfaces"] == ["lo"]
     assert not info["sees_worker"]
-    # Past the audit hook (ctypes), the OS still keeps it from the Worker.
+    # Past the audit hook (ctypes), the OS still keeps it from the Worker, its
+    # --config file and the sink's file (and from writing beside it).
     assert not info["native_reads_worker_environ"]
     assert not info["native_may_signal_worker"]
+    assert not info["native_reads_config"]
+    assert not info["native_writes_sink"]
+    assert not info["native_writes_beside_sink"]
+    assert _removed(f"{sink.path}-journal")
+    # Nothing the Worker creates (a SQLite sink, its journals) is the executors' to write.
+    assert umask & 0o002
 
 
 @needs_root
-async def test_an_unreadable_interpreter_falls_back_to_the_workers_user_with_a_warning(
-    start_worker: StartWorker, private_worker_script: Path
+async def test_an_unreachable_runtime_falls_back_to_the_workers_user_with_a_warning(
+    start_worker: StartWorker, private_dir: Path
 ) -> None:
-    worker = start_worker(str(private_worker_script))
+    worker = start_worker(EXECUTOR_RUNTIME_DIR=str(private_dir / "runtime"))
     async with serving(worker) as [stub]:
         [info] = await outputs(stub, "t-whoami-root", "whoami", [[]])
     log = worker.output()
     assert info["uid"] == 0
-    assert log.count("EXECUTOR_USER=nobody") == 1, log
-    assert "executors run as the Worker's user" in log
-    assert f"uid 65534 cannot read {private_worker_script.parent}" in log
+    [line] = [line for line in log.splitlines() if "EXECUTOR_USER=nobody" in line]
+    assert "executors run as the Worker's user" in line
+    assert f"uid 65534 cannot read {private_dir} (EXECUTOR_RUNTIME_DIR)" in line
     # The documented limit of this fallback: native code, past the audit hook, can
     # read the Worker's /proc files (hidepid does not hide a process from its user).
     assert info["native_reads_worker_environ"]
