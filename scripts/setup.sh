@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need beyond Python packages, on a Debian
 # machine: PostgreSQL server binaries (for the block database tests), Debian's
-# chromium (the headless browser the dashboard tests drive through Playwright) and
-# the npm packages pinned in package-lock.json (anvil, a local Ethereum node). Safe
-# to run again: each step is skipped when what it installs is already there.
+# chromium (the headless browser the dashboard tests drive through Playwright),
+# Debian's python3.X of .python-version if missing (what executors run as nobody
+# with) and the npm packages pinned in package-lock.json (anvil, a local Ethereum
+# node). Safe to run again: each step is skipped when what it installs is already
+# there.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -45,6 +47,18 @@ fi
 if ! command -v chromium >/dev/null 2>&1; then
     apt_install "chromium (the dashboard tests' headless browser)" chromium
     command -v chromium >/dev/null 2>&1 || { echo "setup: apt-get installed chromium but it is not on PATH" >&2; exit 1; }
+fi
+
+# A root Worker's executors run as nobody, from a copy of their code, with an
+# interpreter of the virtual environment's Python version that nobody can read:
+# the environment's own may not be (pyenv under /root), Debian's python3.X is.
+python_version=$(tr -d '[:space:]' < .python-version)
+if [[ "$(id -u)" == 0 && ! -x /usr/bin/python$python_version && ! -x /usr/local/bin/python$python_version ]]; then
+    if command -v apt-cache >/dev/null 2>&1 && apt-cache show "python$python_version" >/dev/null 2>&1; then
+        apt_install "python$python_version (the interpreter executors run as nobody)" "python$python_version"
+    else
+        echo "setup: no python$python_version in /usr/bin: a root Worker's executors will run as root (docs/security.md)" >&2
+    fi
 fi
 
 if [[ -f package-lock.json ]]; then

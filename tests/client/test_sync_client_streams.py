@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import shutil
+import tempfile
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,10 +80,13 @@ class Stack:
             {"FUNCTIONS_DIR": str(functions), "EXECUTOR_COUNT": "1"}, root / "invoker.log"
         )
         self._gates = 0
+        # Executors may run as another user (nobody): the gates lie where it can look.
+        self.gates = Path(tempfile.mkdtemp(prefix="blockx-gates-"))
+        self.gates.chmod(0o755)
 
     def gate(self) -> Gate:
         self._gates += 1
-        return Gate(self.root / f"gate-{self._gates}")
+        return Gate(self.gates / f"gate-{self._gates}")
 
     def client(self) -> SyncClient:
         return SyncClient(
@@ -93,6 +97,7 @@ class Stack:
     def stop(self) -> None:
         for process in (self.worker, self.coordinator, self.invoker):
             process.stop()
+        shutil.rmtree(self.gates, ignore_errors=True)
 
 
 def _sees_the_worker(coordinator: CoordinatorProcess) -> bool:

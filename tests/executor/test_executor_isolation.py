@@ -1,12 +1,15 @@
-"""The executor's own defences, in this process: the audit hook's new refusals and
-the check that its code is unchanged."""
+"""The executor's own defences, in this process: the audit hook's new refusals,
+its decisions on paths, and the check that its code is unchanged."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import tempfile
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -15,7 +18,7 @@ from blockx_executor import runner as runner_module
 from blockx_executor.integrity import ExecutorCodeChanged, IntegrityCheck, fail_and_stop
 from blockx_executor.protocol import CallFailed, FrameDecoder, FromExecutor
 from blockx_executor.runner import Runner
-from blockx_executor.sandbox import _hook
+from blockx_executor.sandbox import ReadRules, _hook
 
 
 def _other_pid() -> int:
@@ -30,8 +33,13 @@ def _other_pid() -> int:
         ("open", (f"/proc/{_other_pid()}".encode(), "r", 0), "read other processes' files"),
         ("os.listdir", (f"/proc/{_other_pid()}/fd",), "read other processes' files"),
         ("import", ("_posixsubprocess", None, [], [], []), "import _posixsubprocess"),
-        ("sqlite3.connect", ("/tmp/db.sqlite",), "SQLite database file"),
-        ("sqlite3.connect", ("",), "SQLite database file"),
+        ("sqlite3.connect", ("/tmp/db.sqlite",), "use SQLite"),
+        ("sqlite3.connect", ("",), "use SQLite"),
+        # In memory too: it would ATTACH a file (the sink) or VACUUM INTO one.
+        ("sqlite3.connect", (":memory:",), "use SQLite"),
+        ("sqlite3.connect", ("file::memory:?cache=shared",), "use SQLite"),
+        ("import", ("_posixshmem", None, [], [], []), "import _posixshmem"),
+        ("open", ("/proc/self/environ", "rb", 0), "other users cannot read"),
         ("gc.get_referrers", (), "walk the executor's objects"),
         ("object.__setattr__", (Runner._complete, "__code__", None), "the executor's own code"),
         ("object.__setattr__", (Runner._fail, "__defaults__", ()), "the executor's own code"),
@@ -54,14 +62,122 @@ def _mine() -> None:
         ("open", ("/proc/meminfo", "r", 0)),
         ("open", (3, "r", 0)),
         ("os.listdir", ("/proc",)),
-        ("sqlite3.connect", (":memory:",)),
-        ("sqlite3.connect", ("file::memory:?cache=shared",)),
+        ("open", (os.__file__, "r", 0)),  # the import path
         ("object.__setattr__", (_mine, "__code__", None)),  # a function's own functions
         ("object.__getattr__", (_mine, "__code__")),
     ],
 )
 def test_allowed(event: str, args: tuple[Any, ...]) -> None:
     _hook(event, args)
+
+
+@pytest.fixture
+def tree() -> Iterator[Path]:
+    """Files with the modes a host has: world-readable ones, private ones, and
+    readable ones in a directory others cannot search."""
+    root = Path(tempfile.mkdtemp(prefix="blockx-paths-"))
+    (root / "open").mkdir(mode=0o755)
+    (root / "closed").mkdir(mode=0o700)
+    (root / "code").mkdir(mode=0o700)
+    for path, mode in [
+        ("open/public", 0o644),
+        ("open/private", 0o600),
+        ("closed/public", 0o644),
+        ("code/module.py", 0o600),
+    ]:
+        (root / path).write_text("x")
+        (root / path).chmod(mode)
+    os.symlink(root / "open" / "private", root / "open" / "link")
+    root.chmod(0o755)
+    yield root
+    shutil.rmtree(root)
+
+
+@pytest.fixture
+def rules(tree: Path) -> ReadRules:
+    return ReadRules(own_pid=os.getpid(), code_roots=[str(tree / "code")])
+
+
+@pytest.mark.parametrize(
+    ("event", "path", "refused"),
+    [
+        ("open", "open/public", None),
+        ("open", "open/missing", None),  # the open fails by itself
+        ("open", "open/private", "other users cannot read"),
+        ("open", "open/link", "other users cannot read"),  # resolved first
+        ("open", "open/../open/private", "other users cannot read"),
+        ("open", "closed/public", "other users cannot read"),
+        ("os.listdir", "closed", "other users cannot read"),
+        ("os.scandir", "open", None),
+        ("open", "code/module.py", None),  # the import path is code
+    ],
+)
+def test_read_decisions(
+    rules: ReadRules, tree: Path, event: str, path: str, refused: str | None
+) -> None:
+    why = rules.refusal(event, str(tree / path))
+    assert why is None if refused is None else refused in (why or "")
+
+
+def test_no_path_is_the_working_directory(
+    rules: ReadRules, tree: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tree / "open")
+    assert rules.refusal("os.listdir", None) is None
+    assert rules.refusal("open", "public") is None
+    monkeypatch.chdir(tree / "closed")
+    assert "other users cannot read" in (rules.refusal("os.scandir", None) or "")
+    assert "other users cannot read" in (rules.refusal("open", "public") or "")
+
+
+@pytest.fixture
+def proc_fd() -> Iterator[int]:
+    fd = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+    yield fd
+    os.close(fd)
+
+
+def test_a_relative_path_is_decided_against_every_directory_held_open(
+    rules: ReadRules, proc_fd: int
+) -> None:
+    """``os.open("<pid>/environ", dir_fd=<fd of /proc>)``: the ``open`` event does not
+    carry the descriptor, so each directory the process holds open is tried."""
+    relative = f"{_other_pid()}/environ"
+    assert "read other processes' files" in (rules.refusal("open", relative) or "")
+    assert "read other processes' files" in (rules.refusal("open", relative.encode()) or "")
+    assert rules.refusal("open", "statm") is None  # /proc/statm: not a process's
+    # os.listdir and os.scandir take no dir_fd: relative is the working directory.
+    assert rules.refusal("os.listdir", str(_other_pid())) is None
+
+
+@pytest.mark.parametrize("prefix", ["/dev/fd", "/proc/self/fd"])
+def test_a_descriptor_path_is_resolved(rules: ReadRules, proc_fd: int, prefix: str) -> None:
+    why = rules.refusal("open", f"{prefix}/{proc_fd}/{_other_pid()}/environ")
+    assert "read other processes' files" in (why or "")
+    assert rules.refusal("open", f"{prefix}/{proc_fd}/meminfo") is None
+
+
+def test_a_listed_descriptor_is_resolved(rules: ReadRules, proc_fd: int) -> None:
+    assert rules.refusal("os.listdir", proc_fd) is None  # /proc itself
+    other = os.open(f"/proc/{_other_pid()}", os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        assert "read other processes' files" in (rules.refusal("os.scandir", other) or "")
+    finally:
+        os.close(other)
+
+
+def test_a_directory_whose_path_cannot_be_told_refuses_relative_reads(
+    rules: ReadRules,
+) -> None:
+    gone = tempfile.mkdtemp(prefix="blockx-gone-")
+    fd = os.open(gone, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.rmdir(gone)
+        assert "cannot be told" in (rules.refusal("open", "x") or "")
+        assert "cannot be told" in (rules.refusal("os.listdir", fd) or "")
+        assert rules.refusal("open", "/etc/hostname") is None  # absolute: unaffected
+    finally:
+        os.close(fd)
 
 
 @pytest.fixture

@@ -2,24 +2,21 @@
 hostile function tried, each against a real ``blockx-worker`` and its real
 executors.
 
-Most tests run the Worker as this test run does. Where its interpreter cannot be
-read by ``nobody`` (here it lives under /root), executors fall back to the
-Worker's user, the hardest case for the sandbox. The tests of the user switch
-itself run the Worker on a virtual environment made for them: in a directory
-``nobody`` can read (executors run as uid 65534), and in a 0700 directory (the
-fallback, with its warning).
+Most tests run the Worker with ``EXECUTOR_USER=-``: executors of the Worker's own
+user, where only the sandbox's guard rails stand, the hardest case for them. The
+tests of the user switch run the Worker as installed (the README's setup, as
+root): executors as ``nobody`` from the executor runtime, and, with the runtime
+where ``nobody`` cannot reach it, the fallback to the Worker's user with its
+warning.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
-import stat
-import subprocess
-import sys
-import sysconfig
 import tempfile
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -31,6 +28,7 @@ from grpclib.client import Channel
 from processes import WorkerProcess, call_list_task, execute_result, run_to_end, serving
 from support import proc_stat, wait_until
 
+from blockx_chain.sink.sqlite import SqliteSink
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
 
@@ -130,6 +128,46 @@ def worker_environ_by_fd():
     return os.read(fd, 1 << 16).decode(errors="replace")
 
 
+def worker_environ_by_dir_fd(how):
+    """The Worker's environment through a directory descriptor of /proc."""
+    proc = os.open("/proc", os.O_RDONLY | os.O_DIRECTORY)
+    relative = f"{os.getppid()}/environ"
+    if how == "dir_fd":
+        fd = os.open(relative, os.O_RDONLY, dir_fd=proc)
+    elif how == "dev_fd":
+        fd = os.open(f"/dev/fd/{proc}/{relative}", os.O_RDONLY)
+    else:
+        with open(relative, "rb", opener=lambda p, f: os.open(p, f, dir_fd=proc)) as f:
+            return f.read().decode(errors="replace")
+    return os.read(fd, 1 << 16).decode(errors="replace")
+
+
+def read_file(path):
+    with open(path, "rb") as f:
+        return f.read().decode(errors="replace")
+
+
+def forge_ledger(sink):
+    """Attach the sink's file to an in-memory database and write its ledger."""
+    import sqlite3
+
+    db = sqlite3.connect(":memory:")
+    db.execute("ATTACH DATABASE ? AS sink", (sink,))
+    db.execute(
+        "INSERT INTO sink._blockx_written (table_name, block_number, block_hash, "
+        "code_epoch, task_id, written_at_ms) VALUES ('t', 99, '0xforged', 0, 'forged', 0)"
+    )
+    db.commit()
+    return "forged"
+
+
+def vacuum_into(path):
+    import sqlite3
+
+    sqlite3.connect(":memory:").execute("VACUUM INTO ?", (path,))
+    return "written"
+
+
 def pid():
     return os.getpid()
 
@@ -143,17 +181,20 @@ def hog(n):
     return len(bytearray(n))
 
 
-def whoami():
+def whoami(config=None, sink=None):
     import ctypes
     import socket
     import tempfile
 
     # Native code gets past the audit hook: what the OS alone allows.
     libc = ctypes.CDLL(None, use_errno=True)
-    environ = f"/proc/{os.getppid()}/environ".encode()
-    fd = libc.open(environ, os.O_RDONLY)
-    if fd >= 0:
-        libc.close(fd)
+
+    def native_open(path, flags):
+        fd = libc.open(path.encode(), flags, 0o644)
+        if fd >= 0:
+            libc.close(fd)
+        return fd >= 0
+
 
     tmp = tempfile.gettempdir()
     info = os.stat(tmp)
@@ -168,7 +209,11 @@ def whoami():
         "environ": sorted(os.environ),
         "interfaces": [name for _, name in socket.if_nameindex()],
         "sees_worker": os.getppid() in pids,
-        "native_reads_worker_environ": fd >= 0,
+        "native_reads_worker_environ": native_open(f"/proc/{os.getppid()}/environ", os.O_RDONLY),
+        "native_reads_config": config is not None and native_open(config, os.O_RDONLY),
+        "native_writes_sink": sink is not None and native_open(sink, os.O_RDWR),
+        "native_writes_beside_sink": sink is not None
+        and native_open(sink + "-journal", os.O_WRONLY | os.O_CREAT),
         "native_may_signal_worker": libc.kill(os.getppid(), 0) == 0,
     }
 '''
@@ -198,7 +243,17 @@ StartWorker = Callable[..., WorkerProcess]
 def start_worker(
     etcd_server: EtcdServer, unique_lane: Callable[..., str], functions_dir: Path, tmp_path: Path
 ) -> StartWorker:
-    def start(program: str = "blockx-worker", **env: str) -> WorkerProcess:
+    def start(
+        program: str = "blockx-worker",
+        *,
+        config: Path | None = None,
+        umask: int | None = None,
+        **env: str,
+    ) -> WorkerProcess:
+        # A shell that sets the umask and execs the Worker: the Worker keeps its pid.
+        script = 'exec "$0"' if config is None else f'exec "$0" --config {shlex.quote(str(config))}'
+        if umask is not None:
+            script = f"umask {umask:03o}; {script}"
         return WorkerProcess(
             {
                 "ETCD_ENDPOINTS": etcd_server.endpoint,
@@ -210,6 +265,7 @@ def start_worker(
             },
             tmp_path / "worker.log",
             program,
+            wrapper=["/bin/sh", "-c", script] if config or umask is not None else (),
         )
 
     return start
@@ -217,7 +273,8 @@ def start_worker(
 
 @pytest_asyncio.fixture
 async def worker(start_worker: StartWorker) -> AsyncIterator[worker_v1.WorkerServiceStub]:
-    async with serving(start_worker()) as [stub]:
+    """A Worker whose executors run as its own user: only the guard rails stand."""
+    async with serving(start_worker(EXECUTOR_USER="-")) as [stub]:
         yield stub
 
 
@@ -294,15 +351,31 @@ async def test_the_worker_cannot_be_reniced(start_worker: StartWorker) -> None:
         assert os.getpriority(os.PRIO_PROCESS, worker.proc.pid) == 0
 
 
-async def test_no_sqlite_file_and_no_fifo(
-    worker: worker_v1.WorkerServiceStub, shared_dir: Path
+async def test_no_sqlite_and_no_fifo(
+    worker: worker_v1.WorkerServiceStub, shared_dir: Path, tmp_path: Path
 ) -> None:
     database = shared_dir / "db.sqlite"
     message = await failure(worker, "t-sqlite", "sqlite_file", [[str(database)]])
     assert "PermissionError" in message
-    assert "SQLite database file" in message
+    assert "SQLite" in message
     assert not database.exists()
-    assert await outputs(worker, "t-sqlite-memory", "sqlite_memory", [[]]) == [2]
+    # An in-memory database would ATTACH files: the sink's ledger, a VACUUM INTO copy.
+    sink = await SqliteSink.open(tmp_path / "sink.db")
+    try:
+        await sink.replace_blocks("t", [(1, "0x01", [{"v": 1}])])
+        ledger = await sink.written("t")
+        message = await failure(worker, "t-attach", "forge_ledger", [[str(sink.path)]])
+        assert "PermissionError" in message
+        assert "SQLite" in message
+        copy = shared_dir / "copy.db"
+        message = await failure(worker, "t-vacuum", "vacuum_into", [[str(copy)]])
+        assert "PermissionError" in message
+        assert not copy.exists()
+        message = await failure(worker, "t-sqlite-memory", "sqlite_memory", [[]])
+        assert "PermissionError" in message
+        assert await sink.written("t") == ledger
+    finally:
+        await sink.close()
     pipe = shared_dir / "fifo"
     message = await failure(worker, "t-fifo", "fifo", [[str(pipe)]])
     assert "PermissionError" in message
@@ -315,6 +388,36 @@ async def test_the_workers_environment_is_not_readable(
     worker: worker_v1.WorkerServiceStub, function: str
 ) -> None:
     message = await failure(worker, f"t-{function}", function, [[]])
+    assert "PermissionError" in message
+    assert SECRET not in message
+
+
+async def test_a_directory_descriptor_does_not_open_the_workers_environment(
+    worker: worker_v1.WorkerServiceStub,
+) -> None:
+    """``os.open("<ppid>/environ", dir_fd=<fd of /proc>)`` and its relatives: the
+    relative path is decided against the directory the descriptor holds."""
+    for how in ("dir_fd", "dev_fd", "opener"):
+        message = await failure(worker, f"t-{how}", "worker_environ_by_dir_fd", [[how]])
+        assert "PermissionError" in message, how
+        assert "read other processes' files" in message, how
+        assert SECRET not in message
+
+
+def _private_config(directory: Path) -> Path:
+    """A Worker's --config file only its user can read, holding a secret."""
+    config = directory / "worker.toml"
+    config.write_text(f'# SINK_DB_URL = "postgresql://blockx:{SECRET}@db/sink"\nTASK_SLOTS = 4\n')
+    config.chmod(0o600)
+    return config
+
+
+async def test_the_workers_config_file_is_not_readable(
+    start_worker: StartWorker, tmp_path: Path
+) -> None:
+    config = _private_config(tmp_path)
+    async with serving(start_worker(config=config, EXECUTOR_USER="-")) as [stub]:
+        message = await failure(stub, "t-config", "read_file", [[str(config)]])
     assert "PermissionError" in message
     assert SECRET not in message
 
@@ -362,35 +465,6 @@ async def test_a_busy_executor_dies_with_the_worker(start_worker: StartWorker) -
             os.kill(executor_pid, signal.SIGKILL)
 
 
-def _venv_for_the_tests(parent: Path) -> Path:
-    """A virtual environment on the system's Python with this run's packages: a
-    Worker started on it hands its interpreter to its executors."""
-    name = f"python{sys.version_info.major}.{sys.version_info.minor}"
-    candidates = [Path("/usr/bin") / name, Path("/usr/local/bin") / name]
-    system_python = next((str(p) for p in candidates if p.is_file()), None)
-    if system_python is None:
-        pytest.skip(f"no system {name} for a readable virtual environment")
-    venv = parent / "venv"
-    subprocess.run([system_python, "-m", "venv", "--without-pip", str(venv)], check=True)
-    [site_packages] = (venv / "lib").glob("python*/site-packages")
-    here = sysconfig.get_paths()["purelib"]
-    (site_packages / "blockx-tests.pth").write_text(f"import site; site.addsitedir({here!r})\n")
-    script = parent / "blockx-worker"
-    script.write_text(
-        f"#!{venv}/bin/python\n"
-        "import sys\n"
-        "from blockx_server.worker.main import main_block\n"
-        "sys.exit(main_block())\n"
-    )
-    script.chmod(0o755)
-    return script
-
-
-def _readable_by_all(path: Path) -> bool:
-    """Every directory from / to ``path`` can be searched by other users."""
-    return all(os.stat(p).st_mode & stat.S_IXOTH for p in [path, *path.parents])
-
-
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="the Worker switches users only as root")
 
 
@@ -398,38 +472,48 @@ def _removed(path: str) -> bool:
     return not Path(path).exists()
 
 
-def _make_venv(mode: int) -> Iterator[Path]:
-    parent = Path(tempfile.mkdtemp(prefix="blockx-venv-"))
-    try:
-        parent.chmod(mode)
-        yield _venv_for_the_tests(parent)
-    finally:
-        shutil.rmtree(parent, ignore_errors=True)
+def _umask(pid: int) -> int:
+    status = Path(f"/proc/{pid}/status").read_text()
+    [line] = [line for line in status.splitlines() if line.startswith("Umask:")]
+    return int(line.split()[1], 8)
 
 
 @pytest.fixture
-def readable_worker_script() -> Iterator[Path]:
-    """``blockx-worker`` on a virtual environment everyone can read."""
-    sitedir = Path(sysconfig.get_paths()["purelib"])
-    if not _readable_by_all(sitedir):
-        pytest.skip(f"{sitedir} is not readable by other users")
-    yield from _make_venv(0o755)
+def reachable_dir() -> Iterator[Path]:
+    """A directory every user can search (but only root can write): what is in it
+    is kept from the executor's user by the files' own permissions alone."""
+    d = Path(tempfile.mkdtemp(prefix="blockx-reachable-"))
+    d.chmod(0o755)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture
-def private_worker_script() -> Iterator[Path]:
-    """``blockx-worker`` on a virtual environment in a 0700 directory."""
-    yield from _make_venv(0o700)
+def private_dir() -> Iterator[Path]:
+    """A directory only root can enter."""
+    d = Path(tempfile.mkdtemp(prefix="blockx-private-"))
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @needs_root
-async def test_executors_run_as_nobody_when_the_worker_is_root(
-    start_worker: StartWorker, readable_worker_script: Path
+async def test_executors_run_as_nobody_after_the_readmes_setup(
+    start_worker: StartWorker, reachable_dir: Path
 ) -> None:
-    assert _readable_by_all(readable_worker_script.parent)
-    worker = start_worker(str(readable_worker_script))
-    async with serving(worker) as [stub]:
-        [info] = await outputs(stub, "t-whoami", "whoami", [[]])
+    """The Worker as this run installs it (the README's setup: a virtual environment
+    whose interpreter and packages ``nobody`` may not reach), as root, by default."""
+    config = _private_config(reachable_dir)
+    sink = await SqliteSink.open(reachable_dir / "sink.db")
+    try:
+        await sink.replace_blocks("t", [(1, "0x01", [{"v": 1}])])
+        # Started with a umask that lets everyone write what it creates.
+        worker = start_worker(config=config, umask=0o000)
+        async with serving(worker) as [stub]:
+            [info] = await outputs(stub, "t-whoami", "whoami", [[str(config), str(sink.path)]])
+            umask = _umask(worker.proc.pid)
+        assert len(await sink.written("t")) == 1
+    finally:
+        await sink.close()
     assert "EXECUTOR_USER" not in worker.output()
     assert info["uid"] == 65534
     assert info["session_leader"]
@@ -443,23 +527,30 @@ async def test_executors_run_as_nobody_when_the_worker_is_root(
     # Its own network namespace (only loopback) and a /proc without the Worker.
     assert info["interfaces"] == ["lo"]
     assert not info["sees_worker"]
-    # Past the audit hook (ctypes), the OS still keeps it from the Worker.
+    # Past the audit hook (ctypes), the OS still keeps it from the Worker, its
+    # --config file and the sink's file (and from writing beside it).
     assert not info["native_reads_worker_environ"]
     assert not info["native_may_signal_worker"]
+    assert not info["native_reads_config"]
+    assert not info["native_writes_sink"]
+    assert not info["native_writes_beside_sink"]
+    assert _removed(f"{sink.path}-journal")
+    # Nothing the Worker creates (a SQLite sink, its journals) is the executors' to write.
+    assert umask & 0o002
 
 
 @needs_root
-async def test_an_unreadable_interpreter_falls_back_to_the_workers_user_with_a_warning(
-    start_worker: StartWorker, private_worker_script: Path
+async def test_an_unreachable_runtime_falls_back_to_the_workers_user_with_a_warning(
+    start_worker: StartWorker, private_dir: Path
 ) -> None:
-    worker = start_worker(str(private_worker_script))
+    worker = start_worker(EXECUTOR_RUNTIME_DIR=str(private_dir / "runtime"))
     async with serving(worker) as [stub]:
         [info] = await outputs(stub, "t-whoami-root", "whoami", [[]])
     log = worker.output()
     assert info["uid"] == 0
-    assert log.count("EXECUTOR_USER=nobody") == 1, log
-    assert "executors run as the Worker's user" in log
-    assert f"uid 65534 cannot read {private_worker_script.parent}" in log
+    [line] = [line for line in log.splitlines() if "EXECUTOR_USER=nobody" in line]
+    assert "executors run as the Worker's user" in line
+    assert f"uid 65534 cannot read {private_dir} (EXECUTOR_RUNTIME_DIR)" in line
     # The documented limit of this fallback: native code, past the audit hook, can
     # read the Worker's /proc files (hidepid does not hide a process from its user).
     assert info["native_reads_worker_environ"]

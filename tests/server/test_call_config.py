@@ -61,6 +61,7 @@ def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
             "EXECUTOR_USER": "-",
             "EXECUTOR_MAX_FILE_BYTES": "4096",
             "CALL_MAX_LOG_BYTES": "0",
+            "EXECUTOR_RUNTIME_DIR": "/srv/blockx/runtime",
             "FUNCTIONS_POLL_INTERVAL_MS": "250",
             "IO_MEMORY_SEED_FILE": str(seed),
         }
@@ -79,6 +80,7 @@ def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
     assert (p.memory_limit_bytes, p.max_open_files, p.sandbox) == (1_000_000_000, 64, False)
     assert (p.isolation.user, p.isolation.max_file_bytes) == ("", 4096)
     assert p.max_log_bytes == 0
+    assert p.isolation.runtime_dir == "/srv/blockx/runtime"
     assert s.functions_poll_interval_ms == 250
     assert s.memory_seed_file == seed
 
@@ -100,6 +102,7 @@ BAD = [
     ("EXECUTOR_MAX_FILE_BYTES", "-1", ">= 0"),
     ("CALL_MAX_LOG_BYTES", "-1", ">= 0"),
     ("CALL_MAX_LOG_BYTES", "64k", "integer"),
+    ("EXECUTOR_RUNTIME_DIR", "runtime", "must be an absolute path ('runtime')"),
     ("FUNCTIONS_DIR", "/nonexistent/functions", "directory"),
     ("IO_MEMORY_SEED_FILE", "/nonexistent/seed.json", "JSON object file"),
 ]

@@ -1,13 +1,24 @@
-"""Guard rails for user code: no network, no processes, no file writes.
+"""Guard rails for user code: no network, no processes, no file writes, no secrets.
 
 All data reaches a function through the Worker (``io``), and all writes go through
 a Writer Plugin, so an executor never needs to connect anywhere, start a process
 or write a file. A PEP 578 audit hook, installed after the executor has connected
 to its Worker, turns those attempts into a ``PermissionError`` with a message that
-says why. It also refuses reading other processes' ``/proc`` files, opening an
-SQLite database file, importing modules that start processes without an audit
-event (``_posixsubprocess``), changing a function's code or defaults, and walking
+says why. It also refuses importing modules that start processes or make files
+without an audit event (``_posixsubprocess``, ``_posixshmem``), any SQLite
+connection (see ``_hook``), changing a function's code or defaults, and walking
 the garbage collector's object lists (the way to reach the executor's objects).
+
+Reads are decided on the path the kernel would open (``ReadRules``): symbolic
+links resolved (``/dev/fd/N`` and ``/proc/self/fd/N`` included), and a relative
+path against the working directory and against every directory the process holds
+open, since the ``open`` audit event of ``os.open(path, dir_fd=fd)`` does not say
+which directory ``path`` is relative to. A read is refused when it reaches another
+process's ``/proc`` files, or a file (or a directory to list) that a user other
+than its owner could not read, so that a Worker's ``--config`` file, its TLS keys
+and root's home are as closed to an executor of the Worker's own user as the OS
+closes them to ``nobody``. The import path (the interpreter's, taken at start-up)
+is exempt: it is code, and the executor needs it.
 
 Some calls raise no audit event at all (``os.mkfifo``, ``os.mknod``,
 ``os.pidfd_open``, ``signal.pidfd_send_signal``, ``signal.pthread_kill``,
@@ -24,9 +35,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import sys
+import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Final, NoReturn
 
 _WRITE_FLAGS: Final = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
@@ -68,14 +81,18 @@ _FILE_CHANGES: Final = frozenset(
 _PATH_READS: Final = frozenset({"open", "os.listdir", "os.scandir"})
 _GC_WALKS: Final = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents"})
 # Extension modules that start processes and raise no audit event of their own
-# (a loaded _posixsubprocess is disarmed instead; loading it again is refused).
-_FORBIDDEN_IMPORTS: Final = frozenset({"_posixsubprocess", "_testcapi", "_testinternalcapi"})
+# (a loaded _posixsubprocess is disarmed instead; loading it again is refused), and
+# _posixshmem, whose shm_open makes files in /dev/shm without one.
+_FORBIDDEN_IMPORTS: Final = frozenset(
+    {"_posixsubprocess", "_posixshmem", "_testcapi", "_testinternalcapi"}
+)
 # Function attributes that, set on the executor's functions, change what it does.
 _CODE_ATTRIBUTES: Final = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
 # Calls without an audit event: (module, name, what the refusal says).
 _UNAUDITED: Final = (
     ("os", "mkfifo", "write files"),
     ("os", "mknod", "write files"),
+    ("_posixshmem", "shm_open", "write files"),
     ("posix", "mkfifo", "write files"),
     ("posix", "mknod", "write files"),
     ("os", "pidfd_open", "start or signal processes"),
@@ -91,8 +108,6 @@ _UNAUDITED: Final = (
     ),
 )
 _PROC_PID: Final = re.compile(r"^/proc/(\d+)(?:/|$)")
-# An in-memory SQLite database is fine; a file is a write.
-_SQLITE_MEMORY: Final = re.compile(r"^(:memory:$|file::memory:)")
 
 
 def _deny(what: str) -> PermissionError:
@@ -110,49 +125,171 @@ def _is_write_open(args: tuple[Any, ...]) -> bool:
     return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
 
 
-def _other_process_path(path: Any) -> bool:
-    """Is ``path`` under /proc/<pid> of a process other than this one?"""
-    if isinstance(path, bytes):
-        path = os.fsdecode(path)
-    if not isinstance(path, str) or "proc" not in os.path.abspath(path):
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def _fd_directory(fd: int) -> str | None:
+    """The path of what ``fd`` refers to; None when it has none (a deleted directory,
+    a socket) or cannot be read."""
+    try:
+        target = os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return None
+    if not target.startswith("/") or target.endswith(" (deleted)"):
+        return None
+    return target
+
+
+def _working_directory() -> str | None:
+    try:
+        return os.getcwd()
+    except OSError:
+        return None  # removed
+
+
+def _open_directories() -> list[str | None]:
+    """Every directory this process holds a descriptor of (None: one whose path
+    cannot be told)."""
+    directories: list[str | None] = []
+    try:
+        names = os.listdir("/proc/self/fd")
+    except OSError:
+        return [None]  # no /proc: no telling
+    for name in names:
+        try:
+            is_directory = stat.S_ISDIR(os.fstat(int(name)).st_mode)
+        except OSError:
+            continue  # the listing's own descriptor, closed since
+        if is_directory:
+            directories.append(_fd_directory(int(name)))
+    return directories
+
+
+class ReadRules:
+    """What a function may read, decided on resolved paths.
+
+    ``code_roots`` are the directories Python imports from (exempt: they are code);
+    ``own_pid`` is the executor's, whose ``/proc`` files are its own.
+    """
+
+    def __init__(self, *, own_pid: int, code_roots: Iterable[str]) -> None:
+        self.own_pid = own_pid
+        self.code_roots = tuple(os.path.realpath(r) for r in code_roots)
+
+    def refusal(self, event: str, path: Any) -> str | None:
+        """Why reading ``path`` (the first argument of an ``open``, ``os.listdir``
+        or ``os.scandir`` event) is refused, or None."""
+        if path is None:
+            path = "."  # os.listdir() and os.scandir() list the working directory
+        if isinstance(path, int):
+            if event == "open":
+                return None  # reading a descriptor already open (and checked then)
+            directory = _fd_directory(path)
+            if directory is None:
+                return "read a directory whose path cannot be told"
+            return self.refusal_of(directory)
+        try:
+            text = os.fsdecode(path)
+        except TypeError:
+            return None  # not a path: the call fails by itself
+        if os.path.isabs(text):
+            return self.refusal_of(os.path.realpath(text))
+        # Relative: to the working directory, or (``os.open(path, dir_fd=fd)``, whose
+        # event does not carry ``fd``) to any directory held open.
+        bases: list[str | None] = [_working_directory()]
+        if event == "open":
+            bases += _open_directories()
+        for base in bases:
+            if base is None:
+                return "read a path relative to a directory whose path cannot be told"
+            why = self.refusal_of(os.path.realpath(os.path.join(base, text)))
+            if why is not None:
+                return why
+        return None
+
+    def refusal_of(self, resolved: str) -> str | None:
+        """Why reading the resolved absolute path is refused, or None."""
+        match = _PROC_PID.match(resolved)
+        if match is not None and int(match.group(1)) != self.own_pid:
+            return "read other processes' files"
+        if _under(resolved, self.code_roots) or _readable_by_others(resolved):
+            return None
+        return "read files other users cannot read (the Worker's configuration, keys)"
+
+
+def _readable_by_others(path: str) -> bool:
+    """Could a user who is neither ``path``'s owner nor in its group read it (and
+    reach it)? A path that does not exist is left to the call to fail."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return True
+    if not mode & stat.S_IROTH:
         return False
-    match = _PROC_PID.match(os.path.realpath(path))
-    return match is not None and int(match.group(1)) != os.getpid()
+    directory = os.path.dirname(path)
+    while True:
+        try:
+            if not os.stat(directory).st_mode & stat.S_IXOTH:
+                return False
+        except OSError:
+            return False
+        if directory == "/":
+            return True
+        directory = os.path.dirname(directory)
 
 
-def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if event == "object.__getattr__":
-        return  # the most frequent event, never refused
-    if event in _PATH_READS and args and _other_process_path(args[0]):
-        raise _deny("read other processes' files")
-    if event == "import" and args and args[0] in _FORBIDDEN_IMPORTS:
-        raise _deny(f"import {args[0]}")
-    if (
-        event == "object.__setattr__"
-        and len(args) > 1
-        and args[1] in _CODE_ATTRIBUTES
-        and _is_executor_code(args[0])
-    ):
-        raise _deny("change the executor's own code")
-    if event in _GC_WALKS:
-        raise _deny("walk the executor's objects")
-    if event == "sqlite3.connect" and args and not _is_memory_database(args[0]):
-        raise _deny("write files (an SQLite database file)")
-    if event in _NETWORK:
-        raise _deny("open network connections")
-    if event in _PROCESS:
-        raise _deny("start or signal processes")
-    if event in _FILE_CHANGES or (event == "open" and _is_write_open(args)):
-        raise _deny("write files")
+class _Hook:
+    """The audit hook; ``deciding`` marks a thread whose read is being decided (the
+    decision's own listing of ``/proc/self/fd`` is not a function's)."""
+
+    def __init__(self, rules: ReadRules) -> None:
+        self.rules = rules
+        self.deciding = threading.local()
+
+    def __call__(self, event: str, args: tuple[Any, ...]) -> None:
+        if event == "object.__getattr__":
+            return  # the most frequent event, never refused
+        if event in _FILE_CHANGES or (event == "open" and _is_write_open(args)):
+            raise _deny("write files")
+        if event in _PATH_READS and args and not getattr(self.deciding, "on", False):
+            self.deciding.on = True
+            try:
+                why = self.rules.refusal(event, args[0])
+            finally:
+                self.deciding.on = False
+            if why is not None:
+                raise _deny(why)
+        if event == "import" and args and args[0] in _FORBIDDEN_IMPORTS:
+            raise _deny(f"import {args[0]}")
+        if (
+            event == "object.__setattr__"
+            and len(args) > 1
+            and args[1] in _CODE_ATTRIBUTES
+            and _is_executor_code(args[0])
+        ):
+            raise _deny("change the executor's own code")
+        if event in _GC_WALKS:
+            raise _deny("walk the executor's objects")
+        if event == "sqlite3.connect":
+            # Even ":memory:": a connection ATTACHes database files and writes them
+            # (ATTACH, VACUUM INTO) in C, with no audit event, and whatever is set on
+            # it to stop that (an authorizer, a limit) its holder can unset.
+            raise _deny("use SQLite (a connection can ATTACH and write database files)")
+        if event in _NETWORK:
+            raise _deny("open network connections")
+        if event in _PROCESS:
+            raise _deny("start or signal processes")
+
+
+# This process's hook: its pid, and its import path as it is at start-up (the
+# executor imports this module before any user code runs).
+_hook: Final = _Hook(ReadRules(own_pid=os.getpid(), code_roots=[p for p in sys.path if p]))
 
 
 def _is_executor_code(obj: Any) -> bool:
     module = getattr(obj, "__module__", None)
     return isinstance(module, str) and module.split(".", 1)[0] == "blockx_executor"
-
-
-def _is_memory_database(database: Any) -> bool:
-    return isinstance(database, str) and _SQLITE_MEMORY.match(database) is not None
 
 
 def _refusing(what: str) -> Callable[..., NoReturn]:

@@ -16,6 +16,7 @@ import msgspec
 from blockx_core.dispatch import CallFailureKind, CallRetryPolicy, DispatchConfig
 from blockx_server.calls.engine import CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
+from blockx_server.calls.executor_runtime import DEFAULT_RUNTIME_DIR
 from blockx_server.calls.isolation import IsolationConfig
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
@@ -154,6 +155,13 @@ EXECUTOR_USER: Final = Setting(
     help=f"the user executors run as when the Worker is root; {SAME_USER} = the Worker's user",
 )
 
+EXECUTOR_RUNTIME_DIR: Final = Setting(
+    name="EXECUTOR_RUNTIME_DIR",
+    default=DEFAULT_RUNTIME_DIR,
+    parse=text,
+    help="where a root Worker copies the executors' code for EXECUTOR_USER to read",
+)
+
 
 def _read_isolation(reader: ConfigReader) -> IsolationConfig:
     user = reader.get(EXECUTOR_USER)
@@ -165,7 +173,12 @@ def _read_isolation(reader: ConfigReader) -> IsolationConfig:
             pwd.getpwnam(user)
         except KeyError:
             reader.report(EXECUTOR_USER.name, f"names no user on this host ({user!r})")
-    return IsolationConfig(user=user, max_file_bytes=reader.get(EXECUTOR_MAX_FILE_BYTES))
+    runtime_dir = reader.get(EXECUTOR_RUNTIME_DIR)
+    if not os.path.isabs(runtime_dir):
+        reader.report(EXECUTOR_RUNTIME_DIR.name, f"must be an absolute path ({runtime_dir!r})")
+    return IsolationConfig(
+        user=user, max_file_bytes=reader.get(EXECUTOR_MAX_FILE_BYTES), runtime_dir=runtime_dir
+    )
 
 
 # ---- the executor watchdog: wall time, recycling ----------------------------------
@@ -237,6 +250,7 @@ CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
     EXECUTOR_MEMORY_LIMIT_BYTES,
     EXECUTOR_MAX_FILE_BYTES,
     EXECUTOR_USER,
+    EXECUTOR_RUNTIME_DIR,
     CALL_WALL_LIMIT_MS,
     EXECUTOR_MAX_CALLS,
     EXECUTOR_MAX_RSS_BYTES,

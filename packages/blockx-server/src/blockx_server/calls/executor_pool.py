@@ -54,6 +54,7 @@ class ExecutorPoolConfig(msgspec.Struct, frozen=True, kw_only=True):
     sandbox: bool = True
     # Wait before replacing an executor that died within its first second.
     respawn_backoff_ms: int = 500
+    # The interpreter of executors that run as the Worker's user.
     python: str = sys.executable
     # The OS confinement: user, namespaces, private directory, limits.
     isolation: IsolationConfig = IsolationConfig()
@@ -243,8 +244,6 @@ class ExecutorPool:
         await self._isolation.prepare()
         private_dir = self._isolation.private_dir(executor_id)
         args = [
-            "-m",
-            "blockx_executor",
             "--socket",
             str(self.socket_path),
             "--executor-id",
@@ -262,7 +261,7 @@ class ExecutorPool:
             args.append("--no-sandbox")
         args += self._isolation.executor_args(private_dir)
         proc = await asyncio.create_subprocess_exec(
-            cfg.python,
+            *self._isolation.command(),  # the executor runtime when it switches user
             *args,
             env=executor_environment(private_dir),  # no credentials reach user code
             cwd=str(private_dir),
