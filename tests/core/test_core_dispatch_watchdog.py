@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from blockx_core.dispatch import (
@@ -452,6 +452,7 @@ def test_the_core_asks_for_a_sample_when_the_call_could_reach_its_budget() -> No
 
 
 @settings(max_examples=300, deadline=None)
+@example(steps=[(301, 0, True)])  # a heartbeat due at the very millisecond of the kill
 @given(
     steps=st.lists(
         st.tuples(st.integers(1, 400), st.sampled_from([0, 1, 2]), st.booleans()),
@@ -529,7 +530,9 @@ def test_the_cpu_decides_the_budget_and_a_sign_of_life(
     else:
         assert kill.reason.startswith("no heartbeat and no CPU progress")
         assert cpu_at(at) == cpu_at(at - timeout - 1)
-        assert not any(at - timeout - 1 < b <= at for b in beats)
+        # A heartbeat at the very millisecond of the kill comes after it (the test
+        # serves the deadline first, as an adapter may).
+        assert not any(at - timeout - 1 < b < at for b in beats)
         assert crossed is None or at < crossed + 11
     assert still is None or at <= still
 
