@@ -47,6 +47,7 @@ class Chain:
         self.gate = asyncio.Event()
         self.gate.set()
         self.fail_next = 0
+        self.overflow = False
 
     def immutable(
         self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
@@ -66,6 +67,8 @@ class Chain:
                 raise ValueError("bad argument")
             if op == "crash":
                 raise RuntimeError("a bug in the backend")
+            if self.overflow:
+                raise OverflowError("Python int too large to convert to SQLite INTEGER")
             return {"op": op, "args": args}
         finally:
             self.in_flight -= 1
@@ -280,15 +283,27 @@ async def test_requests_beyond_the_limit_wait_their_turn(chain: Chain) -> None:
     assert gate.in_flight == 0
 
 
-async def test_a_backend_bug_propagates_and_frees_its_admission_and_window(
-    router: IoRouter,
+async def test_a_backend_bug_is_an_answer_and_frees_its_admission_and_window(
+    router: IoRouter, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """The call gets an answer (it would otherwise wait until its wall limit), the
+    Worker's log the traceback."""
     scope = TaskIoScope(router, "t1")
-    with pytest.raises(RuntimeError, match="a bug"):
-        await scope.request("chain", "crash", [])
+    outcome = await scope.request("chain", "crash", [])
+    assert (outcome.ok, outcome.error_kind) == (False, IoErrorKind.UNAVAILABLE)
+    assert outcome.error == "io.chain.crash failed inside the backend: RuntimeError"
+    assert "a bug in the backend" in caplog.text
     (gate,) = router.gates()
     assert gate.in_flight == 0
     assert (await scope.request("chain", "head", [])).ok
+
+
+async def test_an_integer_a_backend_cannot_hold_is_a_bad_request(
+    router: IoRouter, chain: Chain
+) -> None:
+    chain.overflow = True
+    outcome = await TaskIoScope(router, "t1").request("chain", "block", [2**200])
+    assert (outcome.ok, outcome.error_kind) == (False, IoErrorKind.BAD_REQUEST)
 
 
 # -- retry scopes ----------------------------------------------------------------

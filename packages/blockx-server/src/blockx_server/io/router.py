@@ -12,6 +12,7 @@ IO window and retries.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -32,6 +33,12 @@ from blockx_server.io.errors import BackendError, IoErrorKind, IoOutcome, failur
 from blockx_server.io.finality import FinalityView
 from blockx_server.io.settings import IoSettings
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
+
+log = logging.getLogger(__name__)
+
+# What a backend raises for arguments it cannot use (an integer too large for a
+# column, say): the function's mistake, answered as BAD_REQUEST.
+_BAD_ARGUMENTS: Final = (TypeError, ValueError, ArithmeticError)
 
 
 class IoBackend(Protocol):
@@ -171,7 +178,7 @@ class IoRouter:
         if not write and self.cache.max_bytes > 0:
             try:
                 cacheable = backend.immutable(op, args, kwargs, finalized)
-            except (TypeError, ValueError):
+            except _BAD_ARGUMENTS:
                 cacheable = False  # bad arguments: the backend says so when it serves
         return Prepared(backend, op, args, kwargs, write, key, cacheable)
 
@@ -255,10 +262,19 @@ class IoRouter:
             value = await backend.serve(op, args, kwargs)
         except BackendError as exc:
             return failure(exc.kind, exc.message, _since_us(started))
-        except (TypeError, ValueError) as exc:
+        except _BAD_ARGUMENTS as exc:
             return failure(
                 IoErrorKind.BAD_REQUEST,
                 f"io.{backend.name}.{op}{_call_text(args, kwargs)}: {exc}",
+                _since_us(started),
+            )
+        except Exception as exc:
+            # A backend's own bug: the call gets an answer (never a wait until its
+            # wall limit), the Worker's log the traceback.
+            log.exception("io.%s.%s failed inside the backend", backend.name, op)
+            return failure(
+                IoErrorKind.UNAVAILABLE,
+                f"io.{backend.name}.{op} failed inside the backend: {type(exc).__name__}",
                 _since_us(started),
             )
         io_us = _since_us(started)
