@@ -1,5 +1,6 @@
 """Dependencies point one way: cli → client + server + chain, client → core + proto + chain
-(backfill and follow read the block database and the sink ledger),
+(backfill and follow read the block database and the sink ledger) + executor (a
+function handle makes sub-calls inside a BlockX function),
 server → core + proto + executor + chain, chain → core; core and executor depend
 on nothing here."""
 
@@ -22,7 +23,7 @@ OURS = {
 }
 ALLOWED = {
     "blockx_cli": {"blockx_client", "blockx_server", "blockx_core", "blockx_chain"},
-    "blockx_client": {"blockx_core", "blockx_proto", "blockx_chain"},
+    "blockx_client": {"blockx_core", "blockx_proto", "blockx_chain", "blockx_executor"},
     "blockx_server": {"blockx_core", "blockx_proto", "blockx_executor", "blockx_chain"},
     "blockx_chain": {"blockx_core"},
     "blockx_core": set(),

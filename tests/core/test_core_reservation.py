@@ -13,6 +13,7 @@ import pytest
 from blockx_core.coordinator import (
     CoordinatorConfig,
     CoordinatorCore,
+    ReasonKind,
     Reservation,
     ReservationCore,
     ReservationState,
@@ -38,6 +39,11 @@ EMPTY = SlotGranted("")
 NO_SLOT = SlotError(ErrorCode.NO_SLOT, "no free slot", may_have_allocated=False)
 REFUSED = SlotError(ErrorCode.UNAVAILABLE, "cannot connect", may_have_allocated=False)
 TIMEOUT = SlotError(ErrorCode.SLOT_UNCERTAIN, "timed out", may_have_allocated=True)
+INVALID = SlotError(
+    ErrorCode.INVALID_ARGUMENT,
+    "INVALID_ARGUMENT: ttl_ms 5000 exceeds MAX_SLOT_TTL_MS (3000)",
+    may_have_allocated=False,
+)
 NO_SLOT_ID = "the worker answered without a slot_id"
 
 
@@ -79,6 +85,14 @@ def all_rejected(*reasons: str) -> ReserveFailure:
         ErrorCode.NO_EXECUTABLE_SLOT,
         "all candidates rejected (" + "; ".join(reasons) + ")",
         ReserveOutcome.ALL_CANDIDATES_REJECTED,
+    )
+
+
+def invalid(addr: str) -> ReserveFailure:
+    return ReserveFailure(
+        ErrorCode.INVALID_ARGUMENT,
+        f"{addr} answered {INVALID.message}",
+        ReserveOutcome.INVALID_ARGUMENT,
     )
 
 
@@ -143,6 +157,20 @@ CASES: list[tuple[list[str], dict[str, list[SlotAnswer]], int, list[ReserveComma
         1,
         [try_slot("a"), try_slot("b"), all_rejected("a: no free slot", "b: no free slot")],
     ),
+    # The request's fault: it ends with the Worker's message, no other Worker is asked.
+    (["a", "b"], {"a": [INVALID], "b": [GRANT]}, 1, [try_slot("a"), invalid("a")]),
+    (
+        ["a", "b", "c"],
+        {"a": [NO_SLOT], "b": [INVALID], "c": [GRANT]},
+        1,
+        [try_slot("a"), try_slot("b"), invalid("b")],
+    ),
+    (
+        ["a", "b"],
+        {"a": [TIMEOUT, INVALID], "b": [GRANT]},
+        1,
+        [try_slot("a"), try_slot("a", 2), invalid("a")],
+    ),
 ]
 
 
@@ -195,7 +223,8 @@ def test_the_ttl_comes_from_the_config() -> None:
 
 @pytest.mark.parametrize(
     ("answer", "failures"),
-    [(NO_SLOT, 0), (REFUSED, 1)],  # NoSlot is backpressure: no penalty
+    # NoSlot is backpressure and INVALID_ARGUMENT the request's fault: no penalty.
+    [(NO_SLOT, 0), (REFUSED, 1), (INVALID, 0)],
 )
 def test_a_rejection_is_recorded_on_the_coordinator_core(answer: SlotError, failures: int) -> None:
     core = ready_core(["a", "b"])
@@ -203,6 +232,30 @@ def test_a_rejection_is_recorded_on_the_coordinator_core(answer: SlotError, fail
     view = core.worker("a")
     assert view is not None
     assert view.recent_failure_count == failures
+
+
+def test_invalid_requests_never_open_the_breaker() -> None:
+    """A Coordinator whose ttl_ms a Worker refuses: however many times, the Worker keeps
+    being asked (no penalty, no breaker), and a request it grants still reaches it."""
+    core = ready_core(["a", "b"])
+    threshold = core.config.circuit_breaker_threshold
+    for _ in range(threshold + 2):
+        assert run(core, {"a": [INVALID]}) == [try_slot("a"), invalid("a")]
+    view = core.worker("a")
+    assert view is not None
+    assert (view.recent_failure_count, view.penalty, view.circuit_breaker_deadline_ms) == (0, 0, 0)
+    assert run(core, {"a": [GRANT]}) == [try_slot("a"), Reservation("t1", "a", "slot-1")]
+
+
+def test_an_invalid_request_is_explained_by_the_worker_that_refused_it() -> None:
+    core = ready_core(["a", "b"])
+    reservation = ReservationCore(core, max_timeout_retries=1)
+    reservation.start("t1", NOW)
+    assert reservation.attempt_answered(INVALID, NOW) == invalid("a")
+    reasons = {r.worker_addr: r for r in reservation.explain(NOW).workers}
+    assert (reasons["a"].kind, reasons["a"].code) == (ReasonKind.ANSWERED, INVALID.code)
+    assert reasons["a"].detail == INVALID.message
+    assert reasons["b"].kind is ReasonKind.NOT_TRIED
 
 
 def test_uncertain_to_the_end_is_recorded_as_a_timeout_and_success_resets() -> None:
@@ -231,6 +284,31 @@ def test_events_out_of_order_are_a_usage_error() -> None:
 def test_negative_retries_are_a_usage_error() -> None:
     with pytest.raises(BlockxUsageError):
         ReservationCore(CoordinatorCore(), max_timeout_retries=-1)
+
+
+# How a definite refusal counts, for every code: only these two spare the Worker.
+REFUSAL_RESULTS: dict[ErrorCode, SlotAttemptResult] = {
+    ErrorCode.NO_SLOT: SlotAttemptResult.BACKPRESSURE,
+    ErrorCode.INVALID_ARGUMENT: SlotAttemptResult.INVALID,
+    ErrorCode.UNAVAILABLE: SlotAttemptResult.REJECTED,
+    ErrorCode.INVALID_SLOT: SlotAttemptResult.REJECTED,
+    ErrorCode.NOT_FOUND: SlotAttemptResult.REJECTED,
+    ErrorCode.REJECTED: SlotAttemptResult.REJECTED,
+    ErrorCode.INTERNAL: SlotAttemptResult.REJECTED,
+    ErrorCode.NO_EXECUTABLE_SLOT: SlotAttemptResult.REJECTED,
+    ErrorCode.SLOT_UNCERTAIN: SlotAttemptResult.REJECTED,
+}
+
+
+@pytest.mark.parametrize("code", list(ErrorCode))
+def test_every_refusal_code_is_classified(code: ErrorCode) -> None:
+    assert (
+        classify_slot_answer(SlotError(code, "m", may_have_allocated=False))
+        is (REFUSAL_RESULTS[code])
+    )
+    # Whatever the code, an answer that may have allocated is retried first.
+    uncertain_answer = SlotError(code, "m", may_have_allocated=True)
+    assert classify_slot_answer(uncertain_answer) is SlotAttemptResult.UNCERTAIN
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,7 @@ ANSWERS: list[SlotAnswer] = [
     SlotGranted(""),
     SlotError(ErrorCode.NO_SLOT, "no slot", may_have_allocated=False),
     SlotError(ErrorCode.REJECTED, "refused", may_have_allocated=False),
+    SlotError(ErrorCode.INVALID_ARGUMENT, "bad ttl", may_have_allocated=False),
     SlotError(ErrorCode.SLOT_UNCERTAIN, "timed out", may_have_allocated=True),
 ]
 
@@ -87,6 +88,16 @@ def model(core: CoordinatorCore, task_id: str, retries: int, answer: Answerer) -
                 last = "the worker answered without a slot_id"
             elif got.may_have_allocated:
                 last = got.message
+            elif got.code is ErrorCode.INVALID_ARGUMENT:
+                # The request's fault: nothing recorded, and no other worker asked.
+                return [
+                    *out,
+                    ReserveFailure(
+                        got.code,
+                        f"{addr} answered {got.message}",
+                        ReserveOutcome.INVALID_ARGUMENT,
+                    ),
+                ]
             else:
                 if got.code is ErrorCode.NO_SLOT:
                     core.record_slot_backpressure(addr, NOW)

@@ -9,8 +9,18 @@ from unittest.mock import ANY
 import pytest
 
 from blockx_core.dispatch import CallFailureKind
-from blockx_executor import CallError, IoError, call, current_call, io
+from blockx_executor import (
+    CallError,
+    FunctionHandle,
+    IoError,
+    call,
+    current_call,
+    function,
+    in_call,
+    io,
+)
 from blockx_executor.api import IoRequest, SubCallRequest
+from blockx_executor.no_event_loop import NO_EVENT_LOOP
 from blockx_executor.protocol import (
     MAX_FRAME_BYTES,
     CallContext,
@@ -157,11 +167,12 @@ def test_awaiting_a_request_yields_it_and_returns_the_answer() -> None:
         return await io.chain.block(7)
 
     coro = fn()
-    request = coro.send(None)
-    assert isinstance(request, IoRequest)
-    assert request.op == "block"
-    with pytest.raises(StopIteration) as done:
-        coro.send({"number": 7})
+    with NO_EVENT_LOOP:  # as the executor steps a call
+        request = coro.send(None)
+        assert isinstance(request, IoRequest)
+        assert request.op == "block"
+        with pytest.raises(StopIteration) as done:
+            coro.send({"number": 7})
     assert done.value.value == {"number": 7}
 
 
@@ -201,6 +212,33 @@ def test_private_attributes_are_not_backends() -> None:
 def test_current_call_outside_an_executor() -> None:
     with pytest.raises(RuntimeError, match="only available inside a BlockX call"):
         current_call()
+    assert not in_call()
+
+
+async def test_awaited_outside_an_executor_each_says_what_to_use_instead() -> None:
+    """On a program's own event loop (here pytest's), not asyncio's "Task got bad yield"."""
+    with pytest.raises(RuntimeError) as sub_call:
+        await call("price", 1)
+    assert str(sub_call.value) == (
+        "call('price', 1) can only be awaited inside a BlockX function, where the executor "
+        "answers it; outside one, run the function through the Sync Invoker: await "
+        "Client().function('price').call(...) from blockx_client"
+    )
+    with pytest.raises(RuntimeError, match=r"Client\(\)\.function\('price'\)\.call"):
+        await function("price").call(1)
+    with pytest.raises(RuntimeError, match=r"^io\.memory\.get\('k'\) can only be awaited"):
+        await io.memory.get("k")
+
+
+def test_a_function_handle_builds_the_same_sub_call() -> None:
+    handle = function("other")
+    assert isinstance(handle, FunctionHandle)
+    assert (handle.name, repr(handle)) == ("other", "function('other')")
+    request = handle.call(1, "x")
+    assert isinstance(request, SubCallRequest)
+    assert (request.function, request.args, request.kwargs) == ("other", [1, "x"], {})
+    with pytest.raises(TypeError, match="function name"):
+        function("")
 
 
 def test_errors_carry_their_kind() -> None:

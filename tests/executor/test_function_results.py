@@ -22,7 +22,7 @@ import datetime
 import decimal
 import enum
 import math
-from blockx_executor import io
+from blockx_executor import call, io
 
 
 class Color(enum.StrEnum):
@@ -65,6 +65,11 @@ async def waits_on_event():
 def runs_its_own_loop():
     async def inner():
         return 7
+    return asyncio.run(inner())
+
+def awaits_a_sub_call_on_its_own_loop():
+    async def inner():
+        return await call("fine")
     return asyncio.run(inner())
 """
 
@@ -133,6 +138,17 @@ async def test_a_plain_def_may_still_run_its_own_loop(
     result = await run(engine, snapshot, "runs_its_own_loop")
     assert result.success, result.failure_message
     assert [json.loads(o.value_json) for o in result.outputs] == [7]
+
+
+async def test_a_plain_def_awaiting_a_sub_call_on_its_own_loop_is_told_why_not(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    message = (await run(engine, snapshot, "awaits_a_sub_call_on_its_own_loop")).failure_message
+    assert (
+        "USER_ERROR: RuntimeError: call('fine') was awaited on an event loop of the "
+        "function's own (asyncio.run in a plain def?): only an async def function can await"
+    ) in message
+    assert "bad yield" not in message
 
 
 async def test_asyncio_imported_in_the_middle_of_a_call_fails_the_same_way(

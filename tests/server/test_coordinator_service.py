@@ -27,6 +27,7 @@ NO_SLOT = SlotError(ErrorCode.NO_SLOT, "RESOURCE_EXHAUSTED: no free slot", may_h
 REFUSED = SlotError(ErrorCode.UNAVAILABLE, "cannot connect", may_have_allocated=False)
 INVALID = SlotError(ErrorCode.INVALID_ARGUMENT, "bad ttl", may_have_allocated=False)
 TIMEOUT = SlotError(ErrorCode.SLOT_UNCERTAIN, "timed out", may_have_allocated=True)
+INVALID_ARGUMENT = ReserveOutcome.INVALID_ARGUMENT
 
 
 class ScriptedReserver:
@@ -138,7 +139,6 @@ async def test_no_free_capacity_is_no_executable_slot_without_contact() -> None:
     [
         (NO_SLOT, 0, SlotAttemptResult.BACKPRESSURE),  # backpressure: no penalty
         (REFUSED, 1, SlotAttemptResult.REJECTED),
-        (INVALID, 1, SlotAttemptResult.REJECTED),
     ],
 )
 async def test_definite_rejection_switches_to_next_candidate(
@@ -153,6 +153,26 @@ async def test_definite_rejection_switches_to_next_candidate(
     assert view.recent_failure_count == failure_count
     assert observer.attempts[attempt] == 1
     assert observer.attempts[SlotAttemptResult.GRANTED] == 1
+
+
+async def test_a_workers_invalid_argument_ends_the_reservation_without_penalty() -> None:
+    server, core, reserver, observer, _ = make({"a:1": [INVALID, INVALID], "b:1": [GRANT]})
+    for task_id in ("t1", "t2"):
+        result = await server.reserve_worker_slot(task_id)
+        assert result == ReserveFailure(
+            ErrorCode.INVALID_ARGUMENT, "a:1 answered bad ttl", INVALID_ARGUMENT
+        )
+    assert [c[0] for c in reserver.calls] == ["a:1", "a:1"]  # b:1 would refuse it too
+    view = core.worker("a:1")
+    assert view is not None
+    assert (view.recent_failure_count, view.penalty) == (0, 0.0)
+    assert observer.attempts[SlotAttemptResult.INVALID] == 2
+    assert observer.outcomes == [INVALID_ARGUMENT, INVALID_ARGUMENT]
+    # Past the Coordinator's own validation: kept for ExplainPlacement with the answer.
+    [latest, _] = server.explain().recent_refusals
+    assert latest.task_id == "t2"
+    assert latest.explanation is not None
+    assert latest.explanation.workers[0].detail == "bad ttl"
 
 
 async def test_uncertain_then_granted_on_same_worker() -> None:

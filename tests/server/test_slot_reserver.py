@@ -11,7 +11,12 @@ from grpclib.exceptions import GRPCError
 from grpclib.server import Server
 from support import free_port
 
-from blockx_core.coordinator import SlotError, SlotGranted
+from blockx_core.coordinator import (
+    SlotAttemptResult,
+    SlotError,
+    SlotGranted,
+    classify_slot_answer,
+)
 from blockx_core.errors import ErrorCode
 from blockx_proto import coordinator_v1, worker_v1
 from blockx_server.coordinator.slot_reserver import GrpcSlotReserver
@@ -176,6 +181,38 @@ def test_classification_is_the_inverse_of_the_worker_mapping() -> None:
             Status.UNKNOWN,
         ):
             assert uncertain, status
+
+
+# What each status a Worker may answer RequestTaskSlot with means for that Worker.
+STATUS_RESULTS: dict[Status, SlotAttemptResult] = {
+    # The request's fault: no penalty, no breaker; the reservation fails.
+    Status.INVALID_ARGUMENT: SlotAttemptResult.INVALID,
+    # Full: the Worker working as intended, no penalty.
+    Status.RESOURCE_EXHAUSTED: SlotAttemptResult.BACKPRESSURE,
+    # Definite refusals that count against the Worker.
+    Status.FAILED_PRECONDITION: SlotAttemptResult.REJECTED,
+    Status.UNAVAILABLE: SlotAttemptResult.REJECTED,
+    Status.NOT_FOUND: SlotAttemptResult.REJECTED,
+    Status.UNIMPLEMENTED: SlotAttemptResult.REJECTED,
+    Status.PERMISSION_DENIED: SlotAttemptResult.REJECTED,
+    Status.UNAUTHENTICATED: SlotAttemptResult.REJECTED,
+    # Anything else may have allocated: the same Worker is asked again.
+    Status.CANCELLED: SlotAttemptResult.UNCERTAIN,
+    Status.UNKNOWN: SlotAttemptResult.UNCERTAIN,
+    Status.DEADLINE_EXCEEDED: SlotAttemptResult.UNCERTAIN,
+    Status.ALREADY_EXISTS: SlotAttemptResult.UNCERTAIN,
+    Status.ABORTED: SlotAttemptResult.UNCERTAIN,
+    Status.OUT_OF_RANGE: SlotAttemptResult.UNCERTAIN,
+    Status.INTERNAL: SlotAttemptResult.UNCERTAIN,
+    Status.DATA_LOSS: SlotAttemptResult.UNCERTAIN,
+}
+
+
+@pytest.mark.parametrize("status", [s for s in Status if s is not Status.OK])
+def test_every_status_counts_as_the_table_says(status: Status) -> None:
+    code, uncertain = classify_worker_status(status)
+    answer = SlotError(code, status.name, may_have_allocated=uncertain)
+    assert classify_slot_answer(answer) is STATUS_RESULTS[status]
 
 
 async def test_an_address_that_is_not_a_worker_is_a_definite_rejection(

@@ -1,9 +1,20 @@
-"""``client.function("name")``: call one function through the Sync Invoker."""
+"""``client.function("name")``: one function by name, and ``call`` it wherever the
+code runs: through the Sync Invoker from a program, as a sub-call of the running
+call from inside a BlockX function (as the specification's blockx-py does).
+
+The handle extends ``blockx_executor.FunctionHandle``, the one executors know:
+blockx_executor depends on nothing, so inside an executor that runs from the
+executor runtime (only the standard library, msgspec and blockx_executor) a
+function writes ``blockx_executor.function(name).call(...)``, and a helper given
+either handle runs in both places. Whether the code runs in a call is
+``blockx_executor.in_call()``.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
+import blockx_executor
 from blockx_client._convert import (
     args_to_pb,
     debug_invocation_from_pb,
@@ -15,6 +26,7 @@ from blockx_client._typed import as_type
 from blockx_client.errors import FunctionError
 from blockx_client.models import Invocation, Precheck
 from blockx_client.transport import Transport
+from blockx_executor import CallError, in_call
 from blockx_proto import syncinvoker_v1
 
 if TYPE_CHECKING:
@@ -23,16 +35,16 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class FunctionHandle:
-    """Call one function synchronously via the Sync Invoker, outside any task.
-
-    (Inside an executor, ``blockx_executor.call`` is the way: a sub-call of the task.)
-    """
+class FunctionHandle(blockx_executor.FunctionHandle):
+    """One function by name. ``call`` runs it once and returns its value: through the
+    Sync Invoker from a program, as a sub-call (``blockx_executor.call``) when the
+    code runs inside a BlockX function. ``invoke``, ``debug`` and ``precheck`` ask
+    the Sync Invoker, so they are for programs only."""
 
     def __init__(self, client: Client, name: str) -> None:
+        super().__init__(name)
         self._options: ClientOptions = client._options
         self._transport: Transport = client._transport
-        self.name = name
 
     def _stub(self) -> syncinvoker_v1.SyncInvokerServiceStub:
         return syncinvoker_v1.SyncInvokerServiceStub(
@@ -41,6 +53,7 @@ class FunctionHandle:
 
     async def invoke(self, *args: Any, timeout_ms: int = 0, call_id: str = "") -> Invocation:
         """Run once; the Invocation says how it went (a failure is not an exception)."""
+        self._outside_a_call("invoke")
         reply = await self._transport.unary(
             self._options.sync_invoker,
             self._stub().invoke(
@@ -64,23 +77,50 @@ class FunctionHandle:
     ) -> T | Any:
         """Run once and return the function's value; FunctionError when it fails.
 
+        Inside a BlockX function this is a sub-call of the running call, in its task
+        and code epoch; ``timeout_ms`` does not apply there (a sub-call has its own
+        budget, CALL_DEADLINE_MS, within the task's timeout).
+
         With ``result_type`` the value is converted to that type (``list[str]``, a
         Struct or dataclass from a JSON object, ...) and typed as such;
         ResultTypeError when it does not fit."""
-        result = await self.invoke(*args, timeout_ms=timeout_ms)
-        if not result.success:
-            raise FunctionError(
-                result.failure_code,
-                result.failure_message,
-                retryable=result.retryable,
-                call_id=result.call_id,
-            )
+        if in_call():
+            value = await self._sub_call(args)
+        else:
+            result = await self.invoke(*args, timeout_ms=timeout_ms)
+            if not result.success:
+                raise FunctionError(
+                    result.failure_code,
+                    result.failure_message,
+                    retryable=result.retryable,
+                    call_id=result.call_id,
+                )
+            value = result.value
         if result_type is None:
-            return result.value
-        return as_type(result.value, result_type, what=f"the value of {self.name}")
+            return value
+        return as_type(value, result_type, what=f"the value of {self.name}")
+
+    async def _sub_call(self, args: tuple[Any, ...]) -> Any:
+        """The call as a sub-call; its failure is the same FunctionError as outside
+        (a sub-call has no call_id of its own to report)."""
+        try:
+            return await super().call(*args)
+        except CallError as exc:
+            raise FunctionError(
+                exc.kind, exc.message, retryable=exc.retryable, call_id=""
+            ) from None
+
+    def _outside_a_call(self, method: str) -> None:
+        if in_call():
+            raise RuntimeError(
+                f"function({self.name!r}).{method}() asks the Sync Invoker, which a "
+                "BlockX function cannot reach: use .call(...), a sub-call of the "
+                "running call"
+            )
 
     async def debug(self, *args: Any, timeout_ms: int = 0) -> Invocation:
         """Invoke, plus what the function printed/logged and a trace of its IO."""
+        self._outside_a_call("debug")
         reply = await self._transport.unary(
             self._options.sync_invoker,
             self._stub().debug_invoke(
@@ -94,6 +134,7 @@ class FunctionHandle:
 
     async def precheck(self, *args: Any, check_args: bool = True) -> Precheck:
         """Compile and check the signature against ``args``, without running it."""
+        self._outside_a_call("precheck")
         reply = await self._transport.unary(
             self._options.sync_invoker,
             self._stub().precheck(

@@ -38,6 +38,7 @@ from blockx_client.models import (
     TaskUpdate,
 )
 from blockx_client.transport import DEFAULT_KEEPALIVE_S
+from blockx_executor import in_call
 
 T = TypeVar("T")
 
@@ -241,9 +242,22 @@ class SyncClient:
 
 
 class SyncFunctionHandle:
+    """``Client.function(name)``, blocking; for programs only: a BlockX function is
+    ``async def`` and awaits ``Client.function(name).call(...)``, a sub-call."""
+
     def __init__(self, owner: SyncClient, name: str) -> None:
         self._owner = owner
         self._handle = owner._client.function(name)
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if in_call():
+            coro.close()
+            raise RuntimeError(
+                f"SyncClient cannot call {self._handle.name!r} from inside a BlockX function: "
+                "a plain def cannot wait for a sub-call; make the function async def and "
+                f"await Client().function({self._handle.name!r}).call(...)"
+            )
+        return self._owner._run(coro)
 
     @overload
     def call(self, *args: Any, timeout_ms: int = 0) -> Any: ...
@@ -251,16 +265,14 @@ class SyncFunctionHandle:
     def call(self, *args: Any, timeout_ms: int = 0, result_type: type[T]) -> T: ...
     def call(self, *args: Any, timeout_ms: int = 0, result_type: type[T] | None = None) -> T | Any:
         if result_type is None:
-            return self._owner._run(self._handle.call(*args, timeout_ms=timeout_ms))
-        return self._owner._run(
-            self._handle.call(*args, timeout_ms=timeout_ms, result_type=result_type)
-        )
+            return self._run(self._handle.call(*args, timeout_ms=timeout_ms))
+        return self._run(self._handle.call(*args, timeout_ms=timeout_ms, result_type=result_type))
 
     def invoke(self, *args: Any, timeout_ms: int = 0) -> Invocation:
-        return self._owner._run(self._handle.invoke(*args, timeout_ms=timeout_ms))
+        return self._run(self._handle.invoke(*args, timeout_ms=timeout_ms))
 
     def debug(self, *args: Any, timeout_ms: int = 0) -> Invocation:
-        return self._owner._run(self._handle.debug(*args, timeout_ms=timeout_ms))
+        return self._run(self._handle.debug(*args, timeout_ms=timeout_ms))
 
     def precheck(self, *args: Any, check_args: bool = True) -> Precheck:
-        return self._owner._run(self._handle.precheck(*args, check_args=check_args))
+        return self._run(self._handle.precheck(*args, check_args=check_args))

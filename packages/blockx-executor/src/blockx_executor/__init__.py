@@ -2,7 +2,7 @@
 
 User functions import from here::
 
-    from blockx_executor import io, call, current_call, IoError, CallError
+    from blockx_executor import io, call, function, current_call, IoError, CallError
 
 The executor process itself is ``python -m blockx_executor`` (started by a Worker
 or the Sync Invoker, never by hand); see ``blockx_executor.runner``.
@@ -12,10 +12,24 @@ from blockx_executor.api import (
     ApiError,
     CallError,
     CallInfo,
+    FunctionHandle,
     IoError,
     call,
     current_call,
+    function,
+    in_call,
     io,
 )
 
-__all__ = ["ApiError", "CallError", "CallInfo", "IoError", "call", "current_call", "io"]
+__all__ = [
+    "ApiError",
+    "CallError",
+    "CallInfo",
+    "FunctionHandle",
+    "IoError",
+    "call",
+    "current_call",
+    "function",
+    "in_call",
+    "io",
+]

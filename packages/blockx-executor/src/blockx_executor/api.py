@@ -19,30 +19,46 @@ functions through two awaitables::
   asking again may succeed), which you may catch.
 * ``await call(name, *args, **kwargs)`` runs another function as a sub-call (in the
   same task, code epoch and call context) and returns its value; its failure raises
-  ``CallError``.
+  ``CallError``. ``await function(name).call(*args)`` is the same sub-call through
+  a ``FunctionHandle``, the shape blockx_client's ``Client.function(name)`` has.
 * ``current_call()`` describes the call being run: its ids and function, and the
-  block number and hash when the task's Builder set them.
+  block number and hash when the task's Builder set them. ``in_call()`` says
+  whether code runs in a call at all.
 
 While one call awaits, other calls on the same executor run. Only these
-awaitables can be awaited: the executor has no event loop, and functions never
-open connections, start processes or write files themselves.
+awaitables can be awaited, and only by an ``async def`` function the executor
+runs: the executor has no event loop, and functions never open connections,
+start processes or write files themselves. Awaited anywhere else (a script's own
+event loop, a plain ``def``'s ``asyncio.run``) they raise a RuntimeError that
+says what to use there.
+
+Outside an executor, a function runs through the Sync Invoker:
+``await Client().function(name).call(*args)`` from blockx_client, whose handle
+extends ``FunctionHandle`` and makes the sub-call itself when it runs inside a
+function. This package depends on nothing else of BlockX, so it stays the whole
+API where executors import only the standard library, msgspec and it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Final
 
 import msgspec
+
+from blockx_executor.no_event_loop import NO_EVENT_LOOP
 
 __all__ = [
     "ApiError",
     "CallError",
     "CallInfo",
+    "FunctionHandle",
     "IoError",
     "call",
     "current_call",
+    "function",
+    "in_call",
     "io",
 ]
 
@@ -67,6 +83,47 @@ def current_call() -> CallInfo:
         return _current_call.get()
     except LookupError:
         raise RuntimeError("current_call() is only available inside a BlockX call") from None
+
+
+def in_call() -> bool:
+    """Whether this code runs as part of a BlockX call (a function body, or code it
+    calls, in an executor). Code shared with programs outside BlockX asks this to
+    choose; it never raises."""
+    return _current_call.get(None) is not None
+
+
+# Why a BlockX awaitable cannot be awaited where it was, by where that is.
+_OUTSIDE_A_CALL: Final = (
+    "{request} can only be awaited inside a BlockX function, where the executor "
+    "answers it; {instead}"
+)
+_CALL_INSTEAD: Final = (
+    "outside one, run the function through the Sync Invoker: await "
+    "Client().function({function!r}).call(...) from blockx_client"
+)
+_IO_INSTEAD: Final = (
+    "outside one, run the code that reads as a function: "
+    "Client().function(name).call(...) from blockx_client, or blockx invoke"
+)
+_NOT_SUSPENDABLE: Final = (
+    "{request} was awaited on an event loop of the function's own (asyncio.run in a "
+    "plain def?): only an async def function can await io.<backend>.<op>(...) and "
+    "call(...), because the executor suspends it until the Worker answers"
+)
+
+
+def _check_awaitable_here(request: IoRequest | SubCallRequest) -> None:
+    """Raise RuntimeError unless the executor is stepping the coroutine that awaits
+    ``request`` (anything else would hand it to a driver that cannot answer it)."""
+    if NO_EVENT_LOOP.inside:
+        return
+    if in_call():
+        raise RuntimeError(_NOT_SUSPENDABLE.format(request=request))
+    if isinstance(request, SubCallRequest):
+        instead = _CALL_INSTEAD.format(function=request.function)
+    else:
+        instead = _IO_INSTEAD
+    raise RuntimeError(_OUTSIDE_A_CALL.format(request=request, instead=instead))
 
 
 class ApiError(Exception):
@@ -103,6 +160,7 @@ class IoRequest:
         self.kwargs = kwargs or {}
 
     def __await__(self) -> Generator[Any, Any, Any]:
+        _check_awaitable_here(self)
         return (yield self)
 
     def __repr__(self) -> str:
@@ -122,6 +180,7 @@ class SubCallRequest:
         self.kwargs = kwargs or {}
 
     def __await__(self) -> Generator[Any, Any, Any]:
+        _check_awaitable_here(self)
         return (yield self)
 
     def __repr__(self) -> str:
@@ -175,6 +234,34 @@ io = _Io()
 def call(function: str, /, *args: Any, **kwargs: Any) -> Awaitable[Any]:
     """Run ``function(*args, **kwargs)`` as a sub-call and return its value (``await``
     it)."""
-    if not isinstance(function, str) or not function:
-        raise TypeError("call() needs a function name (a non-empty string)")
+    _check_name(function, "call()")
     return SubCallRequest(function, list(args), kwargs)
+
+
+class FunctionHandle:
+    """A function by its name: ``await handle.call(*args)`` runs it and returns its
+    value. Here it is a sub-call, as ``call(name, *args)``; blockx_client's
+    ``Client.function(name)`` returns a subclass that makes the same sub-call inside
+    a BlockX function and goes to the Sync Invoker outside one, so code written
+    against this class (say, a helper given a handle) runs in both places."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def call(self, *args: Any) -> Awaitable[Any]:
+        """Run the function with ``args`` as a sub-call (CallError when it fails)."""
+        return SubCallRequest(self.name, list(args))
+
+    def __repr__(self) -> str:
+        return f"function({self.name!r})"
+
+
+def function(name: str) -> FunctionHandle:
+    """The function ``name``, to ``await function(name).call(*args)``."""
+    _check_name(name, "function()")
+    return FunctionHandle(name)
+
+
+def _check_name(function: object, what: str) -> None:
+    if not isinstance(function, str) or not function:
+        raise TypeError(f"{what} needs a function name (a non-empty string)")

@@ -50,6 +50,11 @@ class _NoEventLoop:
     def __init__(self) -> None:
         self._inside = False
 
+    @property
+    def inside(self) -> bool:
+        """The executor is running a coroutine step: what the step awaits reaches it."""
+        return self._inside
+
     def __enter__(self) -> None:
         self._inside = True
         self.after_import()

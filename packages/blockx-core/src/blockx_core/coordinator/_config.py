@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 
 from blockx_core.errors import InvalidConfig
+from blockx_core.worker import WorkerConfig
 
 
 class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -16,6 +17,9 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     watch_grace_period_ms: int = 10_000
     # The ttl_ms passed to RequestTaskSlot: the reservation window, not a task timeout.
     slot_ttl_ms: int = 5_000
+    # The largest ttl_ms the Workers grant (their MAX_SLOT_TTL_MS; a BlockX addition):
+    # a Worker answers a larger one INVALID_ARGUMENT, so slot_ttl_ms may not exceed it.
+    workers_max_slot_ttl_ms: int = WorkerConfig().max_slot_ttl_ms
     # Candidates tried serially per ReserveWorkerSlot.
     max_candidates: int = 3
     # Failures (rejections + timeouts since the last success) that open the breaker.
@@ -32,6 +36,7 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
             "heartbeat_timeout_ms",
             "watch_grace_period_ms",
             "slot_ttl_ms",
+            "workers_max_slot_ttl_ms",
             "circuit_breaker_cooldown_ms",
         ):
             if getattr(self, name) <= 0:
@@ -43,6 +48,14 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
             value = getattr(self, name)
             if not 0.0 < value <= 1.0:
                 raise InvalidConfig(name, f"must be in (0, 1] (got {value})")
+        if self.slot_ttl_ms > self.workers_max_slot_ttl_ms:
+            raise InvalidConfig(
+                "slot_ttl_ms",
+                f"must be <= workers_max_slot_ttl_ms, the Workers' MAX_SLOT_TTL_MS "
+                f"({self.slot_ttl_ms} > {self.workers_max_slot_ttl_ms}): a Worker refuses a "
+                "longer ttl_ms; lower it, or set workers_max_slot_ttl_ms if every Worker's "
+                "MAX_SLOT_TTL_MS allows more",
+            )
         if self.watch_grace_period_ms > self.heartbeat_timeout_ms:
             raise InvalidConfig(
                 "watch_grace_period_ms",

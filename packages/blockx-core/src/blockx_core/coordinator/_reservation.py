@@ -13,6 +13,9 @@ first candidate. Each ``attempt_answered`` feeds back what the Worker said:
 * a grant with a slot_id ends the request with a ``Reservation``;
 * a definite rejection excludes that Worker and moves on to the next candidate,
   up to ``max_candidates`` of them, serially and never hedged;
+* an INVALID_ARGUMENT ends the request with the Worker's message: the request is
+  at fault, not the Worker (no penalty, no breaker), and the next one would
+  refuse it too;
 * an uncertain answer (or a grant without a slot_id) retries the SAME Worker
   with the SAME task_id up to ``max_timeout_retries`` times and then ends with
   SLOT_UNCERTAIN: switching Workers could leave two slots for one task.
@@ -57,6 +60,7 @@ class ReserveOutcome(enum.StrEnum):
     """How one ReserveWorkerSlot ended (the metrics label)."""
 
     RESERVED = "reserved"
+    # The task_id is invalid, or a Worker found the request invalid.
     INVALID_ARGUMENT = "invalid_argument"
     UNAVAILABLE = "unavailable"
     NO_EXECUTABLE_SLOT = "no_executable_slot"
@@ -177,6 +181,16 @@ class ReservationCore:
             case SlotAttemptResult.REJECTED:
                 core.record_slot_rejection(addr, now_ms)
                 return self._rejected(addr, answer, now_ms)
+            case SlotAttemptResult.INVALID:
+                assert isinstance(answer, SlotError)
+                self._note_refusal(addr, answer)
+                return self._finish(
+                    ReserveFailure(
+                        ErrorCode.INVALID_ARGUMENT,
+                        f"{addr} answered {answer.message}",
+                        ReserveOutcome.INVALID_ARGUMENT,
+                    )
+                )
             case SlotAttemptResult.UNCERTAIN:
                 if current.attempt < self._attempts_per_worker:
                     return self._try(addr, current.attempt + 1)
@@ -227,13 +241,17 @@ class ReservationCore:
         if _ACCEPTS.get(self._state) is not event:
             raise BlockxUsageError(f"{event.value} is not allowed in state {self._state.value}")
 
-    def _rejected(self, addr: WorkerAddr, answer: SlotAnswer, now_ms: int) -> ReserveCommand:
-        assert isinstance(answer, SlotError)  # a grant is never a rejection
+    def _note_refusal(self, addr: WorkerAddr, answer: SlotError) -> None:
+        """What ``addr`` answered, for ``explain``."""
         assert self._current is not None
         kind = ReasonKind.ANSWERED if answer.reached else ReasonKind.UNREACHABLE
         self._answers[addr] = answer_reason(
             addr, kind, answer.code, answer.message, self._current.attempt
         )
+
+    def _rejected(self, addr: WorkerAddr, answer: SlotAnswer, now_ms: int) -> ReserveCommand:
+        assert isinstance(answer, SlotError)  # a grant is never a rejection
+        self._note_refusal(addr, answer)
         self._excluded.add(addr)
         self._rejections.append(f"{addr}: {describe_slot_answer(answer)}")
         return self._next_candidate(now_ms)

@@ -7,6 +7,8 @@ these values; the reservation core decides what each one means.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
+from typing import Final
 
 import msgspec
 
@@ -41,18 +43,30 @@ class SlotAttemptResult(enum.StrEnum):
     GRANTED = "granted"
     BACKPRESSURE = "no_slot"
     REJECTED = "rejected"
+    # The Worker found the request itself invalid (INVALID_ARGUMENT).
+    INVALID = "invalid"
     UNCERTAIN = "uncertain"
 
 
+# What a definite refusal says, by its code; any code not listed is the Worker's
+# own failure (REJECTED: a penalty, and the breaker after enough of them).
+_REFUSALS: Final[Mapping[ErrorCode, SlotAttemptResult]] = {
+    # NoSlot is the Worker working as intended: no penalty, no breaker.
+    ErrorCode.NO_SLOT: SlotAttemptResult.BACKPRESSURE,
+    # The request's fault, not the Worker's (a ttl_ms above its MAX_SLOT_TTL_MS): no
+    # penalty, no breaker, and no other Worker is asked.
+    ErrorCode.INVALID_ARGUMENT: SlotAttemptResult.INVALID,
+}
+
+
 def classify_slot_answer(answer: SlotAnswer) -> SlotAttemptResult:
-    """Granted only with a slot_id; NoSlot is backpressure, not a rejection."""
+    """Granted only with a slot_id; anything that may have allocated is uncertain;
+    a definite refusal as its code says (``_REFUSALS``)."""
     if isinstance(answer, SlotGranted):
         return SlotAttemptResult.GRANTED if answer.slot_id else SlotAttemptResult.UNCERTAIN
     if answer.may_have_allocated:
         return SlotAttemptResult.UNCERTAIN
-    if answer.code is ErrorCode.NO_SLOT:
-        return SlotAttemptResult.BACKPRESSURE
-    return SlotAttemptResult.REJECTED
+    return _REFUSALS.get(answer.code, SlotAttemptResult.REJECTED)
 
 
 def describe_slot_answer(answer: SlotAnswer) -> str:

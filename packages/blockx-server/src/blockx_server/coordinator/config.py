@@ -164,7 +164,15 @@ _CORE: Final[Mapping[str, Setting[Any]]] = {
         "how long a lost watch is still trusted; <= COORDINATOR_HEARTBEAT_TIMEOUT_MS",
     ),
     "slot_ttl_ms": _core_int(
-        "COORDINATOR_SLOT_TTL_MS", "slot_ttl_ms", "the ttl_ms passed to RequestTaskSlot, > 0"
+        "COORDINATOR_SLOT_TTL_MS",
+        "slot_ttl_ms",
+        "the ttl_ms passed to RequestTaskSlot, > 0; <= COORDINATOR_WORKERS_MAX_SLOT_TTL_MS",
+    ),
+    "workers_max_slot_ttl_ms": _core_int(
+        "COORDINATOR_WORKERS_MAX_SLOT_TTL_MS",
+        "workers_max_slot_ttl_ms",
+        "the Workers' MAX_SLOT_TTL_MS (the largest ttl_ms they grant), > 0; set it only "
+        "when every Worker allows more than the default",
     ),
     "max_candidates": _core_int(
         "COORDINATOR_MAX_CANDIDATES", "max_candidates", "candidates tried per request, >= 1"

@@ -71,7 +71,7 @@ class CoordinatorMetrics:
         self._reservations = Counter(
             "blockx_coordinator_reservations",
             "ReserveWorkerSlot calls, by outcome and reason: how the last worker asked "
-            f"answered (granted, no_slot, rejected, uncertain), or {NONE_TRIED}.",
+            f"answered ({', '.join(SlotAttemptResult)}), or {NONE_TRIED}.",
             ["outcome", "reason"],
             registry=registry,
         )

@@ -120,8 +120,10 @@ class ReservationLoop:
     async def reserve_explained(
         self, task_id: TaskId
     ) -> tuple[Reservation | ReserveFailure, PlacementExplanation | None]:
-        """The answer, and for a refusal past validation what each worker answered or
-        why it was not asked (None for a grant or an invalid request)."""
+        """The answer, and for a refusal for want of a slot what each worker answered
+        or why it was not asked (None for a grant or an invalid request, whose message
+        says it all). ExplainPlacement recalls every refusal past the Coordinator's own
+        validation, with its explanation."""
         started = time.perf_counter()
         reservation = ReservationCore(
             self._core, max_timeout_retries=self._config.max_timeout_retries
@@ -140,10 +142,13 @@ class ReservationLoop:
                 outcome = ReserveOutcome.RESERVED
             else:
                 outcome = result.outcome
-                if outcome is not ReserveOutcome.INVALID_ARGUMENT:
+                # A Worker asked, or no invalid task_id: past the Coordinator's validation.
+                if outcome is not ReserveOutcome.INVALID_ARGUMENT or last:
                     now_ms = self._clock.now_ms()
-                    explanation = reservation.explain(now_ms)
-                    self._refusals.appendleft(RecentRefusal(task_id, now_ms, result, explanation))
+                    recalled = reservation.explain(now_ms)
+                    self._refusals.appendleft(RecentRefusal(task_id, now_ms, result, recalled))
+                    if outcome is not ReserveOutcome.INVALID_ARGUMENT:
+                        explanation = recalled
             reason = last[-1].value if last else NONE_TRIED
             span.set_attributes({"blockx.outcome": outcome.value, "blockx.reason": reason})
         self._observer.reserve_finished(outcome, time.perf_counter() - started, reason)

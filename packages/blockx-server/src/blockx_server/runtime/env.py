@@ -132,7 +132,8 @@ class ConfigReader:
                 variable = variables[exc.field]
                 rule = exc.rule
                 for field, name in variables.items():
-                    rule = rule.replace(field, name)
+                    # Whole words: slot_ttl_ms is also the end of workers_max_slot_ttl_ms.
+                    rule = re.sub(rf"\b{re.escape(field)}\b", name, rule)
                 if self.valid(variable) and not self._mentions_bad(rule):
                     self.report(variable, rule)
                 reset = getattr(defaults, exc.field)

@@ -3,7 +3,9 @@
 The Coordinator's classification of a Worker's answer (``classify_worker_status``)
 must stay the inverse of the Worker's own mapping (``WORKER_STATUS``): a status
 the Worker uses for a definite rejection must never be read as "may have
-allocated", and vice versa.
+allocated", and vice versa. What a definite answer then means for the Worker
+(backpressure, the request's fault, or a rejection that counts toward its breaker)
+is the core's table, ``blockx_core.coordinator.classify_slot_answer``.
 """
 
 from __future__ import annotations
