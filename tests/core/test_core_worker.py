@@ -6,7 +6,8 @@ reads a clock. Slot ids are never hard-coded: they are read back from the
 snapshots the core answers. The authority is the specification's task lifecycle
 (slots and admission, the three phases, results and Watch, timing) and issue 4.
 
-The random-interleaving test lives in test_core_worker_stateful.py.
+CancelTask (a BlockX addition) has its own section at the end. The
+random-interleaving test lives in test_core_worker_stateful.py.
 """
 
 from __future__ import annotations
@@ -17,9 +18,20 @@ from typing import Any
 import pytest
 
 from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, InvalidConfig, Refusal
-from blockx_core.task import PluginResult, PluginSpec, TaskInput, TaskResult, TaskState
+from blockx_core.ids import MAX_TASK_ID_BYTES
+from blockx_core.task import (
+    CANCELLED_BY_CLIENT,
+    PluginResult,
+    PluginSpec,
+    TaskInput,
+    TaskResult,
+    TaskState,
+    cancelled_by_client,
+)
 from blockx_core.worker import (
     AbortTaskWork,
+    CancelAnswer,
+    CancelOutcome,
     InvalidTransition,
     PhaseOutcome,
     PrepareTaskActivation,
@@ -1308,3 +1320,177 @@ def test_get_task_result_of_a_preparing_task_reports_its_lease() -> None:
     submitted(core.handle_submit_task(task_input("t1"), slot_id, T0 + 10))
     got = snap(core.handle_get_task_result("t1", T0 + 20))
     assert (got.state, got.lease_deadline_ms) == (TaskState.RUNNING, T0 + 100)
+
+
+# ---- CancelTask (a BlockX addition) ----------------------------------------------------
+# The random interleavings (cancels among every other event) are in
+# test_core_worker_stateful.py.
+
+CANCELLED = TaskResult(
+    success=False,
+    failure_code=FailureCode.CANCELLED,
+    retryable=False,
+    failure_message=CANCELLED_BY_CLIENT,
+)
+
+
+def cancel(
+    core: WorkerCore, task_id: str = "t1", now: int = T0
+) -> tuple[CancelAnswer, list[WorkerCommand]]:
+    answer = core.handle_cancel_task(task_id, now)
+    assert not isinstance(answer, Refusal), answer
+    return answer
+
+
+@pytest.mark.parametrize("phase", [PREPARING, BUILDER, CALLS, WRITER])
+def test_a_submitted_task_is_aborted_and_fails_cancelled_not_retryable(phase: TaskPhase) -> None:
+    """PREPARING and BUILDER: its Builder never runs or is stopped; CALLS: its calls
+    get CancelCall; WRITER (waiting for a writer slot): its writer never starts."""
+    core = make_core()
+    slot_id = start(core, "t1", phase)
+    answer, cmds = cancel(core, "t1", T0 + 5)
+    expected: list[WorkerCommand] = [
+        AbortTaskWork(task_id="t1"),
+        TaskConverged(task_id="t1", slot_id=slot_id, state=TaskState.FAILED, result=CANCELLED),
+    ]
+    assert cmds == expected
+    snapshot = TaskSnapshot(task_id="t1", slot_id=slot_id, state=TaskState.FAILED, result=CANCELLED)
+    assert answer == CancelAnswer(outcome=CancelOutcome.CANCELLED, snapshot=snapshot)
+    # The slot is free at once; the result is retained like any other.
+    assert counts(core) == (0, 0)
+    assert core.active_task_ids() == []
+    assert snap(core.handle_get_task_result("t1", T0 + 6)) == snapshot
+    assert cancelled_by_client(snapshot.result)
+
+
+@pytest.mark.parametrize("phase", [BUILDER, CALLS, WRITER])
+def test_the_stopped_phase_reporting_late_changes_nothing(phase: TaskPhase) -> None:
+    core = make_core()
+    start(core, "t1", phase)
+    cancel(core)
+    outcome = PhaseOutcome(success=False, failure_code=FailureCode.CANCELLED, retryable=True)
+    assert core.handle_task_phase_finished("t1", phase, outcome, T0 + 1) == []
+    assert core.handle_task_phase_finished("t1", phase, OK, T0 + 1) == []
+    assert snap(core.handle_get_task_result("t1", T0 + 1)).result == CANCELLED
+
+
+def test_twice_is_the_same_as_once() -> None:
+    core = make_core()
+    start(core, "t1", CALLS)
+    first, cmds = cancel(core, "t1", T0)
+    assert len(cmds) == 2
+    assert cancel(core, "t1", T0 + 10) == (first, [])
+
+
+def test_a_writer_that_is_writing_ends_with_its_own_outcome() -> None:
+    """A write under way is not interrupted: a result partly written is never
+    reported as cancelled with nothing written."""
+    core = make_core()
+    slot_id = start(core, "t1", WRITER)
+    assert core.handle_writer_started("t1", T0) == []
+    running = TaskSnapshot(task_id="t1", slot_id=slot_id, state=TaskState.RUNNING)
+    writing = CancelAnswer(outcome=CancelOutcome.WRITING, snapshot=running)
+    assert cancel(core, "t1", T0 + 1) == (writing, [])
+    assert cancel(core, "t1", T0 + 2) == (writing, [])
+    assert counts(core) == (0, 1)
+    outcome = PhaseOutcome(success=True, plugin_results=(PLUGIN_OK,))
+    done = converged(core.handle_task_phase_finished("t1", WRITER, outcome, T0 + 3))
+    assert done.state is TaskState.SUCCEEDED
+    answer, cmds = cancel(core, "t1", T0 + 4)
+    assert cmds == []
+    assert answer.outcome is CancelOutcome.FINISHED
+    assert answer.snapshot.result == done.result
+
+
+@pytest.mark.parametrize("phase", [PREPARING, BUILDER, CALLS])
+def test_writer_started_outside_the_writer_phase_is_ignored(phase: TaskPhase) -> None:
+    core = make_core()
+    start(core, "t1", phase)
+    assert core.handle_writer_started("t1", T0) == []
+    assert cancel(core)[0].outcome is CancelOutcome.CANCELLED
+
+
+def test_a_reserved_task_is_not_submitted_and_keeps_its_slot() -> None:
+    core = make_core()
+    slot_id = reserve(core, "t1", ttl=TTL, now=T0)
+    refusal = error(core.handle_cancel_task("t1", T0 + 400))
+    assert refusal.code is ErrorCode.NOT_SUBMITTED
+    assert "not submitted" in refusal.message
+    assert slot_id in refusal.message
+    assert f"in {TTL - 400} ms" in refusal.message
+    # Nothing changed: the slot is still reserved, and a submission still runs it.
+    assert counts(core) == (1, 0)
+    assert snap(core.handle_get_task_result("t1", T0 + 400)).state is TaskState.ALLOCATED
+
+
+def test_a_finished_task_answers_its_state() -> None:
+    core = make_core(WorkerConfig(task_slots=3))
+    done = succeed(core, "ok", now=T0)
+    start(core, "bad", CALLS)
+    failed = converged(
+        core.handle_task_phase_finished(
+            "bad", CALLS, PhaseOutcome(success=False, message="boom"), T0
+        )
+    )
+    for task_id, ended in (("ok", done), ("bad", failed)):
+        answer, cmds = cancel(core, task_id, T0 + 1)
+        assert cmds == []
+        assert answer == CancelAnswer(
+            outcome=CancelOutcome.FINISHED,
+            snapshot=TaskSnapshot(
+                task_id=task_id, slot_id=ended.slot_id, state=ended.state, result=ended.result
+            ),
+        )
+
+
+def test_a_drains_cancellation_stays_retryable_and_is_not_a_clients() -> None:
+    core = make_core()
+    start(core, "t1", CALLS)
+    outcome = PhaseOutcome(
+        success=False, failure_code=FailureCode.CANCELLED, message="the worker is shutting down"
+    )
+    ended = converged(core.handle_task_phase_finished("t1", CALLS, outcome, T0))
+    assert ended.result.failure_code is FailureCode.CANCELLED
+    assert ended.result.retryable
+    assert not cancelled_by_client(ended.result)
+    assert cancel(core, "t1", T0 + 1)[0].outcome is CancelOutcome.FINISHED
+
+
+def test_a_tombstone_still_says_a_client_cancelled_it() -> None:
+    # A budget below one result's cost: every result becomes a tombstone at once.
+    core = make_core(WorkerConfig(task_slots=2, result_retention_max_bytes=1))
+    start(core, "t1", CALLS)
+    cancel(core, "t1", T0)
+    answer, cmds = cancel(core, "t1", T0 + 1)
+    assert cmds == []
+    assert answer.snapshot.outputs_dropped
+    assert answer.outcome is CancelOutcome.CANCELLED
+
+
+def test_cancel_works_while_draining() -> None:
+    core = make_core()
+    start(core, "t1", BUILDER)
+    core.start_draining()
+    assert cancel(core)[0].outcome is CancelOutcome.CANCELLED
+    assert core.active_task_ids() == []
+
+
+@pytest.mark.parametrize(
+    ("task_id", "code"),
+    [
+        ("", ErrorCode.INVALID_ARGUMENT),
+        ("x" * (MAX_TASK_ID_BYTES + 1), ErrorCode.INVALID_ARGUMENT),
+        ("never-seen", ErrorCode.NOT_FOUND),
+    ],
+)
+def test_cancel_refusals(task_id: str, code: ErrorCode) -> None:
+    refusal = error(make_core().handle_cancel_task(task_id, T0))
+    assert refusal.code is code
+    assert refusal.message
+
+
+def test_after_retention_the_task_is_not_found() -> None:
+    core = make_core(CFG)
+    start(core, "t1", CALLS)
+    cancel(core, "t1", T0)
+    assert error(core.handle_cancel_task("t1", T0 + RETENTION)).code is ErrorCode.NOT_FOUND

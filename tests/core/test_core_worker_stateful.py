@@ -14,7 +14,9 @@ non-empty) and then applies them to the model. The invariants:
   (``get_task_result`` answers exactly what ``TaskConverged`` said);
 * a task id is in at most one of {reserved-only, active, retained};
 * every convergence frees its slot at once; slot ids are never reused;
-* ``next_deadline_ms`` is the earliest pending timer.
+* ``next_deadline_ms`` is the earliest pending timer;
+* CancelTask (a BlockX addition) converges a submitted task at once unless its
+  writer is writing, and answers a finished one with exactly its retained state.
 
 Time moves in ``tick`` (which then ticks at once) and in ``drift``, which lets time
 pass without a tick, as before the adapter's timer fires (it may fire late). Drift
@@ -36,9 +38,19 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from blockx_core.errors import ErrorCode, FailureCode, Refusal
-from blockx_core.task import RETRYABLE, PluginResult, PluginSpec, TaskInput, TaskResult, TaskState
+from blockx_core.task import (
+    CANCELLED_BY_CLIENT,
+    RETRYABLE,
+    PluginResult,
+    PluginSpec,
+    TaskInput,
+    TaskResult,
+    TaskState,
+)
 from blockx_core.worker import (
     AbortTaskWork,
+    CancelAnswer,
+    CancelOutcome,
     PhaseOutcome,
     PrepareTaskActivation,
     SlotExpired,
@@ -151,6 +163,7 @@ class Active:
     watched: bool = False
     watch_deadline_ms: int | None = None
     handler: bool = False  # the task names a result handler (a Writer Plugin)
+    writing: bool = False  # its Writer Plugin has the outputs (a cancel lets it finish)
 
 
 @dataclass
@@ -540,6 +553,53 @@ class WorkerMachine(RuleBasedStateMachine):
         else:
             assert cmds == [StartWriterPhase(task_id=task_id)]
             a.phase = TaskPhase.WRITER
+
+    @rule(task_id=st.sampled_from(TASK_IDS), prefer=PREFER_ACTIVE)
+    def writer_started(self, task_id: str, prefer: bool) -> None:
+        task_id = self._target(task_id, prefer)
+        assert self.core.handle_writer_started(task_id, self.now) == []
+        a = self.active.get(task_id)
+        if a is not None and a.phase is TaskPhase.WRITER:
+            a.writing = True
+
+    @rule(task_id=st.sampled_from(TASK_IDS), prefer=PREFER_ACTIVE)
+    def cancel_task(self, task_id: str, prefer: bool) -> None:
+        """CancelTask: a submitted task not writing yet is aborted and fails CANCELLED,
+        not retryable; a writing one finishes; a finished one answers its state; a
+        reserved one is NOT_SUBMITTED and keeps its slot."""
+        task_id = self._target(task_id, prefer)
+        answer = self.core.handle_cancel_task(task_id, self.now)
+        a = self.active.get(task_id)
+        if a is not None and a.writing:
+            running = TaskSnapshot(task_id=task_id, slot_id=a.slot_id, state=TaskState.RUNNING)
+            assert answer == (CancelAnswer(outcome=CancelOutcome.WRITING, snapshot=running), [])
+            return
+        if a is not None:
+            ended = self._failed(task_id, FailureCode.CANCELLED, False, CANCELLED_BY_CLIENT)
+            snapshot = TaskSnapshot(
+                task_id=task_id, slot_id=a.slot_id, state=TaskState.FAILED, result=ended.result
+            )
+            assert answer == (
+                CancelAnswer(outcome=CancelOutcome.CANCELLED, snapshot=snapshot),
+                [AbortTaskWork(task_id=task_id), ended],
+            )
+            self._converge(task_id, ended)
+            return
+        if task_id in self.reserved:
+            assert isinstance(answer, Refusal), answer
+            assert answer.code is ErrorCode.NOT_SUBMITTED
+            return
+        kept = self._live_retained(task_id)
+        if kept is None:
+            assert isinstance(answer, Refusal), answer
+            assert answer.code is ErrorCode.NOT_FOUND
+            return
+        by_client = kept.result.failure_code is FailureCode.CANCELLED and not kept.result.retryable
+        outcome = CancelOutcome.CANCELLED if by_client else CancelOutcome.FINISHED
+        terminal = TaskSnapshot(
+            task_id=task_id, slot_id=kept.slot_id, state=kept.state, result=kept.result
+        )
+        assert answer == (CancelAnswer(outcome=outcome, snapshot=terminal), [])
 
     @rule(task_id=st.sampled_from(TASK_IDS), prefer=PREFER_ACTIVE)
     def watch_attached(self, task_id: str, prefer: bool) -> None:

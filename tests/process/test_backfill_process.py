@@ -19,14 +19,14 @@ from typing import Any
 import pytest
 from chain_cluster import ChainCluster
 from chain_rows import block_hash, make_block, seed_chain
-from support import free_port
+from support import free_port, wait_until
 from typer.testing import CliRunner
 
 from blockx_chain.schema import TRANSFER_TOPIC
 from blockx_chain.sink import open_sink, read_identity
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
-from blockx_client import Client, RetryPolicy
+from blockx_client import Client, RetryPolicy, TaskFilter, TaskState
 from blockx_client.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
 from blockx_client.jobs import JOBS_PREFIX, JobKind, JobState, list_jobs
 from blockx_client.resubmit import ClusterUnreachable
@@ -39,6 +39,10 @@ import time
 def transfer(row):
     time.sleep(0.01)  # long enough for a task to be under way when its Worker dies
     return {"log_index": row["log_index"], "data": row["data"]}
+
+
+def held(row):
+    time.sleep(600)  # until the call is cancelled
 
 
 def transfer_but_25(row):
@@ -595,3 +599,33 @@ def test_the_databases_of_a_running_dev_up_are_used_below_flags_and_environment(
     code, _, output = _invoke(without_dbs, BLOCKDB_URL=None, SINK_DB_URL=None, **home)
     assert (code, f"{dev_toml} is not valid TOML" in output) == (2, True), output
     assert "Traceback" not in output
+
+
+async def test_sigint_cancels_the_tasks_in_flight_on_their_worker(setup: Setup) -> None:
+    """Ctrl-C cancels the backfill's tasks in flight on the Worker before it exits, and
+    says so; the cancelled calls' executors are the watchdog's (last: it kills them)."""
+    worker = setup.cluster.worker.addr
+    held = TaskFilter(function="held")
+    proc = await cli(setup.argv("held", "--json", function="held", to_block=4 * PER_TASK - 1))
+    try:
+        async with Client(direct=True) as client:
+
+            async def both_running() -> bool:
+                assert proc.returncode is None
+                found = await client.list_tasks(held, workers=[worker])
+                return [t.state for t in found.tasks] == [TaskState.RUNNING] * 2
+
+            await wait_until(both_running, "two tasks of the backfill running", timeout=60)
+            proc.send_signal(signal.SIGINT)
+            out, err = await asyncio.wait_for(proc.communicate(), 60)
+            assert proc.returncode == 130, err.decode()
+            assert "interrupted: cancelling 2 task(s) in flight on their workers" in err.decode()
+            found = await client.list_tasks(held, workers=[worker])
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.communicate()
+    assert [(t.state, t.failure_code, t.failure_summary) for t in found.tasks] == [
+        (TaskState.FAILED, "CANCELLED", "cancelled by a client")
+    ] * 2
+    assert "done" not in {json.loads(line)["event"] for line in out.decode().splitlines()}

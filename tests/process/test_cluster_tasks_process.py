@@ -1,11 +1,11 @@
 """Cluster-wide tasks with real processes: two ``blockx-worker`` processes registered
 in a real etcd, tasks on each, and ``blockx`` run as a subprocess.
 
-``blockx tasks`` lists both Workers' tasks (and filters them); ``get-result`` and
-``watch`` without ``--worker`` find the Worker that holds a task; ``watch --json``
-prints each update as a line as it happens; a failed task shows every failed call;
-a Worker killed without deregistering is reported as not answering, last, because
-it ends the cluster.
+``blockx tasks`` lists both Workers' tasks (and filters them); ``get-result``,
+``watch`` and ``cancel`` without ``--worker`` find the Worker that holds a task;
+``watch --json`` prints each update as a line as it happens; a failed task shows
+every failed call; a Worker killed without deregistering is reported as not
+answering, last, because it ends the cluster.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ pytestmark = pytest.mark.asyncio(loop_scope="module")
 PREFIX = "/blockx/workers/"
 
 FUNCTIONS = '''
+import time
+
 from blockx_executor import call
 
 
@@ -45,6 +47,10 @@ def echo(x):
 
 def boom(x):
     raise ValueError(f"boom {x}")
+
+
+def sleepy(seconds):
+    time.sleep(seconds)
 
 
 async def several_failures(n):
@@ -306,6 +312,34 @@ async def test_a_task_id_on_two_workers_asks_for_worker(seeded: Cluster) -> None
     assert "--worker" in result.stderr
     pinned = blockx(seeded, "get-result", "twice", "--worker", seeded.b.addr, "--json")
     assert json.loads(pinned.stdout)["worker_addr"] == seeded.b.addr
+
+
+async def test_cancel_finds_the_worker_and_says_what_it_did(seeded: Cluster) -> None:
+    b = seeded.b.addr
+    await seeded.stub_b.submit_task(
+        worker_v1.SubmitTaskRequest(task=call_list_task("b-sleeps", "sleepy", [[600]]))
+    )
+    result = blockx(seeded, "cancel", "b-sleeps")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == (
+        f"task b-sleeps on {b}: cancelled (FAILED CANCELLED: cancelled by a client)\n"
+    )
+    # Twice is the same as once; its result says it is not to be retried.
+    again = blockx(seeded, "cancel", "b-sleeps", "--json")
+    assert again.returncode == 0, again.stderr
+    data = json.loads(again.stdout)
+    assert (data["outcome"], data["state"], data["worker_addr"]) == ("CANCELLED", "FAILED", b)
+    assert (data["result"]["failure_code"], data["result"]["retryable"]) == ("CANCELLED", False)
+    # Only reserved: nothing runs to cancel, and it says so.
+    await seeded.stub_a.request_task_slot(
+        worker_v1.RequestTaskSlotRequest(task_id="a-reserved", ttl_ms=60_000)
+    )
+    reserved = blockx(seeded, "cancel", "a-reserved")
+    assert reserved.returncode == 1, reserved.stderr
+    assert f"task a-reserved on {seeded.a.addr}: not cancelled: reserved, not submitted" in (
+        reserved.stdout
+    )
+    assert "its slot frees itself when its lease ends" in reserved.stdout
 
 
 async def test_a_dead_worker_is_reported_not_fatal(seeded: Cluster) -> None:

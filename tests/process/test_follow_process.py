@@ -31,7 +31,7 @@ from blockx_chain.rpc import JsonRpcClient
 from blockx_chain.sink import open_sink
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
-from blockx_client import Client, RetryPolicy
+from blockx_client import Client, RetryPolicy, TaskFilter, TaskState
 from blockx_client.follow import (
     BlockFailed,
     BlockRetrying,
@@ -52,6 +52,12 @@ from blockx_server.etcd.local import EtcdServer
 FUNCTIONS = """
 def volume(arg):
     return {"transfers": len(arg["rows"]), "seen": arg["block"]["block_hash"]}
+
+
+def held(arg):
+    import time
+
+    time.sleep(600)  # until the call is cancelled
 
 
 def even_only(arg):
@@ -516,6 +522,31 @@ async def test_a_block_that_fails_for_good_is_reported_and_never_passes_for_writ
     assert code == 1, err
     assert {e["number"] for e in stopping.events if e["event"] == "failed"} <= set(odd)
     assert "after 1 attempts: CALL_FAILED: call #0 even_only(" in err
+
+
+async def test_sigint_cancels_the_task_in_flight_and_stops_at_once(
+    setup: Setup, follow_cli: Callable[..., Awaitable[FollowCommand]]
+) -> None:
+    """Ctrl-C cancels the block's task in flight on the Worker, says so, and follow
+    stops without waiting for it: a block cancelled so is not a failure (exit 0),
+    it is left for the next run."""
+    _, top = await canonical(setup.chain_url, 0)
+    held = TaskFilter(function="held")
+    following = await follow_cli("held", "--from", str(top), function="held")
+    async with setup.cluster.client() as client:
+
+        async def running() -> bool:
+            assert following.proc.returncode is None
+            found = await client.list_tasks(held, workers=[setup.cluster.worker.addr])
+            return [t.state for t in found.tasks] == [TaskState.RUNNING]
+
+        await wait_until(running, "the block's task running", timeout=60)
+        code, err = await following.interrupt()
+        assert code == 0, err
+        assert "interrupted: cancelling 1 task(s) in flight on their workers" in err
+        [task] = (await client.list_tasks(held, workers=[setup.cluster.worker.addr])).tasks
+    assert (task.state, task.failure_code) == (TaskState.FAILED, "CANCELLED")
+    assert {e["event"] for e in following.events} == {"start", "reconcile"}
 
 
 async def test_a_block_whose_attempts_never_reach_the_cluster_ends_follow(setup: Setup) -> None:

@@ -20,7 +20,11 @@ from blockx_core.coordinator import (
 from blockx_core.errors import ErrorCode
 from blockx_proto import coordinator_v1, worker_v1
 from blockx_server.coordinator.slot_reserver import GrpcSlotReserver
-from blockx_server.runtime.status import WORKER_STATUS, classify_worker_status
+from blockx_server.runtime.status import (
+    WORKER_ADMISSION_STATUS,
+    WORKER_STATUS,
+    classify_worker_status,
+)
 
 
 class FakeWorker(worker_v1.WorkerServiceBase):
@@ -163,8 +167,12 @@ async def test_one_channel_per_worker(
 
 
 def test_classification_is_the_inverse_of_the_worker_mapping() -> None:
-    for code, status in WORKER_STATUS.items():
+    for code, status in WORKER_ADMISSION_STATUS.items():
         assert classify_worker_status(status) == (code, False), code
+    # CancelTask's one refusal of its own shares a status RequestTaskSlot means as
+    # a definite rejection, and is never answered to it.
+    for code, status in WORKER_STATUS.items():
+        assert classify_worker_status(status)[1] is False, code
     worker_statuses = set(WORKER_STATUS.values())
     for status in Status:
         if status is Status.OK:

@@ -8,9 +8,12 @@ from typing import Any, Final
 
 from msgspec.structs import replace
 
+from blockx_client.errors import BlockxError
 from blockx_client.models import (
     CallFailureInfo,
     CallProgress,
+    Cancellation,
+    CancelOutcome,
     Durations,
     Invocation,
     IoTrace,
@@ -56,6 +59,31 @@ def task_to_pb(task: Task) -> worker_v1.TaskInput:
             else None
         ),
         task_timeout_ms=task.task_timeout_ms,
+    )
+
+
+_CANCEL_OUTCOMES: Final = {
+    worker_v1.CancelOutcome.CANCELLED: CancelOutcome.CANCELLED,
+    worker_v1.CancelOutcome.FINISHED: CancelOutcome.FINISHED,
+    worker_v1.CancelOutcome.WRITING: CancelOutcome.WRITING,
+}
+
+
+def cancellation_from_pb(
+    reply: worker_v1.CancelTaskResponse, task_id: str, worker_addr: str
+) -> Cancellation:
+    addr = reply.worker_addr or worker_addr
+    result = result_from_pb(task_id, reply.state, reply.result, addr)
+    outcome = _CANCEL_OUTCOMES.get(reply.outcome)
+    if outcome is None:
+        # A Worker newer than this client: say what it answered rather than guess.
+        raise BlockxError(f"{addr} answered CancelTask with an unknown outcome {reply.outcome!r}")
+    return Cancellation(
+        task_id=task_id,
+        worker_addr=addr,
+        outcome=outcome,
+        state=result.state,
+        result=result if result.state.is_terminal else None,
     )
 
 

@@ -1,17 +1,18 @@
 """The worker.v1 calls a client makes: RequestTaskSlot, SubmitTask, GetTaskResult,
-WatchTasks, ListTasks. One call each, no retries: placement and waiting build on
-these."""
+WatchTasks, ListTasks, CancelTask. One call each, no retries: placement and waiting
+build on these."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from blockx_client._convert import (
+    cancellation_from_pb,
     listed_from_pb,
     result_from_pb,
     states_to_pb,
@@ -21,6 +22,8 @@ from blockx_client._convert import (
 from blockx_client._options import ClientOptions
 from blockx_client.errors import UnavailableError, error_for
 from blockx_client.models import (
+    Cancellation,
+    CancelOutcome,
     ListedTask,
     Reservation,
     SubmitAnswer,
@@ -89,6 +92,27 @@ class WorkerRpc:
             ),
         )
         return result_from_pb(task_id, reply.state, reply.result, worker_addr)
+
+    async def cancel_task(self, task_id: str, *, worker_addr: str) -> Cancellation:
+        """CancelTask; a task reserved but not submitted (FAILED_PRECONDITION) is the
+        NOT_SUBMITTED outcome, with the Worker's words. TaskNotFoundError when the
+        worker does not know the task."""
+        stub, metadata = self._stub(worker_addr)
+        call = stub.cancel_task(
+            worker_v1.CancelTaskRequest(task_id=task_id),
+            timeout=self._options.rpc_timeout_s,
+            metadata=metadata,
+        )
+        reply = await self._transport.unary(worker_addr, _not_submitted(call))
+        if isinstance(reply, str):
+            return Cancellation(
+                task_id=task_id,
+                worker_addr=worker_addr,
+                outcome=CancelOutcome.NOT_SUBMITTED,
+                state=TaskState.ALLOCATED,
+                detail=reply,
+            )
+        return cancellation_from_pb(reply, task_id, worker_addr)
 
     async def list_tasks(
         self,
@@ -161,3 +185,16 @@ class WorkerRpc:
             close = getattr(updates, "aclose", None)  # an async generator, typed as an iterator
             if close is not None:
                 await close()
+
+
+async def _not_submitted(
+    call: Awaitable[worker_v1.CancelTaskResponse],
+) -> worker_v1.CancelTaskResponse | str:
+    """CancelTask's answer, or the Worker's message where it answered that the task is
+    only reserved (FAILED_PRECONDITION, which CancelTask answers for nothing else)."""
+    try:
+        return await call
+    except GRPCError as exc:
+        if exc.status is Status.FAILED_PRECONDITION:
+            return exc.message or "the task is reserved, not submitted"
+        raise

@@ -22,6 +22,7 @@ and lost workers (``_watch``), the client's own outcomes (``_outcomes``),
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -45,10 +46,17 @@ from blockx_client.cluster_tasks import (
     find_task,
     list_cluster_tasks,
 )
-from blockx_client.errors import BlockxError, SubmitUncertainError, TaskInputDiffersError
+from blockx_client.errors import (
+    BlockxError,
+    InvalidRequestError,
+    SubmitUncertainError,
+    TaskInputDiffersError,
+    TaskNotFoundError,
+)
 from blockx_client.explain import explain_placement
 from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
+    Cancellation,
     Cluster,
     ClusterTasks,
     PlacementReport,
@@ -123,6 +131,8 @@ class Client:
         rng = rng or random.Random()
         self._placement = Placement(self._options, self._transport, self._workers, rng)
         self._watchers = Watchers(self._workers, self._options, rng)
+        # The tasks ``run`` has placed (or is submitting) and waits for: their workers.
+        self._in_flight: dict[str, str] = {}
 
     # ---- settings (read on every call, so setting one takes effect at once) -------------
 
@@ -244,6 +254,91 @@ class Client:
         (at most about five a second per task)."""
         return self._workers.watch_tasks(task_ids, worker_addr=worker_addr, progress=progress)
 
+    async def cancel(
+        self,
+        task_id: str,
+        *,
+        worker_addr: str | None = None,
+        workers: Sequence[str] | None = None,
+        registry: Registry | None = None,
+        worker_timeout_s: float | None = None,
+    ) -> Cancellation:
+        """Cancel a task (CancelTask, a BlockX addition), on ``worker_addr``, else on
+        the worker this client's ``run`` placed it on, else on the one registered
+        Worker (or one of ``workers``) that knows it.
+
+        A running task stops and ends FAILED / CANCELLED, not retryable, "cancelled
+        by a client" (the drivers never resubmit it; a waiting ``run`` returns that
+        result); a Writer Plugin already writing finishes (WRITING); a finished task
+        answers its state (FINISHED, or CANCELLED again); a task reserved but not
+        submitted is NOT_SUBMITTED. TaskNotFoundError when no Worker asked knows it,
+        InvalidRequestError when several do (name one with ``worker_addr``)."""
+        addr = worker_addr or self._in_flight.get(task_id)
+        if addr is None:
+            addr = await self._holder(task_id, workers, registry, worker_timeout_s)
+        return await self._workers.cancel_task(task_id, worker_addr=addr)
+
+    def in_flight(self) -> dict[str, str]:
+        """The tasks this client's ``run`` calls (``run_many``, the drivers) have placed
+        and still wait for, by task_id: the worker each one runs on."""
+        return dict(self._in_flight)
+
+    async def cancel_in_flight(
+        self, task_ids: Iterable[str] | None = None, *, timeout_s: float = 5.0
+    ) -> list[Cancellation]:
+        """Cancel the tasks in flight (``in_flight``; only those of ``task_ids`` when
+        given, others ignored), all at once, best effort: the answers that came
+        within ``timeout_s``. A worker that refused or did not answer is left out."""
+        placed = (
+            self._in_flight
+            if task_ids is None
+            else {t: self._in_flight[t] for t in task_ids if t in self._in_flight}
+        )
+        answers: list[Cancellation] = []
+
+        async def one(task_id: str, addr: str) -> None:
+            # Best effort: a task not cancelled ends by itself, or with its Worker.
+            with contextlib.suppress(BlockxError):
+                answers.append(await self._workers.cancel_task(task_id, worker_addr=addr))
+
+        calls = [asyncio.create_task(one(t, a)) for t, a in list(placed.items())]
+        try:
+            if calls:
+                await asyncio.wait(calls, timeout=timeout_s)
+        finally:
+            for call in calls:
+                call.cancel()
+            await asyncio.gather(*calls, return_exceptions=True)
+        return answers
+
+    async def _holder(
+        self,
+        task_id: str,
+        workers: Sequence[str] | None,
+        registry: Registry | None,
+        timeout_s: float | None,
+    ) -> str:
+        """The one Worker asked that knows ``task_id``."""
+        found = await self.find_task(
+            task_id,
+            workers=workers,
+            registry=registry,
+            worker_timeout_s=timeout_s or self._options.rpc_timeout_s,
+        )
+        holders = [r.worker_addr for r in found.results]
+        if len(holders) == 1:
+            return holders[0]
+        if holders:
+            raise InvalidRequestError(
+                f"task {task_id} is known to {len(holders)} workers ({', '.join(holders)}): "
+                "name one with worker_addr"
+            )
+        missing = f"no worker knows task {task_id} (asked {len(found.workers)})"
+        if found.unreachable:
+            down = ", ".join(u.worker_addr for u in found.unreachable)
+            missing += f"; {len(found.unreachable)} did not answer and may hold it: {down}"
+        raise TaskNotFoundError(missing)
+
     # ---- the whole cluster (every registered Worker) -----------------------------------
 
     async def list_tasks(
@@ -319,6 +414,21 @@ class Client:
         return the answer with ``input_differs`` set instead.
         """
         task = task.with_id()
+        try:
+            return await self._run(task, cluster, worker_addr, deadline_s, on_progress)
+        finally:
+            self._in_flight.pop(task.task_id, None)
+
+    submit_and_wait = run
+
+    async def _run(
+        self,
+        task: Task,
+        cluster: Cluster | None,
+        worker_addr: str | None,
+        deadline_s: float | None,
+        on_progress: ProgressCallback | None,
+    ) -> TaskResult:
         task_id = task.task_id
         # With a reserved slot, the Watch opens alongside SubmitTask rather than after
         # its answer: the Worker holds it on the ALLOCATED task until the terminal
@@ -326,6 +436,7 @@ class Client:
         early: dict[str, asyncio.Future[TaskResult]] = {}
 
         def watch_early(addr: str) -> None:
+            self._in_flight[task_id] = addr
             early.setdefault(
                 addr, self._watchers.expect(task_id, worker_addr=addr, on_progress=on_progress)
             )
@@ -336,6 +447,8 @@ class Client:
                     self._watchers.forget(task_id, worker_addr=other)
 
         deadline = None if deadline_s is None else time.monotonic() + deadline_s
+        if worker_addr is not None:
+            self._in_flight[task_id] = worker_addr
         try:
             placed = await self._placement.place(
                 task, cluster or route(task), worker_addr, deadline, on_slot=watch_early
@@ -343,6 +456,7 @@ class Client:
         except SubmitUncertainError as exc:
             # The worker may hold the task: its own answer (or its absence) decides.
             forget_except(exc.worker_addr)
+            self._in_flight[task_id] = exc.worker_addr
             return await self._watchers.wait(
                 task_id, worker_addr=exc.worker_addr, on_progress=on_progress
             )
@@ -356,11 +470,10 @@ class Client:
             forget_except(None)
             return placed.result  # an earlier run of this task_id, retained
         forget_except(placed.worker_addr)
+        self._in_flight[task_id] = placed.worker_addr
         return await self._watchers.wait(
             task_id, worker_addr=placed.worker_addr, on_progress=on_progress
         )
-
-    submit_and_wait = run
 
     async def place(
         self,

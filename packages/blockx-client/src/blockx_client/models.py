@@ -22,6 +22,8 @@ T = TypeVar("T")
 __all__ = [
     "CLIENT_RETRYABLE",
     "CallFailureInfo",
+    "CancelOutcome",
+    "Cancellation",
     "ClientFailureCode",
     "Cluster",
     "ClusterTasks",
@@ -240,6 +242,35 @@ class TaskUpdate(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     result: TaskResult | None = None
     progress: CallProgress | None = None
+
+
+class CancelOutcome(enum.StrEnum):
+    """What cancelling a task found (``Client.cancel``)."""
+
+    # The task ended FAILED / CANCELLED by a client (not retryable): by this request,
+    # or an earlier one (cancelling twice is the same as once).
+    CANCELLED = "CANCELLED"
+    # The task had already ended otherwise: ``state`` and ``result`` say how.
+    FINISHED = "FINISHED"
+    # Its Writer Plugin is writing: the write is not interrupted, and the task ends
+    # with the writer's outcome (watch it for the end).
+    WRITING = "WRITING"
+    # Reserved, not submitted (ALLOCATED): nothing runs to cancel; its slot frees
+    # itself when its lease ends, unless the task is submitted first.
+    NOT_SUBMITTED = "NOT_SUBMITTED"
+
+
+class Cancellation(msgspec.Struct, frozen=True, kw_only=True):
+    """A Worker's answer to cancelling ``task_id``: the ``outcome``, and the task as it
+    stands after the request (``state``; ``result`` once terminal). ``detail`` is the
+    Worker's own words where it refused (NOT_SUBMITTED)."""
+
+    task_id: str
+    worker_addr: str
+    outcome: CancelOutcome
+    state: TaskState
+    result: TaskResult | None = None
+    detail: str = ""
 
 
 class Durations(msgspec.Struct, frozen=True, kw_only=True):

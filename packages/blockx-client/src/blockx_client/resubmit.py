@@ -6,6 +6,11 @@ with its retained result and never runs it twice), named the way
 writers replace a block's rows in one transaction, so running a block again after
 an attempt that may have written it leaves the same rows.
 
+A task a client cancelled (``blockx cancel``, ``Client.cancel``) fails CANCELLED,
+not retryable: it is never resubmitted. A driver that stops before its attempts
+under way have ended (an interruption, a stop after a failure) cancels them on
+their Workers, best effort (``Client.cancel_in_flight``).
+
 An attempt is worth resubmitting when its result says ``retryable``, when it was
 lost with its Worker (``WORKER_LOST``, or a state other than SUCCEEDED/FAILED),
 or when the client could not learn its fate (a connection refused or cut, no slot
@@ -28,6 +33,7 @@ from msgspec.structs import replace
 from blockx_client._outcomes import outcome_of_error
 from blockx_client.errors import BlockxError, ConnectError, InvalidRequestError
 from blockx_client.models import ClientFailureCode, Task, TaskResult, TaskState
+from blockx_core.errors import FailureCode
 
 if TYPE_CHECKING:  # the Client's own backfill/follow methods import this module
     from blockx_client.client import Client
@@ -78,10 +84,20 @@ class Verdict(enum.Enum):
     FAILED = "failed"
 
 
+def attempt_task_id(original_task_id: str, attempt: int) -> str:
+    """The task_id of attempt number ``attempt`` of the lineage ``original_task_id``."""
+    return original_task_id if attempt == 1 else f"{original_task_id}.retry-{attempt}"
+
+
 def attempt_task(task: Task, original_task_id: str, attempt: int) -> Task:
     """``task`` as attempt number ``attempt`` of the lineage ``original_task_id``."""
-    task_id = original_task_id if attempt == 1 else f"{original_task_id}.retry-{attempt}"
-    return replace(task, task_id=task_id)
+    return replace(task, task_id=attempt_task_id(original_task_id, attempt))
+
+
+def cancelled_by_client(result: TaskResult) -> bool:
+    """The attempt was cancelled by a client (CancelTask): FAILED, not retryable. A
+    Worker's own shutdown cancels tasks retryably."""
+    return result.failure_code == FailureCode.CANCELLED and not result.retryable
 
 
 def retry_delay_s(attempt: int) -> float:

@@ -24,6 +24,7 @@ from blockx_client.cluster_tasks import (
     TaskFilter,
 )
 from blockx_client.models import (
+    Cancellation,
     Cluster,
     ClusterTasks,
     Invocation,
@@ -136,6 +137,26 @@ class SyncClient:
         return iterate_on(
             self._loop,
             lambda: self._client.watch_tasks(task_ids, worker_addr=worker_addr, progress=progress),
+        )
+
+    def cancel(
+        self,
+        task_id: str,
+        *,
+        worker_addr: str | None = None,
+        workers: Sequence[str] | None = None,
+        registry: Registry | None = None,
+        worker_timeout_s: float | None = None,
+    ) -> Cancellation:
+        """As ``Client.cancel``."""
+        return self._run(
+            self._client.cancel(
+                task_id,
+                worker_addr=worker_addr,
+                workers=workers,
+                registry=registry,
+                worker_timeout_s=worker_timeout_s,
+            )
         )
 
     def list_tasks(

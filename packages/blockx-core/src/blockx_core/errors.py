@@ -28,6 +28,8 @@ class ErrorCode(enum.StrEnum):
     # Worker: slot_id unknown, not ALLOCATED, or bound to another task.
     INVALID_SLOT = "InvalidSlot"
     NOT_FOUND = "NotFound"
+    # Worker: CancelTask of a task that is reserved but not submitted (nothing runs).
+    NOT_SUBMITTED = "NotSubmitted"
     # A worker refused a request for a reason other than capacity (e.g. the address
     # does not serve worker.v1): the request definitely did not allocate a slot.
     REJECTED = "Rejected"

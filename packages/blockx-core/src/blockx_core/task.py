@@ -92,6 +92,20 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     call_failures_omitted: int = 0
 
 
+# The failure message of a task a client cancelled (CancelTask): FAILED, CANCELLED,
+# not retryable, so that no driver resubmits what an operator stopped. A task
+# cancelled because its Worker shut down is CANCELLED too, but retryable.
+CANCELLED_BY_CLIENT: Final = "cancelled by a client"
+
+
+def cancelled_by_client(result: TaskResult | None) -> bool:
+    """Whether ``result`` is that of a task a client cancelled (a drain's CANCELLED
+    is retryable: another Worker may run it)."""
+    return (
+        result is not None and result.failure_code is FailureCode.CANCELLED and not result.retryable
+    )
+
+
 # Whether resubmitting may help, for the codes whose answer does not depend on the
 # failure itself. BUILDER_FAILED and PLUGIN_FAILED take it from the error.
 RETRYABLE: Final[dict[FailureCode, bool]] = {
@@ -102,6 +116,8 @@ RETRYABLE: Final[dict[FailureCode, bool]] = {
     FailureCode.CALL_FAILED: False,
     FailureCode.OUTPUT_BYTES_EXCEEDED: False,
     FailureCode.PLUGIN_NOT_FOUND: False,
+    # A phase cut short by the Worker's shutdown; a client's CancelTask is not
+    # retryable, and the Worker says so itself (CANCELLED_BY_CLIENT).
     FailureCode.CANCELLED: True,
     FailureCode.TIMED_OUT: True,
     FailureCode.WATCH_DISCONNECTED: False,

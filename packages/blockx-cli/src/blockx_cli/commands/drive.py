@@ -7,6 +7,11 @@ matching the canonical chain across reorgs. ``--json`` prints one JSON object pe
 line as events happen. The databases come from ``--db`` / ``--sink-db``, else
 BLOCKDB_URL / SINK_DB_URL, else the running ``blockx dev up`` (its dev.toml).
 
+SIGINT (Ctrl-C) or SIGTERM cancels the tasks in flight on their workers (best
+effort, within a few seconds) and says so on stderr: ``backfill`` stops at once,
+``follow`` once they have ended (a block whose task was cancelled so is left for
+the next run).
+
 Exit codes: 0 done, every block written (``follow``: stopped by SIGINT/SIGTERM);
 1 a block failed for good and was not written, or the range is not in the block
 database; 2 usage (a bad flag, no bundle coordinator configured); 3 a database or
@@ -38,7 +43,7 @@ from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, describe, parse_bloc
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.runner import hint_for
 from blockx_cli.settings import Settings, settings_of
-from blockx_client import BlockxError, InvalidRequestError, JobKind
+from blockx_client import BlockxError, Client, InvalidRequestError, JobKind
 from blockx_client.backfill import (
     DEFAULT_BACKFILL_WRITER,
     DEFAULT_BLOCKS_PER_TASK,
@@ -246,6 +251,16 @@ def _on_signals(handler: Callable[[], object]) -> Iterator[None]:
             loop.remove_signal_handler(sig)
 
 
+def _cancelling(clients: list[Client]) -> None:
+    """Say on stderr (stdout may be JSON lines) that the tasks in flight are being
+    cancelled on their workers, as Ctrl-C or SIGTERM does."""
+    in_flight = sum(len(client.in_flight()) for client in clients)
+    if in_flight:
+        typer.echo(
+            f"interrupted: cancelling {in_flight} task(s) in flight on their workers", err=True
+        )
+
+
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command: every expected error is one line and an exit code."""
     # asyncpg's pool logs each failed reconnection with a traceback; a database out
@@ -317,6 +332,7 @@ async def _backfill(
         else None
     )
     summary: BackfillDone | None = None
+    clients: list[Client] = []
 
     async def consume() -> None:
         nonlocal summary
@@ -324,6 +340,7 @@ async def _backfill(
             settings.client() as client,
             settings.job_publisher(JobKind.BACKFILL) as publisher,
         ):
+            clients.append(client)
             events: AsyncIterator[BackfillEvent] = backfill(client, **kwargs)
             if publisher is not None:
                 events = published(events, publisher, backfill_progress, **_named(kwargs))
@@ -350,7 +367,15 @@ async def _backfill(
                     live.update(view.render())
 
     work = asyncio.ensure_future(consume())
-    with _on_signals(work.cancel):
+
+    def interrupt() -> None:
+        # The backfill cancels its tasks in flight as it stops (a second signal
+        # stops that wait too).
+        if not work.cancelling():
+            _cancelling(clients)
+        work.cancel()
+
+    with _on_signals(interrupt):
         if live is not None:
             live.start()
         try:
@@ -508,11 +533,22 @@ async def _follow(
     written after all, by number."""
     unwritten: dict[int, BlockFailed] = {}
     stop = asyncio.Event()
-    with _on_signals(stop.set):
+    clients: list[Client] = []
+    cancels: list[asyncio.Task[Any]] = []
+
+    def interrupt() -> None:
+        # Follow stops once its tasks in flight have ended: cancel them, so it ends now.
+        if not stop.is_set():
+            _cancelling(clients)
+            cancels.extend(asyncio.create_task(c.cancel_in_flight()) for c in clients)
+        stop.set()
+
+    with _on_signals(interrupt):
         async with (
             settings.client() as client,
             settings.job_publisher(JobKind.FOLLOW) as publisher,
         ):
+            clients.append(client)
             events: AsyncIterator[FollowEvent] = follow(client, stop=stop, **kwargs)
             if publisher is not None:
                 events = published(events, publisher, follow_progress, **_named(kwargs))
@@ -529,6 +565,7 @@ async def _follow(
                     case BlocksDeleted():
                         for number in event.numbers:
                             unwritten.pop(number, None)
+            await asyncio.gather(*cancels)
     return unwritten
 
 

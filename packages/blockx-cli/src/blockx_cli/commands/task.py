@@ -1,7 +1,7 @@
-"""Tasks: ``reserve``, ``submit``, ``watch``, ``get-result``.
+"""Tasks: ``reserve``, ``submit``, ``watch``, ``get-result``, ``cancel``.
 
-``watch`` and ``get-result`` without ``--worker`` ask every registered Worker which
-one holds each task id (``commands/tasks.py``)."""
+``watch``, ``get-result`` and ``cancel`` without ``--worker`` ask every registered
+Worker which one holds each task id (``commands/tasks.py``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
 from rich.console import Group
@@ -22,6 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from blockx_cli.addresses import host_port_option
 from blockx_cli.commands._task_view import (
     NOT_KNOWN,
+    STATE_STYLE,
     print_result,
     progress_line,
     watch_line,
@@ -29,11 +30,20 @@ from blockx_cli.commands._task_view import (
 )
 from blockx_cli.commands.tasks import locate
 from blockx_cli.options import ClusterOpt, JsonOpt, task_id_option
-from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Output, console, fail
+from blockx_cli.output import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Output,
+    console,
+    fail,
+    result_dict,
+)
 from blockx_cli.runner import TASK_FILE_HINT, run
 from blockx_cli.settings import Settings, settings_of
 from blockx_client import (
     CallProgress,
+    CancelOutcome,
     Client,
     Cluster,
     PluginConfig,
@@ -42,6 +52,7 @@ from blockx_client import (
     TaskFileError,
     TaskInputDiffersError,
     TaskNotFoundError,
+    TaskResult,
     TaskState,
     TaskUpdate,
     load_task_file,
@@ -146,6 +157,25 @@ def get_result(
     """A task's state and result (kept RESULT_RETENTION_MS after it ends)."""
     out = Output(console, json_)
     raise typer.Exit(run(_get_result(settings_of(ctx), out, task_id, worker)))
+
+
+@app.command()
+def cancel(
+    ctx: typer.Context,
+    task_id: Annotated[str, typer.Argument(callback=task_id_option)],
+    *,
+    worker: FindWorkerOpt = None,
+    json_: JsonOpt = False,
+) -> None:
+    """Cancel a task: a running one stops (its calls are cancelled, its writer skipped)
+    and ends FAILED CANCELLED, not retryable, so backfill and follow never run it
+    again. A writer already writing finishes; a finished task shows its state.
+
+    Exit codes: 0 the task is over (cancelled, now or before, or finished); 1 not
+    cancelled (its writer is writing, it is only reserved, or no worker knows it);
+    2 usage; 3 a worker or etcd cannot be reached."""
+    out = Output(console, json_)
+    raise typer.Exit(run(_cancel(settings_of(ctx), out, task_id, worker)))
 
 
 def build_task(
@@ -276,22 +306,87 @@ async def _get_result(settings: Settings, out: Output, task_id: str, worker: str
         try:
             result = await client.get_task_result(task_id, worker_addr=worker)
         except TaskNotFoundError:
-            # Not an error of the client: results are kept RESULT_RETENTION_MS only.
-            if out.json_mode:
-                out.emit(
-                    {"task_id": task_id, "state": TaskState.NOT_FOUND.value, "worker_addr": worker}
-                )
-            else:
-                out.console.print(
-                    f"task {escape(task_id)} on {escape(worker)}: "
-                    f"[magenta]{TaskState.NOT_FOUND.value}[/] "
-                    f"({NOT_KNOWN})"
-                )
+            _print_not_found(out, task_id, worker)
             return EXIT_FAILED
     print_result(out, result)
     if result.state is TaskState.FAILED:
         return EXIT_FAILED
     return EXIT_OK
+
+
+# What ``blockx cancel`` says of each outcome, and its exit code.
+_CANCELLED: Final = {
+    CancelOutcome.CANCELLED: ("cancelled", EXIT_OK),
+    CancelOutcome.FINISHED: ("already finished", EXIT_OK),
+    CancelOutcome.WRITING: (
+        "not cancelled: its writer is writing, and the task ends with the writer's outcome",
+        EXIT_FAILED,
+    ),
+    CancelOutcome.NOT_SUBMITTED: ("not cancelled: reserved, not submitted", EXIT_FAILED),
+}
+
+
+async def _cancel(settings: Settings, out: Output, task_id: str, worker: str | None) -> int:
+    async with settings.client() as client:
+        if worker is None:
+            worker = (await locate(client, settings, task_id)).worker_addr
+        try:
+            answer = await client.cancel(task_id, worker_addr=worker)
+        except TaskNotFoundError:
+            answer = None
+    if answer is None:
+        _print_not_found(out, task_id, worker)
+        return EXIT_FAILED
+    said, code = _CANCELLED[answer.outcome]
+    if out.json_mode:
+        out.emit(
+            {
+                "task_id": answer.task_id,
+                "worker_addr": answer.worker_addr,
+                "outcome": answer.outcome.value,
+                "state": answer.state.value,
+                "result": None if answer.result is None else result_dict(answer.result),
+                "detail": answer.detail,
+            }
+        )
+        return code
+    line = f"task {escape(task_id)} on {escape(answer.worker_addr)}: {said}"
+    result = answer.result
+    if answer.outcome is CancelOutcome.NOT_SUBMITTED:
+        line += f" ({escape(answer.detail)})"
+    elif result is not None:
+        line += f" ({_ended(result)})"
+    else:
+        line += (
+            f"; watch it: blockx watch {escape(shlex.quote(task_id))} "
+            f"--worker {escape(shlex.quote(answer.worker_addr))}"
+        )
+    out.console.print(line, highlight=False, soft_wrap=True)
+    return code
+
+
+def _ended(result: TaskResult) -> str:
+    """How a task ended, in a few words: ``SUCCEEDED``, ``FAILED CANCELLED: why``."""
+    style = STATE_STYLE[result.state]
+    text = f"[{style}]{result.state.value}[/]"
+    if result.failure_code:
+        text += f" {escape(result.failure_code)}"
+    first = result.failure_message.strip().split("\n", 1)[0]
+    if first:
+        text += f": {escape(first)}"
+    return text
+
+
+def _print_not_found(out: Output, task_id: str, worker: str) -> None:
+    """The worker does not know the task: not an error of the client (results are
+    kept RESULT_RETENTION_MS only)."""
+    if out.json_mode:
+        out.emit({"task_id": task_id, "state": TaskState.NOT_FOUND.value, "worker_addr": worker})
+    else:
+        out.console.print(
+            f"task {escape(task_id)} on {escape(worker)}: "
+            f"[magenta]{TaskState.NOT_FOUND.value}[/] ({NOT_KNOWN})"
+        )
 
 
 async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: str | None) -> int:

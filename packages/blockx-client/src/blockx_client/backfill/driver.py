@@ -12,9 +12,10 @@ cancelled. A task whose attempts all went without an answer from the cluster
 ends the backfill with ClusterUnreachable: the other tasks would fare no better.
 
 BlockX itself generates no tasks: this is a client, and the task model stays the
-Coordinator/Worker one. Stopping the iteration early (``aclose``, cancellation)
-cancels the waits of the attempts under way; what they wrote stays written and a
-re-run skips it.
+Coordinator/Worker one. Stopping the iteration early (``aclose``, cancellation:
+Ctrl-C in ``blockx backfill``) cancels the attempts under way on their Workers
+(best effort, within a few seconds) and then their waits; what they wrote stays
+written and a re-run skips it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ from blockx_client.resubmit import (
     DEFAULT_MAX_ATTEMPTS,
     OnFailure,
     Verdict,
+    attempt_task_id,
     check_attempts,
     out_of_reach,
     retry_delay_s,
@@ -276,6 +278,11 @@ async def backfill(
                     # counts the tasks this leaves unfinished.
                     stopped = after_failure is OnFailure.STOP
     finally:
+        if running:
+            # Nobody will wait for these: stop them on their Workers first.
+            await client.cancel_in_flight(
+                attempt_task_id(a.original, a.attempt) for a in running.values()
+            )
         for waiting in running:
             waiting.cancel()
         if running:

@@ -28,8 +28,10 @@ It starts at ``from_block`` or, without it, at the oldest gap among the last
 there is none), or at the head on an empty ledger. Blocks already in the ledger
 with their canonical hash are skipped. A database that cannot be reached at
 start ends follow; one that cannot be read later is waited for. It runs until
-``stop`` is set (then the tasks under way finish and are reported) or the
-iteration is closed (then their waits are cancelled).
+``stop`` is set (then the tasks under way finish and are reported; one a client
+cancelled meanwhile, as ``blockx follow`` does on Ctrl-C, is left for the next
+run) or the iteration is closed (then the tasks under way are cancelled on their
+Workers, best effort, and their waits too).
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ from blockx_client.resubmit import (
     ClusterUnreachable,
     OnFailure,
     Verdict,
+    attempt_task_id,
+    cancelled_by_client,
     check_attempts,
     check_bounded,
     out_of_reach,
@@ -230,9 +234,17 @@ class Follower:
                     job = self._running.pop(task)
                     self._running_numbers.discard(job.number)
                     # InvalidRequestError (the task itself refused) ends follow here.
-                    self._finished.append((job, task.result()))
+                    result = task.result()
+                    if stop.is_set() and cancelled_by_client(result):
+                        continue  # stopped by Ctrl-C: the block is left for the next run
+                    self._finished.append((job, result))
         finally:
             stopper.cancel()
+            if self._running:
+                # Nobody will wait for these: stop them on their Workers first.
+                await self._client.cancel_in_flight(
+                    attempt_task_id(j.original, j.attempt) for j in self._running.values()
+                )
             for task in self._running:
                 task.cancel()
             if self._running:

@@ -13,6 +13,8 @@ from blockx_core.worker._progress import PROGRESS_INTERVAL_MS, CallProgress
 from blockx_core.worker._retention import result_bytes
 from blockx_core.worker._types import (
     AbortTaskWork,
+    CancelAnswer,
+    CancelOutcome,
     InvalidTransition,
     PhaseOutcome,
     PrepareTaskActivation,
@@ -35,6 +37,8 @@ __all__ = [
     "PROGRESS_INTERVAL_MS",
     "AbortTaskWork",
     "CallProgress",
+    "CancelAnswer",
+    "CancelOutcome",
     "InvalidTransition",
     "ListTasksQuery",
     "ListedTask",

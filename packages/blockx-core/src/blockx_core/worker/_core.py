@@ -23,6 +23,13 @@ While a task is in its Calls phase the adapter hands in its call counts
 task, when the Watch streams that asked for progress hear of them
 (``PublishProgress``, rate-limited and coalesced: ``_progress.py``).
 
+CancelTask (a BlockX addition, ``handle_cancel_task``) ends a submitted task the
+way a timeout does: ``AbortTaskWork`` (the adapter stops the running phase, whose
+calls get CancelCall) and the task converges at once, FAILED / CANCELLED, not
+retryable. Only a Writer Plugin that has the outputs already (the adapter says so
+with ``handle_writer_started``) is let finish: a result partly written is never
+reported as cancelled with nothing written.
+
 Timers work the aioquic way: ``next_deadline_ms`` says when ``tick_timers`` has
 work, and the adapter arms its timer from it after every call.
 """
@@ -33,7 +40,15 @@ from collections.abc import Sequence
 
 from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
 from blockx_core.ids import shown, task_id_problem
-from blockx_core.task import RETRYABLE, PluginResult, TaskInput, TaskResult, TaskState
+from blockx_core.task import (
+    CANCELLED_BY_CLIENT,
+    RETRYABLE,
+    PluginResult,
+    TaskInput,
+    TaskResult,
+    TaskState,
+    cancelled_by_client,
+)
 from blockx_core.worker._listing import ListTasksQuery, TaskListing, query_problem
 from blockx_core.worker._progress import CallProgress
 from blockx_core.worker._retention import input_digest
@@ -47,6 +62,8 @@ from blockx_core.worker._rules import (
 from blockx_core.worker._task_book import Task, TaskBook
 from blockx_core.worker._types import (
     AbortTaskWork,
+    CancelAnswer,
+    CancelOutcome,
     LeaseExpired,
     PhaseOutcome,
     PrepareTaskActivation,
@@ -256,6 +273,14 @@ class WorkerCore(TaskBook):
         # After Calls the writer phase always runs, with or without a result handler.
         return [StartWriterPhase(task_id=task_id)]
 
+    def handle_writer_started(self, task_id: str, now_ms: int) -> list[WorkerCommand]:
+        """The adapter hands the task's outputs to its Writer Plugin now: from here a
+        CancelTask lets the write finish (``handle_cancel_task``)."""
+        task = self._tasks.get(task_id)
+        if task is not None and task.phase is TaskPhase.WRITER:
+            task.writing = True
+        return []
+
     def handle_calls_progress(
         self, task_id: str, progress: CallProgress, now_ms: int
     ) -> list[WorkerCommand]:
@@ -268,6 +293,63 @@ class WorkerCore(TaskBook):
         if self._progress.counted(task_id, progress, now_ms):
             return [PublishProgress(task_id=task_id, progress=progress)]
         return []
+
+    # ---- cancel (a BlockX addition) --------------------------------------------------
+
+    def handle_cancel_task(
+        self, task_id: str, now_ms: int
+    ) -> tuple[CancelAnswer, list[WorkerCommand]] | Refusal:
+        """CancelTask, by where the task is:
+
+        * submitted, its Writer Plugin not writing yet (PREPARING, BUILDER, CALLS, or
+          WRITER waiting for a writer slot): ``AbortTaskWork``, and the task converges
+          FAILED / CANCELLED, not retryable, ``CANCELLED_BY_CLIENT`` (CANCELLED);
+        * its Writer Plugin writing: nothing changes, it ends with the writer's
+          outcome (WRITING);
+        * terminal and retained (a tombstone too): its state, CANCELLED when a client
+          cancelled it (so twice is the same as once), else FINISHED;
+        * reserved, not submitted: NOT_SUBMITTED (nothing runs; the slot frees itself
+          at its lease's end, or runs the task if SubmitTask comes first);
+        * unknown or expired: NOT_FOUND.
+
+        Answered while draining too: it admits nothing."""
+        problem = task_id_problem(task_id)
+        if problem is not None:
+            return Refusal(ErrorCode.INVALID_ARGUMENT, problem)
+        task = self._tasks.get(task_id)
+        if task is not None:
+            if task.writing:
+                running = self._snapshot_of_slot(task.slot)
+                return CancelAnswer(outcome=CancelOutcome.WRITING, snapshot=running), []
+            result = TaskResult(
+                success=False,
+                failure_code=FailureCode.CANCELLED,
+                retryable=False,
+                failure_message=CANCELLED_BY_CLIENT,
+            )
+            commands: list[WorkerCommand] = [AbortTaskWork(task_id=task_id)]
+            commands += self._converge(task, TaskState.FAILED, result, now_ms)
+            snapshot = TaskSnapshot(
+                task_id=task_id, slot_id=task.slot.slot_id, state=TaskState.FAILED, result=result
+            )
+            return CancelAnswer(outcome=CancelOutcome.CANCELLED, snapshot=snapshot), commands
+        slot = self._slots.by_task(task_id)
+        if slot is not None:
+            return Refusal(
+                ErrorCode.NOT_SUBMITTED,
+                f"task {shown(task_id)} is reserved (slot {slot.slot_id}) but not submitted: "
+                "nothing runs to cancel; its slot frees itself when its lease ends in "
+                f"{max(0, slot.lease_deadline_ms - now_ms)} ms, unless SubmitTask comes first",
+            )
+        retained = self._retained.snapshot(task_id, now_ms)
+        if retained is None:
+            return self._not_found(task_id)
+        outcome = (
+            CancelOutcome.CANCELLED
+            if cancelled_by_client(retained.result)
+            else CancelOutcome.FINISHED
+        )
+        return CancelAnswer(outcome=outcome, snapshot=retained), []
 
     # ---- watch as run credential -----------------------------------------------------
 
@@ -346,6 +428,9 @@ class WorkerCore(TaskBook):
         found = self._lookup(task_id, now_ms)
         if found is not None:
             return found
+        return self._not_found(task_id)
+
+    def _not_found(self, task_id: str) -> Refusal:
         return Refusal(
             ErrorCode.NOT_FOUND,
             f"task {shown(task_id)} is unknown here, or its result has expired "

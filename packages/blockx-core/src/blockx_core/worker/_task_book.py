@@ -31,7 +31,7 @@ from blockx_core.worker._watch import WatchCredentials
 
 
 class Task:
-    __slots__ = ("deadline_ms", "input", "phase", "slot", "task_id")
+    __slots__ = ("deadline_ms", "input", "phase", "slot", "task_id", "writing")
 
     def __init__(self, task: TaskInput, slot: Slot, deadline_ms: int) -> None:
         self.task_id = task.task_id
@@ -39,6 +39,8 @@ class Task:
         self.slot = slot
         self.phase = TaskPhase.PREPARING
         self.deadline_ms = deadline_ms
+        # In its WRITER phase, the Writer Plugin has the outputs: a cancel lets it end.
+        self.writing = False
 
 
 class TaskBook:

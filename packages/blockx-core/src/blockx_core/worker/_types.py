@@ -67,6 +67,27 @@ class TaskSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     outputs_dropped: bool = False
 
 
+class CancelOutcome(enum.Enum):
+    """What a CancelTask found, from the task's state after it (so a second CancelTask
+    answers what the first did)."""
+
+    # The task ended FAILED / CANCELLED by a client: by this request, or an earlier one.
+    CANCELLED = "CANCELLED"
+    # The task had ended before, otherwise (SUCCEEDED, or FAILED for another reason).
+    FINISHED = "FINISHED"
+    # Its Writer Plugin is writing: the write is not interrupted, and the task ends
+    # with the writer's outcome.
+    WRITING = "WRITING"
+
+
+class CancelAnswer(msgspec.Struct, frozen=True, kw_only=True):
+    """CancelTask's answer: the outcome, and the task as it stands after the request
+    (terminal with its result, or RUNNING while its writer writes)."""
+
+    outcome: CancelOutcome
+    snapshot: TaskSnapshot
+
+
 class RetentionStats(msgspec.Struct, frozen=True, kw_only=True):
     """What the retention holds now, and how many results it dropped so far."""
 
@@ -121,7 +142,9 @@ class StartWriterPhase(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class AbortTaskWork(msgspec.Struct, frozen=True, kw_only=True):
-    """Stop whatever the adapter is running for the task (its calls get CancelCall)."""
+    """Stop whatever the adapter is running for the task (its Builder, its calls, which
+    get CancelCall, or its Writer Plugin's wait for a writer slot); the core has
+    converged the task, so the stopped phase reports nothing."""
 
     task_id: str
 

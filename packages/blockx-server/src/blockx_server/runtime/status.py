@@ -1,7 +1,7 @@
 """ErrorCode <-> gRPC status, in one place for every service.
 
 The Coordinator's classification of a Worker's answer (``classify_worker_status``)
-must stay the inverse of the Worker's own mapping (``WORKER_STATUS``): a status
+must stay the inverse of the Worker's admission mapping (``WORKER_ADMISSION_STATUS``): a status
 the Worker uses for a definite rejection must never be read as "may have
 allocated", and vice versa. What a definite answer then means for the Worker
 (backpressure, the request's fault, or a rejection that counts toward its breaker)
@@ -17,13 +17,23 @@ from grpclib.const import Status
 
 from blockx_core.errors import ErrorCode
 
-# How a Worker answers an admission error (worker.v1).
-WORKER_STATUS: Final[Mapping[ErrorCode, Status]] = {
+# How a Worker answers an admission error (RequestTaskSlot, SubmitTask): the codes
+# the Coordinator's classification below inverts.
+WORKER_ADMISSION_STATUS: Final[Mapping[ErrorCode, Status]] = {
     ErrorCode.INVALID_ARGUMENT: Status.INVALID_ARGUMENT,
     ErrorCode.NO_SLOT: Status.RESOURCE_EXHAUSTED,
     ErrorCode.INVALID_SLOT: Status.FAILED_PRECONDITION,
     ErrorCode.UNAVAILABLE: Status.UNAVAILABLE,
     ErrorCode.NOT_FOUND: Status.NOT_FOUND,
+}
+
+# How a Worker answers any refusal (worker.v1): admission's, and CancelTask's of a
+# task reserved but not submitted, which is in no state to be cancelled (nothing
+# runs) and may still be submitted. RequestTaskSlot never answers it, so the
+# Coordinator never has to tell it from INVALID_SLOT.
+WORKER_STATUS: Final[Mapping[ErrorCode, Status]] = {
+    **WORKER_ADMISSION_STATUS,
+    ErrorCode.NOT_SUBMITTED: Status.FAILED_PRECONDITION,
 }
 
 # How a Coordinator answers ReserveWorkerSlot.
@@ -44,7 +54,7 @@ SYNC_INVOKER_STATUS: Final[Mapping[ErrorCode, Status]] = {
 
 # Statuses that prove the Worker did not allocate a slot (a definite rejection).
 _DEFINITE: Final[Mapping[Status, ErrorCode]] = {
-    **{status: code for code, status in WORKER_STATUS.items()},
+    **{status: code for code, status in WORKER_ADMISSION_STATUS.items()},
     # The handler never ran: the address does not serve worker.v1 or refused us.
     Status.UNIMPLEMENTED: ErrorCode.REJECTED,
     Status.PERMISSION_DENIED: ErrorCode.REJECTED,

@@ -8,7 +8,13 @@ import msgspec
 
 from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.task import PluginSpec, TaskInput, TaskResult, TaskState
-from blockx_core.worker import CallProgress, ListTasksQuery, TaskListing
+from blockx_core.worker import (
+    CallProgress,
+    CancelAnswer,
+    CancelOutcome,
+    ListTasksQuery,
+    TaskListing,
+)
 from blockx_proto import worker_v1
 from blockx_server.runtime.json_bounds import check_json
 
@@ -21,6 +27,12 @@ _STATE: Final = {
 
 
 _STATE_OF_PB: Final = {pb: state for state, pb in _STATE.items()}
+
+_CANCEL_OUTCOME: Final = {
+    CancelOutcome.CANCELLED: worker_v1.CancelOutcome.CANCELLED,
+    CancelOutcome.FINISHED: worker_v1.CancelOutcome.FINISHED,
+    CancelOutcome.WRITING: worker_v1.CancelOutcome.WRITING,
+}
 
 
 def state_to_pb(state: TaskState | None) -> worker_v1.TaskState:
@@ -70,6 +82,17 @@ def listing_to_pb(listing: TaskListing, worker_addr: str) -> worker_v1.ListTasks
             for t in listing.tasks
         ],
         next_page_token=listing.next_page_token,
+        worker_addr=worker_addr,
+    )
+
+
+def cancel_to_pb(answer: CancelAnswer, worker_addr: str) -> worker_v1.CancelTaskResponse:
+    snapshot = answer.snapshot
+    return worker_v1.CancelTaskResponse(
+        task_id=snapshot.task_id,
+        outcome=_CANCEL_OUTCOME[answer.outcome],
+        state=state_to_pb(snapshot.state),
+        result=result_to_pb(snapshot.result),
         worker_addr=worker_addr,
     )
 

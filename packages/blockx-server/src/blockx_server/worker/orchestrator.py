@@ -26,10 +26,11 @@ from typing import Final, assert_never
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.errors import FailureCode, Refusal
-from blockx_core.task import TaskInput, TaskState
+from blockx_core.task import TaskInput, TaskState, cancelled_by_client
 from blockx_core.worker import (
     AbortTaskWork,
     CallProgress,
+    CancelAnswer,
     PhaseOutcome,
     PrepareTaskActivation,
     PublishProgress,
@@ -62,7 +63,8 @@ from blockx_server.worker.task_runtime import PhaseBody, TaskRuntime
 log = logging.getLogger(__name__)
 
 # Failures that say something about this Worker's health (its errorRate), not about
-# the task's input or code.
+# the task's input or code. CANCELLED counts only when the Worker cut the task short
+# (its shutdown), not when a client cancelled it.
 _WORKER_FAULTS = frozenset(
     {FailureCode.ACTIVATION_FAILED, FailureCode.IO_SCOPE_FAILED, FailureCode.CANCELLED}
 )
@@ -123,6 +125,7 @@ class Orchestrator:
             self.stream_build,
             self.task_log,
             ProgressCounter(engine, self._calls_counted),
+            self._writer_started,
             function_calls,
         )
         self.max_calls = self._work.max_calls
@@ -149,6 +152,20 @@ class Orchestrator:
 
     def get_task_result(self, task_id: str) -> TaskSnapshot | Refusal:
         return self.core.handle_get_task_result(task_id, self.clock.now_ms())
+
+    def cancel_task(self, task_id: str) -> CancelAnswer | Refusal:
+        """CancelTask: the core decides; a task it converges has its work stopped
+        (AbortTaskWork) and its watchers told at once."""
+        answer = self.core.handle_cancel_task(task_id, self.clock.now_ms())
+        if isinstance(answer, Refusal):
+            return answer
+        cancel, commands = answer
+        self.task_log.cancel_asked(task_id, cancel.outcome)
+        self._run(commands)
+        return cancel
+
+    def _writer_started(self, task_id: str) -> None:
+        self._run(self.core.handle_writer_started(task_id, self.clock.now_ms()))
 
     def watch_attached(self, task_id: str, *, progress: bool = False) -> None:
         """A Watch stream now follows the task (its run credential); ``progress``:
@@ -265,8 +282,9 @@ class Orchestrator:
         self.code_view.unpin(command.task_id, now_ms)
         if self._on_code_released is not None:
             self._on_code_released()
-        code = command.result.failure_code
-        self.error_rate.record(code not in _WORKER_FAULTS, now_ms)
+        result = command.result
+        fault = result.failure_code in _WORKER_FAULTS and not cancelled_by_client(result)
+        self.error_rate.record(not fault, now_ms)
         self.subscriptions.publish(
             TaskEvent(
                 task_id=command.task_id,

@@ -2,7 +2,8 @@
 (BUILDER_SLOTS), the Calls phase (EXECUTOR_TASK_SLOTS, and a streaming Builder's
 scan, which runs inside it, also under SCAN_SLOTS) and the Writer phase
 (PLUGIN_SLOTS). Each returns the phase's ``PhaseOutcome``; the Orchestrator hands it
-to the core, which decides what comes next.
+to the core, which decides what comes next. The Writer phase says when its plug-in
+gets the outputs (``writer_started``): a CancelTask after that lets the write end.
 """
 
 from __future__ import annotations
@@ -54,10 +55,13 @@ class PhaseWork:
         stream_build: StreamBuildConfig,
         task_log: TaskLog,
         progress: ProgressCounter,
+        writer_started: Callable[[str], None],
         function_calls: Callable[[str], FunctionCalls] | None = None,
     ) -> None:
         self.engine = engine
         self.progress = progress
+        # Told as a Writer Plugin gets a task's outputs (from then a cancel lets it end).
+        self._writer_started = writer_started
         self.max_calls = admission.task_max_calls
         self.offload = offload
         self.stream_build = stream_build
@@ -145,6 +149,7 @@ class PhaseWork:
                 config = await self.offload.run(
                     "writer", size, decode_checked_config, handler.config
                 )
+                self._writer_started(runtime.task.task_id)
                 result = await plugin.execute(writer_ctx, config, runtime.outputs)
             except WriterError as exc:
                 return PhaseOutcome(

@@ -18,6 +18,7 @@ from blockx_core.worker import CallProgress, TaskSnapshot
 from blockx_proto import worker_v1
 from blockx_server.runtime.status import WORKER_STATUS
 from blockx_server.worker.convert import (
+    cancel_to_pb,
     config_chars,
     listing_to_pb,
     progress_to_pb,
@@ -83,6 +84,14 @@ class WorkerService(worker_v1.WorkerServiceBase):
             state=state_to_pb(answer.state),
             result=result_to_pb(answer.result),
         )
+
+    async def cancel_task(
+        self, message: worker_v1.CancelTaskRequest
+    ) -> worker_v1.CancelTaskResponse:
+        answer = self._orchestrator.cancel_task(message.task_id)
+        if isinstance(answer, Refusal):
+            raise _raise(answer)
+        return cancel_to_pb(answer, self._addr)
 
     async def list_tasks(self, message: worker_v1.ListTasksRequest) -> worker_v1.ListTasksResponse:
         query = query_from_pb(message)

@@ -8,9 +8,10 @@ order a task meets them: ``reserved`` (RequestTaskSlot granted a slot),
 ``submitted`` (SubmitTask accepted), ``phase_started`` / ``phase_finished`` for each
 of ``BUILDER``, ``CALLS`` and ``WRITER``, ``converged`` (the terminal state and
 failure code), ``purged`` (the retained result's retention ended); a reserved slot
-nobody submitted to ends in ``slot_expired``.
+nobody submitted to ends in ``slot_expired``. ``cancel_asked`` is a CancelTask that
+found the task (its ``outcome``: CANCELLED, FINISHED or WRITING).
 
-``submitted``, ``converged`` and ``slot_expired`` are INFO (a failed task's
+``submitted``, ``converged``, ``cancel_asked`` and ``slot_expired`` are INFO (a failed task's
 ``converged`` WARNING); ``reserved``, the phase events and ``purged`` are DEBUG (a
 busy Worker runs thousands of tasks a second), a failed phase WARNING.
 
@@ -31,7 +32,13 @@ from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from blockx_core.dispatch import CallFailure
 from blockx_core.task import TaskInput, TaskState
-from blockx_core.worker import PhaseOutcome, TaskConverged, TaskPhase, TaskSnapshot
+from blockx_core.worker import (
+    CancelOutcome,
+    PhaseOutcome,
+    TaskConverged,
+    TaskPhase,
+    TaskSnapshot,
+)
 from blockx_server.runtime.logs import log_event
 from blockx_server.runtime.tracing import TRACER, incoming_context
 
@@ -179,6 +186,12 @@ class TaskLog:
             failure_message=_first_line(result.failure_message),
             duration_ms=None if seconds is None else round(seconds * 1000, 3),
         )
+
+    def cancel_asked(self, task_id: str, outcome: CancelOutcome) -> None:
+        """A CancelTask found the task (``outcome``: what it did); one that cancelled
+        it is followed by its ``converged``."""
+        known = self._running.get(task_id)
+        self._event("cancel_asked", task_id, known, outcome=outcome.value)
 
     def slot_expired(self, task_id: str, slot_id: str) -> None:
         self._reserved_in.pop(task_id, None)

@@ -6,6 +6,9 @@
 __all__ = (
     "CallFailureSummary",
     "CallProgress",
+    "CancelOutcome",
+    "CancelTaskRequest",
+    "CancelTaskResponse",
     "ExecuteResult",
     "FunctionCallConfig",
     "GetTaskResultRequest",
@@ -45,6 +48,45 @@ if TYPE_CHECKING:
 
 _COMPILER_VERSION = "0.10.1"
 betterproto2.check_compiler_version(_COMPILER_VERSION)
+
+
+class CancelOutcome(betterproto2.Enum):
+    UNSPECIFIED = 0
+
+    CANCELLED = 1
+    """
+    The task ended cancelled by a client: by this request, or by an earlier one.
+    """
+
+    FINISHED = 2
+    """
+    The task had already ended otherwise (SUCCEEDED, or FAILED for another
+    reason): state and result say how.
+    """
+
+    WRITING = 3
+    """
+    Its Writer Plugin is writing: the write is not interrupted, and the task ends
+    with the writer's outcome (state RUNNING; watch it for the end).
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "CANCEL_OUTCOME_UNSPECIFIED",
+            1: "CANCEL_OUTCOME_CANCELLED",
+            2: "CANCEL_OUTCOME_FINISHED",
+            3: "CANCEL_OUTCOME_WRITING",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "CANCEL_OUTCOME_UNSPECIFIED": 0,
+            "CANCEL_OUTCOME_CANCELLED": 1,
+            "CANCEL_OUTCOME_FINISHED": 2,
+            "CANCEL_OUTCOME_WRITING": 3,
+        }
 
 
 class TaskState(betterproto2.Enum):
@@ -143,6 +185,45 @@ class CallProgress(betterproto2.Message):
 
 
 default_message_pool.register_message("worker.v1", "CallProgress", CallProgress)
+
+
+@dataclass(eq=False, repr=False)
+class CancelTaskRequest(betterproto2.Message):
+    """
+    ---- BlockX addition: CancelTask ----
+    """
+
+    task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("worker.v1", "CancelTaskRequest", CancelTaskRequest)
+
+
+@dataclass(eq=False, repr=False)
+class CancelTaskResponse(betterproto2.Message):
+    task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    outcome: "CancelOutcome" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: CancelOutcome(0)
+    )
+
+    state: "TaskState" = betterproto2.field(
+        3, betterproto2.TYPE_ENUM, default_factory=lambda: TaskState(0)
+    )
+    """
+    The task's state after the request: SUCCEEDED or FAILED, or RUNNING while its
+    Writer Plugin writes.
+    """
+
+    result: "TaskResult | None" = betterproto2.field(4, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Set when state is terminal.
+    """
+
+    worker_addr: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+
+default_message_pool.register_message("worker.v1", "CancelTaskResponse", CancelTaskResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -661,6 +742,36 @@ class WorkerServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def cancel_task(
+        self,
+        message: "CancelTaskRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "CancelTaskResponse":
+        """
+        BlockX addition: cancel a task. A RUNNING task stops where it is (its Builder
+        is stopped, its calls get CancelCall and the watchdog kills what does not stop,
+        its Writer Plugin never starts) and converges FAILED with failure_code
+        CANCELLED, retryable false, "cancelled by a client", retained like any result.
+        A Writer Plugin already writing is not interrupted: the task ends with the
+        writer's outcome (outcome WRITING). A finished task answers its state; a second
+        CancelTask answers what the first did.
+        Errors: INVALID_ARGUMENT (empty or oversized task_id); NOT_FOUND (unknown, or
+        its result has expired); FAILED_PRECONDITION (ALLOCATED: reserved, not
+        submitted, so nothing runs; its slot frees itself when its lease ends).
+        """
+
+        return await self._unary_unary(
+            "/worker.v1.WorkerService/CancelTask",
+            message,
+            CancelTaskResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
     async def request_task_slot(self, message: "RequestTaskSlotRequest") -> "TaskSnapshot":
@@ -712,6 +823,22 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def cancel_task(self, message: "CancelTaskRequest") -> "CancelTaskResponse":
+        """
+        BlockX addition: cancel a task. A RUNNING task stops where it is (its Builder
+        is stopped, its calls get CancelCall and the watchdog kills what does not stop,
+        its Writer Plugin never starts) and converges FAILED with failure_code
+        CANCELLED, retryable false, "cancelled by a client", retained like any result.
+        A Writer Plugin already writing is not interrupted: the task ends with the
+        writer's outcome (outcome WRITING). A finished task answers its state; a second
+        CancelTask answers what the first did.
+        Errors: INVALID_ARGUMENT (empty or oversized task_id); NOT_FOUND (unknown, or
+        its result has expired); FAILED_PRECONDITION (ALLOCATED: reserved, not
+        submitted, so nothing runs; its slot frees itself when its lease ends).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def __rpc_request_task_slot(
         self, stream: "grpclib.server.Stream[RequestTaskSlotRequest, TaskSnapshot]"
     ) -> None:
@@ -755,6 +882,14 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.list_tasks(request)
         await stream.send_message(response)
 
+    async def __rpc_cancel_task(
+        self, stream: "grpclib.server.Stream[CancelTaskRequest, CancelTaskResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.cancel_task(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/worker.v1.WorkerService/RequestTaskSlot": grpclib.const.Handler(
@@ -786,5 +921,11 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 ListTasksRequest,
                 ListTasksResponse,
+            ),
+            "/worker.v1.WorkerService/CancelTask": grpclib.const.Handler(
+                self.__rpc_cancel_task,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                CancelTaskRequest,
+                CancelTaskResponse,
             ),
         }
