@@ -297,6 +297,8 @@ REFUSAL_RESULTS: dict[ErrorCode, SlotAttemptResult] = {
     ErrorCode.INTERNAL: SlotAttemptResult.REJECTED,
     ErrorCode.NO_EXECUTABLE_SLOT: SlotAttemptResult.REJECTED,
     ErrorCode.SLOT_UNCERTAIN: SlotAttemptResult.REJECTED,
+    # CancelTask's answer, never RequestTaskSlot's: were it sent, a rejection like any other.
+    ErrorCode.NOT_SUBMITTED: SlotAttemptResult.REJECTED,
 }
 
 
