@@ -24,7 +24,7 @@ from blockx_core.dispatch import (
     DispatcherCore,
     SendCalls,
 )
-from blockx_core.errors import ErrorCode, FailureCode, Refusal
+from blockx_core.errors import ErrorCode, FailureCode, InvalidConfig, Refusal
 from blockx_core.task import (
     CALL_FAILURE_MESSAGE_CHARS,
     MAX_CALL_FAILURES,
@@ -44,19 +44,22 @@ from blockx_core.worker import (
     WorkerConfig,
     WorkerCore,
 )
-from blockx_core.worker._listing import SCAN_BUDGET
+from blockx_core.worker._listing import EXPIRED_NAME_CHARS, SCAN_BUDGET
 
 T0 = 1_000_000
 RETENTION = 10_000
 
 
-def make_core(*, slots: int = 8, max_bytes: int = 1 << 30, tombstones: int = 100) -> WorkerCore:
+def make_core(
+    *, slots: int = 8, max_bytes: int = 1 << 30, tombstones: int = 100, kept: int = 1_000
+) -> WorkerCore:
     core = WorkerCore(
         WorkerConfig(
             task_slots=slots,
             result_retention_ms=RETENTION,
             result_retention_max_bytes=max_bytes,
             result_tombstones_max=tombstones,
+            failed_tasks_kept=kept,
         ),
         "inc",
     )
@@ -283,6 +286,193 @@ def test_a_failed_task_keeps_every_failure_summary() -> None:
     assert got.result.call_failures_omitted == 3
 
 
+# ---- failed tasks outlive their results --------------------------------------------------
+
+
+def test_a_failure_is_listed_as_expired_after_its_retention_and_its_id_runs_again() -> None:
+    core = cluster_of_four()
+    after = T0 + 35 + RETENTION
+    got = core.handle_get_task_result("bad", after)
+    assert isinstance(got, Refusal)
+    assert got.code is ErrorCode.NOT_FOUND
+    # Only when asked: existing callers see what the Worker holds, as before.
+    assert "bad" not in ids(listing(core, after))
+    [expired] = listing(
+        core, after, include_expired=True, states=frozenset({TaskState.FAILED})
+    ).tasks
+    assert expired == ListedTask(
+        task_id="bad",
+        state=TaskState.FAILED,
+        slot_id="",
+        call_builder="CallListCallConfig",
+        function="flaky",
+        created_ms=T0 + 30,
+        converged_ms=T0 + 35,
+        failure_code=FailureCode.CALL_FAILED,
+        failure_summary="call #0 echo(1) failed after 2 attempts: USER_ERROR: b",
+        call_failures=5,
+        expired=True,
+    )
+    # The id may run again; its new run is listed as held, the old one as expired.
+    submit(core, "bad", after + 1, "flaky")
+    page = listing(core, after + 2, include_expired=True)
+    assert [(t.task_id, t.state, t.expired) for t in page.tasks if t.task_id == "bad"] == [
+        ("bad", TaskState.FAILED, True),
+        ("bad", TaskState.RUNNING, False),
+    ]
+
+
+def test_a_retained_failure_is_listed_once_not_as_expired() -> None:
+    core = cluster_of_four()
+    page = listing(core, T0 + 40, include_expired=True)
+    assert [(t.task_id, t.expired) for t in page.tasks] == [
+        ("reserved", False),
+        ("running", False),
+        ("ok", False),
+        ("bad", False),
+    ]
+    assert page.tasks[3].retryable is False  # CALL_FAILED
+
+
+EXPIRED_FILTERS = [
+    ({"states": frozenset({TaskState.SUCCEEDED})}, []),
+    ({"states": frozenset({TaskState.FAILED, TaskState.RUNNING})}, ["bad"]),
+    ({"function": "flaky"}, ["bad"]),
+    ({"function": "echo"}, []),
+    ({"max_age_ms": RETENTION}, []),  # first seen longer ago than that
+    ({"min_age_ms": RETENTION}, ["bad"]),
+]
+
+
+@pytest.mark.parametrize(("query", "expected"), EXPIRED_FILTERS)
+def test_expired_failures_pass_the_same_filters(query: dict[str, Any], expected: list[str]) -> None:
+    core = cluster_of_four()
+    core.tick_timers(T0 + 35 + RETENTION)  # ok and bad expire; running and reserved stay
+    page = listing(core, T0 + 100 + RETENTION, include_expired=True, **query)
+    assert [t.task_id for t in page.tasks if t.expired] == expected
+
+
+def test_only_the_last_failed_tasks_kept_are_remembered() -> None:
+    core = make_core(slots=2, kept=3)
+    for i in range(5):
+        submit(core, f"f{i}", T0 + i)
+        fail_calls(core, f"f{i}", T0 + i)
+        core.tick_timers(T0 + i + RETENTION)
+    page = listing(core, T0 + 10 + RETENTION, include_expired=True)
+    assert [(t.task_id, t.expired) for t in page.tasks] == [
+        ("f2", True),
+        ("f3", True),
+        ("f4", True),
+    ]
+    recent = core.recent_failures(2, T0 + 10 + RETENTION)
+    assert [(t.task_id, t.expired) for t in recent] == [("f4", True), ("f3", True)]
+
+
+def test_a_summary_keeps_bounded_names() -> None:
+    core = make_core()
+    submit(core, "f", T0, "x" * 10_000)
+    fail_calls(core, "f", T0)
+    [summary] = listing(core, T0 + RETENTION, include_expired=True).tasks
+    assert summary.expired
+    assert summary.function == "x" * EXPIRED_NAME_CHARS
+
+
+def test_none_kept_with_zero_and_successes_are_never_kept() -> None:
+    core = make_core(kept=0)
+    submit(core, "f", T0)
+    fail_calls(core, "f", T0)
+    submit(core, "ok", T0)
+    succeed(core, "ok", T0)
+    assert listing(core, T0 + RETENTION, include_expired=True).tasks == ()
+    assert core.recent_failures(10, T0) == []
+
+
+def test_recent_failures_mark_which_results_expired() -> None:
+    core = make_core()
+    submit(core, "old", T0)
+    fail_calls(core, "old", T0)
+    submit(core, "new", T0 + RETENTION // 2)
+    fail_calls(core, "new", T0 + RETENTION // 2)
+    recent = core.recent_failures(10, T0 + RETENTION)
+    assert [(t.task_id, t.expired) for t in recent] == [("new", False), ("old", True)]
+
+
+def test_a_tombstone_forgotten_early_is_listed_as_expired() -> None:
+    # Each result drops its outputs at once (over the budget); one tombstone is kept.
+    core = make_core(max_bytes=600, tombstones=1)
+    for i in range(2):
+        submit(core, f"f{i}", T0 + i)
+        fail_calls(core, f"f{i}", T0 + i)
+    page = listing(core, T0 + 5, include_expired=True)
+    assert [(t.task_id, t.tombstone, t.expired) for t in page.tasks] == [
+        ("f0", False, True),
+        ("f1", True, False),
+    ]
+
+
+def test_pages_go_through_expired_failures_without_gaps_or_repeats() -> None:
+    core = make_core(slots=2)
+    for i in range(7):
+        submit(core, f"t{i}", T0 + i)
+        if i % 2:
+            succeed(core, f"t{i}", T0 + i)
+        else:
+            fail_calls(core, f"t{i}", T0 + i)
+    core.tick_timers(T0 + 3 + RETENTION)  # t0 .. t3 expire
+    seen: list[str] = []
+    token = ""
+    while True:
+        page = listing(
+            core, T0 + 4 + RETENTION, page_size=2, page_token=token, include_expired=True
+        )
+        seen += ids(page)
+        token = page.next_page_token
+        if not token:
+            break
+    assert seen == ["t0", "t2", "t4", "t5", "t6"]
+
+
+def test_the_directory_stays_bounded_with_failures_kept() -> None:
+    core = make_core(slots=4, kept=10)
+    for i in range(3_000):
+        submit(core, f"t{i}", T0 + i)
+        fail_calls(core, f"t{i}", T0 + i)
+        core.tick_timers(T0 + i + RETENTION)
+    assert len(core._directory._order) <= 2 * (4 + 10) + 1024 + 1
+    page = listing(core, T0 + 10**7, include_expired=True)
+    assert ids(page) == [f"t{i}" for i in range(2_990, 3_000)]
+
+
+def test_running_tasks_oldest_first_with_their_phase() -> None:
+    core = cluster_of_four()
+    submit(core, "later", T0 + 50, "slow")
+    core.handle_task_phase_finished("later", TaskPhase.BUILDER, PhaseOutcome(success=True), T0 + 51)
+    running = core.running_tasks(10, T0 + 60)
+    assert [(r.listed.task_id, r.phase, r.listed.created_ms) for r in running] == [
+        ("running", TaskPhase.BUILDER, T0 + 10),
+        ("later", TaskPhase.CALLS, T0 + 50),
+    ]
+    assert [r.listed.task_id for r in core.running_tasks(1, T0 + 60)] == ["running"]
+
+
+def test_the_slot_peak_is_the_most_in_use_since_the_last_take() -> None:
+    core = make_core(slots=4)
+    for i in range(3):
+        submit(core, f"t{i}", T0)
+    for i in range(2):
+        succeed(core, f"t{i}", T0 + 1)
+    assert core.slots_peak == 3
+    assert core.take_slots_peak() == 3
+    assert core.take_slots_peak() == 1  # the next interval starts at what is in use
+
+
+@pytest.mark.parametrize("kept", [-1, 1_000_001])
+def test_failed_tasks_kept_out_of_bounds_is_refused(kept: int) -> None:
+    with pytest.raises(InvalidConfig) as refused:
+        WorkerConfig(failed_tasks_kept=kept).validate()
+    assert refused.value.field == "failed_tasks_kept"
+
+
 # ---- the dispatcher keeps each failed attempt ------------------------------------------
 
 
@@ -353,18 +543,30 @@ class ListingMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.core = make_core(slots=3, max_bytes=1_200, tombstones=2)
+        self.core = make_core(slots=3, max_bytes=1_200, tombstones=2, kept=3)
         self.now = T0
+        # When each task id's latest run was first seen, and every failed run's.
+        self.runs: dict[str, int] = {}
+        self.failed: list[tuple[str, int]] = []
+
+    def _held(self, task_id: str) -> bool:
+        return not isinstance(self.core.handle_get_task_result(task_id, self.now), Refusal)
 
     @rule(task_id=st.sampled_from(LISTING_IDS), ttl=st.integers(1, 500))
     def reserve(self, task_id: str, ttl: int) -> None:
+        new_run = not self._held(task_id)
         self.core.handle_request_task_slot(task_id, ttl, self.now)
+        if new_run and self._held(task_id):
+            self.runs[task_id] = self.now
 
     @rule(task_id=st.sampled_from(LISTING_IDS))
     def submit(self, task_id: str) -> None:
+        new_run = not self._held(task_id)
         answer = self.core.handle_submit_task(task_input(task_id), "", self.now)
         if not isinstance(answer, Refusal) and answer[1]:
             self.core.handle_task_activation_prepared(task_id, self.now)
+        if new_run and self._held(task_id):
+            self.runs[task_id] = self.now
 
     @rule(task_id=st.sampled_from(LISTING_IDS), size=st.integers(0, 600))
     def succeed(self, task_id: str, size: int) -> None:
@@ -375,6 +577,7 @@ class ListingMachine(RuleBasedStateMachine):
     def fail(self, task_id: str) -> None:
         if self.core.task_phase(task_id) is TaskPhase.BUILDER:
             fail_calls(self.core, task_id, self.now)
+            self.failed.append((task_id, self.runs[task_id]))
 
     @rule(ms=st.integers(1, 4_000))
     def tick(self, ms: int) -> None:
@@ -388,15 +591,31 @@ class ListingMachine(RuleBasedStateMachine):
             got = self.core.handle_get_task_result(task_id, self.now)
             if not isinstance(got, Refusal):
                 held[task_id] = got.state
-        listed: list[tuple[str, TaskState]] = []
-        token = ""
-        while True:
-            page = listing(self.core, self.now, page_size=2, page_token=token)
-            listed += [(t.task_id, t.state) for t in page.tasks]
-            token = page.next_page_token
-            if not token:
-                break
-        assert sorted(listed) == sorted(held.items())
+        for include_expired in (False, True):
+            listed: list[ListedTask] = []
+            token = ""
+            while True:
+                page = listing(
+                    self.core,
+                    self.now,
+                    page_size=2,
+                    page_token=token,
+                    include_expired=include_expired,
+                )
+                listed += page.tasks
+                token = page.next_page_token
+                if not token:
+                    break
+            current = [(t.task_id, t.state) for t in listed if not t.expired]
+            assert sorted(current) == sorted(held.items())
+            # The last failed runs kept, but for one still held: each once, expired.
+            expected = [
+                (task_id, seen)
+                for task_id, seen in self.failed[-3:]
+                if not (held.get(task_id) is TaskState.FAILED and self.runs[task_id] == seen)
+            ]
+            expired = [(t.task_id, t.created_ms) for t in listed if t.expired]
+            assert sorted(expired) == (sorted(expected) if include_expired else [])
 
 
 TestListingMachine = ListingMachine.TestCase

@@ -62,7 +62,13 @@ CHROMIUM_FLAGS: Final = (
     "--disable-sync",
 )
 
+# Every page must fit a laptop's browser window: no table wider than this.
+VIEWPORT_WIDTH: Final = 1280
 OK_ID: Final = "dash-ok"
+# The longest ids real clients make are uuids with prefixes; this one is longer.
+LONG_ID: Final = "dash-long-" + "0123456789abcdef" * 12
+# Runs until the Worker stops: the executor it holds is busy on the Worker page.
+SLOW_ID: Final = "dash-slow"
 FAIL_ID: Final = "dash-fail"
 HOSTILE_ID: Final = 'dash-<img id="injected-id" src="x">'
 HOSTILE_MESSAGE: Final = '<b id="injected-msg">bold</b>'
@@ -76,6 +82,13 @@ def echo(x):
 
 def boom(x):
     raise ValueError(f"boom {x}")
+
+
+def sleepy(seconds):
+    import time
+
+    time.sleep(seconds)
+    return seconds
 """
 
 
@@ -131,6 +144,9 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
                 "WORKER_REGISTRY_PREFIX": PREFIX,
                 "WORKER_HEARTBEAT_INTERVAL": "200",
                 "FUNCTIONS_DIR": str(functions),
+                # The slow call holds its executor until the Worker stops.
+                "CALL_WALL_LIMIT_MS": "3600000",
+                "DRAIN_TIMEOUT_MS": "200",
             },
             base / "worker.log",
         )
@@ -143,6 +159,7 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
                 call_list_task(OK_ID, "echo", [[1], [2]]),
                 call_list_task(FAIL_ID, "boom", [[HOSTILE_MESSAGE]]),
                 call_list_task(HOSTILE_ID, "echo", [[3]]),
+                call_list_task(LONG_ID, "echo", [[5]]),
             ):
                 await run_to_end(stub, task)
 
@@ -241,7 +258,8 @@ async def jobs(cluster: Cluster) -> AsyncIterator[tuple[JobProgress, JobProgress
         retries=2,
         blocks_per_s=12.5,
         eta_s=4.8,
-        message="TIMED_OUT on blocks 1010-1019, retried",
+        # A hash in a message is one long word: the table must still fit.
+        message="TIMED_OUT on blocks 1010-1019, retried; block hash 0x" + "ab" * 64,
     )
     follow = JobProgress(
         job_id="follow-dash",
@@ -249,6 +267,8 @@ async def jobs(cluster: Cluster) -> AsyncIterator[tuple[JobProgress, JobProgress
         state=JobState.RUNNING,
         started_ms=now - 120_000,
         updated_ms=now,
+        function="per_block_token_volume_" + "x" * 100,
+        sink_table="token_volume_by_block_" + "y" * 100,
         from_block=5_000,
         blocks_done=230,
         head=5_234,
@@ -290,7 +310,7 @@ async def browser(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Bro
 
 @pytest_asyncio.fixture(loop_scope="module")
 async def page(browser: Browser) -> AsyncIterator[Page]:
-    context = await browser.new_context(viewport={"width": 1400, "height": 900})
+    context = await browser.new_context(viewport={"width": VIEWPORT_WIDTH, "height": 900})
     opened = await context.new_page()
     opened.set_default_timeout(10_000)
     errors: list[str] = []
@@ -324,7 +344,18 @@ def task_url(task_id: str) -> str:
 
 
 async def snap(page: Page, artifacts: Path, name: str) -> None:
+    """Keep a screenshot of the page, which must fit the viewport's width."""
+    widths = await page.evaluate(
+        """() => ({
+            page: document.documentElement.scrollWidth,
+            tables: Array.from(document.querySelectorAll("table"),
+                (t) => [t.id || t.className, Math.ceil(t.getBoundingClientRect().right)]),
+        })"""
+    )
     await page.screenshot(path=str(artifacts / f"{name}.png"), full_page=True)
+    wide = [table for table, right in widths["tables"] if right > VIEWPORT_WIDTH]
+    assert not wide, f"{name}: tables wider than {VIEWPORT_WIDTH} px: {widths['tables']}"
+    assert widths["page"] <= VIEWPORT_WIDTH, f"{name}: the page is {widths['page']} px wide"
 
 
 # ---- in the browser -------------------------------------------------------------------
@@ -345,8 +376,63 @@ async def test_workers_page(
     assert "cpu %" in head
     assert "memory %" in head
     note = await page.locator("#code-epoch").inner_text()
-    assert "does not carry the code epoch" in note
+    assert "each Worker's page shows it" in note
     await snap(page, artifacts, "workers")
+    # Each worker links to its own page.
+    await row.locator("a").click()
+    await page.wait_for_url("**/worker?addr=**")
+    assert await page.locator("#worker-addr").inner_text() == cluster.worker.addr
+
+
+async def test_worker_page_shows_a_busy_executors_call(
+    page: Page, dashboard: Dashboard, cluster: Cluster, artifacts: Path
+) -> None:
+    """A call that holds its executor for long is on the Worker page: which
+    executor, which task and function, for how long, highlighted; the task among the
+    running ones; the load over the last minutes; the failures."""
+    await cluster.stub.submit_task(
+        worker_v1.SubmitTaskRequest(task=call_list_task(SLOW_ID, "sleepy", [[3600]]))
+    )
+    async with Client(direct=True) as client:
+
+        async def held_long() -> bool:
+            described = await client.describe_worker(cluster.worker.addr)
+            return any(
+                e.running is not None
+                and e.running.task_id == SLOW_ID
+                and e.running.held_ms >= 1_000
+                for e in described.executors
+            )
+
+        await wait_until(held_long, "the slow call holding its executor for a second", timeout=30)
+    await page.goto(dashboard.at("/worker?addr=" + urllib.parse.quote(cluster.worker.addr)))
+    summary = await page.locator("#worker-summary").inner_text()
+    assert "blockx-worker (block cluster)" in summary
+    assert int(await page.locator("#code-epoch").inner_text()) >= 1
+    assert "1/2" in await page.locator("#stat-executors").inner_text()
+    # The busy executor comes first, highlighted, with the call's function and task.
+    busy = page.locator("#executors tbody tr").first
+    assert (await busy.get_attribute("class") or "").split() == ["busy", "long"]
+    text = await busy.inner_text()
+    assert "sleepy" in text
+    assert "(root #0)" in text
+    assert await busy.locator("a.task-link").get_attribute("title") == SLOW_ID
+    assert " s" in await busy.locator("td.held").inner_text()
+    idle = page.locator("#executors tbody tr").nth(1)
+    assert await idle.get_attribute("class") == "idle"
+    running = await page.locator(f'#running tr[data-task-id="{SLOW_ID}"]').inner_text()
+    assert "sleepy" in running
+    assert "calls" in running  # its phase
+    failure = await page.locator(f'#failures tr[data-task-id="{FAIL_ID}"]').inner_text()
+    assert "CALL_FAILED" in failure
+    # Three charts, a bar per interval, the interval in progress included.
+    assert await page.locator("#load figure.chart").count() == 3
+    assert await page.locator("#load rect.bar.current").count() == 3
+    await snap(page, artifacts, "worker")
+    # The running task's link leads to its own page.
+    await page.click(f'#running tr[data-task-id="{SLOW_ID}"] a')
+    await page.wait_for_url("**/task?id=**")
+    assert await page.locator("#task-id").inner_text() == SLOW_ID
 
 
 async def test_tasks_page_by_state(page: Page, dashboard: Dashboard, artifacts: Path) -> None:
@@ -360,7 +446,11 @@ async def test_tasks_page_by_state(page: Page, dashboard: Dashboard, artifacts: 
     failed_text = await failed.inner_text()
     assert "FAILED" in failed_text
     assert "CALL_FAILED" in failed_text
-    assert await page.locator('b[data-count="SUCCEEDED"]').inner_text() == "2"
+    assert await page.locator('b[data-count="SUCCEEDED"]').inner_text() == "3"
+    # A long id is cut in the table, whole in its title and its link.
+    long = page.locator(f'#tasks tr[data-task-id="{LONG_ID}"] a').first
+    assert await long.get_attribute("title") == LONG_ID
+    assert len(await long.inner_text()) < 50
     assert await page.locator('b[data-count="FAILED"]').inner_text() == "1"
     await snap(page, artifacts, "tasks")
     # Only the failed ones, by the state chip.
@@ -464,6 +554,15 @@ async def test_jobs_page(
     assert "head (follow)" in follow
     assert "4 block(s) · 7.5 s" in follow
     await snap(page, artifacts, "jobs")
+    # A job's tasks: those of its function the workers first saw since it started.
+    await page.click('#jobs tr[data-job-id="backfill-dash"] a.job-tasks')
+    await page.wait_for_url("**/tasks?**")
+    url = urllib.parse.urlsplit(page.url)
+    query = urllib.parse.parse_qs(url.query)
+    assert query["function"] == ["token_volume"]
+    assert query["since"] == [str(jobs[0].started_ms)]
+    assert "running token_volume" in await page.locator("#window").inner_text()
+    await snap(page, artifacts, "job-tasks")
 
 
 def _record(**fields: Any) -> bytes:
@@ -549,6 +648,11 @@ async def test_json_twins(
     assert [t["task_id"] for t in tasks["tasks"]] == [FAIL_ID]
     assert tasks["counts"]["FAILED"] == 1
     assert tasks["problems"] == []
+    # A time window of first sightings (a job's tasks link sets one).
+    window = await get_json(dashboard.at("/api/tasks?function=echo&since=1"))
+    assert OK_ID in {t["task_id"] for t in window["tasks"]}
+    window = await get_json(dashboard.at("/api/tasks?since=1&until=2"))
+    assert (window["tasks"], window["matching"]) == ([], 0)
     task = await get_json(dashboard.at("/api" + task_url(FAIL_ID)))
     [holder] = task["holders"]
     assert holder["failure_code"] == "CALL_FAILED"
@@ -582,6 +686,18 @@ async def test_read_only_and_bounded(dashboard: Dashboard) -> None:
     assert status == 400
     status, body, _ = await asyncio.to_thread(get, dashboard.at("/api/task"))
     assert status == 400
+    status, body, _ = await asyncio.to_thread(get, dashboard.at("/api/tasks?since=5&until=4"))
+    assert status == 400
+    assert b"since is after until" in body
+    status, body, _ = await asyncio.to_thread(get, dashboard.at("/api/tasks?since=-1"))
+    assert status == 400
+    status, body, _ = await asyncio.to_thread(get, dashboard.at("/api/worker"))
+    assert status == 400
+    assert b"addr" in body
+    # An address no worker registered is not dialled: the page says so.
+    nobody = await get_json(dashboard.at("/api/worker?addr=10.255.255.1:1"))
+    assert nobody["answered"] is False
+    assert "not registered" in nobody["problems"][0]["error"]
     status, body, _ = await asyncio.to_thread(get, dashboard.at("/placement?cluster=nope"))
     assert status == 400
     assert b"cluster must be block or bundle" in body

@@ -12,9 +12,18 @@ from blockx_cli.dashboard.app import Dashboard
 from blockx_cli.dashboard.config import DashboardConfig
 from blockx_cli.dashboard.formatting import FILTERS, age, percent, timestamp
 from blockx_cli.dashboard.jobs_source import decode_record, job_row
-from blockx_cli.dashboard.sources import task_row
-from blockx_cli.dashboard.views import BadJobRecord, JobsPage, TaskRow, TasksPage
-from blockx_client import Client, JobProgress, ListedTask, TaskState
+from blockx_cli.dashboard.sources import task_row, worker_page
+from blockx_cli.dashboard.views import BadJobRecord, JobsPage, TaskPage, TaskRow, TasksPage
+from blockx_client import (
+    CallsWaiting,
+    Client,
+    ExecutorState,
+    JobProgress,
+    ListedTask,
+    RunningCall,
+    TaskState,
+    WorkerDescription,
+)
 
 NOW_MS = 1_764_619_564_120
 
@@ -82,7 +91,7 @@ def test_fractions_read_as_percentages_and_times_as_utc() -> None:
     assert timestamp(NOW_MS) == "2025-12-01 20:06:04.120Z"
 
 
-@pytest.mark.parametrize("name", sorted(set(FILTERS) - {"quote"}))
+@pytest.mark.parametrize("name", sorted(set(FILTERS) - {"quote", "shorten"}))
 @pytest.mark.parametrize(
     "value", [math.inf, -math.inf, math.nan, 1e308, -1e308, 2**63 - 1, -(2**63), 0, None]
 )
@@ -138,3 +147,100 @@ def test_a_bad_record_is_one_row_and_the_jobs_are_shown() -> None:
     assert html.count('<tr class="bad-record"') == 1
     assert "&lt;b&gt;x&lt;/b&gt;" in html
     assert 'data-job-id="j"' in html
+
+
+def _page(template: str, page: str, view: object) -> str:
+    dashboard = Dashboard(DashboardConfig(etcd_endpoints=("127.0.0.1:1",)), Client)
+    return dashboard.templates.get_template(template).render(
+        refresh_s=5.0, page=page, view=view, api=f"/api/{page}"
+    )
+
+
+EXPIRED = ListedTask(
+    task_id="t-old",
+    state=TaskState.FAILED,
+    worker_addr="127.0.0.1:1",
+    function="boom",
+    created_ms=NOW_MS - 3_600_000,
+    converged_ms=NOW_MS - 3_599_000,
+    failure_code="CALL_FAILED",
+    failure_summary="ValueError: boom",
+    expired=True,
+)
+
+
+def test_an_expired_failure_is_marked_on_the_tasks_page_and_its_own() -> None:
+    row = task_row(EXPIRED, NOW_MS)
+    assert row.expired
+    page = TasksPage(
+        now_ms=NOW_MS,
+        state="",
+        function="",
+        q="",
+        limit=500,
+        counts={"FAILED": 1},
+        matching=1,
+        tasks=(row,),
+        expired=1,
+    )
+    html = _page("tasks.html", "tasks", page)
+    assert '<tr data-task-id="t-old" class="expired">' in html
+    assert "(1 expired)" in html
+    detail = _page(
+        "task.html", "task", TaskPage(now_ms=NOW_MS, task_id="t-old", holders=(), expired=(row,))
+    )
+    assert "Its result has expired" in detail
+    assert "CALL_FAILED" in detail
+    assert "No registered worker knows this task" not in detail
+
+
+def test_a_worker_page_with_a_cancelled_call_and_nothing_running() -> None:
+    stopping = ExecutorState(
+        executor_id="x0.1",
+        pid=42,
+        running=RunningCall(
+            call_id=7,
+            task_id="",
+            function="",
+            root_index=-1,
+            attempt=0,
+            held_ms=900,
+            cancelled=True,
+        ),
+        calls_queued=0,
+        calls_suspended=0,
+        calls_started=3,
+        rss_bytes=0,
+    )
+    described = WorkerDescription(
+        worker_addr="127.0.0.1:1",
+        program="blockx-worker",
+        now_ms=NOW_MS,
+        started_ms=NOW_MS - 60_000,
+        ready=True,
+        draining=False,
+        task_slots=4,
+        reserved_slots=0,
+        running_tasks=0,
+        executors_configured=2,
+        executors=(stopping,),
+        executor_restarts=1,
+        calls_waiting=CallsWaiting(),
+        calls_in_flight=0,
+        code_epoch=3,
+        process_rss_bytes=1 << 20,
+        call_deadline_ms=5_000,
+        call_wall_limit_ms=15_000,
+        running=(),
+        recent_failures=(EXPIRED,),
+        failed_tasks_kept=1_000,
+        result_retention_ms=300_000,
+        load_interval_ms=10_000,
+        load=(),
+    )
+    html = _page("worker.html", "worker", worker_page(described, "block", NOW_MS))
+    assert "call 7 cancelled, still stopping" in html
+    assert '<span class="bad">1 up</span>' in html  # one of two executors connected
+    assert "No task is running." in html
+    assert '<tr data-task-id="t-old" class="expired">' in html
+    assert '<figure class="chart">' not in html  # no load points: no charts

@@ -84,6 +84,7 @@ def test_pinned_service_paths() -> None:
             "/worker.v1.WorkerService/WatchTasks",
             "/worker.v1.WorkerService/ListTasks",
             "/worker.v1.WorkerService/CancelTask",
+            "/worker.v1.WorkerService/DescribeWorker",
         ],
         syncinvoker_v1.SyncInvokerServiceBase: [
             "/syncinvoker.v1.SyncInvokerService/Invoke",

@@ -93,6 +93,24 @@ def test_every_rule_of_a_core_validate_is_reported() -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("-1", "FAILED_TASKS_KEPT must be >= 0 (got -1)"),
+        ("lots", "FAILED_TASKS_KEPT must be an integer (got 'lots')"),
+        ("1000001", "FAILED_TASKS_KEPT must be 0 to 1000000 (got 1000001)"),
+    ],
+)
+def test_failed_tasks_kept_is_refused_when_bad(functions_dir: Path, value: str, says: str) -> None:
+    env = {"FUNCTIONS_DIR": str(functions_dir), "FAILED_TASKS_KEPT": value}
+    assert _errors(lambda: load_worker_config(BLOCK_WORKER, env)) == [says]
+
+
+def test_failed_tasks_kept_zero_keeps_none(functions_dir: Path) -> None:
+    env = {"FUNCTIONS_DIR": str(functions_dir), "FAILED_TASKS_KEPT": "0"}
+    assert load_worker_config(BLOCK_WORKER, env).core.failed_tasks_kept == 0
+
+
 CASCADES = [
     # (environment, the one variable reported): a rule over a bad value is not repeated.
     (

@@ -12,21 +12,27 @@ from blockx_client.errors import BlockxError
 from blockx_client.models import (
     CallFailureInfo,
     CallProgress,
+    CallsWaiting,
     Cancellation,
     CancelOutcome,
     Durations,
+    ExecutorState,
     Invocation,
     IoTrace,
     ListedTask,
+    LoadPoint,
     PlacementReport,
     PluginOutput,
     Precheck,
     RecentRefusal,
     RefusedWorker,
+    RunningCall,
+    RunningTask,
     Task,
     TaskResult,
     TaskState,
     TaskUpdate,
+    WorkerDescription,
     WorkerEligibility,
 )
 from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
@@ -159,6 +165,86 @@ def listed_from_pb(pb: worker_v1.ListedTask, worker_addr: str) -> ListedTask:
         calls_done=pb.calls_done,
         calls_total=pb.calls_total,
         calls_total_known=pb.calls_total_known,
+        retryable=pb.retryable,
+        expired=pb.expired,
+    )
+
+
+def _executor_from_pb(pb: worker_v1.ExecutorState) -> ExecutorState:
+    call = pb.running
+    return ExecutorState(
+        executor_id=pb.executor_id,
+        pid=pb.pid,
+        running=None
+        if call is None
+        else RunningCall(
+            call_id=call.call_id,
+            task_id=call.task_id,
+            function=call.function,
+            root_index=call.root_index,
+            attempt=call.attempt,
+            held_ms=call.held_ms,
+            cancelled=call.cancelled,
+        ),
+        calls_queued=pb.calls_queued,
+        calls_suspended=pb.calls_suspended,
+        calls_started=pb.calls_started,
+        rss_bytes=pb.rss_bytes,
+        retiring=pb.retiring,
+    )
+
+
+def description_from_pb(
+    reply: worker_v1.DescribeWorkerResponse, worker_addr: str
+) -> WorkerDescription:
+    addr = reply.worker_addr or worker_addr
+    waiting = reply.calls_waiting or worker_v1.CallsWaiting()
+    return WorkerDescription(
+        worker_addr=addr,
+        program=reply.program,
+        now_ms=reply.now_ms,
+        started_ms=reply.started_ms,
+        ready=reply.ready,
+        draining=reply.draining,
+        task_slots=reply.task_slots,
+        reserved_slots=reply.reserved_slots,
+        running_tasks=reply.running_tasks,
+        executors_configured=reply.executors_configured,
+        executors=tuple(_executor_from_pb(e) for e in reply.executors),
+        executor_restarts=reply.executor_restarts,
+        calls_waiting=CallsWaiting(
+            queued_on_executors=waiting.queued_on_executors,
+            no_executor=waiting.no_executor,
+            retry_backoff=waiting.retry_backoff,
+            roots_not_dispatched=waiting.roots_not_dispatched,
+        ),
+        calls_in_flight=reply.calls_in_flight,
+        code_epoch=reply.code_epoch,
+        process_rss_bytes=reply.process_rss_bytes,
+        call_deadline_ms=reply.call_deadline_ms,
+        call_wall_limit_ms=reply.call_wall_limit_ms,
+        running=tuple(
+            RunningTask(
+                task=listed_from_pb(r.task or worker_v1.ListedTask(), addr),
+                phase=r.phase,
+                deadline_ms=r.deadline_ms,
+            )
+            for r in reply.running
+        ),
+        recent_failures=tuple(listed_from_pb(t, addr) for t in reply.recent_failures),
+        failed_tasks_kept=reply.failed_tasks_kept,
+        result_retention_ms=reply.result_retention_ms,
+        load_interval_ms=reply.load_interval_ms,
+        load=tuple(
+            LoadPoint(
+                start_ms=p.start_ms,
+                end_ms=p.end_ms,
+                slots_peak=p.slots_peak,
+                calls_finished=p.calls_finished,
+                tasks_failed=p.tasks_failed,
+            )
+            for p in reply.load_series
+        ),
     )
 
 

@@ -1,6 +1,6 @@
 """The worker.v1 calls a client makes: RequestTaskSlot, SubmitTask, GetTaskResult,
-WatchTasks, ListTasks, CancelTask. One call each, no retries: placement and waiting
-build on these."""
+WatchTasks, ListTasks, CancelTask, DescribeWorker. One call each, no retries: placement
+and waiting build on these."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 
 from blockx_client._convert import (
     cancellation_from_pb,
+    description_from_pb,
     listed_from_pb,
     result_from_pb,
     states_to_pb,
@@ -31,6 +32,7 @@ from blockx_client.models import (
     TaskResult,
     TaskState,
     TaskUpdate,
+    WorkerDescription,
 )
 from blockx_client.transport import Transport, connect_error
 from blockx_proto import worker_v1
@@ -124,6 +126,7 @@ class WorkerRpc:
         max_age_ms: int = 0,
         page_size: int = 0,
         page_token: str = "",
+        include_expired: bool = False,
     ) -> tuple[list[ListedTask], str]:
         """One page of the worker's tasks and the token of the next ("" at the end)."""
         stub, metadata = self._stub(worker_addr)
@@ -137,6 +140,7 @@ class WorkerRpc:
                     max_age_ms=max_age_ms,
                     page_size=page_size,
                     page_token=page_token,
+                    include_expired=include_expired,
                 ),
                 timeout=self._options.rpc_timeout_s,
                 metadata=metadata,
@@ -144,6 +148,22 @@ class WorkerRpc:
         )
         tasks = [listed_from_pb(t, reply.worker_addr or worker_addr) for t in reply.tasks]
         return tasks, reply.next_page_token
+
+    async def describe_worker(
+        self, worker_addr: str, *, recent_failures: int = 0, running_tasks: int = 0
+    ) -> WorkerDescription:
+        stub, metadata = self._stub(worker_addr)
+        reply = await self._transport.unary(
+            worker_addr,
+            stub.describe_worker(
+                worker_v1.DescribeWorkerRequest(
+                    recent_failures=recent_failures, running_tasks=running_tasks
+                ),
+                timeout=self._options.rpc_timeout_s,
+                metadata=metadata,
+            ),
+        )
+        return description_from_pb(reply, worker_addr)
 
     async def watch_tasks(
         self, task_ids: Sequence[str], *, worker_addr: str, progress: bool = False

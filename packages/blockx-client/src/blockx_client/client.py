@@ -67,6 +67,7 @@ from blockx_client.models import (
     TaskHolders,
     TaskResult,
     TaskUpdate,
+    WorkerDescription,
 )
 from blockx_client.routing import route
 from blockx_client.transport import DEFAULT_KEEPALIVE_S, Transport
@@ -339,6 +340,18 @@ class Client:
             missing += f"; {len(found.unreachable)} did not answer and may hold it: {down}"
         raise TaskNotFoundError(missing)
 
+    async def describe_worker(
+        self, worker_addr: str, *, recent_failures: int = 0, running_tasks: int = 0
+    ) -> WorkerDescription:
+        """What the Worker is doing now: each executor and the call it runs (for how
+        long), the calls waiting, the code epoch, memory, executor restarts, its
+        running tasks (the first ``running_tasks``, oldest first; 0: 100), its last
+        ``recent_failures`` failed tasks (0: 20; expired ones marked) and its load
+        over the last minutes. Read-only; at most 1,000 of either."""
+        return await self._workers.describe_worker(
+            worker_addr, recent_failures=recent_failures, running_tasks=running_tasks
+        )
+
     # ---- the whole cluster (every registered Worker) -----------------------------------
 
     async def list_tasks(
@@ -352,9 +365,11 @@ class Client:
         worker_timeout_s: float = DEFAULT_WORKER_TIMEOUT_S,
     ) -> ClusterTasks:
         """The tasks of every registered Worker (or of ``workers``), oldest first:
-        reserved, running and retained, tombstones marked. A Worker that does not
-        answer within ``worker_timeout_s`` is in ``unreachable``, not an error.
-        ``registry`` defaults to ``Registry.from_environ()`` (ETCD_ENDPOINTS)."""
+        reserved, running and retained, tombstones marked, and with
+        ``task_filter.include_expired`` the failed tasks whose results expired. A
+        Worker that does not answer within ``worker_timeout_s`` is in
+        ``unreachable``, not an error. ``registry`` defaults to
+        ``Registry.from_environ()`` (ETCD_ENDPOINTS)."""
         addrs = await self._worker_addrs(workers, registry)
         return await list_cluster_tasks(
             self._workers,

@@ -67,12 +67,15 @@ class Registry(msgspec.Struct, frozen=True, kw_only=True):
 
 class TaskFilter(msgspec.Struct, frozen=True, kw_only=True):
     """Empty ``states`` and ``function`` match every task; an age of 0 is no bound.
-    ``min_age_ms``: first seen at least that long ago; ``max_age_ms``: at most."""
+    ``min_age_ms``: first seen at least that long ago; ``max_age_ms``: at most.
+    ``include_expired``: also the failed tasks whose results have expired, which each
+    Worker remembers (its last FAILED_TASKS_KEPT), marked ``expired``."""
 
     states: tuple[TaskState, ...] = ()
     function: str = ""
     min_age_ms: int = 0
     max_age_ms: int = 0
+    include_expired: bool = False
 
 
 async def list_cluster_tasks(
@@ -103,6 +106,7 @@ async def list_cluster_tasks(
                 max_age_ms=task_filter.max_age_ms,
                 page_size=min(_PAGE_SIZE, limit_per_worker - len(tasks)),
                 page_token=token,
+                include_expired=task_filter.include_expired,
             )
             tasks += page
             if not token:

@@ -1,7 +1,9 @@
 """Typed values the client takes and returns (msgspec Structs), free of wire types.
 
-``TaskState`` is the one the Worker uses (``blockx_core.task``); ``_convert`` turns
-these values into protobuf messages and back.
+``TaskState`` is the one the Worker uses (``blockx_core.task``), and so are the
+parts of a Worker's description that carry no address (``RunningCall``,
+``CallsWaiting``, ``LoadPoint``); ``_convert`` turns these values into protobuf
+messages and back.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from typing import Any, Final, TypeVar, overload
 import msgspec
 
 from blockx_client._typed import as_type
+from blockx_core.dispatch import CallsWaiting, RunningCall
+from blockx_core.load_series import LoadPoint
 from blockx_core.task import TaskState
 
 T = TypeVar("T")
@@ -22,19 +26,24 @@ T = TypeVar("T")
 __all__ = [
     "CLIENT_RETRYABLE",
     "CallFailureInfo",
+    "CallsWaiting",
     "CancelOutcome",
     "Cancellation",
     "ClientFailureCode",
     "Cluster",
     "ClusterTasks",
     "Durations",
+    "ExecutorState",
     "Invocation",
     "IoTrace",
     "ListedTask",
+    "LoadPoint",
     "PluginConfig",
     "PluginOutput",
     "Precheck",
     "Reservation",
+    "RunningCall",
+    "RunningTask",
     "SubmitAnswer",
     "Task",
     "TaskHolders",
@@ -42,6 +51,7 @@ __all__ = [
     "TaskState",
     "TaskUpdate",
     "UnreachableWorker",
+    "WorkerDescription",
 ]
 
 
@@ -335,7 +345,9 @@ class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
     """A task as a Worker's ListTasks shows it: ``created_ms`` is when that Worker
     first saw it (reserved or submitted), ``converged_ms`` when it ended (0 while
     not terminal); ``tombstone`` says only its outcome is kept, not its outputs;
-    ``call_failures`` counts the failed call attempts its result records."""
+    ``call_failures`` counts the failed call attempts its result records;
+    ``expired``: a failed task whose result has expired, of which the Worker keeps
+    only this summary (GetTaskResult answers NOT_FOUND, the id may run again)."""
 
     task_id: str
     state: TaskState
@@ -354,6 +366,9 @@ class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
     calls_done: int = 0
     calls_total: int = 0
     calls_total_known: bool = False
+    # A failed task: whether resubmitting the same work may succeed.
+    retryable: bool = False
+    expired: bool = False
 
     @property
     def progress(self) -> CallProgress | None:
@@ -446,3 +461,62 @@ class PlacementReport(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def eligible(self) -> tuple[WorkerEligibility, ...]:
         return tuple(w for w in self.workers if w.eligible)
+
+
+class ExecutorState(msgspec.Struct, frozen=True, kw_only=True):
+    """One executor process of a Worker; ``running`` is None when it is idle."""
+
+    executor_id: str
+    pid: int
+    running: RunningCall | None
+    calls_queued: int
+    calls_suspended: int
+    calls_started: int
+    rss_bytes: int
+    retiring: bool = False
+
+    @property
+    def busy(self) -> bool:
+        return self.running is not None
+
+
+class RunningTask(msgspec.Struct, frozen=True, kw_only=True):
+    """A task still running on the Worker: its listing, the phase it is in
+    (PREPARING, BUILDER, CALLS or WRITER) and when it times out."""
+
+    task: ListedTask
+    phase: str
+    deadline_ms: int
+
+
+class WorkerDescription(msgspec.Struct, frozen=True, kw_only=True):
+    """What a Worker is doing now (DescribeWorker): see docs/worker.md."""
+
+    worker_addr: str
+    program: str
+    now_ms: int
+    started_ms: int
+    ready: bool
+    draining: bool
+    task_slots: int
+    reserved_slots: int
+    running_tasks: int
+    executors_configured: int
+    executors: tuple[ExecutorState, ...]
+    executor_restarts: int
+    calls_waiting: CallsWaiting
+    calls_in_flight: int
+    code_epoch: int
+    process_rss_bytes: int
+    call_deadline_ms: int
+    call_wall_limit_ms: int
+    running: tuple[RunningTask, ...]
+    recent_failures: tuple[ListedTask, ...]
+    failed_tasks_kept: int
+    result_retention_ms: int
+    load_interval_ms: int
+    load: tuple[LoadPoint, ...]
+
+    @property
+    def executors_busy(self) -> int:
+        return sum(1 for e in self.executors if e.busy)

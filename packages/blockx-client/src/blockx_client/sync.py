@@ -37,6 +37,7 @@ from blockx_client.models import (
     TaskHolders,
     TaskResult,
     TaskUpdate,
+    WorkerDescription,
 )
 from blockx_client.transport import DEFAULT_KEEPALIVE_S
 from blockx_executor import in_call
@@ -177,6 +178,16 @@ class SyncClient:
                 limit_per_worker=limit_per_worker,
                 concurrency=concurrency,
                 worker_timeout_s=worker_timeout_s,
+            )
+        )
+
+    def describe_worker(
+        self, worker_addr: str, *, recent_failures: int = 0, running_tasks: int = 0
+    ) -> WorkerDescription:
+        """See ``Client.describe_worker``."""
+        return self._run(
+            self._client.describe_worker(
+                worker_addr, recent_failures=recent_failures, running_tasks=running_tasks
             )
         )
 

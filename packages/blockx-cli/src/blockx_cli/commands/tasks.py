@@ -84,7 +84,8 @@ def tasks(
     timeout: Annotated[float, typer.Option(help="Seconds each worker has to answer.")] = 5.0,
     json_: JsonOpt = False,
 ) -> None:
-    """The tasks of every registered worker: reserved, running and retained results."""
+    """The tasks of every registered worker: reserved, running and retained results;
+    with --state failed also the failures whose results expired (marked expired)."""
     out = Output(console, json_)
     states: list[TaskState] = []
     for name in state or []:
@@ -100,6 +101,8 @@ def tasks(
         function=function or "",
         min_age_ms=parse_duration_ms(older_than, "--older-than") if older_than else 0,
         max_age_ms=parse_duration_ms(newer_than, "--newer-than") if newer_than else 0,
+        # Asked for failures: the ones whose results expired too (marked expired).
+        include_expired=TaskState.FAILED in states,
     )
     if task_filter.max_age_ms and task_filter.min_age_ms > task_filter.max_age_ms:
         fail("--older-than is longer than --newer-than: no task can be both", EXIT_USAGE)
@@ -168,6 +171,8 @@ def _table(found: ClusterTasks, now_ms: int) -> Table:
         state = f"[{_STATE_STYLE[t.state]}]{t.state.value}[/]"
         if t.tombstone:
             state += " [dim](outputs dropped)[/]"
+        if t.expired:
+            state += " [dim](expired)[/]"
         failure = escape(t.failure_code)
         if t.failure_summary:
             failure += f": {escape(t.failure_summary[:80])}"
@@ -210,6 +215,8 @@ def listed_dict(t: ListedTask, now_ms: int) -> dict[str, Any]:
         "failure_code": t.failure_code,
         "failure_summary": t.failure_summary,
         "tombstone": t.tombstone,
+        "expired": t.expired,
+        "retryable": t.retryable,
         "call_failures": t.call_failures,
         "calls_done": t.calls_done,
         "calls_total": t.calls_total,
@@ -254,5 +261,6 @@ async def locate(client: Client, settings: Settings, task_id: str) -> TaskResult
         missing,
         EXIT_FAILED,
         hint="results are kept RESULT_RETENTION_MS after a task ends; "
-        "`blockx tasks` lists what the workers hold",
+        "`blockx tasks` lists what the workers hold, `blockx tasks --state failed` "
+        "also the failures whose results expired",
     )

@@ -35,6 +35,9 @@ from blockx_client import Client, Cluster
 _HERE: Final = Path(__file__).parent
 MAX_TEXT: Final = 200
 MAX_TASK_ID: Final = 512
+MAX_ADDR: Final = 300
+# The last ms of year 9999: the latest time a page can show.
+MAX_UNIX_MS: Final = 253_402_300_799_999
 DEFAULT_LIMIT: Final = 500
 MAX_LIMIT: Final = 5_000
 _HEADERS: Final = [
@@ -134,6 +137,22 @@ def _cluster(request: Request) -> Cluster:
         raise BadParameter("cluster must be block or bundle") from None
 
 
+def _unix_ms(request: Request, name: str) -> int:
+    raw = _text(request, name, 16) or "0"
+    if not raw.isdigit() or int(raw) > MAX_UNIX_MS:
+        raise BadParameter(f"{name} must be a time in Unix milliseconds (0: no bound)")
+    return int(raw)
+
+
+def _worker_addr(request: Request) -> str:
+    value = _text(request, "addr", MAX_ADDR)
+    if not value:
+        raise BadParameter(
+            "addr (the worker's host:port, as the Workers page lists it) is required"
+        )
+    return value
+
+
 def _task_id(request: Request) -> str:
     value = request.query_params.get("id", "")
     if not value:
@@ -161,6 +180,7 @@ class Dashboard:
         self.templates.filters.update(FILTERS)
         pages: dict[str, tuple[str, Page]] = {
             "workers": ("workers.html", self._workers),
+            "worker": ("worker.html", self._worker),
             "tasks": ("tasks.html", self._tasks),
             "task": ("task.html", self._task),
             "placement": ("placement.html", self._placement),
@@ -197,12 +217,20 @@ class Dashboard:
     async def _workers(self, _request: Request) -> msgspec.Struct:
         return await self.source.workers()
 
+    async def _worker(self, request: Request) -> msgspec.Struct:
+        return await self.source.worker(_worker_addr(request))
+
     async def _tasks(self, request: Request) -> msgspec.Struct:
+        since_ms, until_ms = _unix_ms(request, "since"), _unix_ms(request, "until")
+        if until_ms and since_ms > until_ms:
+            raise BadParameter("since is after until: no task was first seen in between")
         return await self.source.tasks(
             state=_state(request),
             function=_text(request, "function"),
             q=_text(request, "q"),
             limit=_limit(request),
+            since_ms=since_ms,
+            until_ms=until_ms,
         )
 
     async def _task(self, request: Request) -> msgspec.Struct:

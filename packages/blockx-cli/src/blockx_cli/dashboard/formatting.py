@@ -70,6 +70,17 @@ def number(n: int | float | None) -> str:
     return f"{n:,.1f}" if isinstance(n, float) else f"{n:,}"
 
 
+# Ids longer than this are shown cut in the middle (the title attribute has them whole).
+SHORTEN_AT: Final = 40
+
+
+def shorten(text: str) -> str:
+    """A long id as its head and tail: ``backfill-7f3a…c9d2e1``."""
+    if len(text) <= SHORTEN_AT:
+        return text
+    return text[: SHORTEN_AT - 12] + "\N{HORIZONTAL ELLIPSIS}" + text[-11:]
+
+
 def quote(text: str) -> str:
     """For a query string value: every reserved character escaped."""
     return urllib.parse.quote(text, safe="")
@@ -83,4 +94,5 @@ FILTERS: Final[dict[str, Callable[..., Any]]] = {
     "timestamp": timestamp,
     "number": number,
     "quote": quote,
+    "shorten": shorten,
 }

@@ -20,10 +20,12 @@ from blockx_cli.dashboard.views import (
     PlacementPage,
     PluginRow,
     Problem,
+    RunningTaskRow,
     TaskDetail,
     TaskPage,
     TaskRow,
     TasksPage,
+    WorkerPage,
     WorkerRow,
     WorkersPage,
 )
@@ -37,6 +39,8 @@ from blockx_client import (
     TaskResult,
     TaskState,
     UnreachableWorker,
+    WorkerDescription,
+    WorkerInfo,
     list_workers,
 )
 
@@ -45,9 +49,14 @@ LIST_LIMIT_PER_WORKER: Final = 10_000
 _PREVIEW_BYTES: Final = 2_000
 _CLUSTERS: Final = {"/blockx/workers/": "block", "/blockx/bundle-workers/": "bundle"}
 CODE_EPOCH_NOTE: Final = (
-    "The heartbeat does not carry the code epoch; each Worker exports it on its "
-    "Prometheus endpoint as blockx_worker_code_epoch."
+    "The heartbeat does not carry the code epoch: each Worker's page shows it (and its "
+    "executors, running tasks and recent failures), from the Worker itself."
 )
+# A call that has held its executor this long is highlighted on the Worker page.
+LONG_CALL_MS: Final = 1_000
+# What the Worker page asks of a Worker.
+RECENT_FAILURES: Final = 20
+RUNNING_TASKS: Final = 100
 LISTED_STATES: Final = tuple(s.value for s in TaskState if s is not TaskState.NOT_FOUND)
 
 
@@ -87,6 +96,53 @@ def task_row(t: ListedTask, at_ms: int) -> TaskRow:
         calls_done=None if progress is None else progress.calls_done,
         calls_total=None if progress is None else progress.calls_total,
         calls_total_known=None if progress is None else progress.total_known,
+        expired=t.expired,
+    )
+
+
+def worker_page(d: WorkerDescription, cluster: str, at_ms: int) -> WorkerPage:
+    executors = sorted(
+        d.executors,
+        key=lambda e: (e.running is None, -(e.running.held_ms if e.running else 0), e.executor_id),
+    )
+    return WorkerPage(
+        now_ms=at_ms,
+        worker_addr=d.worker_addr,
+        answered=True,
+        cluster=cluster,
+        program=d.program,
+        ready=d.ready,
+        draining=d.draining,
+        uptime_ms=max(0, d.now_ms - d.started_ms),
+        task_slots=d.task_slots,
+        used_slots=d.reserved_slots + d.running_tasks,
+        running_tasks=d.running_tasks,
+        executors_configured=d.executors_configured,
+        executors_busy=d.executors_busy,
+        executors=tuple(executors),
+        executor_restarts=d.executor_restarts,
+        calls_waiting=d.calls_waiting,
+        calls_in_flight=d.calls_in_flight,
+        code_epoch=d.code_epoch,
+        process_rss_bytes=d.process_rss_bytes,
+        executors_rss_bytes=sum(e.rss_bytes for e in d.executors),
+        call_deadline_ms=d.call_deadline_ms,
+        call_wall_limit_ms=d.call_wall_limit_ms,
+        long_call_ms=LONG_CALL_MS,
+        # The Worker's own clock for ages: it stamped the times.
+        running=tuple(
+            RunningTaskRow(
+                task=task_row(r.task, d.now_ms),
+                phase=r.phase,
+                deadline_in_ms=r.deadline_ms - d.now_ms,
+            )
+            for r in d.running
+        ),
+        recent_failures=tuple(task_row(t, d.now_ms) for t in d.recent_failures),
+        failed_tasks_kept=d.failed_tasks_kept,
+        result_retention_ms=d.result_retention_ms,
+        load_interval_ms=d.load_interval_ms,
+        load=d.load,
     )
 
 
@@ -100,15 +156,19 @@ class ClusterSource:
             endpoints=config.etcd_endpoints, prefixes=config.prefixes, access=config.access
         )
 
+    async def _registered(self) -> list[WorkerInfo]:
+        """The registry's heartbeats (BlockxError when etcd cannot be read)."""
+        return await list_workers(
+            list(self.config.etcd_endpoints),
+            list(self.config.prefixes),
+            timeout_s=self.config.timeout_s,
+            access=self.config.access,
+        )
+
     async def workers(self) -> WorkersPage:
         at = now_ms()
         try:
-            found = await list_workers(
-                list(self.config.etcd_endpoints),
-                list(self.config.prefixes),
-                timeout_s=self.config.timeout_s,
-                access=self.config.access,
-            )
+            found = await self._registered()
         except BlockxError as exc:
             return WorkersPage(
                 now_ms=at,
@@ -137,12 +197,23 @@ class ClusterSource:
         )
         return WorkersPage(now_ms=at, workers=rows, code_epoch_note=CODE_EPOCH_NOTE)
 
-    async def tasks(self, *, state: str, function: str, q: str, limit: int) -> TasksPage:
-        """Every registered Worker's tasks running ``function``; the counts by state
-        of those whose id contains ``q``; the newest ``limit`` in ``state`` as rows."""
+    async def tasks(
+        self,
+        *,
+        state: str,
+        function: str,
+        q: str,
+        limit: int,
+        since_ms: int = 0,
+        until_ms: int = 0,
+    ) -> TasksPage:
+        """Every registered Worker's tasks running ``function`` (the failures whose
+        results expired included, marked), first seen in ``[since_ms, until_ms]``
+        (0: no bound); the counts by state of those whose id contains ``q``; the
+        newest ``limit`` in ``state`` as rows."""
         try:
             found = await self.client.list_tasks(
-                TaskFilter(function=function),
+                TaskFilter(function=function, include_expired=True),
                 registry=self.registry,
                 limit_per_worker=LIST_LIMIT_PER_WORKER,
                 worker_timeout_s=self.config.timeout_s,
@@ -157,10 +228,18 @@ class ClusterSource:
                 counts=dict.fromkeys(LISTED_STATES, 0),
                 matching=0,
                 tasks=(),
+                since_ms=since_ms,
+                until_ms=until_ms,
                 problems=(_problem("etcd", exc),),
             )
         at = now_ms()
-        searched = [t for t in found.tasks if q in t.task_id]
+        searched = [
+            t
+            for t in found.tasks
+            if q in t.task_id
+            and t.created_ms >= since_ms
+            and (not until_ms or t.created_ms <= until_ms)
+        ]
         counts = dict.fromkeys(LISTED_STATES, 0)
         for t in searched:
             counts[t.state.value] = counts.get(t.state.value, 0) + 1
@@ -175,10 +254,39 @@ class ClusterSource:
             counts=counts,
             matching=len(matching),
             tasks=tuple(task_row(t, at) for t in matching[:limit]),
+            expired=sum(1 for t in searched if t.expired),
+            since_ms=since_ms,
+            until_ms=until_ms,
             workers_asked=found.workers,
             truncated_workers=found.truncated,
             problems=tuple(_unreachable(found.unreachable)),
         )
+
+    async def worker(self, addr: str) -> WorkerPage:
+        """What the registered Worker at ``addr`` is doing (its DescribeWorker). Only a
+        registered Worker is asked: the page never dials an address it is handed."""
+        try:
+            found = await self._registered()
+        except BlockxError as exc:
+            return WorkerPage(now_ms=now_ms(), worker_addr=addr, problems=(_problem("etcd", exc),))
+        registered = next((w for w in found if w.worker_addr == addr), None)
+        if registered is None:
+            problem = Problem(
+                source=f"worker {addr}",
+                error="not registered under "
+                + " or ".join(self.config.prefixes)
+                + ": the Workers page lists the registered ones",
+            )
+            return WorkerPage(now_ms=now_ms(), worker_addr=addr, problems=(problem,))
+        try:
+            described = await self.client.describe_worker(
+                addr, recent_failures=RECENT_FAILURES, running_tasks=RUNNING_TASKS
+            )
+        except (BlockxError, OSError, TimeoutError) as exc:
+            problem = _problem(f"worker {addr}", exc)
+            return WorkerPage(now_ms=now_ms(), worker_addr=addr, problems=(problem,))
+        cluster = _CLUSTERS.get(registered.prefix, registered.prefix)
+        return worker_page(described, cluster, now_ms())
 
     async def task(self, task_id: str) -> TaskPage:
         """Each Worker's answer for ``task_id``, with its listing (timestamps, calls)."""
@@ -207,10 +315,28 @@ class ClusterSource:
                 problems += _unreachable(listing.unreachable)
                 listed = next((t for t in listing.tasks if t.task_id == task_id), None)
             details.append(_detail(result, listed, now_ms()))
+        expired: list[TaskRow] = []
+        if not details:
+            # No Worker answers for it: its result may have expired, leaving a summary.
+            try:
+                failed = await self.client.list_tasks(
+                    TaskFilter(states=(TaskState.FAILED,), include_expired=True),
+                    registry=self.registry,
+                    limit_per_worker=LIST_LIMIT_PER_WORKER,
+                    worker_timeout_s=self.config.timeout_s,
+                )
+            except BlockxError as exc:
+                problems.append(_problem("etcd", exc))
+            else:
+                at = now_ms()
+                expired = [
+                    task_row(t, at) for t in failed.tasks if t.expired and t.task_id == task_id
+                ]
         return TaskPage(
             now_ms=now_ms(),
             task_id=task_id,
             holders=tuple(details),
+            expired=tuple(expired),
             workers_asked=holders.workers,
             problems=tuple(problems),
         )

@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import msgspec
 
-from blockx_client import CallFailureInfo, WorkerEligibility
+from blockx_client import (
+    CallFailureInfo,
+    CallsWaiting,
+    ExecutorState,
+    LoadPoint,
+    WorkerEligibility,
+)
 from blockx_client.models import RecentRefusal
 
 
@@ -64,6 +70,8 @@ class TaskRow(msgspec.Struct, frozen=True, kw_only=True):
     calls_done: int | None = None
     calls_total: int | None = None
     calls_total_known: bool | None = None
+    # A failed task whose result has expired: the Worker keeps only this summary.
+    expired: bool = False
 
 
 class TasksPage(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,6 +85,11 @@ class TasksPage(msgspec.Struct, frozen=True, kw_only=True):
     # How many match every filter; ``tasks`` holds the newest ``limit`` of them.
     matching: int
     tasks: tuple[TaskRow, ...]
+    # Of the FAILED count, the failures whose results have expired.
+    expired: int = 0
+    # Only tasks first seen in [since_ms, until_ms] (0: no bound): a job's tasks.
+    since_ms: int = 0
+    until_ms: int = 0
     workers_asked: tuple[str, ...] = ()
     # Workers holding more tasks than one listing takes (their oldest are shown).
     truncated_workers: tuple[str, ...] = ()
@@ -123,6 +136,8 @@ class TaskPage(msgspec.Struct, frozen=True, kw_only=True):
     now_ms: int
     task_id: str
     holders: tuple[TaskDetail, ...]
+    # No Worker holds it, but some remember it failed: its results expired.
+    expired: tuple[TaskRow, ...] = ()
     workers_asked: tuple[str, ...] = ()
     problems: tuple[Problem, ...] = ()
 
@@ -183,4 +198,49 @@ class JobsPage(msgspec.Struct, frozen=True, kw_only=True):
     now_ms: int
     jobs: tuple[JobRow, ...]
     bad_records: tuple[BadJobRecord, ...] = ()
+    problems: tuple[Problem, ...] = ()
+
+
+class RunningTaskRow(msgspec.Struct, frozen=True, kw_only=True):
+    task: TaskRow
+    phase: str
+    deadline_in_ms: int
+
+
+class WorkerPage(msgspec.Struct, frozen=True, kw_only=True):
+    """One Worker now (its DescribeWorker); ``answered`` false: only ``problems``."""
+
+    now_ms: int
+    worker_addr: str
+    answered: bool = False
+    cluster: str = ""
+    program: str = ""
+    ready: bool = False
+    draining: bool = False
+    uptime_ms: int = 0
+    task_slots: int = 0
+    used_slots: int = 0
+    running_tasks: int = 0
+    executors_configured: int = 0
+    executors_busy: int = 0
+    # Busy first, the longest-held call first; then idle. A call held ``long_call_ms``
+    # or more is highlighted.
+    executors: tuple[ExecutorState, ...] = ()
+    executor_restarts: int = 0
+    calls_waiting: CallsWaiting = CallsWaiting()
+    calls_in_flight: int = 0
+    code_epoch: int = 0
+    process_rss_bytes: int = 0
+    executors_rss_bytes: int = 0
+    call_deadline_ms: int = 0
+    call_wall_limit_ms: int = 0
+    long_call_ms: int = 0
+    # Oldest first (the longest running on top).
+    running: tuple[RunningTaskRow, ...] = ()
+    recent_failures: tuple[TaskRow, ...] = ()
+    failed_tasks_kept: int = 0
+    result_retention_ms: int = 0
+    load_interval_ms: int = 0
+    # Oldest first; the last is the interval in progress.
+    load: tuple[LoadPoint, ...] = ()
     problems: tuple[Problem, ...] = ()

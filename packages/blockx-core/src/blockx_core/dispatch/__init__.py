@@ -13,6 +13,7 @@ from blockx_core.dispatch._config import CallRetryPolicy, DispatchConfig
 from blockx_core.dispatch._core import DispatcherCore
 from blockx_core.dispatch._failures import RETRYABLE, CallFailure, CallFailureKind
 from blockx_core.dispatch._state import CallUsage
+from blockx_core.dispatch._views import CallsWaiting, ExecutorView, RunningCall
 
 __all__ = [
     "RETRYABLE",
@@ -20,13 +21,16 @@ __all__ = [
     "CallFailureKind",
     "CallRetryPolicy",
     "CallUsage",
+    "CallsWaiting",
     "CancelCalls",
     "ConvergeTaskCalls",
     "DispatchCommand",
     "DispatchConfig",
     "DispatcherCore",
+    "ExecutorView",
     "KillExecutor",
     "ResumeWithResult",
     "RetireExecutor",
+    "RunningCall",
     "SendCalls",
 ]

@@ -1,12 +1,14 @@
 """The Worker's sans-IO core: slot table, task lifecycle, results, timers."""
 
-from blockx_core.worker._config import WorkerConfig
+from blockx_core.worker._config import MAX_FAILED_TASKS_KEPT, WorkerConfig
 from blockx_core.worker._core import WorkerCore
 from blockx_core.worker._listing import (
     DEFAULT_PAGE_SIZE,
+    FAILURE_SUMMARY_CHARS,
     MAX_PAGE_SIZE,
     ListedTask,
     ListTasksQuery,
+    RunningTask,
     TaskListing,
 )
 from blockx_core.worker._progress import PROGRESS_INTERVAL_MS, CallProgress
@@ -33,6 +35,8 @@ from blockx_core.worker._types import (
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
+    "FAILURE_SUMMARY_CHARS",
+    "MAX_FAILED_TASKS_KEPT",
     "MAX_PAGE_SIZE",
     "PROGRESS_INTERVAL_MS",
     "AbortTaskWork",
@@ -46,6 +50,7 @@ __all__ = [
     "PrepareTaskActivation",
     "PublishProgress",
     "RetentionStats",
+    "RunningTask",
     "SlotExpired",
     "SlotState",
     "StartBuilderPhase",

@@ -7,6 +7,8 @@ import msgspec
 from blockx_core.errors import InvalidConfig
 
 HOUR_MS = 3_600_000
+# The most failed tasks a Worker remembers: each summary costs about 1 KB.
+MAX_FAILED_TASKS_KEPT = 1_000_000
 
 
 class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,6 +26,9 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # leave a tombstone; at most result_tombstones_max tombstones are kept.
     result_retention_max_bytes: int = 1 << 30
     result_tombstones_max: int = 100_000
+    # The last this many failed tasks are remembered (a summary, no outputs) after
+    # their results expire, for ListTasks with include_expired; 0 keeps none.
+    failed_tasks_kept: int = 1_000
     # 0 disables Watch as a run credential.
     watch_disconnect_grace_ms: int = 0
 
@@ -40,6 +45,11 @@ class WorkerConfig(msgspec.Struct, frozen=True, kw_only=True):
         ):
             if getattr(self, name) < 1:
                 raise InvalidConfig(name, f"must be >= 1 (got {getattr(self, name)})")
+        if not 0 <= self.failed_tasks_kept <= MAX_FAILED_TASKS_KEPT:
+            raise InvalidConfig(
+                "failed_tasks_kept",
+                f"must be 0 to {MAX_FAILED_TASKS_KEPT} (got {self.failed_tasks_kept})",
+            )
         if self.watch_disconnect_grace_ms < 0:
             raise InvalidConfig(
                 "watch_disconnect_grace_ms", f"must be >= 0 (got {self.watch_disconnect_grace_ms})"

@@ -49,7 +49,13 @@ from blockx_core.task import (
     TaskState,
     cancelled_by_client,
 )
-from blockx_core.worker._listing import ListTasksQuery, TaskListing, query_problem
+from blockx_core.worker._listing import (
+    ListedTask,
+    ListTasksQuery,
+    RunningTask,
+    TaskListing,
+    query_problem,
+)
 from blockx_core.worker._progress import CallProgress
 from blockx_core.worker._retention import input_digest
 from blockx_core.worker._rules import (
@@ -441,6 +447,33 @@ class WorkerCore(TaskBook):
         """A page of the tasks held here (active, retained, tombstones); see ``_listing``."""
         listing = query_problem(query) or self._directory.page(query, now_ms, self._lookup)
         return Refusal(ErrorCode.INVALID_ARGUMENT, listing) if isinstance(listing, str) else listing
+
+    def recent_failures(self, limit: int, now_ms: int) -> list[ListedTask]:
+        """The last ``limit`` failed tasks, newest first, expired ones marked (those
+        whose results are gone; at most FAILED_TASKS_KEPT are remembered)."""
+        return self._directory.recent_failures(limit, now_ms, self._lookup)
+
+    def running_tasks(self, limit: int, now_ms: int) -> list[RunningTask]:
+        """The first ``limit`` submitted tasks not yet converged, oldest first."""
+        found: list[RunningTask] = []
+        for task_id, task in self._tasks.items():
+            if len(found) >= limit:
+                break
+            listed = self._directory.listed(task_id, now_ms, self._lookup)
+            if listed is not None:
+                found.append(
+                    RunningTask(listed=listed, phase=task.phase, deadline_ms=task.deadline_ms)
+                )
+        return found
+
+    def take_slots_peak(self) -> int:
+        """The most slots reserved or running at once since the last take."""
+        return self._slots.take_peak_in_use()
+
+    @property
+    def slots_peak(self) -> int:
+        """What ``take_slots_peak`` would answer now, without starting a new interval."""
+        return self._slots.peak_in_use
 
     def derive_heartbeat(self) -> tuple[int, int, int]:
         """``(taskSlots, reservedSlots, runningTasks)`` from the slot table's counts."""

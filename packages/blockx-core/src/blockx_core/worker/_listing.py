@@ -20,21 +20,35 @@ A page costs O(log n) to find its start (a bisect on the token's ``seq``), then 
 lookup per entry it looks at, at most ``SCAN_BUDGET`` of them, whatever the filters
 match and whatever ``task_slots`` is. A page that used up its budget answers what
 it found with a token to go on from.
+
+Failed tasks outlive their results (``FailedHistory``). A result is answered for
+RESULT_RETENTION_MS, then forgotten: GetTaskResult says NOT_FOUND and the task id
+may run again, as the specification says. An operator looking for the failure of
+an hour ago still needs to find it, so the directory keeps a summary of each of the
+Worker's last ``failed_tasks_kept`` failed tasks, made when the task converged:
+what a listing shows of it (failure code, the first ``FAILURE_SUMMARY_CHARS`` of its
+message, retryability, function, times, call counts), never its outputs. While the
+task is held it is listed as before; once it is not, a query with
+``include_expired`` lists its summary in its place, marked ``expired``. A summary
+is keyed by the ``seq`` of the run it summarises, so a task id that runs again
+keeps the summary of its earlier run, and ``_order`` keeps every ``seq`` that has
+one. The summaries live in memory: a restart loses them.
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
 from typing import Final
 
 import msgspec
 
 from blockx_core.errors import FailureCode
 from blockx_core.ids import shown
-from blockx_core.task import TaskState
+from blockx_core.task import TaskResult, TaskState
 from blockx_core.worker._progress import CallProgress
-from blockx_core.worker._types import TaskSnapshot
+from blockx_core.worker._types import TaskPhase, TaskSnapshot
 
 MAX_PAGE_SIZE: Final = 10_000
 DEFAULT_PAGE_SIZE: Final = 1_000
@@ -42,6 +56,9 @@ DEFAULT_PAGE_SIZE: Final = 1_000
 SCAN_BUDGET: Final = 50_000
 # A listed failure keeps this much of its message.
 FAILURE_SUMMARY_CHARS: Final = 200
+# A failed task's summary kept after it expired keeps this much of its function and
+# Call Builder names, so FAILED_TASKS_KEPT bounds the memory (about 1 KB each).
+EXPIRED_NAME_CHARS: Final = 256
 
 # How far past twice its last rebuilt length ``_order`` grows before the next rebuild.
 _REBUILD_SLACK: Final = 1024
@@ -64,6 +81,8 @@ class ListTasksQuery(msgspec.Struct, frozen=True, kw_only=True):
     max_age_ms: int = 0
     page_size: int = 0  # 0: DEFAULT_PAGE_SIZE
     page_token: str = ""
+    # Also the summaries of failed tasks no longer held (their retention ended).
+    include_expired: bool = False
 
 
 class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
@@ -85,6 +104,19 @@ class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
     calls_done: int = 0
     calls_total: int = 0
     calls_total_known: bool = False
+    # A failed task: whether resubmitting the same work may succeed.
+    retryable: bool = False
+    # Only its summary is left (see FailedHistory): the Worker no longer holds it.
+    expired: bool = False
+
+
+class RunningTask(msgspec.Struct, frozen=True, kw_only=True):
+    """A submitted task that has not converged: as a listing shows it, with the phase
+    it is in (PREPARING to WRITER) and when it times out."""
+
+    listed: ListedTask
+    phase: TaskPhase
+    deadline_ms: int
 
 
 class TaskListing(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,15 +163,46 @@ def query_problem(query: ListTasksQuery) -> str | None:
     return None
 
 
-class TaskDirectory:
-    """See the module docstring. ``incarnation`` ties page tokens to this run."""
+class FailedHistory:
+    """The summaries of the last ``kept`` failed tasks by ``seq``, the oldest (in the
+    order they converged) forgotten first (see the module docstring)."""
 
-    def __init__(self, incarnation: str) -> None:
+    def __init__(self, kept: int) -> None:
+        self._kept = kept
+        self._by_seq: OrderedDict[int, ListedTask] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._by_seq)
+
+    def __contains__(self, seq: int) -> bool:
+        return seq in self._by_seq
+
+    def record(self, seq: int, summary: ListedTask) -> None:
+        if not self._kept:
+            return
+        self._by_seq[seq] = summary
+        while len(self._by_seq) > self._kept:
+            self._by_seq.popitem(last=False)
+
+    def get(self, seq: int) -> ListedTask | None:
+        return self._by_seq.get(seq)
+
+    def newest(self) -> Iterator[tuple[int, ListedTask]]:
+        """``(seq, summary)``, the last failure first."""
+        return reversed(self._by_seq.items())
+
+
+class TaskDirectory:
+    """See the module docstring. ``incarnation`` ties page tokens to this run;
+    ``failed_tasks_kept`` bounds the summaries of failed tasks."""
+
+    def __init__(self, incarnation: str, failed_tasks_kept: int = 0) -> None:
         self._incarnation = incarnation
         self._entries: dict[str, _Entry] = {}
         self._order: list[tuple[int, str]] = []
         self._next_seq = 1
         self._rebuild_at = _REBUILD_SLACK
+        self._failed = FailedHistory(failed_tasks_kept)
 
     def seen(self, task_id: str, now_ms: int, lookup: Lookup) -> None:
         """A slot was reserved for ``task_id``."""
@@ -165,10 +228,30 @@ class TaskDirectory:
         entry = self._entries.get(task_id)
         return None if entry is None else entry.progress
 
-    def converged(self, task_id: str, now_ms: int) -> None:
+    def converged(self, task_id: str, result: TaskResult, now_ms: int) -> None:
+        """The task ended with ``result``; a failure's summary is kept (FailedHistory)."""
         entry = self._entries.get(task_id)
-        if entry is not None:
-            entry.converged_ms = now_ms
+        if entry is None:
+            return
+        entry.converged_ms = now_ms
+        if not result.success:
+            summary = _listed(task_id, entry, TaskState.FAILED, "", result, expired=True)
+            self._failed.record(entry.seq, summary)
+
+    def listed(self, task_id: str, now_ms: int, lookup: Lookup) -> ListedTask | None:
+        """The task's latest run as a listing shows it, while it is held."""
+        entry = self._entries.get(task_id)
+        return None if entry is None else self._held(entry.seq, task_id, now_ms, lookup)
+
+    def recent_failures(self, limit: int, now_ms: int, lookup: Lookup) -> list[ListedTask]:
+        """The last ``limit`` failed tasks, newest first: held ones as a listing shows
+        them, the others' summaries marked ``expired``. O(limit)."""
+        found: list[ListedTask] = []
+        for seq, summary in self._failed.newest():
+            if len(found) >= limit:
+                break
+            found.append(self._held(seq, summary.task_id, now_ms, lookup) or summary)
+        return found
 
     def page(self, query: ListTasksQuery, now_ms: int, lookup: Lookup) -> TaskListing | str:
         """One page of the tasks ``query`` matches, or what is wrong with its token."""
@@ -189,21 +272,23 @@ class TaskDirectory:
             scanned += 1
             last_seq = seq
             entry = self._entries.get(task_id)
-            if entry is None or entry.seq != seq:
-                continue  # an earlier run of a task id that came back
-            if query.function and entry.function != query.function:
-                continue
-            if entry.created_ms > newest_ms or (
-                oldest_ms is not None and entry.created_ms < oldest_ms
-            ):
-                continue
-            snapshot = lookup(task_id, now_ms)
-            if snapshot is None:
+            if entry is not None and entry.seq == seq:
+                if not _matches(query, entry.function, entry.created_ms, oldest_ms, newest_ms):
+                    continue
+                snapshot = lookup(task_id, now_ms)
+                if snapshot is not None:
+                    if not query.states or snapshot.state in query.states:
+                        found.append(_listed_snapshot(task_id, entry, snapshot))
+                    continue
                 del self._entries[task_id]  # no longer held; _order is rebuilt later
-                continue
-            if query.states and snapshot.state not in query.states:
-                continue
-            found.append(_listed(task_id, entry, snapshot))
+            # Not held (any more), or an earlier run of a task id that came back.
+            summary = self._failed.get(seq) if query.include_expired else None
+            if (
+                summary is not None
+                and (not query.states or TaskState.FAILED in query.states)
+                and _matches(query, summary.function, summary.created_ms, oldest_ms, newest_ms)
+            ):
+                found.append(summary)
         more = position < len(order)
         token = f"{self._incarnation}:{last_seq}" if more else ""
         return TaskListing(tasks=tuple(found), next_page_token=token)
@@ -223,38 +308,78 @@ class TaskDirectory:
             )
         return int(seq)
 
+    def _held(self, seq: int, task_id: str, now_ms: int, lookup: Lookup) -> ListedTask | None:
+        """The run ``seq`` of ``task_id`` as a listing shows it, while it is held."""
+        entry = self._entries.get(task_id)
+        if entry is None or entry.seq != seq:
+            return None
+        snapshot = lookup(task_id, now_ms)
+        return None if snapshot is None else _listed_snapshot(task_id, entry, snapshot)
+
     def _rebuild(self, now_ms: int, lookup: Lookup) -> None:
         kept: list[tuple[int, str]] = []
         for seq, task_id in self._order:
             entry = self._entries.get(task_id)
-            if entry is None or entry.seq != seq:
-                continue
-            if lookup(task_id, now_ms) is None:
+            if entry is not None and entry.seq == seq and lookup(task_id, now_ms) is None:
                 del self._entries[task_id]
-                continue
-            kept.append((seq, task_id))
+                entry = None
+            held = entry is not None and entry.seq == seq
+            if held or seq in self._failed:
+                kept.append((seq, task_id))
         self._order = kept
         self._rebuild_at = 2 * len(kept) + _REBUILD_SLACK
 
 
-def _listed(task_id: str, entry: _Entry, snapshot: TaskSnapshot) -> ListedTask:
-    result = snapshot.result
+def _matches(
+    query: ListTasksQuery, function: str, created_ms: int, oldest_ms: int | None, newest_ms: int
+) -> bool:
+    """The function and age filters (the state is asked of the task itself)."""
+    if query.function and function != query.function:
+        return False
+    return created_ms <= newest_ms and (oldest_ms is None or created_ms >= oldest_ms)
+
+
+def _listed_snapshot(task_id: str, entry: _Entry, snapshot: TaskSnapshot) -> ListedTask:
+    return _listed(
+        task_id,
+        entry,
+        snapshot.state,
+        snapshot.slot_id,
+        snapshot.result,
+        tombstone=snapshot.outputs_dropped,
+    )
+
+
+def _listed(
+    task_id: str,
+    entry: _Entry,
+    state: TaskState,
+    slot_id: str,
+    result: TaskResult | None,
+    *,
+    tombstone: bool = False,
+    expired: bool = False,
+) -> ListedTask:
     progress = entry.progress or CallProgress()
+    # A summary outlives its task: it keeps bounded names (they come from clients).
+    bound = EXPIRED_NAME_CHARS if expired else None
     return ListedTask(
         task_id=task_id,
-        state=snapshot.state,
-        slot_id=snapshot.slot_id,
-        call_builder=entry.call_builder,
-        function=entry.function,
+        state=state,
+        slot_id=slot_id,
+        call_builder=entry.call_builder[:bound],
+        function=entry.function[:bound],
         created_ms=entry.created_ms,
-        converged_ms=entry.converged_ms if snapshot.state.is_terminal else 0,
+        converged_ms=entry.converged_ms if state.is_terminal else 0,
         failure_code=None if result is None else result.failure_code,
         failure_summary="" if result is None else result.failure_message[:FAILURE_SUMMARY_CHARS],
-        tombstone=snapshot.outputs_dropped,
         call_failures=0
         if result is None
         else len(result.call_failures) + result.call_failures_omitted,
         calls_done=progress.calls_done,
         calls_total=progress.calls_total,
         calls_total_known=progress.total_known,
+        tombstone=tombstone,
+        retryable=result is not None and not result.success and result.retryable,
+        expired=expired,
     )

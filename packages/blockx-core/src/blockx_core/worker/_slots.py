@@ -74,6 +74,8 @@ class SlotTable:
         self._counts = {SlotState.ALLOCATED: 0, SlotState.RUNNING: 0}
         self._leases: DeadlineHeap[str] = DeadlineHeap()  # slot_id -> lease end
         self._allocations = 0
+        # The most slots in use at once since the last take_peak_in_use().
+        self._peak_in_use = 0
 
     @property
     def capacity(self) -> int:
@@ -93,6 +95,16 @@ class SlotTable:
     def has_free(self) -> bool:
         return len(self._by_id) < self._capacity
 
+    @property
+    def peak_in_use(self) -> int:
+        """The most slots reserved or running at once since the last take."""
+        return self._peak_in_use
+
+    def take_peak_in_use(self) -> int:
+        """``peak_in_use``, and start the next interval at the slots in use now."""
+        peak, self._peak_in_use = self._peak_in_use, len(self._by_id)
+        return peak
+
     def allocate(self, task_id: str, lease_deadline_ms: int) -> Slot:
         """Take a free slot for ``task_id`` under a lease (the caller checked has_free)."""
         if self._released:
@@ -110,6 +122,7 @@ class SlotTable:
         self._by_id[slot_id] = slot
         self._by_task[task_id] = slot
         self._leases.set(slot_id, lease_deadline_ms)
+        self._peak_in_use = max(self._peak_in_use, len(self._by_id))
         return slot
 
     def activate(self, slot: Slot) -> None:

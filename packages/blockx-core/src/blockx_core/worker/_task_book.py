@@ -57,7 +57,7 @@ class TaskBook:
             config.result_retention_max_bytes, config.result_tombstones_max
         )
         self._watches = WatchCredentials(config.watch_disconnect_grace_ms)
-        self._directory = TaskDirectory(incarnation)
+        self._directory = TaskDirectory(incarnation, config.failed_tasks_kept)
         self._progress = ProgressBoard()
         self._ready = False
         self._draining = False
@@ -151,7 +151,7 @@ class TaskBook:
         digest = input_digest(task.input)
         progress = self._progress.latest(task_id)
         self._release(task.slot, Converge())
-        self._directory.converged(task_id, now_ms)
+        self._directory.converged(task_id, result, now_ms)
         self._retained.keep(task_id, state, result, slot_id, digest, now_ms, until_ms)
         return [
             TaskConverged(

@@ -37,6 +37,8 @@ from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.process import stop_on_signals
 from blockx_server.runtime.serving import listening, serving_server
 from blockx_server.worker.config import WorkerRuntimeConfig
+from blockx_server.worker.describe import WorkerDescriber
+from blockx_server.worker.load import LoadSampler
 from blockx_server.worker.metrics import WorkerMetrics
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.orchestrator import Orchestrator
@@ -125,7 +127,15 @@ async def serve(
         _Load(core, error_rate),
         clock,
     )
-    service = WorkerService(orchestrator, config.advertise_addr)
+    load = LoadSampler(core, metrics.load_totals, clock)
+    describer = WorkerDescriber(
+        orchestrator,
+        load,
+        program=config.profile.program,
+        started_ms=clock.now_ms(),
+        executors_configured=calls.engine.pool.count,
+    )
+    service = WorkerService(orchestrator, config.advertise_addr, describer)
     # grpc.health.v1: SERVING once ready, NOT_SERVING while draining.
     server, serving = serving_server(
         service,
@@ -150,6 +160,7 @@ async def serve(
             async with asyncio.TaskGroup() as tasks:
                 background = [
                     tasks.create_task(refresher.run()),
+                    tasks.create_task(load.run()),
                     tasks.create_task(_become_ready(engine, refresher, core, publisher, serving)),
                 ]
                 if finality is not None:

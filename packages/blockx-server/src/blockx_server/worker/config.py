@@ -21,7 +21,7 @@ from blockx_core.registry import (
     RegistryKind,
     parse_registry_prefix,
 )
-from blockx_core.worker import WorkerConfig
+from blockx_core.worker import MAX_FAILED_TASKS_KEPT, WorkerConfig
 from blockx_server.calls.config import CALL_SETTINGS, CallSettings, read_call_settings
 from blockx_server.etcd.security import EtcdSecurity, read_etcd_security
 from blockx_server.etcd.watcher import EtcdWatcherConfig
@@ -190,6 +190,13 @@ _CORE: Final[dict[str, Setting[int]]] = {
         "result_tombstones_max",
         1,
         "tombstones of dropped results kept; past it the oldest is forgotten",
+    ),
+    "failed_tasks_kept": _core(
+        "FAILED_TASKS_KEPT",
+        "failed_tasks_kept",
+        0,
+        "failed tasks remembered (a summary, no outputs) after their results expire; "
+        f"0 = none, at most {MAX_FAILED_TASKS_KEPT}",
     ),
     "watch_disconnect_grace_ms": _core(
         "WATCH_DISCONNECT_GRACE_MS",

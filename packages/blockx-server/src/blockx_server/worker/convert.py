@@ -12,11 +12,13 @@ from blockx_core.worker import (
     CallProgress,
     CancelAnswer,
     CancelOutcome,
+    ListedTask,
     ListTasksQuery,
     TaskListing,
 )
 from blockx_proto import worker_v1
 from blockx_server.runtime.json_bounds import check_json
+from blockx_server.worker.describe import ExecutorDescription, WorkerDescription
 
 _STATE: Final = {
     TaskState.ALLOCATED: worker_v1.TaskState.ALLOCATED,
@@ -57,30 +59,34 @@ def query_from_pb(request: worker_v1.ListTasksRequest) -> ListTasksQuery | Refus
         max_age_ms=request.max_age_ms,
         page_size=request.page_size,
         page_token=request.page_token,
+        include_expired=request.include_expired,
+    )
+
+
+def listed_to_pb(t: ListedTask) -> worker_v1.ListedTask:
+    return worker_v1.ListedTask(
+        task_id=t.task_id,
+        state=_STATE[t.state],
+        slot_id=t.slot_id,
+        call_builder=t.call_builder,
+        function=t.function,
+        created_ms=t.created_ms,
+        converged_ms=t.converged_ms,
+        failure_code=t.failure_code.value if t.failure_code else "",
+        failure_summary=t.failure_summary,
+        tombstone=t.tombstone,
+        call_failures=t.call_failures,
+        calls_done=t.calls_done,
+        calls_total=t.calls_total,
+        calls_total_known=t.calls_total_known,
+        retryable=t.retryable,
+        expired=t.expired,
     )
 
 
 def listing_to_pb(listing: TaskListing, worker_addr: str) -> worker_v1.ListTasksResponse:
     return worker_v1.ListTasksResponse(
-        tasks=[
-            worker_v1.ListedTask(
-                task_id=t.task_id,
-                state=_STATE[t.state],
-                slot_id=t.slot_id,
-                call_builder=t.call_builder,
-                function=t.function,
-                created_ms=t.created_ms,
-                converged_ms=t.converged_ms,
-                failure_code=t.failure_code.value if t.failure_code else "",
-                failure_summary=t.failure_summary,
-                tombstone=t.tombstone,
-                call_failures=t.call_failures,
-                calls_done=t.calls_done,
-                calls_total=t.calls_total,
-                calls_total_known=t.calls_total_known,
-            )
-            for t in listing.tasks
-        ],
+        tasks=[listed_to_pb(t) for t in listing.tasks],
         next_page_token=listing.next_page_token,
         worker_addr=worker_addr,
     )
@@ -94,6 +100,79 @@ def cancel_to_pb(answer: CancelAnswer, worker_addr: str) -> worker_v1.CancelTask
         state=state_to_pb(snapshot.state),
         result=result_to_pb(snapshot.result),
         worker_addr=worker_addr,
+    )
+
+
+def _executor_to_pb(described: ExecutorDescription) -> worker_v1.ExecutorState:
+    view, call = described.view, described.view.running
+    return worker_v1.ExecutorState(
+        executor_id=view.executor_id,
+        pid=described.pid,
+        running=None
+        if call is None
+        else worker_v1.RunningCall(
+            call_id=call.call_id,
+            task_id=call.task_id,
+            function=call.function,
+            root_index=call.root_index,
+            attempt=call.attempt,
+            held_ms=call.held_ms,
+            cancelled=call.cancelled,
+        ),
+        calls_queued=view.queued,
+        calls_suspended=view.suspended,
+        calls_started=view.calls_started,
+        rss_bytes=view.rss_bytes,
+        retiring=view.retiring,
+    )
+
+
+def description_to_pb(d: WorkerDescription, worker_addr: str) -> worker_v1.DescribeWorkerResponse:
+    waiting = d.calls_waiting
+    return worker_v1.DescribeWorkerResponse(
+        worker_addr=worker_addr,
+        program=d.program,
+        now_ms=d.now_ms,
+        started_ms=d.started_ms,
+        ready=d.ready,
+        draining=d.draining,
+        task_slots=d.task_slots,
+        reserved_slots=d.reserved_slots,
+        running_tasks=d.running_tasks,
+        executors_configured=d.executors_configured,
+        executors=[_executor_to_pb(e) for e in d.executors],
+        executor_restarts=d.executor_restarts,
+        calls_waiting=worker_v1.CallsWaiting(
+            queued_on_executors=waiting.queued_on_executors,
+            no_executor=waiting.no_executor,
+            retry_backoff=waiting.retry_backoff,
+            roots_not_dispatched=waiting.roots_not_dispatched,
+        ),
+        calls_in_flight=d.calls_in_flight,
+        code_epoch=d.code_epoch,
+        process_rss_bytes=d.process_rss_bytes,
+        call_deadline_ms=d.call_deadline_ms,
+        call_wall_limit_ms=d.call_wall_limit_ms,
+        running=[
+            worker_v1.RunningTaskState(
+                task=listed_to_pb(r.listed), phase=r.phase.value, deadline_ms=r.deadline_ms
+            )
+            for r in d.running
+        ],
+        recent_failures=[listed_to_pb(t) for t in d.recent_failures],
+        failed_tasks_kept=d.failed_tasks_kept,
+        result_retention_ms=d.result_retention_ms,
+        load_interval_ms=d.load_interval_ms,
+        load_series=[
+            worker_v1.LoadPoint(
+                start_ms=p.start_ms,
+                end_ms=p.end_ms,
+                slots_peak=p.slots_peak,
+                calls_finished=p.calls_finished,
+                tasks_failed=p.tasks_failed,
+            )
+            for p in d.load
+        ],
     )
 
 

@@ -17,6 +17,8 @@ from prometheus_client.registry import Collector
 
 from blockx_core.code_view import FunctionCodeView
 from blockx_core.dispatch import CallUsage, ConvergeTaskCalls
+from blockx_core.load_series import LoadTotals
+from blockx_core.task import TaskState
 from blockx_core.worker import TaskConverged, WorkerCore
 from blockx_executor import protocol as wire
 from blockx_server.calls.engine import CallEngine
@@ -106,9 +108,11 @@ class FunctionCalls:
         self._latency = metrics.calls_phase_seconds.labels(function)
         self._failures = metrics.failures
         self._function = function
+        self._metrics = metrics
 
     def call_finished(self, call_id: int, cpu_us: int, io_us: int) -> None:
         self._calls.inc()
+        self._metrics.calls_finished += 1
 
     def calls_measured(self, usage: CallUsage) -> None:
         self._cpu.inc(usage.cpu_ns / 1e9)
@@ -177,6 +181,8 @@ class FunctionMetrics:
             registry=registry,
         )
         self._by_function: dict[str, FunctionCalls] = {}
+        # Every function's calls that finished since the process started.
+        self.calls_finished = 0
 
     def of(self, function: str) -> FunctionCalls:
         calls = self._by_function.get(function)
@@ -217,6 +223,7 @@ class WorkerMetrics:
             buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300),
         )
 
+        self._tasks_failed = 0
         self._offloaded = Counter(
             "blockx_worker_offloaded_parses",
             "Large configs checked, parsed or built on a thread instead of the event loop, "
@@ -228,7 +235,15 @@ class WorkerMetrics:
     def work_offloaded(self, step: str) -> None:
         self._offloaded.labels(step).inc()
 
+    def load_totals(self) -> LoadTotals:
+        """The counters the Worker page's time series samples."""
+        return LoadTotals(
+            calls_finished=self.functions.calls_finished, tasks_failed=self._tasks_failed
+        )
+
     def task_converged(self, command: TaskConverged, seconds: float | None) -> None:
+        if command.state is TaskState.FAILED:
+            self._tasks_failed += 1
         code = command.result.failure_code
         self._tasks.labels(command.state.value, code.value if code else "").inc()
         if seconds is not None:

@@ -20,12 +20,19 @@ from blockx_server.runtime.status import WORKER_STATUS
 from blockx_server.worker.convert import (
     cancel_to_pb,
     config_chars,
+    description_to_pb,
     listing_to_pb,
     progress_to_pb,
     query_from_pb,
     result_to_pb,
     state_to_pb,
     task_from_pb,
+)
+from blockx_server.worker.describe import (
+    DEFAULT_RECENT_FAILURES,
+    DEFAULT_RUNNING_TASKS,
+    WorkerDescriber,
+    how_many,
 )
 from blockx_server.worker.orchestrator import Orchestrator
 from blockx_server.worker.subscriptions import TaskEvent
@@ -36,9 +43,12 @@ def _raise(error: Refusal) -> GRPCError:
 
 
 class WorkerService(worker_v1.WorkerServiceBase):
-    def __init__(self, orchestrator: Orchestrator, advertise_addr: str) -> None:
+    def __init__(
+        self, orchestrator: Orchestrator, advertise_addr: str, describer: WorkerDescriber
+    ) -> None:
         self._orchestrator = orchestrator
         self._addr = advertise_addr
+        self._describer = describer
 
     async def request_task_slot(
         self, message: worker_v1.RequestTaskSlotRequest
@@ -102,6 +112,17 @@ class WorkerService(worker_v1.WorkerServiceBase):
         if isinstance(listing, Refusal):
             raise _raise(listing)
         return listing_to_pb(listing, self._addr)
+
+    async def describe_worker(
+        self, message: worker_v1.DescribeWorkerRequest
+    ) -> worker_v1.DescribeWorkerResponse:
+        failures = how_many(message.recent_failures, DEFAULT_RECENT_FAILURES, "recent_failures")
+        if isinstance(failures, Refusal):
+            raise _raise(failures)
+        running = how_many(message.running_tasks, DEFAULT_RUNNING_TASKS, "running_tasks")
+        if isinstance(running, Refusal):
+            raise _raise(running)
+        return description_to_pb(self._describer.describe(failures, running), self._addr)
 
     async def watch_tasks(
         self, message: worker_v1.WatchTasksRequest

@@ -6,19 +6,26 @@
 __all__ = (
     "CallFailureSummary",
     "CallProgress",
+    "CallsWaiting",
     "CancelOutcome",
     "CancelTaskRequest",
     "CancelTaskResponse",
+    "DescribeWorkerRequest",
+    "DescribeWorkerResponse",
     "ExecuteResult",
+    "ExecutorState",
     "FunctionCallConfig",
     "GetTaskResultRequest",
     "GetTaskResultResponse",
     "ListTasksRequest",
     "ListTasksResponse",
     "ListedTask",
+    "LoadPoint",
     "PluginResult",
     "RequestTaskSlotRequest",
     "ResultHandler",
+    "RunningCall",
+    "RunningTaskState",
     "SubmitTaskRequest",
     "SubmitTaskResponse",
     "TaskInput",
@@ -188,6 +195,36 @@ default_message_pool.register_message("worker.v1", "CallProgress", CallProgress)
 
 
 @dataclass(eq=False, repr=False)
+class CallsWaiting(betterproto2.Message):
+    """
+    Calls not on any executor's CPU, by what they wait for.
+    """
+
+    queued_on_executors: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    Sent to an executor, behind the call it runs.
+    """
+
+    no_executor: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    No executor is up to take them.
+    """
+
+    retry_backoff: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Waiting out a retry's back-off.
+    """
+
+    roots_not_dispatched: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    Root calls a task's call window holds back.
+    """
+
+
+default_message_pool.register_message("worker.v1", "CallsWaiting", CallsWaiting)
+
+
+@dataclass(eq=False, repr=False)
 class CancelTaskRequest(betterproto2.Message):
     """
     ---- BlockX addition: CancelTask ----
@@ -224,6 +261,124 @@ class CancelTaskResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("worker.v1", "CancelTaskResponse", CancelTaskResponse)
+
+
+@dataclass(eq=False, repr=False)
+class DescribeWorkerRequest(betterproto2.Message):
+    """
+    ---- BlockX addition: DescribeWorker ----
+    """
+
+    recent_failures: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    The last failed tasks to answer, newest first (0: 20; at most 1000).
+    """
+
+    running_tasks: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    The running tasks to answer, oldest first (0: 100; at most 1000).
+    """
+
+
+default_message_pool.register_message("worker.v1", "DescribeWorkerRequest", DescribeWorkerRequest)
+
+
+@dataclass(eq=False, repr=False)
+class DescribeWorkerResponse(betterproto2.Message):
+    worker_addr: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    program: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    blockx-worker or blockx-bundle-worker.
+    """
+
+    now_ms: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+
+    started_ms: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+
+    ready: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+    draining: "bool" = betterproto2.field(6, betterproto2.TYPE_BOOL)
+
+    task_slots: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+    """
+    As the heartbeat carries them.
+    """
+
+    reserved_slots: "int" = betterproto2.field(8, betterproto2.TYPE_INT64)
+
+    running_tasks: "int" = betterproto2.field(9, betterproto2.TYPE_INT64)
+
+    executors_configured: "int" = betterproto2.field(10, betterproto2.TYPE_INT64)
+    """
+    EXECUTOR_COUNT, and the executors connected now.
+    """
+
+    executors: "list[ExecutorState]" = betterproto2.field(
+        11, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    executor_restarts: "int" = betterproto2.field(12, betterproto2.TYPE_INT64)
+    """
+    Executors started again after one exited or was killed.
+    """
+
+    calls_waiting: "CallsWaiting | None" = betterproto2.field(
+        13, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    calls_in_flight: "int" = betterproto2.field(14, betterproto2.TYPE_INT64)
+    """
+    Calls the dispatcher holds (running, queued, suspended or waiting).
+    """
+
+    code_epoch: "int" = betterproto2.field(15, betterproto2.TYPE_INT64)
+    """
+    The current Function Code View epoch (0 before code is loaded).
+    """
+
+    process_rss_bytes: "int" = betterproto2.field(16, betterproto2.TYPE_INT64)
+    """
+    The Worker process's own resident memory (the executors': ExecutorState).
+    """
+
+    call_deadline_ms: "int" = betterproto2.field(17, betterproto2.TYPE_INT64)
+    """
+    CALL_DEADLINE_MS (a call's CPU + IO budget) and CALL_WALL_LIMIT_MS.
+    """
+
+    call_wall_limit_ms: "int" = betterproto2.field(18, betterproto2.TYPE_INT64)
+
+    running: "list[RunningTaskState]" = betterproto2.field(
+        19, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    The running tasks, oldest first.
+    """
+
+    recent_failures: "list[ListedTask]" = betterproto2.field(
+        20, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    The last failed tasks, newest first; those whose results expired are marked.
+    """
+
+    failed_tasks_kept: "int" = betterproto2.field(21, betterproto2.TYPE_INT64)
+
+    result_retention_ms: "int" = betterproto2.field(22, betterproto2.TYPE_INT64)
+
+    load_interval_ms: "int" = betterproto2.field(23, betterproto2.TYPE_INT64)
+    """
+    The load over the last minutes, oldest first; the last point is the interval
+    in progress.
+    """
+
+    load_series: "list[LoadPoint]" = betterproto2.field(
+        24, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message("worker.v1", "DescribeWorkerResponse", DescribeWorkerResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -265,6 +420,46 @@ class ExecuteResult(betterproto2.Message):
 
 
 default_message_pool.register_message("worker.v1", "ExecuteResult", ExecuteResult)
+
+
+@dataclass(eq=False, repr=False)
+class ExecutorState(betterproto2.Message):
+    executor_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    pid: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    running: "RunningCall | None" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, optional=True)
+    """
+    Unset: the executor is idle.
+    """
+
+    calls_queued: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    Calls sent to it, waiting behind the running one.
+    """
+
+    calls_suspended: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+    """
+    Calls it holds that wait on IO or a sub-call.
+    """
+
+    calls_started: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    Calls sent to it since it started, every attempt.
+    """
+
+    rss_bytes: "int" = betterproto2.field(7, betterproto2.TYPE_INT64)
+    """
+    Its resident memory at its last heartbeat.
+    """
+
+    retiring: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
+    """
+    It takes no new calls and is replaced once idle (EXECUTOR_MAX_CALLS, RSS).
+    """
+
+
+default_message_pool.register_message("worker.v1", "ExecutorState", ExecutorState)
 
 
 @dataclass(eq=False, repr=False)
@@ -361,6 +556,18 @@ class ListedTask(betterproto2.Message):
 
     calls_total_known: "bool" = betterproto2.field(14, betterproto2.TYPE_BOOL)
 
+    retryable: "bool" = betterproto2.field(15, betterproto2.TYPE_BOOL)
+    """
+    BlockX addition: a FAILED task's retryability (ExecuteResult.retryable).
+    """
+
+    expired: "bool" = betterproto2.field(16, betterproto2.TYPE_BOOL)
+    """
+    BlockX addition: only a summary of this failed task is left; its result has
+    expired (GetTaskResult answers NOT_FOUND) and its task_id may run again. Only
+    with ListTasksRequest.include_expired, and in DescribeWorker's recent failures.
+    """
+
 
 default_message_pool.register_message("worker.v1", "ListedTask", ListedTask)
 
@@ -394,6 +601,13 @@ class ListTasksRequest(betterproto2.Message):
     next_page_token of the previous page; empty: from the start.
     """
 
+    include_expired: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    BlockX addition: also the failed tasks whose results have expired (the last
+    FAILED_TASKS_KEPT failed tasks are remembered, without outputs), listed in their
+    place with expired set. Only where FAILED is listed (states empty or naming it).
+    """
+
 
 default_message_pool.register_message("worker.v1", "ListTasksRequest", ListTasksRequest)
 
@@ -411,6 +625,32 @@ class ListTasksResponse(betterproto2.Message):
 
 
 default_message_pool.register_message("worker.v1", "ListTasksResponse", ListTasksResponse)
+
+
+@dataclass(eq=False, repr=False)
+class LoadPoint(betterproto2.Message):
+    """
+    One interval of the Worker's load, from its own counters.
+    """
+
+    start_ms: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+
+    end_ms: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    slots_peak: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    The most slots reserved or running at once.
+    """
+
+    calls_finished: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    Calls that finished (every attempt and sub-call).
+    """
+
+    tasks_failed: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+
+
+default_message_pool.register_message("worker.v1", "LoadPoint", LoadPoint)
 
 
 @dataclass(eq=False, repr=False)
@@ -465,6 +705,61 @@ class ResultHandler(betterproto2.Message):
 
 
 default_message_pool.register_message("worker.v1", "ResultHandler", ResultHandler)
+
+
+@dataclass(eq=False, repr=False)
+class RunningCall(betterproto2.Message):
+    """
+    The call on an executor's CPU now.
+    """
+
+    call_id: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+
+    task_id: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Empty when cancelled.
+    """
+
+    function: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    root_index: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    The root call's index; -1 for a sub-call.
+    """
+
+    attempt: "int" = betterproto2.field(5, betterproto2.TYPE_INT64)
+
+    held_ms: "int" = betterproto2.field(6, betterproto2.TYPE_INT64)
+    """
+    Wall time this attempt has held the executor (what CALL_WALL_LIMIT_MS bounds).
+    """
+
+    cancelled: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    The Worker let the call go (its task ended, or it passed the wall limit) and
+    told the executor to stop; it has not stopped yet.
+    """
+
+
+default_message_pool.register_message("worker.v1", "RunningCall", RunningCall)
+
+
+@dataclass(eq=False, repr=False)
+class RunningTaskState(betterproto2.Message):
+    task: "ListedTask | None" = betterproto2.field(1, betterproto2.TYPE_MESSAGE, optional=True)
+
+    phase: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    PREPARING, BUILDER, CALLS or WRITER.
+    """
+
+    deadline_ms: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    Unix ms at which it times out.
+    """
+
+
+default_message_pool.register_message("worker.v1", "RunningTaskState", RunningTaskState)
 
 
 @dataclass(eq=False, repr=False)
@@ -772,6 +1067,32 @@ class WorkerServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def describe_worker(
+        self,
+        message: "DescribeWorkerRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "DescribeWorkerResponse":
+        """
+        BlockX addition: what this Worker is doing now, read-only (the dashboard's
+        Worker page): each executor and the call it runs, the calls waiting, the code
+        epoch, memory, executor restarts, the running tasks, the last failures, and its
+        load over the last minutes. The heartbeat's fields are the specification's;
+        the rest is here. Changes nothing.
+        Errors: INVALID_ARGUMENT (recent_failures or running_tasks outside 0..1000).
+        """
+
+        return await self._unary_unary(
+            "/worker.v1.WorkerService/DescribeWorker",
+            message,
+            DescribeWorkerResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
     async def request_task_slot(self, message: "RequestTaskSlotRequest") -> "TaskSnapshot":
@@ -839,6 +1160,18 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def describe_worker(self, message: "DescribeWorkerRequest") -> "DescribeWorkerResponse":
+        """
+        BlockX addition: what this Worker is doing now, read-only (the dashboard's
+        Worker page): each executor and the call it runs, the calls waiting, the code
+        epoch, memory, executor restarts, the running tasks, the last failures, and its
+        load over the last minutes. The heartbeat's fields are the specification's;
+        the rest is here. Changes nothing.
+        Errors: INVALID_ARGUMENT (recent_failures or running_tasks outside 0..1000).
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def __rpc_request_task_slot(
         self, stream: "grpclib.server.Stream[RequestTaskSlotRequest, TaskSnapshot]"
     ) -> None:
@@ -890,6 +1223,14 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.cancel_task(request)
         await stream.send_message(response)
 
+    async def __rpc_describe_worker(
+        self, stream: "grpclib.server.Stream[DescribeWorkerRequest, DescribeWorkerResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.describe_worker(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/worker.v1.WorkerService/RequestTaskSlot": grpclib.const.Handler(
@@ -927,5 +1268,11 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 CancelTaskRequest,
                 CancelTaskResponse,
+            ),
+            "/worker.v1.WorkerService/DescribeWorker": grpclib.const.Handler(
+                self.__rpc_describe_worker,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                DescribeWorkerRequest,
+                DescribeWorkerResponse,
             ),
         }
