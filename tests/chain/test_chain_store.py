@@ -12,11 +12,14 @@ import pytest
 from chain_rows import GENESIS, OTHER_TOPIC, TOKEN, address, block_hash, make_block
 
 from blockx_chain.schema import (
+    BLOCKS,
+    MIGRATIONS,
     SCHEMA_VERSION,
     TABLES,
     TRANSFER_TOPIC,
     BlockRows,
     ColumnType,
+    Engine,
     RowError,
 )
 from blockx_chain.store import (
@@ -114,6 +117,9 @@ async def test_the_tables_columns_types_and_indexes_are_the_pinned_ones(
             else:
                 type_ = "TEXT" if sqlite else "text"
             expected.append((c.name, type_, not c.nullable))
+        if table.name == "blocks":
+            # Not a chain column: when ingest stored the block (version 2).
+            expected.append(("seen_at_ms", "INTEGER" if sqlite else "bigint", False))
         assert tables[table.name] == expected, table.name
     assert [c[0] for c in tables["blocks"]] == [
         "block_number",
@@ -125,6 +131,7 @@ async def test_the_tables_columns_types_and_indexes_are_the_pinned_ones(
         "gas_limit",
         "base_fee_per_gas",
         "transaction_count",
+        "seen_at_ms",
     ]
     assert [c[0] for c in tables["chain"]] == [
         "chain_id",
@@ -162,6 +169,52 @@ async def test_the_schema_version_is_recorded_and_a_second_open_changes_nothing(
         versions = [r["version"] for r in await pg.fetch("SELECT version FROM blockx_schema")]
         assert versions == [SCHEMA_VERSION]
         await pg.close()
+
+
+async def _made_by_schema_v1(db_url: str) -> None:
+    """A database as BlockX made it before version 2: its schema, one block."""
+    engine = Engine.SQLITE if db_url.startswith("sqlite") else Engine.POSTGRES
+    block = make_block(7).block
+    values = msgspec.structs.astuple(block)
+    insert = f"INSERT INTO blocks ({', '.join(BLOCKS.names)}) VALUES "
+    if engine is Engine.SQLITE:
+        conn = sqlite3.connect(str(parse_blockdb_url(db_url).path))  # type: ignore[union-attr]
+        for statement in MIGRATIONS[0](engine):
+            conn.execute(statement)
+        conn.execute(insert + f"({', '.join('?' * len(values))})", values)
+        conn.execute("PRAGMA user_version = 1")
+        conn.commit()
+        conn.close()
+        return
+    pg = await asyncpg.connect(db_url)
+    try:
+        await pg.execute("CREATE TABLE blockx_schema (version INTEGER NOT NULL)")
+        await pg.execute("INSERT INTO blockx_schema (version) VALUES (1)")
+        for statement in MIGRATIONS[0](engine):
+            await pg.execute(statement)
+        marks = ", ".join(f"${i}" for i in range(1, len(values) + 1))
+        await pg.execute(insert + f"({marks})", *values)
+    finally:
+        await pg.close()
+
+
+async def test_a_version_1_database_gains_seen_at_and_ingest_sets_it(db_url: str) -> None:
+    await _made_by_schema_v1(db_url)
+    store = await open_store(parse_blockdb_url(db_url))
+    try:
+        # The block stored before the column existed: no time, its row unchanged.
+        assert await store.seen_at(0, 10) == {7: None}
+        assert await store.block(7) == as_row(make_block(7).block)
+        async with store.writer() as w:
+            await w.insert_blocks([make_block(8)], seen_at_ms=1_700_000_000_123)
+        assert await store.seen_at(7, 8) == {7: None, 8: 1_700_000_000_123}
+        # Bookkeeping, not chain data: no function read returns it.
+        assert "seen_at_ms" not in (await store.blocks(7, 8))[1]
+        assert "seen_at_ms" not in (await store.rows("blocks", 8))[0]
+    finally:
+        await store.close()
+    tables, _ = await _catalog(db_url)
+    assert tables["blocks"][-1][0] == "seen_at_ms"
 
 
 async def _set_version(db_url: str, version: int) -> None:

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import sqlite3
+import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -231,11 +232,19 @@ async def test_a_run_resumes_from_the_head(
     net = await devnet(client, 20)
     first = await run(node, db_url)
     await net.mine(10)
+    between = time.time_ns() // 1_000_000
     second = await run(node, db_url)
+    after = time.time_ns() // 1_000_000
     assert (second.from_block, second.to_block, second.blocks) == (
         first.to_block + 1,
         first.to_block + 10,
         10,
+    )
+    # Each block records when the run that stored it did.
+    seen = await store.seen_at(0, second.to_block)
+    assert all(0 < (seen[n] or 0) <= between for n in range(first.to_block + 1))
+    assert all(
+        between <= (seen[n] or 0) <= after for n in range(second.from_block, second.to_block + 1)
     )
     nothing = await run(node, db_url)
     assert nothing.blocks == 0

@@ -4,11 +4,20 @@ replacement with its ledger, upserts, refusals, rollback, two writers of one blo
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 
+import asyncpg
 import pytest
 
-from blockx_chain.sink import SinkMismatch, SinkRejected, SinkStore, open_sink
+from blockx_chain.sink import (
+    JobEntry,
+    SinkMismatch,
+    SinkRejected,
+    SinkStore,
+    SinkUnavailable,
+    open_sink,
+)
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 
@@ -227,3 +236,78 @@ async def test_a_write_goes_in_chunks_inside_its_one_transaction(db_url: str) ->
         ]
     finally:
         await sink.close()
+
+
+def _job(job_id: str, *, updated_ms: int, ended_ms: int | None = None) -> JobEntry:
+    return JobEntry(
+        job_id=job_id,
+        kind="backfill",
+        state="running" if ended_ms is None else "finished",
+        function="f",
+        sink_table="t",
+        started_ms=updated_ms,
+        updated_ms=updated_ms,
+        ended_ms=ended_ms,
+        record=f'{{"job_id": "{job_id}"}}',
+    )
+
+
+async def test_job_records_are_upserted_listed_newest_first_and_pruned(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = parse_blockdb_url(db_url)
+    sink = await open_sink(url)
+    try:
+        await sink.put_job(_job("a", updated_ms=1))
+        await sink.put_job(_job("b", updated_ms=2))
+        await sink.put_job(_job("a", updated_ms=3, ended_ms=3))
+        rows = await sink.jobs(10)
+        assert [(r["job_id"], r["state"], r["ended_ms"]) for r in rows] == [
+            ("a", "finished", 3),
+            ("b", "running", None),
+        ]
+        assert [r["job_id"] for r in await sink.jobs(1)] == ["a"]
+        assert [r["record"] for r in await sink.jobs(10, "b")] == ['{"job_id": "b"}']
+        # A new record trims the ended ones beyond the newest kept; running ones stay.
+        monkeypatch.setattr("blockx_chain.sink.base.JOBS_KEPT", 1)
+        await sink.put_job(_job("c", updated_ms=4, ended_ms=4), prune=True)
+        assert sorted(r["job_id"] for r in await sink.jobs(10)) == ["b", "c"]
+    finally:
+        await sink.close()
+    # Durable: another store on the database reads them, read-only.
+    reader = await open_sink(url, read_only=True)
+    try:
+        assert [r["job_id"] for r in await reader.jobs(10)] == ["c", "b"]
+        with pytest.raises(SinkRejected, match="read-only"):
+            await reader.put_job(_job("d", updated_ms=5))
+    finally:
+        await reader.close()
+
+
+def _names(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+async def test_a_reader_makes_nothing(tmp_path: Path, postgres_url: str) -> None:
+    missing = tmp_path / "typo.db"
+    with pytest.raises(SinkUnavailable, match=f"no sink database at {missing}"):
+        await open_sink(parse_blockdb_url(f"sqlite:///{missing}"), read_only=True)
+    assert _names(tmp_path) == []
+    # A database no writer has opened yet: no job records, and no tables made.
+    (tmp_path / "empty.db").touch()
+    for url in (f"sqlite:///{tmp_path}/empty.db", postgres_url):
+        reader = await open_sink(parse_blockdb_url(url), read_only=True)
+        try:
+            assert await reader.jobs(10) == []
+        finally:
+            await reader.close()
+    assert _names(tmp_path) == ["empty.db"]
+    assert (
+        sqlite3.connect(tmp_path / "empty.db").execute("SELECT * FROM sqlite_master").fetchall()
+        == []
+    )
+    pg = await asyncpg.connect(postgres_url)
+    try:
+        assert await pg.fetchval("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'") == 0
+    finally:
+        await pg.close()

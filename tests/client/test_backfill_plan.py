@@ -20,12 +20,12 @@ from blockx_client.backfill import (
     plan,
     split,
 )
-from blockx_client.backfill.driver import writer_config_for
 from blockx_client.backfill.plan import bundle_task, missing_block
 from blockx_client.backfill.progress import Tally
 from blockx_client.follow import BlockWritten, GapReason, LedgerReconciled, ReorgReconciled
 from blockx_client.follow.follower import Follower
 from blockx_client.follow.watch import PAUSE_MS, Watch
+from blockx_client.jobs import LagFrom
 from blockx_client.ledger import Reconciliation, reach, reconcile
 from blockx_client.models import PluginConfig, Task
 from blockx_client.resubmit import (
@@ -37,6 +37,7 @@ from blockx_client.resubmit import (
     retry_delay_s,
     verdict,
 )
+from blockx_client.submission import writer_config_for
 
 CANONICAL = {n: f"0x{n:02x}" for n in range(10)}
 
@@ -246,7 +247,13 @@ def finished(outcome: TaskOutcome, blocks: int, rows: int) -> TaskFinished:
 
 def test_the_totals_rates_and_eta() -> None:
     planned = BackfillPlanned(
-        from_block=0, to_block=99, tasks=4, blocks=100, skipped_tasks=1, skipped_blocks=25
+        job_id="backfill-1",
+        from_block=0,
+        to_block=99,
+        tasks=4,
+        blocks=100,
+        skipped_tasks=1,
+        skipped_blocks=25,
     )
     tally = Tally(planned, started=0.0)
     first = tally.record(finished(TaskOutcome.WRITTEN, 25, 50), now=1.0)
@@ -278,9 +285,17 @@ def test_events_encode_as_one_object_naming_the_event() -> None:
     task = msgspec.json.decode(msgspec.json.encode(finished(TaskOutcome.WRITTEN, 1, 1)))
     assert (task["event"], task["outcome"]) == ("task", "written")
     block = BlockWritten(
-        number=1, hash="0x1", rows=0, task_id="t", attempt=1, lag_ms=5, seen_lag_ms=1
+        number=1,
+        hash="0x1",
+        rows=0,
+        task_id="t",
+        attempt=1,
+        lag_ms=5,
+        lag_from=LagFrom.INGEST,
+        seen_lag_ms=1,
     )
-    assert msgspec.json.decode(msgspec.json.encode(block))["event"] == "block"
+    decoded = msgspec.json.decode(msgspec.json.encode(block))
+    assert (decoded["event"], decoded["lag_from"]) == ("block", "ingest")
     reorg = ReorgReconciled(reorg_id=1, fork_block_number=3, depth=2, rewritten=(4,), deleted=(5,))
     assert msgspec.json.decode(msgspec.json.encode(reorg)) == {
         "event": "reorg",

@@ -2,8 +2,8 @@
 
 One module-scoped cluster (a real etcd, ``blockx-coordinator`` and ``blockx-worker``
 with a task that succeeded, one that failed and one whose id and failure message
-are HTML), two jobs publishing their progress in that etcd, the dashboard as a real
-``blockx dashboard`` process, and one Debian ``chromium`` started with the flags
+are HTML), two jobs' records in a sink database, the dashboard as a real
+``blockx dashboard`` process reading both, and one Debian ``chromium`` started with the flags
 root needs and a fresh profile, driven by Playwright over its debugging pipe. Each page
 is loaded, what it shows is checked, and a screenshot of it is kept in
 ``test-artifacts/dashboard/`` (the ``artifacts`` fixture of tests/conftest.py).
@@ -37,8 +37,10 @@ from playwright.async_api import Browser, Page, async_playwright
 from processes import EXAMPLES, CoordinatorProcess, WorkerProcess, call_list_task, run_to_end
 from support import free_port, heartbeat, wait_until
 
+from blockx_chain.sink import JobEntry, open_sink
+from blockx_chain.url import parse_blockdb_url
 from blockx_client import Client, list_workers
-from blockx_client.jobs import JobKind, JobProgress, JobPublisher, JobState, list_jobs
+from blockx_client.jobs import JobKind, JobProgress, JobRecorder, JobState, list_jobs
 from blockx_core.heartbeat import encode_heartbeat
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
@@ -192,9 +194,15 @@ def start_dashboard(args: list[str], home: Path, log: Path) -> subprocess.Popen[
         )
 
 
+@pytest.fixture(scope="module")
+def sink_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The sink database whose job records the dashboard shows."""
+    return f"sqlite:///{tmp_path_factory.mktemp('dashboard-sink')}/sink.db"
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def dashboard(
-    cluster: Cluster, tmp_path_factory: pytest.TempPathFactory
+    cluster: Cluster, sink_url: str, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Dashboard]:
     base = tmp_path_factory.mktemp("dashboard")
     port = free_port()
@@ -206,6 +214,8 @@ async def dashboard(
             "--coordinator",
             f"127.0.0.1:{cluster.coordinator.port}",
             "dashboard",
+            "--sink-db",
+            sink_url,
             "--port",
             str(port),
             "--refresh",
@@ -238,12 +248,14 @@ async def dashboard(
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
-async def jobs(cluster: Cluster) -> AsyncIterator[tuple[JobProgress, JobProgress]]:
-    """A backfill 40 blocks into 100, and a follow 4 blocks behind the head."""
+async def jobs(sink_url: str) -> AsyncIterator[tuple[JobProgress, JobProgress]]:
+    """A backfill 40 blocks into 100, and a follow 4 blocks behind the head, running."""
     now = SYSTEM_CLOCK.now_ms()
     backfill = JobProgress(
         job_id="backfill-dash",
         kind=JobKind.BACKFILL,
+        # The prefix of the tasks the cluster fixture ran, to find them by.
+        task_prefix="dash-",
         state=JobState.RUNNING,
         started_ms=now - 60_000,
         updated_ms=now,
@@ -275,19 +287,13 @@ async def jobs(cluster: Cluster) -> AsyncIterator[tuple[JobProgress, JobProgress
         last_block=5_230,
         lag_ms=7_500,
     )
-    endpoints = [cluster.etcd.endpoint]
-    async with (
-        JobPublisher(endpoints, JobKind.BACKFILL, job_id=backfill.job_id, interval_s=0.1) as a,
-        JobPublisher(endpoints, JobKind.FOLLOW, job_id=follow.job_id, interval_s=0.1) as b,
-    ):
-        await a.publish(backfill)
-        await b.publish(follow)
-
-        async def both() -> bool:
-            return len(await list_jobs(endpoints)) == 2
-
-        await wait_until(both, "both jobs published", timeout=10)
-        yield backfill, follow
+    sink = await open_sink(parse_blockdb_url(sink_url))
+    try:
+        async with JobRecorder(sink, backfill), JobRecorder(sink, follow):
+            assert len(await list_jobs(parse_blockdb_url(sink_url))) == 2
+            yield backfill, follow
+    finally:
+        await sink.close()
 
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
@@ -554,14 +560,12 @@ async def test_jobs_page(
     assert "head (follow)" in follow
     assert "4 block(s) · 7.5 s" in follow
     await snap(page, artifacts, "jobs")
-    # A job's tasks: those of its function the workers first saw since it started.
+    # A job's tasks: those whose ids start with its task prefix.
     await page.click('#jobs tr[data-job-id="backfill-dash"] a.job-tasks')
     await page.wait_for_url("**/tasks?**")
     url = urllib.parse.urlsplit(page.url)
-    query = urllib.parse.parse_qs(url.query)
-    assert query["function"] == ["token_volume"]
-    assert query["since"] == [str(jobs[0].started_ms)]
-    assert "running token_volume" in await page.locator("#window").inner_text()
+    assert urllib.parse.parse_qs(url.query)["q"] == ["dash-"]
+    assert await page.locator(f'#tasks tr[data-task-id="{OK_ID}"]').count() == 1
     await snap(page, artifacts, "job-tasks")
 
 
@@ -570,7 +574,7 @@ def _record(**fields: Any) -> bytes:
     return json.dumps({**base, **fields}).encode()
 
 
-# Records anyone who can write etcd could put under the jobs prefix, each with the
+# Records anyone who can write the sink could put in its job table, each with the
 # field its reason names (or what it says of the whole value).
 BAD_JOB_RECORDS: Final = {
     "bad-eta": (_record(job_id="bad-eta", eta_s=1e308), "$.eta_s"),
@@ -582,36 +586,47 @@ BAD_JOB_RECORDS: Final = {
     "bad-json": (b"{not json", "not JSON"),
     "bad-array": (b"[1, 2]", "Expected `object`, got `array`"),
     "bad-date": (_record(job_id="bad-date", updated_ms=10**17), "$.updated_ms"),
+    "bad-name": (_record(job_id="another"), "its record names job 'another'"),
 }
 
 
 async def test_bad_job_records_are_rows_and_the_page_stays_up(
     page: Page,
     dashboard: Dashboard,
-    cluster: Cluster,
+    sink_url: str,
     jobs: tuple[JobProgress, JobProgress],
     artifacts: Path,
 ) -> None:
-    client = aetcd.Client(cluster.etcd.host, cluster.etcd.port, timeout=5)
-    keys = {name: f"/blockx/jobs/backfill/{name}" for name in BAD_JOB_RECORDS}
+    sink = await open_sink(parse_blockdb_url(sink_url))
     try:
         for name, (value, _) in BAD_JOB_RECORDS.items():
-            await client.put(keys[name].encode(), value)
+            entry = JobEntry(
+                job_id=name,
+                kind="backfill",
+                state="running",
+                function="",
+                sink_table="",
+                started_ms=1,
+                updated_ms=1,
+                ended_ms=None,
+                record=value.decode(),
+            )
+            await sink.put_job(entry)
         status, body, _ = await asyncio.to_thread(get, dashboard.at("/jobs"))
         assert status == 200, body[-2000:]
         listed = await get_json(dashboard.at("/api/jobs"))
         assert {j["job_id"] for j in listed["jobs"]} == {"backfill-dash", "follow-dash"}
         bad = {b["key"]: b["error"] for b in listed["bad_records"]}
-        assert sorted(bad) == sorted(keys.values())
+        assert sorted(bad) == sorted(BAD_JOB_RECORDS)
         for name, (_, reason) in BAD_JOB_RECORDS.items():
-            assert reason in bad[keys[name]], (name, bad[keys[name]])
-            assert len(bad[keys[name]]) <= 301
+            assert reason in bad[name], (name, bad[name])
+            assert len(bad[name]) <= 301
         # In the browser: one row per bad record, the jobs as before.
         await page.goto(dashboard.at("/jobs"))
         rows = page.locator("#jobs tr.bad-record")
         assert await rows.count() == len(BAD_JOB_RECORDS)
-        eta = await page.locator('#jobs tr[data-key="/blockx/jobs/backfill/bad-eta"]').inner_text()
-        assert "bad record /blockx/jobs/backfill/bad-eta" in eta
+        eta = await page.locator('#jobs tr[data-key="bad-eta"]').inner_text()
+        assert "bad record bad-eta" in eta
         assert "$.eta_s" in eta
         assert (
             "40/100 (40.0 %)"
@@ -621,9 +636,10 @@ async def test_bad_job_records_are_rows_and_the_page_stays_up(
         assert f"{len(BAD_JOB_RECORDS)} bad record(s)" in summary
         await snap(page, artifacts, "jobs-bad-records")
     finally:
-        for key in keys.values():
-            await client.delete(key.encode())
-        await client.close()
+        async with sink.transaction() as tx:
+            for name in BAD_JOB_RECORDS:
+                await tx.execute("DELETE FROM _blockx_jobs WHERE job_id = ?", (name,))
+        await sink.close()
 
 
 async def test_pages_refresh_themselves(page: Page, dashboard: Dashboard, cluster: Cluster) -> None:

@@ -1,19 +1,22 @@
 """The dashboard's values and templates without a cluster: calls progress is shown
 once the task has made calls, the numbers read as labelled, whatever a source sends
-them, and a job record out of bounds is a bad record naming why."""
+them, a job record out of bounds is a bad record naming why, and a running job
+whose driver stopped updating it reads interrupted."""
 
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
+import msgspec
 import pytest
 
 from blockx_cli.dashboard.app import Dashboard
 from blockx_cli.dashboard.config import DashboardConfig
 from blockx_cli.dashboard.formatting import FILTERS, age, percent, timestamp
-from blockx_cli.dashboard.jobs_source import decode_record, job_row
+from blockx_cli.dashboard.jobs_source import bad_row, job_row, jobs_page
 from blockx_cli.dashboard.sources import task_row, worker_page
-from blockx_cli.dashboard.views import BadJobRecord, JobsPage, TaskPage, TaskRow, TasksPage
+from blockx_cli.dashboard.views import JobsPage, TaskPage, TaskRow, TasksPage
 from blockx_client import (
     CallsWaiting,
     Client,
@@ -24,6 +27,8 @@ from blockx_client import (
     TaskState,
     WorkerDescription,
 )
+from blockx_client.jobs import STALE_AFTER_MS, decode_job
+from blockx_client.jobs import BadJobRecord as BadRecord
 
 NOW_MS = 1_764_619_564_120
 
@@ -101,7 +106,6 @@ def test_filters_read_any_number(name: str, value: float | None) -> None:
     assert isinstance(FILTERS[name](value), str)
 
 
-KEY = b"/blockx/jobs/backfill/j"
 GOOD = b'{"job_id": "j", "kind": "follow", "state": "running", "started_ms": 1, "updated_ms": 2'
 
 RECORDS = [
@@ -124,21 +128,18 @@ RECORDS = [
 
 @pytest.mark.parametrize(("rest", "named"), RECORDS)
 def test_job_records_are_bounded(rest: bytes, named: str) -> None:
-    decoded = decode_record(KEY, GOOD + rest)
+    decoded = decode_job(GOOD + rest)
     if not named:
         assert isinstance(decoded, JobProgress)
         return
-    assert isinstance(decoded, BadJobRecord)
-    assert decoded.key == KEY.decode()
-    assert named in decoded.error
+    assert isinstance(decoded, str)
+    assert named in decoded
 
 
 def test_a_bad_record_is_one_row_and_the_jobs_are_shown() -> None:
-    job = decode_record(KEY, GOOD + b', "eta_s": 3153600000}')
+    job = decode_job(GOOD + b', "eta_s": 3153600000}')
     assert isinstance(job, JobProgress)
-    bad = decode_record(b"/blockx/jobs/<b>x</b>" + b"k" * 1000, b"{")
-    assert isinstance(bad, BadJobRecord)
-    assert len(bad.key) == 301  # bounded, with an ellipsis
+    bad = bad_row(BadRecord(job_id="<b>x</b>", error="not JSON"))
     dashboard = Dashboard(DashboardConfig(etcd_endpoints=("127.0.0.1:1",)), Client)
     page = JobsPage(now_ms=NOW_MS, jobs=(job_row(job, NOW_MS),), bad_records=(bad,))
     html = dashboard.templates.get_template("jobs.html").render(
@@ -244,3 +245,24 @@ def test_a_worker_page_with_a_cancelled_call_and_nothing_running() -> None:
     assert "No task is running." in html
     assert '<tr data-task-id="t-old" class="expired">' in html
     assert '<figure class="chart">' not in html  # no load points: no charts
+
+
+def test_a_running_job_not_updated_for_a_minute_reads_interrupted() -> None:
+    job = decode_job(GOOD + b"}")
+    assert isinstance(job, JobProgress)
+    assert job_row(job, job.updated_ms + STALE_AFTER_MS).state == "running"
+    assert job_row(job, job.updated_ms + STALE_AFTER_MS + 1).state == "interrupted"
+
+
+async def test_the_jobs_page_says_when_it_has_no_sink_and_makes_none(tmp_path: Path) -> None:
+    config = DashboardConfig(etcd_endpoints=("127.0.0.1:1",))
+    [problem] = (await jobs_page(config)).problems
+    assert "no sink database is configured: pass --sink-db, set SINK_DB_URL" in problem.error
+    missing = tmp_path / "typo.db"
+    typo = msgspec.structs.replace(config, sink_db_url=f"sqlite:///{missing}")
+    [problem] = (await jobs_page(typo)).problems
+    assert (problem.source, problem.error) == (
+        f"sink sqlite:///{missing}",
+        f"no sink database at {missing}",
+    )
+    assert not missing.exists()

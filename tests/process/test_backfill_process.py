@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from chain_cluster import ChainCluster
 from chain_rows import block_hash, make_block, seed_chain
+from processes import SyncInvokerProcess
 from support import free_port, wait_until
 from typer.testing import CliRunner
 
@@ -28,7 +29,7 @@ from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
 from blockx_client import Client, RetryPolicy, TaskFilter, TaskState
 from blockx_client.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
-from blockx_client.jobs import JOBS_PREFIX, JobKind, JobState, list_jobs
+from blockx_client.jobs import JobKind, JobState, list_jobs
 from blockx_client.resubmit import ClusterUnreachable
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
@@ -216,16 +217,13 @@ async def test_a_worker_killed_mid_run_leaves_no_block_missing_or_doubled(setup:
     ]
 
 
-async def test_sigint_stops_a_backfill_and_a_rerun_finishes_it(
-    setup: Setup, etcd_server: EtcdServer
-) -> None:
-    # With an etcd named, each run publishes its job for `blockx dashboard`.
-    prefix = f"{JOBS_PREFIX}{JobKind.BACKFILL.value}/"
-    before = {j.job_id for j in await list_jobs([etcd_server.endpoint], prefix=prefix)}
-    etcd = {"ETCD_ENDPOINTS": etcd_server.endpoint}
-    proc = await cli(setup.argv("stopped", "--json"), **etcd)
+async def test_sigint_stops_a_backfill_and_a_rerun_finishes_it(setup: Setup) -> None:
+    # Each run keeps its job record in the sink it writes.
+    sink_url = parse_blockdb_url(setup.sink_url)
+    proc = await cli(setup.argv("stopped", "--json"))
     assert proc.stdout is not None
     async with asyncio.timeout(60):
+        plan = json.loads(await proc.stdout.readline())
         while True:
             event = json.loads(await proc.stdout.readline())
             if event["event"] == "task" and event["outcome"] == "written":
@@ -237,32 +235,38 @@ async def test_sigint_stops_a_backfill_and_a_rerun_finishes_it(
     assert "done" not in {json.loads(line)["event"] for line in out.decode().splitlines()}
     _, ledger = await sink_state(setup.sink_url, "stopped")
     assert 0 < len(ledger) < BLOCKS
-    [stopped] = [
-        j for j in await list_jobs([etcd_server.endpoint], prefix=prefix) if j.job_id not in before
-    ]
-    assert (stopped.state, stopped.message, stopped.sink_table) == (
-        JobState.FAILED,
-        "interrupted",
+    [stopped] = await list_jobs(sink_url, job_id=plan["job_id"])
+    assert (stopped.kind, stopped.state, stopped.sink_table, stopped.function) == (
+        JobKind.BACKFILL,
+        JobState.STOPPED,
         "stopped",
+        "transfer",
     )
     assert (stopped.from_block, stopped.to_block, stopped.blocks_total) == (0, BLOCKS - 1, BLOCKS)
     assert 0 < stopped.blocks_done < BLOCKS
+    assert stopped.ended_ms is not None
+    assert stopped.command.startswith("blockx ")
+    assert "backfill --function transfer" in stopped.command
+    assert event["task_id"].startswith(stopped.task_prefix)
 
-    code, events, err_text = await json_lines(setup.argv("stopped", "--json"), **etcd)
+    code, events, err_text = await json_lines(setup.argv("stopped", "--json"))
     assert code == 0, err_text
     assert events[0]["skipped_tasks"] >= 1
     assert events[-1]["failed"] == 0
     rows, ledger = await sink_state(setup.sink_url, "stopped")
     assert rows == expected_rows(range(BLOCKS))
     assert [w["block_number"] for w in ledger] == list(range(BLOCKS))
-    jobs = await list_jobs([etcd_server.endpoint], prefix=prefix)
-    [rerun] = [j for j in jobs if j.job_id not in before | {stopped.job_id}]
+    # A new record for the re-run; the stopped one stays as it ended.
+    rerun_id = events[0]["job_id"]
+    assert rerun_id != stopped.job_id
+    [rerun] = await list_jobs(sink_url, job_id=rerun_id)
     assert (rerun.state, rerun.function, rerun.blocks_done) == (
-        JobState.DONE,
+        JobState.FINISHED,
         "transfer",
         events[-1]["blocks"],
     )
     assert rerun.blocks_total == rerun.blocks_done == BLOCKS - events[0]["skipped_blocks"]
+    assert await list_jobs(sink_url, job_id=stopped.job_id) == [stopped]
 
 
 async def test_a_rerun_skips_what_is_written_and_force_rewrites_it(setup: Setup) -> None:
@@ -295,6 +299,8 @@ async def test_a_rerun_skips_what_is_written_and_force_rewrites_it(setup: Setup)
     assert code == 0, err
     assert events[0] == {
         "event": "plan",
+        "job_id": events[0]["job_id"],
+        "function_unchecked": events[0]["function_unchecked"],
         "from_block": 0,
         "to_block": last,
         "tasks": 0,
@@ -354,6 +360,10 @@ async def test_a_backfill_into_a_postgresql_sink(
     rows, ledger = await sink_state(postgres_url, "transfers")
     assert rows == expected_rows(range(last + 1))
     assert [w["block_number"] for w in ledger] == list(range(last + 1))
+    # Its job record is in that sink too.
+    [job] = await list_jobs(parse_blockdb_url(postgres_url))
+    assert (job.state, job.blocks_done, job.tasks_done) == (JobState.FINISHED, last + 1, 3)
+    assert "db_url=" in job.command
 
 
 async def test_a_backfill_given_another_sink_than_the_workers_fails_and_writes_nothing(
@@ -480,6 +490,18 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
     assert code == 3, output
     code, output = run(setup.argv("errors", to_block=BLOCKS + 5))
     assert (code, f"block {BLOCKS} is not in the block database" in output) == (1, True)
+    # Checked before any task goes out: a source table the block database lacks, a
+    # declared type that is no widening of the sink's.
+    misnamed = [*base[: base.index("logs")], "log", *base[base.index("logs") + 1 :]]
+    code, output = run(misnamed)
+    assert code == 2, output
+    assert "source table 'log' is not a table of the block database" in output
+    assert "Did you mean 'logs'?" in output
+    asyncio.run(_typed_table(setup.sink_url))
+    code, output = run([*setup.argv("typed"), "--column", "log_index=TEXT"])
+    assert code == 2, output
+    assert "column 'log_index' of table 'typed' is INTEGER, the writer declares TEXT" in output
+    assert asyncio.run(sink_state(setup.sink_url, "errors")) == ([], [])
     follow_base = ["follow", "--function", "f", "--source-table", "logs", "--sink-table", "s"]
     follow_dbs = ["--db", setup.chain_url, "--sink-db", setup.sink_url]
     code, output = run([*follow_base, *follow_dbs, "--where", "[1]"])
@@ -495,6 +517,9 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
         assert (code, bad[0] in output) == (2, True), output
     code, output = run([*follow_base, *follow_dbs, "--column", "v=FLOAT"])
     assert (code, "not one of INTEGER|TEXT|REAL|NUMERIC|JSON" in output) == (2, True), output
+    follow_misnamed = [*follow_base[:4], "erc20_transfer", *follow_base[5:], *follow_dbs]
+    code, output = run(follow_misnamed)
+    assert (code, "Did you mean 'erc20_transfers'?" in output) == (2, True), output
     result = runner.invoke(
         app,
         [*follow_base, "--db", setup.chain_url],
@@ -513,6 +538,45 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
     assert result.exit_code == 2, result.output
     assert "no bundle coordinator is configured" in result.output
     assert "Traceback" not in result.output
+
+
+async def _typed_table(url: str) -> None:
+    sink = await open_sink(parse_blockdb_url(url))
+    try:
+        await sink.replace_blocks("typed", [(0, block_hash(0), [{"log_index": 1}])])
+    finally:
+        await sink.close()
+
+
+async def test_a_misspelled_function_is_refused_before_any_task_goes_out(
+    setup: Setup, tmp_path: Path
+) -> None:
+    invoker = SyncInvokerProcess(
+        {"FUNCTIONS_DIR": str(setup.functions), "EXECUTOR_COUNT": "1"}, tmp_path / "invoker.log"
+    )
+    try:
+        await invoker.wait_ready()
+        checked = ["--sync-invoker", invoker.addr]
+        code, events, err = await json_lines(
+            [*checked, *setup.argv("misspelled", "--json", function="transfr")]
+        )
+        # One line, the code view's own "Did you mean", and nothing submitted.
+        assert (code, events) == (2, []), err
+        assert "FUNCTION_NOT_FOUND: function 'transfr' is not defined" in err
+        assert "Did you mean 'transfer'" in err
+        assert "Traceback" not in err
+        async with setup.cluster.client() as client:
+            listed = await client.list_tasks(workers=[setup.cluster.worker.addr])
+        assert [t.task_id for t in listed.tasks if t.function == "transfr"] == []
+        assert await sink_state(setup.sink_url, "misspelled") == ([], [])
+        # Spelled right, the check passes and the run goes on.
+        code, events, err = await json_lines(
+            [*checked, *setup.argv("spelled", "--json", to_block=PER_TASK - 1)]
+        )
+        assert code == 0, err
+        assert events[0]["function_unchecked"] == ""
+    finally:
+        invoker.stop()
 
 
 def _invoke(argv: list[str], **env: str | None) -> tuple[int, list[dict[str, Any]], str]:

@@ -44,7 +44,7 @@ from blockx_client.follow import (
     WatchInterrupted,
     follow,
 )
-from blockx_client.jobs import JOBS_PREFIX, JobKind, JobProgress, JobState, list_jobs
+from blockx_client.jobs import STALE_AFTER_MS, JobKind, JobState, LagFrom, list_jobs
 from blockx_client.resubmit import ClusterUnreachable
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
@@ -321,7 +321,9 @@ async def test_follow_through_a_reorg_on_anvil_matches_the_canonical_chain(
     assert touched == set(reorg.old_hashes)
     written = [e for e in following.events if isinstance(e, BlockWritten)]
     assert {e.number for e in written} == set(range(start, top + 1))
-    assert all(e.lag_ms >= 0 and e.seen_lag_ms >= 0 for e in written)
+    # Lag from when ingest stored each block, which is before follow saw it.
+    assert {e.lag_from for e in written} == {LagFrom.INGEST}
+    assert all(0 <= e.seen_lag_ms <= e.lag_ms for e in written)
 
 
 async def test_a_restarted_follow_repairs_what_a_reorg_left_behind(
@@ -351,6 +353,11 @@ async def test_a_restarted_follow_repairs_what_a_reorg_left_behind(
         killed = await follow_cli(table, "--from", str(start))
         await killed.read_until(lambda: killed.written(top))
         await killed.kill()
+        # Its record outlives it: still running, read as interrupted once stale.
+        sink_url = parse_blockdb_url(setup.sink_url)
+        [dead] = await list_jobs(sink_url, job_id=killed.events[0]["job_id"])
+        assert (dead.state, dead.ended_ms, dead.sink_table) == (JobState.RUNNING, None, table)
+        assert dead.shown_state(dead.updated_ms + STALE_AFTER_MS + 1) is JobState.INTERRUPTED
         first, top = await reorganise()
 
         restarted = await follow_cli(table)
@@ -384,44 +391,43 @@ async def test_a_restarted_follow_repairs_what_a_reorg_left_behind(
     assert not {h for _, h in ledger} & (
         set(first.old_hashes.values()) | set(second.old_hashes.values())
     )
+    # Every run is a record of its own: the killed one as it was left, the others
+    # ended as they were stopped, each naming what started it.
+    records = {j.job_id: j for j in await list_jobs(sink_url) if j.sink_table == table}
+    assert records[dead.job_id] == dead
+    cli_run, api_run = records[restarted.events[0]["job_id"]], records[api_events[0]["job_id"]]
+    assert (cli_run.state, api_run.state) == (JobState.STOPPED, JobState.STOPPED)
+    assert "follow --function volume" in cli_run.command
+    assert api_run.command.startswith("follow(function='volume', source_table='erc20_transfers'")
 
 
 async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
-    setup: Setup, etcd_server: EtcdServer, follow_cli: Callable[..., Awaitable[FollowCommand]]
+    setup: Setup, follow_cli: Callable[..., Awaitable[FollowCommand]]
 ) -> None:
-    jobs_prefix = f"{JOBS_PREFIX}{JobKind.FOLLOW.value}/"
-    before = {j.job_id for j in await list_jobs([etcd_server.endpoint], prefix=jobs_prefix)}
-
-    async def this_job() -> JobProgress | None:
-        found = await list_jobs([etcd_server.endpoint], prefix=jobs_prefix)
-        return next((j for j in found if j.job_id not in before), None)
-
+    sink_url = parse_blockdb_url(setup.sink_url)
     store = await open_store(parse_blockdb_url(setup.chain_url))
     try:
         head = await store.head()
         assert head is not None
         top = head["number"]
         start = top - 5
-        follower = await follow_cli(
-            "short", "--from", str(start), ETCD_ENDPOINTS=etcd_server.endpoint
-        )
+        follower = await follow_cli("short", "--from", str(start))
         await follower.read_until(lambda: follower.written(top))
         assert await matches_chain(setup, "short", start, top)
+        job_id = follower.events[0]["job_id"]
 
-        async def published_top() -> bool:
-            job = await this_job()
-            return job is not None and job.last_block == top
+        async def recorded_top() -> bool:
+            return [j.last_block for j in await list_jobs(sink_url, job_id=job_id)] == [top]
 
-        await wait_until(published_top, "the follow's job record at the head")
-        running = await this_job()
-        assert running is not None
-        assert (running.state, running.sink_table, running.head_lag_blocks) == (
+        await wait_until(recorded_top, "the follow's job record at the head")
+        [running] = await list_jobs(sink_url, job_id=job_id)
+        assert (running.kind, running.state, running.sink_table, running.head_lag_blocks) == (
+            JobKind.FOLLOW,
             JobState.RUNNING,
             "short",
             0,
         )
-        assert running.lag_ms is not None
-        assert running.blocks_done == top - start + 1
+        assert (running.lag_from, running.blocks_done) == (LagFrom.INGEST, top - start + 1)
 
         # A reorg the way ingest applies one, in one transaction: drop the blocks
         # above the fork, record it, write the new branch: one block, so two fewer.
@@ -479,9 +485,12 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
         "reorg",
         "deleted",
     }
-    stopped = await this_job()
-    assert stopped is not None
-    assert stopped.state is JobState.DONE
+    [stopped] = await list_jobs(sink_url, job_id=job_id)
+    assert stopped.state is JobState.STOPPED
+    # The new branch's block was stored without an ingest time (not by ingest):
+    # its lag is from when follow saw it, and says so.
+    [rewritten] = [e for e in events if e["event"] == "block" and e["number"] == fork + 1][-1:]
+    assert (rewritten["hash"], rewritten["lag_from"]) == (new_block.block.block_hash, "follow")
 
 
 async def test_a_block_that_fails_for_good_is_reported_and_never_passes_for_written(

@@ -14,6 +14,11 @@ Rules every row obeys, checked on write (``RowError`` names the column and row):
 The version of the schema is ``PRAGMA user_version`` in SQLite and the one row of
 ``blockx_schema(version)`` in PostgreSQL; ``MIGRATIONS[i]`` takes a database from
 version ``i`` to ``i + 1`` and is applied on open.
+
+Besides the chain's own columns, ``blocks`` holds ``seen_at_ms``: when ingest
+stored the block (Unix ms), NULL for a block stored before the column existed.
+It is BlockX's bookkeeping, not chain data, so no function-visible read returns
+it: a function's output never depends on when its block was ingested.
 """
 
 from __future__ import annotations
@@ -154,6 +159,9 @@ REORGS: Final = Table(
     key=("id",),
 )
 
+# When ingest stored a block: in ``blocks``, after the chain's columns (version 2).
+SEEN_AT: Final = Column("seen_at_ms", INT, nullable=True)
+
 # Tables keyed by block: what delete_above removes, and what insert_blocks replaces.
 BLOCK_TABLES: Final = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS)
 TABLES: Final = (*BLOCK_TABLES, CHAIN, REORGS)
@@ -210,7 +218,11 @@ def _schema_v1(engine: Engine) -> list[str]:
     return statements
 
 
-MIGRATIONS: Final = (_schema_v1,)
+def _seen_at_v2(engine: Engine) -> list[str]:
+    return [f"ALTER TABLE blocks ADD COLUMN {SEEN_AT.name} {_SQL_TYPES[engine][SEEN_AT.type]}"]
+
+
+MIGRATIONS: Final = (_schema_v1, _seen_at_v2)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 
 

@@ -22,6 +22,7 @@ from blockx_cli.commands import (
     dev,
     drive,
     function,
+    jobs,
     task,
     tasks,
     version,
@@ -47,6 +48,7 @@ for commands in (
     dashboard.app,
     dev.app,
     drive.app,
+    jobs.app,
     version.app,
 ):
     app.add_typer(commands)

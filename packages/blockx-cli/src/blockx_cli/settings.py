@@ -10,13 +10,11 @@ the running ``blockx dev up`` (``blockx_client.dev_config``), then the default.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import AsyncIterator
 
 import typer
 
-from blockx_client import Client, EtcdAccess, JobKind, JobPublisher
+from blockx_client import Client, EtcdAccess
 from blockx_client.dev_config import read_dev_config
 
 DEFAULT_ETCD = "localhost:2379"
@@ -79,17 +77,6 @@ class Settings:
 
     def etcd_endpoints(self) -> list[str]:
         return [e.strip() for e in self.etcd.split(",") if e.strip()]
-
-    @contextlib.asynccontextmanager
-    async def job_publisher(self, kind: JobKind) -> AsyncIterator[JobPublisher | None]:
-        """Publishes a backfill's or a follow's progress for ``blockx dashboard`` when
-        an etcd is named (flag, ETCD_ENDPOINTS or ``dev up``); None otherwise, so a
-        job without a cluster registry does not wait on the default address."""
-        if self._named_etcd() is None:
-            yield None
-            return
-        async with JobPublisher(self.etcd_endpoints(), kind, access=self.etcd_access()) as pub:
-            yield pub
 
 
 def settings_of(ctx: typer.Context) -> Settings:

@@ -37,7 +37,7 @@ from blockx_client.errors import (
     UnavailableError,
 )
 from blockx_client.functions import FunctionHandle
-from blockx_client.jobs import JobKind, JobProgress, JobPublisher, JobState, list_jobs
+from blockx_client.jobs import JobKind, JobProgress, JobState, list_jobs
 from blockx_client.models import (
     CLIENT_RETRYABLE,
     CallFailureInfo,
@@ -74,6 +74,7 @@ from blockx_client.models import (
 )
 from blockx_client.registry import EtcdAccess, WorkerInfo, list_workers
 from blockx_client.routing import route
+from blockx_client.submission import SubmissionRefused
 from blockx_client.sync import SyncClient
 from blockx_client.task_file import TaskFileError, load_task_file, task_from_dict
 
@@ -106,7 +107,6 @@ __all__ = [
     "IoTrace",
     "JobKind",
     "JobProgress",
-    "JobPublisher",
     "JobState",
     "ListedTask",
     "LoadPoint",
@@ -127,6 +127,7 @@ __all__ = [
     "SlotUncertainError",
     "SlotWait",
     "SlotWaitTimeoutError",
+    "SubmissionRefused",
     "SubmitAnswer",
     "SubmitUncertainError",
     "SyncClient",

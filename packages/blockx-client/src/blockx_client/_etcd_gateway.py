@@ -1,11 +1,11 @@
 """etcd's v3 API as JSON over HTTP (its gRPC gateway), for the SDK.
 
-No etcd client library is needed: etcd serves ``POST /v3/kv/range``, ``/v3/kv/put``
-and the lease calls as JSON, which is all the SDK's registry view and its job
-records need. With ``EtcdAccess`` the gateway is dialled over HTTPS (the CA
-verifies etcd, a client certificate answers ``--client-cert-auth``) and, with a
-username, ``POST /v3/auth/authenticate`` gets a token that every call sends in
-its ``Authorization`` header. The calls block; callers run them in a thread.
+No etcd client library is needed: etcd serves ``POST /v3/kv/range`` as JSON,
+which is all the SDK's registry view needs (the SDK only reads etcd). With
+``EtcdAccess`` the gateway is dialled over HTTPS (the CA verifies etcd, a client
+certificate answers ``--client-cert-auth``) and, with a username,
+``POST /v3/auth/authenticate`` gets a token that every call sends in its
+``Authorization`` header. The calls block; callers run them in a thread.
 """
 
 from __future__ import annotations
@@ -105,30 +105,6 @@ class Gateway:
             (base64.b64decode(kv["key"]), base64.b64decode(kv.get("value", "")))
             for kv in data.get("kvs", [])
         ]
-
-    def put(self, key: str, value: bytes, *, lease: int = 0) -> None:
-        body = {"key": _b64(key.encode()), "value": _b64(value)}
-        if lease:
-            body["lease"] = str(lease)
-        self._call("/v3/kv/put", body)
-
-    def grant(self, ttl_s: int) -> int:
-        """A new lease of ``ttl_s`` seconds; its id."""
-        reply = self._call("/v3/lease/grant", {"TTL": str(ttl_s)})
-        try:
-            return int(reply["ID"])
-        except (KeyError, TypeError, ValueError):
-            raise Refused("etcd's lease grant answer has no ID") from None
-
-    def keep_alive(self, lease: int) -> None:
-        """Renews ``lease`` once; Refused when it has already expired."""
-        reply = self._call("/v3/lease/keepalive", {"ID": str(lease)})
-        result = reply.get("result", {}) if isinstance(reply, dict) else {}
-        if int(result.get("TTL", 0) or 0) <= 0:
-            raise Refused(f"etcd lease {lease:x} has expired")
-
-    def revoke(self, lease: int) -> None:
-        self._call("/v3/lease/revoke", {"ID": str(lease)})
 
     def _call(self, path: str, body: dict[str, str]) -> Any:
         if not self._authenticated:

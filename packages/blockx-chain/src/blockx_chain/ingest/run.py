@@ -373,7 +373,7 @@ class _Run:
 
     async def _insert(self, w: BlockWriter, batch: list[BlockRows]) -> None:
         try:
-            written = await w.insert_blocks(batch)
+            written = await w.insert_blocks(batch, seen_at_ms=int(time.time() * 1000))
         except RowError as exc:
             raise IngestError(f"a block breaks the block database's schema: {exc}") from None
         self.summary.blocks += written[BLOCKS.name]

@@ -15,11 +15,14 @@ thread, together with the insert; PostgreSQL: on the store's thread, before
 asyncpg sends it), so the loop never holds more than one chunk's work at a time.
 
 The writers' own tables (``_blockx_columns``, ``_blockx_written``,
-``_blockx_sink``) are made, and older layouts brought up to date, once per store
-before its first transaction. ``_blockx_sink`` holds the sink's identity, a
-random id made with it: a driver reads it from the sink it was given and puts it
-into the writer's config, and a Worker whose sink has another identity refuses
-the write (``SinkMismatch``) before writing anything.
+``_blockx_sink``, and ``_blockx_jobs``, the drivers' job records:
+``blockx_chain.sink.jobs``) are made, and older layouts brought up to date, once
+per store before its first transaction. A store opened ``read_only`` makes
+nothing: it only reads the job records, finding none where the table is missing.
+``_blockx_sink`` holds the sink's identity, a random id made with it: a driver
+reads it from the sink it was given and puts it into the writer's config, and a
+Worker whose sink has another identity refuses the write (``SinkMismatch``)
+before writing anything.
 """
 
 from __future__ import annotations
@@ -38,11 +41,22 @@ from typing import Any, Final, NamedTuple, TypeVar
 
 from blockx_chain.sink.encode import encode_rows
 from blockx_chain.sink.errors import SinkMismatch, SinkRejected
+from blockx_chain.sink.jobs import (
+    JOBS_KEPT,
+    NEWEST_SQL,
+    ONE_SQL,
+    PRUNE_SQL,
+    PUT_SQL,
+    JobEntry,
+    job_statements,
+    put_params,
+)
 from blockx_chain.sink.schema import (
     BLOCK_HASH,
     BLOCK_NUMBER,
     CODE_EPOCH,
     COLUMNS_TABLE,
+    JOBS_TABLE,
     LEDGER,
     ROW_INDEX,
     SINK_TABLE,
@@ -84,6 +98,7 @@ def _meta_statements(postgres: bool) -> list[str]:
         "PRIMARY KEY (table_name, block_number))",
         f"CREATE TABLE IF NOT EXISTS {SINK_TABLE} (identity TEXT NOT NULL, "
         "version INTEGER NOT NULL)",
+        *job_statements(postgres),
     ]
 
 
@@ -139,11 +154,18 @@ class SinkTx(abc.ABC):
 
 
 class SinkStore(abc.ABC):
-    def __init__(self, description: str, *, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> None:
+    def __init__(
+        self,
+        description: str,
+        *,
+        chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        read_only: bool = False,
+    ) -> None:
         if chunk_rows < 1:
             raise ValueError(f"chunk_rows must be >= 1, got {chunk_rows}")
         self.description = description
         self.chunk_rows = chunk_rows
+        self.read_only = read_only
         self._meta_ready = False
         self._meta_turn = asyncio.Lock()
         # Checking and converting rows holds the interpreter: two threads keep a small
@@ -271,6 +293,13 @@ class SinkStore(abc.ABC):
             names = ", ".join(identifier(n, "column") for n in types)
             return await tx.fetch(f"SELECT {names} FROM {quoted}{order}", ())
 
+    async def column_types(self, table: str) -> dict[str, SinkType]:
+        """The recorded type of each column of ``table`` (empty: no such sink table)."""
+        identifier(table, "table")
+        await self._ready()
+        async with self.transaction() as tx:
+            return await self._known(tx, table)
+
     async def written(
         self, table: str, from_block: int | None = None, to_block: int | None = None
     ) -> list[dict[str, Any]]:
@@ -331,11 +360,33 @@ class SinkStore(abc.ABC):
             )
         return len(present)
 
+    async def put_job(self, entry: JobEntry, *, prune: bool = False) -> None:
+        """Write ``entry`` in ``_blockx_jobs``, replacing the record of its job_id;
+        with ``prune``, also remove the ended records beyond the newest JOBS_KEPT."""
+        await self._ready()
+        async with self.transaction() as tx:
+            await tx.execute(PUT_SQL, put_params(entry))
+            if prune:
+                await tx.execute(PRUNE_SQL, (JOBS_KEPT,))
+
+    async def jobs(self, limit: int, job_id: str | None = None) -> list[dict[str, Any]]:
+        """The ``limit`` most recently updated rows of ``_blockx_jobs`` (only
+        ``job_id``'s when given), as the database holds them: a reader checks them."""
+        if not self.read_only:
+            await self._ready()
+        sql, params = (NEWEST_SQL, (limit,)) if job_id is None else (ONE_SQL, (job_id,))
+        async with self.transaction() as tx:
+            if self.read_only and await tx.taken(JOBS_TABLE) is None:
+                return []
+            return await tx.fetch(sql, params)
+
     async def _ready(self) -> None:
         """Once per store, in a transaction of its own: the writers' tables made,
         the sink's identity made when it has none, its layout brought up to date."""
         if self._meta_ready:
             return
+        if self.read_only:
+            raise SinkRejected(f"{self.description} is open read-only")
         async with self._meta_turn:
             if not self._meta_ready:
                 await self._make_meta()

@@ -170,8 +170,10 @@ class _PostgresTx(SinkTx):
 
 
 class PostgresSink(SinkStore):
-    def __init__(self, pool: asyncpg.Pool[Any], description: str, chunk_rows: int) -> None:
-        super().__init__(description, chunk_rows=chunk_rows)
+    def __init__(
+        self, pool: asyncpg.Pool[Any], description: str, chunk_rows: int, *, read_only: bool
+    ) -> None:
+        super().__init__(description, chunk_rows=chunk_rows, read_only=read_only)
         self._pool = pool
 
     @classmethod
@@ -181,6 +183,7 @@ class PostgresSink(SinkStore):
         *,
         pool_size: int = POOL_SIZE,
         chunk_rows: int = DEFAULT_CHUNK_ROWS,
+        read_only: bool = False,
     ) -> PostgresSink:
         description = describe(url)
         try:
@@ -195,7 +198,7 @@ class PostgresSink(SinkStore):
             )
         except (*_UNREACHABLE, asyncpg.PostgresError) as exc:
             raise SinkUnavailable(f"{description} is unreachable: {exc}") from None
-        return cls(pool, description, chunk_rows)
+        return cls(pool, description, chunk_rows, read_only=read_only)
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SinkTx]:

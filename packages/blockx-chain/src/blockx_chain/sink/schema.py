@@ -30,6 +30,8 @@ LEDGER: Final = "_blockx_written"
 COLUMNS_TABLE: Final = "_blockx_columns"
 # One row: the sink's identity, and the version of the writers' own layout.
 SINK_TABLE: Final = "_blockx_sink"
+# The drivers' job records (``blockx_chain.sink.jobs``).
+JOBS_TABLE: Final = "_blockx_jobs"
 # The block database's own tables: a sink on the same database never writes them.
 CHAIN_TABLES: Final = frozenset(
     {"blocks", "transactions", "logs", "erc20_transfers", "chain", "reorgs", "blockx_schema"}

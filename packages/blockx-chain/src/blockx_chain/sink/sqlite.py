@@ -143,8 +143,8 @@ class _SqliteTx(SinkTx):
 
 
 class SqliteSink(SinkStore):
-    def __init__(self, path: Path, chunk_rows: int) -> None:
-        super().__init__(f"sqlite:///{path}", chunk_rows=chunk_rows)
+    def __init__(self, path: Path, chunk_rows: int, *, read_only: bool = False) -> None:
+        super().__init__(f"sqlite:///{path}", chunk_rows=chunk_rows, read_only=read_only)
         self.path = path
         # SQLITE_LIMIT_COLUMN, read from the connection (2000 unless SQLite was built
         # otherwise).
@@ -155,8 +155,12 @@ class SqliteSink(SinkStore):
         self._turn = asyncio.Lock()
 
     @classmethod
-    async def open(cls, path: Path, *, chunk_rows: int = DEFAULT_CHUNK_ROWS) -> SqliteSink:
-        sink = cls(path, chunk_rows)
+    async def open(
+        cls, path: Path, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, read_only: bool = False
+    ) -> SqliteSink:
+        """The sink in the file ``path``, made when missing; ``read_only``: opened
+        read-only, SinkUnavailable when there is no such file."""
+        sink = cls(path, chunk_rows, read_only=read_only)
         try:
             await asyncio.get_running_loop().run_in_executor(sink._thread, sink._connect)
         except BaseException:
@@ -169,10 +173,22 @@ class SqliteSink(SinkStore):
             raise SinkUnavailable(
                 f"{self.description}: the directory {self.path.parent} does not exist"
             )
+        if self.read_only and not self.path.is_file():
+            raise SinkUnavailable(f"no sink database at {self.path}")
         try:
-            conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            if self.read_only:
+                # A reader never makes the file (nor its -wal and -shm).
+                conn = sqlite3.connect(
+                    f"{self.path.as_uri()}?mode=ro",
+                    uri=True,
+                    isolation_level=None,
+                    check_same_thread=False,
+                )
+            else:
+                conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout = {SINK_BUSY_TIMEOUT_MS}")
-            conn.execute("PRAGMA journal_mode = WAL")
+            if not self.read_only:
+                conn.execute("PRAGMA journal_mode = WAL")
         except sqlite3.Error as exc:
             raise SinkUnavailable(f"{self.description}: {exc}") from None
         self.max_columns = conn.getlimit(sqlite3.SQLITE_LIMIT_COLUMN)
@@ -193,8 +209,9 @@ class SqliteSink(SinkStore):
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SinkTx]:
+        begin = "BEGIN" if self.read_only else "BEGIN IMMEDIATE"
         async with self._turn:
-            await self._run(lambda conn: conn.execute("BEGIN IMMEDIATE"))
+            await self._run(lambda conn: conn.execute(begin))
             try:
                 yield _SqliteTx(self)
             except BaseException:

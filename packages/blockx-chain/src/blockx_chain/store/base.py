@@ -23,6 +23,7 @@ from blockx_chain.schema import (
     BLOCKS,
     CHAIN,
     REORGS,
+    SEEN_AT,
     BlockRows,
     ChainState,
     block_row_sets,
@@ -87,13 +88,17 @@ class BlockWriter(abc.ABC):
         check_chain(current, chain_id, genesis_hash)
         return current
 
-    async def insert_blocks(self, blocks: Sequence[BlockRows]) -> dict[str, int]:
+    async def insert_blocks(
+        self, blocks: Sequence[BlockRows], *, seen_at_ms: int | None = None
+    ) -> dict[str, int]:
         """Write these blocks with their transactions and logs, and the ERC-20
         transfers among the logs, replacing whatever the database held at those
-        block numbers (so re-running a range leaves the same rows). Every row is
-        checked first: a RowError writes nothing. Returns the rows written per table."""
+        block numbers (so re-running a range leaves the same rows). ``seen_at_ms``
+        is when ingest stored them (Unix ms; None: not known). Every row is checked
+        first: a RowError writes nothing. Returns the rows written per table."""
         if not blocks:
             return {t.name: 0 for t in BLOCK_TABLES}
+        seen = check_value(BLOCKS, SEEN_AT, seen_at_ms, "insert_blocks")
         # Checking every cell is CPU work: off the event loop, so fetches of the next
         # batches go on meanwhile.
         rows = await asyncio.to_thread(block_row_sets, blocks)
@@ -101,9 +106,11 @@ class BlockWriter(abc.ABC):
         if len(set(numbers)) != len(numbers):
             raise StoreError("insert_blocks was given the same block number twice")
         await self._delete_blocks(numbers)
+        rows[BLOCKS.name] = [(*row, seen) for row in rows[BLOCKS.name]]
         for table in BLOCK_TABLES:
             if rows[table.name]:
-                await self._load(table.name, table.names, rows[table.name])
+                names = (*table.names, SEEN_AT.name) if table is BLOCKS else table.names
+                await self._load(table.name, names, rows[table.name])
         return {name: len(table_rows) for name, table_rows in rows.items()}
 
     async def delete_above(self, number: int) -> int:
@@ -241,6 +248,16 @@ class BlockStore(abc.ABC):
         """Rows of chain table ``table`` in ``[from_block, to_block]`` whose columns
         equal ``where``'s values, ordered by block then index."""
         return await self._read(reads.rows(table, from_block, to_block, where, self.max_rows))
+
+    async def seen_at(self, from_block: int, to_block: int) -> dict[int, int | None]:
+        """When ingest stored each block in ``[from_block, to_block]`` (Unix ms; None
+        for a block stored before the database recorded it). Not a function read."""
+        start, end = reads.block_range(from_block, to_block)
+        rows = await self._fetch(
+            f"SELECT block_number, {SEEN_AT.name} FROM blocks WHERE block_number BETWEEN ? AND ?",
+            (start, end),
+        )
+        return {row["block_number"]: row[SEEN_AT.name] for row in rows}
 
     async def reorgs(self, after_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """Reorgs with an id above ``after_id``, oldest first: a follower's cursor."""

@@ -9,17 +9,18 @@ import typer
 
 from blockx_cli.dashboard.config import (
     DEFAULT_HOST,
-    DEFAULT_JOBS_PREFIX,
     DEFAULT_PORT,
     DEFAULT_REFRESH_S,
     DEFAULT_TIMEOUT_S,
     LOOPBACK_NAMES,
     DashboardConfig,
 )
+from blockx_cli.databases import SinkDbOpt, find_database
 from blockx_cli.output import EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.settings import settings_of
 from blockx_client import BlockxError
 from blockx_client.cluster_tasks import DEFAULT_PREFIXES
+from blockx_client.submission import url_text
 
 app = typer.Typer()
 
@@ -61,9 +62,7 @@ def dashboard(
             show_default=" and ".join(DEFAULT_PREFIXES),
         ),
     ] = None,
-    jobs_prefix: Annotated[
-        str, typer.Option(help="Where backfill and follow jobs publish their progress in etcd.")
-    ] = DEFAULT_JOBS_PREFIX,
+    sink_db: SinkDbOpt = None,
     refresh: Annotated[
         float, typer.Option(min=0, help="Seconds between a page's data reloads; 0: never.")
     ] = DEFAULT_REFRESH_S,
@@ -77,13 +76,16 @@ def dashboard(
 
     It reads etcd (--etcd / ETCD_ENDPOINTS), the registered workers and the block
     coordinator (--coordinator / BLOCKX_COORDINATOR), like `blockx workers`,
-    `blockx tasks` and `blockx why`; it changes nothing (GET and HEAD only)."""
+    `blockx tasks` and `blockx why`, and the job records in the sink database
+    (--sink-db / SINK_DB_URL), like `blockx jobs`; it changes nothing (GET and
+    HEAD only)."""
     settings = settings_of(ctx)
+    sink = find_database(sink_db, "--sink-db", "SINK_DB_URL")
     try:
         config = DashboardConfig(
             etcd_endpoints=tuple(settings.etcd_endpoints()),
             prefixes=tuple(prefix or DEFAULT_PREFIXES),
-            jobs_prefix=jobs_prefix,
+            sink_db_url=None if sink is None else url_text(sink[0]),
             coordinator=settings.coordinator,
             bundle_coordinator=settings.bundle_coordinator,
             proxy_socket=settings.proxy,

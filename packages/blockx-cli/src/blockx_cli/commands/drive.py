@@ -12,10 +12,16 @@ effort, within a few seconds) and says so on stderr: ``backfill`` stops at once,
 ``follow`` once they have ended (a block whose task was cancelled so is left for
 the next run).
 
+Before any task goes out, the source table, the sink's declared column types and
+the function are checked once (``blockx_client.submission``): a failed check is
+one line and exit 2, and nothing is submitted. Each run keeps its job record in
+the sink (``blockx jobs``), naming this command line.
+
 Exit codes: 0 done, every block written (``follow``: stopped by SIGINT/SIGTERM);
 1 a block failed for good and was not written, or the range is not in the block
-database; 2 usage (a bad flag, no bundle coordinator configured); 3 a database or
-the cluster cannot be reached; 130 ``backfill`` interrupted (a re-run resumes).
+database; 2 usage (a bad flag, a failed check, no bundle coordinator configured);
+3 a database or the cluster cannot be reached; 130 ``backfill`` interrupted (a
+re-run resumes).
 """
 
 from __future__ import annotations
@@ -24,10 +30,12 @@ import asyncio
 import enum
 import json
 import logging
+import shlex
 import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Annotated, Any, TypeVar, assert_never
 
 import msgspec
@@ -39,11 +47,12 @@ from rich.table import Table
 from blockx_chain.sink import SinkError, SinkRejected, SinkType, SinkUnavailable
 from blockx_chain.sink.schema import parse_types
 from blockx_chain.store import StoreError, StoreUnavailable
-from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, describe, parse_blockdb_url
+from blockx_chain.url import BlockDbUrl, describe
+from blockx_cli.databases import database_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.runner import hint_for
 from blockx_cli.settings import Settings, settings_of
-from blockx_client import BlockxError, Client, InvalidRequestError, JobKind
+from blockx_client import BlockxError, Client, InvalidRequestError
 from blockx_client.backfill import (
     DEFAULT_BACKFILL_WRITER,
     DEFAULT_BLOCKS_PER_TASK,
@@ -59,7 +68,7 @@ from blockx_client.backfill import (
     TaskOutcome,
     backfill,
 )
-from blockx_client.dev_config import dev_config_path, read_dev_config
+from blockx_client.dev_config import dev_config_path
 from blockx_client.follow import (
     DEFAULT_POLL_INTERVAL_S,
     DEFAULT_REORG_WINDOW,
@@ -76,7 +85,7 @@ from blockx_client.follow import (
     WatchInterrupted,
     follow,
 )
-from blockx_client.job_progress import backfill_progress, follow_progress, published
+from blockx_client.jobs import LagFrom
 
 app = typer.Typer()
 T = TypeVar("T")
@@ -161,30 +170,11 @@ ColumnOpt = Annotated[
 ]
 
 
-def _url(raw: str | None, flag: str, variable: str, what: str) -> tuple[BlockDbUrl, bool]:
-    """The database of ``flag`` (or of its environment variable, which typer read),
-    else the one the running ``blockx dev up`` wrote into dev.toml; and whether it
-    came from dev.toml."""
-    source, from_dev = flag, False
-    if not raw:
-        try:
-            raw = read_dev_config().get(variable)
-        except InvalidRequestError as exc:
-            fail(exc.message, EXIT_USAGE)
-        source, from_dev = f"{variable} in {dev_config_path()}", True
-    if not raw:
-        fail(f"no {what}: pass {flag}, set {variable}, or start `blockx dev up`", EXIT_USAGE)
-    try:
-        return parse_blockdb_url(raw), from_dev
-    except InvalidBlockDbUrl as exc:
-        fail(f"{source} {exc}", EXIT_USAGE)
-
-
 def _databases(db: str | None, sink_db: str | None, json_mode: bool) -> dict[str, BlockDbUrl]:
     """The block database and the sink, as the drivers take them; a line saying so
     when they are the running ``blockx dev up``'s."""
-    db_url, db_from_dev = _url(db, "--db", "BLOCKDB_URL", "block database")
-    sink_url, sink_from_dev = _url(sink_db, "--sink-db", "SINK_DB_URL", "sink database")
+    db_url, db_from_dev = database_url(db, "--db", "BLOCKDB_URL", "block database")
+    sink_url, sink_from_dev = database_url(sink_db, "--sink-db", "SINK_DB_URL", "sink database")
     shown = [describe(u) for u, dev in ((db_url, db_from_dev), (sink_url, sink_from_dev)) if dev]
     if shown and not json_mode:
         console.print(
@@ -316,9 +306,17 @@ class _View:
         return table
 
 
-def _named(kwargs: dict[str, Any]) -> dict[str, str]:
-    """What a job record names: its function and sink table."""
-    return {"function": kwargs["function"], "sink_table": kwargs["sink_table"]}
+def _announce(job_id: str, function_unchecked: str) -> None:
+    """The run's job record, and a function that could not be checked."""
+    console.print(f"[dim]job {job_id} (blockx jobs {job_id})[/]", highlight=False)
+    if function_unchecked:
+        console.print(f"[yellow]warning:[/] {escape(function_unchecked)}", highlight=False)
+
+
+def _command_line() -> str:
+    """This process's command line, as its job record names it (URL passwords are
+    redacted when the record is made)."""
+    return shlex.join([Path(sys.argv[0]).name, *sys.argv[1:]])
 
 
 async def _backfill(
@@ -336,20 +334,17 @@ async def _backfill(
 
     async def consume() -> None:
         nonlocal summary
-        async with (
-            settings.client() as client,
-            settings.job_publisher(JobKind.BACKFILL) as publisher,
-        ):
+        async with settings.client() as client:
             clients.append(client)
             events: AsyncIterator[BackfillEvent] = backfill(client, **kwargs)
-            if publisher is not None:
-                events = published(events, publisher, backfill_progress, **_named(kwargs))
             async for event in events:
                 if json_mode:
                     _print_json(event)
                 match event:
                     case BackfillPlanned():
                         view.planned = event
+                        if not json_mode:
+                            _announce(event.job_id, event.function_unchecked)
                     case TaskFinished():
                         view.last = event
                         if event.outcome is TaskOutcome.FAILED:
@@ -444,6 +439,7 @@ def backfill_command(
         "max_attempts": max_attempts,
         "on_failure": on_failure,
         "writer_config": _columns(column),
+        "command": _command_line(),
     }
     summary, failures = _run(_backfill(settings_of(ctx), json_output, kwargs))
     if summary is None:
@@ -484,9 +480,10 @@ def _describe(event: FollowEvent) -> str:
             head = "nothing ingested yet" if event.head is None else f"head {event.head}"
             return f"following from block {event.from_block} ({head})"
         case BlockWritten():
+            since = "ingest stored it" if event.lag_from is LagFrom.INGEST else "follow saw it"
             return (
                 f"block {event.number} {event.hash[:10]}…: {event.rows} rows, "
-                f"lag {event.lag_ms / 1000:.1f} s ({event.seen_lag_ms} ms after it was seen)"
+                f"written {event.lag_ms:,} ms after {since}"
             )
         case BlockRetrying():
             return (
@@ -544,20 +541,17 @@ async def _follow(
         stop.set()
 
     with _on_signals(interrupt):
-        async with (
-            settings.client() as client,
-            settings.job_publisher(JobKind.FOLLOW) as publisher,
-        ):
+        async with settings.client() as client:
             clients.append(client)
             events: AsyncIterator[FollowEvent] = follow(client, stop=stop, **kwargs)
-            if publisher is not None:
-                events = published(events, publisher, follow_progress, **_named(kwargs))
             async for event in events:
                 if json_mode:
                     _print_json(event)
                 else:
                     console.print(_describe(event), highlight=False)
                 match event:
+                    case FollowStarted() if not json_mode:
+                        _announce(event.job_id, event.function_unchecked)
                     case BlockFailed():
                         unwritten[event.number] = event
                     case BlockWritten():
@@ -628,6 +622,7 @@ def follow_command(
         "max_attempts": max_attempts,
         "on_failure": on_failure,
         "writer_config": _columns(column),
+        "command": _command_line(),
     }
     unwritten = _run(_follow(settings_of(ctx), json_output, kwargs))
     if unwritten:

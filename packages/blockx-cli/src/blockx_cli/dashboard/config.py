@@ -1,7 +1,8 @@
 """Where the dashboard reads from and how it serves: ``DashboardConfig``.
 
-The dashboard only reads: the registry and the jobs' progress from etcd, task
-lists and results from the Workers, placement from the Coordinators.
+The dashboard only reads: the registry from etcd, task lists and results from the
+Workers, placement from the Coordinators, the backfill and follow jobs' records
+from the sink database.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ import msgspec
 
 from blockx_client import EtcdAccess
 from blockx_client.cluster_tasks import DEFAULT_PREFIXES
-from blockx_client.jobs import JOBS_PREFIX
 
 # Loopback unless configured: the dashboard shows task ids, failure messages and
 # addresses, and has no login of its own.
@@ -22,19 +22,18 @@ DEFAULT_HOST: Final = "127.0.0.1"
 DEFAULT_PORT: Final = 8941
 DEFAULT_REFRESH_S: Final = 5.0
 DEFAULT_TIMEOUT_S: Final = 3.0
-# Where backfill and follow jobs publish their progress.
-DEFAULT_JOBS_PREFIX: Final = JOBS_PREFIX
 
 
 class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``coordinator``, ``bundle_coordinator`` and ``proxy_socket``: None is the
     client's own default (the environment, then the running ``dev up``, then
-    localhost); ``direct``: through no proxy. ``timeout_s`` bounds each answer a
-    page waits for (etcd, each Worker, the Coordinator)."""
+    localhost); ``direct``: through no proxy. ``sink_db_url``: the sink whose job
+    records the jobs page shows (None: none was named). ``timeout_s`` bounds each
+    answer a page waits for (etcd, each Worker, the Coordinator, the sink)."""
 
     etcd_endpoints: tuple[str, ...]
     prefixes: tuple[str, ...] = DEFAULT_PREFIXES
-    jobs_prefix: str = DEFAULT_JOBS_PREFIX
+    sink_db_url: str | None = None
     coordinator: str | None = None
     bundle_coordinator: str | None = None
     proxy_socket: str | None = None

@@ -1,54 +1,49 @@
-"""The jobs page's data: backfill and follow progress, as the jobs publish it in
-etcd (``blockx_client.jobs``).
+"""The jobs page's data: the backfill and follow jobs' records, read from the
+sink database they write (``blockx_client.jobs``).
 
 A job record is written by whatever process runs the job, or by anyone who can
-write etcd: the dashboard trusts none of it. Each record is decoded as a
+write the sink: the dashboard trusts none of it. Each record is decoded as a
 ``JobProgress``, whose every field is typed and bounded (numbers finite and in a
 range a page can show, text of bounded length); a record that is not valid JSON,
-too big, or out of bounds is a ``BadJobRecord`` naming its key and why, shown as
-one row, and the page shows everything else.
+too big, or out of bounds is a ``BadJobRecord`` naming its job id and why, shown
+as one row, and the page shows everything else. The sink is opened read-only for
+each page and never made: a SQLite sink that is not there is a problem on the
+page.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Final
 
+from blockx_chain.sink import SinkError
+from blockx_chain.url import describe, parse_blockdb_url
 from blockx_cli.dashboard.config import DashboardConfig
 from blockx_cli.dashboard.sources import now_ms
 from blockx_cli.dashboard.views import BadJobRecord, JobRow, JobsPage, Problem
-from blockx_client import BlockxError
-from blockx_client.jobs import JobProgress, JobState, decode_job, read_job_records
+from blockx_client.jobs import BadJobRecord as BadRecord
+from blockx_client.jobs import JobProgress, JobState, read_jobs
 
-# What of a bad record's key and of the reason a row shows.
-MAX_KEY_SHOWN: Final = 300
-MAX_REASON_SHOWN: Final = 300
-
-
-def _shown(text: str, bound: int) -> str:
-    return text if len(text) <= bound else text[:bound] + "\N{HORIZONTAL ELLIPSIS}"
-
-
-def decode_record(key: bytes, value: bytes) -> JobProgress | BadJobRecord:
-    """The record under ``key``, or why it cannot be shown."""
-    decoded = decode_job(value)
-    if isinstance(decoded, JobProgress):
-        return decoded
-    return BadJobRecord(
-        key=_shown(key.decode(errors="replace"), MAX_KEY_SHOWN),
-        error=_shown(decoded, MAX_REASON_SHOWN),
-    )
+# The jobs a page shows: the most recently updated.
+JOBS_SHOWN: Final = 200
+NO_SINK: Final = (
+    "no sink database is configured: pass --sink-db, set SINK_DB_URL, or start `blockx dev up`"
+)
 
 
 def job_row(job: JobProgress, at_ms: int) -> JobRow:
     return JobRow(
         job_id=job.job_id,
         kind=job.kind.value,
-        state=job.state.value,
+        state=job.shown_state(at_ms).value,
         started_ms=job.started_ms,
         updated_ms=job.updated_ms,
         updated_age_ms=max(0, at_ms - job.updated_ms),
+        ended_ms=job.ended_ms,
         function=job.function,
         sink_table=job.sink_table,
+        task_prefix=job.task_prefix,
+        command=job.command,
         from_block=job.from_block,
         to_block=job.to_block,
         blocks_total=job.blocks_total,
@@ -64,31 +59,35 @@ def job_row(job: JobProgress, at_ms: int) -> JobRow:
         last_block=job.last_block,
         head_lag_blocks=job.head_lag_blocks,
         lag_ms=job.lag_ms,
+        lag_from=None if job.lag_from is None else job.lag_from.value,
+        failures=job.failures,
         message=job.message,
     )
 
 
+def bad_row(bad: BadRecord) -> BadJobRecord:
+    return BadJobRecord(key=bad.job_id, error=bad.error)
+
+
 async def jobs_page(config: DashboardConfig) -> JobsPage:
     """Running jobs first, then the most recently updated; then the bad records."""
+    if config.sink_db_url is None:
+        return JobsPage(now_ms=now_ms(), jobs=(), problems=(Problem(source="sink", error=NO_SINK),))
+    url = parse_blockdb_url(config.sink_db_url)
     try:
-        records = await read_job_records(
-            list(config.etcd_endpoints),
-            prefix=config.jobs_prefix,
-            timeout_s=config.timeout_s,
-            access=config.access,
-        )
-    except BlockxError as exc:
+        async with asyncio.timeout(config.timeout_s):
+            records = await read_jobs(url, limit=JOBS_SHOWN)
+    except (SinkError, TimeoutError) as exc:
+        error = str(exc) or f"no answer in {config.timeout_s:g} s"
         return JobsPage(
-            now_ms=now_ms(), jobs=(), problems=(Problem(source="etcd", error=exc.message),)
+            now_ms=now_ms(),
+            jobs=(),
+            problems=(Problem(source=f"sink {describe(url)}", error=error),),
         )
     at = now_ms()
-    found: list[JobProgress] = []
-    bad: list[BadJobRecord] = []
-    for key, value in records:
-        match decode_record(key, value):
-            case JobProgress() as job:
-                found.append(job)
-            case BadJobRecord() as refused:
-                bad.append(refused)
-    found.sort(key=lambda j: (j.state is not JobState.RUNNING, -j.updated_ms, j.job_id))
-    return JobsPage(now_ms=at, jobs=tuple(job_row(j, at) for j in found), bad_records=tuple(bad))
+    found = sorted(
+        (r for r in records if isinstance(r, JobProgress)),
+        key=lambda job: (job.shown_state(at) is not JobState.RUNNING, -job.updated_ms, job.job_id),
+    )
+    bad = tuple(bad_row(r) for r in records if isinstance(r, BadRecord))
+    return JobsPage(now_ms=at, jobs=tuple(job_row(j, at) for j in found), bad_records=bad)

@@ -16,6 +16,7 @@ from blockx_client import (
     LoadPoint,
     WorkerEligibility,
 )
+from blockx_client.jobs import JobFailure
 from blockx_client.models import RecentRefusal
 
 
@@ -160,12 +161,19 @@ class PlacementPage(msgspec.Struct, frozen=True, kw_only=True):
 class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     job_id: str
     kind: str
+    # running, finished, failed, stopped; interrupted: running, but its driver has
+    # not updated it for STALE_AFTER_MS (it died).
     state: str
     started_ms: int
     updated_ms: int
     updated_age_ms: int
+    ended_ms: int | None
     function: str
     sink_table: str
+    # Every task of the job has an id starting with this.
+    task_prefix: str
+    # The command line (or Python call) that started it.
+    command: str
     from_block: int
     to_block: int | None
     blocks_total: int | None
@@ -182,13 +190,19 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     last_block: int | None
     # The block database's head minus the highest block written (None: unknown).
     head_lag_blocks: int | None
+    # A follow's: when it wrote its last block, since ingest stored that block
+    # (lag_from "ingest") or follow first saw it ("follow").
     lag_ms: int | None
+    lag_from: str | None
+    # The last tasks that failed for good: blocks, task id, code, message.
+    failures: tuple[JobFailure, ...]
     message: str
 
 
 class BadJobRecord(msgspec.Struct, frozen=True, kw_only=True):
-    """A record under the jobs prefix that is not a job the page can show: its key
-    and why (not JSON, too big, a field of the wrong type or out of bounds)."""
+    """A row of the sink's job records that is not a job the page can show: its job
+    id (``key``) and why (not JSON, too big, a field of the wrong type or out of
+    bounds)."""
 
     key: str
     error: str

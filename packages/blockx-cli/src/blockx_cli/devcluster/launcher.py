@@ -308,14 +308,15 @@ class DevCluster:
         return child
 
     async def _start_dashboard(self) -> None:
-        """``blockx dashboard`` over this cluster's etcd and coordinators, on loopback."""
+        """``blockx dashboard`` over this cluster's etcd, coordinators and sink, on loopback."""
         e, port = self.endpoints, self.ports.dashboard
         root = ["--etcd", e.etcd, "--coordinator", e.coordinator]
         if e.bundle_coordinator is not None:
             root += ["--bundle-coordinator", e.bundle_coordinator]
-        dashboard = await self._start(
-            "dashboard", "blockx", {}, [*root, "dashboard", "--host", HOST, "--port", str(port)]
-        )
+        args = [*root, "dashboard", "--host", HOST, "--port", str(port)]
+        if e.sink_db_url is not None:
+            args += ["--sink-db", e.sink_db_url]  # the Jobs page reads the job records there
+        dashboard = await self._start("dashboard", "blockx", {}, args)
         await wait_serving(dashboard, "dashboard", http_serving(port, "/workers"))
         self.endpoints = msgspec.structs.replace(e, dashboard=f"http://{HOST}:{port}/")
 

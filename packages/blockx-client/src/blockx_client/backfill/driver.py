@@ -11,6 +11,12 @@ tasks or (``on_failure="stop"``) ends there, the waits of the attempts under way
 cancelled. A task whose attempts all went without an answer from the cluster
 ends the backfill with ClusterUnreachable: the other tasks would fare no better.
 
+Before any task goes out, the source table, the sink's declared column types and
+the function are checked once (``blockx_client.submission``); the run then keeps
+its job record in the sink (``blockx_client.jobs``), and its tasks' ids start with
+the record's ``task_prefix`` (``<job_id>-<first block>``, retries
+``.retry-<attempt>`` after it).
+
 BlockX itself generates no tasks: this is a client, and the task model stays the
 Coordinator/Worker one. Stopping the iteration early (``aclose``, cancellation:
 Ctrl-C in ``blockx backfill``) cancels the attempts under way on their Workers
@@ -21,16 +27,15 @@ written and a re-run skips it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
 
-from blockx_chain.sink import SinkRejected, open_sink, read_identity
-from blockx_chain.sink.schema import parse_types
-from blockx_chain.store import open_store
-from blockx_chain.url import BlockDbUrl, parse_blockdb_url
+from blockx_chain.sink import SinkStore, open_sink
+from blockx_chain.store import BlockStore, open_store
+from blockx_chain.url import BlockDbUrl
 from blockx_client.backfill.plan import (
     DEFAULT_BLOCKS_PER_TASK,
     UNITS,
@@ -49,6 +54,9 @@ from blockx_client.backfill.progress import (
     TaskFinished,
     TaskOutcome,
 )
+from blockx_client.backfill.record import backfill_progress
+from blockx_client.job_progress import new_record, task_prefix
+from blockx_client.jobs import JobKind, JobRecorder, new_job_id, now_ms
 from blockx_client.ledger import canonical_hashes, written_hashes
 from blockx_client.models import Task, TaskResult
 from blockx_client.resubmit import (
@@ -63,6 +71,14 @@ from blockx_client.resubmit import (
     unanswered,
     verdict,
 )
+from blockx_client.submission import (
+    as_url,
+    call_command,
+    check_function,
+    check_sink,
+    check_source,
+    writer_config_for,
+)
 
 if TYPE_CHECKING:
     from blockx_client.client import Client
@@ -71,35 +87,10 @@ DEFAULT_TASKS_IN_FLIGHT = 4
 DEFAULT_BACKFILL_WRITER = "BlockBundleWriteResultHandler"
 
 
-def as_url(url: str | BlockDbUrl, what: str) -> BlockDbUrl:
-    if isinstance(url, str):
-        try:
-            return parse_blockdb_url(url)
-        except ValueError as exc:
-            raise ValueError(f"{what}: {exc}") from None
-    return url
-
-
-def writer_config_for(writer_config: Mapping[str, Any] | None, sink_table: str) -> dict[str, Any]:
-    """The writer's config: ``writer_config`` with ``{"table": sink_table}``; its
-    ``columns`` (name → INTEGER, TEXT, REAL, NUMERIC or JSON) are checked here, so a
-    declaration the writer would refuse is refused before any task is submitted."""
-    config = {**(writer_config or {}), "table": sink_table}
-    columns = config.get("columns")
-    if columns is not None:
-        if not isinstance(columns, Mapping):
-            raise ValueError(f"columns must map column names to types, got {columns!r}")
-        try:
-            parse_types(columns)
-        except SinkRejected as exc:
-            raise ValueError(f"columns: {exc}") from None
-    return config
-
-
 async def make_plan(
+    store: BlockStore,
+    sink: SinkStore,
     *,
-    db_url: BlockDbUrl,
-    sink_db_url: BlockDbUrl,
     sink_table: str,
     from_block: int,
     to_block: int,
@@ -111,29 +102,21 @@ async def make_plan(
     ranges = split(from_block, to_block, blocks_per_task)
     run: list[TaskRange] = []
     skipped: list[TaskRange] = []
-    store = await open_store(db_url)
-    try:
-        sink = await open_sink(sink_db_url)
-        try:
-            for task_range in ranges:
-                first, last = task_range.from_block, task_range.to_block
-                canonical = await canonical_hashes(store, first, last)
-                missing = missing_block(first, last, canonical)
-                if missing is not None:
-                    head = await store.head()
-                    at = "nothing ingested" if head is None else f"its head is {head['number']}"
-                    raise BackfillError(
-                        f"block {missing} is not in the block database ({at}): ingest it "
-                        "first (blockx chain ingest) or lower --to"
-                    )
-                written = await written_hashes(sink, sink_table, first, last)
-                part = plan([task_range], canonical, written, force=force)
-                run.extend(part.run)
-                skipped.extend(part.skipped)
-        finally:
-            await sink.close()
-    finally:
-        await store.close()
+    for task_range in ranges:
+        first, last = task_range.from_block, task_range.to_block
+        canonical = await canonical_hashes(store, first, last)
+        missing = missing_block(first, last, canonical)
+        if missing is not None:
+            head = await store.head()
+            at = "nothing ingested" if head is None else f"its head is {head['number']}"
+            raise BackfillError(
+                f"block {missing} is not in the block database ({at}): ingest it "
+                "first (blockx chain ingest) or lower --to"
+            )
+        written = await written_hashes(sink, sink_table, first, last)
+        part = plan([task_range], canonical, written, force=force)
+        run.extend(part.run)
+        skipped.extend(part.skipped)
     return BackfillPlan(
         from_block=from_block, to_block=to_block, run=tuple(run), skipped=tuple(skipped)
     )
@@ -195,6 +178,7 @@ async def backfill(
     force: bool = False,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     on_failure: OnFailure | str = OnFailure.CONTINUE,
+    command: str | None = None,
 ) -> AsyncIterator[BackfillEvent]:
     """Backfill ``[from_block, to_block]``: ``function`` over ``source_table`` of the
     block database (``db_url``) into ``sink_table`` of the sink (``sink_db_url``,
@@ -204,11 +188,18 @@ async def backfill(
     is attempted at most ``max_attempts`` times; after one failed for good the
     backfill goes on (``on_failure="continue"``) or ends (``"stop"``).
 
-    Raises ValueError for arguments it cannot use, BackfillError when a block of the
-    range is not in the block database, the stores' unavailable errors when a
-    database cannot be reached, ClusterUnreachable (a ConnectError) when a task's
-    attempts never reached the cluster, and InvalidRequestError when the cluster
-    refuses the task (no bundle coordinator configured)."""
+    Before any task goes out, the source table, the sink's column types and the
+    function are checked (``blockx_client.submission``). The run keeps its job
+    record in the sink (``blockx_client.jobs``), naming ``command`` (default: this
+    call) as what started it; its tasks' ids start with the record's
+    ``task_prefix``.
+
+    Raises ValueError for arguments it cannot use (SubmissionRefused for a failed
+    check), BackfillError when a block of the range is not in the block database,
+    the stores' unavailable errors when a database cannot be reached,
+    ClusterUnreachable (a ConnectError) when a task's attempts never reached the
+    cluster, and InvalidRequestError when the cluster refuses the task (no bundle
+    coordinator configured)."""
     if unit not in UNITS:
         raise ValueError(f"unit must be row or block, got {unit!r}")
     if tasks_in_flight < 1:
@@ -217,41 +208,109 @@ async def backfill(
     if bundle_size is not None and bundle_size < 1:
         raise ValueError(f"bundle_size must be >= 1, got {bundle_size}")
     config = writer_config_for(writer_config, sink_table)
+    check_source(source_table, where)
+    block_db, sink_db = as_url(db_url, "db_url"), as_url(sink_db_url, "sink_db_url")
     started = time.monotonic()
-    planned = await make_plan(
-        db_url=as_url(db_url, "db_url"),
-        sink_db_url=as_url(sink_db_url, "sink_db_url"),
-        sink_table=sink_table,
-        from_block=from_block,
-        to_block=to_block,
-        blocks_per_task=blocks_per_task,
-        force=force,
-    )
-    header = BackfillPlanned(
-        from_block=planned.from_block,
-        to_block=planned.to_block,
-        tasks=len(planned.run),
-        blocks=sum(r.blocks for r in planned.run),
-        skipped_tasks=len(planned.skipped),
-        skipped_blocks=sum(r.blocks for r in planned.skipped),
-    )
-    yield header
-    tally = Tally(header, started)
-    # A Worker whose sink is another database refuses the tasks (PLUGIN_FAILED).
-    config["sinkIdentity"] = await read_identity(as_url(sink_db_url, "sink_db_url"))
-    pending: deque[_Attempt] = deque()
-    for task_range in planned.run:
-        task = bundle_task(
-            task_range,
+    store = await open_store(block_db)
+    try:
+        sink = await open_sink(sink_db)
+    except BaseException:
+        await store.close()
+        raise
+    try:
+        try:
+            await check_sink(sink, sink_table, config)
+            unchecked = await check_function(client, function)
+            planned = await make_plan(
+                store,
+                sink,
+                sink_table=sink_table,
+                from_block=from_block,
+                to_block=to_block,
+                blocks_per_task=blocks_per_task,
+                force=force,
+            )
+            # A Worker whose sink is another database refuses the tasks (PLUGIN_FAILED).
+            config["sinkIdentity"] = await sink.identity()
+        finally:
+            await store.close()
+        if command is None:
+            command = call_command(
+                "backfill",
+                {
+                    "function": function,
+                    "source_table": source_table,
+                    "where": where,
+                    "unit": unit,
+                    "from_block": from_block,
+                    "to_block": to_block,
+                    "sink_table": sink_table,
+                    "db_url": block_db,
+                    "sink_db_url": sink_db,
+                    "writer_config": writer_config,
+                    "force": force or None,
+                },
+            )
+        job_id = new_job_id(JobKind.BACKFILL)
+        first = new_record(
+            JobKind.BACKFILL,
+            job_id=job_id,
+            command=command,
             function=function,
             source_table=source_table,
-            where=where,
-            unit=unit,
-            bundle_size=bundle_size,
-            writer=writer,
-            writer_config=config,
+            sink_table=sink_table,
+            now_ms=now_ms(),
         )
-        pending.append(_Attempt(task_range, task, f"backfill-{uuid.uuid4()}", 1))
+        tasks = [
+            bundle_task(
+                task_range,
+                function=function,
+                source_table=source_table,
+                where=where,
+                unit=unit,
+                bundle_size=bundle_size,
+                writer=writer,
+                writer_config=config,
+            )
+            for task_range in planned.run
+        ]
+        header = BackfillPlanned(
+            job_id=job_id,
+            from_block=planned.from_block,
+            to_block=planned.to_block,
+            tasks=len(planned.run),
+            blocks=sum(r.blocks for r in planned.run),
+            skipped_tasks=len(planned.skipped),
+            skipped_blocks=sum(r.blocks for r in planned.skipped),
+            function_unchecked=unchecked,
+        )
+        pending = deque(
+            _Attempt(task_range, task, f"{task_prefix(job_id)}{task_range.from_block}", 1)
+            for task_range, task in zip(planned.run, tasks, strict=True)
+        )
+        record = backfill_progress(first, header, now_ms())
+        tally = Tally(header, started)
+        run = _backfill(client, tally, pending, tasks_in_flight, max_attempts, after_failure)
+        async with JobRecorder(sink, record) as recorder, contextlib.aclosing(run) as events:
+            async for event in events:
+                recorder.update(backfill_progress(recorder.record, event, now_ms()))
+                yield event
+    finally:
+        await sink.close()
+
+
+async def _backfill(
+    client: Client,
+    tally: Tally,
+    pending: deque[_Attempt],
+    tasks_in_flight: int,
+    max_attempts: int,
+    after_failure: OnFailure,
+) -> AsyncGenerator[BackfillEvent, None]:
+    """The plan, then the attempts, at most ``tasks_in_flight`` at a time, with
+    the retryable ones resubmitted; a TaskFinished per finished attempt, the
+    summary last."""
+    yield tally.planned
     running: dict[asyncio.Task[TaskResult], _Attempt] = {}
     stopped = False  # a task failed for good and on_failure is STOP
     try:

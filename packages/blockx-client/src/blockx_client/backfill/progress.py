@@ -17,12 +17,15 @@ class TaskOutcome(enum.Enum):
 
 
 class BackfillPlanned(msgspec.Struct, frozen=True, kw_only=True, tag="plan", tag_field="event"):
+    job_id: str  # the run's job record in the sink; its tasks' ids start with it
     from_block: int
     to_block: int
     tasks: int  # tasks to run
     blocks: int  # blocks those tasks cover
     skipped_tasks: int  # ranges already written for the current block hashes
     skipped_blocks: int
+    # Why the function was not checked before any task went out ("" when it was).
+    function_unchecked: str = ""
 
 
 class TaskFinished(msgspec.Struct, frozen=True, kw_only=True, tag="task", tag_field="event"):

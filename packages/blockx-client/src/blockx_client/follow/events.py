@@ -6,12 +6,16 @@ from __future__ import annotations
 import msgspec
 
 from blockx_client.follow.watch import GapReason
+from blockx_client.jobs import LagFrom
 
 
 class FollowStarted(msgspec.Struct, frozen=True, kw_only=True, tag="start", tag_field="event"):
+    job_id: str  # the run's job record in the sink; its tasks' ids start with it
     from_block: int  # the first block follow looks at
     head: int | None  # the block database's head then (None: nothing ingested yet)
     reorg_cursor: int  # reorgs with a higher id are handled as they appear
+    # Why the function was not checked before any task went out ("" when it was).
+    function_unchecked: str = ""
 
 
 class BlockWritten(msgspec.Struct, frozen=True, kw_only=True, tag="block", tag_field="event"):
@@ -20,9 +24,13 @@ class BlockWritten(msgspec.Struct, frozen=True, kw_only=True, tag="block", tag_f
     rows: int
     task_id: str
     attempt: int
-    # Now minus the block's timestamp, and now minus when follow first saw the
-    # block in the block database.
+    # Now minus when ingest stored the block (the block database's seen_at_ms), or,
+    # for a block stored before the database recorded that, when follow first saw
+    # it: ``lag_from`` says which. Not the block's own timestamp, which a devnet
+    # (or a clock apart) makes meaningless.
     lag_ms: int
+    lag_from: LagFrom
+    # Now minus when follow first saw the block in the block database.
     seen_lag_ms: int
 
 

@@ -37,17 +37,19 @@ Workers, best effort, and their waits too).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 from blockx_chain.ingest.plan import DEFAULT_MAX_REORG_DEPTH
 from blockx_chain.sink import SinkStore, SinkUnavailable, open_sink
 from blockx_chain.store import BlockStore, StoreUnavailable, open_store
 from blockx_chain.url import BlockDbUrl
-from blockx_client.backfill.driver import as_url, writer_config_for
 from blockx_client.backfill.plan import UNITS
 from blockx_client.follow.events import (
     BlockFailed,
@@ -60,8 +62,11 @@ from blockx_client.follow.events import (
     ReorgReconciled,
     WatchInterrupted,
 )
+from blockx_client.follow.record import FollowProgress
 from blockx_client.follow.spec import FollowSpec
 from blockx_client.follow.watch import GapReason, Watch
+from blockx_client.job_progress import new_record
+from blockx_client.jobs import JobKind, JobRecorder, LagFrom, new_job_id, now_ms
 from blockx_client.ledger import Reconciliation, canonical_blocks, reach, reconcile, written_hashes
 from blockx_client.models import TaskResult
 from blockx_client.resubmit import (
@@ -78,6 +83,14 @@ from blockx_client.resubmit import (
     run_attempt,
     unanswered,
     verdict,
+)
+from blockx_client.submission import (
+    as_url,
+    call_command,
+    check_function,
+    check_sink,
+    check_source,
+    writer_config_for,
 )
 
 if TYPE_CHECKING:
@@ -98,26 +111,23 @@ _LEDGER_PAGE: Final = 10_000
 class _Job:
     """One block on one hash, and the attempt it is at."""
 
-    __slots__ = ("attempt", "hash", "number", "original", "seen_ms", "task", "timestamp_s")
+    __slots__ = ("attempt", "hash", "number", "original", "seen_ms", "stored_ms", "task")
 
     def __init__(
-        self, spec: FollowSpec, number: int, block_hash: str, timestamp_s: int, seen_ms: int
+        self, spec: FollowSpec, number: int, block_hash: str, stored_ms: int | None, seen_ms: int
     ) -> None:
         self.number = number
         self.hash = block_hash
-        self.timestamp_s = timestamp_s
+        # When ingest stored the block (None: not recorded), and when follow saw it.
+        self.stored_ms = stored_ms
         self.seen_ms = seen_ms
         self.task = spec.task(number, block_hash)
-        self.original = f"follow-{number}-{uuid.uuid4()}"
+        self.original = f"{spec.task_prefix}{number}-{uuid.uuid4().hex[:12]}"
         self.attempt = 1
 
     def again(self) -> _Job:
         self.attempt += 1
         return self
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class Follower:
@@ -148,7 +158,7 @@ class Follower:
         self._unreachable: ClusterUnreachable | None = None
         # What happened, not reported yet.
         self._outbox: deque[FollowEvent] = deque()
-        self._watch = Watch(_now_ms(), poll_interval_ms=int(spec.poll_interval_s * 1000))
+        self._watch = Watch(now_ms(), poll_interval_ms=int(spec.poll_interval_s * 1000))
 
     # ---- start ---------------------------------------------------------------------
 
@@ -176,8 +186,9 @@ class Follower:
         self._start, self._next = floor, start
         written = await written_hashes(self._sink, table, floor)
         self._written = {n: h for n, h in written.items() if n not in self._queued}
-        self._watch.looked(_now_ms())
+        self._watch.looked(now_ms())
         started = FollowStarted(
+            job_id=self._spec.job_id,
             from_block=start,
             head=None if head is None else head["number"],
             reorg_cursor=self._cursor,
@@ -201,7 +212,7 @@ class Follower:
 
     # ---- the loop ------------------------------------------------------------------
 
-    async def events(self, stop: asyncio.Event) -> AsyncIterator[FollowEvent]:
+    async def events(self, stop: asyncio.Event) -> AsyncGenerator[FollowEvent, None]:
         stopper = asyncio.ensure_future(stop.wait())
         give_up_at: float | None = None
         try:
@@ -265,14 +276,14 @@ class Follower:
     async def _look(self) -> None:
         """One look at the chain: the ledger reconciled after a gap, new reorgs,
         new blocks submitted. Raises the stores' unavailable errors."""
-        gap = self._watch.due(_now_ms())
+        gap = self._watch.due(now_ms())
         if gap is not None:
             self._outbox.append(await self._reconcile_ledger(gap))
         for row in await self._store.reorgs(self._cursor, _REORG_PAGE):
             self._outbox.append(await self._reconcile(row))
             self._cursor = row["id"]  # only once reconciled: a failed read tries it again
         await self._fill()
-        self._watch.looked(_now_ms())
+        self._watch.looked(now_ms())
 
     async def _fill(self) -> None:
         """Start resubmissions first, then the blocks from ``_next`` up to the head,
@@ -288,6 +299,7 @@ class Follower:
         while len(self._running) < room and self._next <= head["number"]:
             top = min(head["number"], self._next + SCAN_AHEAD - 1)
             blocks = await canonical_blocks(self._store, self._next, top)
+            stored = await self._store.seen_at(self._next, top)
             for number in range(self._next, top + 1):
                 if len(self._running) >= room:
                     return
@@ -299,10 +311,11 @@ class Follower:
                     continue
                 if number in self._running_numbers or number in self._queued:
                     continue  # checked against the chain when it finishes
-                self._launch(self._job(number, row))
+                self._launch(self._job(number, row, stored))
 
-    def _job(self, number: int, row: Mapping[str, Any]) -> _Job:
-        return _Job(self._spec, number, row["block_hash"], row["timestamp"], _now_ms())
+    def _job(self, number: int, row: Mapping[str, Any], stored: Mapping[int, int | None]) -> _Job:
+        """A job for block ``number`` (``row``); ``stored``: when ingest stored blocks."""
+        return _Job(self._spec, number, row["block_hash"], stored.get(number), now_ms())
 
     def _launch(self, job: _Job) -> None:
         async def run() -> TaskResult:
@@ -328,7 +341,8 @@ class Follower:
             # on the chain as it is now, or remove it if the chain no longer has it.
             self._written.pop(job.number, None)
             if row is not None:
-                self._queued[job.number] = self._job(job.number, row)
+                stored = await self._store.seen_at(job.number, job.number)
+                self._queued[job.number] = self._job(job.number, row, stored)
                 return None
             if judged is Verdict.DONE:
                 await self._delete((job.number,))
@@ -337,14 +351,20 @@ class Follower:
             return None
         if judged is Verdict.DONE:
             self._written[job.number] = job.hash
-            now = _now_ms()
+            now = now_ms()
+            since, lag_from = (
+                (job.seen_ms, LagFrom.FOLLOW)
+                if job.stored_ms is None
+                else (job.stored_ms, LagFrom.INGEST)
+            )
             return BlockWritten(
                 number=job.number,
                 hash=job.hash,
                 rows=_rows_of(result),
                 task_id=result.task_id,
                 attempt=job.attempt,
-                lag_ms=now - job.timestamp_s * 1000,
+                lag_ms=now - since,
+                lag_from=lag_from,
                 seen_lag_ms=now - job.seen_ms,
             )
         failure = result.failure_message or result.error
@@ -426,13 +446,16 @@ class Follower:
         decision = reconcile(ledger, {n: r["block_hash"] for n, r in blocks.items()})
         if decision.delete:
             await self._delete(decision.delete)
+        stored: dict[int, int | None] = {}
+        if decision.rewrite:
+            stored = await self._store.seen_at(min(decision.rewrite), max(decision.rewrite))
         for number, block_hash in decision.rewrite.items():
             self._written.pop(number, None)
             queued = self._queued.get(number)
             if number not in self._running_numbers and (
                 queued is None or queued.hash != block_hash
             ):
-                self._queued[number] = self._job(number, blocks[number])
+                self._queued[number] = self._job(number, blocks[number], stored)
         return decision
 
     async def _delete(self, numbers: tuple[int, ...]) -> None:
@@ -478,6 +501,7 @@ async def follow(
     on_failure: OnFailure | str = OnFailure.CONTINUE,
     reorg_window: int = DEFAULT_REORG_WINDOW,
     stop: asyncio.Event | None = None,
+    command: str | None = None,
 ) -> AsyncIterator[FollowEvent]:
     """Follow the block database's head: ``function`` over ``source_table`` for each
     new block, written into ``sink_table`` of the sink (``sink_db_url``, the one the
@@ -489,8 +513,14 @@ async def follow(
 
     A block is attempted at most ``max_attempts`` times; ``reorg_window`` is how
     far below its head follow compares the ledger with the chain on every start
-    and after a gap. Raises ValueError for arguments it cannot use, the stores'
-    unavailable errors when a database cannot be reached at start,
+    and after a gap. Before any task goes out, the source table, the sink's column
+    types and the function are checked (``blockx_client.submission``). The run
+    keeps its job record in the sink (``blockx_client.jobs``), naming ``command``
+    (default: this call) as what started it; its tasks' ids start with the
+    record's ``task_prefix``.
+
+    Raises ValueError for arguments it cannot use (SubmissionRefused for a failed
+    check), the stores' unavailable errors when a database cannot be reached at start,
     ClusterUnreachable (a ConnectError) when a block's attempts never reached the
     cluster, and InvalidRequestError when the cluster refuses the task."""
     if unit not in UNITS:
@@ -503,6 +533,9 @@ async def follow(
     if from_block is not None and (isinstance(from_block, bool) or from_block < 0):
         raise ValueError(f"from_block must be a block number, got {from_block!r}")
     check_bounded("reorg_window", reorg_window, REORG_WINDOW_LIMIT)
+    check_source(source_table, where)
+    block_db, sink_db = as_url(db_url, "db_url"), as_url(sink_db_url, "sink_db_url")
+    job_id = new_job_id(JobKind.FOLLOW)
     spec = FollowSpec(
         function=function,
         source_table=source_table,
@@ -516,19 +549,53 @@ async def follow(
         on_failure=after_failure,
         reorg_window=reorg_window,
         poll_interval_s=poll_interval_s,
+        job_id=job_id,
     )
-    store = await open_store(as_url(db_url, "db_url"))
+    if command is None:
+        command = call_command(
+            "follow",
+            {
+                "function": function,
+                "source_table": source_table,
+                "where": where,
+                "unit": unit,
+                "sink_table": sink_table,
+                "from_block": from_block,
+                "db_url": block_db,
+                "sink_db_url": sink_db,
+                "writer_config": writer_config,
+            },
+        )
+    store = await open_store(block_db)
     try:
-        sink = await open_sink(as_url(sink_db_url, "sink_db_url"))
+        sink = await open_sink(sink_db)
         try:
+            await check_sink(sink, sink_table, spec.writer_config)
+            unchecked = await check_function(client, function)
             # A Worker whose sink is another database refuses the tasks (PLUGIN_FAILED).
             spec.writer_config["sinkIdentity"] = await sink.identity()
             follower = Follower(client, store, sink, spec)
             started, reconciled = await follower.open(from_block)
-            yield started
-            yield reconciled
-            async for event in follower.events(stop or asyncio.Event()):
-                yield event
+            started = msgspec.structs.replace(started, function_unchecked=unchecked)
+            progress = FollowProgress()
+            first = new_record(
+                JobKind.FOLLOW,
+                job_id=job_id,
+                command=command,
+                function=function,
+                source_table=source_table,
+                sink_table=sink_table,
+                now_ms=now_ms(),
+            )
+            record = progress.fold(first, started, now_ms())
+            events = follower.events(stop or asyncio.Event())
+            async with JobRecorder(sink, record) as recorder, contextlib.aclosing(events):
+                yield started
+                recorder.update(progress.fold(recorder.record, reconciled, now_ms()))
+                yield reconciled
+                async for event in events:
+                    recorder.update(progress.fold(recorder.record, event, now_ms()))
+                    yield event
         finally:
             await sink.close()
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from blockx_client.job_progress import task_prefix
 from blockx_client.models import PluginConfig, Task
 from blockx_client.resubmit import OnFailure
 
@@ -27,6 +28,7 @@ class FollowSpec:
         on_failure: OnFailure,
         reorg_window: int,
         poll_interval_s: float,
+        job_id: str,
     ) -> None:
         self.function = function
         self.source_table = source_table
@@ -40,6 +42,9 @@ class FollowSpec:
         self.on_failure = on_failure
         self.reorg_window = reorg_window
         self.poll_interval_s = poll_interval_s
+        # The run's job record; every task id of the run starts with its prefix.
+        self.job_id = job_id
+        self.task_prefix = task_prefix(job_id)
 
     def task(self, number: int, block_hash: str) -> Task:
         config: dict[str, Any] = {

@@ -48,6 +48,7 @@ from blockx_client.follow import (
     ReorgReconciled,
     WatchInterrupted,
 )
+from blockx_client.jobs import LagFrom
 
 _POLL_S: Final = 0.05
 # How long, once mining stops, follow gets to write the last blocks.
@@ -69,7 +70,8 @@ class LiveFigures(msgspec.Struct, kw_only=True):
     written: int = 0
     retries: int = 0
     deleted: int = 0
-    seen_lags_ms: list[int] = msgspec.field(default_factory=list)
+    # When follow wrote each block, since ingest stored it (``blocks.seen_at_ms``).
+    stored_lags_ms: list[int] = msgspec.field(default_factory=list)
     failed: list[str] = msgspec.field(default_factory=list)
     caught_up: bool = False
     seconds: float = 0.0
@@ -162,7 +164,8 @@ class Following:
                 self.written[event.number] = event.hash
                 f.written += 1
                 f.written_hashes.setdefault(event.number, []).append(event.hash)
-                f.seen_lags_ms.append(event.seen_lag_ms)
+                if event.lag_from is LagFrom.INGEST:
+                    f.stored_lags_ms.append(event.lag_ms)
                 self._show(event.number, event.hash, f"written, {event.rows} rows")
                 if event.number in self.rewriting:
                     self.rewriting.discard(event.number)
