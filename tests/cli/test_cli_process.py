@@ -182,6 +182,19 @@ def test_dev_up_runs_until_ctrl_c(tmp_path: Path) -> None:
             break
     text = "".join(seen)
     assert "BlockX dev cluster is up" in text, text
+    # It says what it is doing while it starts, each step timed, before the banner.
+    up = text.index("BlockX dev cluster is up")
+    for step in (
+        "checked the settings of 7 processes",
+        "etcd ready on 127.0.0.1:",
+        f"anvil ready on http://127.0.0.1:{ports[6]}",
+        "started coordinator, worker, bundle coordinator, bundle worker, sync invoker, proxy, "
+        "dashboard",
+        *(f"{what} serving" for what in ("coordinator", "worker", "bundle worker", "proxy")),
+        "dashboard serving",
+        "chain fed: 3 test tokens, 20 blocks of history",
+    ):
+        assert re.search(rf"^ +\d+\.\d s  {re.escape(step)}", text[:up], re.MULTILINE), step
     assert f"bundle coordinator  127.0.0.1:{ports[4]}" in text
     assert f"chain (anvil)       http://127.0.0.1:{ports[6]}" in text
     assert "ingest following the head" in text
