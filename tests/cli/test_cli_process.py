@@ -35,6 +35,7 @@ def test_demo_end_to_end() -> None:
     timed, backfill and live through client.backfill and client.follow, the token
     table read back from the sink, and the checks against the chain (coverage,
     totals, the reorg) passed."""
+    started = time.monotonic()
     result = subprocess.run(
         [blockx_binary(), "demo"],
         capture_output=True,
@@ -43,10 +44,21 @@ def test_demo_end_to_end() -> None:
         cwd=ROOT,
         env={**os.environ, "COLUMNS": "200"},
     )
+    took = time.monotonic() - started
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    for stage in ("start the cluster", "generate the chain", "ingest", "backfill", "live"):
-        assert re.search(rf"✓ {stage} in \d+\.\d s", out), stage
+    # Every stage timed, in its line and in the figures; the start of the cluster
+    # too, and the stop; the times add up to no more than the demo took.
+    stages = ("start the cluster", "generate the chain", "ingest", "backfill", "live", "results")
+    times = [float(t) for t in re.findall(r"│ stage: [a-z ]+ +│ +(\d+\.\d) s │", out)]
+    assert len(times) == len(stages), out
+    for stage, seconds in zip(stages, times, strict=True):
+        assert f"✓ {stage} in {seconds:.1f} s" in out, stage
+    assert re.search(r"│ cluster serving, from its start +│ +\d+\.\d s │", out), out
+    assert re.search(r"the cluster serves \(\d+\.\d s after its start, waited \d+\.\d s", out)
+    assert re.search(r"stopped in \d+\.\d s", out)
+    done = float(re.findall(r"done in (\d+\.\d) s", out)[0])
+    assert sum(times) <= done + 0.05 * len(times) <= took + 0.05 * len(times)
     assert "2,000 blocks" in out
     tokens = re.findall(r"│ (TT\d) +│ 0x[0-9a-f]{40} +│ +([\d,]+) │", out)
     assert sorted(symbol for symbol, _ in tokens) == ["TT0", "TT1", "TT2"], out
