@@ -238,6 +238,24 @@ class DevCluster:
         calls = {"FUNCTIONS_DIR": str(self.functions_dir), "EXECUTOR_COUNT": str(o.executors)}
         if o.layout.memory_seed is not None:
             calls["IO_MEMORY_SEED_FILE"] = str(o.layout.memory_seed)
+
+        def worker(name: str, listen: str, port: int) -> _Planned:
+            """A Worker (``worker``, ``bundle-worker``): the functions, the chain, the sink."""
+            return _Planned(
+                name=name,
+                what=name.replace("-", " "),
+                program=f"blockx-{name}",
+                env={
+                    **etcd_env,
+                    **calls,
+                    **chain_reads,
+                    **sink,
+                    **self._metrics_env(name.replace("-", "_")),
+                    "WORKER_LISTEN": listen,
+                },
+                probe=grpc_serving(port, "worker.v1.WorkerService"),
+            )
+
         plan = [
             _Planned(
                 name="coordinator",
@@ -252,20 +270,7 @@ class DevCluster:
                 # SERVING once the Coordinator's worker view is built from etcd.
                 probe=grpc_serving(p.coordinator, "coordinator.v1.CoordinatorService"),
             ),
-            _Planned(
-                name="worker",
-                what="worker",
-                program="blockx-worker",
-                env={
-                    **etcd_env,
-                    **calls,
-                    **chain_reads,
-                    **sink,
-                    **self._metrics_env("worker"),
-                    "WORKER_LISTEN": e.worker,
-                },
-                probe=grpc_serving(p.worker, "worker.v1.WorkerService"),
-            ),
+            worker("worker", e.worker, p.worker),
         ]
         if e.bundle_coordinator is not None and e.bundle_worker is not None:
             plan += [
@@ -283,20 +288,7 @@ class DevCluster:
                         p.bundle_coordinator, "bundlecoordinator.v1.BundleCoordinatorService"
                     ),
                 ),
-                _Planned(
-                    name="bundle-worker",
-                    what="bundle worker",
-                    program="blockx-bundle-worker",
-                    env={
-                        **etcd_env,
-                        **calls,
-                        **chain_reads,
-                        **sink,
-                        **self._metrics_env("bundle_worker"),
-                        "WORKER_LISTEN": e.bundle_worker,
-                    },
-                    probe=grpc_serving(p.bundle_worker, "worker.v1.WorkerService"),
-                ),
+                worker("bundle-worker", e.bundle_worker, p.bundle_worker),
             ]
         plan += [
             _Planned(
