@@ -1,8 +1,10 @@
 """``blockx-dev`` in the background, for ``blockx demo`` and the tests.
 
 It runs as its own process (``python -m blockx_cli.devcluster``) so that its
-children's logs go to a file and its signals stay its own; it announces its
-endpoints with one ``BLOCKX_DEV_READY {json}`` line.
+children's logs go to a file and its signals stay its own; it announces where
+its chain is as soon as anvil answers (``BLOCKX_DEV_CHAIN {json}``,
+``wait_chain``), then its endpoints once everything serves (``BLOCKX_DEV_READY
+{json}``, ``wait_ready``).
 """
 
 from __future__ import annotations
