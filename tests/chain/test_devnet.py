@@ -79,6 +79,21 @@ async def _mine_and_check(client: JsonRpcClient, genesis: int) -> None:
     assert sum(int(b, 16) for b in balances) == TOKEN_SUPPLY
 
 
+async def test_each_block_is_one_json_rpc_exchange(client: JsonRpcClient) -> None:
+    """Its transactions and its evm_mine travel in one batch, and the blocks are read
+    back (and checked) a hundred at a time: a chain is generated at the batched
+    raw-transaction rate, not three round trips per block."""
+    devnet = Devnet(client)
+    await devnet.setup(tokens=2)
+    before = client.stats.http_requests
+    mined = await devnet.mine(150, token_transfers=4, eth_transfers=1)
+    assert client.stats.http_requests - before == 150 + 2  # read back: 100 + 50
+    assert [b.transactions for b in mined] == [5] * 150
+    for block in (mined[0], mined[99], mined[100], mined[-1]):
+        on_node = await _block(client, block.number)
+        assert (on_node["hash"], len(on_node["transactions"])) == (block.hash, 5)
+
+
 @pytest.mark.parametrize("depth", [1, 5])
 async def test_a_reorg_changes_every_hash_above_the_fork(client: JsonRpcClient, depth: int) -> None:
     devnet = Devnet(client, seed=depth)

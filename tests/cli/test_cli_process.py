@@ -35,6 +35,7 @@ def test_demo_end_to_end() -> None:
     timed, backfill and live through client.backfill and client.follow, the token
     table read back from the sink, and the checks against the chain (coverage,
     totals, the reorg) passed."""
+    started = time.monotonic()
     result = subprocess.run(
         [blockx_binary(), "demo"],
         capture_output=True,
@@ -43,10 +44,21 @@ def test_demo_end_to_end() -> None:
         cwd=ROOT,
         env={**os.environ, "COLUMNS": "200"},
     )
+    took = time.monotonic() - started
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
-    for stage in ("start the cluster", "generate the chain", "ingest", "backfill", "live"):
-        assert re.search(rf"✓ {stage} in \d+\.\d s", out), stage
+    # Every stage timed, in its line and in the figures; the start of the cluster
+    # too, and the stop; the times add up to no more than the demo took.
+    stages = ("start the cluster", "generate the chain", "ingest", "backfill", "live", "results")
+    times = [float(t) for t in re.findall(r"│ stage: [a-z ]+ +│ +(\d+\.\d) s │", out)]
+    assert len(times) == len(stages), out
+    for stage, seconds in zip(stages, times, strict=True):
+        assert f"✓ {stage} in {seconds:.1f} s" in out, stage
+    assert re.search(r"│ cluster serving, from its start +│ +\d+\.\d s │", out), out
+    assert re.search(r"the cluster serves \(\d+\.\d s after its start, waited \d+\.\d s", out)
+    assert re.search(r"stopped in \d+\.\d s", out)
+    done = float(re.findall(r"done in (\d+\.\d) s", out)[0])
+    assert sum(times) <= done + 0.05 * len(times) <= took + 0.05 * len(times)
     assert "2,000 blocks" in out
     tokens = re.findall(r"│ (TT\d) +│ 0x[0-9a-f]{40} +│ +([\d,]+) │", out)
     assert sorted(symbol for symbol, _ in tokens) == ["TT0", "TT1", "TT2"], out
@@ -173,78 +185,94 @@ def test_dev_up_runs_until_ctrl_c(tmp_path: Path) -> None:
         stderr=subprocess.STDOUT,
         text=True,
     )
-    assert proc.stdout is not None
-    seen = []
-    deadline = time.monotonic() + 90
-    for line in proc.stdout:
-        seen.append(line)
-        if "Press Ctrl-C to stop." in line or time.monotonic() > deadline:
-            break
-    text = "".join(seen)
-    assert "BlockX dev cluster is up" in text, text
-    assert f"bundle coordinator  127.0.0.1:{ports[4]}" in text
-    assert f"chain (anvil)       http://127.0.0.1:{ports[6]}" in text
-    assert "ingest following the head" in text
-    assert "terminal  SUCCEEDED" in text
-    # Every process that serves Prometheus says where, and serves there.
-    metrics = dict(
-        (line.split("(")[-1].rstrip(")\n"), line.split()[1])
-        for line in seen
-        if line.strip().startswith("metrics ")
-    )
-    assert sorted(metrics) == [
-        "bundle coordinator",
-        "bundle worker",
-        "coordinator",
-        "sync invoker",
-        "worker",
-    ], text
-    assert metrics["coordinator"] == f"http://127.0.0.1:{ports[3]}/metrics"
-    for url in metrics.values():
-        with urllib.request.urlopen(url, timeout=10) as response:
-            assert b"# TYPE " in response.read()
+    try:
+        assert proc.stdout is not None
+        seen = []
+        deadline = time.monotonic() + 90
+        for line in proc.stdout:
+            seen.append(line)
+            if "Press Ctrl-C to stop." in line or time.monotonic() > deadline:
+                break
+        text = "".join(seen)
+        assert "BlockX dev cluster is up" in text, text
+        # It says what it is doing while it starts, each step timed, before the banner.
+        up = text.index("BlockX dev cluster is up")
+        for step in (
+            "checked the settings of 7 processes",
+            "etcd ready on 127.0.0.1:",
+            f"anvil ready on http://127.0.0.1:{ports[6]}",
+            "started coordinator, worker, bundle coordinator, bundle worker, sync invoker, proxy, "
+            "dashboard",
+            *(f"{what} serving" for what in ("coordinator", "worker", "bundle worker", "proxy")),
+            "dashboard serving",
+            "chain fed: 3 test tokens, 20 blocks of history",
+        ):
+            assert re.search(rf"^ +\d+\.\d s  {re.escape(step)}", text[:up], re.MULTILINE), step
+        assert f"bundle coordinator  127.0.0.1:{ports[4]}" in text
+        assert f"chain (anvil)       http://127.0.0.1:{ports[6]}" in text
+        assert "ingest following the head" in text
+        assert "terminal  SUCCEEDED" in text
+        # Every process that serves Prometheus says where, and serves there.
+        metrics = dict(
+            (line.split("(")[-1].rstrip(")\n"), line.split()[1])
+            for line in seen
+            if line.strip().startswith("metrics ")
+        )
+        assert sorted(metrics) == [
+            "bundle coordinator",
+            "bundle worker",
+            "coordinator",
+            "sync invoker",
+            "worker",
+        ], text
+        assert metrics["coordinator"] == f"http://127.0.0.1:{ports[3]}/metrics"
+        for url in metrics.values():
+            with urllib.request.urlopen(url, timeout=10) as response:
+                assert b"# TYPE " in response.read()
 
-    # dev.toml and the banner's exports name the proxy and the chain too.
-    config_file = config_home / "blockx" / "dev.toml"
-    written = tomllib.loads(config_file.read_text())
-    rpc_url = f"http://127.0.0.1:{ports[6]}"
-    assert written["CHAIN_RPC_URL"] == rpc_url
-    assert written["BLOCKDB_URL"].startswith("sqlite:///")
-    assert written["SINK_DB_URL"].startswith("sqlite:///")
-    assert written["BLOCKDB_URL"] != written["SINK_DB_URL"]
-    assert Path(written["PROXY_SOCKET_PATH"]).is_socket()
-    for name in ("PROXY_SOCKET_PATH", "CHAIN_RPC_URL", "BLOCKDB_URL", "SINK_DB_URL"):
-        assert f"    export {name}={written[name]}\n" in text, name
+        # dev.toml and the banner's exports name the proxy and the chain too.
+        config_file = config_home / "blockx" / "dev.toml"
+        written = tomllib.loads(config_file.read_text())
+        rpc_url = f"http://127.0.0.1:{ports[6]}"
+        assert written["CHAIN_RPC_URL"] == rpc_url
+        assert written["BLOCKDB_URL"].startswith("sqlite:///")
+        assert written["SINK_DB_URL"].startswith("sqlite:///")
+        assert written["BLOCKDB_URL"] != written["SINK_DB_URL"]
+        assert Path(written["PROXY_SOCKET_PATH"]).is_socket()
+        for name in ("PROXY_SOCKET_PATH", "CHAIN_RPC_URL", "BLOCKDB_URL", "SINK_DB_URL"):
+            assert f"    export {name}={written[name]}\n" in text, name
 
-    # A second dev up, in any shell, is refused while this one runs: one line, and
-    # nothing started, written or removed.
-    before = config_file.read_bytes()
-    second = _blockx(_another_shell(config_home), "dev", "up", "--no-chain")
-    assert second.returncode == 2, second.stdout + second.stderr
-    lock = config_home / "blockx" / "dev.lock"
-    assert second.stderr == (
-        f"blockx-dev: another blockx dev up is running (pid {proc.pid}), holding {lock}; "
-        f"stop it first: Ctrl-C in its terminal, or kill -INT {proc.pid}\n"
-    )
-    assert second.stdout == ""
-    assert config_file.read_bytes() == before
+        # A second dev up, in any shell, is refused while this one runs: one line, and
+        # nothing started, written or removed.
+        before = config_file.read_bytes()
+        second = _blockx(_another_shell(config_home), "dev", "up", "--no-chain")
+        assert second.returncode == 2, second.stdout + second.stderr
+        lock = config_home / "blockx" / "dev.lock"
+        assert second.stderr == (
+            f"blockx-dev: another blockx dev up is running (pid {proc.pid}), holding {lock}; "
+            f"stop it first: Ctrl-C in its terminal, or kill -INT {proc.pid}\n"
+        )
+        assert second.stdout == ""
+        assert config_file.read_bytes() == before
 
-    # Another shell invokes a function reading the block database (through the
-    # proxy, as dev.toml names it), once the ingest has stored a block.
-    shell = _another_shell(config_home)
-    deadline = time.monotonic() + 30
-    while True:
-        invoked = _blockx(shell, "invoke", "ingested_head", "--json")
-        assert invoked.returncode == 0, invoked.stdout + invoked.stderr
-        head = json.loads(invoked.stdout)["value"]
-        if head is not None:
-            break
-        assert time.monotonic() < deadline, "the ingest stored no block"
-    canonical = _rpc(rpc_url, "eth_getBlockByNumber", hex(head["number"]), False)
-    assert head["hash"] == canonical["hash"]
-
-    proc.send_signal(signal.SIGINT)
-    rest, _ = proc.communicate(timeout=60)
+        # Another shell invokes a function reading the block database (through the
+        # proxy, as dev.toml names it), once the ingest has stored a block.
+        shell = _another_shell(config_home)
+        deadline = time.monotonic() + 30
+        while True:
+            invoked = _blockx(shell, "invoke", "ingested_head", "--json")
+            assert invoked.returncode == 0, invoked.stdout + invoked.stderr
+            head = json.loads(invoked.stdout)["value"]
+            if head is not None:
+                break
+            assert time.monotonic() < deadline, "the ingest stored no block"
+        canonical = _rpc(rpc_url, "eth_getBlockByNumber", hex(head["number"]), False)
+        assert head["hash"] == canonical["hash"]
+    finally:
+        # Ctrl-C, and what it says as it stops (also after a failed assertion above:
+        # no cluster is left running).
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
     assert proc.returncode == 0, rest
     assert "blockx-dev: stopped" in rest
     assert not config_file.exists()

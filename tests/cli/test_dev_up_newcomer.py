@@ -19,8 +19,10 @@ import pytest
 from support import children_of, proc_stat
 from typer.testing import CliRunner
 
+from blockx_chain.devnet import find_anvil
 from blockx_cli.app import app
 from blockx_client import Client, ConnectError, SyncClient
+from blockx_server.etcd.local import find_etcd_binary
 
 VENV_BIN = Path(sys.executable).parent
 BLOCKX = str(VENV_BIN / "blockx")
@@ -244,6 +246,65 @@ def test_a_fixed_port_in_use_is_one_line(functions_dir: Path, home: Path, tmp_pa
     assert result.stderr.strip() == line
     assert "Traceback" not in result.stdout
     assert not (home / ".config" / "blockx" / "dev.toml").exists()
+
+
+def _recording(binary: Path, started: Path, folder: Path) -> Path:
+    """A stand-in for ``binary`` that notes in ``started`` that it ran, then runs it."""
+    script = folder / binary.name
+    script.write_text(f'#!/bin/sh\necho "$0" >> {started}\nexec {binary} "$@"\n')
+    script.chmod(0o755)
+    return script
+
+
+def test_a_bad_variable_is_refused_before_etcd_and_anvil_start(
+    functions_dir: Path, home: Path, tmp_path: Path
+) -> None:
+    """A shell's bad BLOCKX_LOG_FORMAT (every server reads it) and a bad Worker
+    variable: one line each naming it, checked by the servers' own loaders before
+    etcd or anvil runs; nothing left behind."""
+    started, stand_ins, scratch = tmp_path / "started", tmp_path / "bin", tmp_path / "tmp"
+    stand_ins.mkdir()
+    scratch.mkdir()
+    env = _shell_env(
+        home,
+        FUNCTIONS_DIR=str(functions_dir),
+        ETCD_BIN=str(_recording(find_etcd_binary(), started, stand_ins)),
+        ANVIL_BIN=str(_recording(find_anvil(), started, stand_ins)),
+        TMPDIR=str(scratch),
+        BLOCKX_LOG_FORMAT="yaml",
+        TASK_SLOTS="many",
+    )
+    refused = _blockx(env, "dev", "up")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert refused.stderr.splitlines() == [
+        "blockx-dev: invalid configuration: BLOCKX_LOG_FORMAT must be text or json "
+        "(got 'yaml') (read by every server)",
+        "blockx-dev: invalid configuration: TASK_SLOTS must be an integer (got 'many') "
+        "(read by blockx-worker, blockx-bundle-worker)",
+        "blockx-dev: nothing was started",
+    ]
+    assert not started.exists(), started.read_text()
+    assert "Traceback" not in refused.stdout
+    assert list(scratch.iterdir()) == []
+    assert not (home / ".config" / "blockx" / "dev.toml").exists()
+
+
+def test_a_missing_etcd_or_anvil_is_one_line_each(
+    functions_dir: Path, home: Path, tmp_path: Path
+) -> None:
+    missing = tmp_path / "nowhere"
+    env = _shell_env(
+        home, FUNCTIONS_DIR=str(functions_dir), ETCD_BIN=str(missing), ANVIL_BIN=str(missing)
+    )
+    refused = _blockx(env, "dev", "up")
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    lines = refused.stderr.splitlines()
+    assert lines[0].startswith(f"blockx-dev: cannot start etcd: ETCD_BIN='{missing}' is not an ")
+    assert lines[1:] == [
+        f"blockx-dev: cannot start anvil: ANVIL_BIN={missing} is not an executable file",
+        "blockx-dev: nothing was started",
+    ]
+    assert "Traceback" not in refused.stdout
 
 
 def test_ctrl_c_while_starting_stops_cleanly(

@@ -1,11 +1,13 @@
 """Devnet: fills an anvil with a chain of ERC-20 and ETH transfers.
 
-Everything goes through batched raw JSON-RPC: each block's transactions are sent
-as one batch of ``eth_sendTransaction`` from anvil's unlocked accounts (with an
-explicit ``gas``, so the node does not estimate each one), then ``evm_mine
-[timestamp]`` seals them with the timestamp the caller chose. anvil must run with
-``--no-mining`` (the default of ``AnvilOptions``) so every block holds exactly the
-transactions sent for it.
+Everything goes through batched raw JSON-RPC: each block is one batch of
+``eth_sendTransaction`` from anvil's unlocked accounts (with an explicit ``gas``,
+so the node does not estimate each one) followed by ``evm_mine [timestamp]``,
+which seals them with the timestamp the caller chose. anvil runs a batch's
+requests in their order, so one HTTP exchange makes one block; the blocks are then
+read back in batches of ``CHECK_BATCH`` and each is checked to hold exactly the
+transactions sent for it. anvil must run with ``--no-mining`` (the default of
+``AnvilOptions``) so no block is mined in between.
 
 Transfers are drawn from a seeded ``random.Random``: the same seed on the same
 chain gives the same blocks. A reorg reverts to an ``evm_snapshot`` taken before
@@ -29,6 +31,8 @@ ETH_TRANSFER_GAS: Final = 21_000
 DEPLOY_GAS: Final = 2_000_000
 TOKEN_SUPPLY: Final = 10**9 * 10**18
 DEFAULT_BLOCK_INTERVAL_S: Final = 12
+# Blocks read back (and checked) in one batch by ``mine``.
+CHECK_BATCH: Final = 100
 
 
 @dataclass(frozen=True)
@@ -122,14 +126,51 @@ class Devnet:
         reorgable: bool = False,
     ) -> list[MinedBlock]:
         """Mine ``blocks`` blocks, each ``interval_s`` after the one below, holding
-        ``token_transfers`` ERC-20 and ``eth_transfers`` ETH transfers. With
-        ``reorgable`` a snapshot is taken before each block, so ``reorg`` can fork there."""
-        mined = []
+        ``token_transfers`` ERC-20 and ``eth_transfers`` ETH transfers: one JSON-RPC
+        batch per block, and one more per ``CHECK_BATCH`` blocks to read them back.
+        With ``reorgable`` a snapshot is taken before each block, so ``reorg`` can
+        fork there (and each block is read back on its own)."""
+        if reorgable:
+            return [
+                await self.mine_block(self._transfers(token_transfers, eth_transfers), True)
+                for _ in range(blocks)
+            ]
+        if self._head is None:
+            self._head = parse_quantity((await self.head())["number"])
+        mined: list[MinedBlock] = []
+        sent: dict[int, int] = {}  # transactions sent, by block number
         for _ in range(blocks):
-            mined.append(
-                await self.mine_block(self._transfers(token_transfers, eth_transfers), reorgable)
+            txs = self._transfers(token_transfers, eth_transfers)
+            number = self._head + 1
+            await self._send_and_mine(txs, self._timestamp_of(number))
+            self._head = number
+            sent[number] = len(txs)
+            if len(sent) == CHECK_BATCH:
+                mined += await self._read_back(sent)
+                sent = {}
+        return mined + await self._read_back(sent)
+
+    async def _read_back(self, sent: dict[int, int]) -> list[MinedBlock]:
+        """The blocks of ``sent``, each checked to hold the transactions sent for it."""
+        blocks = await self.client.batch(
+            [("eth_getBlockByNumber", [quantity(number), False]) for number in sent]
+        )
+        return [
+            self._checked(number, block, count)
+            for (number, count), block in zip(sent.items(), blocks, strict=True)
+        ]
+
+    @staticmethod
+    def _checked(number: int, block: Any, sent: int) -> MinedBlock:
+        if not isinstance(block, dict):
+            raise RpcError(RpcErrorKind.NOT_FOUND, f"block {number} was not mined")
+        if len(block["transactions"]) != sent:
+            raise RpcError(
+                RpcErrorKind.BAD_REQUEST,
+                f"block {number} holds {len(block['transactions'])} of {sent} "
+                "transactions: is anvil mining by itself (run it with --no-mining)?",
             )
-        return mined
+        return MinedBlock(number, str(block["hash"]), parse_quantity(block["timestamp"]), sent)
 
     async def reorg(
         self,
@@ -220,23 +261,21 @@ class Devnet:
         number = self._head
         if reorgable:
             self._marks[number] = str(await self.client.request("evm_snapshot"))
-        if txs:
-            await self.client.batch([("eth_sendTransaction", [tx]) for tx in txs])
-        timestamp = self._timestamp_of(number + 1) + shift_s
-        await self.client.request("evm_mine", [timestamp])
+        await self._send_and_mine(txs, self._timestamp_of(number + 1) + shift_s)
         block = await self.client.request("eth_getBlockByNumber", [quantity(number + 1), False])
-        if not isinstance(block, dict):
-            raise RpcError(RpcErrorKind.NOT_FOUND, f"block {number + 1} was not mined")
-        if len(block["transactions"]) != len(txs):
-            raise RpcError(
-                RpcErrorKind.BAD_REQUEST,
-                f"block {number + 1} holds {len(block['transactions'])} of {len(txs)} "
-                "transactions: is anvil mining by itself (run it with --no-mining)?",
-            )
+        mined = self._checked(number + 1, block, len(txs))
         self._head = number + 1
-        return MinedBlock(
-            number + 1, str(block["hash"]), parse_quantity(block["timestamp"]), len(txs)
-        )
+        return mined
+
+    async def _send_and_mine(self, txs: list[dict[str, Any]], timestamp: int) -> None:
+        """One block of ``txs``: one batch when they fit in one with ``evm_mine``,
+        else the transactions (however the client splits them) and then the mine."""
+        sends = [("eth_sendTransaction", [tx]) for tx in txs]
+        if len(sends) < self.client.max_batch:
+            await self.client.batch([*sends, ("evm_mine", [timestamp])])
+            return
+        await self.client.batch(sends)
+        await self.client.request("evm_mine", [timestamp])
 
     def _timestamp_of(self, number: int) -> int:
         return self.genesis_timestamp + number * self.interval_s

@@ -124,8 +124,8 @@ def demo(
     *,
     blocks: Annotated[int, typer.Option(min=1, help="Blocks of history to generate.")] = 2000,
     live_seconds: Annotated[
-        float, typer.Option(min=3, help="How long the live stage mines.")
-    ] = 10.0,
+        float, typer.Option(min=3, help="How long the live stage mines (a reorg part-way).")
+    ] = 5.0,
     examples: ExamplesOpt = Path("examples"),
 ) -> None:
     """Start a local cluster with anvil, generate a chain of ERC-20 transfers, ingest

@@ -23,6 +23,7 @@ from blockx_chain.ingest import IngestError, IngestOptions, ingest
 from blockx_chain.rpc import JsonRpcClient, RpcError
 from blockx_chain.store import StoreError, open_store
 from blockx_chain.url import parse_blockdb_url
+from blockx_cli.devcluster.ports import HOST
 from blockx_cli.devcluster.processes import LaunchError
 
 # How often the following ingest asks the node for its head.
@@ -40,36 +41,52 @@ class ChainOptions(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ChainStack:
-    def __init__(self, workdir: Path, options: ChainOptions, log: IO[str]) -> None:
+    """anvil on ``port`` (chosen by the launcher, so its URL is known before it
+    starts), the two databases, and the feed."""
+
+    def __init__(self, workdir: Path, options: ChainOptions, port: int, log: IO[str]) -> None:
         self.options = options
         self.block_db_url = f"sqlite:///{workdir / 'chain.db'}"
         self.sink_db_url = f"sqlite:///{workdir / 'sink.db'}"
+        self.rpc_url = f"http://{HOST}:{port}"
         self.anvil: Anvil | None = None
         self.tokens: list[str] = []
+        self._port = port
         self._log = log
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
 
-    @property
-    def rpc_url(self) -> str:
-        return self.anvil.url if self.anvil is not None else ""
+    def check(self) -> list[str]:
+        """What keeps the chain from starting, found before anything starts (the
+        anvil binary: ANVIL_BIN, node_modules, PATH)."""
+        try:
+            self.anvil = Anvil(AnvilOptions(port=self._port))
+        except AnvilNotFound as exc:
+            return [f"cannot start anvil: {exc}"]
+        return []
 
     async def start(self) -> None:
+        """anvil, and the block database created (side by side: neither needs the other)."""
+        if self.anvil is None and (problems := self.check()):
+            raise LaunchError(problems[0])
+        assert self.anvil is not None
         try:
-            self.anvil = Anvil(AnvilOptions(port=self.options.anvil_port))
-            await asyncio.to_thread(self.anvil.start)
-        except (AnvilNotFound, AnvilFailed) as exc:
+            await asyncio.gather(asyncio.to_thread(self.anvil.start), self._create_block_db())
+        except AnvilFailed as exc:
             raise LaunchError(f"cannot start anvil: {exc}") from None
+
+    async def _create_block_db(self) -> None:
         try:
             store = await open_store(parse_blockdb_url(self.block_db_url))
             await store.close()
         except StoreError as exc:
             raise LaunchError(f"cannot create the block database: {exc}") from None
 
-    async def start_feed(self) -> None:
-        """Tokens, history and live blocks on anvil, and the following ingest."""
+    async def start_feed(self) -> bool:
+        """Tokens, history and live blocks on anvil, and the following ingest;
+        False without ``feed``."""
         if not self.options.feed:
-            return
+            return False
         client = JsonRpcClient(self.rpc_url)
         devnet = Devnet(client)
         try:
@@ -87,6 +104,7 @@ class ChainStack:
             self._tasks.append(asyncio.create_task(self._mine(devnet, client)))
         else:
             await client.aclose()
+        return True
 
     async def _mine(self, devnet: Devnet, client: JsonRpcClient) -> None:
         try:

@@ -8,7 +8,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Final
 
@@ -20,7 +20,9 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from blockx_server.runtime.process import signal_child, stopped_with_parent
 
 READY_TIMEOUT_S: Final = 60.0
-_PROBE_PERIOD_S: Final = 0.2
+# A probe of a child not listening yet is a refused connection: cheap enough to
+# ask often, so a child is seen serving within this of when it starts to.
+_PROBE_PERIOD_S: Final = 0.05
 
 
 class LaunchError(RuntimeError):
@@ -38,6 +40,12 @@ def console_script(program: str) -> str | None:
     if sibling.is_file() and os.access(sibling, os.X_OK):
         return str(sibling)
     return shutil.which(program)
+
+
+def child_environ(env: Mapping[str, str], unset: Collection[str] = ()) -> dict[str, str]:
+    """What a child started with ``env`` gets: this process's environment, less
+    ``unset``, plus ``env``."""
+    return {**{k: v for k, v in os.environ.items() if k not in unset}, **env}
 
 
 class Child:
@@ -67,7 +75,7 @@ class Child:
         proc = await asyncio.create_subprocess_exec(
             binary,
             *args,
-            env={**{k: v for k, v in os.environ.items() if k not in unset}, **env},
+            env=child_environ(env, unset),
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
             # Ctrl-C at a terminal signals the whole foreground process group: only

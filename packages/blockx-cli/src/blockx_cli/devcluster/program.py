@@ -37,6 +37,7 @@ from blockx_cli.devcluster.chain import ChainOptions
 from blockx_cli.devcluster.launcher import DevCluster, Endpoints, LaunchOptions
 from blockx_cli.devcluster.layout import find_layout
 from blockx_cli.devcluster.processes import LaunchError
+from blockx_cli.devcluster.ready import CHAIN_READY, READY
 from blockx_cli.devcluster.smoke import run_smoke_task
 from blockx_client import BlockxError, TaskFileError
 from blockx_client.dev_config import (
@@ -50,18 +51,23 @@ from blockx_client.dev_config import (
 from blockx_server.runtime.process import stop_on_signals
 
 PROGRAM: Final = "blockx-dev"
-READY: Final = "BLOCKX_DEV_READY "
 T = TypeVar("T")
 
 
 def fail(message: str) -> NoReturn:
-    """One line on stderr and exit code 2; never a traceback."""
-    print(f"{PROGRAM}: {message}", file=sys.stderr, flush=True)
+    """Each line of ``message`` on stderr and exit code 2; never a traceback."""
+    for line in message.splitlines():
+        print(f"{PROGRAM}: {line}", file=sys.stderr, flush=True)
     raise SystemExit(2)
+
+
+def _progress(line: str) -> None:
+    print(line, flush=True)
 
 
 def _banner(cluster: DevCluster, e: Endpoints, config_file: Path | None) -> str:
     executors = f"{cluster.options.executors} executors"
+    assert cluster.etcd is not None  # it is up
     lines = [
         "",
         "BlockX dev cluster is up",
@@ -157,7 +163,15 @@ async def run(
     """``config_file``: where to write the addresses (its lock held by the caller)."""
     stop = stop_on_signals()
     task_file = options.layout.smoke_task if smoke else None
-    cluster = DevCluster(options, log)
+    print("Starting the BlockX dev cluster", flush=True)
+    cluster = DevCluster(options, log, _progress)
+    if ready_json:
+        cluster.on_chain_ready = lambda chain: print(CHAIN_READY + json.dumps(chain), flush=True)
+    try:
+        cluster.check()
+    except LaunchError:
+        await cluster.stop()  # nothing has started: this removes its directory
+        raise
     try:
         endpoints = await _unless_stopped(cluster.start(), stop)
         if endpoints is None:
@@ -230,7 +244,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="stop after the smoke task")
     p.add_argument("--no-smoke", action="store_true", help="skip the smoke task")
     p.add_argument(
-        "--ready-json", action="store_true", help="print one BLOCKX_DEV_READY {json} line"
+        "--ready-json",
+        action="store_true",
+        help="print one BLOCKX_DEV_READY {json} line (and BLOCKX_DEV_CHAIN {json} before it, "
+        "once the chain is up)",
     )
     p.add_argument(
         "--no-dev-config",

@@ -91,20 +91,36 @@ def start_program(
         except ConfigFileError as exc:
             fail(program, *(f"invalid configuration: {line}" for line in exc.lines))
         environ = EnvironOverFile(os.environ, file)
-    errors: list[str] = []
-    try:
-        config = load(environ)
-    except ConfigError as exc:
-        errors += (_invalid(error, environ, config_path) for error in each_error(exc))
-    try:
-        log_settings = read_log_settings(environ)
-    except ConfigError as exc:
-        errors += (_invalid(error, environ, config_path) for error in each_error(exc))
-    if errors:
-        fail(program, *errors)
+    errors: list[ConfigError] = []
+    config = _read(load, environ, errors)
+    log_settings = _read(read_log_settings, environ, errors)
+    if config is None or log_settings is None:
+        fail(program, *(_invalid(error, environ, config_path) for error in errors))
     configure_logging(config.log_level, log_settings)
     configure_tracing(program)
     return config
+
+
+def configuration_errors(load: Callable[[Environ], object], environ: Environ) -> list[ConfigError]:
+    """Every bad variable ``start_program`` would refuse ``environ`` for, given the
+    program's ``load``: its own configuration's, then the logging settings' (none:
+    it would start). A launcher checks its children with it before starting any."""
+    errors: list[ConfigError] = []
+    _read(load, environ, errors)
+    _read(read_log_settings, environ, errors)
+    return errors
+
+
+T = TypeVar("T")
+
+
+def _read(read: Callable[[Environ], T], environ: Environ, errors: list[ConfigError]) -> T | None:
+    """``read(environ)``, or None with each bad variable added to ``errors``."""
+    try:
+        return read(environ)
+    except ConfigError as exc:
+        errors += each_error(exc)
+        return None
 
 
 def _invalid(error: ConfigError, environ: Environ, config_path: str | None) -> str:

@@ -249,7 +249,7 @@ async def live_stage(
     sink_db_url: str,
     first_block: int,
     console: Console,
-    seconds: float = 10.0,
+    seconds: float = 5.0,
     block_time_s: float = 0.25,
     reorg_depth: int = 3,
     transfers: Transfers | None = None,
