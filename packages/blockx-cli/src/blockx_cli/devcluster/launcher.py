@@ -325,7 +325,7 @@ class DevCluster:
             if e.bundle_coordinator is not None:
                 root += ["--bundle-coordinator", e.bundle_coordinator]
             port = str(p.dashboard)
-            sink = () if e.sink_db_url is None else ("--sink-db", e.sink_db_url)
+            jobs_sink = () if e.sink_db_url is None else ("--sink-db", e.sink_db_url)
             plan.append(
                 _Planned(
                     name="dashboard",
@@ -333,7 +333,7 @@ class DevCluster:
                     program="blockx",
                     env={},
                     # The Jobs page reads the job records in the sink.
-                    args=(*root, "dashboard", "--host", HOST, "--port", port, *sink),
+                    args=(*root, "dashboard", "--host", HOST, "--port", port, *jobs_sink),
                     probe=http_serving(p.dashboard, "/workers"),
                 )
             )
