@@ -244,3 +244,21 @@ def test_the_proxy_socket_as_dev_up_prints_it(cluster: dict[str, str]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["value"] == "hello, u"
+
+
+# ---- readers never create files ------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["backfill", "follow"])
+def test_a_mistyped_block_database_is_named_and_not_created(command: str, tmp_path: Path) -> None:
+    typo = tmp_path / "typo.db"
+    result = blockx(
+        "--bundle-coordinator", "127.0.0.1:1", "--coordinator", "127.0.0.1:1", command,
+        "--db", f"sqlite:///{typo}", "--sink-db", f"sqlite:///{tmp_path}/sink.db",
+        "--function", "token_volume", "--source-table", "erc20_transfers",
+        "--sink-table", "volume", *(["--from", "0", "--to", "9"] if command == "backfill" else []),
+        env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")},
+    )  # fmt: skip
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stderr.splitlines()[0] == f"error: no block database at {typo}"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("typo.db")]

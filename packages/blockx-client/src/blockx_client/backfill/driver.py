@@ -109,7 +109,7 @@ async def make_plan(
     ranges = split(from_block, to_block, blocks_per_task)
     run: list[TaskRange] = []
     skipped: list[TaskRange] = []
-    store = await open_store(db_url)
+    store = await open_store(db_url, read_only=True)
     try:
         sink = await open_sink(sink_db_url)
         try:

@@ -505,7 +505,7 @@ async def follow(
         reorg_window=reorg_window,
         poll_interval_s=poll_interval_s,
     )
-    store = await open_store(as_url(db_url, "db_url"))
+    store = await open_store(as_url(db_url, "db_url"), read_only=True)
     try:
         sink = await open_sink(as_url(sink_db_url, "sink_db_url"))
         try:
