@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from blockx_cli.addresses import dial_address, etcd_endpoint, unix_socket_path
 from blockx_cli.app import app
@@ -216,11 +217,15 @@ def test_workers_reports_fractions_named_as_fractions(cluster: dict[str, str]) -
     for key in ("cpu_fraction", "memory_fraction", "error_rate"):
         assert 0.0 <= worker[key] <= 1.0, (key, worker[key])
     # The table shows them as percentages (the values move between two reads).
-    table = blockx("--etcd", cluster["etcd"], "workers")
+    _assert_percentages(blockx("--etcd", cluster["etcd"], "workers"), cluster["worker"])
+
+
+def _assert_percentages(table: subprocess.CompletedProcess[str], worker: str) -> None:
+    """The worker's cpu, mem and errors cells are percentages."""
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     head = next(line for line in lines if "worker" in line and "cpu" in line)
-    row = next(line for line in lines if cluster["worker"] in line)
+    row = next(line for line in lines if worker in line)
     cells = dict(zip(_cells(head), _cells(row), strict=True))
     for column in ("cpu", "mem", "errors"):
         assert re.fullmatch(r"\d{1,3}%", cells[column]), (column, cells)
@@ -244,6 +249,93 @@ def test_the_proxy_socket_as_dev_up_prints_it(cluster: dict[str, str]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["value"] == "hello, u"
+
+
+def test_why_shows_cpu_as_workers_does(cluster: dict[str, str]) -> None:
+    """The same heartbeat fractions, the same way: percentages in both tables."""
+    why = blockx("--coordinator", cluster["coordinator"], "--direct", "why")
+    _assert_percentages(why, cluster["worker"])
+
+
+# ---- output on a narrow terminal and through a pipe ----------------------------------
+
+LONG_NAME = "a-name-long-enough-to-pass-eighty-columns-" * 3
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@pytest.fixture(scope="module")
+def listed(cluster: dict[str, str]) -> dict[str, str]:
+    """A task that succeeded and one that failed, for ``blockx tasks`` to list."""
+    ids = {"ok": "narrow-ok-" + "x" * 26, "failed": "narrow-failed-" + "y" * 22}
+    for kind, function in (("ok", "hello_world"), ("failed", "no_such_function")):
+        result = blockx(
+            "--coordinator", cluster["coordinator"], "--direct", "submit", "--function",
+            function, "--call", "[1]", "--task-id", ids[kind], "--wait", "--json",
+        )  # fmt: skip
+        assert result.returncode in (0, 1), result.stderr
+    return ids
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_tasks_fit_the_terminal(
+    cluster: dict[str, str], listed: dict[str, str], width: int
+) -> None:
+    """No column is squeezed to nothing with an empty header: the table fits, each
+    column shown has its header, the ones left out are named."""
+    result = CliRunner().invoke(
+        app,
+        ["--etcd", cluster["etcd"], "tasks"],
+        env={"COLUMNS": str(width), "TTY_COMPATIBLE": "1"},
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    shown = _ANSI.sub("", result.stdout)
+    lines = shown.splitlines()
+    assert all(len(line) <= width for line in lines), shown
+    header = next(line for line in lines if line.startswith("┃"))
+    headers = _cells(header)
+    assert all(headers), shown
+    assert headers[:2] == ["task", "state"], shown
+    assert "failure" in headers, shown
+    row = next(line for line in lines if listed["failed"] in line)
+    assert "FAILED" in row
+    left_out = {"worker", "function", "calls", "age", "ended", "failure"} - set(headers)
+    if width == 200:
+        assert not left_out
+    else:
+        assert left_out, shown
+        assert f"not shown at {width} columns: " in shown
+        assert all(name in shown.split("not shown at", 1)[1] for name in left_out)
+
+
+def test_piped_output_is_never_wrapped(cluster: dict[str, str], listed: dict[str, str]) -> None:
+    """Through a pipe (and COLUMNS=80, as a shell may export it) every line is
+    whole: a JSON value, the `watch it:` command, a table row."""
+    address = ["--coordinator", cluster["coordinator"], "--etcd", cluster["etcd"], "--direct"]
+    narrow = {"COLUMNS": "80"}
+    waited = blockx(
+        *address, "submit", "--function", "hello_world", "--call", json.dumps([LONG_NAME]),
+        "--wait", env=narrow,
+    )  # fmt: skip
+    assert waited.returncode == 0, waited.stderr
+    value = next(line for line in waited.stdout.splitlines() if "ReturnValueResultHandler" in line)
+    assert json.loads(value.split(": ", 1)[1]) == [f"hello, {LONG_NAME}"]
+
+    submitted = blockx(*address, "submit", "--function", "hello_world", "--call", "[1]", env=narrow)
+    assert submitted.returncode == 0, submitted.stderr
+    hint = next(line for line in submitted.stdout.splitlines() if "watch it:" in line)
+    command = r"watch it: blockx watch \S+ --worker " + re.escape(cluster["worker"])
+    assert re.fullmatch(command, hint)
+
+    listing = blockx(*address, "tasks", "--state", "failed", env=narrow)
+    assert listing.returncode == 0, listing.stderr
+    row = next(line for line in listing.stdout.splitlines() if listed["failed"] in line)
+    assert cluster["worker"] in row
+    assert "'no_such_function' is not defined" in row
+    assert "not shown" not in listing.stdout
+
+    as_json = blockx(*address, "tasks", "--json", env=narrow)
+    assert listed["failed"] in [t["task_id"] for t in json.loads(as_json.stdout)["tasks"]]
 
 
 # ---- readers never create files ------------------------------------------------------

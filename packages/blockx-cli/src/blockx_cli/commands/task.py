@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
@@ -29,7 +28,15 @@ from blockx_cli.commands._task_view import (
 )
 from blockx_cli.commands.tasks import locate
 from blockx_cli.options import ClusterOpt, JsonOpt, task_id_option
-from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Output, console, fail
+from blockx_cli.output import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Output,
+    console,
+    fail,
+    print_whole,
+)
 from blockx_cli.runner import TASK_FILE_HINT, run
 from blockx_cli.settings import Settings, settings_of
 from blockx_client import (
@@ -251,9 +258,12 @@ async def _submit(
     else:
         out.console.print(
             f"submitted task [bold]{escape(answer.task_id)}[/] to worker "
-            f"[bold]{escape(answer.worker_addr)}[/]: {answer.state.value}\n"
-            f"[dim]watch it: blockx watch {escape(shlex.quote(answer.task_id))} "
-            f"--worker {escape(shlex.quote(answer.worker_addr))}[/]"
+            f"[bold]{escape(answer.worker_addr)}[/]: {answer.state.value}",
+            soft_wrap=True,
+        )
+        task_id, worker_addr = shlex.quote(answer.task_id), shlex.quote(answer.worker_addr)
+        print_whole(
+            out.console, f"watch it: blockx watch {task_id} --worker {worker_addr}", style="dim"
         )
     return EXIT_OK
 
@@ -296,7 +306,6 @@ async def _get_result(settings: Settings, out: Output, task_id: str, worker: str
 
 async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: str | None) -> int:
     latest: dict[str, TaskUpdate] = {}
-    started = time.monotonic()
     async with settings.client() as client:
         groups = await _watch_groups(client, settings, task_ids, worker)
         if out.json_mode:
@@ -324,7 +333,7 @@ async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: s
                         calls[update.task_id] = update.progress
                     done = sum(1 for u in latest.values() if u.is_terminal)
                     progress.update(bar, completed=done)
-                    live.update(Group(watch_table(latest, calls, started), progress))
+                    live.update(Group(watch_table(latest, calls, out.console), progress))
 
                 await _follow(client, groups, show)
     failed = [u for u in latest.values() if not (u.result is not None and u.result.ok)]
