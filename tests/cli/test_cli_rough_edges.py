@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 import typer
+from support import free_port
 from typer.testing import CliRunner
 
 from blockx_cli.addresses import dial_address, etcd_endpoint, unix_socket_path
 from blockx_cli.app import app
 from blockx_cli.devcluster import LocalCluster
+from blockx_client.dev_config import dev_config_path, write_dev_config
 from blockx_core.addr import InvalidAddress
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -354,3 +356,56 @@ def test_a_mistyped_block_database_is_named_and_not_created(command: str, tmp_pa
     assert result.returncode == 3, result.stdout + result.stderr
     assert result.stderr.splitlines()[0] == f"error: no block database at {typo}"
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("typo.db")]
+
+
+# ---- which setting won -------------------------------------------------------------
+
+
+def test_a_connection_failure_says_which_setting_won(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """The exports of an earlier dev up still in the shell (dead ports), the running
+    one's dev.toml naming the live cluster: each error says where its address came
+    from and what to unset; unset, the same command works."""
+    home = tmp_path / "xdg"
+    write_dev_config(
+        {"ETCD_ENDPOINTS": cluster["etcd"], "BLOCKX_COORDINATOR": cluster["coordinator"]},
+        dev_config_path({"XDG_CONFIG_HOME": str(home)}),
+    )  # written by this process, which is alive: a running dev up's file
+    stale_etcd, stale_coordinator = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    shell = {"XDG_CONFIG_HOME": str(home), "ETCD_ENDPOINTS": stale_etcd}
+
+    workers = blockx("workers", env=shell)
+    assert workers.returncode == 3, workers.stdout + workers.stderr
+    error, hint = workers.stderr.splitlines()
+    assert error.startswith(f"error: cannot read the registry from etcd ({stale_etcd}: ")
+    assert error.endswith(
+        f"(ETCD_ENDPOINTS from the environment; dev.toml says {cluster['etcd']} — "
+        "unset ETCD_ENDPOINTS?)"
+    )
+    assert "`unset ETCD_ENDPOINTS`" in hint
+
+    reserve = blockx(
+        "--direct", "reserve", "--timeout", "0.5",
+        env={**shell, "BLOCKX_COORDINATOR": stale_coordinator},
+    )  # fmt: skip
+    assert reserve.returncode == 3, reserve.stdout + reserve.stderr
+    assert reserve.stderr.splitlines()[-1] == (
+        f"hint: {stale_coordinator} is BLOCKX_COORDINATOR from the environment; dev.toml says "
+        f"{cluster['coordinator']} — unset BLOCKX_COORDINATOR? The environment also "
+        "overrides dev.toml's ETCD_ENDPOINTS."
+    )
+
+    flagged = blockx(
+        "--direct", "--coordinator", stale_coordinator, "reserve", "--timeout", "0.5",
+        env={"XDG_CONFIG_HOME": str(home)},
+    )  # fmt: skip
+    assert flagged.returncode == 3, flagged.stdout + flagged.stderr
+    assert flagged.stderr.splitlines()[-1] == (
+        f"hint: {stale_coordinator} is from --coordinator; dev.toml says "
+        f"{cluster['coordinator']} — leave --coordinator out?"
+    )
+
+    unset = blockx("workers", "--json", env={"XDG_CONFIG_HOME": str(home)})
+    assert unset.returncode == 0, unset.stderr
+    assert [w["worker_addr"] for w in json.loads(unset.stdout)] == [cluster["worker"]]

@@ -28,7 +28,7 @@ from blockx_cli.commands import (
     why,
     workers,
 )
-from blockx_cli.settings import Settings
+from blockx_cli.settings import CURRENT, FLAGS, Settings
 from blockx_client.client import DEFAULT_COORDINATOR, DEFAULT_SYNC_INVOKER
 
 app = typer.Typer(
@@ -138,7 +138,7 @@ def root(
     ] = False,
 ) -> None:
     """BlockX command line."""
-    ctx.obj = Settings(
+    ctx.obj = settings = Settings(
         coordinator,
         bundle_coordinator,
         sync_invoker,
@@ -147,7 +147,18 @@ def root(
         etcd_files=(etcd_ca_file, etcd_cert_file, etcd_key_file),
         etcd_username=etcd_username,
         direct=direct,
+        from_environment=_read_from_environment(ctx),
     )
+    CURRENT.set(settings)
+
+
+def _read_from_environment(ctx: typer.Context) -> list[str]:
+    """The address variables whose value typer took from the environment."""
+    sources = {
+        variable: ctx.get_parameter_source(flag.removeprefix("--").replace("-", "_"))
+        for variable, flag in FLAGS.items()
+    }
+    return [v for v, source in sources.items() if source and source.name == "ENVIRONMENT"]
 
 
 def main() -> None:

@@ -110,6 +110,7 @@ def registry_of(settings: Settings, prefixes: list[str] | None = None) -> Regist
         endpoints=tuple(settings.etcd_endpoints()),
         prefixes=tuple(prefixes or DEFAULT_PREFIXES),
         access=settings.etcd_access(),
+        setting=settings.etcd_setting(),
     )
 
 

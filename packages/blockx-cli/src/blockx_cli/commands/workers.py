@@ -8,12 +8,12 @@ from typing import Annotated, Final
 import typer
 from rich.text import Text
 
+from blockx_cli.commands.tasks import registry_of
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_OK, Output, console
 from blockx_cli.runner import run
 from blockx_cli.settings import Settings, settings_of
 from blockx_cli.tables import Column, fitted_table
-from blockx_client import list_workers
 
 app = typer.Typer()
 
@@ -51,7 +51,7 @@ def workers(
 
 
 async def _workers(settings: Settings, out: Output, prefixes: list[str]) -> int:
-    found = await list_workers(settings.etcd_endpoints(), prefixes, access=settings.etcd_access())
+    found = await registry_of(settings, prefixes).workers()
     now_ms = int(time.time() * 1000)
     if out.json_mode:
         out.emit(
