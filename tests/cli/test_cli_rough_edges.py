@@ -172,8 +172,27 @@ def test_help_shows_the_defaults(command: str) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     for option, shown in HELP_DEFAULTS[command].items():
-        line = next(line for line in lines if f" {option} " in line)
-        assert shown in line, line
+        text = _option_help(lines, option)
+        assert shown in text, text
+
+
+def _option_help(lines: list[str], option: str) -> str:
+    """An option's help as one line: its row of the table and the rows continuing it."""
+    start = next(i for i, line in enumerate(lines) if f" {option} " in line)
+    rows = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith("│") or re.match(r"│\s{1,4}[-*]", line):
+            break
+        rows.append(line)
+    return " ".join(" ".join(row.strip("│").split()) for row in rows)
+
+
+def test_the_etcd_help_names_every_command_that_reads_it() -> None:
+    result = blockx("--help")
+    assert result.returncode == 0, result.stderr
+    text = _option_help(result.stdout.splitlines(), "--etcd")
+    for command in ("workers", "tasks", "dashboard", "watch", "get-result", "backfill", "follow"):
+        assert f"`{command}`" in text, text
 
 
 # A rich markup tag: ``[word...]`` not escaped. Rich swallows it from help text.

@@ -106,7 +106,10 @@ def root(
         typer.Option(
             envvar="ETCD_ENDPOINTS",
             callback=etcd_endpoints_option,
-            help="etcd endpoints (comma-separated host:port), for `blockx workers`.",
+            help="etcd endpoints (comma-separated host:port): the worker registry that "
+            "`workers`, `tasks` and `dashboard` read, where `watch` and `get-result` find a "
+            "task's worker (without --worker), and where `backfill` and `follow` publish "
+            "their progress.",
             show_default="the running dev up's, else localhost:2379",
         ),
     ] = None,
