@@ -99,6 +99,30 @@ async def test_an_unreachable_database_is_unavailable_and_retryable() -> None:
     assert outcome.retryable
 
 
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+async def test_a_worker_never_creates_the_block_database(tmp_path: Path) -> None:
+    """BLOCKDB_URL naming no file yet: the Worker starts, creates nothing, and its
+    reads answer UNAVAILABLE until ingest has made the database."""
+    url = parse_blockdb_url(f"sqlite:///{tmp_path}/chain.db")
+    backend = BlockDbBackend(url, max_rows=10)
+    await backend.start()
+    io = open_router(None, blockdb=backend)
+    outcome = await io.execute("blockdb", "head", [], {}, writes=False)
+    assert outcome.error_kind == IoErrorKind.UNAVAILABLE
+    assert f"no block database at {tmp_path}/chain.db" in outcome.error
+    assert _names(tmp_path) == []
+    store = await open_store(url)  # ingest's open: it creates the database
+    async with store.writer() as w:
+        await w.init_chain(31337, GENESIS)
+        await w.insert_blocks([make_block(0)])
+    await store.close()
+    assert (await read(io, "block", 0))["block_number"] == 0
+    await backend.close()
+
+
 async def test_without_the_backend_the_error_names_blockdb_url() -> None:
     outcome = await open_router(None).execute("blockdb", "head", [], {}, writes=False)
     assert outcome.error_kind == IoErrorKind.UNKNOWN_BACKEND

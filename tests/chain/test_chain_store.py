@@ -26,6 +26,8 @@ from blockx_chain.store import (
     BlockStore,
     ChainMismatch,
     SchemaRefused,
+    StoreError,
+    StoreUnavailable,
     TooManyRows,
     WriterBusy,
     open_store,
@@ -263,6 +265,57 @@ async def test_a_file_that_is_no_sqlite_database_is_refused(tmp_path: Path) -> N
     path.write_text("not a database, just text long enough to be read as a header" * 10)
     with pytest.raises(SchemaRefused, match="not a usable SQLite database"):
         await open_store(parse_blockdb_url(f"sqlite:///{path}"))
+
+
+def _names(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+async def test_a_reader_never_creates_a_sqlite_file(tmp_path: Path) -> None:
+    """Opened read-only, a missing or empty file is "no block database at PATH" and
+    nothing is written: no file, no -wal, no -shm."""
+    missing = tmp_path / "typo.db"
+    with pytest.raises(StoreUnavailable) as refused:
+        await open_store(parse_blockdb_url(f"sqlite:///{missing}"), read_only=True)
+    assert str(refused.value) == f"no block database at {missing}"
+    assert _names(tmp_path) == []
+    missing.touch()
+    with pytest.raises(StoreUnavailable, match="no block database at"):
+        await open_store(parse_blockdb_url(f"sqlite:///{missing}"), read_only=True)
+    assert _names(tmp_path) == ["typo.db"]
+
+
+async def test_a_reader_reads_and_neither_writes_nor_migrates(db_url: str) -> None:
+    writer = await open_store(parse_blockdb_url(db_url))
+    await seed(writer, range(0, 3))
+    await writer.close()
+    reader = await open_store(parse_blockdb_url(db_url), read_only=True)
+    try:
+        assert (await reader.head() or {})["number"] == 2
+        if db_url.startswith("sqlite"):
+            with pytest.raises(StoreError, match="read-only"):
+                async with reader.writer():
+                    pass
+    finally:
+        await reader.close()
+
+
+async def test_a_reader_of_a_version_1_file_reads_and_leaves_it_to_ingest(
+    tmp_path: Path,
+) -> None:
+    """Until the next ingest migrates it, a reader reads the file as it is: every
+    read but ``seen_at``, which knows no times yet."""
+    db_url = f"sqlite:///{tmp_path}/v1.db"
+    await _made_by_schema_v1(db_url)
+    reader = await open_store(parse_blockdb_url(db_url), read_only=True)
+    try:
+        assert await reader.block(7) == as_row(make_block(7).block)
+        assert await reader.seen_at(0, 10) == {7: None}
+    finally:
+        await reader.close()
+    conn = sqlite3.connect(tmp_path / "v1.db")
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    conn.close()
 
 
 async def test_another_chain_is_refused(store: BlockStore) -> None:

@@ -16,10 +16,13 @@ from pathlib import Path
 
 import pytest
 import typer
+from support import free_port
+from typer.testing import CliRunner
 
 from blockx_cli.addresses import dial_address, etcd_endpoint, unix_socket_path
 from blockx_cli.app import app
 from blockx_cli.devcluster import LocalCluster
+from blockx_client.dev_config import dev_config_path, write_dev_config
 from blockx_core.addr import InvalidAddress
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,8 +172,27 @@ def test_help_shows_the_defaults(command: str) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     for option, shown in HELP_DEFAULTS[command].items():
-        line = next(line for line in lines if f" {option} " in line)
-        assert shown in line, line
+        text = _option_help(lines, option)
+        assert shown in text, text
+
+
+def _option_help(lines: list[str], option: str) -> str:
+    """An option's help as one line: its row of the table and the rows continuing it."""
+    start = next(i for i, line in enumerate(lines) if f" {option} " in line)
+    rows = [lines[start]]
+    for line in lines[start + 1 :]:
+        if not line.startswith("│") or re.match(r"│\s{1,4}[-*]", line):
+            break
+        rows.append(line)
+    return " ".join(" ".join(row.strip("│").split()) for row in rows)
+
+
+def test_the_etcd_help_names_every_command_that_reads_it() -> None:
+    result = blockx("--help")
+    assert result.returncode == 0, result.stderr
+    text = _option_help(result.stdout.splitlines(), "--etcd")
+    for command in ("workers", "tasks", "dashboard", "watch", "get-result", "cancel"):
+        assert f"`{command}`" in text, text
 
 
 # A rich markup tag: ``[word...]`` not escaped. Rich swallows it from help text.
@@ -216,11 +238,15 @@ def test_workers_reports_fractions_named_as_fractions(cluster: dict[str, str]) -
     for key in ("cpu_fraction", "memory_fraction", "error_rate"):
         assert 0.0 <= worker[key] <= 1.0, (key, worker[key])
     # The table shows them as percentages (the values move between two reads).
-    table = blockx("--etcd", cluster["etcd"], "workers")
+    _assert_percentages(blockx("--etcd", cluster["etcd"], "workers"), cluster["worker"])
+
+
+def _assert_percentages(table: subprocess.CompletedProcess[str], worker: str) -> None:
+    """The worker's cpu, mem and errors cells are percentages."""
     assert table.returncode == 0, table.stderr
     lines = table.stdout.splitlines()
     head = next(line for line in lines if "worker" in line and "cpu" in line)
-    row = next(line for line in lines if cluster["worker"] in line)
+    row = next(line for line in lines if worker in line)
     cells = dict(zip(_cells(head), _cells(row), strict=True))
     for column in ("cpu", "mem", "errors"):
         assert re.fullmatch(r"\d{1,3}%", cells[column]), (column, cells)
@@ -244,3 +270,161 @@ def test_the_proxy_socket_as_dev_up_prints_it(cluster: dict[str, str]) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["value"] == "hello, u"
+
+
+def test_why_shows_cpu_as_workers_does(cluster: dict[str, str]) -> None:
+    """The same heartbeat fractions, the same way: percentages in both tables."""
+    why = blockx("--coordinator", cluster["coordinator"], "--direct", "why")
+    _assert_percentages(why, cluster["worker"])
+
+
+# ---- output on a narrow terminal and through a pipe ----------------------------------
+
+LONG_NAME = "a-name-long-enough-to-pass-eighty-columns-" * 3
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+@pytest.fixture(scope="module")
+def listed(cluster: dict[str, str]) -> dict[str, str]:
+    """A task that succeeded and one that failed, for ``blockx tasks`` to list."""
+    ids = {"ok": "narrow-ok-" + "x" * 26, "failed": "narrow-failed-" + "y" * 22}
+    for kind, function in (("ok", "hello_world"), ("failed", "no_such_function")):
+        result = blockx(
+            "--coordinator", cluster["coordinator"], "--direct", "submit", "--function",
+            function, "--call", "[1]", "--task-id", ids[kind], "--wait", "--json",
+        )  # fmt: skip
+        assert result.returncode in (0, 1), result.stderr
+    return ids
+
+
+@pytest.mark.parametrize("width", [80, 100, 200])
+def test_tasks_fit_the_terminal(
+    cluster: dict[str, str], listed: dict[str, str], width: int
+) -> None:
+    """No column is squeezed to nothing with an empty header: the table fits, each
+    column shown has its header, the ones left out are named."""
+    result = CliRunner().invoke(
+        app,
+        ["--etcd", cluster["etcd"], "tasks"],
+        env={"COLUMNS": str(width), "TTY_COMPATIBLE": "1"},
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    shown = _ANSI.sub("", result.stdout)
+    lines = shown.splitlines()
+    assert all(len(line) <= width for line in lines), shown
+    header = next(line for line in lines if line.startswith("┃"))
+    headers = _cells(header)
+    assert all(headers), shown
+    assert headers[:2] == ["task", "state"], shown
+    assert "failure" in headers, shown
+    row = next(line for line in lines if listed["failed"] in line)
+    assert "FAILED" in row
+    left_out = {"worker", "function", "calls", "age", "ended", "failure"} - set(headers)
+    if width == 200:
+        assert not left_out
+    else:
+        assert left_out, shown
+        assert f"not shown at {width} columns: " in shown
+        assert all(name in shown.split("not shown at", 1)[1] for name in left_out)
+
+
+def test_piped_output_is_never_wrapped(cluster: dict[str, str], listed: dict[str, str]) -> None:
+    """Through a pipe (and COLUMNS=80, as a shell may export it) every line is
+    whole: a JSON value, the `watch it:` command, a table row."""
+    address = ["--coordinator", cluster["coordinator"], "--etcd", cluster["etcd"], "--direct"]
+    narrow = {"COLUMNS": "80"}
+    waited = blockx(
+        *address, "submit", "--function", "hello_world", "--call", json.dumps([LONG_NAME]),
+        "--wait", env=narrow,
+    )  # fmt: skip
+    assert waited.returncode == 0, waited.stderr
+    value = next(line for line in waited.stdout.splitlines() if "ReturnValueResultHandler" in line)
+    assert json.loads(value.split(": ", 1)[1]) == [f"hello, {LONG_NAME}"]
+
+    submitted = blockx(*address, "submit", "--function", "hello_world", "--call", "[1]", env=narrow)
+    assert submitted.returncode == 0, submitted.stderr
+    hint = next(line for line in submitted.stdout.splitlines() if "watch it:" in line)
+    command = r"watch it: blockx watch \S+ --worker " + re.escape(cluster["worker"])
+    assert re.fullmatch(command, hint)
+
+    listing = blockx(*address, "tasks", "--state", "failed", env=narrow)
+    assert listing.returncode == 0, listing.stderr
+    row = next(line for line in listing.stdout.splitlines() if listed["failed"] in line)
+    assert cluster["worker"] in row
+    assert "'no_such_function' is not defined" in row
+    assert "not shown" not in listing.stdout
+
+    as_json = blockx(*address, "tasks", "--json", env=narrow)
+    assert listed["failed"] in [t["task_id"] for t in json.loads(as_json.stdout)["tasks"]]
+
+
+# ---- readers never create files ------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["backfill", "follow"])
+def test_a_mistyped_block_database_is_named_and_not_created(command: str, tmp_path: Path) -> None:
+    typo = tmp_path / "typo.db"
+    result = blockx(
+        "--bundle-coordinator", "127.0.0.1:1", "--coordinator", "127.0.0.1:1", command,
+        "--db", f"sqlite:///{typo}", "--sink-db", f"sqlite:///{tmp_path}/sink.db",
+        "--function", "token_volume", "--source-table", "erc20_transfers",
+        "--sink-table", "volume", *(["--from", "0", "--to", "9"] if command == "backfill" else []),
+        env={"XDG_CONFIG_HOME": str(tmp_path / "xdg")},
+    )  # fmt: skip
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert result.stderr.splitlines()[0] == f"error: no block database at {typo}"
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith("typo.db")]
+
+
+# ---- which setting won -------------------------------------------------------------
+
+
+def test_a_connection_failure_says_which_setting_won(
+    cluster: dict[str, str], tmp_path: Path
+) -> None:
+    """The exports of an earlier dev up still in the shell (dead ports), the running
+    one's dev.toml naming the live cluster: each error says where its address came
+    from and what to unset; unset, the same command works."""
+    home = tmp_path / "xdg"
+    write_dev_config(
+        {"ETCD_ENDPOINTS": cluster["etcd"], "BLOCKX_COORDINATOR": cluster["coordinator"]},
+        dev_config_path({"XDG_CONFIG_HOME": str(home)}),
+    )  # written by this process, which is alive: a running dev up's file
+    stale_etcd, stale_coordinator = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    shell = {"XDG_CONFIG_HOME": str(home), "ETCD_ENDPOINTS": stale_etcd}
+
+    workers = blockx("workers", env=shell)
+    assert workers.returncode == 3, workers.stdout + workers.stderr
+    error, hint = workers.stderr.splitlines()
+    assert error.startswith(f"error: cannot read the registry from etcd ({stale_etcd}: ")
+    assert error.endswith(
+        f"(ETCD_ENDPOINTS from the environment; dev.toml says {cluster['etcd']} — "
+        "unset ETCD_ENDPOINTS?)"
+    )
+    assert "`unset ETCD_ENDPOINTS`" in hint
+
+    reserve = blockx(
+        "--direct", "reserve", "--timeout", "0.5",
+        env={**shell, "BLOCKX_COORDINATOR": stale_coordinator},
+    )  # fmt: skip
+    assert reserve.returncode == 3, reserve.stdout + reserve.stderr
+    assert reserve.stderr.splitlines()[-1] == (
+        f"hint: {stale_coordinator} is BLOCKX_COORDINATOR from the environment; dev.toml says "
+        f"{cluster['coordinator']} — unset BLOCKX_COORDINATOR? The environment also "
+        "overrides dev.toml's ETCD_ENDPOINTS."
+    )
+
+    flagged = blockx(
+        "--direct", "--coordinator", stale_coordinator, "reserve", "--timeout", "0.5",
+        env={"XDG_CONFIG_HOME": str(home)},
+    )  # fmt: skip
+    assert flagged.returncode == 3, flagged.stdout + flagged.stderr
+    assert flagged.stderr.splitlines()[-1] == (
+        f"hint: {stale_coordinator} is from --coordinator; dev.toml says "
+        f"{cluster['coordinator']} — leave --coordinator out?"
+    )
+
+    unset = blockx("workers", "--json", env={"XDG_CONFIG_HOME": str(home)})
+    assert unset.returncode == 0, unset.stderr
+    assert [w["worker_addr"] for w in json.loads(unset.stdout)] == [cluster["worker"]]

@@ -10,16 +10,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support import free_port
 
 from blockx_cli.devcluster.layout import find_layout
 from blockx_cli.devcluster.processes import LaunchError
 from blockx_cli.settings import DEFAULT_ETCD, Settings
-from blockx_client import Client, InvalidRequestError
+from blockx_client import Client, ConnectError, InvalidRequestError, Registry
 from blockx_client._options import proxy_socket_of
 from blockx_client.dev_config import (
     DEV_VARIABLES,
     DevUpRunning,
     LayeredEnviron,
+    Origin,
+    Setting,
     claim_dev_config,
     dev_config_path,
     dev_lock_path,
@@ -126,6 +129,90 @@ def test_cli_etcd_flag_or_environment_file_default(config_home: Path) -> None:
         assert settings(None).etcd == VALUES["ETCD_ENDPOINTS"]
         # typer hands over the flag, or ETCD_ENDPOINTS when there is no flag.
         assert settings("given:2379").etcd_endpoints() == ["given:2379"]
+    finally:
+        remove_dev_config()
+
+
+SETTINGS = [
+    # (given, environment, dev.toml, the setting's value, origin, dev.toml's value)
+    ("arg:1", {"BLOCKX_COORDINATOR": "env:1"}, {"BLOCKX_COORDINATOR": "dev:1"}, "arg:1",
+     Origin.GIVEN, "dev:1"),
+    (None, {"BLOCKX_COORDINATOR": " env:1 "}, {"BLOCKX_COORDINATOR": "dev:1"}, "env:1",
+     Origin.ENVIRONMENT, "dev:1"),
+    (" ", {"BLOCKX_COORDINATOR": " "}, {"BLOCKX_COORDINATOR": "dev:1"}, "dev:1",
+     Origin.DEV_CONFIG, "dev:1"),
+    (None, {}, {}, "default:1", Origin.DEFAULT, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("given", "environ", "file", "value", "origin", "dev"), SETTINGS)
+def test_each_setting_knows_where_it_came_from(
+    given: str | None,
+    environ: dict[str, str],
+    file: dict[str, str],
+    value: str,
+    origin: Origin,
+    dev: str | None,
+) -> None:
+    found = LayeredEnviron(environ, file).setting("BLOCKX_COORDINATOR", given, "default:1")
+    assert found == Setting(
+        variable="BLOCKX_COORDINATOR", value=value, origin=origin, dev_value=dev
+    )
+
+
+ORIGIN_TEXTS = [
+    # (origin, dev.toml's value, how it was given, the words)
+    (Origin.ENVIRONMENT, "127.0.0.1:2", None,
+     "ETCD_ENDPOINTS from the environment; dev.toml says 127.0.0.1:2 — unset ETCD_ENDPOINTS?"),
+    (Origin.ENVIRONMENT, "127.0.0.1:1", None, "ETCD_ENDPOINTS from the environment"),
+    (Origin.ENVIRONMENT, None, None, "ETCD_ENDPOINTS from the environment"),
+    (Origin.GIVEN, "127.0.0.1:2", "--etcd",
+     "from --etcd; dev.toml says 127.0.0.1:2 — leave --etcd out?"),
+    (Origin.GIVEN, None, None, None),  # the caller named it and knows
+    (Origin.DEV_CONFIG, "127.0.0.1:1", None,
+     "ETCD_ENDPOINTS from the running `blockx dev up`'s dev.toml"),
+    (Origin.DEFAULT, None, None,
+     "the default: no ETCD_ENDPOINTS set and no `blockx dev up` running"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("origin", "dev", "given_as", "words"), ORIGIN_TEXTS)
+def test_an_origin_in_words(
+    origin: Origin, dev: str | None, given_as: str | None, words: str | None
+) -> None:
+    setting = Setting(variable="ETCD_ENDPOINTS", value="127.0.0.1:1", origin=origin, dev_value=dev)
+    assert setting.origin_text(given_as) == words
+
+
+def test_the_exports_that_hide_dev_toml_are_named() -> None:
+    environ = {"ETCD_ENDPOINTS": "old:1", "BLOCKX_COORDINATOR": "same:2", "PROXY_SOCKET_PATH": " "}
+    file = {"ETCD_ENDPOINTS": "new:1", "BLOCKX_COORDINATOR": "same:2", "PROXY_SOCKET_PATH": "/p"}
+    assert LayeredEnviron(environ, file).overridden() == ["ETCD_ENDPOINTS"]
+
+
+async def test_a_stale_export_is_named_when_the_client_cannot_connect(
+    config_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """BLOCKX_COORDINATOR left from an earlier dev up, dev.toml naming the running
+    one's: the error says which won and what to do."""
+    stale, running = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    write_dev_config({"BLOCKX_COORDINATOR": running, "ETCD_ENDPOINTS": "127.0.0.1:1"})
+    monkeypatch.setenv("BLOCKX_COORDINATOR", stale)
+    try:
+        async with Client(direct=True) as client:
+            with pytest.raises(ConnectError) as failed:
+                await client.reserve_worker_slot(deadline_s=0.2)
+        assert failed.value.message.endswith(
+            f"(BLOCKX_COORDINATOR from the environment; dev.toml says {running} — "
+            "unset BLOCKX_COORDINATOR?))"
+        )
+        assert failed.value.setting is not None
+        assert failed.value.setting.origin is Origin.ENVIRONMENT
+        # The registry of list_tasks reads dev.toml too, and says so.
+        registry = Registry.from_environ()
+        assert registry.endpoints == ("127.0.0.1:1",)
+        assert registry.setting is not None
+        assert registry.setting.origin is Origin.DEV_CONFIG
     finally:
         remove_dev_config()
 

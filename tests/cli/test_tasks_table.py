@@ -25,7 +25,7 @@ def test_an_expired_failure_is_marked_in_the_table_and_the_json() -> None:
     )
     found = ClusterTasks(tasks=(expired,), workers=("127.0.0.1:1",))
     console = Console(width=250, record=True)
-    console.print(_table(found, NOW_MS))
+    console.print(_table(found, NOW_MS, console))
     text = console.export_text()
     assert "FAILED (expired)" in text
     assert "CALL_FAILED: ValueError: boom" in text

@@ -224,6 +224,8 @@ def _seen_at_v2(engine: Engine) -> list[str]:
 
 MIGRATIONS: Final = (_schema_v1, _seen_at_v2)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+# The schema version that added ``blocks.seen_at_ms``.
+SEEN_AT_SINCE: Final = MIGRATIONS.index(_seen_at_v2) + 1
 
 
 # Rows written by ingest. Field names are the column names.

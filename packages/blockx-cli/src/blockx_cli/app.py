@@ -29,7 +29,7 @@ from blockx_cli.commands import (
     why,
     workers,
 )
-from blockx_cli.settings import Settings
+from blockx_cli.settings import CURRENT, FLAGS, Settings
 from blockx_client.client import DEFAULT_COORDINATOR, DEFAULT_SYNC_INVOKER
 
 app = typer.Typer(
@@ -108,7 +108,9 @@ def root(
         typer.Option(
             envvar="ETCD_ENDPOINTS",
             callback=etcd_endpoints_option,
-            help="etcd endpoints (comma-separated host:port), for `blockx workers`.",
+            help="etcd endpoints (comma-separated host:port): the worker registry that "
+            "`workers`, `tasks` and `dashboard` read, and where `watch`, `get-result` and "
+            "`cancel` find a task's worker (without --worker).",
             show_default="the running dev up's, else localhost:2379",
         ),
     ] = None,
@@ -140,7 +142,7 @@ def root(
     ] = False,
 ) -> None:
     """BlockX command line."""
-    ctx.obj = Settings(
+    ctx.obj = settings = Settings(
         coordinator,
         bundle_coordinator,
         sync_invoker,
@@ -149,7 +151,18 @@ def root(
         etcd_files=(etcd_ca_file, etcd_cert_file, etcd_key_file),
         etcd_username=etcd_username,
         direct=direct,
+        from_environment=_read_from_environment(ctx),
     )
+    CURRENT.set(settings)
+
+
+def _read_from_environment(ctx: typer.Context) -> list[str]:
+    """The address variables whose value typer took from the environment."""
+    sources = {
+        variable: ctx.get_parameter_source(flag.removeprefix("--").replace("-", "_"))
+        for variable, flag in FLAGS.items()
+    }
+    return [v for v, source in sources.items() if source and source.name == "ENVIRONMENT"]
 
 
 def main() -> None:

@@ -1,4 +1,9 @@
-"""Printing for people (rich) or for scripts (``--json``), and the exit codes."""
+"""Printing for people (rich) or for scripts (``--json``), and the exit codes.
+
+On a terminal, lines wrap at its width and tables fit it (``blockx_cli.tables``).
+Anywhere else (a pipe, a file) nothing is wrapped, cropped or padded: each line is
+printed whole, however long, so ``grep`` and scripts see what was said. JSON never
+goes through rich: ``Output.emit`` prints it as it is, whatever the output."""
 
 from __future__ import annotations
 
@@ -7,7 +12,7 @@ from typing import Any, Final, NoReturn
 
 import msgspec
 import typer
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
 from blockx_client import Invocation, TaskResult, TaskUpdate
@@ -17,9 +22,35 @@ EXIT_FAILED: Final = 1  # the task or function failed
 EXIT_USAGE: Final = 2  # bad flags or input
 EXIT_SERVICE: Final = 3  # unreachable, unavailable, no slot in time
 
+# The width of a console that is not a terminal: no line is ever that long.
+_UNBOUNDED = 1 << 20
+
+
+class CliConsole(Console):
+    """A rich Console as wide as its terminal, or unbounded when it writes to
+    something else (``COLUMNS`` is then ignored: a pipe has no width)."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = super().size
+        if self.is_terminal:
+            return size
+        return ConsoleDimensions(_UNBOUNDED, size.height)
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        self.width, self.height = new_size
+
+
 # Where commands print for people; errors go to stderr.
-console = Console()
-_errors = Console(stderr=True)
+console = CliConsole()
+_errors = CliConsole(stderr=True)
+
+
+def print_whole(console: Console, text: str, *, style: str | None = None) -> None:
+    """A line people copy (a command, a JSON value): never broken by rich, on a
+    terminal either (the terminal folds it for the eye, a copy gets it whole)."""
+    console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
 
 
 def fail(message: str, code: int, hint: str | None = None) -> NoReturn:

@@ -6,18 +6,31 @@ never ``app.py``, so the app can import every command module without a cycle.
 
 Where an address is not given by a flag or its environment variable, it comes from
 the running ``blockx dev up`` (``blockx_client.dev_config``), then the default.
+Each remembers which of those gave it, for the errors about reaching it.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
+from contextvars import ContextVar
+from typing import Final
 
 import typer
 
-from blockx_client import Client, EtcdAccess
-from blockx_client.dev_config import read_dev_config
+from blockx_client import Client, EtcdAccess, InvalidRequestError
+from blockx_client.dev_config import LayeredEnviron, Origin, Setting
 
 DEFAULT_ETCD = "localhost:2379"
+
+# The root options that name an address, by the variable each one reads.
+FLAGS: Final = {
+    "BLOCKX_COORDINATOR": "--coordinator",
+    "BLOCKX_BUNDLE_COORDINATOR": "--bundle-coordinator",
+    "BLOCKX_SYNC_INVOKER": "--sync-invoker",
+    "PROXY_SOCKET_PATH": "--proxy",
+    "ETCD_ENDPOINTS": "--etcd",
+}
 
 
 class Settings:
@@ -32,16 +45,21 @@ class Settings:
         etcd_files: tuple[str | None, str | None, str | None] = (None, None, None),
         etcd_username: str | None = None,
         direct: bool = False,
+        from_environment: Collection[str] = (),
     ) -> None:
+        """``from_environment``: the variables (of FLAGS) whose value typer read from
+        the environment rather than from the flag."""
         self.coordinator = coordinator
         self.bundle_coordinator = bundle_coordinator
         self.sync_invoker = sync_invoker
         # --direct: dial each address, through no proxy (not even --proxy's).
         self.proxy = None if direct else proxy
         self.direct = direct
-        self._etcd = etcd
         self.etcd_files = etcd_files
         self.etcd_username = etcd_username
+        given = (coordinator, bundle_coordinator, sync_invoker, self.proxy, etcd)
+        self._given = {v: value for v, value in zip(FLAGS, given, strict=True) if value}
+        self._from_environment = frozenset(from_environment)
 
     def client(self) -> Client:
         return Client(
@@ -69,11 +87,25 @@ class Settings:
         """The flag or ETCD_ENDPOINTS, else the running ``dev up``'s etcd, else the default.
 
         Read when a command needs it, so a bad dev.toml fails that command alone."""
-        return self._named_etcd() or DEFAULT_ETCD
+        return self.etcd_setting().value or DEFAULT_ETCD
 
-    def _named_etcd(self) -> str | None:
-        """The flag or ETCD_ENDPOINTS, else the running ``dev up``'s etcd."""
-        return self._etcd or read_dev_config().get("ETCD_ENDPOINTS") or None
+    def etcd_setting(self) -> Setting:
+        """The etcd endpoints and where they came from."""
+        given = self.given_setting("ETCD_ENDPOINTS")
+        return given or LayeredEnviron().setting("ETCD_ENDPOINTS", default=DEFAULT_ETCD)
+
+    def given_setting(self, variable: str) -> Setting | None:
+        """``variable`` (one of FLAGS) as this command was given it, by its flag or
+        from the environment; None when neither named it."""
+        value = self._given.get(variable)
+        if value is None:
+            return None
+        try:
+            env = LayeredEnviron()
+        except InvalidRequestError:  # a dev.toml that is no TOML has nothing to compare
+            env = LayeredEnviron(dev={})
+        origin = Origin.ENVIRONMENT if variable in self._from_environment else Origin.GIVEN
+        return env.setting(variable, value, given_origin=origin)
 
     def etcd_endpoints(self) -> list[str]:
         return [e.strip() for e in self.etcd.split(",") if e.strip()]
@@ -83,3 +115,8 @@ def settings_of(ctx: typer.Context) -> Settings:
     settings = ctx.obj
     assert isinstance(settings, Settings)
     return settings
+
+
+# The running command's settings, for what reports its errors (``runner``); None
+# outside a command.
+CURRENT: ContextVar[Settings | None] = ContextVar("blockx_cli_settings", default=None)

@@ -154,7 +154,9 @@ async def first_answer(
         try:
             return await asyncio.to_thread(attempt, endpoint)
         except (Refused, OSError, urllib.error.URLError, ValueError) as exc:
-            errors.append(f"{endpoint}: {exc}")
+            # urllib wraps a refused connection as "<urlopen error [Errno 111] ...>".
+            reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+            errors.append(f"{endpoint}: {reason}")
     raise ConnectError("; ".join(errors) or "no etcd endpoint given")
 
 

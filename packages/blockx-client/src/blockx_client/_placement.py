@@ -227,6 +227,7 @@ class Placement:
             f"{cluster.value} coordinator unreachable at {where} for {for_s:.1f} s "
             f"({attempts} attempts; last: {last.message})",
             may_have_reached=False,
+            setting=last.setting,
         )
 
     def coordinator_addr(self, cluster: Cluster) -> str:

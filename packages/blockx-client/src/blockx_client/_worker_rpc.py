@@ -200,7 +200,8 @@ class WorkerRpc:
                 Status.DEADLINE_EXCEEDED,
             ) from None
         except (OSError, StreamTerminatedError) as exc:
-            raise connect_error(f"the Watch stream to {worker_addr}", exc) from None
+            where = f"the Watch stream to {worker_addr}"
+            raise connect_error(where, exc, self._transport.setting_of(worker_addr)) from None
         finally:
             close = getattr(updates, "aclose", None)  # an async generator, typed as an iterator
             if close is not None:

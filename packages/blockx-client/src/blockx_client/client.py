@@ -115,10 +115,18 @@ class Client:
         env = client_environ()
         named = (coordinator, bundle_coordinator, sync_invoker)
         proxy = proxy_socket_of(env, proxy_socket, direct=direct, addresses=named)
+        settings = [
+            env.setting("BLOCKX_COORDINATOR", coordinator, DEFAULT_COORDINATOR),
+            env.setting("BLOCKX_BUNDLE_COORDINATOR", bundle_coordinator),
+            env.setting("BLOCKX_SYNC_INVOKER", sync_invoker, DEFAULT_SYNC_INVOKER),
+        ]
+        block, bundle, sync = (s.value for s in settings)
+        if proxy is not None:
+            settings.append(env.setting("PROXY_SOCKET_PATH", proxy_socket))
         self._options = ClientOptions(
-            coordinator=coordinator or env.get("BLOCKX_COORDINATOR") or DEFAULT_COORDINATOR,
-            bundle_coordinator=(bundle_coordinator or env.get("BLOCKX_BUNDLE_COORDINATOR") or None),
-            sync_invoker=sync_invoker or env.get("BLOCKX_SYNC_INVOKER") or DEFAULT_SYNC_INVOKER,
+            coordinator=block or DEFAULT_COORDINATOR,
+            bundle_coordinator=bundle,
+            sync_invoker=sync or DEFAULT_SYNC_INVOKER,
             retry=retry or RetryPolicy(),
             rpc_timeout_s=rpc_timeout_s,
         )
@@ -127,6 +135,7 @@ class Client:
             proxy,
             tls.ssl_context(),
             keepalive_s=keepalive_s,
+            settings=settings,
         )
         self._workers = WorkerRpc(self._options, self._transport)
         rng = rng or random.Random()

@@ -10,14 +10,14 @@ still count. A refused request (INVALID_ARGUMENT) is the caller's and is raised.
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Final, TypeVar
 
 import msgspec
 
 from blockx_client._worker_rpc import WorkerRpc
-from blockx_client.errors import BlockxError, InvalidRequestError, TaskNotFoundError
+from blockx_client.dev_config import LayeredEnviron, Setting, with_origin
+from blockx_client.errors import BlockxError, ConnectError, InvalidRequestError, TaskNotFoundError
 from blockx_client.models import (
     ClusterTasks,
     ListedTask,
@@ -26,8 +26,9 @@ from blockx_client.models import (
     TaskState,
     UnreachableWorker,
 )
-from blockx_client.registry import EtcdAccess, list_workers
+from blockx_client.registry import EtcdAccess, WorkerInfo, list_workers
 
+DEFAULT_ETCD: Final = "127.0.0.1:2379"
 # The registry prefixes of the block and bundle clusters' Workers.
 DEFAULT_PREFIXES: Final = ("/blockx/workers/", "/blockx/bundle-workers/")
 DEFAULT_CONCURRENCY: Final = 16
@@ -42,27 +43,43 @@ T = TypeVar("T")
 class Registry(msgspec.Struct, frozen=True, kw_only=True):
     """Where the registered Workers are read from: etcd ``endpoints`` (the first that
     answers), the registry ``prefixes``, and etcd's TLS and credentials (``access``,
-    default ``EtcdAccess.from_environ()``)."""
+    default ``EtcdAccess.from_environ()``). ``setting``, where the endpoints came
+    from, is named when etcd cannot be read."""
 
-    endpoints: tuple[str, ...] = ("127.0.0.1:2379",)
+    endpoints: tuple[str, ...] = (DEFAULT_ETCD,)
     prefixes: tuple[str, ...] = DEFAULT_PREFIXES
     access: EtcdAccess | None = None
+    setting: Setting | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> Registry:
-        """``ETCD_ENDPOINTS`` (comma-separated; default 127.0.0.1:2379) and the
+        """``ETCD_ENDPOINTS`` (comma-separated), else the running ``blockx dev up``'s
+        etcd (when ``environ`` is not given), else 127.0.0.1:2379; and the
         ``ETCD_*`` TLS and credential variables."""
-        env = os.environ if environ is None else environ
-        endpoints = [e.strip() for e in env.get("ETCD_ENDPOINTS", "").split(",") if e.strip()]
+        env = LayeredEnviron() if environ is None else LayeredEnviron(environ, {})
+        setting = env.setting("ETCD_ENDPOINTS", default=DEFAULT_ETCD)
+        endpoints = [e.strip() for e in (setting.value or "").split(",") if e.strip()]
         return cls(
-            endpoints=tuple(endpoints) or ("127.0.0.1:2379",),
+            endpoints=tuple(endpoints) or (DEFAULT_ETCD,),
             access=EtcdAccess.from_environ(env),
+            setting=setting,
         )
+
+    async def workers(self) -> list[WorkerInfo]:
+        """Every registered Worker's heartbeat (ConnectError, naming where the
+        endpoints came from, when etcd cannot be read)."""
+        try:
+            return await list_workers(list(self.endpoints), list(self.prefixes), access=self.access)
+        except ConnectError as exc:
+            raise ConnectError(
+                with_origin(exc.message, self.setting),
+                may_have_reached=False,
+                setting=self.setting,
+            ) from None
 
     async def worker_addrs(self) -> list[str]:
         """Every registered Worker's address (ConnectError when etcd cannot be read)."""
-        found = await list_workers(list(self.endpoints), list(self.prefixes), access=self.access)
-        return list(dict.fromkeys(w.worker_addr for w in found))
+        return list(dict.fromkeys(w.worker_addr for w in await self.workers()))
 
 
 class TaskFilter(msgspec.Struct, frozen=True, kw_only=True):

@@ -9,6 +9,11 @@ SDK read it when it is there, below the flags and the environment:
 
     flag or argument > environment variable > dev.toml > built-in default
 
+Where each address came from is kept with it (``LayeredEnviron.setting``): a
+connection that fails says so, e.g. "BLOCKX_COORDINATOR from the environment;
+dev.toml says 127.0.0.1:41234 — unset BLOCKX_COORDINATOR?" when an export left
+by an earlier ``dev up`` hides the running one's address.
+
 The file names the process that wrote it (``[writer] pid``); a file whose writer
 is gone (a ``dev up`` killed with SIGKILL) is ignored, so a stale file never
 sends calls to ports nobody listens on.
@@ -23,11 +28,13 @@ simply replaced by the next ``dev up``.
 from __future__ import annotations
 
 import contextlib
+import enum
 import fcntl
 import json
 import os
 import tomllib
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -180,6 +187,54 @@ def remove_dev_config(path: Path | None = None) -> None:
             path.unlink()
 
 
+class Origin(enum.Enum):
+    """Where a setting's value came from; each wins over the ones below it."""
+
+    GIVEN = "given"  # a flag or an argument
+    ENVIRONMENT = "environment"
+    DEV_CONFIG = "dev.toml"
+    DEFAULT = "default"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Setting:
+    """An address as resolved: its ``value`` (None: none at all), its ``origin``,
+    and what the running ``dev up``'s dev.toml says (None: it names none, or no
+    ``dev up`` runs), which tells an export left from an earlier one."""
+
+    variable: str
+    value: str | None
+    origin: Origin
+    dev_value: str | None = None
+
+    def origin_text(self, given_as: str | None = None) -> str | None:
+        """Where the value came from, in words for an error about reaching it.
+
+        A value the caller gave is described only with ``given_as`` (how it was
+        given, e.g. ``--coordinator``): otherwise the caller knows best, and None."""
+        match self.origin:
+            case Origin.DEV_CONFIG:
+                return f"{self.variable} from the running `blockx dev up`'s dev.toml"
+            case Origin.DEFAULT:
+                return f"the default: no {self.variable} set and no `blockx dev up` running"
+            case Origin.ENVIRONMENT:
+                where, undo = f"{self.variable} from the environment", f"unset {self.variable}"
+            case Origin.GIVEN:
+                if given_as is None:
+                    return None
+                where, undo = f"from {given_as}", f"leave {given_as} out"
+        if self.dev_value is not None and self.dev_value != self.value:
+            where += f"; dev.toml says {self.dev_value} — {undo}?"
+        return where
+
+
+def with_origin(message: str, setting: Setting | None) -> str:
+    """``message`` and, in parentheses, where ``setting`` came from (unless the
+    caller gave it)."""
+    said = None if setting is None else setting.origin_text()
+    return message if said is None else f"{message} ({said})"
+
+
 class LayeredEnviron(EnvironOverFile):
     """The environment over ``dev.toml``: a set, non-blank variable wins over the file."""
 
@@ -187,4 +242,37 @@ class LayeredEnviron(EnvironOverFile):
         self, environ: Mapping[str, str] | None = None, dev: Mapping[str, str] | None = None
     ) -> None:
         environ = os.environ if environ is None else environ
-        super().__init__(environ, read_dev_config(dev_config_path(environ)) if dev is None else dev)
+        dev = read_dev_config(dev_config_path(environ)) if dev is None else dev
+        super().__init__(environ, dev)
+        self._dev = dev
+
+    def setting(
+        self,
+        variable: str,
+        given: str | None = None,
+        default: str | None = None,
+        *,
+        given_origin: Origin = Origin.GIVEN,
+    ) -> Setting:
+        """``variable``'s value and origin: ``given`` (a flag or an argument, unless
+        ``given_origin`` says the caller read it from the environment), else the
+        environment, else dev.toml, else ``default``. Blank counts as unset."""
+        dev_value = self._dev.get(variable)
+        if given is not None and given.strip():
+            return Setting(
+                variable=variable, value=given.strip(), origin=given_origin, dev_value=dev_value
+            )
+        found = self.get(variable, "").strip()
+        if found:
+            origin = Origin.DEV_CONFIG if self.from_file(variable) else Origin.ENVIRONMENT
+            return Setting(variable=variable, value=found, origin=origin, dev_value=dev_value)
+        return Setting(variable=variable, value=default, origin=Origin.DEFAULT)
+
+    def overridden(self) -> list[str]:
+        """The variables the environment sets to other values than dev.toml's: most
+        likely exports left from an earlier ``blockx dev up``."""
+        return [
+            name
+            for name, value in self._dev.items()
+            if not self.from_file(name) and self.get(name, "").strip() != value
+        ]

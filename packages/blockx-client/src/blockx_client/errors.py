@@ -10,6 +10,7 @@ from grpclib.const import Status
 from blockx_core.coordinator import PlacementExplanation, WorkerReason, describe_explanation
 
 if TYPE_CHECKING:
+    from blockx_client.dev_config import Setting
     from blockx_client.models import SubmitAnswer
 
 # A placement error's message names this many workers; ``worker_reasons`` has all sent.
@@ -78,15 +79,23 @@ class TaskNotFoundError(BlockxError):
 
 
 class ConnectError(BlockxError):
-    """A coordinator, worker, proxy or sync invoker could not be reached, or the
-    connection was lost during the call. ``may_have_reached`` is False only when
-    nothing can have reached the server (the connection was never made)."""
+    """A coordinator, worker, proxy, sync invoker or etcd could not be reached, or
+    the connection was lost during the call. ``may_have_reached`` is False only when
+    nothing can have reached the server (the connection was never made).
+    ``setting`` is the address setting that named the peer, with where it came from
+    (None: the peer's address came from the cluster, a Worker's say)."""
 
     def __init__(
-        self, message: str, status: Status | None = None, *, may_have_reached: bool = True
+        self,
+        message: str,
+        status: Status | None = None,
+        *,
+        may_have_reached: bool = True,
+        setting: Setting | None = None,
     ) -> None:
         super().__init__(message, status)
         self.may_have_reached = may_have_reached
+        self.setting = setting
 
 
 class CoordinatorUnreachableError(ConnectError):

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ssl
 from collections import OrderedDict
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Final, TypeVar
 
 from grpclib.client import Channel
@@ -21,6 +21,7 @@ from grpclib.config import Configuration
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
+from blockx_client.dev_config import Setting, with_origin
 from blockx_client.errors import ConnectError, InvalidRequestError, UnavailableError, error_for
 from blockx_core.addr import InvalidAddress, split_host_port
 
@@ -43,14 +44,19 @@ _LOST_MIDWAY: Final = (
 )
 
 
-def connect_error(where: str, exc: BaseException) -> ConnectError:
+def connect_error(where: str, exc: BaseException, setting: Setting | None = None) -> ConnectError:
     """A transport failure as the client's error. A refused connection, an unknown
     host or any other failure to connect means nothing reached ``where``; a reset or
-    a stream cut midway means the server may have received (and acted on) the call."""
+    a stream cut midway means the server may have received (and acted on) the call.
+    The message says where ``setting`` (the address dialled) came from."""
     midway = isinstance(exc, _LOST_MIDWAY)
     how = "lost the connection to" if midway else "cannot reach"
     detail = str(exc) or type(exc).__name__
-    return ConnectError(f"{how} {where}: {detail}", may_have_reached=midway)
+    return ConnectError(
+        with_origin(f"{how} {where}: {detail}", setting),
+        may_have_reached=midway,
+        setting=setting,
+    )
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -99,7 +105,10 @@ class Transport:
         tls: ssl.SSLContext | None = None,
         *,
         keepalive_s: float = DEFAULT_KEEPALIVE_S,
+        settings: Sequence[Setting] = (),
     ) -> None:
+        """``settings``: where the addresses (and the proxy's socket) came from, for
+        the errors about reaching them."""
         if not keepalive_s > 0:
             raise InvalidRequestError(f"keepalive_s must be positive, not {keepalive_s!r}")
         self._config = keepalive_config(keepalive_s)
@@ -108,6 +117,7 @@ class Transport:
         self._tls = tls
         self._proxy: Channel | None = None
         self._channels: OrderedDict[str, Channel] = OrderedDict()
+        self._settings = {s.value: s for s in settings if s.value is not None}
 
     @property
     def proxied(self) -> bool:
@@ -154,7 +164,12 @@ class Transport:
                 f"{addr} did not answer in time", Status.DEADLINE_EXCEEDED
             ) from None
         except (OSError, StreamTerminatedError) as exc:
-            raise connect_error(self.describe(addr), exc) from None
+            raise connect_error(self.describe(addr), exc, self.setting_of(addr)) from None
+
+    def setting_of(self, addr: str) -> Setting | None:
+        """The setting that named what a call to ``addr`` dials: the proxy's socket
+        when proxied, else the address itself (None for a Worker's)."""
+        return self._settings.get(self._proxy_socket or addr)
 
     def describe(self, addr: str) -> str:
         """How an error names where a call went."""

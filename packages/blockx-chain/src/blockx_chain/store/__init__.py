@@ -33,13 +33,20 @@ __all__ = [
 ]
 
 
-async def open_store(url: BlockDbUrl, *, max_rows: int = DEFAULT_MAX_ROWS) -> BlockStore:
-    """The block database at ``url``, opened and migrated to this BlockX's schema."""
+async def open_store(
+    url: BlockDbUrl, *, max_rows: int = DEFAULT_MAX_ROWS, read_only: bool = False
+) -> BlockStore:
+    """The block database at ``url``, opened and migrated to this BlockX's schema.
+
+    ``read_only``, for whatever only reads (backfill, follow, the Worker's
+    io.blockdb): a SQLite file is opened read-only and never created; a missing one
+    is StoreUnavailable "no block database at PATH". PostgreSQL creates no file
+    and is opened as for a writer."""
     match url:
         case SqliteUrl(path):
             from blockx_chain.store.sqlite import SqliteStore
 
-            return await SqliteStore.open(path, max_rows=max_rows)
+            return await SqliteStore.open(path, max_rows=max_rows, read_only=read_only)
         case PostgresUrl():
             from blockx_chain.store.postgres import PostgresStore
 

@@ -23,7 +23,9 @@ from blockx_chain.schema import (
     BLOCKS,
     CHAIN,
     REORGS,
+    SCHEMA_VERSION,
     SEEN_AT,
+    SEEN_AT_SINCE,
     BlockRows,
     ChainState,
     block_row_sets,
@@ -191,6 +193,9 @@ class BlockStore(abc.ABC):
             raise ValueError(f"max_rows must be >= 1, got {max_rows}")
         self.description = description
         self.max_rows = max_rows
+        # The schema of the database, for a reader of one a version older (its
+        # writer migrates it; until then ``seen_at`` knows no times).
+        self.schema_version = SCHEMA_VERSION
 
     @abc.abstractmethod
     async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]: ...
@@ -253,11 +258,12 @@ class BlockStore(abc.ABC):
         """When ingest stored each block in ``[from_block, to_block]`` (Unix ms; None
         for a block stored before the database recorded it). Not a function read."""
         start, end = reads.block_range(from_block, to_block)
+        seen = SEEN_AT.name if self.schema_version >= SEEN_AT_SINCE else "NULL"
         rows = await self._fetch(
-            f"SELECT block_number, {SEEN_AT.name} FROM blocks WHERE block_number BETWEEN ? AND ?",
+            f"SELECT block_number, {seen} AS seen FROM blocks WHERE block_number BETWEEN ? AND ?",
             (start, end),
         )
-        return {row["block_number"]: row[SEEN_AT.name] for row in rows}
+        return {row["block_number"]: row["seen"] for row in rows}
 
     async def reorgs(self, after_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """Reorgs with an id above ``after_id``, oldest first: a follower's cursor."""

@@ -6,6 +6,10 @@ microseconds, far less than a thread hop to a shared connection would cost in
 contention); writes run on one connection in one thread of their own. A writer
 is ``BEGIN IMMEDIATE`` with no busy wait: a second writer, in this process or
 another, fails at once with WriterBusy.
+
+A store opened ``read_only`` (every reader: the drivers, the Worker's io.blockdb)
+never creates nor migrates the file: a missing or empty file is StoreUnavailable
+"no block database at PATH", and an older schema waits for ingest to migrate it.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import sqlite3
 import threading
+import urllib.parse
 from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
@@ -59,10 +64,16 @@ class _SqliteWriter(BlockWriter):
         await self._store._on_writer(lambda c: c.executemany(sql, rows))
 
 
+def _read_only_uri(path: Path) -> str:
+    """``path`` as a URI SQLite opens read-only and never creates."""
+    return f"file:{urllib.parse.quote(str(path))}?mode=ro"
+
+
 class SqliteStore(BlockStore):
-    def __init__(self, path: Path, max_rows: int, read_threads: int) -> None:
+    def __init__(self, path: Path, max_rows: int, read_threads: int, *, read_only: bool) -> None:
         super().__init__(f"sqlite:///{path}", max_rows)
         self.path = path
+        self.read_only = read_only
         self._write_thread = ThreadPoolExecutor(1, thread_name_prefix="blockdb-write")
         self._read_threads = ThreadPoolExecutor(read_threads, thread_name_prefix="blockdb-read")
         self._local = threading.local()
@@ -73,13 +84,23 @@ class SqliteStore(BlockStore):
 
     @classmethod
     async def open(
-        cls, path: Path, *, max_rows: int = DEFAULT_MAX_ROWS, read_threads: int = READ_THREADS
+        cls,
+        path: Path,
+        *,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        read_threads: int = READ_THREADS,
+        read_only: bool = False,
     ) -> SqliteStore:
         """Open (and create) the file and apply missing migrations; SchemaRefused for
-        a file that is no BlockX block database or has a newer schema."""
-        store = cls(path, max_rows, read_threads)
+        a file that is no BlockX block database or has a newer schema.
+
+        ``read_only``: open an existing block database without writing to it;
+        StoreUnavailable "no block database at PATH" when there is none, and for a
+        schema older than this BlockX's (ingest migrates it)."""
+        store = cls(path, max_rows, read_threads, read_only=read_only)
+        connect = store._check_read_only if read_only else store._connect
         try:
-            await asyncio.get_running_loop().run_in_executor(store._write_thread, store._connect)
+            await asyncio.get_running_loop().run_in_executor(store._write_thread, connect)
         except BaseException:
             await store.close()
             raise
@@ -115,6 +136,31 @@ class SqliteStore(BlockStore):
                 f"{self.description} is not a usable SQLite database: {exc}"
             ) from None
 
+    def _check_read_only(self) -> None:
+        """The file holds a block database this BlockX reads; nothing is written."""
+        missing = StoreUnavailable(f"no block database at {self.path}")
+        if not self.path.is_file():
+            raise missing
+        try:
+            conn = sqlite3.connect(_read_only_uri(self.path), uri=True)
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"{self.description}: {exc}") from None
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {_READ_BUSY_TIMEOUT_MS}")
+            version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+            _check_version(self.description, version, conn)
+        except sqlite3.DatabaseError as exc:
+            raise SchemaRefused(
+                f"{self.description} is not a usable SQLite database: {exc}"
+            ) from None
+        finally:
+            conn.close()
+        if version == 0:
+            raise missing  # an empty file: ingest has not made its tables yet
+        # Every read but ``seen_at`` is of the first version's tables: a reader goes
+        # on while the next ingest has yet to migrate the file.
+        self.schema_version = version
+
     async def _on_writer(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
             if self._conn is None:
@@ -129,7 +175,7 @@ class SqliteStore(BlockStore):
     def _reader(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True, check_same_thread=False)
+            conn = sqlite3.connect(_read_only_uri(self.path), uri=True, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout = {_READ_BUSY_TIMEOUT_MS}")
             self._local.conn = conn
             with self._readers_lock:
@@ -149,6 +195,8 @@ class SqliteStore(BlockStore):
 
     @asynccontextmanager
     async def writer(self) -> AsyncIterator[BlockWriter]:
+        if self.read_only:
+            raise StoreError(f"{self.description} is open read-only: it takes no writer")
         if self._writing:
             raise WriterBusy(f"{self.description} already has a writer in this process")
         self._writing = True

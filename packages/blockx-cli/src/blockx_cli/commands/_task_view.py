@@ -4,18 +4,21 @@ task ``submit --wait`` waits for."""
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
 import msgspec
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from blockx_cli.output import Output, result_dict, update_dict
+from blockx_cli.output import Output, print_whole, result_dict, update_dict
+from blockx_cli.tables import Column, fitted_table
 from blockx_client import CallProgress, ProgressCallback, TaskResult, TaskState, TaskUpdate
 
 # What NOT_FOUND means, wherever the CLI shows it.
@@ -67,29 +70,47 @@ def watch_line(update: TaskUpdate) -> dict[str, Any]:
     return data
 
 
+def count_states(states: Iterable[TaskState]) -> str:
+    """A table's caption: how many tasks in each state."""
+    counts = collections.Counter(state.value for state in states)
+    return "  ".join(f"{state}: {n}" for state, n in sorted(counts.items()))
+
+
+# By rank: the watch table keeps the task, its state and what happened first.
+_WATCH_COLUMNS: Final = (
+    Column(header="task", rank=0),
+    Column(header="state", rank=0),
+    Column(header="worker", rank=3),
+    Column(header="calls", rank=1),
+    Column(header="detail", rank=2, narrowest=24),
+)
+
+
 def watch_table(
-    latest: dict[str, TaskUpdate], calls: dict[str, CallProgress], started: float
+    latest: dict[str, TaskUpdate], calls: dict[str, CallProgress], console: Console
 ) -> Table:
-    table = Table(title=f"watching {len(latest)} task(s)", expand=False)
-    for column in ("task", "state", "worker", "calls", "detail"):
-        table.add_column(column, no_wrap=column != "detail")
-    counts: dict[str, int] = {}
+    rows = []
     for update in latest.values():
-        counts[update.state.value] = counts.get(update.state.value, 0) + 1
-        style = STATE_STYLE[update.state]
         detail = NOT_KNOWN if update.state is TaskState.NOT_FOUND else update.error
         if update.result is not None and update.result.failure_code:
             detail = f"{update.result.failure_code}: {update.result.failure_message[:60]}"
         shown = calls.get(update.task_id)
-        table.add_row(
-            Text(update.task_id),
-            f"[{style}]{update.state.value}[/]",
-            Text(update.worker_addr),
-            "" if shown is None else f"calls {shown.shown()}",
-            Text(detail),
+        rows.append(
+            [
+                Text(update.task_id),
+                Text(update.state.value, style=STATE_STYLE[update.state]),
+                Text(update.worker_addr),
+                Text("" if shown is None else f"calls {shown.shown()}"),
+                Text(detail),
+            ]
         )
-    table.caption = "  ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-    return table
+    return fitted_table(
+        console,
+        _WATCH_COLUMNS,
+        rows,
+        title=f"watching {len(latest)} task(s)",
+        caption=count_states(u.state for u in latest.values()),
+    )
 
 
 def print_result(out: Output, result: TaskResult) -> None:
@@ -115,7 +136,7 @@ def print_result(out: Output, result: TaskResult) -> None:
     for plugin in result.plugin_results:
         value = plugin.value()
         shown = json.dumps(value) if value is not None else ""
-        out.console.print(f"  {plugin.plugin_name}: {shown}", highlight=False, markup=False)
+        print_whole(out.console, f"  {plugin.plugin_name}: {shown}")
 
 
 def _print_call_failures(out: Output, result: TaskResult) -> None:

@@ -20,6 +20,7 @@ from blockx_cli.output import (
     console,
     fail,
     invocation_dict,
+    print_whole,
 )
 from blockx_cli.runner import run
 from blockx_cli.settings import Settings, settings_of
@@ -109,7 +110,7 @@ def _print_invocation(out: Output, function: str, args: list[Any], result: Invoc
     d = result.durations
     call = f"{function}({', '.join(json.dumps(a) for a in args)})"
     if result.success:
-        out.console.print(f"{call} = {json.dumps(result.value)}", highlight=False, markup=False)
+        print_whole(out.console, f"{call} = {json.dumps(result.value)}")
     else:
         out.console.print(
             f"{escape(call)} failed: [red]{result.failure_code}[/] (retryable={result.retryable})"

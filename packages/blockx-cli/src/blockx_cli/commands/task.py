@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import shlex
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Final
@@ -37,6 +36,7 @@ from blockx_cli.output import (
     Output,
     console,
     fail,
+    print_whole,
     result_dict,
 )
 from blockx_cli.runner import TASK_FILE_HINT, run
@@ -281,9 +281,12 @@ async def _submit(
     else:
         out.console.print(
             f"submitted task [bold]{escape(answer.task_id)}[/] to worker "
-            f"[bold]{escape(answer.worker_addr)}[/]: {answer.state.value}\n"
-            f"[dim]watch it: blockx watch {escape(shlex.quote(answer.task_id))} "
-            f"--worker {escape(shlex.quote(answer.worker_addr))}[/]"
+            f"[bold]{escape(answer.worker_addr)}[/]: {answer.state.value}",
+            soft_wrap=True,
+        )
+        task_id, worker_addr = shlex.quote(answer.task_id), shlex.quote(answer.worker_addr)
+        print_whole(
+            out.console, f"watch it: blockx watch {task_id} --worker {worker_addr}", style="dim"
         )
     return EXIT_OK
 
@@ -391,7 +394,6 @@ def _print_not_found(out: Output, task_id: str, worker: str) -> None:
 
 async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: str | None) -> int:
     latest: dict[str, TaskUpdate] = {}
-    started = time.monotonic()
     async with settings.client() as client:
         groups = await _watch_groups(client, settings, task_ids, worker)
         if out.json_mode:
@@ -419,7 +421,7 @@ async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: s
                         calls[update.task_id] = update.progress
                     done = sum(1 for u in latest.values() if u.is_terminal)
                     progress.update(bar, completed=done)
-                    live.update(Group(watch_table(latest, calls, started), progress))
+                    live.update(Group(watch_table(latest, calls, out.console), progress))
 
                 await _follow(client, groups, show)
     failed = [u for u in latest.values() if not (u.result is not None and u.result.ok)]

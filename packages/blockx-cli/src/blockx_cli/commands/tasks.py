@@ -7,14 +7,17 @@ import time
 from typing import Annotated, Any, Final
 
 import typer
+from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from blockx_cli.commands._task_view import STATE_STYLE, count_states
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
 from blockx_cli.runner import run
 from blockx_cli.settings import Settings, settings_of
+from blockx_cli.tables import Column, fitted_table
 from blockx_client import (
     Client,
     ClusterTasks,
@@ -28,13 +31,6 @@ from blockx_client import (
 
 app = typer.Typer()
 
-_STATE_STYLE: Final = {
-    TaskState.ALLOCATED: "yellow",
-    TaskState.RUNNING: "cyan",
-    TaskState.SUCCEEDED: "green",
-    TaskState.FAILED: "red",
-    TaskState.NOT_FOUND: "magenta",
-}
 _LISTED_STATES: Final = [s.value for s in TaskState if s is not TaskState.NOT_FOUND]
 _UNITS_MS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
@@ -117,6 +113,7 @@ def registry_of(settings: Settings, prefixes: list[str] | None = None) -> Regist
         endpoints=tuple(settings.etcd_endpoints()),
         prefixes=tuple(prefixes or DEFAULT_PREFIXES),
         access=settings.etcd_access(),
+        setting=settings.etcd_setting(),
     )
 
 
@@ -148,7 +145,7 @@ async def _tasks(
             }
         )
     else:
-        out.console.print(_table(found, now_ms))
+        out.console.print(_table(found, now_ms, out.console))
         warn_unreachable(found.unreachable)
         for addr in found.truncated:
             out.console.print(
@@ -160,36 +157,56 @@ async def _tasks(
     return EXIT_OK
 
 
-def _table(found: ClusterTasks, now_ms: int) -> Table:
+# By rank: what an operator needs to act first (which task, its state, why it
+# failed), the rest as the terminal has room.
+_COLUMNS: Final = (
+    Column(header="task", rank=0),
+    Column(header="state", rank=1, narrowest=9),
+    Column(header="worker", rank=5),
+    Column(header="function", rank=3, narrowest=12),
+    Column(header="calls", rank=6),
+    Column(header="age", rank=4),
+    Column(header="ended", rank=7),
+    Column(header="failure", rank=2, narrowest=24),
+)
+
+
+def _table(found: ClusterTasks, now_ms: int, console: Console) -> Table:
     answered = len(found.workers) - len(found.unreachable)
-    table = Table(title=f"{len(found.tasks)} task(s) on {answered} worker(s)")
-    for column in ("task", "state", "worker", "function", "calls", "age", "ended", "failure"):
-        table.add_column(column, no_wrap=column in ("task", "state", "worker", "calls"))
-    counts: dict[str, int] = {}
+    rows = []
     for t in found.tasks:
-        counts[t.state.value] = counts.get(t.state.value, 0) + 1
-        state = f"[{_STATE_STYLE[t.state]}]{t.state.value}[/]"
+        state = Text(t.state.value, style=STATE_STYLE[t.state])
         if t.tombstone:
-            state += " [dim](outputs dropped)[/]"
+            state.append(" (outputs dropped)", style="dim")
         if t.expired:
-            state += " [dim](expired)[/]"
-        failure = escape(t.failure_code)
+            state.append(" (expired)", style="dim")
+        failure = Text(t.failure_code)
         if t.failure_summary:
-            failure += f": {escape(t.failure_summary[:80])}"
+            failure.append(f": {_shortened(t.failure_summary)}")
         if t.call_failures > 1:
-            failure += f" [dim]({t.call_failures} failed calls)[/]"
-        table.add_row(
-            Text(t.task_id),
-            state,
-            Text(t.worker_addr),
-            Text(t.function or t.call_builder),
-            "" if t.progress is None else t.progress.shown(),
-            _age(now_ms - t.created_ms),
-            _age(now_ms - t.converged_ms) + " ago" if t.converged_ms else "",
-            failure,
-        )
-    table.caption = "  ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
-    return table
+            failure.append(f" ({t.call_failures} failed calls)", style="dim")
+        cells = {
+            "task": Text(t.task_id),
+            "state": state,
+            "failure": failure,
+            "function": Text(t.function or t.call_builder),
+            "age": Text(_age(now_ms - t.created_ms)),
+            "worker": Text(t.worker_addr),
+            "calls": Text("" if t.progress is None else t.progress.shown()),
+            "ended": Text(_age(now_ms - t.converged_ms) + " ago" if t.converged_ms else ""),
+        }
+        rows.append([cells[c.header] for c in _COLUMNS])
+    return fitted_table(
+        console,
+        _COLUMNS,
+        rows,
+        title=f"{len(found.tasks)} task(s) on {answered} worker(s)",
+        caption=count_states(t.state for t in found.tasks),
+    )
+
+
+def _shortened(text: str, limit: int = 80) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _age(ms: int) -> str:

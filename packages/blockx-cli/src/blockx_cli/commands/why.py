@@ -2,24 +2,41 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 import msgspec
 import typer
+from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from blockx_cli.addresses import host_port_option
+from blockx_cli.commands.workers import load_cells
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_OK, Output, console
 from blockx_cli.runner import run
 from blockx_cli.settings import Settings, settings_of
+from blockx_cli.tables import Column, fitted_table
 from blockx_client import Cluster, PlacementReport
 
 app = typer.Typer()
 
-_COLUMNS = ("worker", "eligible", "reason", "slots used", "cpu", "mem", "errors", "heartbeat")
-_REFUSAL_COLUMNS = ("when", "task", "code", "explanation")
+_COLUMNS: Final = (
+    Column(header="worker", rank=0),
+    Column(header="eligible", rank=0),
+    Column(header="reason", rank=1, narrowest=20),
+    Column(header="slots used", rank=2),
+    Column(header="cpu", rank=3),
+    Column(header="mem", rank=4),
+    Column(header="errors", rank=5),
+    Column(header="heartbeat", rank=6),
+)
+_REFUSAL_COLUMNS: Final = (
+    Column(header="when", rank=1),
+    Column(header="task", rank=0),
+    Column(header="code", rank=0),
+    Column(header="explanation", rank=0, narrowest=20),
+)
 
 
 @app.command()
@@ -50,7 +67,11 @@ def why(
 ) -> None:
     """Why a task is (or is not) placed: each worker's eligibility, as the block
     (or, with --cluster bundle, the bundle) coordinator judges it now (stale
-    heartbeat, red lines, breaker, full)."""
+    heartbeat, red lines, breaker, full).
+
+    The table shows cpu, memory and errors as percentages, as `blockx workers`
+    does; --json gives the fractions (cpu_fraction, memory_fraction, error_rate,
+    each 0..1)."""
     out = Output(console, json_)
     raise typer.Exit(run(_why(settings_of(ctx), out, worker, cluster, refusals)))
 
@@ -75,53 +96,55 @@ async def _why(
             }
         )
         return EXIT_OK
-    out.console.print(_table(report))
+    out.console.print(_table(report, out.console))
     if not report.view_trusted:
         out.console.print(
             f"[bold red]the coordinator does not place now:[/] {report.not_ready_reason}",
             highlight=False,
         )
     if refusals and report.recent_refusals:
-        out.console.print(_refusals(report, refusals))
+        out.console.print(_refusals(report, refusals, out.console))
     return EXIT_OK
 
 
-def _table(report: PlacementReport) -> Table:
-    table = Table(
+def _table(report: PlacementReport, console: Console) -> Table:
+    rows = [
+        [
+            Text(w.worker_addr),
+            Text("yes", style="green") if w.eligible else Text("no", style="red"),
+            Text(w.reason),
+            Text(f"{w.used_slots}/{w.task_slots}"),
+            *load_cells(w.cpu_fraction, w.memory_fraction, w.error_rate),
+            Text(f"{w.heartbeat_age_ms / 1000:.1f} s ago"),
+        ]
+        for w in report.workers
+    ]
+    return fitted_table(
+        console,
+        _COLUMNS,
+        rows,
         title=f"{len(report.eligible)} of {len(report.workers)} worker(s) eligible "
         f"at {report.coordinator}",
         caption="eligible workers first, in the order the coordinator picks them",
     )
-    for column in _COLUMNS:
-        table.add_column(column, no_wrap=column != "reason")
-    for w in report.workers:
-        table.add_row(
-            Text(w.worker_addr),
-            "[green]yes[/]" if w.eligible else "[red]no[/]",
-            Text(w.reason),
-            f"{w.used_slots}/{w.task_slots}",
-            f"{w.cpu_fraction:.2f}",
-            f"{w.memory_fraction:.2f}",
-            f"{w.error_rate:.2f}",
-            f"{w.heartbeat_age_ms / 1000:.1f} s ago",
-        )
-    return table
 
 
-def _refusals(report: PlacementReport, limit: int) -> Table:
+def _refusals(report: PlacementReport, limit: int, console: Console) -> Table:
     shown = report.recent_refusals[:limit]
     more = len(report.recent_refusals) - len(shown)
-    table = Table(
+    rows = [
+        [
+            Text(f"{max(0, report.now_ms - r.at_ms) / 1000:.1f} s ago"),
+            Text(r.task_id),
+            Text(r.code),
+            Text(r.message),
+        ]
+        for r in shown
+    ]
+    return fitted_table(
+        console,
+        _REFUSAL_COLUMNS,
+        rows,
         title=f"the coordinator's last {len(shown)} refusal(s)",
         caption=f"+{more} older (--refusals 20 shows them)" if more else None,
     )
-    for column in _REFUSAL_COLUMNS:
-        table.add_column(column, no_wrap=column != "explanation")
-    for r in shown:
-        table.add_row(
-            f"{max(0, report.now_ms - r.at_ms) / 1000:.1f} s ago",
-            Text(r.task_id),
-            r.code,
-            Text(r.message),
-        )
-    return table

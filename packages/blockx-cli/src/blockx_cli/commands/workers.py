@@ -3,19 +3,29 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated
+from typing import Annotated, Final
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
+from blockx_cli.commands.tasks import registry_of
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_OK, Output, console
 from blockx_cli.runner import run
 from blockx_cli.settings import Settings, settings_of
-from blockx_client import list_workers
+from blockx_cli.tables import Column, fitted_table
 
 app = typer.Typer()
+
+_COLUMNS: Final = (
+    Column(header="worker", rank=0),
+    Column(header="registry", rank=6),
+    Column(header="slots used", rank=1),
+    Column(header="cpu", rank=2),
+    Column(header="mem", rank=3),
+    Column(header="errors", rank=4),
+    Column(header="heartbeat", rank=5),
+)
 
 
 @app.command()
@@ -41,7 +51,7 @@ def workers(
 
 
 async def _workers(settings: Settings, out: Output, prefixes: list[str]) -> int:
-    found = await list_workers(settings.etcd_endpoints(), prefixes, access=settings.etcd_access())
+    found = await registry_of(settings, prefixes).workers()
     now_ms = int(time.time() * 1000)
     if out.json_mode:
         out.emit(
@@ -64,21 +74,27 @@ async def _workers(settings: Settings, out: Output, prefixes: list[str]) -> int:
             ]
         )
         return EXIT_OK
-    table = Table(title=f"{len(found)} worker(s) in {', '.join(prefixes)}")
-    for column in ("worker", "registry", "slots used", "cpu", "mem", "errors", "heartbeat"):
-        table.add_column(column, no_wrap=column in ("worker", "slots used"))
-    for w in found:
-        table.add_row(
+    rows = [
+        [
             Text(w.worker_addr),
             Text(w.prefix),
-            f"{_bar(w.used_slots, w.task_slots)} {w.used_slots}/{w.task_slots}",
-            f"{w.cpu_percent:.0%}",
-            f"{w.memory_percent:.0%}",
-            f"{w.error_rate:.0%}",
-            f"{(now_ms - w.last_heartbeat_ms) / 1000:.1f} s ago",
-        )
+            Text(f"{_bar(w.used_slots, w.task_slots)} {w.used_slots}/{w.task_slots}"),
+            *load_cells(w.cpu_percent, w.memory_percent, w.error_rate),
+            Text(f"{(now_ms - w.last_heartbeat_ms) / 1000:.1f} s ago"),
+        ]
+        for w in found
+    ]
+    table = fitted_table(
+        out.console, _COLUMNS, rows, title=f"{len(found)} worker(s) in {', '.join(prefixes)}"
+    )
     out.console.print(table)
     return EXIT_OK
+
+
+def load_cells(cpu: float, memory: float, errors: float) -> list[Text]:
+    """A heartbeat's fractions (0..1) as ``workers`` and ``why`` both show them:
+    percentages."""
+    return [Text(f"{fraction:.0%}") for fraction in (cpu, memory, errors)]
 
 
 def _bar(used: int, total: int, width: int = 8) -> str:

@@ -211,7 +211,7 @@ async def backfill(
     check_source(source_table, where)
     block_db, sink_db = as_url(db_url, "db_url"), as_url(sink_db_url, "sink_db_url")
     started = time.monotonic()
-    store = await open_store(block_db)
+    store = await open_store(block_db, read_only=True)
     try:
         sink = await open_sink(sink_db)
     except BaseException:

@@ -566,7 +566,7 @@ async def follow(
                 "writer_config": writer_config,
             },
         )
-    store = await open_store(block_db)
+    store = await open_store(block_db, read_only=True)
     try:
         sink = await open_sink(sink_db)
         try:

@@ -54,7 +54,7 @@ async def build_report(
     block_db_url: str,
     sink_db_url: str,
 ) -> Report:
-    store = await open_store(parse_blockdb_url(block_db_url))
+    store = await open_store(parse_blockdb_url(block_db_url), read_only=True)
     try:
         head = live.head
         canonical = {r["block_number"]: r["block_hash"] for r in await store.blocks(0, head)}

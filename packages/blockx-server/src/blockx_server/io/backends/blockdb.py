@@ -76,8 +76,9 @@ class BlockDbBackend:
         self._opening = asyncio.Lock()
 
     async def start(self) -> None:
-        """Open the store now; SchemaRefused (a database this BlockX may not use) goes
-        to the caller. An unreachable database is logged and retried on first use."""
+        """Open the store now, read-only; SchemaRefused (a database this BlockX may not
+        use) goes to the caller. An unreachable database, or none yet (a Worker never
+        creates the file: ingest does), is logged and retried on first use."""
         try:
             await self._opened()
         except StoreUnavailable as exc:
@@ -91,7 +92,7 @@ class BlockDbBackend:
     async def _opened(self) -> BlockStore:
         async with self._opening:
             if self._store is None:
-                self._store = await open_store(self.url, max_rows=self.max_rows)
+                self._store = await open_store(self.url, max_rows=self.max_rows, read_only=True)
                 log.info("io.blockdb reads %s", describe(self.url))
             return self._store
 
