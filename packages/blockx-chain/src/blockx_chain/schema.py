@@ -9,7 +9,11 @@ Rules every row obeys, checked on write (``RowError`` names the column and row):
   NUMERIC(78,0)), because they do not fit 64 bits;
 * every other number is an INTEGER/BIGINT from 0 to 2**63 - 1; a larger one is
   refused, never truncated;
-* ``success`` is 0 or 1.
+* ``success`` is 0 or 1;
+* ``text`` columns hold a node's words as it gave them (an error, a frame's
+  type), at most ``MAX_TEXT`` characters;
+* ``json`` columns hold a list or an object as compact JSON text (an access
+  list, a transaction's fields the schema has no column for).
 
 The version of the schema is ``PRAGMA user_version`` in SQLite and the one row of
 ``blockx_schema(version)`` in PostgreSQL; ``MIGRATIONS[i]`` takes a database from
@@ -38,6 +42,8 @@ class ColumnType(enum.Enum):
     ADDRESS = "address"  # 20 bytes
     DATA = "data"  # any number of bytes, "0x" when empty
     UINT256 = "uint256"  # a decimal string
+    TEXT = "text"  # words, at most MAX_TEXT characters
+    JSON = "json"  # a list or an object, as JSON text
 
 
 @dataclass(frozen=True)
@@ -58,12 +64,14 @@ class Table:
         return tuple(c.name for c in self.columns)
 
 
-INT, H, A, D, U = (
+INT, H, A, D, U, T, J = (
     ColumnType.INTEGER,
     ColumnType.HASH,
     ColumnType.ADDRESS,
     ColumnType.DATA,
     ColumnType.UINT256,
+    ColumnType.TEXT,
+    ColumnType.JSON,
 )
 
 BLOCKS: Final = Table(
@@ -184,8 +192,24 @@ class Engine(enum.Enum):
 
 
 _SQL_TYPES: Final[Mapping[Engine, Mapping[ColumnType, str]]] = {
-    Engine.SQLITE: {INT: "INTEGER", H: "TEXT", A: "TEXT", D: "TEXT", U: "TEXT"},
-    Engine.POSTGRES: {INT: "BIGINT", H: "TEXT", A: "TEXT", D: "TEXT", U: "NUMERIC(78,0)"},
+    Engine.SQLITE: {
+        INT: "INTEGER",
+        H: "TEXT",
+        A: "TEXT",
+        D: "TEXT",
+        U: "TEXT",
+        T: "TEXT",
+        J: "TEXT",
+    },
+    Engine.POSTGRES: {
+        INT: "BIGINT",
+        H: "TEXT",
+        A: "TEXT",
+        D: "TEXT",
+        U: "NUMERIC(78,0)",
+        T: "TEXT",
+        J: "TEXT",
+    },
 }
 
 
@@ -298,6 +322,8 @@ class RowError(ValueError):
 
 MAX_INTEGER: Final = 2**63 - 1
 MAX_UINT256: Final = 2**256 - 1
+# A node's error text is a sentence; a longer one is refused rather than stored cut.
+MAX_TEXT: Final = 4096
 _HEX: Final = re.compile(r"0x(?:[0-9a-f]{2})*")
 _HEX_LENGTH: Final[Mapping[ColumnType, int]] = {H: 66, A: 42}
 
@@ -320,6 +346,14 @@ def check_value(table: Table, column: Column, value: Any, where: str) -> Any:
             return value
         case ColumnType.UINT256:
             return uint256_text(value, name)
+        case ColumnType.TEXT:
+            if not isinstance(value, str):
+                raise RowError(f"{name} must be text, got {value!r}")
+            if len(value) > MAX_TEXT:
+                raise RowError(f"{name} is longer than {MAX_TEXT} characters")
+            return value
+        case ColumnType.JSON:
+            return json_text(value, name)
         case ColumnType.HASH | ColumnType.ADDRESS | ColumnType.DATA:
             if not isinstance(value, str):
                 raise RowError(f"{name} must be 0x hex text, got {value!r}")
@@ -342,6 +376,21 @@ def uint256_text(value: Any, name: str) -> str:
     if not 0 <= number <= MAX_UINT256:
         raise RowError(f"{name} is no uint256: {number}")
     return str(number)
+
+
+def json_text(value: Any, name: str) -> str:
+    """``value`` (a list or an object, or its JSON text) as compact JSON text."""
+    if isinstance(value, str):
+        try:
+            value = msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            raise RowError(f"{name} must be JSON text, got {value[:80]!r}") from None
+    if not isinstance(value, list | dict):
+        raise RowError(f"{name} must be a JSON list or object, got {value!r}")
+    try:
+        return msgspec.json.encode(value).decode()
+    except (TypeError, msgspec.EncodeError) as e:
+        raise RowError(f"{name} cannot be JSON: {e}") from None
 
 
 _EXACT_HEX: Final[Mapping[ColumnType, re.Pattern[str]]] = {
@@ -367,7 +416,7 @@ def checked_row(table: Table, row: msgspec.Struct, where: str) -> tuple[Any, ...
                 out.append(value)
                 continue
         elif (
-            kind is not ColumnType.UINT256
+            kind in _EXACT_HEX
             and type(value) is str
             and _EXACT_HEX[kind].fullmatch(value) is not None
         ):
