@@ -78,6 +78,11 @@ def _fences(text: str, source: str) -> list[_Fence]:
     while i < len(lines):
         opening = _OPENING.match(lines[i])
         if opening is None:
+            if lines[i].lstrip(" ").startswith("```"):
+                raise DocBlockError(
+                    f"{source}:{i + 1}: a fence's info string cannot hold a backtick "
+                    "(Markdown then reads no fence): reword it"
+                )
             i += 1
             continue
         indent, fence = len(opening["indent"]), opening["fence"]

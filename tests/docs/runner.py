@@ -12,10 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
+import pytest
+
 from docs.blocks import Block, output_mismatch
 
 PYTHON_BLOCK: Final = Path(__file__).with_name("python_block.py")
 TRACEBACK: Final = "Traceback (most recent call last)"
+# One line per document run, printed in the terminal summary (tests/docs/conftest.py).
+TALLY_KEY: Final = pytest.StashKey[list[str]]()
 
 
 @dataclass(frozen=True, kw_only=True)
