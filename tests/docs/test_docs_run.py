@@ -190,3 +190,26 @@ def test_the_blocks_of_a_document_run_as_written(
         f"dev up stopped while {counted.source}'s blocks ran:\n{dev_cluster.log.read_text()}"
     )
     assert not failures, "\n\n".join(failures)
+
+
+def test_watch_off_a_terminal_ends_its_last_line(dev_cluster: DevCluster, tmp_path: Path) -> None:
+    """Off a terminal rich ends a live display's last render without a newline, so the
+    user guide's next command printed on the same line as `watch`'s bar."""
+
+    def blockx(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(VENV_BIN / "blockx"), *args],
+            env=dev_cluster.env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=BLOCK_TIMEOUT_S,
+        )
+
+    task = ("--task-id", "watch-piped")
+    submitted = blockx("submit", "--function", "hello_world", "--call", '["ct2"]', *task, "--wait")
+    assert submitted.returncode == 0, submitted.stdout + submitted.stderr
+    watched = blockx("watch", "watch-piped")
+    assert watched.returncode == 0, watched.stdout + watched.stderr
+    assert "SUCCEEDED" in watched.stdout
+    assert watched.stdout.endswith("\n"), watched.stdout[-300:]

@@ -424,6 +424,8 @@ async def _watch(settings: Settings, out: Output, task_ids: list[str], worker: s
                     live.update(Group(watch_table(latest, calls, out.console), progress))
 
                 await _follow(client, groups, show)
+            if not out.console.is_terminal:
+                out.console.line()  # rich ends the last render with a newline on a terminal only
     failed = [u for u in latest.values() if not (u.result is not None and u.result.ok)]
     return EXIT_FAILED if failed else EXIT_OK
 
