@@ -1,12 +1,13 @@
 """Every block of README.md and docs/*.md that runs, run against one ``blockx dev up``.
 
 One cluster serves the module, started as a newcomer starts it (``.venv/bin/blockx dev
-up``, the repository's examples, its dev.toml under a temporary ``XDG_CONFIG_HOME``).
-Each document's blocks run in order in a scratch directory of its own holding a copy
-of ``examples/``, as if at the repository root; the environment has no BlockX
-variable, so ``blockx`` and ``Client()`` find the cluster through dev.toml, as in any
-shell; ``uv`` and the virtual environment are on PATH, so ``uv run blockx ...`` runs
-the workspace's ``blockx``. The conventions are in docs/development.md.
+up``, the repository's examples, its chain; one executor a process and no dashboard),
+its dev.toml under a temporary ``XDG_CONFIG_HOME``. Each document's blocks run in
+order in a scratch directory of its own holding a copy of ``examples/``, as if at
+the repository root; the environment has no BlockX variable, so ``blockx`` and
+``Client()`` find the cluster through dev.toml, as in any shell; ``uv`` and the
+virtual environment are on PATH, so ``uv run blockx ...`` runs the workspace's
+``blockx``. The conventions are in docs/development.md.
 """
 
 from __future__ import annotations
@@ -31,6 +32,9 @@ from docs.runner import TALLY_KEY, failure, run_block
 ROOT: Final = Path(__file__).resolve().parents[2]
 VENV_BIN: Final = Path(sys.executable).parent
 READY_LINE: Final = "Press Ctrl-C to stop."
+# No block reads the dashboard or counts executors: fewer processes start sooner.
+DEV_UP: Final = (str(VENV_BIN / "blockx"), "dev", "up")
+DEV_UP_OPTIONS: Final = ("--executors", "1", "--no-dashboard")
 READY_TIMEOUT_S: Final = 180.0
 # A block is a few commands of a few seconds each; one that takes this long is hung.
 BLOCK_TIMEOUT_S: Final = 120.0
@@ -77,7 +81,7 @@ def _start_dev_up(base: Path, env: dict[str, str], log: Path) -> subprocess.Pope
     """``blockx dev up`` with its chain, running once its ready line is out."""
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            [str(VENV_BIN / "blockx"), "dev", "up", "--examples", str(ROOT / "examples")],
+            [*DEV_UP, "--examples", str(ROOT / "examples"), *DEV_UP_OPTIONS],
             cwd=base,
             env=env,
             stdin=subprocess.DEVNULL,
