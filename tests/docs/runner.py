@@ -55,6 +55,7 @@ def run_block(block: Block, *, cwd: Path, env: dict[str, str], timeout_s: float)
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        errors="replace",  # a block that prints bytes fails on its output, not on decoding
         start_new_session=True,
     )
     try:

@@ -267,6 +267,14 @@ def test_other_output_than_the_doc_shows_fails_the_block(tmp_path: Path) -> None
     assert "printed other output than its ```text output block: output line 1" in failed
 
 
+def test_output_that_is_not_utf8_is_judged_not_fatal(tmp_path: Path) -> None:
+    block = _block("bash", "printf 'caf\\xe9\\n'\n", expected_output="café\n")
+    run, failed = _judge(block, tmp_path)
+    assert run.output == "caf\ufffd\n"
+    assert failed is not None
+    assert "output line 1: expected 'café', got 'caf\ufffd'" in failed
+
+
 def _gone(pid: int) -> bool:
     try:
         state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
