@@ -295,6 +295,8 @@ MIGRATIONS: Final = (_schema_v1, _seen_at_v2, _nft_transfers)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 # The schema version that added ``blocks.seen_at_ms``.
 SEEN_AT_SINCE: Final = MIGRATIONS.index(_seen_at_v2) + 1
+# The schema version that added ``nft_transfers``.
+NFT_TRANSFERS_SINCE: Final = MIGRATIONS.index(_nft_transfers) + 1
 
 
 # Rows written by ingest. Field names are the column names.
