@@ -5,8 +5,8 @@ Rules every row obeys, checked on write (``RowError`` names the column and row):
 * hashes, addresses, topics and data are lowercase ``0x`` hex; empty input or
   data is ``"0x"``; absent values are NULL (a contract creation's ``to_address``,
   missing topics, a pre-London ``base_fee_per_gas``);
-* ``value`` columns are uint256 decimal strings (SQLite TEXT, PostgreSQL
-  NUMERIC(78,0)), because they do not fit 64 bits;
+* ``value``, ``token_id`` and ``amount`` are uint256 decimal strings (SQLite
+  TEXT, PostgreSQL NUMERIC(78,0)), because they do not fit 64 bits;
 * every other number is an INTEGER/BIGINT from 0 to 2**63 - 1; a larger one is
   refused, never truncated;
 * ``success`` is 0 or 1;
