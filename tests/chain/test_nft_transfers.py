@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -41,6 +42,9 @@ from blockx_chain.schema import (
 )
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
+from blockx_server.io.backends.blockdb import BlockDbBackend
+from blockx_server.io.config import open_router
+from blockx_server.io.errors import IoErrorKind
 
 OPERATOR = "0x" + "00" * 12 + "11" * 20
 SENDER = "0x" + "00" * 12 + "22" * 20
@@ -354,3 +358,35 @@ async def test_an_older_database_gains_nft_transfers_on_open(db_url: str) -> Non
         ]
     finally:
         await store.close()
+
+
+async def test_io_blockdb_serves_nft_transfers_within_blockdb_max_rows(tmp_path: Path) -> None:
+    url = parse_blockdb_url(f"sqlite:///{tmp_path}/chain.db")
+    store = await open_store(url)
+    block = make_block(4, txs=1)
+    batch = as_log(4, 2, LOGS_OF_EVERY_SHAPE[2][1], LOGS_OF_EVERY_SHAPE[2][2])
+    async with store.writer() as w:
+        await w.init_chain(31337, GENESIS)
+        await w.insert_blocks(
+            [BlockRows(block=block.block, transactions=block.transactions, logs=[batch])]
+        )
+    await store.close()
+    for max_rows, ok in ((3, True), (2, False)):
+        backend = BlockDbBackend(url, max_rows=max_rows)
+        await backend.start()
+        try:
+            io = open_router(None, blockdb=backend)
+            outcome = await io.execute("blockdb", "rows", ["nft_transfers", 4], {}, writes=False)
+        finally:
+            await backend.close()
+        assert outcome.ok is ok, outcome.error
+        if ok:
+            rows = msgspec.json.decode(outcome.value_json)
+            assert [(r["batch_position"], r["amount"]) for r in rows] == [
+                (0, "10"),
+                (1, "20"),
+                (2, "30"),
+            ]
+        else:
+            assert outcome.error_kind is IoErrorKind.BAD_REQUEST
+            assert "BLOCKDB_MAX_ROWS" in outcome.error
