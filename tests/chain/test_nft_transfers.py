@@ -16,6 +16,8 @@ import asyncpg
 import msgspec
 import pytest
 from chain_rows import GENESIS, block_hash, make_block
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from nft_logs import TRANSFER, TRANSFER_BATCH, TRANSFER_SINGLE, decoded_transfers, nft_rows
 
 from blockx_chain import contracts
@@ -171,6 +173,59 @@ def test_each_shape_of_log_gives_its_rows(
         assert row[6] == ("erc721" if erc721 else "erc1155")
         assert row[8] == (None if erc721 else "0x" + "11" * 20)
         assert (row[9], row[10]) == ("0x" + "22" * 20, "0x" + "33" * 20)
+
+
+def _words(values: list[int]) -> bytes:
+    return b"".join(v.to_bytes(32, "big") for v in values)
+
+
+def _mangled_batch(
+    pairs: list[tuple[int, int]], short: bool, shift: int, cut: int, tail: bytes
+) -> bytes:
+    """A TransferBatch encoding of ``pairs`` (one value fewer when ``short``) with its
+    first offset moved by ``shift``, its last ``cut`` bytes dropped and ``tail`` added."""
+    ids, values = [i for i, _ in pairs], [v for _, v in pairs]
+    data = bytes.fromhex(batch_data(ids, values[:-1] if short else values)[2:])
+    first = max(int.from_bytes(data[:32], "big") + shift, 0)
+    data = first.to_bytes(32, "big") + data[32:]
+    return data[: len(data) - cut] + tail
+
+
+# Data a hostile contract might emit: random bytes, words biased towards the small
+# numbers an offset or a length is made of, and batches nearly or exactly right.
+UINT = st.integers(0, 2**256 - 1)
+HOSTILE_DATA = st.one_of(
+    st.binary(max_size=300),
+    st.lists(st.one_of(st.integers(0, 400), UINT), max_size=10).map(_words),
+    st.lists(UINT, min_size=2, max_size=2).map(_words),
+    st.builds(
+        _mangled_batch,
+        st.lists(st.tuples(UINT, UINT), max_size=4),
+        st.sampled_from([False, False, True]),
+        st.sampled_from([0, 0, 0, 32, -32, 1, 2**64]),
+        st.sampled_from([0, 0, 0, 1, 32]),
+        st.sampled_from([b"", b"", b"\x01", bytes(32)]),
+    ),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    topic0=st.sampled_from([TRANSFER, TRANSFER_SINGLE, TRANSFER_BATCH]),
+    topics=st.sampled_from([4, 4, 4, 3, 1]),
+    data=HOSTILE_DATA,
+)
+def test_no_log_makes_derivation_fail_and_rows_match_an_independent_decoding(
+    topic0: str, topics: int, data: bytes
+) -> None:
+    all_topics = [topic0, OPERATOR, SENDER, RECEIVER][:topics]
+    log = msgspec.structs.astuple(as_log(9, 3, all_topics, "0x" + data.hex()))
+    rows = nft_transfers(log)
+    expected = decoded_transfers({"topics": all_topics, "data": "0x" + data.hex()})
+    assert [(r[8], r[9], r[10], int(r[11]), int(r[12])) for r in rows] == [
+        (operator, sender, receiver, token_id, amount)
+        for _, operator, sender, receiver, token_id, amount in expected
+    ]
 
 
 async def test_the_event_topics_are_the_nodes_keccak(anvil: Anvil) -> None:
