@@ -21,6 +21,7 @@ import asyncpg
 import httpx
 import pytest
 import pytest_asyncio
+from nft_logs import nft_rows
 from rpc_scripted import ScriptedChain, ScriptedRpcServer, error, shifted_blocks
 from support import wait_until
 
@@ -94,6 +95,7 @@ async def node_rows(client: JsonRpcClient, head: int) -> dict[str, list[dict[str
         "transactions": [],
         "logs": [],
         "erc20_transfers": [],
+        "nft_transfers": [],
     }
     for block, block_receipts in zip(blocks, receipts, strict=True):
         number = q(block["number"])
@@ -149,6 +151,7 @@ async def node_rows(client: JsonRpcClient, head: int) -> dict[str, list[dict[str
                         "data": log["data"],
                     }
                 )
+                rows["nft_transfers"] += nft_rows(number, block["hash"], tx, log)
                 if topics[0] == TRANSFER_TOPIC and len(log["topics"]) == 3:
                     rows["erc20_transfers"].append(
                         {
@@ -164,6 +167,9 @@ async def node_rows(client: JsonRpcClient, head: int) -> dict[str, list[dict[str
                         }
                     )
     rows["logs"].sort(key=lambda r: (r["block_number"], r["log_index"]))
+    rows["nft_transfers"].sort(
+        key=lambda r: (r["block_number"], r["log_index"], r["batch_position"])
+    )
     return rows
 
 
@@ -176,6 +182,7 @@ async def stored_rows(store: BlockStore, head: int) -> dict[str, list[dict[str, 
         "transactions": transactions,
         "logs": await store.logs(0, head),
         "erc20_transfers": await store.erc20_transfers(0, head),
+        "nft_transfers": await store.rows("nft_transfers", 0, head),
     }
 
 
@@ -210,14 +217,22 @@ async def test_every_column_is_the_nodes(
         "transactions": len(expected["transactions"]),
         "logs": len(expected["logs"]),
         "erc20_transfers": len(expected["erc20_transfers"]),
+        "nft_transfers": len(expected["nft_transfers"]),
         "reorgs": 0,
         "seconds": summary.as_json()["seconds"],
     }
     # The devnet's chain has what the columns must carry: token deployments, token
-    # transfers and plain ETH transfers.
+    # transfers and plain ETH transfers, NFT transfers of both standards (a batch
+    # among them), and transactions of types 0, 1 and 2.
     assert any(t["contract_address"] for t in expected["transactions"])
     assert any(t["input"] == "0x" for t in expected["transactions"])
     assert len(expected["erc20_transfers"]) >= 40 * 4
+    assert {(t["standard"], t["batch_position"]) for t in expected["nft_transfers"]} == {
+        ("erc721", 0),
+        ("erc1155", 0),
+        ("erc1155", 1),
+    }
+    assert {t["transaction_type"] for t in expected["transactions"]} == {0, 1, 2}
     chain = await store.chain()
     assert chain is not None
     finalized = q((await client.request("eth_getBlockByNumber", ["finalized", False]))["number"])

@@ -45,6 +45,7 @@ SUMMARY_KEYS = {
     "transactions",
     "logs",
     "erc20_transfers",
+    "nft_transfers",
     "reorgs",
     "seconds",
 }

@@ -5,8 +5,8 @@ Rules every row obeys, checked on write (``RowError`` names the column and row):
 * hashes, addresses, topics and data are lowercase ``0x`` hex; empty input or
   data is ``"0x"``; absent values are NULL (a contract creation's ``to_address``,
   missing topics, a pre-London ``base_fee_per_gas``);
-* ``value`` columns are uint256 decimal strings (SQLite TEXT, PostgreSQL
-  NUMERIC(78,0)), because they do not fit 64 bits;
+* ``value``, ``token_id`` and ``amount`` are uint256 decimal strings (SQLite
+  TEXT, PostgreSQL NUMERIC(78,0)), because they do not fit 64 bits;
 * every other number is an INTEGER/BIGINT from 0 to 2**63 - 1; a larger one is
   refused, never truncated;
 * ``success`` is 0 or 1;
@@ -142,6 +142,25 @@ ERC20_TRANSFERS: Final = Table(
     ),
     key=("block_number", "log_index"),
 )
+NFT_TRANSFERS: Final = Table(
+    "nft_transfers",
+    (
+        Column("block_number", INT),
+        Column("log_index", INT),
+        Column("batch_position", INT),
+        Column("transaction_index", INT),
+        Column("transaction_hash", H),
+        Column("block_hash", H),
+        Column("standard", T),
+        Column("token", A),
+        Column("operator", A, nullable=True),
+        Column("from_address", A),
+        Column("to_address", A),
+        Column("token_id", U),
+        Column("amount", U),
+    ),
+    key=("block_number", "log_index", "batch_position"),
+)
 CHAIN: Final = Table(
     "chain",
     (
@@ -171,19 +190,35 @@ REORGS: Final = Table(
 SEEN_AT: Final = Column("seen_at_ms", INT, nullable=True)
 
 # Tables keyed by block: what delete_above removes, and what insert_blocks replaces.
-BLOCK_TABLES: Final = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS)
+BLOCK_TABLES: Final = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, NFT_TRANSFERS)
 TABLES: Final = (*BLOCK_TABLES, CHAIN, REORGS)
 
-INDEXES: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
+Index = tuple[str, str, tuple[str, ...]]
+INDEXES_V1: Final[tuple[Index, ...]] = (
     ("blocks_by_hash", "blocks", ("block_hash",)),
     ("transactions_by_hash", "transactions", ("transaction_hash",)),
     ("logs_by_topic0", "logs", ("topic0", "block_number")),
     ("logs_by_address", "logs", ("address", "block_number")),
     ("erc20_transfers_by_token", "erc20_transfers", ("token", "block_number")),
 )
+NFT_TRANSFERS_INDEXES: Final[tuple[Index, ...]] = (
+    ("nft_transfers_by_token", "nft_transfers", ("token", "block_number")),
+)
+INDEXES: Final = (*INDEXES_V1, *NFT_TRANSFERS_INDEXES)
 
-# keccak256("Transfer(address,address,uint256)")
+# keccak256("Transfer(address,address,uint256)"): ERC-20's and ERC-721's.
 TRANSFER_TOPIC: Final = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
+# keccak256("TransferSingle(address,address,address,uint256,uint256)")
+TRANSFER_SINGLE_TOPIC: Final = "0xc3d58168c5ae7397731d063d5bbf3d657854427343f4c083240f7aacaa2d0f62"
+# keccak256("TransferBatch(address,address,address,uint256[],uint256[])")
+TRANSFER_BATCH_TOPIC: Final = "0x4a39dc06d4c0dbc64b70af90fd698a233a518aa5d07e595d983b8c0526c8f7fb"
+
+
+class NftStandard(enum.StrEnum):
+    """``nft_transfers.standard``: the standard whose event a row comes from."""
+
+    ERC721 = "erc721"
+    ERC1155 = "erc1155"
 
 
 class Engine(enum.Enum):
@@ -232,11 +267,17 @@ def create_table(table: Table, engine: Engine) -> str:
     return f"CREATE TABLE {table.name} (\n    " + ",\n    ".join(lines) + "\n)"
 
 
-def _schema_v1(engine: Engine) -> list[str]:
-    statements = [create_table(table, engine) for table in TABLES]
-    statements += [
-        f"CREATE INDEX {name} ON {table} ({', '.join(columns)})" for name, table, columns in INDEXES
+def _create_indexes(indexes: Sequence[Index]) -> list[str]:
+    return [
+        f"CREATE INDEX {name} ON {table} ({', '.join(columns)})" for name, table, columns in indexes
     ]
+
+
+def _schema_v1(engine: Engine) -> list[str]:
+    # The tables the first version had; later ones are each created by their migration.
+    v1 = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, CHAIN, REORGS)
+    statements = [create_table(table, engine) for table in v1]
+    statements += _create_indexes(INDEXES_V1)
     # The chain table holds one row: a unique index on a constant refuses a second.
     statements.append("CREATE UNIQUE INDEX chain_one_row ON chain ((1))")
     return statements
@@ -246,10 +287,16 @@ def _seen_at_v2(engine: Engine) -> list[str]:
     return [f"ALTER TABLE blocks ADD COLUMN {SEEN_AT.name} {_SQL_TYPES[engine][SEEN_AT.type]}"]
 
 
-MIGRATIONS: Final = (_schema_v1, _seen_at_v2)
+def _nft_transfers(engine: Engine) -> list[str]:
+    return [create_table(NFT_TRANSFERS, engine), *_create_indexes(NFT_TRANSFERS_INDEXES)]
+
+
+MIGRATIONS: Final = (_schema_v1, _seen_at_v2, _nft_transfers)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 # The schema version that added ``blocks.seen_at_ms``.
 SEEN_AT_SINCE: Final = MIGRATIONS.index(_seen_at_v2) + 1
+# The schema version that added ``nft_transfers``.
+NFT_TRANSFERS_SINCE: Final = MIGRATIONS.index(_nft_transfers) + 1
 
 
 # Rows written by ingest. Field names are the column names.
@@ -446,12 +493,90 @@ def erc20_transfer(log: tuple[Any, ...]) -> tuple[Any, ...] | None:
     )
 
 
+# The topic0 of every event nft_transfers is derived from: any other log is skipped
+# after one set lookup, since derivation runs on every log ingest stores.
+NFT_TOPICS: Final = frozenset({TRANSFER_TOPIC, TRANSFER_SINGLE_TOPIC, TRANSFER_BATCH_TOPIC})
+_WORD: Final = 64  # hex digits in an ABI word
+
+
+def nft_transfers(log: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """The nft_transfers rows of a checked logs row: none when the log is no
+    ERC-721 or ERC-1155 transfer.
+
+    * ERC-721 ``Transfer``: four topics (from, to, token id) and no data; one row,
+      amount 1, no operator.
+    * ERC-1155 ``TransferSingle``: four topics (operator, from, to) and data of
+      exactly two words (id, value); one row.
+    * ERC-1155 ``TransferBatch``: four topics and data ABI-encoding two uint256
+      arrays of the same length; one row per position.
+
+    Any contract can emit any log, so a log that breaks its event's layout (a batch
+    whose offsets point outside its data, whose arrays differ in length or run past
+    its end) yields no row: it stays in ``logs``, and the block is stored as usual.
+    As for erc20_transfers, an address is an address topic's low 20 bytes."""
+    t0 = log[6]
+    if t0 not in NFT_TOPICS:
+        return []
+    (number, log_index, tx_index, tx_hash, block_hash, token, _, t1, t2, t3, data) = log
+    if t1 is None or t2 is None or t3 is None:
+        return []
+    if t0 == TRANSFER_TOPIC:
+        if data != "0x":
+            return []
+        standard, operator, sender, receiver = NftStandard.ERC721, None, t1, t2
+        pairs = [(str(int(t3, 16)), "1")]
+    else:
+        standard, operator, sender, receiver = NftStandard.ERC1155, "0x" + t1[-40:], t2, t3
+        words = data[2:]
+        if t0 == TRANSFER_SINGLE_TOPIC:
+            if len(words) != 2 * _WORD:
+                return []
+            pairs = [(str(int(words[:_WORD], 16)), str(int(words[_WORD:], 16)))]
+        else:
+            batch = _batch(words)
+            if batch is None:
+                return []
+            pairs = batch
+    common = (tx_index, tx_hash, block_hash, standard.value, token, operator)
+    ends = ("0x" + sender[-40:], "0x" + receiver[-40:])
+    return [
+        (number, log_index, position, *common, *ends, token_id, amount)
+        for position, (token_id, amount) in enumerate(pairs)
+    ]
+
+
+def _batch(words: str) -> list[tuple[str, str]] | None:
+    """``TransferBatch``'s (id, value) pairs from its data's hex digits, or None when
+    they do not ABI-decode as two uint256 arrays of one length within the data."""
+    ids = _uint_array(words, 0)
+    values = _uint_array(words, 1)
+    if ids is None or values is None or len(ids) != len(values):
+        return None
+    return list(zip(ids, values, strict=True))
+
+
+def _uint_array(words: str, head: int) -> list[str] | None:
+    """The uint256 array whose offset is the ``head``-th word, as decimal strings;
+    None when the offset or the array's length take it outside ``words``."""
+    size = len(words)
+    if size < (head + 1) * _WORD:
+        return None
+    offset = int(words[head * _WORD : (head + 1) * _WORD], 16) * 2
+    if offset + _WORD > size:
+        return None
+    count = int(words[offset : offset + _WORD], 16)
+    start = offset + _WORD
+    if count > (size - start) // _WORD:
+        return None
+    return [str(int(words[start + i * _WORD : start + (i + 1) * _WORD], 16)) for i in range(count)]
+
+
 def block_row_sets(
     blocks: Sequence[BlockRows],
 ) -> dict[str, list[tuple[Any, ...]]]:
-    """The checked rows of every block table for ``blocks``, erc20_transfers derived
-    from the logs; RowError on the first row that breaks a rule, or on a transaction
-    or log whose block_number is not its block's."""
+    """The checked rows of every block table for ``blocks``, erc20_transfers and
+    nft_transfers derived from the logs; RowError on the first row that breaks a
+    rule, or on a transaction or log whose block_number is not its block's."""
     rows: dict[str, list[tuple[Any, ...]]] = {t.name: [] for t in BLOCK_TABLES}
     for bundle in blocks:
         number = bundle.block.block_number
@@ -470,6 +595,8 @@ def block_row_sets(
             transfer = erc20_transfer(checked)
             if transfer is not None:
                 rows[ERC20_TRANSFERS.name].append(transfer)
+            elif checked[6] in NFT_TOPICS:
+                rows[NFT_TRANSFERS.name] += nft_transfers(checked)
     return rows
 
 

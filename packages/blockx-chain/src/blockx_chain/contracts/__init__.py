@@ -1,9 +1,16 @@
-"""The ERC-20 test token: its committed build (``TestToken.json``) and the few ABI
-encodings the devnet and tests need, written out so no ABI library is required.
+"""The devnet's contracts: their committed builds and the few ABI encodings the
+devnet and tests need, written out so no ABI library is required.
 
-``ERC20.sol`` is the source; ``build.js`` rebuilds ``TestToken.json`` with solc-js
-(``npm run build-contracts``). Selectors and the Transfer topic are the standard
-ERC-20 ones (tests check them against the node's keccak, ``web3_sha3``).
+* ``ERC20.sol`` → ``TestToken.json``: the ERC-20 test token;
+* ``ERC721.sol`` → ``TestNFT.json``: a minimal ERC-721 (mint, transferFrom);
+* ``ERC1155.sol`` → ``TestMultiToken.json``: a minimal ERC-1155 (mint,
+  safeTransferFrom, safeBatchTransferFrom);
+* ``RawLogs.sol`` → ``RawLogs.json``: emits any log it is given, for tests of logs
+  that break a standard's layout.
+
+``build.js`` rebuilds the JSON files with solc-js (``npm run build-contracts``).
+Selectors and event topics are the standard ones (tests check them against the
+node's keccak, ``web3_sha3``).
 """
 
 from __future__ import annotations
@@ -18,20 +25,45 @@ TRANSFER_SELECTOR: Final = "0xa9059cbb"  # transfer(address,uint256)
 BALANCE_OF_SELECTOR: Final = "0x70a08231"  # balanceOf(address)
 TOTAL_SUPPLY_SELECTOR: Final = "0x18160ddd"  # totalSupply()
 
+TRANSFER_SINGLE_TOPIC: Final = "0xc3d58168c5ae7397731d063d5bbf3d657854427343f4c083240f7aacaa2d0f62"
+TRANSFER_BATCH_TOPIC: Final = "0x4a39dc06d4c0dbc64b70af90fd698a233a518aa5d07e595d983b8c0526c8f7fb"
+NFT_MINT_SELECTOR: Final = "0x40c10f19"  # mint(address,uint256)
+NFT_TRANSFER_FROM_SELECTOR: Final = "0x23b872dd"  # transferFrom(address,address,uint256)
+MULTI_MINT_SELECTOR: Final = "0x156e29f6"  # mint(address,uint256,uint256)
+SAFE_TRANSFER_FROM_SELECTOR: Final = "0xf242432a"
+SAFE_BATCH_TRANSFER_FROM_SELECTOR: Final = "0x2eb2c2d6"
+SET_APPROVAL_FOR_ALL_SELECTOR: Final = "0xa22cb465"  # setApprovalForAll(address,bool)
+EMIT_LOG_SELECTOR: Final = "0xedebc13b"  # emitLog(bytes32[],bytes)
+
 SIGNATURES: Final = {
     TRANSFER_TOPIC: "Transfer(address,address,uint256)",
     TRANSFER_SELECTOR: "transfer(address,uint256)",
     BALANCE_OF_SELECTOR: "balanceOf(address)",
     TOTAL_SUPPLY_SELECTOR: "totalSupply()",
+    TRANSFER_SINGLE_TOPIC: "TransferSingle(address,address,address,uint256,uint256)",
+    TRANSFER_BATCH_TOPIC: "TransferBatch(address,address,address,uint256[],uint256[])",
+    NFT_MINT_SELECTOR: "mint(address,uint256)",
+    NFT_TRANSFER_FROM_SELECTOR: "transferFrom(address,address,uint256)",
+    MULTI_MINT_SELECTOR: "mint(address,uint256,uint256)",
+    SAFE_TRANSFER_FROM_SELECTOR: "safeTransferFrom(address,address,uint256,uint256,bytes)",
+    SAFE_BATCH_TRANSFER_FROM_SELECTOR: (
+        "safeBatchTransferFrom(address,address,uint256[],uint256[],bytes)"
+    ),
+    SET_APPROVAL_FOR_ALL_SELECTOR: "setApprovalForAll(address,bool)",
+    EMIT_LOG_SELECTOR: "emitLog(bytes32[],bytes)",
 }
 
 
 @cache
+def artifact(name: str) -> dict[str, Any]:
+    """``<name>.json``: ``{"contractName", "compiler", "evmVersion", "abi", "bytecode"}``."""
+    text = resources.files(__package__).joinpath(f"{name}.json").read_text()
+    loaded: dict[str, Any] = json.loads(text)
+    return loaded
+
+
 def token_artifact() -> dict[str, Any]:
-    """``{"contractName", "compiler", "evmVersion", "abi", "bytecode"}``."""
-    text = resources.files(__package__).joinpath("TestToken.json").read_text()
-    artifact: dict[str, Any] = json.loads(text)
-    return artifact
+    return artifact("TestToken")
 
 
 def _word(value: int) -> str:
@@ -71,3 +103,67 @@ def balance_of_data(owner: str) -> str:
 def address_topic(address: str) -> str:
     """An address as an indexed-event topic (left-padded to 32 bytes)."""
     return "0x" + _address_word(address)
+
+
+def _uint_array(values: list[int]) -> str:
+    return _word(len(values)) + "".join(_word(v) for v in values)
+
+
+def _bytes_tail(data: bytes) -> str:
+    return _word(len(data)) + data.hex().ljust(((len(data) + 31) // 32) * 64, "0")
+
+
+def nft_deploy_data(name: str, symbol: str) -> str:
+    """TestNFT's creation code plus the encoded ``constructor(string, string)``."""
+    name_tail = _string_tail(name)
+    head = _word(2 * 32) + _word(2 * 32 + len(name_tail) // 2)
+    return str(artifact("TestNFT")["bytecode"]) + head + name_tail + _string_tail(symbol)
+
+
+def multi_token_deploy_data() -> str:
+    return str(artifact("TestMultiToken")["bytecode"])
+
+
+def raw_logs_deploy_data() -> str:
+    return str(artifact("RawLogs")["bytecode"])
+
+
+def nft_mint_data(to: str, token_id: int) -> str:
+    return NFT_MINT_SELECTOR + _address_word(to) + _word(token_id)
+
+
+def nft_transfer_from_data(sender: str, to: str, token_id: int) -> str:
+    return NFT_TRANSFER_FROM_SELECTOR + _address_word(sender) + _address_word(to) + _word(token_id)
+
+
+def multi_mint_data(to: str, token_id: int, amount: int) -> str:
+    return MULTI_MINT_SELECTOR + _address_word(to) + _word(token_id) + _word(amount)
+
+
+def set_approval_for_all_data(operator: str, approved: bool) -> str:
+    return SET_APPROVAL_FOR_ALL_SELECTOR + _address_word(operator) + _word(int(approved))
+
+
+def safe_transfer_from_data(
+    sender: str, to: str, token_id: int, amount: int, data: bytes = b""
+) -> str:
+    head = _address_word(sender) + _address_word(to) + _word(token_id) + _word(amount)
+    return SAFE_TRANSFER_FROM_SELECTOR + head + _word(5 * 32) + _bytes_tail(data)
+
+
+def safe_batch_transfer_from_data(
+    sender: str, to: str, token_ids: list[int], amounts: list[int], data: bytes = b""
+) -> str:
+    ids, values = _uint_array(token_ids), _uint_array(amounts)
+    offsets = [5 * 32, 5 * 32 + len(ids) // 2, 5 * 32 + (len(ids) + len(values)) // 2]
+    head = _address_word(sender) + _address_word(to) + "".join(_word(o) for o in offsets)
+    return SAFE_BATCH_TRANSFER_FROM_SELECTOR + head + ids + values + _bytes_tail(data)
+
+
+def emit_log_data(topics: list[str], data: str) -> str:
+    """RawLogs.emitLog: a log with these topics (0x hex words) and data (0x hex)."""
+    words = [t.removeprefix("0x").rjust(64, "0") for t in topics]
+    raw = bytes.fromhex(data.removeprefix("0x"))
+    topics_part = _word(len(words)) + "".join(words)
+    head = _word(2 * 32) + _word(2 * 32 + len(topics_part) // 2)
+    return EMIT_LOG_SELECTOR + head + topics_part + _bytes_tail(raw)

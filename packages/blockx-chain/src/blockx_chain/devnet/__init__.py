@@ -8,6 +8,7 @@ from blockx_chain.devnet.anvil import (
     find_anvil,
 )
 from blockx_chain.devnet.generator import Devnet, MinedBlock, Reorg, Token
+from blockx_chain.devnet.nfts import NftContracts
 
 __all__ = [
     "Anvil",
@@ -16,6 +17,7 @@ __all__ = [
     "AnvilOptions",
     "Devnet",
     "MinedBlock",
+    "NftContracts",
     "Reorg",
     "Token",
     "find_anvil",

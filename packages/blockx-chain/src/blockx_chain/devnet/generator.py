@@ -1,5 +1,9 @@
 """Devnet: fills an anvil with a chain of ERC-20 and ETH transfers.
 
+``setup`` also deploys an ERC-721 and an ERC-1155 contract and moves a few NFTs
+(``devnet.nfts``), and sends a transaction of types 0, 1 and 2
+(``devnet.tx_types``); ``mine_blob_block`` adds a blob transaction (type 3).
+
 Everything goes through batched raw JSON-RPC: each block is one batch of
 ``eth_sendTransaction`` from anvil's unlocked accounts (with an explicit ``gas``,
 so the node does not estimate each one) followed by ``evm_mine [timestamp]``,
@@ -24,6 +28,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from blockx_chain.contracts import deploy_data, transfer_data
+from blockx_chain.devnet import nfts as nft_txs
+from blockx_chain.devnet.nfts import NftContracts
+from blockx_chain.devnet.tx_types import blob_transaction, typed_transactions
 from blockx_chain.rpc import JsonRpcClient, RpcError, RpcErrorKind, parse_quantity, quantity
 
 TOKEN_TRANSFER_GAS: Final = 100_000
@@ -66,6 +73,7 @@ class Devnet:
     seed: int = 1
     accounts: list[str] = field(default_factory=list, init=False)
     tokens: list[Token] = field(default_factory=list, init=False)
+    nfts: NftContracts | None = field(default=None, init=False)
     # Block n's timestamp is genesis_timestamp + n * interval_s (read in setup).
     genesis_timestamp: int = field(default=0, init=False)
     # Snapshots taken before a block was mined, by the number of the block below it.
@@ -80,8 +88,10 @@ class Devnet:
         self._rng = random.Random(f"{self.seed}/0")
 
     async def setup(self, tokens: int = 3, *, reorgable: bool = False) -> list[MinedBlock]:
-        """Deploy ``tokens`` test tokens from the first account (one block), then hand
-        every account a share of each (a second block)."""
+        """Deploy ``tokens`` test tokens, an ERC-721 and an ERC-1155 from the first
+        account (one block), then hand every account a share of each token, mint and
+        move a few NFTs, and send a legacy, an access-list and a dynamic-fee
+        transaction (a second block). Every transaction of both blocks must succeed."""
         self.accounts = [str(a) for a in await self.client.request("eth_accounts")]
         genesis = await self.client.request("eth_getBlockByNumber", ["0x0", False])
         self.genesis_timestamp = parse_quantity(genesis["timestamp"])
@@ -94,22 +104,48 @@ class Devnet:
             )
             for i in range(tokens)
         ]
-        blocks = [await self.mine_block(deploys, reorgable)]
-        receipts = await self.client.request("eth_getBlockReceipts", [quantity(blocks[0].number)])
-        self.tokens = [
-            Token(str(r["contractAddress"]), f"TT{i}") for i, r in enumerate(receipts or [])
-        ]
-        if len(self.tokens) != tokens or any(r["status"] != "0x1" for r in receipts or []):
-            raise RpcError(RpcErrorKind.BAD_REQUEST, "a test token failed to deploy")
+        blocks = [await self.mine_block([*deploys, *nft_txs.deploys(owner)], reorgable)]
+        receipts = await self._succeeded(blocks[0], "a deployment")
+        created = [str(r["contractAddress"]) for r in receipts]
+        self.tokens = [Token(address, f"TT{i}") for i, address in enumerate(created[:tokens])]
+        self.nfts = NftContracts(*created[tokens:])
         share = TOKEN_SUPPLY // (2 * len(self.accounts))
         hand_out = [
             _send(owner, token.address, TOKEN_TRANSFER_GAS, data=transfer_data(holder, share))
             for token in self.tokens
             for holder in self.accounts[1:]
         ]
-        if hand_out:
-            blocks.append(await self.mine_block(hand_out, reorgable))
+        blocks.append(await self.mine_block([*hand_out, *self._showcase()], reorgable))
+        await self._succeeded(blocks[1], "a setup transaction")
         return blocks
+
+    def _showcase(self) -> list[dict[str, Any]]:
+        """NFT mints and transfers from the first account, then a transaction of
+        types 0, 1 and 2 from the last."""
+        assert self.nfts is not None
+        owner, *holders = self.accounts
+        showcase = nft_txs.transfers(self.nfts, owner, holders)
+        return showcase + typed_transactions(holders[-1], owner, self.nfts.erc721)
+
+    async def mine_blob_block(self, *, reorgable: bool = False) -> MinedBlock:
+        """Mine a block holding one blob (type-3) transaction, from the last account
+        to the first. The node's first blob costs it seconds (it loads its KZG
+        setup), so it is asked for, not part of ``setup``."""
+        if not self.accounts:
+            raise ValueError("run setup before mine_blob_block")
+        tx = blob_transaction(self.accounts[-1], self.accounts[0])
+        block = await self.mine_block([tx], reorgable)
+        await self._succeeded(block, "the blob transaction")
+        return block
+
+    async def _succeeded(self, block: MinedBlock, what: str) -> list[dict[str, Any]]:
+        """``block``'s receipts, each checked to report success."""
+        receipts = await self.client.request("eth_getBlockReceipts", [quantity(block.number)])
+        if not isinstance(receipts, list) or len(receipts) != block.transactions:
+            raise RpcError(RpcErrorKind.BAD_REQUEST, f"block {block.number} lacks receipts")
+        if any(r.get("status") != "0x1" for r in receipts):
+            raise RpcError(RpcErrorKind.BAD_REQUEST, f"{what} failed in block {block.number}")
+        return receipts
 
     async def head(self) -> dict[str, Any]:
         block = await self.client.request("eth_getBlockByNumber", ["latest", False])

@@ -45,7 +45,15 @@ from blockx_chain.ingest.fetch import (
 )
 from blockx_chain.ingest.lock import LOCK_SUFFIX, ingest_lock
 from blockx_chain.rpc import EthRpc, JsonRpcClient
-from blockx_chain.schema import BLOCKS, ERC20_TRANSFERS, LOGS, TRANSACTIONS, BlockRows, RowError
+from blockx_chain.schema import (
+    BLOCKS,
+    ERC20_TRANSFERS,
+    LOGS,
+    NFT_TRANSFERS,
+    TRANSACTIONS,
+    BlockRows,
+    RowError,
+)
 from blockx_chain.store import BlockStore, BlockWriter, open_store
 from blockx_chain.store.base import check_chain
 from blockx_chain.url import BlockDbUrl, SqliteUrl
@@ -87,6 +95,7 @@ class IngestSummary(msgspec.Struct, kw_only=True):
     transactions: int = 0
     logs: int = 0
     erc20_transfers: int = 0
+    nft_transfers: int = 0
     reorgs: int = 0
     seconds: float = 0.0
 
@@ -98,6 +107,7 @@ class IngestSummary(msgspec.Struct, kw_only=True):
             "transactions": self.transactions,
             "logs": self.logs,
             "erc20_transfers": self.erc20_transfers,
+            "nft_transfers": self.nft_transfers,
             "reorgs": self.reorgs,
             "seconds": round(self.seconds, 3),
         }
@@ -380,6 +390,7 @@ class _Run:
         self.summary.transactions += written[TRANSACTIONS.name]
         self.summary.logs += written[LOGS.name]
         self.summary.erc20_transfers += written[ERC20_TRANSFERS.name]
+        self.summary.nft_transfers += written[NFT_TRANSFERS.name]
         last = batch[-1].block
         if self.head is None or last.block_number >= self.head:
             self.head, self.head_hash = last.block_number, last.block_hash

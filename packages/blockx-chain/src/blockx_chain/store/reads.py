@@ -15,6 +15,7 @@ from blockx_chain.schema import (
     ERC20_TRANSFERS,
     LOGS,
     MAX_INTEGER,
+    NFT_TRANSFERS,
     TRANSACTIONS,
     ColumnType,
     Table,
@@ -151,12 +152,15 @@ def _ranged(
 
 
 # The tables ``rows`` reads, and the column that orders rows within a block.
-ROW_TABLES: Final = {t.name: t for t in (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS)}
+ROW_TABLES: Final = {
+    t.name: t for t in (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, NFT_TRANSFERS)
+}
 _ORDER: Final = {
     "blocks": "block_number",
     "transactions": "block_number, transaction_index",
     "logs": "block_number, log_index",
     "erc20_transfers": "block_number, log_index",
+    "nft_transfers": "block_number, log_index, batch_position",
 }
 
 

@@ -213,7 +213,8 @@ def chain_ingest(
     console.print(
         f"ingested blocks {data['from']}..{data['to']}: {data['blocks']} blocks, "
         f"{data['transactions']} transactions, {data['logs']} logs, "
-        f"{data['erc20_transfers']} ERC-20 transfers, {data['reorgs']} reorgs "
+        f"{data['erc20_transfers']} ERC-20 transfers, {data['nft_transfers']} NFT transfers, "
+        f"{data['reorgs']} reorgs "
         f"in {data['seconds']:.1f} s",
         highlight=False,
     )

@@ -164,7 +164,8 @@ async def _stages(
             )
             console.print(
                 f"  {ingested.blocks:,} blocks, {ingested.transactions:,} transactions, "
-                f"{ingested.erc20_transfers:,} ERC-20 transfers"
+                f"{ingested.erc20_transfers:,} ERC-20 transfers, "
+                f"{ingested.nft_transfers:,} NFT transfers"
             )
         waiting = time.monotonic()
         endpoints, ready_at = await ready
