@@ -3,8 +3,9 @@
 Three loops run side by side for ``seconds``:
 
 * ``LiveChain`` mines a block of transfers every ``block_time_s`` (with a snapshot
-  before each, so the Devnet can fork there) and, part-way, abandons the top
-  ``reorg_depth`` blocks for a new branch of as many;
+  before each, so the Devnet can fork there) and, part-way, once follow has
+  written every block so far, abandons the top ``reorg_depth`` blocks for a new
+  branch of as many;
 * an ingest follows the node's head into the block database;
 * ``Following`` runs ``client.follow`` from the first live block, as a user runs
   it: one ``BlockTableCallConfig`` task per new block on the block cluster,
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Final, assert_never
 
 import msgspec
@@ -80,10 +81,17 @@ class LiveFigures(msgspec.Struct, kw_only=True):
 class LiveChain:
     """The chain side: mines live blocks on the Devnet, with one reorg part-way."""
 
-    def __init__(self, devnet: Devnet, transfers: Transfers, figures: LiveFigures) -> None:
+    def __init__(
+        self,
+        devnet: Devnet,
+        transfers: Transfers,
+        figures: LiveFigures,
+        follow_caught_up: Callable[[dict[int, str]], bool],
+    ) -> None:
         self.devnet = devnet
         self.transfers = transfers
         self.figures = figures
+        self.follow_caught_up = follow_caught_up
         self.node_head = -1
         # The node's hash of each live block, the reorg's new branch included.
         self.hashes: dict[int, str] = {}
@@ -97,19 +105,32 @@ class LiveChain:
         deadline = time.monotonic() + seconds
         reorg_at = time.monotonic() + seconds * 0.6
         mined = 0
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline or self._reorg_waits(reorg_depth, deadline):
             tick = time.monotonic()
-            due = reorg_depth > 0 and self.figures.reorg is None and tick >= reorg_at
-            if due and mined > reorg_depth:
+            due = (
+                reorg_depth > 0
+                and self.figures.reorg is None
+                and tick >= reorg_at
+                and mined > reorg_depth
+            )
+            if due and self.follow_caught_up(self.hashes):
                 reorg = await self.transfers.reorg(self.devnet, reorg_depth)
                 for block in reorg.new_blocks:
                     self._mined(block)
                 self.figures.reorg = reorg
-            else:
+            elif not due:
                 [block] = await self.transfers.mine(self.devnet, 1, reorgable=True)
                 self._mined(block)
                 mined += 1
+            # Else follow has yet to write the blocks the reorg abandons (a busy
+            # machine): a reorg of blocks it never wrote would show it nothing to
+            # repair, so the chain waits for it.
             await asyncio.sleep(max(0.0, block_time_s - (time.monotonic() - tick)))
+
+    def _reorg_waits(self, reorg_depth: int, deadline: float) -> bool:
+        """The reorg is still to come, and follow may take a while longer to catch up."""
+        pending = reorg_depth > 0 and self.figures.reorg is None
+        return pending and time.monotonic() < deadline + _CATCH_UP_TIMEOUT_S
 
 
 class Following:
@@ -258,8 +279,8 @@ async def live_stage(
     new block of ``job`` from ``first_block`` on; one reorg of ``reorg_depth``."""
     started = time.monotonic()
     figures = LiveFigures(first_block=first_block)
-    chain = LiveChain(devnet, transfers or Transfers(), figures)
     following = Following(client, job, figures, block_db_url=block_db_url, sink_db_url=sink_db_url)
+    chain = LiveChain(devnet, transfers or Transfers(), figures, following.caught_up)
 
     def on_ingest(progress: IngestProgress) -> None:
         following.ingest = progress
