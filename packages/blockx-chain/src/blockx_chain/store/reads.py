@@ -12,9 +12,11 @@ from typing import Any, Final
 
 from blockx_chain.schema import (
     BLOCKS,
+    CONTRACTS,
     ERC20_TRANSFERS,
     LOGS,
     MAX_INTEGER,
+    TRACES,
     TRANSACTIONS,
     ColumnType,
     Table,
@@ -151,12 +153,16 @@ def _ranged(
 
 
 # The tables ``rows`` reads, and the column that orders rows within a block.
-ROW_TABLES: Final = {t.name: t for t in (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS)}
+ROW_TABLES: Final = {
+    t.name: t for t in (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, TRACES, CONTRACTS)
+}
 _ORDER: Final = {
     "blocks": "block_number",
     "transactions": "block_number, transaction_index",
     "logs": "block_number, log_index",
     "erc20_transfers": "block_number, log_index",
+    "traces": "block_number, transaction_index, trace_index",
+    "contracts": "block_number, transaction_index, trace_index",
 }
 
 
