@@ -45,6 +45,9 @@ SUMMARY_KEYS = {
     "transactions",
     "logs",
     "erc20_transfers",
+    "traces",
+    "contracts",
+    "trace_method",
     "reorgs",
     "seconds",
 }
