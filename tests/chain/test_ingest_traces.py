@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 import pytest_asyncio
@@ -334,44 +335,64 @@ def _honest(method: str, number: int) -> Any:
 # -- the schema ---------------------------------------------------------------------
 
 
-def _previous_schema(path: Path, *, extra: str | None = None) -> None:
-    conn = sqlite3.connect(path)
-    for migrate in MIGRATIONS[: TRACES_SINCE - 1]:
-        for statement in migrate(Engine.SQLITE):
-            conn.execute(statement)
+async def _previous_schema(db_url: str, *, extra: str | None = None) -> None:
+    """A database as BlockX made it before the trace tables, on either engine."""
+    engine = Engine.SQLITE if db_url.startswith("sqlite") else Engine.POSTGRES
+    statements = [
+        statement for migrate in MIGRATIONS[: TRACES_SINCE - 1] for statement in migrate(engine)
+    ]
     if extra is not None:
-        conn.execute(f"CREATE TABLE {extra} (x INTEGER)")
-    conn.execute(f"PRAGMA user_version = {TRACES_SINCE - 1}")
-    conn.commit()
-    conn.close()
+        statements.append(f"CREATE TABLE {extra} (x INTEGER)")
+    if engine is Engine.SQLITE:
+        conn = sqlite3.connect(str(parse_blockdb_url(db_url).path))  # type: ignore[union-attr]
+        for statement in statements:
+            conn.execute(statement)
+        conn.execute(f"PRAGMA user_version = {TRACES_SINCE - 1}")
+        conn.commit()
+        conn.close()
+        return
+    pg = await asyncpg.connect(db_url)
+    try:
+        await pg.execute("CREATE TABLE blockx_schema (version INTEGER NOT NULL)")
+        await pg.execute(f"INSERT INTO blockx_schema (version) VALUES ({TRACES_SINCE - 1})")
+        for statement in statements:
+            await pg.execute(statement)
+    finally:
+        await pg.close()
 
 
-async def test_a_database_of_the_previous_schema_gains_the_trace_tables(tmp_path: Path) -> None:
-    path = tmp_path / "old.db"
-    _previous_schema(path)
-    store = await open_store(parse_blockdb_url(f"sqlite:///{path}"))
+async def _version(db_url: str) -> int:
+    if db_url.startswith("sqlite"):
+        conn = sqlite3.connect(str(parse_blockdb_url(db_url).path))  # type: ignore[union-attr]
+        version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+        conn.close()
+        return version
+    pg = await asyncpg.connect(db_url)
+    try:
+        found: int = await pg.fetchval("SELECT version FROM blockx_schema")
+        return found
+    finally:
+        await pg.close()
+
+
+async def test_a_database_of_the_previous_schema_gains_the_trace_tables(db_url: str) -> None:
+    await _previous_schema(db_url)
+    store = await open_store(parse_blockdb_url(db_url))
     try:
         assert await store.rows("traces", 0, 10) == []
         assert await store.rows("contracts", 0, 10) == []
         assert not await store.holds_traces()
     finally:
         await store.close()
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
-    conn.close()
+    assert await _version(db_url) == SCHEMA_VERSION
 
 
 @pytest.mark.parametrize("name", ["traces", "contracts"])
-async def test_a_database_holding_a_table_of_a_new_name_is_refused(
-    name: str, tmp_path: Path
-) -> None:
-    path = tmp_path / "old.db"
-    _previous_schema(path, extra=name)
+async def test_a_database_holding_a_table_of_a_new_name_is_refused(name: str, db_url: str) -> None:
+    await _previous_schema(db_url, extra=name)
     with pytest.raises(SchemaRefused) as refused:
-        await open_store(parse_blockdb_url(f"sqlite:///{path}"))
+        await open_store(parse_blockdb_url(db_url))
     message = str(refused.value)
     assert f"already holds a table named {name}" in message
     assert "\n" not in message
-    conn = sqlite3.connect(path)
-    assert conn.execute("PRAGMA user_version").fetchone()[0] == TRACES_SINCE - 1
-    conn.close()
+    assert await _version(db_url) == TRACES_SINCE - 1

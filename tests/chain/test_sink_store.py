@@ -127,7 +127,18 @@ async def test_a_bad_row_rolls_the_whole_write_back(sink: SinkStore) -> None:
 
 
 @pytest.mark.parametrize(
-    "table", ["blocks", "logs", "erc20_transfers", "Reorgs", "_blockx_written", "bad name", "1x"]
+    "table",
+    [
+        "blocks",
+        "logs",
+        "erc20_transfers",
+        "traces",
+        "contracts",
+        "Reorgs",
+        "_blockx_written",
+        "bad name",
+        "1x",
+    ],
 )
 async def test_chain_and_reserved_tables_and_bad_names_are_refused(
     sink: SinkStore, table: str

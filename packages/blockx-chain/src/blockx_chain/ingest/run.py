@@ -19,6 +19,10 @@ The run:
 5. with ``follow``, polls the node's head until ``stop`` is set, then returns after
    the transaction under way.
 
+With ``traces`` (or into a database that holds traces) the run chooses the node's
+trace method once, before the first batch (``blockx_chain.ingest.traces``), and
+each batch asks for its blocks' call frames alongside the blocks and receipts.
+
 The decisions are the pure functions of ``blockx_chain.ingest.plan``.
 """
 

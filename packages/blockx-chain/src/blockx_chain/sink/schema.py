@@ -34,7 +34,17 @@ SINK_TABLE: Final = "_blockx_sink"
 JOBS_TABLE: Final = "_blockx_jobs"
 # The block database's own tables: a sink on the same database never writes them.
 CHAIN_TABLES: Final = frozenset(
-    {"blocks", "transactions", "logs", "erc20_transfers", "chain", "reorgs", "blockx_schema"}
+    {
+        "blocks",
+        "transactions",
+        "logs",
+        "erc20_transfers",
+        "traces",
+        "contracts",
+        "chain",
+        "reorgs",
+        "blockx_schema",
+    }
 )
 RESERVED_PREFIXES: Final = ("_blockx", "sqlite_", "pg_")
 # Columns a block writer stamps on every row.
