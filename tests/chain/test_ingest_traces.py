@@ -270,7 +270,10 @@ CALL_TRACER_LIES: list[tuple[Callable[[int], Any], str]] = [
         "the trace of 0x7a" + "0" * 61 + "3, not of",
     ),
     (lambda n: [{"txHash": tx_hash(n), "result": frame(type="JUMP")}], "not a kind of call frame"),
-    (lambda n: [{"txHash": tx_hash(n), "error": "tracer timeout"}], "no trace ('tracer timeout')"),
+    (
+        lambda n: [{"txHash": tx_hash(n), "error": "tracer timeout"}],
+        f"the node gave no trace of {tx_hash(2)}: 'tracer timeout'",
+    ),
     (lambda n: [{"txHash": tx_hash(n), "result": frame(gasUsed="0x" + "f" * 70)}], "gasUsed"),
 ]
 TRACE_BLOCK_LIES: list[tuple[Callable[[int], Any], str]] = [

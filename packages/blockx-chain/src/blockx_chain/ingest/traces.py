@@ -154,8 +154,9 @@ def _from_call_tracer(
         if named is not None and hash_value(named, f"{where}.txHash") != tx.hash:
             raise bad_answer(where, f"the trace of {named.lower()}, not of {tx.hash}")
         if traced.get("result") is None:
-            problem = traced.get("error")
-            raise bad_answer(where, f"no trace ({shown(problem) if problem else 'no result'})")
+            # A node that cannot trace the block (its state pruned, a tracer timeout).
+            problem = shown(traced.get("error") or "no result and no error")
+            raise bad_answer(where, f"the node gave no trace of {tx.hash}: {problem}")
         # Depth first, in order: a stack, as a call tree may be 1024 frames deep.
         stack: list[tuple[Any, list[int]]] = [(traced["result"], [])]
         first = len(rows)
