@@ -69,11 +69,6 @@ class BlockWriter(abc.ABC):
         rows = await self._fetch(reads.CHAIN_SQL, ())
         return chain_row(rows[0]) if rows else None
 
-    async def holds_traces(self) -> bool:
-        """Whether traces were ingested into this database (``mark_traces``)."""
-        rows = await self._fetch(f"SELECT {TRACED.name} FROM chain", ())
-        return bool(rows and rows[0][TRACED.name])
-
     async def mark_traces(self) -> None:
         """Record that this database holds traces: every later ingest traces too."""
         await self._execute(f"UPDATE chain SET {TRACED.name} = 1", ())
