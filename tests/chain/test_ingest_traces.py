@@ -329,6 +329,30 @@ def test_a_call_tree_deeper_than_the_evm_allows_is_refused() -> None:
     assert [len(r.trace_address) for r in rows] == list(range(MAX_DEPTH + 1))
 
 
+async def test_an_answer_nested_deeper_than_the_decoder_goes_is_refused_in_one_line(
+    tmp_path: Path,
+) -> None:
+    chain = ScriptedChain(HEAD)
+    deep = '{"type":"CALL","calls":[' * 1100 + '{"type":"CALL"}' + "]}" * 1100
+
+    async def handler(request: Any) -> tuple[int, bytes]:
+        def one(r: dict[str, Any]) -> dict[str, Any]:
+            if r["method"] == "debug_traceBlockByNumber":
+                number = int(r["params"][0], 16)
+                return answer(r, "DEEP" if number == 2 else _honest(r["method"], number))
+            return answer(r, chain.answer(r["method"], r["params"]))
+
+        body = each(request, one).replace(b'"DEEP"', f'[{{"result":{deep}}}]'.encode())
+        return 200, body
+
+    async with ScriptedRpcServer(handler) as node:
+        with pytest.raises(BadNodeAnswer) as refused:
+            await run(node.url, f"sqlite:///{tmp_path}/chain.db", traces=True, batch_size=1)
+    message = str(refused.value)
+    assert "answered JSON nested deeper than this client decodes" in message
+    assert "\n" not in message
+
+
 def _honest(method: str, number: int) -> Any:
     if method == "trace_block":
         return [parity(number)]
