@@ -108,11 +108,24 @@ async def read(db_url: str, table: str, head: int) -> list[dict[str, Any]]:
         await store.close()
 
 
+async def _another_database(db_url: str, tmp_path: Path) -> str:
+    """A second empty database on ``db_url``'s engine."""
+    if db_url.startswith("sqlite"):
+        return f"sqlite:///{tmp_path}/other.db"
+    base, _, name = db_url.rpartition("/")
+    conn = await asyncpg.connect(db_url)
+    try:
+        await conn.execute(f"CREATE DATABASE {name}_other")
+    finally:
+        await conn.close()
+    return f"{base}/{name}_other"
+
+
 async def test_both_methods_store_identical_rows_of_every_frame_kind(
     anvil: Anvil, chain: Chain, without_call_tracer: str, db_url: str, tmp_path: Path
 ) -> None:
     by_tracer = await run(anvil.url, db_url, traces=True, to_block=chain.head)
-    other_db = f"sqlite:///{tmp_path}/by_trace_block.db"
+    other_db = await _another_database(db_url, tmp_path)
     by_trace_block = await run(without_call_tracer, other_db, traces=True, to_block=chain.head)
     assert by_tracer.trace_method == "debug_traceBlockByNumber"
     assert by_trace_block.trace_method == "trace_block"
