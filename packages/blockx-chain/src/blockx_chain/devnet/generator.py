@@ -292,12 +292,15 @@ class Devnet:
         *,
         token_transfers: int = 8,
         eth_transfers: int = 4,
+        swaps: int = 0,
     ) -> int:
         """Mine a block of transfers every ``block_time_s`` seconds (wall clock) until
         ``stop`` is set; the blocks' timestamps still step by ``interval_s``."""
         count = 0
         while not stop.is_set():
-            await self.mine(1, token_transfers=token_transfers, eth_transfers=eth_transfers)
+            await self.mine(
+                1, token_transfers=token_transfers, eth_transfers=eth_transfers, swaps=swaps
+            )
             count += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), block_time_s)
