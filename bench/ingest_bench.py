@@ -2,7 +2,7 @@
 ceiling of the node.
 
 Run: uv run python bench/ingest_bench.py [--blocks 1000] [--batch-size 50]
-     [--in-flight 4] [--rounds 3] [--postgres URL]
+     [--in-flight 4] [--rounds 3] [--postgres URL] [--traces]
 
 Prints one JSON line. In one run, against one anvil holding ``--blocks`` blocks of
 8 ERC-20 and 4 ETH transfers each (the devnet's defaults):
@@ -18,6 +18,12 @@ Prints one JSON line. In one run, against one anvil holding ``--blocks`` blocks 
 * the CPU seconds anvil and this process spent per round: on a small machine
   anvil's own CPU at the ceiling bounds what ingest's work can add without
   slowing the node down.
+
+With ``--traces`` the chain also holds a swap per block on the devnet's pair (one
+in eight a ``probe()``: creations, a reverted inner call, selfdestructs), and
+each round adds ``sqlite_traces`` (and ``postgres_traces``): the same ingest with
+``--traces``, every block's call frames asked with ``debug_traceBlockByNumber``;
+``traces_cost`` is the plain ingest's blocks/s over the traced one's.
 
 Each figure is the median of ``--rounds`` rounds, the kinds interleaved so drift
 of the machine hits all alike. PostgreSQL is the server at ``--postgres``, or
@@ -51,11 +57,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from postgres import PostgresServer, find_postgres_bin
 
 
-async def mine(url: str, blocks: int) -> int:
+async def mine(url: str, blocks: int, swaps: int) -> int:
     async with JsonRpcClient(url) as client:
         net = Devnet(client)
         await net.setup(tokens=3)
-        mined = await net.mine(blocks)
+        if swaps:
+            await net.setup_pair()
+        mined = await net.mine(blocks, swaps=swaps)
         return mined[-1].number
 
 
@@ -81,13 +89,16 @@ async def raw_ceiling(url: str, head: int, batch_size: int, in_flight: int) -> f
     return time.perf_counter() - started
 
 
-async def ingest_seconds(url: str, db_url: str, batch_size: int, in_flight: int) -> float:
+async def ingest_seconds(
+    url: str, db_url: str, batch_size: int, in_flight: int, traces: bool = False
+) -> float:
     started = time.perf_counter()
     summary = await ingest(
         url,
         parse_blockdb_url(db_url),
-        IngestOptions(batch_size=batch_size, in_flight=in_flight),
+        IngestOptions(batch_size=batch_size, in_flight=in_flight, traces=traces),
     )
+    assert summary.traces > 0 or not traces
     seconds = time.perf_counter() - started
     assert summary.reorgs == 0
     return seconds
@@ -132,7 +143,8 @@ class Measure:
 
 
 async def run(args: argparse.Namespace, url: str, postgres: str | None) -> dict[str, Any]:
-    head = await mine(url, args.blocks)
+    swaps = 1 if args.traces else 0
+    head = await mine(url, args.blocks, swaps)
     blocks = head + 1
     size, flight = args.batch_size, args.in_flight
     measure = Measure()
@@ -141,13 +153,20 @@ async def run(args: argparse.Namespace, url: str, postgres: str | None) -> dict[
             await measure.run("raw", raw_ceiling(url, head, size, flight))
             db = f"sqlite:///{folder}/round{round_}.db"
             await measure.run("sqlite", ingest_seconds(url, db, size, flight))
+            if args.traces:
+                db = f"sqlite:///{folder}/round{round_}-traces.db"
+                await measure.run("sqlite_traces", ingest_seconds(url, db, size, flight, True))
             if postgres is not None:
                 db = await fresh_postgres_db(postgres)
                 await measure.run("postgres", ingest_seconds(url, db, size, flight))
+                if args.traces:
+                    db = await fresh_postgres_db(postgres)
+                    traced = ingest_seconds(url, db, size, flight, True)
+                    await measure.run("postgres_traces", traced)
     rate = {kind: blocks / statistics.median(values) for kind, values in measure.wall.items()}
     result: dict[str, Any] = {
         "blocks": blocks,
-        "transactions_per_block": 12,
+        "transactions_per_block": 12 + swaps,
         "batch_size": size,
         "in_flight": flight,
         "rounds": args.rounds,
@@ -166,6 +185,11 @@ async def run(args: argparse.Namespace, url: str, postgres: str | None) -> dict[
     }
     if postgres is not None:
         result["postgres_vs_raw"] = round(rate["postgres"] / rate["raw"], 3)
+    if args.traces:
+        engines = ["sqlite"] + (["postgres"] if postgres is not None else [])
+        result["traces_cost"] = {
+            engine: round(rate[engine] / rate[f"{engine}_traces"], 2) for engine in engines
+        }
     return result
 
 
@@ -176,6 +200,9 @@ def main() -> None:
     parser.add_argument("--in-flight", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--postgres", default=None, help="a server URL (postgresql://.../postgres)")
+    parser.add_argument(
+        "--traces", action="store_true", help="swaps in the chain; measure ingest --traces too"
+    )
     args = parser.parse_args()
     server: PostgresServer | None = None
     postgres = args.postgres

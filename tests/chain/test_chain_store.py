@@ -122,6 +122,9 @@ async def test_the_tables_columns_types_and_indexes_are_the_pinned_ones(
         if table.name == "blocks":
             # Not a chain column: when ingest stored the block (version 2).
             expected.append(("seen_at_ms", "INTEGER" if sqlite else "bigint", False))
+        if table.name == "chain":
+            # Whether the database holds traces (version 3).
+            expected.append(("traces", "INTEGER" if sqlite else "bigint", True))
         assert tables[table.name] == expected, table.name
     assert [c[0] for c in tables["blocks"]] == [
         "block_number",
@@ -142,6 +145,7 @@ async def test_the_tables_columns_types_and_indexes_are_the_pinned_ones(
         "head_hash",
         "finalized_number",
         "epoch",
+        "traces",
     ]
     assert {
         "blocks_by_hash",
@@ -150,6 +154,8 @@ async def test_the_tables_columns_types_and_indexes_are_the_pinned_ones(
         "logs_by_address",
         "erc20_transfers_by_token",
         "nft_transfers_by_token",
+        "traces_by_to",
+        "contracts_by_address",
     } <= indexes
 
 
@@ -373,6 +379,8 @@ async def test_erc20_transfers_are_derived_from_transfer_logs(store: BlockStore)
         "logs": 5,
         "erc20_transfers": 2,
         "nft_transfers": 1,
+        "traces": 0,
+        "contracts": 0,
     }
     transfers = await store.erc20_transfers(5)
     assert [t["log_index"] for t in transfers] == [0, 9]

@@ -159,6 +159,8 @@ def test_the_cli_generates_a_devnet_and_exits() -> None:
             "2",
             "--tokens",
             "2",
+            "--swaps",
+            "1",
             "--exit",
         ],
         capture_output=True,
@@ -168,9 +170,11 @@ def test_the_cli_generates_a_devnet_and_exits() -> None:
     )
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert summary["head"] == 2 + 4
+    # Tokens (2 blocks), the pair (2 blocks), then the blocks of transfers and swaps.
+    assert summary["head"] == 2 + 2 + 4
     assert summary["chain_id"] == 31337
     assert len(summary["tokens"]) == 2
+    assert summary["pair"].startswith("0x")
     assert len(summary["accounts"]) == 20
 
 

@@ -218,9 +218,21 @@ async def test_every_column_is_the_nodes(
         "logs": len(expected["logs"]),
         "erc20_transfers": len(expected["erc20_transfers"]),
         "nft_transfers": len(expected["nft_transfers"]),
+        "traces": 0,
+        "contracts": sum(1 for t in expected["transactions"] if t["contract_address"]),
+        "trace_method": None,
         "reorgs": 0,
         "seconds": summary.as_json()["seconds"],
     }
+    # Without traces, contracts holds those the transactions themselves made.
+    deployed = [t for t in expected["transactions"] if t["contract_address"]]
+    assert [
+        (c["transaction_hash"], c["address"], c["creator"], c["kind"], c["trace_address"])
+        for c in await store.rows("contracts", 0, head)
+    ] == [
+        (t["transaction_hash"], t["contract_address"], t["from_address"], "create", "[]")
+        for t in deployed
+    ]
     # The devnet's chain has what the columns must carry: token deployments, token
     # transfers and plain ETH transfers, NFT transfers of both standards (a batch
     # among them), and transactions of types 0, 1 and 2.

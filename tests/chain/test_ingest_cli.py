@@ -46,6 +46,9 @@ SUMMARY_KEYS = {
     "logs",
     "erc20_transfers",
     "nft_transfers",
+    "traces",
+    "contracts",
+    "trace_method",
     "reorgs",
     "seconds",
 }
@@ -452,3 +455,18 @@ async def _postgres_head_at_least(url: str, number: int) -> bool:
     finally:
         await conn.close()
     return head is not None and head >= number
+
+
+def test_traces_are_ingested_with_the_method_named(
+    chain_node: tuple[Anvil, int], tmp_path: Path
+) -> None:
+    node, head = chain_node
+    db = f"sqlite:///{tmp_path}/c.db"
+    result = ingest_cli("--rpc", node.url, "--db", db, "--traces", "--to", str(head - 1))
+    assert result.returncode == 0, result.stderr
+    assert "call frames (by debug_traceBlockByNumber)" in result.stdout
+    assert "2 contracts created" in result.stdout
+    # The database holds traces: the next run traces without being told.
+    again = json.loads(ingest_cli("--rpc", node.url, "--db", db, "--json").stdout)
+    assert again["trace_method"] == "debug_traceBlockByNumber"
+    assert (again["blocks"], again["traces"]) == (1, 12)

@@ -133,6 +133,8 @@ async def test_a_bad_row_rolls_the_whole_write_back(sink: SinkStore) -> None:
         "logs",
         "erc20_transfers",
         "nft_transfers",
+        "traces",
+        "contracts",
         "Reorgs",
         "_blockx_written",
         "bad name",

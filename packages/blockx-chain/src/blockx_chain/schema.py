@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -186,11 +186,63 @@ REORGS: Final = Table(
     key=("id",),
 )
 
+# One row per call frame, in the order a depth-first walk of each transaction's
+# call tree meets them (``trace_index`` 0 is the transaction's own frame).
+TRACES: Final = Table(
+    "traces",
+    (
+        Column("block_number", INT),
+        Column("transaction_index", INT),
+        Column("trace_index", INT),
+        Column("trace_address", J),
+        Column("transaction_hash", H),
+        Column("block_hash", H),
+        Column("type", T),
+        Column("from_address", A),
+        Column("to_address", A, nullable=True),
+        Column("value", U),
+        Column("input", D),
+        Column("output", D),
+        Column("gas", INT),
+        Column("gas_used", INT),
+        Column("error", T, nullable=True),
+        Column("subtraces", INT),
+    ),
+    key=("block_number", "transaction_index", "trace_index"),
+)
+# Every contract a block created: by a transaction (``trace_index`` 0, from the
+# receipt) or inside one (a create or create2 frame, with traces).
+CONTRACTS: Final = Table(
+    "contracts",
+    (
+        Column("block_number", INT),
+        Column("transaction_index", INT),
+        Column("trace_index", INT),
+        Column("trace_address", J),
+        Column("transaction_hash", H),
+        Column("block_hash", H),
+        Column("address", A),
+        Column("creator", A),
+        Column("kind", T),
+    ),
+    key=("block_number", "transaction_index", "trace_index"),
+)
+
 # When ingest stored a block: in ``blocks``, after the chain's columns (version 2).
 SEEN_AT: Final = Column("seen_at_ms", INT, nullable=True)
+# Whether the database holds traces: in ``chain``, 0 or 1.
+TRACED: Final = Column("traces", INT)
 
 # Tables keyed by block: what delete_above removes, and what insert_blocks replaces.
-BLOCK_TABLES: Final = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, NFT_TRANSFERS)
+BLOCK_TABLES: Final = (
+    BLOCKS,
+    TRANSACTIONS,
+    LOGS,
+    ERC20_TRANSFERS,
+    NFT_TRANSFERS,
+    TRACES,
+    CONTRACTS,
+)
 TABLES: Final = (*BLOCK_TABLES, CHAIN, REORGS)
 
 Index = tuple[str, str, tuple[str, ...]]
@@ -204,7 +256,11 @@ INDEXES_V1: Final[tuple[Index, ...]] = (
 NFT_TRANSFERS_INDEXES: Final[tuple[Index, ...]] = (
     ("nft_transfers_by_token", "nft_transfers", ("token", "block_number")),
 )
-INDEXES: Final = (*INDEXES_V1, *NFT_TRANSFERS_INDEXES)
+TRACE_INDEXES: Final[tuple[Index, ...]] = (
+    ("traces_by_to", "traces", ("to_address", "block_number")),
+    ("contracts_by_address", "contracts", ("address",)),
+)
+INDEXES: Final = (*INDEXES_V1, *NFT_TRANSFERS_INDEXES, *TRACE_INDEXES)
 
 # keccak256("Transfer(address,address,uint256)"): ERC-20's and ERC-721's.
 TRANSFER_TOPIC: Final = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
@@ -267,17 +323,16 @@ def create_table(table: Table, engine: Engine) -> str:
     return f"CREATE TABLE {table.name} (\n    " + ",\n    ".join(lines) + "\n)"
 
 
-def _create_indexes(indexes: Sequence[Index]) -> list[str]:
-    return [
-        f"CREATE INDEX {name} ON {table} ({', '.join(columns)})" for name, table, columns in indexes
-    ]
+def create_index(index: Index) -> str:
+    name, table, columns = index
+    return f"CREATE INDEX {name} ON {table} ({', '.join(columns)})"
 
 
 def _schema_v1(engine: Engine) -> list[str]:
-    # The tables the first version had; later ones are each created by their migration.
+    # The first version's tables, as they were: later tables come by migration.
     v1 = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, CHAIN, REORGS)
     statements = [create_table(table, engine) for table in v1]
-    statements += _create_indexes(INDEXES_V1)
+    statements += [create_index(index) for index in INDEXES_V1]
     # The chain table holds one row: a unique index on a constant refuses a second.
     statements.append("CREATE UNIQUE INDEX chain_one_row ON chain ((1))")
     return statements
@@ -288,15 +343,46 @@ def _seen_at_v2(engine: Engine) -> list[str]:
 
 
 def _nft_transfers(engine: Engine) -> list[str]:
-    return [create_table(NFT_TRANSFERS, engine), *_create_indexes(NFT_TRANSFERS_INDEXES)]
+    return [create_table(NFT_TRANSFERS, engine), *map(create_index, NFT_TRANSFERS_INDEXES)]
 
 
-MIGRATIONS: Final = (_schema_v1, _seen_at_v2, _nft_transfers)
+def _traces(engine: Engine) -> list[str]:
+    """``traces`` and ``contracts``, and ``chain.traces`` (0: no traces ingested)."""
+    return [
+        create_table(TRACES, engine),
+        create_table(CONTRACTS, engine),
+        *(create_index(index) for index in TRACE_INDEXES),
+        f"ALTER TABLE chain ADD COLUMN {TRACED.name} {_SQL_TYPES[engine][INT]} NOT NULL DEFAULT 0",
+    ]
+
+
+MIGRATIONS: Final = (_schema_v1, _seen_at_v2, _nft_transfers, _traces)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 # The schema version that added ``blocks.seen_at_ms``.
 SEEN_AT_SINCE: Final = MIGRATIONS.index(_seen_at_v2) + 1
 # The schema version that added ``nft_transfers``.
 NFT_TRANSFERS_SINCE: Final = MIGRATIONS.index(_nft_transfers) + 1
+# The schema version that added ``traces``, ``contracts`` and ``chain.traces``.
+TRACES_SINCE: Final = MIGRATIONS.index(_traces) + 1
+# The tables each migration creates: a database that already holds a table of one
+# of these names is no block database of an older version, and is refused.
+NEW_TABLES: Final[Mapping[int, tuple[Table, ...]]] = {
+    NFT_TRANSFERS_SINCE: (NFT_TRANSFERS,),
+    TRACES_SINCE: (TRACES, CONTRACTS),
+}
+
+
+def tables_in_the_way(version: int, existing: Iterable[str]) -> list[str]:
+    """The tables that migrating a database of ``version`` would create but that
+    it already holds (``existing``: its table names)."""
+    names = set(existing)
+    return sorted(
+        table.name
+        for since, tables in NEW_TABLES.items()
+        if since > version
+        for table in tables
+        if table.name in names
+    )
 
 
 # Rows written by ingest. Field names are the column names.
@@ -346,12 +432,33 @@ class Log(msgspec.Struct, frozen=True, kw_only=True):
     data: str
 
 
+class Trace(msgspec.Struct, frozen=True, kw_only=True):
+    block_number: int
+    transaction_index: int
+    trace_index: int
+    trace_address: list[int]
+    transaction_hash: str
+    block_hash: str
+    type: str
+    from_address: str
+    to_address: str | None
+    value: int | str
+    input: str
+    output: str
+    gas: int
+    gas_used: int
+    error: str | None
+    subtraces: int
+
+
 class BlockRows(msgspec.Struct, frozen=True, kw_only=True):
-    """One block with its transactions and logs, as insert_blocks takes it."""
+    """One block with its transactions, logs and (when traced) call frames, as
+    insert_blocks takes it."""
 
     block: Block
     transactions: Sequence[Transaction] = ()
     logs: Sequence[Log] = ()
+    traces: Sequence[Trace] = ()
 
 
 class ChainState(msgspec.Struct, frozen=True, kw_only=True):
@@ -571,12 +678,53 @@ def _uint_array(words: str, head: int) -> list[str] | None:
     return [str(int(words[start + i * _WORD : start + (i + 1) * _WORD], 16)) for i in range(count)]
 
 
+class CreationKind(enum.StrEnum):
+    """How a contract in ``contracts`` was made: the CREATE or CREATE2 that made it (a
+    transaction without a recipient is a CREATE)."""
+
+    CREATE = "create"
+    CREATE2 = "create2"
+
+
+_CREATIONS: Final = frozenset(kind.value for kind in CreationKind)
+
+
+def created_by_transaction(tx: tuple[Any, ...]) -> tuple[Any, ...] | None:
+    """The contracts row of a checked transactions row, or None when it made no
+    contract (it has a recipient, or it failed: a failed deployment's receipt may
+    still name the address it would have had)."""
+    (number, index, tx_hash, block_hash, sender, to, *_, success, address) = tx
+    if to is not None or address is None or success == 0:
+        return None
+    return (number, index, 0, "[]", tx_hash, block_hash, address, sender, CreationKind.CREATE.value)
+
+
+def created_inside(
+    frames: Sequence[Trace], checked: Sequence[tuple[Any, ...]]
+) -> list[tuple[Any, ...]]:
+    """The contracts rows of one transaction's create and create2 frames below its
+    own frame (``checked``: their checked traces rows). A creation counts when
+    neither its frame nor any frame above it failed: a revert undoes it."""
+    failed: set[tuple[int, ...]] = set()
+    made: list[tuple[Any, ...]] = []
+    for frame, row in zip(frames, checked, strict=True):
+        address = tuple(frame.trace_address)
+        if frame.error is not None or address[:-1] in failed:
+            failed.add(address)
+            continue
+        if address and frame.type in _CREATIONS and row[8] is not None:
+            # The traces row's block, transaction and frame, then address and creator.
+            made.append((*row[:6], row[8], row[7], frame.type))
+    return made
+
+
 def block_row_sets(
     blocks: Sequence[BlockRows],
 ) -> dict[str, list[tuple[Any, ...]]]:
     """The checked rows of every block table for ``blocks``, erc20_transfers and
-    nft_transfers derived from the logs; RowError on the first row that breaks a
-    rule, or on a transaction or log whose block_number is not its block's."""
+    nft_transfers derived from the logs and contracts from the transactions and
+    traces; RowError on the first row that breaks a rule, or on a transaction, log
+    or frame whose block_number is not its block's."""
     rows: dict[str, list[tuple[Any, ...]]] = {t.name: [] for t in BLOCK_TABLES}
     for bundle in blocks:
         number = bundle.block.block_number
@@ -585,7 +733,12 @@ def block_row_sets(
             where = f"block {number} transaction {tx.transaction_index}"
             if tx.block_number != number:
                 raise RowError(f"{where} says block_number {tx.block_number}")
-            rows[TRANSACTIONS.name].append(checked_row(TRANSACTIONS, tx, where))
+            checked_tx = checked_row(TRANSACTIONS, tx, where)
+            rows[TRANSACTIONS.name].append(checked_tx)
+            created = created_by_transaction(checked_tx)
+            if created is not None:
+                rows[CONTRACTS.name].append(created)
+        _trace_rows(number, bundle.traces, rows)
         for log in bundle.logs:
             where = f"block {number} log {log.log_index}"
             if log.block_number != number:
@@ -600,7 +753,29 @@ def block_row_sets(
     return rows
 
 
-for _table, _struct in ((BLOCKS, Block), (TRANSACTIONS, Transaction), (LOGS, Log)):
+def _trace_rows(
+    number: int, traces: Sequence[Trace], rows: dict[str, list[tuple[Any, ...]]]
+) -> None:
+    """The checked traces rows of one block's frames (one transaction's frames
+    after another), and the contracts its transactions created inside."""
+    frames: list[Trace] = []
+    checked: list[tuple[Any, ...]] = []
+    for frame in traces:
+        where = f"block {number} transaction {frame.transaction_index} frame {frame.trace_index}"
+        if frame.block_number != number:
+            raise RowError(f"{where} says block_number {frame.block_number}")
+        if frames and frame.transaction_index != frames[0].transaction_index:
+            rows[CONTRACTS.name] += created_inside(frames, checked)
+            frames, checked = [], []
+        row = checked_row(TRACES, frame, where)
+        rows[TRACES.name].append(row)
+        frames.append(frame)
+        checked.append(row)
+    if frames:
+        rows[CONTRACTS.name] += created_inside(frames, checked)
+
+
+for _table, _struct in ((BLOCKS, Block), (TRANSACTIONS, Transaction), (LOGS, Log), (TRACES, Trace)):
     # checked_row reads a row's fields in order: they are the table's columns.
     assert _struct.__struct_fields__ == _table.names, _table.name
 

@@ -6,11 +6,15 @@ devnet and tests need, written out so no ABI library is required.
 * ``ERC1155.sol`` → ``TestMultiToken.json``: a minimal ERC-1155 (mint,
   safeTransferFrom, safeBatchTransferFrom);
 * ``RawLogs.sol`` → ``RawLogs.json``: emits any log it is given, for tests of logs
-  that break a standard's layout.
+  that break a standard's layout;
+* ``Pair.sol`` → ``Pair.json``: an AMM-style pair of a token and ETH. It emits
+  Uniswap V2's ``Swap`` and ``Sync`` events, and its ``probe()`` makes a call frame
+  of every kind (create, create2, call with value, a reverted inner call,
+  staticcall, delegatecall, selfdestruct).
 
 ``build.js`` rebuilds the JSON files with solc-js (``npm run build-contracts``).
-Selectors and event topics are the standard ones (tests check them against the
-node's keccak, ``web3_sha3``).
+Selectors and event topics are the standard ones, written out; tests check them
+against the node's keccak (``web3_sha3``).
 """
 
 from __future__ import annotations
@@ -34,6 +38,13 @@ SAFE_TRANSFER_FROM_SELECTOR: Final = "0xf242432a"
 SAFE_BATCH_TRANSFER_FROM_SELECTOR: Final = "0x2eb2c2d6"
 SET_APPROVAL_FOR_ALL_SELECTOR: Final = "0xa22cb465"  # setApprovalForAll(address,bool)
 EMIT_LOG_SELECTOR: Final = "0xedebc13b"  # emitLog(bytes32[],bytes)
+APPROVE_SELECTOR: Final = "0x095ea7b3"  # approve(address,uint256)
+SWAP_TOPIC: Final = "0xd78ad95fa46c994b6551d0da85fc275fe613ce37657fb8d5e3d130840159d822"
+SYNC_TOPIC: Final = "0x1c411e9a96e071241c2f21f7726b17ae89e3cab4c78be50e062b03a9fffbbad1"
+SYNC_SELECTOR: Final = "0xfff6cae9"  # sync()
+SWAP_ETH_FOR_TOKENS_SELECTOR: Final = "0xfea2994f"  # swapEthForTokens(address)
+SWAP_TOKENS_FOR_ETH_SELECTOR: Final = "0x3120cc05"  # swapTokensForEth(uint256,address)
+PROBE_SELECTOR: Final = "0xb74af5a9"  # probe()
 
 SIGNATURES: Final = {
     TRANSFER_TOPIC: "Transfer(address,address,uint256)",
@@ -51,6 +62,13 @@ SIGNATURES: Final = {
     ),
     SET_APPROVAL_FOR_ALL_SELECTOR: "setApprovalForAll(address,bool)",
     EMIT_LOG_SELECTOR: "emitLog(bytes32[],bytes)",
+    APPROVE_SELECTOR: "approve(address,uint256)",
+    SWAP_TOPIC: "Swap(address,uint256,uint256,uint256,uint256,address)",
+    SYNC_TOPIC: "Sync(uint112,uint112)",
+    SYNC_SELECTOR: "sync()",
+    SWAP_ETH_FOR_TOKENS_SELECTOR: "swapEthForTokens(address)",
+    SWAP_TOKENS_FOR_ETH_SELECTOR: "swapTokensForEth(uint256,address)",
+    PROBE_SELECTOR: "probe()",
 }
 
 
@@ -64,6 +82,10 @@ def artifact(name: str) -> dict[str, Any]:
 
 def token_artifact() -> dict[str, Any]:
     return artifact("TestToken")
+
+
+def pair_artifact() -> dict[str, Any]:
+    return artifact("Pair")
 
 
 def _word(value: int) -> str:
@@ -167,3 +189,20 @@ def emit_log_data(topics: list[str], data: str) -> str:
     topics_part = _word(len(words)) + "".join(words)
     head = _word(2 * 32) + _word(2 * 32 + len(topics_part) // 2)
     return EMIT_LOG_SELECTOR + head + topics_part + _bytes_tail(raw)
+
+
+def approve_data(spender: str, value: int) -> str:
+    return APPROVE_SELECTOR + _address_word(spender) + _word(value)
+
+
+def pair_deploy_data(token: str) -> str:
+    """Creation code plus the encoded ``constructor(address token)``."""
+    return str(pair_artifact()["bytecode"]) + _address_word(token)
+
+
+def swap_eth_for_tokens_data(to: str) -> str:
+    return SWAP_ETH_FOR_TOKENS_SELECTOR + _address_word(to)
+
+
+def swap_tokens_for_eth_data(amount_in: int, to: str) -> str:
+    return SWAP_TOKENS_FOR_ETH_SELECTOR + _word(amount_in) + _address_word(to)

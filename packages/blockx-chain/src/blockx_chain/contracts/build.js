@@ -15,6 +15,7 @@ const CONTRACTS = [
   ["ERC721.sol", "TestNFT"],
   ["ERC1155.sol", "TestMultiToken"],
   ["RawLogs.sol", "RawLogs"],
+  ["Pair.sol", "Pair"],
 ];
 
 const sources = {};

@@ -1,9 +1,10 @@
 """``python -m blockx_chain.devnet`` (``blockx-chain-devnet``): start anvil and fill it.
 
-Starts anvil on 127.0.0.1 (a free port unless --port), deploys --tokens test tokens,
-mines --blocks blocks of transfers --interval seconds apart from --timestamp,
-optionally reorgs the top --reorg-depth blocks, prints one JSON line
-(``{"url", "chain_id", "head", "tokens", "accounts"}``), then keeps anvil running
+Starts anvil on 127.0.0.1 (a free port unless --port), deploys --tokens test tokens
+(and, with --swaps, the AMM-style pair of the first and ETH), mines --blocks blocks
+of transfers (and --swaps trades on the pair) --interval seconds apart from
+--timestamp, optionally reorgs the top --reorg-depth blocks, prints one JSON line
+(``{"url", "chain_id", "head", "tokens", "pair", "accounts"}``), then keeps anvil running
 (mining a block every --block-time seconds when given) until SIGINT/SIGTERM, or
 exits at once with --exit.
 """
@@ -37,6 +38,9 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokens", type=int, default=3, help="test tokens to deploy")
     parser.add_argument("--token-transfers", type=int, default=8, help="per block")
     parser.add_argument("--eth-transfers", type=int, default=4, help="per block")
+    parser.add_argument(
+        "--swaps", type=int, default=0, help="per block, on a token/ETH pair (0: no pair)"
+    )
     parser.add_argument("--timestamp", type=int, default=DEFAULT_GENESIS_TIMESTAMP)
     parser.add_argument("--interval", type=int, default=DEFAULT_BLOCK_INTERVAL_S)
     parser.add_argument("--chain-id", type=int, default=DEFAULT_CHAIN_ID)
@@ -53,7 +57,13 @@ async def _generate(url: str, args: argparse.Namespace) -> dict[str, object]:
         devnet = Devnet(client, interval_s=args.interval, seed=args.seed)
         reorgable = args.reorg_depth > 0
         await devnet.setup(args.tokens)
-        transfers = {"token_transfers": args.token_transfers, "eth_transfers": args.eth_transfers}
+        if args.swaps > 0:
+            await devnet.setup_pair(reorgable=reorgable)
+        transfers = {
+            "token_transfers": args.token_transfers,
+            "eth_transfers": args.eth_transfers,
+            "swaps": args.swaps,
+        }
         await devnet.mine(args.blocks, reorgable=reorgable, **transfers)
         if reorgable:
             await devnet.reorg(args.reorg_depth, **transfers)
@@ -63,6 +73,7 @@ async def _generate(url: str, args: argparse.Namespace) -> dict[str, object]:
             "chain_id": args.chain_id,
             "head": int(head["number"], 16),
             "tokens": [token.address for token in devnet.tokens],
+            "pair": devnet.pair,
             "accounts": devnet.accounts,
         }
         print(json.dumps(summary), flush=True)

@@ -1,4 +1,5 @@
-"""Devnet: fills an anvil with a chain of ERC-20 and ETH transfers.
+"""Devnet: fills an anvil with a chain of ERC-20 and ETH transfers, and swaps on an
+AMM-style pair of a token and ETH (``setup_pair``, then ``mine(..., swaps=n)``).
 
 ``setup`` also deploys an ERC-721 and an ERC-1155 contract and moves a few NFTs
 (``devnet.nfts``), and sends a transaction of types 0, 1 and 2
@@ -27,7 +28,16 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from blockx_chain.contracts import deploy_data, transfer_data
+from blockx_chain.contracts import (
+    PROBE_SELECTOR,
+    SYNC_SELECTOR,
+    approve_data,
+    deploy_data,
+    pair_deploy_data,
+    swap_eth_for_tokens_data,
+    swap_tokens_for_eth_data,
+    transfer_data,
+)
 from blockx_chain.devnet import nfts as nft_txs
 from blockx_chain.devnet.nfts import NftContracts
 from blockx_chain.devnet.tx_types import blob_transaction, typed_transactions
@@ -40,6 +50,13 @@ TOKEN_SUPPLY: Final = 10**9 * 10**18
 DEFAULT_BLOCK_INTERVAL_S: Final = 12
 # Blocks read back (and checked) in one batch by ``mine``.
 CHECK_BATCH: Final = 100
+SWAP_GAS: Final = 200_000
+PROBE_GAS: Final = 1_000_000
+# The pair's reserves at the start: a million tokens against 1,000 ETH.
+PAIR_TOKENS: Final = 10**6 * 10**18
+PAIR_ETH: Final = 10**3 * 10**18
+# One swap in this many is a probe() instead: a frame of every kind.
+PROBE_ONE_IN: Final = 8
 
 
 @dataclass(frozen=True)
@@ -83,6 +100,8 @@ class Devnet:
     _rng: random.Random = field(init=False)
     # The head's number as this Devnet last mined or reverted it (None: ask the node).
     _head: int | None = field(default=None, init=False)
+    # The AMM-style pair of the first token and ETH, once ``setup_pair`` deployed it.
+    pair: str | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(f"{self.seed}/0")
@@ -147,6 +166,53 @@ class Devnet:
             raise RpcError(RpcErrorKind.BAD_REQUEST, f"{what} failed in block {block.number}")
         return receipts
 
+    async def setup_pair(self, *, reorgable: bool = False) -> list[MinedBlock]:
+        """Deploy the pair of the first token and ETH (one block), then give it its
+        reserves and let every account trade on it (a second block: the token and
+        ETH sent to it, ``sync()``, and each account's approval)."""
+        if not self.tokens:
+            raise ValueError("setup_pair needs a token: call setup first")
+        owner = self.accounts[0]
+        token = self.tokens[0].address
+        deploy = _send(owner, None, DEPLOY_GAS, data=pair_deploy_data(token))
+        blocks = [await self.mine_block([deploy], reorgable)]
+        receipts = await self._succeeded(blocks[0], "the pair's deployment")
+        pair = str(receipts[0]["contractAddress"])
+        funding = [
+            _send(owner, token, TOKEN_TRANSFER_GAS, data=transfer_data(pair, PAIR_TOKENS)),
+            _send(owner, pair, SWAP_GAS, data=SYNC_SELECTOR, value=PAIR_ETH),
+            *(
+                _send(holder, token, TOKEN_TRANSFER_GAS, data=approve_data(pair, 2**256 - 1))
+                for holder in self.accounts
+            ),
+        ]
+        blocks.append(await self.mine_block(funding, reorgable))
+        self.pair = pair
+        return blocks
+
+    def _swaps(self, count: int) -> list[dict[str, Any]]:
+        """``count`` trades on the pair (none before ``setup_pair``): ETH for tokens or
+        tokens for ETH, and one in ``PROBE_ONE_IN`` a ``probe()``, which creates,
+        pays, fails inside and destroys contracts."""
+        if self.pair is None:
+            return []
+        rng = self._rng
+        txs = []
+        for _ in range(count):
+            trader, receiver = rng.sample(self.accounts, 2)
+            pick = rng.randrange(2 * PROBE_ONE_IN)
+            if pick < 2:
+                value = rng.randrange(2, 10**15)
+                txs.append(_send(trader, self.pair, PROBE_GAS, data=PROBE_SELECTOR, value=value))
+            elif pick % 2:
+                data = swap_eth_for_tokens_data(receiver)
+                value = rng.randrange(1, 10**16)
+                txs.append(_send(trader, self.pair, SWAP_GAS, data=data, value=value))
+            else:
+                data = swap_tokens_for_eth_data(rng.randrange(1, 10**18), receiver)
+                txs.append(_send(trader, self.pair, SWAP_GAS, data=data))
+        return txs
+
     async def head(self) -> dict[str, Any]:
         block = await self.client.request("eth_getBlockByNumber", ["latest", False])
         if not isinstance(block, dict):
@@ -160,15 +226,17 @@ class Devnet:
         token_transfers: int = 8,
         eth_transfers: int = 4,
         reorgable: bool = False,
+        swaps: int = 0,
     ) -> list[MinedBlock]:
         """Mine ``blocks`` blocks, each ``interval_s`` after the one below, holding
-        ``token_transfers`` ERC-20 and ``eth_transfers`` ETH transfers: one JSON-RPC
+        ``token_transfers`` ERC-20 and ``eth_transfers`` ETH transfers, and ``swaps``
+        trades on the pair once ``setup_pair`` made it: one JSON-RPC
         batch per block, and one more per ``CHECK_BATCH`` blocks to read them back.
         With ``reorgable`` a snapshot is taken before each block, so ``reorg`` can
         fork there (and each block is read back on its own)."""
         if reorgable:
             return [
-                await self.mine_block(self._transfers(token_transfers, eth_transfers), True)
+                await self.mine_block(self._transfers(token_transfers, eth_transfers, swaps), True)
                 for _ in range(blocks)
             ]
         if self._head is None:
@@ -176,7 +244,7 @@ class Devnet:
         mined: list[MinedBlock] = []
         sent: dict[int, int] = {}  # transactions sent, by block number
         for _ in range(blocks):
-            txs = self._transfers(token_transfers, eth_transfers)
+            txs = self._transfers(token_transfers, eth_transfers, swaps)
             number = self._head + 1
             await self._send_and_mine(txs, self._timestamp_of(number))
             self._head = number
@@ -215,6 +283,7 @@ class Devnet:
         new_blocks: int | None = None,
         token_transfers: int = 8,
         eth_transfers: int = 4,
+        swaps: int = 0,
     ) -> Reorg:
         """Abandon the top ``depth`` blocks and mine ``new_blocks`` (default ``depth``)
         different ones on the block below them. Those blocks must have been mined
@@ -246,7 +315,7 @@ class Devnet:
         self._rng = random.Random(f"{self.seed}/{self._branch}")
         branch = []
         for _ in range(depth if new_blocks is None else new_blocks):
-            txs = self._transfers(token_transfers, eth_transfers)
+            txs = self._transfers(token_transfers, eth_transfers, swaps)
             branch.append(await self.mine_block(txs, True, shift_s=1))
         return Reorg(fork, depth, old_hashes, branch)
 
@@ -257,18 +326,23 @@ class Devnet:
         *,
         token_transfers: int = 8,
         eth_transfers: int = 4,
+        swaps: int = 0,
     ) -> int:
         """Mine a block of transfers every ``block_time_s`` seconds (wall clock) until
         ``stop`` is set; the blocks' timestamps still step by ``interval_s``."""
         count = 0
         while not stop.is_set():
-            await self.mine(1, token_transfers=token_transfers, eth_transfers=eth_transfers)
+            await self.mine(
+                1, token_transfers=token_transfers, eth_transfers=eth_transfers, swaps=swaps
+            )
             count += 1
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), block_time_s)
         return count
 
-    def _transfers(self, token_transfers: int, eth_transfers: int) -> list[dict[str, Any]]:
+    def _transfers(
+        self, token_transfers: int, eth_transfers: int, swaps: int = 0
+    ) -> list[dict[str, Any]]:
         rng = self._rng
         txs = []
         holders = self.accounts
@@ -284,7 +358,7 @@ class Devnet:
         for _ in range(eth_transfers):
             sender, receiver = rng.sample(holders, 2)
             txs.append(_send(sender, receiver, ETH_TRANSFER_GAS, value=rng.randrange(1, 10**15)))
-        return txs
+        return txs + self._swaps(swaps)
 
     async def mine_block(
         self, txs: list[dict[str, Any]], reorgable: bool = False, shift_s: int = 0

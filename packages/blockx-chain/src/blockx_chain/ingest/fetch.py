@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from blockx_chain.ingest.errors import BadNodeAnswer, IngestError, NodeUnusable
-from blockx_chain.ingest.rows import Inconsistent, block_rows
+from blockx_chain.ingest.rows import Inconsistent, Traced, block_rows
+from blockx_chain.ingest.traces import TraceMethod, params
 from blockx_chain.rpc import EthRpc, RpcError, RpcErrorKind, parse_quantity
 from blockx_chain.schema import BlockRows
 
@@ -35,9 +36,13 @@ class NodeShortened(Exception):
 
 
 class BatchFetcher:
-    def __init__(self, eth: EthRpc, attempts: int = RETRY_ATTEMPTS) -> None:
+    def __init__(
+        self, eth: EthRpc, attempts: int = RETRY_ATTEMPTS, traces: TraceMethod | None = None
+    ) -> None:
         self.eth = eth
         self.attempts = attempts
+        # The method each block's call frames are asked with; None: no traces.
+        self.traces = traces
 
     async def blocks(self, numbers: range) -> list[BlockRows]:
         """Rows of ``numbers``, a chain (each block's parent is the one before); a
@@ -60,15 +65,26 @@ class BatchFetcher:
 
     async def _once(self, numbers: range) -> list[BlockRows]:
         wanted = list(numbers)
-        # Issued in one loop turn, both go out in the same JSON-RPC batch.
-        blocks, receipts = await asyncio.gather(
-            self.eth.get_blocks(wanted, full=True), self.eth.get_block_receipts(wanted)
+        # Issued in one loop turn, all go out in the same JSON-RPC batch.
+        blocks, receipts, traced = await asyncio.gather(
+            self.eth.get_blocks(wanted, full=True),
+            self.eth.get_block_receipts(wanted),
+            self._traces(wanted),
         )
-        rows = [block_rows(b, r) for b, r in zip(blocks, receipts, strict=True)]
+        rows = [block_rows(b, r, t) for b, r, t in zip(blocks, receipts, traced, strict=True)]
         for before, after in itertools.pairwise(rows):
             if after.block.parent_hash != before.block.block_hash:
                 raise Inconsistent(f"block {after.block.block_number} is not on its parent")
         return rows
+
+    async def _traces(self, numbers: list[int]) -> list[Traced | None]:
+        method = self.traces
+        if method is None:
+            return [None] * len(numbers)
+        answers = await asyncio.gather(
+            *(self.eth.client.request(method.value, params(method, n)) for n in numbers)
+        )
+        return [Traced(method, answer) for answer in answers]
 
     async def hashes(self, numbers: Sequence[int]) -> dict[int, str]:
         """The node's block hashes, for a fork walk (headers only). A block the node

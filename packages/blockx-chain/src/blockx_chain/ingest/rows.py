@@ -15,9 +15,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
+from blockx_chain.ingest.traces import OtherBlock, TracedTransaction, TraceMethod, block_traces
 from blockx_chain.rpc import parse_quantity, quantity
 from blockx_chain.rpc.answers import bad_answer, call_text, check_receipts, field, shown
-from blockx_chain.schema import Block, BlockRows, Log, Transaction
+from blockx_chain.schema import Block, BlockRows, Log, Trace, Transaction
 
 
 class Inconsistent(Exception):
@@ -33,8 +36,18 @@ def _opt_int(obj: dict[str, Any], name: str, where: str) -> int | None:
     return None if value is None else parse_quantity(value, f"{where}.{name}")
 
 
-def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRows:
-    """One block's rows, from a checked block and its checked receipts."""
+class Traced(msgspec.Struct, frozen=True):
+    """A block's frames as ``method`` answered them (not yet checked)."""
+
+    method: TraceMethod
+    answer: Any
+
+
+def block_rows(
+    block: dict[str, Any], receipts: list[dict[str, Any]], traced: Traced | None = None
+) -> BlockRows:
+    """One block's rows, from a checked block, its checked receipts and, with
+    traces, the answer of the node's trace method (checked here)."""
     number = parse_quantity(block["number"])
     what = call_text("eth_getBlockByNumber", [quantity(number), True])
     block_hash = block["hash"].lower()
@@ -94,6 +107,15 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
                     data=log.get("data", "0x"),
                 )
             )
+    traces: list[Trace] = []
+    if traced is not None:
+        tops = [
+            TracedTransaction(tx.transaction_hash, tx.gas_limit, tx.gas_used) for tx in transactions
+        ]
+        try:
+            traces = block_traces(traced.method, traced.answer, number, block_hash, tops)
+        except OtherBlock as exc:
+            raise Inconsistent(str(exc)) from None
     return BlockRows(
         block=Block(
             block_number=number,
@@ -108,4 +130,5 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
         ),
         transactions=transactions,
         logs=logs,
+        traces=traces,
     )

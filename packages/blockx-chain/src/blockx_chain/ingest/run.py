@@ -19,6 +19,10 @@ The run:
 5. with ``follow``, polls the node's head until ``stop`` is set, then returns after
    the transaction under way.
 
+With ``traces`` (or into a database that holds traces) the run chooses the node's
+trace method once, before the first batch (``blockx_chain.ingest.traces``), and
+each batch asks for its blocks' call frames alongside the blocks and receipts.
+
 The decisions are the pure functions of ``blockx_chain.ingest.plan``.
 """
 
@@ -41,17 +45,22 @@ from blockx_chain.ingest.fetch import (
     BatchFetcher,
     NodeShortened,
     backoff_s,
+    failed,
     node_identity,
 )
 from blockx_chain.ingest.lock import LOCK_SUFFIX, ingest_lock
-from blockx_chain.rpc import EthRpc, JsonRpcClient
+from blockx_chain.ingest.traces import TraceMethod, choose_method
+from blockx_chain.rpc import EthRpc, JsonRpcClient, RpcError
 from blockx_chain.schema import (
     BLOCKS,
+    CONTRACTS,
     ERC20_TRANSFERS,
     LOGS,
     NFT_TRANSFERS,
+    TRACES,
     TRANSACTIONS,
     BlockRows,
+    ChainState,
     RowError,
 )
 from blockx_chain.store import BlockStore, BlockWriter, open_store
@@ -71,6 +80,9 @@ class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):
     allow_deep_reorg: bool = False
     in_flight: int = DEFAULT_IN_FLIGHT
     poll_interval_s: float = plan.DEFAULT_POLL_INTERVAL_S
+    # Ingest every block's call frames too (``traces``, and ``contracts`` made inside
+    # transactions). A database once ingested with traces always gets them.
+    traces: bool = False
 
     def check(self) -> None:
         for name, value, least in (
@@ -96,6 +108,10 @@ class IngestSummary(msgspec.Struct, kw_only=True):
     logs: int = 0
     erc20_transfers: int = 0
     nft_transfers: int = 0
+    traces: int = 0
+    contracts: int = 0
+    # The node's method for call frames; None: this run ingested none.
+    trace_method: str | None = None
     reorgs: int = 0
     seconds: float = 0.0
 
@@ -108,6 +124,9 @@ class IngestSummary(msgspec.Struct, kw_only=True):
             "logs": self.logs,
             "erc20_transfers": self.erc20_transfers,
             "nft_transfers": self.nft_transfers,
+            "traces": self.traces,
+            "contracts": self.contracts,
+            "trace_method": self.trace_method,
             "reorgs": self.reorgs,
             "seconds": round(self.seconds, 3),
         }
@@ -218,6 +237,8 @@ class _Run:
         self.epoch = 0
         self.node_head = node.head
         self.node_finalized = node.finalized
+        # Record, with the first batch written, that the database holds traces.
+        self.mark_traces = False
 
     async def run(self) -> IngestSummary:
         opts = self.options
@@ -228,6 +249,7 @@ class _Run:
             self.finalized, self.epoch = state.finalized_number, state.epoch
         start = plan.start_block(self.head, opts.from_block)
         target = self._target()
+        trace_method = await self._trace_method(state)
         if opts.from_block is not None and opts.from_block > self.node_head and not opts.follow:
             raise IngestError(
                 f"--from {opts.from_block} is above the node's head {self.node_head}: "
@@ -241,7 +263,11 @@ class _Run:
                 )
             if opts.to_block < start:
                 raise IngestError(f"--to {opts.to_block} is below --from {start}")
-        self.summary = IngestSummary(from_block=start, to_block=max(target, start - 1))
+        self.summary = IngestSummary(
+            from_block=start,
+            to_block=max(target, start - 1),
+            trace_method=None if trace_method is None else trace_method.value,
+        )
         next_number = start
         if self.head is not None and start > self.head:
             next_number = await self._check_tip(next_number)
@@ -289,6 +315,26 @@ class _Run:
             await _cancel(pending)
         self.summary.seconds = time.monotonic() - self.started
         return self.summary
+
+    async def _trace_method(self, state: ChainState | None) -> TraceMethod | None:
+        """Whether this run traces (``--traces``, or a database that holds traces), and
+        the node's method for it. A database of blocks without traces takes none:
+        its blocks so far would have none."""
+        held = await self.store.holds_traces()
+        if not (self.options.traces or held):
+            return None
+        if not held and state is not None and state.head_number is not None:
+            raise IngestError(
+                f"the block database holds blocks 0..{state.head_number} without traces: "
+                "ingest with --traces into a new database"
+            )
+        self.mark_traces = not held
+        try:
+            method = await choose_method(self.fetcher.eth, self.node_head)
+        except RpcError as exc:
+            raise failed(exc, "traces: ") from None
+        self.fetcher.traces = method
+        return method
 
     def _fill(self, pending: _Pending, next_number: int, target: int) -> int:
         """Start fetches until ``in_flight`` are under way; the next block to fetch."""
@@ -364,6 +410,9 @@ class _Run:
             if self.head is None:
                 # Nothing written yet: the chain row goes with the first batch.
                 await w.init_chain(self.node.chain_id, self.node.genesis)
+            if self.mark_traces:
+                await w.mark_traces()
+                self.mark_traces = False
             stored = await self._stored(first - 1, last + 1)
             check = plan.check_batch(numbers, hashes, [b.block.parent_hash for b in batch], stored)
             match check:
@@ -391,6 +440,8 @@ class _Run:
         self.summary.logs += written[LOGS.name]
         self.summary.erc20_transfers += written[ERC20_TRANSFERS.name]
         self.summary.nft_transfers += written[NFT_TRANSFERS.name]
+        self.summary.traces += written[TRACES.name]
+        self.summary.contracts += written[CONTRACTS.name]
         last = batch[-1].block
         if self.head is None or last.block_number >= self.head:
             self.head, self.head_hash = last.block_number, last.block_hash

@@ -206,6 +206,14 @@ class JsonRpcClient:
             decoded = _decoder.decode(body)
         except msgspec.DecodeError:
             decoded = None
+        except RecursionError:
+            # A call tree hundreds of calls deep, or a hostile node's nesting: the
+            # same answer comes again, so it is not retried.
+            raise RpcError(
+                RpcErrorKind.BAD_ANSWER,
+                f"{batch[0].method}: the node at {self.url} answered JSON nested deeper "
+                "than this client decodes",
+            ) from None
         if status == 429 or status >= 500 or (status != 200 and not _is_rpc_answer(decoded)):
             raise RpcError(
                 classify_http_status(status),

@@ -40,6 +40,8 @@ CHAIN_TABLES: Final = frozenset(
         "logs",
         "erc20_transfers",
         "nft_transfers",
+        "traces",
+        "contracts",
         "chain",
         "reorgs",
         "blockx_schema",

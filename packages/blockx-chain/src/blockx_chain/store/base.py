@@ -26,6 +26,8 @@ from blockx_chain.schema import (
     SCHEMA_VERSION,
     SEEN_AT,
     SEEN_AT_SINCE,
+    TRACED,
+    TRACES_SINCE,
     BlockRows,
     ChainState,
     block_row_sets,
@@ -66,6 +68,10 @@ class BlockWriter(abc.ABC):
     async def chain(self) -> ChainState | None:
         rows = await self._fetch(reads.CHAIN_SQL, ())
         return chain_row(rows[0]) if rows else None
+
+    async def mark_traces(self) -> None:
+        """Record that this database holds traces: every later ingest traces too."""
+        await self._execute(f"UPDATE chain SET {TRACED.name} = 1", ())
 
     async def init_chain(self, chain_id: int, genesis_hash: str) -> ChainState:
         """The chain row, made on an empty database; ChainMismatch when the database
@@ -264,6 +270,13 @@ class BlockStore(abc.ABC):
             (start, end),
         )
         return {row["block_number"]: row["seen"] for row in rows}
+
+    async def holds_traces(self) -> bool:
+        """Whether traces were ingested into this database. Not a function read."""
+        if self.schema_version < TRACES_SINCE:
+            return False
+        rows = await self._fetch(f"SELECT {TRACED.name} FROM chain", ())
+        return bool(rows and rows[0][TRACED.name])
 
     async def reorgs(self, after_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """Reorgs with an id above ``after_id``, oldest first: a follower's cursor."""

@@ -25,6 +25,7 @@ from blockx_chain.schema import (
     TABLES,
     ColumnType,
     Engine,
+    tables_in_the_way,
 )
 from blockx_chain.store.base import BlockStore, BlockWriter
 from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
@@ -175,6 +176,17 @@ class PostgresStore(BlockStore):
                     )
                 if version == SCHEMA_VERSION:
                     return
+                existing = await conn.fetch(
+                    "SELECT table_name FROM information_schema.tables "
+                    "WHERE table_schema = current_schema()"
+                )
+                in_the_way = tables_in_the_way(version, (r["table_name"] for r in existing))
+                if version > 0 and in_the_way:
+                    raise SchemaRefused(
+                        f"{self.description} already holds a table named "
+                        f"{', '.join(in_the_way)}, which the migration to schema version "
+                        f"{SCHEMA_VERSION} creates: rename or drop it first"
+                    )
                 if version == 0:
                     await conn.execute("CREATE TABLE blockx_schema (version INTEGER NOT NULL)")
                     await conn.execute("INSERT INTO blockx_schema (version) VALUES (0)")

@@ -12,10 +12,12 @@ from typing import Any, Final
 
 from blockx_chain.schema import (
     BLOCKS,
+    CONTRACTS,
     ERC20_TRANSFERS,
     LOGS,
     MAX_INTEGER,
     NFT_TRANSFERS,
+    TRACES,
     TRANSACTIONS,
     ColumnType,
     Table,
@@ -153,7 +155,8 @@ def _ranged(
 
 # The tables ``rows`` reads, and the column that orders rows within a block.
 ROW_TABLES: Final = {
-    t.name: t for t in (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, NFT_TRANSFERS)
+    t.name: t
+    for t in (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, NFT_TRANSFERS, TRACES, CONTRACTS)
 }
 _ORDER: Final = {
     "blocks": "block_number",
@@ -161,6 +164,8 @@ _ORDER: Final = {
     "logs": "block_number, log_index",
     "erc20_transfers": "block_number, log_index",
     "nft_transfers": "block_number, log_index, batch_position",
+    "traces": "block_number, transaction_index, trace_index",
+    "contracts": "block_number, transaction_index, trace_index",
 }
 
 

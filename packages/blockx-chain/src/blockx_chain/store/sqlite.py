@@ -24,7 +24,14 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
-from blockx_chain.schema import BLOCK_TABLES, MIGRATIONS, SCHEMA_VERSION, TABLES, Engine
+from blockx_chain.schema import (
+    BLOCK_TABLES,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    TABLES,
+    Engine,
+    tables_in_the_way,
+)
 from blockx_chain.store.base import BlockStore, BlockWriter
 from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
 from blockx_chain.store.reads import DEFAULT_MAX_ROWS
@@ -124,6 +131,7 @@ class SqliteStore(BlockStore):
             if version < SCHEMA_VERSION:
                 conn.execute("BEGIN IMMEDIATE")
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
+                _check_new_tables(self.description, version, conn)
                 for migrate in MIGRATIONS[version:]:
                     for statement in migrate(Engine.SQLITE):
                         conn.execute(statement)
@@ -241,6 +249,25 @@ def _begin_immediate(description: str) -> Callable[[sqlite3.Connection], None]:
     return begin
 
 
+def _table_names(conn: sqlite3.Connection) -> set[str]:
+    return {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }
+
+
+def _check_new_tables(description: str, version: int, conn: sqlite3.Connection) -> None:
+    in_the_way = tables_in_the_way(version, _table_names(conn))
+    if in_the_way:
+        conn.execute("ROLLBACK")
+        raise SchemaRefused(
+            f"{description} already holds a table named {', '.join(in_the_way)}, which the "
+            f"migration to schema version {SCHEMA_VERSION} creates: rename or drop it first"
+        )
+
+
 def _check_version(description: str, version: int, conn: sqlite3.Connection) -> None:
     if version > SCHEMA_VERSION:
         raise SchemaRefused(
@@ -248,12 +275,7 @@ def _check_version(description: str, version: int, conn: sqlite3.Connection) -> 
             f"({SCHEMA_VERSION}): upgrade BlockX"
         )
     if version == 0:
-        names = {
-            row[0]
-            for row in conn.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-            )
-        }
+        names = _table_names(conn)
         if names:
             ours = {t.name for t in TABLES}
             what = "some of the block tables" if names & ours else "tables"

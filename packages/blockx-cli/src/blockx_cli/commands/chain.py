@@ -178,6 +178,15 @@ def chain_ingest(
             help="Seconds between looks at the node's head while following.",
         ),
     ] = DEFAULT_POLL_INTERVAL_S,
+    traces: Annotated[
+        bool,
+        typer.Option(
+            "--traces",
+            help="Ingest every transaction's call frames too (debug_traceBlockByNumber, "
+            "or trace_block), and the contracts made inside transactions. A database "
+            "ingested with --traces always gets them.",
+        ),
+    ] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Fill the block database from a node: batched, resumable and reorg-aware."""
@@ -194,6 +203,7 @@ def chain_ingest(
         max_reorg_depth=max_reorg_depth,
         allow_deep_reorg=allow_deep_reorg,
         poll_interval_s=poll_interval,
+        traces=traces,
     )
     show_live = console.is_terminal and not json_output
     try:
@@ -210,11 +220,16 @@ def chain_ingest(
     if json_output:
         Output(console, json_mode=True).emit(data)
         return
+    traced = (
+        f"{data['traces']} call frames (by {data['trace_method']}), "
+        if data["trace_method"] is not None
+        else ""
+    )
     console.print(
         f"ingested blocks {data['from']}..{data['to']}: {data['blocks']} blocks, "
         f"{data['transactions']} transactions, {data['logs']} logs, "
         f"{data['erc20_transfers']} ERC-20 transfers, {data['nft_transfers']} NFT transfers, "
-        f"{data['reorgs']} reorgs "
+        f"{traced}{data['contracts']} contracts created, {data['reorgs']} reorgs "
         f"in {data['seconds']:.1f} s",
         highlight=False,
     )

@@ -21,8 +21,11 @@ _CHUNK: Final = 100
 class Transfers(msgspec.Struct, frozen=True, kw_only=True):
     """What each generated block holds."""
 
-    token_transfers: int = 4
+    # A swap moves a token too: 3 transfers and a swap cost about what 4 transfers did.
+    token_transfers: int = 3
     eth_transfers: int = 1
+    # Trades on the devnet's AMM-style pair (one in eight makes a frame of every kind).
+    swaps: int = 1
 
     async def mine(
         self, devnet: Devnet, blocks: int, *, reorgable: bool = False
@@ -32,11 +35,15 @@ class Transfers(msgspec.Struct, frozen=True, kw_only=True):
             token_transfers=self.token_transfers,
             eth_transfers=self.eth_transfers,
             reorgable=reorgable,
+            swaps=self.swaps,
         )
 
     async def reorg(self, devnet: Devnet, depth: int) -> Reorg:
         return await devnet.reorg(
-            depth, token_transfers=self.token_transfers, eth_transfers=self.eth_transfers
+            depth,
+            token_transfers=self.token_transfers,
+            eth_transfers=self.eth_transfers,
+            swaps=self.swaps,
         )
 
 
@@ -60,9 +67,11 @@ def progress_bar(console: Console) -> Progress:
 async def generate_stage(
     devnet: Devnet, blocks: int, transfers: Transfers, console: Console
 ) -> Generated:
-    """Deploy the test tokens, hand them out, and mine ``blocks`` blocks of transfers."""
+    """Deploy the test tokens, hand them out, deploy the pair, and mine ``blocks``
+    blocks of transfers and swaps."""
     started = time.monotonic()
     setup = await devnet.setup(TOKENS)
+    setup += await devnet.setup_pair()
     txs = sum(b.transactions for b in setup)
     head = setup[-1].number
     with progress_bar(console) as progress:

@@ -146,10 +146,11 @@ async def _stages(
     ready = asyncio.ensure_future(_ready(cluster))
     async with JsonRpcClient(rpc_url) as rpc:
         devnet = Devnet(rpc)
-        per_block = o.transfers.token_transfers + o.transfers.eth_transfers
+        t = o.transfers
         with stages.stage(
             "generate the chain",
-            f"{o.blocks:,} blocks of {per_block} transfers on anvil, 3 ERC-20 test tokens",
+            f"{o.blocks:,} blocks of {t.token_transfers + t.eth_transfers} transfers and "
+            f"{t.swaps} swap on anvil, 3 ERC-20 test tokens and a token/ETH pair",
         ):
             generated = await _unless_failed(
                 generate_stage(devnet, o.blocks, o.transfers, console), ready
