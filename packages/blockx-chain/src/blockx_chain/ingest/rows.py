@@ -95,17 +95,25 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
                 )
             )
     return BlockRows(
-        block=Block(
-            block_number=number,
-            block_hash=block_hash,
-            parent_hash=block["parentHash"].lower(),
-            timestamp=_int(block, "timestamp", what),
-            miner=field(block, "miner", what),
-            gas_used=_int(block, "gasUsed", what),
-            gas_limit=_int(block, "gasLimit", what),
-            base_fee_per_gas=_opt_int(block, "baseFeePerGas", what),
-            transaction_count=len(txs),
-        ),
+        block=header_row(block, full=True),
         transactions=transactions,
         logs=logs,
+    )
+
+
+def header_row(block: dict[str, Any], *, full: bool) -> Block:
+    """The ``blocks`` row of a checked block, asked in ``full`` or with its
+    transactions' hashes."""
+    number = parse_quantity(block["number"])
+    what = call_text("eth_getBlockByNumber", [quantity(number), full])
+    return Block(
+        block_number=number,
+        block_hash=block["hash"].lower(),
+        parent_hash=block["parentHash"].lower(),
+        timestamp=_int(block, "timestamp", what),
+        miner=field(block, "miner", what),
+        gas_used=_int(block, "gasUsed", what),
+        gas_limit=_int(block, "gasLimit", what),
+        base_fee_per_gas=_opt_int(block, "baseFeePerGas", what),
+        transaction_count=len(block["transactions"]),
     )

@@ -164,6 +164,7 @@ class JsonRpcClient:
                     RpcErrorKind.BAD_REQUEST,
                     f"{batch[0].method}: the answer is larger than {self.max_response_bytes} "
                     "bytes (RPC_MAX_RESPONSE_BYTES); ask for less",
+                    too_large=True,
                 ),
             )
             return
@@ -193,6 +194,7 @@ class JsonRpcClient:
             ):
                 body = await self._read_capped(response)
                 status = response.status_code
+                retry_after = response.headers.get("retry-after")
         except httpx.TransportError as exc:
             raise RpcError(
                 RpcErrorKind.UNAVAILABLE, f"cannot reach the node at {self.url}: {exc!r}"
@@ -210,6 +212,8 @@ class JsonRpcClient:
             raise RpcError(
                 classify_http_status(status),
                 f"the node at {self.url} answered HTTP {status}: {body[:200]!r}",
+                http_status=status,
+                retry_after_s=_seconds(retry_after),
             )
         if isinstance(decoded, dict):
             if decoded.get("id") is None and decoded.get("error") is not None:
@@ -235,6 +239,17 @@ class JsonRpcClient:
                 raise _TooLarge  # leaving the stream closes the connection unread
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _seconds(retry_after: str | None) -> float | None:
+    """A Retry-After header's delay in seconds (the HTTP-date form is not read)."""
+    if retry_after is None:
+        return None
+    try:
+        seconds = float(retry_after.strip())
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds < 86_400 else None
 
 
 def _is_rpc_answer(decoded: Any) -> bool:

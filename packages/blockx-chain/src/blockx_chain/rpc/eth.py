@@ -68,6 +68,14 @@ class EthRpc:
         """Blocks in the order asked (one JSON-RPC batch when they fit one)."""
         return list(await asyncio.gather(*(self.get_block(n, full) for n in numbers)))
 
+    async def get_logs(self, query: dict[str, Any]) -> list[dict[str, Any]]:
+        """``eth_getLogs(query)``: logs inside the range asked, of the addresses and
+        topics asked (``check_logs``)."""
+        params = [query]
+        logs = await self.client.request("eth_getLogs", params)
+        checked: list[dict[str, Any]] = check_answer("eth_getLogs", params, logs)
+        return checked
+
     async def get_block_receipts(self, numbers: list[int]) -> list[list[dict[str, Any]]]:
         """Every receipt of each block, in transaction order, each of the block number
         asked for. Uses eth_getBlockReceipts, or per-transaction receipts on a node

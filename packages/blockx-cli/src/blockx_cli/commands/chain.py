@@ -22,6 +22,7 @@ from rich.live import Live
 from rich.table import Table
 
 from blockx_chain.ingest.errors import IngestError, NodeUnusable
+from blockx_chain.ingest.log_ranges import DEFAULT_MAX_WIDTH, DEFAULT_WIDTH
 from blockx_chain.ingest.plan import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CONFIRMATIONS,
@@ -67,6 +68,22 @@ def _to_block(raw: str) -> int | None:
     if raw.isascii() and raw.isdigit():
         return int(raw)
     fail(f"--to must be a block number or latest (got {raw!r})", EXIT_USAGE)
+
+
+def _hex_list(values: list[str] | None, flag: str, length: int) -> tuple[str, ...]:
+    """``--address``/``--topic0`` values: lowercase, sorted, each once."""
+    found: set[str] = set()
+    for raw in values or []:
+        value = raw.strip().lower()
+        digits = value[2:]
+        if (
+            not value.startswith("0x")
+            or len(value) != length
+            or any(c not in "0123456789abcdef" for c in digits)
+        ):
+            fail(f"{flag} must be {(length - 2) // 2} bytes of 0x hex, got {raw!r}", EXIT_USAGE)
+        found.add(value)
+    return tuple(sorted(found))
 
 
 def _progress_view(progress: IngestProgress | None) -> Table:
@@ -178,13 +195,49 @@ def chain_ingest(
             help="Seconds between looks at the node's head while following.",
         ),
     ] = DEFAULT_POLL_INTERVAL_S,
+    logs: Annotated[
+        bool,
+        typer.Option(
+            "--logs",
+            help="Selective: only the logs of --address/--topic0 (eth_getLogs) and the "
+            "headers of their blocks and of the blocks near the head.",
+        ),
+    ] = False,
+    address: Annotated[
+        list[str] | None,
+        typer.Option("--address", help="With --logs: a contract whose logs to keep (repeat)."),
+    ] = None,
+    topic0: Annotated[
+        list[str] | None,
+        typer.Option("--topic0", help="With --logs: an event signature hash to keep (repeat)."),
+    ] = None,
+    log_range: Annotated[
+        int,
+        typer.Option(
+            "--log-range", min=1, help="With --logs: blocks of the first eth_getLogs (it adapts)."
+        ),
+    ] = DEFAULT_WIDTH,
+    max_log_range: Annotated[
+        int,
+        typer.Option("--max-log-range", min=1, help="With --logs: the widest eth_getLogs."),
+    ] = DEFAULT_MAX_WIDTH,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Fill the block database from a node: batched, resumable and reorg-aware."""
+    """Fill the block database from a node: batched, resumable and reorg-aware; with
+    --logs, only the logs asked for."""
     from blockx_chain.ingest import IngestOptions
+    from blockx_chain.ingest.log_fetch import LogQuery
 
     rpc_url = _rpc_url(rpc)
     db_url = _db_url(db)
+    if not logs and (address or topic0):
+        fail("--address and --topic0 select logs: pass --logs with them", EXIT_USAGE)
+    query = None
+    if logs:
+        query = LogQuery(
+            addresses=_hex_list(address, "--address", 42),
+            topic0s=_hex_list(topic0, "--topic0", 66),
+        )
     options = IngestOptions(
         from_block=from_block,
         to_block=_to_block(to),
@@ -194,6 +247,9 @@ def chain_ingest(
         max_reorg_depth=max_reorg_depth,
         allow_deep_reorg=allow_deep_reorg,
         poll_interval_s=poll_interval,
+        logs=query,
+        log_range=log_range,
+        max_log_range=max_log_range,
     )
     show_live = console.is_terminal and not json_output
     try:
@@ -209,6 +265,23 @@ def chain_ingest(
     data = summary.as_json()
     if json_output:
         Output(console, json_mode=True).emit(data)
+        return
+    if summary.log_filter is not None:
+        low, high = data["log_ranges"]
+        console.print(
+            f"scanned blocks {data['from']}..{data['to']} for {summary.log_filter.describe()}: "
+            f"{data['logs']} logs, {data['erc20_transfers']} ERC-20 transfers, "
+            f"{data['blocks']} block headers, {data['reorgs']} reorgs in "
+            f"{data['seconds']:.1f} s ({data['log_requests']} eth_getLogs of {low}..{high} "
+            f"blocks, {data['log_splits']} refused as too wide"
+            + (
+                f", {data['rate_limited_s']:.1f} s waiting out rate limits"
+                if data["rate_limited_s"]
+                else ""
+            )
+            + ")",
+            highlight=False,
+        )
         return
     console.print(
         f"ingested blocks {data['from']}..{data['to']}: {data['blocks']} blocks, "

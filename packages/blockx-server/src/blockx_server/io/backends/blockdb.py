@@ -26,6 +26,7 @@ from typing import Any, Final
 from blockx_chain.schema import ChainState
 from blockx_chain.store import (
     BlockStore,
+    NotHeld,
     StoreError,
     StoreUnavailable,
     TooManyRows,
@@ -112,6 +113,9 @@ class BlockDbBackend:
             return await getattr(store, op)(*bound.args, **bound.kwargs)
         except TooManyRows as exc:
             raise BackendError(IoErrorKind.BAD_REQUEST, f"io.blockdb.{exc}") from None
+        except NotHeld as exc:
+            # A selective database lacks it for good: asking again gets the same.
+            raise BackendError(IoErrorKind.BAD_REQUEST, f"io.blockdb.{op}: {exc}") from None
         except StoreError as exc:
             # Unreachable, or an error of the database itself: not the caller's fault.
             raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None
