@@ -11,7 +11,9 @@ Providers bound a log query in different ways, and each says so in its own words
   range the provider suggests, when it suggests one that starts where the asked
   one did), and do not grow past the width that failed for the next
   ``SOFT_LIMIT_SUCCESSES`` answers (logs are denser in some stretches of a chain
-  than in others, so this limit does not last);
+  than in others, so this limit does not last). The logs the refused range held,
+  judged from the last answer's density, bound the logs aimed at from then on:
+  half of them (a provider's cap on results does not move);
 * a number of blocks ("exceed maximum block range", "block range is too wide"):
   ``RANGE_TOO_WIDE``, a limit that does not move. The narrowest failing width is
   kept; the next widths search between the widest that worked and it, and the
@@ -184,6 +186,7 @@ class LogRanges:
         # A width that held too many logs, kept for a few answers.
         self.soft_limit: int | None = None
         self.soft_left = 0
+        self.density: float | None = None  # logs per block of the last answer
         self.not_before_ms = 0
         self.rate_limited = 0
         self.splits = 0
@@ -219,6 +222,7 @@ class LogRanges:
         self.rate_limited = 0
         self.narrowest = min(self.narrowest, span.width)
         self.widest = max(self.widest, span.width)
+        self.density = logs / span.width
         if self.too_wide is not None and span.width < self.too_wide:
             self.widest_ok = max(self.widest_ok, span.width)
         if self.soft_limit is not None:
@@ -258,6 +262,9 @@ class LogRanges:
                     width = suggested.width
                 else:
                     width = max(1, span.width // 2)
+                if self.density:
+                    held = int(self.density * span.width)
+                    self.target_logs = max(1, min(self.target_logs, held // 2))
                 self.soft_limit = max(1, span.width - 1)
                 self.soft_left = SOFT_LIMIT_SUCCESSES
                 self.width = max(1, min(width, self.ceiling))

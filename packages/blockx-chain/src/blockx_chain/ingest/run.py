@@ -56,7 +56,7 @@ from blockx_chain.ingest.fetch import (
 from blockx_chain.ingest.lock import LOCK_SUFFIX, ingest_lock
 from blockx_chain.ingest.log_fetch import LogFetcher, LogQuery
 from blockx_chain.ingest.log_ranges import DEFAULT_MAX_WIDTH, DEFAULT_WIDTH, LogRanges
-from blockx_chain.rpc import EthRpc, JsonRpcClient
+from blockx_chain.rpc import DEFAULT_MAX_RESPONSE_BYTES, EthRpc, JsonRpcClient
 from blockx_chain.schema import (
     BLOCKS,
     ERC20_TRANSFERS,
@@ -87,6 +87,8 @@ class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):
     logs: LogQuery | None = None
     log_range: int = DEFAULT_WIDTH  # blocks of the first eth_getLogs
     max_log_range: int = DEFAULT_MAX_WIDTH
+    # The largest answer read (RPC_MAX_RESPONSE_BYTES); a larger log answer is split.
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 
     def check(self) -> None:
         for name, value, least in (
@@ -94,6 +96,7 @@ class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):
             ("confirmations", self.confirmations, 0),
             ("max reorg depth", self.max_reorg_depth, 1),
             ("batches in flight", self.in_flight, 1),
+            ("largest answer (RPC_MAX_RESPONSE_BYTES)", self.max_response_bytes, 1024),
         ):
             if value < least:
                 raise IngestError(f"the {name} must be {least} or more, got {value}")
@@ -181,7 +184,9 @@ async def ingest(
     """Run one ingest; IngestError (or a StoreError) says why it stopped."""
     options = options or IngestOptions()
     options.check()
-    async with JsonRpcClient(rpc_url, max_batch=2 * options.batch_size) as client:
+    async with JsonRpcClient(
+        rpc_url, max_batch=2 * options.batch_size, max_response_bytes=options.max_response_bytes
+    ) as client:
         eth = EthRpc(client)
         fetcher = BatchFetcher(eth)
         log_fetcher = (

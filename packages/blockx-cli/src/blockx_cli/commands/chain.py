@@ -29,6 +29,7 @@ from blockx_chain.ingest.plan import (
     DEFAULT_MAX_REORG_DEPTH,
     DEFAULT_POLL_INTERVAL_S,
 )
+from blockx_chain.rpc.client import DEFAULT_MAX_RESPONSE_BYTES
 from blockx_chain.store import StoreError, StoreUnavailable
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
@@ -221,6 +222,15 @@ def chain_ingest(
         int,
         typer.Option("--max-log-range", min=1, help="With --logs: the widest eth_getLogs."),
     ] = DEFAULT_MAX_WIDTH,
+    max_response_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-response-bytes",
+            envvar="RPC_MAX_RESPONSE_BYTES",
+            min=1024,
+            help="The largest node answer read; a larger eth_getLogs answer is split.",
+        ),
+    ] = DEFAULT_MAX_RESPONSE_BYTES,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Fill the block database from a node: batched, resumable and reorg-aware; with
@@ -250,6 +260,7 @@ def chain_ingest(
         logs=query,
         log_range=log_range,
         max_log_range=max_log_range,
+        max_response_bytes=max_response_bytes,
     )
     show_live = console.is_terminal and not json_output
     try:
@@ -267,21 +278,7 @@ def chain_ingest(
         Output(console, json_mode=True).emit(data)
         return
     if summary.log_filter is not None:
-        low, high = data["log_ranges"]
-        console.print(
-            f"scanned blocks {data['from']}..{data['to']} for {summary.log_filter.describe()}: "
-            f"{data['logs']} logs, {data['erc20_transfers']} ERC-20 transfers, "
-            f"{data['blocks']} block headers, {data['reorgs']} reorgs in "
-            f"{data['seconds']:.1f} s ({data['log_requests']} eth_getLogs of {low}..{high} "
-            f"blocks, {data['log_splits']} refused as too wide"
-            + (
-                f", {data['rate_limited_s']:.1f} s waiting out rate limits"
-                if data["rate_limited_s"]
-                else ""
-            )
-            + ")",
-            highlight=False,
-        )
+        console.print(_selective_line(data, summary.log_filter.describe()), highlight=False)
         return
     console.print(
         f"ingested blocks {data['from']}..{data['to']}: {data['blocks']} blocks, "
@@ -289,6 +286,23 @@ def chain_ingest(
         f"{data['erc20_transfers']} ERC-20 transfers, {data['reorgs']} reorgs "
         f"in {data['seconds']:.1f} s",
         highlight=False,
+    )
+
+
+def _selective_line(data: dict[str, Any], described: str) -> str:
+    low, high = data["log_ranges"]
+    queries = (
+        "no eth_getLogs"
+        if not data["log_requests"]
+        else f"{data['log_requests']} eth_getLogs of {low} to {high} blocks, "
+        f"{data['log_splits']} refused as too wide"
+    )
+    if data["rate_limited_s"]:
+        queries += f", {data['rate_limited_s']:.1f} s waiting out rate limits"
+    return (
+        f"scanned blocks {data['from']}..{data['to']} for {described}: {data['logs']} logs, "
+        f"{data['erc20_transfers']} ERC-20 transfers, {data['blocks']} block headers, "
+        f"{data['reorgs']} reorgs in {data['seconds']:.1f} s ({queries})"
     )
 
 
