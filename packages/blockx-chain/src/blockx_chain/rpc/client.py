@@ -131,8 +131,23 @@ class JsonRpcClient:
         return await pending.answer
 
     async def batch(self, calls: list[tuple[str, list[Any]]]) -> list[Any]:
-        """Several requests at once; the first failure is raised."""
-        return list(await asyncio.gather(*(self.request(m, p) for m, p in calls)))
+        """Several requests at once, in as many JSON-RPC batches as ``max_batch``
+        needs (with any request already waiting); the first failure is raised."""
+        if self._closed:
+            raise RpcError(RpcErrorKind.UNAVAILABLE, "the JSON-RPC client is closed")
+        if not calls:
+            return []
+        loop = asyncio.get_running_loop()
+        # The requests' futures directly: no task per request for thousands of them.
+        pending = [_Pending(next(self._ids), m, list(p), loop.create_future()) for m, p in calls]
+        self._pending.extend(pending)
+        self._flush()
+        try:
+            return [await p.answer for p in pending]
+        finally:
+            for p in pending:
+                if p.answer.done() and not p.answer.cancelled():
+                    p.answer.exception()  # retrieved: a failure is raised once, above
 
     def _flush(self) -> None:
         if self._flush_handle is not None:
