@@ -515,3 +515,17 @@ def test_the_command_prints_what_it_scanned_and_refuses_bad_flags(
         assert "a full ingest would leave its earlier blocks without transactions" in (
             result.output
         )
+    result = runner.invoke(app, ["chain", "status", "--db", db])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[1:] == [
+        "chain 31337, head 400, finalized 336, epoch 0",
+        f"holds only logs (blockx chain ingest --logs) of {TOKEN} with topic0 any, from "
+        "block 0, with their blocks' headers: no transactions",
+    ]
+    result = runner.invoke(app, ["chain", "status", "--db", db, "--json"])
+    status = json.loads(result.output)
+    assert (status["holds"], status["head"], status["log_filter"]["addresses"]) == (
+        "logs",
+        400,
+        [TOKEN],
+    )

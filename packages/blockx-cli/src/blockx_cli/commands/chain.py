@@ -1,5 +1,6 @@
-"""Chain data: ``chain ingest`` fills the block database from a node, ``chain devnet``
-starts a local anvil full of token transfers.
+"""Chain data: ``chain ingest`` fills the block database from a node (whole blocks,
+or with ``--logs`` only the logs asked for), ``chain status`` says what a block
+database holds, ``chain devnet`` starts a local anvil full of token transfers.
 
 Exit codes of ``chain ingest``: 0 done (or stopped by SIGINT/SIGTERM after its
 transaction); 1 refused (a node's answer that is not what was asked for, another
@@ -287,6 +288,78 @@ def chain_ingest(
         f"in {data['seconds']:.1f} s",
         highlight=False,
     )
+
+
+async def _status(db: BlockDbUrl) -> dict[str, Any]:
+    from blockx_chain.store import open_store
+
+    store = await open_store(db, read_only=True)
+    try:
+        chain, record = await store.chain(), await store.log_filter()
+        data: dict[str, Any] = {
+            "database": store.description,
+            "schema_version": store.schema_version,
+            "holds": "nothing yet"
+            if chain is None
+            else "whole blocks"
+            if record is None
+            else "logs",
+            "log_filter": None if record is None else record.as_json(),
+        }
+        if chain is not None:
+            data |= {
+                "chain_id": chain.chain_id,
+                "genesis_hash": chain.genesis_hash,
+                "head": chain.head_number,
+                "head_hash": chain.head_hash,
+                "finalized": chain.finalized_number,
+                "epoch": chain.epoch,
+            }
+        return data
+    finally:
+        await store.close()
+
+
+@group.command("status")
+def chain_status(
+    *,
+    db: Annotated[
+        str | None,
+        typer.Option(envvar="BLOCKDB_URL", help="The block database (as for chain ingest)."),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
+) -> None:
+    """What a block database holds: its chain, head, finalized block and epoch, and
+    whether it holds whole blocks or only the logs of a filter (--logs)."""
+    db_url = _db_url(db)
+    try:
+        data = asyncio.run(_status(db_url))
+    except StoreError as exc:
+        fail(str(exc), _exit_code(exc))
+    if json_output:
+        Output(console, json_mode=True).emit(data)
+        return
+    lines = [f"{data['database']} (schema version {data['schema_version']})"]
+    if data["holds"] == "nothing yet":
+        lines.append("holds nothing yet: no ingest has written it")
+    else:
+        lines.append(
+            f"chain {data['chain_id']}, head {data['head']}, finalized "
+            f"{'-' if data['finalized'] is None else data['finalized']}, epoch {data['epoch']}"
+        )
+        record = data["log_filter"]
+        if record is None:
+            lines.append("holds whole blocks: blocks, transactions, logs, erc20_transfers")
+        else:
+            addresses = ", ".join(record["addresses"]) or "any address"
+            topics = ", ".join(record["topic0s"]) or "any"
+            lines.append(
+                f"holds only logs (blockx chain ingest --logs) of {addresses} with topic0 "
+                f"{topics}, from block {record['from_block']}, with their blocks' headers: "
+                "no transactions"
+            )
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
 
 
 def _selective_line(data: dict[str, Any], described: str) -> str:
