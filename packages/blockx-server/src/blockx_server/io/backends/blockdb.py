@@ -4,7 +4,9 @@ Reads: ``head()`` -> ``{"number", "hash", "finalized"}`` or None while nothing i
 ingested; ``block(number)`` -> a row or None; ``blocks(from_block, to_block)``
 (inclusive); ``transactions(block_number)``; ``logs(from_block, to_block=None,
 address=None, topic0=None)``; ``erc20_transfers(from_block, to_block=None,
-token=None)``; ``rows(table, from_block, to_block=None, where=None)``: any of the
+token=None)``; ``log_filter()`` -> what a selective database (``blockx chain ingest
+--logs``) holds, ``{"addresses", "topic0s", "from_block"}``, or None for one of
+whole blocks; ``rows(table, from_block, to_block=None, where=None)``: any of the
 four chain tables, ``where`` a ``{column: value}`` equality filter (``to_block=None``
 means ``from_block`` alone). Rows are dicts keyed
 by column name, ordered by block then index. A range whose answer would exceed
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 
 READS: Final = (
     "head",
+    "log_filter",
     "block",
     "blocks",
     "transactions",
