@@ -36,7 +36,7 @@ from blockx_chain.store import NotHeld, open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
 
-HEAD = 400
+HEAD = 200
 SCRIPTED_QUERY = LogQuery(addresses=(TOKEN,), topic0s=(TRANSFER_TOPIC,))
 
 Rows = dict[str, list[dict[str, Any]]]
@@ -277,9 +277,9 @@ async def test_http_429_waits_retry_after(tmp_path: Path) -> None:
 async def test_the_same_rows_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
     node = Provider(ScriptedChain(HEAD), refuse=PROVIDERS["too many results"]["refuse"])
     async with ScriptedRpcServer(node) as server:
-        first = await selective(server.url, postgres_url, to_block=200)
+        first = await selective(server.url, postgres_url, to_block=100)
         second = await selective(server.url, postgres_url)
-    assert (first.scanned, second.scanned) == (201, HEAD - 200)
+    assert (first.scanned, second.scanned) == (101, HEAD - 100)
     assert_same_as_full(
         await stored(postgres_url, HEAD), await full_reference(tmp_path), SCRIPTED_QUERY
     )
@@ -307,17 +307,17 @@ def lying_logs(change: Callable[[dict[str, Any]], None]) -> Callable[[Any], Any]
 LIES = [
     (
         lambda log: log.update(blockNumber=hex(int(log["blockNumber"], 16) + 5000)),
-        r"blocks 0\.\.400: eth_getLogs\(.*\): \[400\]: a log of block 5400, "
-        r"outside blocks 0\.\.400",
+        r"blocks 0\.\.200: eth_getLogs\(.*\): \[200\]: a log of block 5200, "
+        r"outside blocks 0\.\.200",
     ),
     (
         lambda log: log.update(address="0x" + "99" * 20),
-        r"blocks 0\.\.400: eth_getLogs\(.*\): \[400\]: a log of address '0x9999.*', not one "
+        r"blocks 0\.\.200: eth_getLogs\(.*\): \[200\]: a log of address '0x9999.*', not one "
         r"asked for",
     ),
     (
         lambda log: log.update(transactionHash="0x" + "ab" * 32),
-        r"blocks 0\.\.400: eth_getLogs: log 0 of block 400: transaction 0xabab.* is not the "
+        r"blocks 0\.\.200: eth_getLogs: log 0 of block 200: transaction 0xabab.* is not the "
         r"block's "
         r"transaction 0 \(1 transactions\)",
     ),
@@ -348,13 +348,13 @@ class Chain:
 
 @pytest.fixture(scope="module")
 def devnet_chain() -> Iterator[Chain]:
-    """One anvil for the module's tests that do not reorg: 3 tokens, 150 blocks."""
+    """One anvil for the module's tests that do not reorg: 3 tokens, 120 blocks."""
 
     async def mine(url: str) -> Devnet:
         async with JsonRpcClient(url) as client:
             net = Devnet(client)
             await net.setup(tokens=3)
-            await net.mine(150, token_transfers=2, eth_transfers=1)
+            await net.mine(120, token_transfers=2, eth_transfers=1)
             return net
 
     with Anvil() as node:
@@ -370,7 +370,7 @@ async def test_anvil_selective_equals_full_and_refuses_what_it_lacks(
     devnet_chain: Chain, db_url: str, full_url: str
 ) -> None:
     node, query = devnet_chain.node, devnet_chain.query
-    head = 152
+    head = 122
     await ingest(node.url, parse_blockdb_url(full_url), IngestOptions(to_block=head))
     summary = await selective(node.url, db_url, logs=query, to_block=head, log_range=16)
     rows = await stored(db_url, head)
@@ -417,14 +417,14 @@ async def test_anvil_following_rolls_a_reorg_back(tmp_path: Path) -> None:
 
 
 async def _reorg_rolled_back(db_url: str, tmp_path: Path, *, follow: bool) -> None:
-    """A chain of 22 blocks ingested selectively, then a reorg of depth 5 with 7 new
+    """A chain of 14 blocks ingested selectively, then a reorg of depth 5 with 7 new
     blocks: the rows of the abandoned blocks are gone and the new ones are a full
     ingest's."""
     with Anvil() as node:
         async with JsonRpcClient(node.url) as client:
             net = Devnet(client)
             await net.setup(tokens=2, reorgable=True)
-            await net.mine(20, token_transfers=3, eth_transfers=1, reorgable=True)
+            await net.mine(12, token_transfers=3, eth_transfers=0, reorgable=True)
             query = LogQuery(addresses=(net.tokens[0].address.lower(),), topic0s=(TRANSFER_TOPIC,))
             if follow:
                 stop = asyncio.Event()
@@ -436,20 +436,20 @@ async def _reorg_rolled_back(db_url: str, tmp_path: Path, *, follow: bool) -> No
                         stop=stop,
                     )
                 )
-                await wait_until(lambda: _head_is(db_url, 22), "the first blocks")
-                reorg = await net.reorg(5, new_blocks=7, token_transfers=3, eth_transfers=1)
-                await wait_until(lambda: _head_is(db_url, 24), "the new branch")
+                await wait_until(lambda: _head_is(db_url, 14), "the first blocks")
+                reorg = await net.reorg(5, new_blocks=7, token_transfers=3, eth_transfers=0)
+                await wait_until(lambda: _head_is(db_url, 16), "the new branch")
                 stop.set()
                 summary = await asyncio.wait_for(following, 30)
             else:
                 await selective(node.url, db_url, logs=query)
-                reorg = await net.reorg(5, new_blocks=7, token_transfers=3, eth_transfers=1)
+                reorg = await net.reorg(5, new_blocks=7, token_transfers=3, eth_transfers=0)
                 summary = await selective(node.url, db_url, logs=query)
         full_url = f"sqlite:///{tmp_path}/full.db"
         await ingest(node.url, parse_blockdb_url(full_url))
     assert summary.reorgs == 1
-    rows = await stored(db_url, 24)
-    assert_same_as_full(rows, await stored(full_url, 24), query)
+    rows = await stored(db_url, 16)
+    assert_same_as_full(rows, await stored(full_url, 16), query)
     old = set(reorg.old_hashes.values())
     for table, table_rows in rows.items():
         assert not [r for r in table_rows if r["block_hash"] in old], table
@@ -495,11 +495,11 @@ def test_the_command_prints_what_it_scanned_and_refuses_bad_flags(
         assert result.exit_code == 0, result.output
         data = json.loads(result.output)
         assert data["log_filter"] == {"addresses": [TOKEN], "topic0s": [], "from_block": 0}
-        assert (data["scanned"], data["logs"], data["erc20_transfers"]) == (401, 401, 401)
+        assert (data["scanned"], data["logs"], data["erc20_transfers"]) == (201, 201, 201)
         result = runner.invoke(app, [*base, "--logs", "--address", TOKEN])
         assert result.exit_code == 0, result.output
         assert re.fullmatch(
-            rf"scanned blocks 401\.\.400 for the logs of {TOKEN} with topic0 any: 0 logs, "
+            rf"scanned blocks 201\.\.200 for the logs of {TOKEN} with topic0 any: 0 logs, "
             r"0 ERC-20 transfers, 0 block headers, 0 reorgs in \d+\.\d s "
             r"\(no eth_getLogs\)\n",
             result.output,
@@ -518,7 +518,7 @@ def test_the_command_prints_what_it_scanned_and_refuses_bad_flags(
     result = runner.invoke(app, ["chain", "status", "--db", db])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[1:] == [
-        "chain 31337, head 400, finalized 336, epoch 0",
+        "chain 31337, head 200, finalized 136, epoch 0",
         f"holds only logs (blockx chain ingest --logs) of {TOKEN} with topic0 any, from "
         "block 0, with their blocks' headers: no transactions",
     ]
@@ -526,6 +526,6 @@ def test_the_command_prints_what_it_scanned_and_refuses_bad_flags(
     status = json.loads(result.output)
     assert (status["holds"], status["head"], status["log_filter"]["addresses"]) == (
         "logs",
-        400,
+        200,
         [TOKEN],
     )

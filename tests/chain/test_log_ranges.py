@@ -245,7 +245,7 @@ def test_bad_settings_are_refused() -> None:
         LogRanges().next(5, 4, 0)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(
     logs=st.lists(st.integers(0, 60), min_size=1, max_size=400),
     range_limit=st.one_of(st.none(), st.integers(1, 300)),
