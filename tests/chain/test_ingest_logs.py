@@ -25,6 +25,7 @@ from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.ingest import (
     BadNodeAnswer,
     FilterRefused,
+    IngestError,
     IngestOptions,
     IngestSummary,
     ingest,
@@ -277,12 +278,14 @@ async def test_http_429_waits_retry_after(tmp_path: Path) -> None:
 async def test_the_same_rows_on_postgresql(postgres_url: str, tmp_path: Path) -> None:
     node = Provider(ScriptedChain(HEAD), refuse=PROVIDERS["too many results"]["refuse"])
     async with ScriptedRpcServer(node) as server:
-        first = await selective(server.url, postgres_url, to_block=100)
+        first = await selective(server.url, postgres_url, from_block=50, to_block=100)
+        with pytest.raises(IngestError, match="--from 10 is below block 50, where the data"):
+            await selective(server.url, postgres_url, from_block=10)
         second = await selective(server.url, postgres_url)
-    assert (first.scanned, second.scanned) == (101, HEAD - 100)
-    assert_same_as_full(
-        await stored(postgres_url, HEAD), await full_reference(tmp_path), SCRIPTED_QUERY
-    )
+    assert (first.scanned, second.scanned) == (51, HEAD - 100)
+    full = await full_reference(tmp_path)
+    from_50 = {name: [r for r in rows if r["block_number"] >= 50] for name, rows in full.items()}
+    assert_same_as_full(await stored(postgres_url, HEAD), from_50, SCRIPTED_QUERY)
 
 
 # -- answers that are not what was asked ---------------------------------------------

@@ -282,6 +282,12 @@ class _Run:
             self.log_filter = await self.store.log_filter()
             plan.check_filter(self.log_filter, None if opts.logs is None else opts.logs.record(0))
         start = plan.start_block(self.head, opts.from_block)
+        if self.log_filter is not None and start < self.log_filter.from_block:
+            raise IngestError(
+                f"--from {start} is below block {self.log_filter.from_block}, where the "
+                "database's logs start: a run stopped short would leave the blocks between "
+                "unscanned; ingest the earlier blocks into another database"
+            )
         target = self._target()
         if opts.from_block is not None and opts.from_block > self.node_head and not opts.follow:
             raise IngestError(
