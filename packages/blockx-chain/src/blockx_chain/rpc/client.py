@@ -140,14 +140,13 @@ class JsonRpcClient:
         loop = asyncio.get_running_loop()
         # The requests' futures directly: no task per request for thousands of them.
         pending = [_Pending(next(self._ids), m, list(p), loop.create_future()) for m, p in calls]
+        for p in pending:
+            # The first failure is raised below; the others count as seen, as
+            # asyncio.gather's would (no "exception was never retrieved" later).
+            p.answer.add_done_callback(_seen)
         self._pending.extend(pending)
         self._flush()
-        try:
-            return [await p.answer for p in pending]
-        finally:
-            for p in pending:
-                if p.answer.done() and not p.answer.cancelled():
-                    p.answer.exception()  # retrieved: a failure is raised once, above
+        return [await p.answer for p in pending]
 
     def _flush(self) -> None:
         if self._flush_handle is not None:
@@ -258,6 +257,11 @@ class JsonRpcClient:
                 raise _TooLarge  # leaving the stream closes the connection unread
             chunks.append(chunk)
         return b"".join(chunks)
+
+
+def _seen(answer: asyncio.Future[Any]) -> None:
+    if not answer.cancelled():
+        answer.exception()
 
 
 def _seconds(retry_after: str | None) -> float | None:
