@@ -1,8 +1,9 @@
 """A scripted JSON-RPC server for tests about the client's side: a real HTTP/1.1
 socket on 127.0.0.1 whose answers a test decides (status, body), keep-alive included.
 
-``handler(request_json) -> (status, body_bytes)`` sees each HTTP request's decoded
-JSON (an object or a batch list); ``requests`` records them.
+``handler(request_json) -> (status, body_bytes)`` (or ``(status, body_bytes,
+headers)``) sees each HTTP request's decoded JSON (an object or a batch list);
+``requests`` records them.
 
 ``ScriptedChain`` is such a handler serving a made-up chain (blocks with one ERC-20
 transfer each, their receipts and logs) that lies where a test tells it to.
@@ -19,7 +20,7 @@ from typing import Any
 
 from blockx_chain.contracts import TRANSFER_TOPIC
 
-Handler = Callable[[Any], Awaitable[tuple[int, bytes]]]
+Handler = Callable[[Any], Awaitable[tuple[int, bytes] | tuple[int, bytes, dict[str, str]]]]
 
 
 def answer(request: Any, result: Any) -> dict[str, Any]:
@@ -77,10 +78,11 @@ class ScriptedRpcServer:
                         length = int(value)
                 request = json.loads(await reader.readexactly(length))
                 self.requests.append(request)
-                status, body = await self.handler(request)
+                status, body, *more = await self.handler(request)
+                headers = "".join(f"{k}: {v}\r\n" for k, v in (more[0] if more else {}).items())
                 writer.write(
                     f"HTTP/1.1 {status} X\r\ncontent-type: application/json\r\n"
-                    f"content-length: {len(body)}\r\n\r\n".encode()
+                    f"content-length: {len(body)}\r\n{headers}\r\n".encode()
                     + body
                 )
                 await writer.drain()

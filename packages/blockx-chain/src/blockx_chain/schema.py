@@ -227,6 +227,18 @@ CONTRACTS: Final = Table(
     ),
     key=("block_number", "transaction_index", "trace_index"),
 )
+# The filter a selective ingest (``--logs``) made the database with: one row, none in
+# a database of whole blocks. ``addresses`` and ``topic0s`` are sorted JSON lists of
+# lowercase hex (empty: any); ``from_block`` is the lowest block scanned for them.
+LOG_FILTER: Final = Table(
+    "log_filter",
+    (
+        Column("addresses", J),
+        Column("topic0s", J),
+        Column("from_block", INT),
+    ),
+    key=(),
+)
 
 # When ingest stored a block: in ``blocks``, after the chain's columns (version 2).
 SEEN_AT: Final = Column("seen_at_ms", INT, nullable=True)
@@ -356,8 +368,17 @@ def _traces(engine: Engine) -> list[str]:
     ]
 
 
-MIGRATIONS: Final = (_schema_v1, _seen_at_v2, _nft_transfers, _traces)
+def _log_filter(engine: Engine) -> list[str]:
+    return [
+        create_table(LOG_FILTER, engine),
+        "CREATE UNIQUE INDEX log_filter_one_row ON log_filter ((1))",
+    ]
+
+
+MIGRATIONS: Final = (_schema_v1, _seen_at_v2, _nft_transfers, _traces, _log_filter)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
+# The schema version that added ``log_filter``.
+LOG_FILTER_SINCE: Final = MIGRATIONS.index(_log_filter) + 1
 # The schema version that added ``blocks.seen_at_ms``.
 SEEN_AT_SINCE: Final = MIGRATIONS.index(_seen_at_v2) + 1
 # The schema version that added ``nft_transfers``.
@@ -369,6 +390,7 @@ TRACES_SINCE: Final = MIGRATIONS.index(_traces) + 1
 NEW_TABLES: Final[Mapping[int, tuple[Table, ...]]] = {
     NFT_TRANSFERS_SINCE: (NFT_TRANSFERS,),
     TRACES_SINCE: (TRACES, CONTRACTS),
+    LOG_FILTER_SINCE: (LOG_FILTER,),
 }
 
 
@@ -468,6 +490,31 @@ class ChainState(msgspec.Struct, frozen=True, kw_only=True):
     head_hash: str | None
     finalized_number: int | None
     epoch: int
+
+
+class LogFilterRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """What a selective database holds: the logs of ``addresses`` (any when empty)
+    whose topic0 is one of ``topic0s`` (any when empty), from ``from_block`` up."""
+
+    addresses: tuple[str, ...] = ()
+    topic0s: tuple[str, ...] = ()
+    from_block: int = 0
+
+    def same_filter(self, other: LogFilterRecord) -> bool:
+        return (self.addresses, self.topic0s) == (other.addresses, other.topic0s)
+
+    def describe(self) -> str:
+        """``logs of 0xab.. with topic0 0xdd..``, for one-line messages."""
+        addresses = ", ".join(self.addresses) if self.addresses else "any address"
+        topics = ", ".join(self.topic0s) if self.topic0s else "any"
+        return f"the logs of {addresses} with topic0 {topics}"
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "addresses": list(self.addresses),
+            "topic0s": list(self.topic0s),
+            "from_block": self.from_block,
+        }
 
 
 class RowError(ValueError):

@@ -8,14 +8,16 @@ goes through rich: ``Output.emit`` prints it as it is, whatever the output."""
 from __future__ import annotations
 
 import json
-from typing import Any, Final, NoReturn
+from typing import TYPE_CHECKING, Any, Final, NoReturn
 
 import msgspec
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
-from blockx_client import Invocation, TaskResult, TaskUpdate
+if TYPE_CHECKING:
+    # Types only: ``blockx chain`` starts without loading the cluster's client.
+    from blockx_client import Invocation, TaskResult, TaskUpdate
 
 EXIT_OK: Final = 0
 EXIT_FAILED: Final = 1  # the task or function failed

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from blockx_chain.ingest.errors import (
     BadNodeAnswer,
     DeepReorgRefused,
+    FilterRefused,
     GapRefused,
     IngestError,
     NodeUnusable,
@@ -38,6 +39,7 @@ def __getattr__(name: str) -> object:
 __all__ = [
     "BadNodeAnswer",
     "DeepReorgRefused",
+    "FilterRefused",
     "GapRefused",
     "IngestError",
     "IngestOptions",

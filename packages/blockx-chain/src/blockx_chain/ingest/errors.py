@@ -19,6 +19,11 @@ class DeepReorgRefused(IngestError):
     """A reorg forks below the finalized height and --allow-deep-reorg is off."""
 
 
+class FilterRefused(IngestError):
+    """The run's kind of data is not the database's: whole blocks against a
+    selective database, or another log filter than the one it was made with."""
+
+
 class NodeUnusable(IngestError):
     """The node cannot be reached, or its answers break what ingest relies on."""
 

@@ -6,6 +6,9 @@
 * ``finalized_number``: min(head - confirmations, the node's finalized block).
 * ``check_batch``: compares a fetched batch with the stored blocks around it and
   says whether it extends the database, or where the stored branch left the node's.
+* ``check_headers``: the same for a selective run's headers, which skip blocks.
+* ``check_filter``: whether a run may write a database, given the log filter it
+  was made with and the run's.
 * ``fork_point``: the walk back to the last block both branches share.
 * ``plan_reorg``: whether a reorg may be applied (depth limit, finality) and how.
 """
@@ -16,7 +19,14 @@ from collections.abc import Mapping, Sequence
 
 import msgspec
 
-from blockx_chain.ingest.errors import DeepReorgRefused, GapRefused, IngestError, ReorgTooDeep
+from blockx_chain.ingest.errors import (
+    DeepReorgRefused,
+    FilterRefused,
+    GapRefused,
+    IngestError,
+    ReorgTooDeep,
+)
+from blockx_chain.schema import LogFilterRecord
 
 DEFAULT_CONFIRMATIONS = 12
 DEFAULT_MAX_REORG_DEPTH = 64
@@ -114,6 +124,54 @@ def check_batch(
     if above is not None and above.parent_hash != hashes[-1]:
         return Diverges(fork=None)
     return Extends()
+
+
+def check_headers(
+    numbers: Sequence[int],
+    hashes: Sequence[str],
+    parents: Sequence[str],
+    stored: Mapping[int, StoredBlock],
+) -> BatchCheck:
+    """Compare a selective run's headers (ascending ``numbers``, not consecutive:
+    the fetch checked the consecutive ones chain) with the stored blocks: a stored
+    block of another hash at a fetched number, or a link to a stored neighbour that
+    does not hold, is a reorg, found by a walk back below the range."""
+    for number, block_hash, parent in zip(numbers, hashes, parents, strict=True):
+        held = stored.get(number)
+        below = stored.get(number - 1)
+        above = stored.get(number + 1)
+        if (
+            (held is not None and held.hash != block_hash)
+            or (below is not None and below.hash != parent)
+            or (above is not None and above.parent_hash != block_hash)
+        ):
+            return Diverges(fork=None)
+    return Extends()
+
+
+def check_filter(stored: LogFilterRecord | None, wanted: LogFilterRecord | None) -> None:
+    """FilterRefused when a run would mix kinds of data in one database: whole blocks
+    into a selective one, a selective run into one of whole blocks, or another filter
+    than the database's (``stored``: its filter, None for whole blocks; ``wanted``:
+    the run's, None for a full run)."""
+    if stored is None and wanted is not None:
+        raise FilterRefused(
+            "the block database holds whole blocks (made by a full ingest): a selective "
+            "ingest (--logs) would leave blocks without their transactions; give it a "
+            "database of its own"
+        )
+    if stored is not None and wanted is None:
+        raise FilterRefused(
+            f"the block database holds only {stored.describe()} (made by "
+            "`blockx chain ingest --logs`): a full ingest would leave its earlier blocks "
+            "without transactions; ingest whole blocks into another database"
+        )
+    if stored is not None and wanted is not None and not stored.same_filter(wanted):
+        raise FilterRefused(
+            f"the block database holds {stored.describe()}, not {wanted.describe()}: a "
+            "database keeps the filter it was made with; ingest this one into another "
+            "database"
+        )
 
 
 def fork_point(stored: Mapping[int, str], node: Mapping[int, str], top: int) -> int | None:

@@ -117,18 +117,27 @@ def block_rows(
         except OtherBlock as exc:
             raise Inconsistent(str(exc)) from None
     return BlockRows(
-        block=Block(
-            block_number=number,
-            block_hash=block_hash,
-            parent_hash=block["parentHash"].lower(),
-            timestamp=_int(block, "timestamp", what),
-            miner=field(block, "miner", what),
-            gas_used=_int(block, "gasUsed", what),
-            gas_limit=_int(block, "gasLimit", what),
-            base_fee_per_gas=_opt_int(block, "baseFeePerGas", what),
-            transaction_count=len(txs),
-        ),
+        block=header_row(block, full=True),
         transactions=transactions,
         logs=logs,
         traces=traces,
+    )
+
+
+def header_row(block: dict[str, Any], *, full: bool) -> Block:
+    """The ``blocks`` row of a checked block, asked in ``full`` or with its
+    transactions' hashes."""
+    number = parse_quantity(block["number"])
+    # call_text's words for the request, built cheaply: thousands of headers a run.
+    what = f"eth_getBlockByNumber({quantity(number)}, {'true' if full else 'false'})"
+    return Block(
+        block_number=number,
+        block_hash=block["hash"].lower(),
+        parent_hash=block["parentHash"].lower(),
+        timestamp=_int(block, "timestamp", what),
+        miner=field(block, "miner", what),
+        gas_used=_int(block, "gasUsed", what),
+        gas_limit=_int(block, "gasLimit", what),
+        base_fee_per_gas=_opt_int(block, "baseFeePerGas", what),
+        transaction_count=len(block["transactions"]),
     )

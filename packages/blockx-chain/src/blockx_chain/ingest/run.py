@@ -23,7 +23,17 @@ With ``traces`` (or into a database that holds traces) the run chooses the node'
 trace method once, before the first batch (``blockx_chain.ingest.traces``), and
 each batch asks for its blocks' call frames alongside the blocks and receipts.
 
-The decisions are the pure functions of ``blockx_chain.ingest.plan``.
+A selective run (``IngestOptions.logs``) fetches, per range, the logs that match
+its filter and the headers of the blocks they fall in, of the blocks within
+``max_reorg_depth`` of the node's head and of the range's last block
+(``blockx_chain.ingest.log_fetch``), with the same lock, checks, reorg walk and
+epochs; a range is written whole (what the database held in it goes first). The
+database records its filter with its first range (``log_filter``); a full run into
+it, a selective run into a database of whole blocks, or one with another filter,
+is refused before anything is written.
+
+The decisions are the pure functions of ``blockx_chain.ingest.plan`` and
+``blockx_chain.ingest.log_ranges``.
 """
 
 from __future__ import annotations
@@ -49,8 +59,10 @@ from blockx_chain.ingest.fetch import (
     node_identity,
 )
 from blockx_chain.ingest.lock import LOCK_SUFFIX, ingest_lock
+from blockx_chain.ingest.log_fetch import LogFetcher, LogQuery
+from blockx_chain.ingest.log_ranges import DEFAULT_MAX_WIDTH, DEFAULT_WIDTH, LogRanges
 from blockx_chain.ingest.traces import TraceMethod, choose_method
-from blockx_chain.rpc import EthRpc, JsonRpcClient, RpcError
+from blockx_chain.rpc import DEFAULT_MAX_RESPONSE_BYTES, EthRpc, JsonRpcClient, RpcError
 from blockx_chain.schema import (
     BLOCKS,
     CONTRACTS,
@@ -61,6 +73,7 @@ from blockx_chain.schema import (
     TRANSACTIONS,
     BlockRows,
     ChainState,
+    LogFilterRecord,
     RowError,
 )
 from blockx_chain.store import BlockStore, BlockWriter, open_store
@@ -83,6 +96,12 @@ class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):
     # Ingest every block's call frames too (``traces``, and ``contracts`` made inside
     # transactions). A database once ingested with traces always gets them.
     traces: bool = False
+    # A selective run: only the logs of this filter (and their blocks' headers).
+    logs: LogQuery | None = None
+    log_range: int = DEFAULT_WIDTH  # blocks of the first eth_getLogs
+    max_log_range: int = DEFAULT_MAX_WIDTH
+    # The largest answer read (RPC_MAX_RESPONSE_BYTES); a larger log answer is split.
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
 
     def check(self) -> None:
         for name, value, least in (
@@ -90,11 +109,22 @@ class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):
             ("confirmations", self.confirmations, 0),
             ("max reorg depth", self.max_reorg_depth, 1),
             ("batches in flight", self.in_flight, 1),
+            ("largest answer (RPC_MAX_RESPONSE_BYTES)", self.max_response_bytes, 1024),
         ):
             if value < least:
                 raise IngestError(f"the {name} must be {least} or more, got {value}")
         if self.to_block is not None and self.to_block < 0:
             raise IngestError(f"--to must be 0 or more, got {self.to_block}")
+        if not 1 <= self.log_range <= self.max_log_range:
+            raise IngestError(
+                f"--log-range must be 1 to --max-log-range ({self.max_log_range}), "
+                f"got {self.log_range}"
+            )
+        if self.logs is not None and self.traces:
+            raise IngestError(
+                "--traces needs whole blocks, and --logs ingests only the logs asked for: "
+                "use one or the other"
+            )
 
 
 class IngestSummary(msgspec.Struct, kw_only=True):
@@ -114,9 +144,17 @@ class IngestSummary(msgspec.Struct, kw_only=True):
     trace_method: str | None = None
     reorgs: int = 0
     seconds: float = 0.0
+    # A selective run: its filter, the blocks it scanned for logs, and its log queries.
+    log_filter: LogFilterRecord | None = None
+    scanned: int = 0
+    log_requests: int = 0
+    log_splits: int = 0
+    narrowest_log_range: int = 0
+    widest_log_range: int = 0
+    rate_limited_s: float = 0.0
 
     def as_json(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "from": self.from_block,
             "to": self.to_block,
             "blocks": self.blocks,
@@ -130,6 +168,14 @@ class IngestSummary(msgspec.Struct, kw_only=True):
             "reorgs": self.reorgs,
             "seconds": round(self.seconds, 3),
         }
+        if self.log_filter is not None:
+            data["log_filter"] = self.log_filter.as_json()
+            data["scanned"] = self.scanned
+            data["log_requests"] = self.log_requests
+            data["log_splits"] = self.log_splits
+            data["log_ranges"] = [self.narrowest_log_range, self.widest_log_range]
+            data["rate_limited_s"] = round(self.rate_limited_s, 3)
+        return data
 
 
 class IngestProgress(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,9 +211,20 @@ async def ingest(
     """Run one ingest; IngestError (or a StoreError) says why it stopped."""
     options = options or IngestOptions()
     options.check()
-    async with JsonRpcClient(rpc_url, max_batch=2 * options.batch_size) as client:
+    async with JsonRpcClient(
+        rpc_url, max_batch=2 * options.batch_size, max_response_bytes=options.max_response_bytes
+    ) as client:
         eth = EthRpc(client)
         fetcher = BatchFetcher(eth)
+        log_fetcher = (
+            None
+            if options.logs is None
+            else LogFetcher(
+                eth,
+                options.logs,
+                LogRanges(width=options.log_range, max_width=options.max_log_range),
+            )
+        )
         # The node's first answers are checked before the database is opened: a node
         # that cannot be used leaves no file behind.
         node = _Node(*await node_identity(eth), *await fetcher.head())
@@ -179,6 +236,7 @@ async def ingest(
         try:
             async with ingest_lock(db_url):
                 run = _Run(store, fetcher, node, options, stop or asyncio.Event(), on_progress)
+                run.log_fetcher = log_fetcher
                 try:
                     return await run.run()
                 except BaseException:
@@ -239,6 +297,9 @@ class _Run:
         self.node_finalized = node.finalized
         # Record, with the first batch written, that the database holds traces.
         self.mark_traces = False
+        self.log_fetcher: LogFetcher | None = None
+        # A selective run: the database's filter (None until its first range).
+        self.log_filter: LogFilterRecord | None = None
 
     async def run(self) -> IngestSummary:
         opts = self.options
@@ -247,7 +308,15 @@ class _Run:
             check_chain(state, self.node.chain_id, self.node.genesis)
             self.head, self.head_hash = state.head_number, state.head_hash
             self.finalized, self.epoch = state.finalized_number, state.epoch
+            self.log_filter = await self.store.log_filter()
+            plan.check_filter(self.log_filter, None if opts.logs is None else opts.logs.record(0))
         start = plan.start_block(self.head, opts.from_block)
+        if self.log_filter is not None and start < self.log_filter.from_block:
+            raise IngestError(
+                f"--from {start} is below block {self.log_filter.from_block}, where the "
+                "database's logs start: a run stopped short would leave the blocks between "
+                "unscanned; ingest the earlier blocks into another database"
+            )
         target = self._target()
         trace_method = await self._trace_method(state)
         if opts.from_block is not None and opts.from_block > self.node_head and not opts.follow:
@@ -268,6 +337,8 @@ class _Run:
             to_block=max(target, start - 1),
             trace_method=None if trace_method is None else trace_method.value,
         )
+        if opts.logs is not None:
+            self.summary.log_filter = self.log_filter or opts.logs.record(start)
         next_number = start
         if self.head is not None and start > self.head:
             next_number = await self._check_tip(next_number)
@@ -304,7 +375,7 @@ class _Run:
                 shortened = 0
                 # Keep in_flight batches coming while this one is written.
                 next_number = self._fill(pending, next_number, target)
-                restart = await self._write(batch)
+                restart = await self._write(batch, numbers)
                 if restart is not None:
                     await _cancel(pending)
                     next_number = restart
@@ -313,6 +384,7 @@ class _Run:
                 self._report(target)
         finally:
             await _cancel(pending)
+            self._log_figures()
         self.summary.seconds = time.monotonic() - self.started
         return self.summary
 
@@ -336,13 +408,32 @@ class _Run:
         self.fetcher.traces = method
         return method
 
+    def _log_figures(self) -> None:
+        if self.log_fetcher is None:
+            return
+        ranges = self.log_fetcher.ranges
+        self.summary.log_requests = ranges.requests
+        self.summary.log_splits = ranges.splits
+        self.summary.narrowest_log_range = ranges.narrowest if ranges.requests else 0
+        self.summary.widest_log_range = ranges.widest
+        self.summary.rate_limited_s = self.log_fetcher.rate_limited_s
+
     def _fill(self, pending: _Pending, next_number: int, target: int) -> int:
         """Start fetches until ``in_flight`` are under way; the next block to fetch."""
         while len(pending) < self.options.in_flight:
-            numbers = plan.next_batch(next_number, target, self.options.batch_size)
-            if numbers is None:
-                break
-            pending.append((numbers, asyncio.create_task(self.fetcher.blocks(numbers))))
+            if self.log_fetcher is None:
+                numbers = plan.next_batch(next_number, target, self.options.batch_size)
+                if numbers is None:
+                    break
+                task = asyncio.create_task(self.fetcher.blocks(numbers))
+            else:
+                numbers = plan.next_batch(next_number, target, self.log_fetcher.ranges.width)
+                if numbers is None:
+                    break
+                # Headers of every block a reorg may still reach, so one is seen.
+                near_head = self.node_head - self.options.max_reorg_depth + 1
+                task = asyncio.create_task(self.log_fetcher.blocks(numbers, near_head))
+            pending.append((numbers, task))
             next_number = numbers.stop
         return next_number
 
@@ -375,7 +466,9 @@ class _Run:
                     head=self.head,
                     node_head=self.node_head,
                     finalized=self.finalized,
-                    blocks=self.summary.blocks,
+                    blocks=self.summary.blocks
+                    if self.log_fetcher is None
+                    else self.summary.scanned,
                     reorgs=self.summary.reorgs,
                     seconds=time.monotonic() - self.started,
                 )
@@ -400,12 +493,14 @@ class _Run:
             r["block_number"]: plan.StoredBlock(r["block_hash"], r["parent_hash"]) for r in rows
         }
 
-    async def _write(self, batch: list[BlockRows]) -> int | None:
-        """Write one fetched batch in one transaction. None when it was written; the
-        block to go on from when a reorg below the batch had to be applied first."""
+    async def _write(self, batch: list[BlockRows], span: range) -> int | None:
+        """Write one fetched batch (of blocks ``span``) in one transaction. None when
+        it was written; the block to go on from when a reorg below the batch had to be
+        applied first."""
         numbers = [b.block.block_number for b in batch]
         hashes = [b.block.block_hash for b in batch]
-        first, last = numbers[0], numbers[-1]
+        parents = [b.block.parent_hash for b in batch]
+        first, last = span.start, span.stop - 1
         async with self.store.writer() as w:
             if self.head is None:
                 # Nothing written yet: the chain row goes with the first batch.
@@ -414,7 +509,13 @@ class _Run:
                 await w.mark_traces()
                 self.mark_traces = False
             stored = await self._stored(first - 1, last + 1)
-            check = plan.check_batch(numbers, hashes, [b.block.parent_hash for b in batch], stored)
+            if self.log_fetcher is not None:
+                if plan.check_headers(numbers, hashes, parents, stored) == plan.Extends():
+                    await self._insert_range(w, batch, span)
+                    return None
+                check: plan.BatchCheck = plan.Diverges(fork=None)
+            else:
+                check = plan.check_batch(numbers, hashes, parents, stored)
             match check:
                 case plan.Diverges(fork=None):
                     pass  # walk back below the batch, outside this transaction
@@ -429,6 +530,18 @@ class _Run:
                     return None
         fork = await self._reorg(first - 1)
         return fork + 1
+
+    async def _insert_range(self, w: BlockWriter, batch: list[BlockRows], span: range) -> None:
+        """A selective run's range: its filter recorded with the database's first
+        range (and the lowest block scanned kept), then the range written whole."""
+        assert self.options.logs is not None
+        if self.log_filter is None or span.start < self.log_filter.from_block:
+            self.log_filter = self.options.logs.record(span.start)
+            await w.set_log_filter(self.log_filter)
+            self.summary.log_filter = self.log_filter
+        await w.delete_between(span.start, span.stop - 1)
+        await self._insert(w, batch)
+        self.summary.scanned += len(span)
 
     async def _insert(self, w: BlockWriter, batch: list[BlockRows]) -> None:
         try:

@@ -27,13 +27,28 @@ class RpcErrorKind(enum.StrEnum):
 
 
 class RpcError(Exception):
-    """A failed request; ``code`` is the JSON-RPC error code when the node sent one."""
+    """A failed request; ``code`` is the JSON-RPC error code when the node sent one,
+    ``http_status`` the HTTP status of an answer that was no JSON-RPC answer (with
+    ``retry_after_s`` from its Retry-After header), ``too_large`` an answer cut off
+    at the client's size limit."""
 
-    def __init__(self, kind: RpcErrorKind, message: str, code: int | None = None) -> None:
+    def __init__(
+        self,
+        kind: RpcErrorKind,
+        message: str,
+        code: int | None = None,
+        *,
+        http_status: int | None = None,
+        retry_after_s: float | None = None,
+        too_large: bool = False,
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.code = code
+        self.http_status = http_status
+        self.retry_after_s = retry_after_s
+        self.too_large = too_large
 
     @property
     def retryable(self) -> bool:

@@ -13,7 +13,9 @@ import asyncio
 from typing import Any
 
 from blockx_chain.rpc.answers import (
+    ByNumber,
     check_answer,
+    check_block,
     check_receipts,
 )
 from blockx_chain.rpc.client import JsonRpcClient
@@ -66,7 +68,26 @@ class EthRpc:
 
     async def get_blocks(self, numbers: list[int], full: bool = True) -> list[dict[str, Any]]:
         """Blocks in the order asked (one JSON-RPC batch when they fit one)."""
-        return list(await asyncio.gather(*(self.get_block(n, full) for n in numbers)))
+        asked = [[quantity(n), full] for n in numbers]
+        blocks = await self.client.batch([("eth_getBlockByNumber", params) for params in asked])
+        shape = "true" if full else "false"
+        for number, params, block in zip(numbers, asked, blocks, strict=True):
+            if block is None:
+                raise RpcError(RpcErrorKind.NOT_FOUND, f"the node has no block {number}")
+            # check_answer's check, named as call_text names it, without building the
+            # name of each of thousands of requests that are answered right.
+            check_block(
+                block, ByNumber(number), f"eth_getBlockByNumber({params[0]}, {shape})", full=full
+            )
+        return blocks
+
+    async def get_logs(self, query: dict[str, Any]) -> list[dict[str, Any]]:
+        """``eth_getLogs(query)``: logs inside the range asked, of the addresses and
+        topics asked (``check_logs``)."""
+        params = [query]
+        logs = await self.client.request("eth_getLogs", params)
+        checked: list[dict[str, Any]] = check_answer("eth_getLogs", params, logs)
+        return checked
 
     async def get_block_receipts(self, numbers: list[int]) -> list[list[dict[str, Any]]]:
         """Every receipt of each block, in transaction order, each of the block number

@@ -43,6 +43,7 @@ CHAIN_TABLES: Final = frozenset(
         "traces",
         "contracts",
         "chain",
+        "log_filter",
         "reorgs",
         "blockx_schema",
     }

@@ -10,6 +10,7 @@ from __future__ import annotations
 from blockx_chain.store.base import BlockStore, BlockWriter
 from blockx_chain.store.errors import (
     ChainMismatch,
+    NotHeld,
     SchemaRefused,
     StoreError,
     StoreUnavailable,
@@ -24,6 +25,7 @@ __all__ = [
     "BlockStore",
     "BlockWriter",
     "ChainMismatch",
+    "NotHeld",
     "SchemaRefused",
     "StoreError",
     "StoreUnavailable",

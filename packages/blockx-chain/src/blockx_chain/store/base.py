@@ -18,10 +18,14 @@ from collections.abc import Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
+import msgspec
+
 from blockx_chain.schema import (
     BLOCK_TABLES,
     BLOCKS,
     CHAIN,
+    LOG_FILTER,
+    LOG_FILTER_SINCE,
     REORGS,
     SCHEMA_VERSION,
     SEEN_AT,
@@ -30,12 +34,23 @@ from blockx_chain.schema import (
     TRACES_SINCE,
     BlockRows,
     ChainState,
+    LogFilterRecord,
     block_row_sets,
     chain_row,
     check_value,
 )
 from blockx_chain.store import reads
-from blockx_chain.store.errors import ChainMismatch, StoreError
+from blockx_chain.store.errors import ChainMismatch, NotHeld, StoreError
+
+LOG_FILTER_SQL = "SELECT addresses, topic0s, from_block FROM log_filter"
+
+
+def log_filter_row(row: dict[str, Any]) -> LogFilterRecord:
+    return LogFilterRecord(
+        addresses=tuple(msgspec.json.decode(row["addresses"])),
+        topic0s=tuple(msgspec.json.decode(row["topic0s"])),
+        from_block=row["from_block"],
+    )
 
 
 def check_chain(current: ChainState, chain_id: int, genesis_hash: str) -> None:
@@ -95,6 +110,37 @@ class BlockWriter(abc.ABC):
             )
         check_chain(current, chain_id, genesis_hash)
         return current
+
+    async def log_filter(self) -> LogFilterRecord | None:
+        """The filter a selective ingest made the database with; None for a database
+        of whole blocks (or an empty one)."""
+        rows = await self._fetch(LOG_FILTER_SQL, ())
+        return log_filter_row(rows[0]) if rows else None
+
+    async def set_log_filter(self, record: LogFilterRecord) -> None:
+        """Record (or move down the ``from_block`` of) the database's filter."""
+        values = (list(record.addresses), list(record.topic0s), record.from_block)
+        checked = tuple(
+            check_value(LOG_FILTER, c, v, "set_log_filter")
+            for c, v in zip(LOG_FILTER.columns, values, strict=True)
+        )
+        changed = await self._execute(
+            "UPDATE log_filter SET addresses = ?, topic0s = ?, from_block = ?", checked
+        )
+        if changed == 0:
+            await self._execute(
+                "INSERT INTO log_filter (addresses, topic0s, from_block) VALUES (?, ?, ?)",
+                checked,
+            )
+
+    async def delete_between(self, first: int, last: int) -> None:
+        """Remove every row of blocks ``first..last`` (a selective ingest rewrites a
+        range whole: a block it finds no log in keeps none)."""
+        start, end = reads.block_range(first, last)
+        for table in BLOCK_TABLES:
+            await self._execute(
+                f"DELETE FROM {table.name} WHERE block_number BETWEEN ? AND ?", (start, end)
+            )
 
     async def insert_blocks(
         self, blocks: Sequence[BlockRows], *, seen_at_ms: int | None = None
@@ -202,6 +248,9 @@ class BlockStore(abc.ABC):
         # The schema of the database, for a reader of one a version older (its
         # writer migrates it; until then ``seen_at`` knows no times).
         self.schema_version = SCHEMA_VERSION
+        # Once the database has its chain row, its filter (or none) never changes.
+        self._log_filter: LogFilterRecord | None = None
+        self._log_filter_known = False
 
     @abc.abstractmethod
     async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]: ...
@@ -233,6 +282,48 @@ class BlockStore(abc.ABC):
         rows = await self._fetch(reads.CHAIN_SQL, ())
         return chain_row(rows[0]) if rows else None
 
+    async def log_filter(self) -> LogFilterRecord | None:
+        """The filter a selective ingest made the database with; None for a database
+        of whole blocks, or one nothing was ingested into yet."""
+        if self._log_filter_known:
+            return self._log_filter
+        if self.schema_version < LOG_FILTER_SINCE:
+            return None
+        rows = await self._fetch(LOG_FILTER_SQL, ())
+        record = log_filter_row(rows[0]) if rows else None
+        if record is not None or await self.chain() is not None:
+            self._log_filter, self._log_filter_known = record, True
+        return record
+
+    async def _holds(self, table: str, where: dict[str, Any] | None = None) -> None:
+        """NotHeld for a read of what a selective database does not hold."""
+        record = await self.log_filter()
+        if record is None:
+            return
+        if table not in ("blocks", "logs", "erc20_transfers"):
+            raise NotHeld(
+                f"the block database holds only {record.describe()} (made by "
+                f"`blockx chain ingest --logs`): it has no {table}; read them from a "
+                "database of whole blocks"
+            )
+        for column in ("address", "token"):
+            value = (where or {}).get(column)
+            if (
+                isinstance(value, str)
+                and record.addresses
+                and value.lower() not in record.addresses
+            ):
+                raise NotHeld(
+                    f"the block database holds only {record.describe()}: "
+                    f"{table} of {value.lower()} are not in it"
+                )
+        topic0 = (where or {}).get("topic0")
+        if isinstance(topic0, str) and record.topic0s and topic0.lower() not in record.topic0s:
+            raise NotHeld(
+                f"the block database holds only {record.describe()}: "
+                f"logs with topic0 {topic0.lower()} are not in it"
+            )
+
     async def block(self, number: Any) -> dict[str, Any] | None:
         rows = await self._read(reads.block(number))
         return rows[0] if rows else None
@@ -241,24 +332,32 @@ class BlockStore(abc.ABC):
         return await self._read(reads.blocks(from_block, to_block, self.max_rows))
 
     async def transactions(self, block_number: Any) -> list[dict[str, Any]]:
-        return await self._read(reads.transactions(block_number, self.max_rows))
+        read = reads.transactions(block_number, self.max_rows)
+        await self._holds("transactions")
+        return await self._read(read)
 
     async def logs(
         self, from_block: Any, to_block: Any = None, address: Any = None, topic0: Any = None
     ) -> list[dict[str, Any]]:
-        return await self._read(reads.logs(from_block, to_block, address, topic0, self.max_rows))
+        read = reads.logs(from_block, to_block, address, topic0, self.max_rows)
+        await self._holds("logs", {"address": address, "topic0": topic0})
+        return await self._read(read)
 
     async def erc20_transfers(
         self, from_block: Any, to_block: Any = None, token: Any = None
     ) -> list[dict[str, Any]]:
-        return await self._read(reads.erc20_transfers(from_block, to_block, token, self.max_rows))
+        read = reads.erc20_transfers(from_block, to_block, token, self.max_rows)
+        await self._holds("erc20_transfers", {"token": token})
+        return await self._read(read)
 
     async def rows(
         self, table: Any, from_block: Any, to_block: Any = None, where: Any = None
     ) -> list[dict[str, Any]]:
         """Rows of chain table ``table`` in ``[from_block, to_block]`` whose columns
         equal ``where``'s values, ordered by block then index."""
-        return await self._read(reads.rows(table, from_block, to_block, where, self.max_rows))
+        read = reads.rows(table, from_block, to_block, where, self.max_rows)
+        await self._holds(table, where)
+        return await self._read(read)
 
     async def seen_at(self, from_block: int, to_block: int) -> dict[int, int | None]:
         """When ingest stored each block in ``[from_block, to_block]`` (Unix ms; None

@@ -26,3 +26,8 @@ class WriterBusy(StoreError):
 
 class TooManyRows(StoreError):
     """A read whose answer would exceed the store's row limit: narrow it."""
+
+
+class NotHeld(StoreError):
+    """A read of what a selective database (made by ``blockx chain ingest --logs``)
+    does not hold: transactions, or logs outside its filter."""

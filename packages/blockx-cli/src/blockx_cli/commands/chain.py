@@ -1,5 +1,6 @@
-"""Chain data: ``chain ingest`` fills the block database from a node, ``chain devnet``
-starts a local anvil full of token transfers.
+"""Chain data: ``chain ingest`` fills the block database from a node (whole blocks,
+or with ``--logs`` only the logs asked for), ``chain status`` says what a block
+database holds, ``chain devnet`` starts a local anvil full of token transfers.
 
 Exit codes of ``chain ingest``: 0 done (or stopped by SIGINT/SIGTERM after its
 transaction); 1 refused (a node's answer that is not what was asked for, another
@@ -22,12 +23,14 @@ from rich.live import Live
 from rich.table import Table
 
 from blockx_chain.ingest.errors import IngestError, NodeUnusable
+from blockx_chain.ingest.log_ranges import DEFAULT_MAX_WIDTH, DEFAULT_WIDTH
 from blockx_chain.ingest.plan import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_CONFIRMATIONS,
     DEFAULT_MAX_REORG_DEPTH,
     DEFAULT_POLL_INTERVAL_S,
 )
+from blockx_chain.rpc.client import DEFAULT_MAX_RESPONSE_BYTES
 from blockx_chain.store import StoreError, StoreUnavailable
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
@@ -67,6 +70,22 @@ def _to_block(raw: str) -> int | None:
     if raw.isascii() and raw.isdigit():
         return int(raw)
     fail(f"--to must be a block number or latest (got {raw!r})", EXIT_USAGE)
+
+
+def _hex_list(values: list[str] | None, flag: str, length: int) -> tuple[str, ...]:
+    """``--address``/``--topic0`` values: lowercase, sorted, each once."""
+    found: set[str] = set()
+    for raw in values or []:
+        value = raw.strip().lower()
+        digits = value[2:]
+        if (
+            not value.startswith("0x")
+            or len(value) != length
+            or any(c not in "0123456789abcdef" for c in digits)
+        ):
+            fail(f"{flag} must be {(length - 2) // 2} bytes of 0x hex, got {raw!r}", EXIT_USAGE)
+        found.add(value)
+    return tuple(sorted(found))
 
 
 def _progress_view(progress: IngestProgress | None) -> Table:
@@ -187,13 +206,58 @@ def chain_ingest(
             "ingested with --traces always gets them.",
         ),
     ] = False,
+    logs: Annotated[
+        bool,
+        typer.Option(
+            "--logs",
+            help="Selective: only the logs of --address/--topic0 (eth_getLogs) and the "
+            "headers of their blocks and of the blocks near the head.",
+        ),
+    ] = False,
+    address: Annotated[
+        list[str] | None,
+        typer.Option("--address", help="With --logs: a contract whose logs to keep (repeat)."),
+    ] = None,
+    topic0: Annotated[
+        list[str] | None,
+        typer.Option("--topic0", help="With --logs: an event signature hash to keep (repeat)."),
+    ] = None,
+    log_range: Annotated[
+        int,
+        typer.Option(
+            "--log-range", min=1, help="With --logs: blocks of the first eth_getLogs (it adapts)."
+        ),
+    ] = DEFAULT_WIDTH,
+    max_log_range: Annotated[
+        int,
+        typer.Option("--max-log-range", min=1, help="With --logs: the widest eth_getLogs."),
+    ] = DEFAULT_MAX_WIDTH,
+    max_response_bytes: Annotated[
+        int,
+        typer.Option(
+            "--max-response-bytes",
+            envvar="RPC_MAX_RESPONSE_BYTES",
+            min=1024,
+            help="The largest node answer read; a larger eth_getLogs answer is split.",
+        ),
+    ] = DEFAULT_MAX_RESPONSE_BYTES,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
-    """Fill the block database from a node: batched, resumable and reorg-aware."""
+    """Fill the block database from a node: batched, resumable and reorg-aware; with
+    --logs, only the logs asked for."""
     from blockx_chain.ingest import IngestOptions
+    from blockx_chain.ingest.log_fetch import LogQuery
 
     rpc_url = _rpc_url(rpc)
     db_url = _db_url(db)
+    if not logs and (address or topic0):
+        fail("--address and --topic0 select logs: pass --logs with them", EXIT_USAGE)
+    query = None
+    if logs:
+        query = LogQuery(
+            addresses=_hex_list(address, "--address", 42),
+            topic0s=_hex_list(topic0, "--topic0", 66),
+        )
     options = IngestOptions(
         from_block=from_block,
         to_block=_to_block(to),
@@ -204,6 +268,10 @@ def chain_ingest(
         allow_deep_reorg=allow_deep_reorg,
         poll_interval_s=poll_interval,
         traces=traces,
+        logs=query,
+        log_range=log_range,
+        max_log_range=max_log_range,
+        max_response_bytes=max_response_bytes,
     )
     show_live = console.is_terminal and not json_output
     try:
@@ -225,6 +293,9 @@ def chain_ingest(
         if data["trace_method"] is not None
         else ""
     )
+    if summary.log_filter is not None:
+        console.print(_selective_line(data, summary.log_filter.describe()), highlight=False)
+        return
     console.print(
         f"ingested blocks {data['from']}..{data['to']}: {data['blocks']} blocks, "
         f"{data['transactions']} transactions, {data['logs']} logs, "
@@ -232,6 +303,95 @@ def chain_ingest(
         f"{traced}{data['contracts']} contracts created, {data['reorgs']} reorgs "
         f"in {data['seconds']:.1f} s",
         highlight=False,
+    )
+
+
+async def _status(db: BlockDbUrl) -> dict[str, Any]:
+    from blockx_chain.store import open_store
+
+    store = await open_store(db, read_only=True)
+    try:
+        chain, record = await store.chain(), await store.log_filter()
+        data: dict[str, Any] = {
+            "database": store.description,
+            "schema_version": store.schema_version,
+            "holds": "nothing yet"
+            if chain is None
+            else "whole blocks"
+            if record is None
+            else "logs",
+            "log_filter": None if record is None else record.as_json(),
+        }
+        if chain is not None:
+            data |= {
+                "chain_id": chain.chain_id,
+                "genesis_hash": chain.genesis_hash,
+                "head": chain.head_number,
+                "head_hash": chain.head_hash,
+                "finalized": chain.finalized_number,
+                "epoch": chain.epoch,
+            }
+        return data
+    finally:
+        await store.close()
+
+
+@group.command("status")
+def chain_status(
+    *,
+    db: Annotated[
+        str | None,
+        typer.Option(envvar="BLOCKDB_URL", help="The block database (as for chain ingest)."),
+    ] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
+) -> None:
+    """What a block database holds: its chain, head, finalized block and epoch, and
+    whether it holds whole blocks or only the logs of a filter (--logs)."""
+    db_url = _db_url(db)
+    try:
+        data = asyncio.run(_status(db_url))
+    except StoreError as exc:
+        fail(str(exc), _exit_code(exc))
+    if json_output:
+        Output(console, json_mode=True).emit(data)
+        return
+    lines = [f"{data['database']} (schema version {data['schema_version']})"]
+    if data["holds"] == "nothing yet":
+        lines.append("holds nothing yet: no ingest has written it")
+    else:
+        lines.append(
+            f"chain {data['chain_id']}, head {data['head']}, finalized "
+            f"{'-' if data['finalized'] is None else data['finalized']}, epoch {data['epoch']}"
+        )
+        record = data["log_filter"]
+        if record is None:
+            lines.append("holds whole blocks: blocks, transactions, logs, erc20_transfers")
+        else:
+            addresses = ", ".join(record["addresses"]) or "any address"
+            topics = ", ".join(record["topic0s"]) or "any"
+            lines.append(
+                f"holds only logs (blockx chain ingest --logs) of {addresses} with topic0 "
+                f"{topics}, from block {record['from_block']}, with their blocks' headers: "
+                "no transactions"
+            )
+    for line in lines:
+        console.print(line, highlight=False, markup=False)
+
+
+def _selective_line(data: dict[str, Any], described: str) -> str:
+    low, high = data["log_ranges"]
+    queries = (
+        "no eth_getLogs"
+        if not data["log_requests"]
+        else f"{data['log_requests']} eth_getLogs of {low} to {high} blocks, "
+        f"{data['log_splits']} refused as too wide"
+    )
+    if data["rate_limited_s"]:
+        queries += f", {data['rate_limited_s']:.1f} s waiting out rate limits"
+    return (
+        f"scanned blocks {data['from']}..{data['to']} for {described}: {data['logs']} logs, "
+        f"{data['erc20_transfers']} ERC-20 transfers, {data['blocks']} block headers, "
+        f"{data['reorgs']} reorgs in {data['seconds']:.1f} s ({queries})"
     )
 
 

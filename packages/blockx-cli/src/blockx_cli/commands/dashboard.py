@@ -63,6 +63,16 @@ def dashboard(
         ),
     ] = None,
     sink_db: SinkDbOpt = None,
+    blockdb: Annotated[
+        str | None,
+        typer.Option(
+            "--blockdb",
+            envvar="BLOCKDB_URL",
+            help="The block database whose head and kind (whole blocks, or the logs of "
+            "a filter) the Jobs page shows (default: BLOCKDB_URL, else the running "
+            "`blockx dev up`'s).",
+        ),
+    ] = None,
     refresh: Annotated[
         float, typer.Option(min=0, help="Seconds between a page's data reloads; 0: never.")
     ] = DEFAULT_REFRESH_S,
@@ -81,11 +91,13 @@ def dashboard(
     HEAD only)."""
     settings = settings_of(ctx)
     sink = find_database(sink_db, "--sink-db", "SINK_DB_URL")
+    block_db = find_database(blockdb, "--blockdb", "BLOCKDB_URL")
     try:
         config = DashboardConfig(
             etcd_endpoints=tuple(settings.etcd_endpoints()),
             prefixes=tuple(prefix or DEFAULT_PREFIXES),
             sink_db_url=None if sink is None else url_text(sink[0]),
+            blockdb_url=None if block_db is None else url_text(block_db[0]),
             coordinator=settings.coordinator,
             bundle_coordinator=settings.bundle_coordinator,
             proxy_socket=settings.proxy,

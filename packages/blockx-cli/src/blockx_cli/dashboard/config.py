@@ -28,12 +28,15 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     """``coordinator``, ``bundle_coordinator`` and ``proxy_socket``: None is the
     client's own default (the environment, then the running ``dev up``, then
     localhost); ``direct``: through no proxy. ``sink_db_url``: the sink whose job
-    records the jobs page shows (None: none was named). ``timeout_s`` bounds each
+    records the jobs page shows (None: none was named); ``blockdb_url``: the block
+    database whose state (head, and whole blocks or the logs of a filter) it shows
+    above them. ``timeout_s`` bounds each
     answer a page waits for (etcd, each Worker, the Coordinator, the sink)."""
 
     etcd_endpoints: tuple[str, ...]
     prefixes: tuple[str, ...] = DEFAULT_PREFIXES
     sink_db_url: str | None = None
+    blockdb_url: str | None = None
     coordinator: str | None = None
     bundle_coordinator: str | None = None
     proxy_socket: str | None = None

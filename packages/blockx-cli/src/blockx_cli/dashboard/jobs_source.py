@@ -16,11 +16,14 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
+import msgspec
+
 from blockx_chain.sink import SinkError
+from blockx_chain.store import StoreError, open_store
 from blockx_chain.url import describe, parse_blockdb_url
 from blockx_cli.dashboard.config import DashboardConfig
 from blockx_cli.dashboard.sources import now_ms
-from blockx_cli.dashboard.views import BadJobRecord, JobRow, JobsPage, Problem
+from blockx_cli.dashboard.views import BadJobRecord, BlockDbState, JobRow, JobsPage, Problem
 from blockx_client.jobs import BadJobRecord as BadRecord
 from blockx_client.jobs import JobProgress, JobState, read_jobs
 
@@ -69,8 +72,46 @@ def bad_row(bad: BadRecord) -> BadJobRecord:
     return BadJobRecord(key=bad.job_id, error=bad.error)
 
 
+async def blockdb_state(url_text: str, timeout_s: float) -> BlockDbState | Problem:
+    """What the block database holds, read-only (it is never created here)."""
+    url = parse_blockdb_url(url_text)
+    try:
+        async with asyncio.timeout(timeout_s):
+            store = await open_store(url, read_only=True)
+            try:
+                chain, held = await store.chain(), await store.log_filter()
+            finally:
+                await store.close()
+    except (StoreError, TimeoutError) as exc:
+        error = str(exc) or f"no answer in {timeout_s:g} s"
+        return Problem(source=f"block database {describe(url)}", error=error)
+    if chain is None:
+        return BlockDbState(database=describe(url), holds="nothing yet")
+    return BlockDbState(
+        database=describe(url),
+        holds="whole blocks" if held is None else "logs",
+        head=chain.head_number,
+        finalized=chain.finalized_number,
+        epoch=chain.epoch,
+        addresses=() if held is None else held.addresses,
+        topic0s=() if held is None else held.topic0s,
+        from_block=None if held is None else held.from_block,
+    )
+
+
 async def jobs_page(config: DashboardConfig) -> JobsPage:
-    """Running jobs first, then the most recently updated; then the bad records."""
+    """The block database's state; running jobs first, then the most recently
+    updated; then the bad records."""
+    page = await _jobs(config)
+    if config.blockdb_url is None:
+        return page
+    state = await blockdb_state(config.blockdb_url, config.timeout_s)
+    if isinstance(state, Problem):
+        return msgspec.structs.replace(page, problems=(*page.problems, state))
+    return msgspec.structs.replace(page, blockdb=state)
+
+
+async def _jobs(config: DashboardConfig) -> JobsPage:
     if config.sink_db_url is None:
         return JobsPage(now_ms=now_ms(), jobs=(), problems=(Problem(source="sink", error=NO_SINK),))
     url = parse_blockdb_url(config.sink_db_url)

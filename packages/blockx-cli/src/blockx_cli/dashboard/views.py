@@ -208,11 +208,27 @@ class BadJobRecord(msgspec.Struct, frozen=True, kw_only=True):
     error: str
 
 
+class BlockDbState(msgspec.Struct, frozen=True, kw_only=True):
+    """What the block database the jobs read holds: whole blocks, or (a selective
+    ingest, ``--logs``) only the logs of ``addresses`` with ``topic0s`` (empty: any)
+    from ``from_block`` on."""
+
+    database: str
+    holds: str  # "whole blocks", "logs" or "nothing yet"
+    head: int | None = None
+    finalized: int | None = None
+    epoch: int | None = None
+    addresses: tuple[str, ...] = ()
+    topic0s: tuple[str, ...] = ()
+    from_block: int | None = None
+
+
 class JobsPage(msgspec.Struct, frozen=True, kw_only=True):
     now_ms: int
     jobs: tuple[JobRow, ...]
     bad_records: tuple[BadJobRecord, ...] = ()
     problems: tuple[Problem, ...] = ()
+    blockdb: BlockDbState | None = None
 
 
 class RunningTaskRow(msgspec.Struct, frozen=True, kw_only=True):

@@ -325,7 +325,11 @@ class DevCluster:
             if e.bundle_coordinator is not None:
                 root += ["--bundle-coordinator", e.bundle_coordinator]
             port = str(p.dashboard)
-            jobs_sink = () if e.sink_db_url is None else ("--sink-db", e.sink_db_url)
+            jobs_sink: tuple[str, ...] = (
+                () if e.sink_db_url is None else ("--sink-db", e.sink_db_url)
+            )
+            if e.block_db_url is not None:
+                jobs_sink += ("--blockdb", e.block_db_url)
             plan.append(
                 _Planned(
                     name="dashboard",

@@ -4,7 +4,9 @@ Reads: ``head()`` -> ``{"number", "hash", "finalized"}`` or None while nothing i
 ingested; ``block(number)`` -> a row or None; ``blocks(from_block, to_block)``
 (inclusive); ``transactions(block_number)``; ``logs(from_block, to_block=None,
 address=None, topic0=None)``; ``erc20_transfers(from_block, to_block=None,
-token=None)``; ``rows(table, from_block, to_block=None, where=None)``: any of the
+token=None)``; ``log_filter()`` -> what a selective database (``blockx chain ingest
+--logs``) holds, ``{"addresses", "topic0s", "from_block"}``, or None for one of
+whole blocks; ``rows(table, from_block, to_block=None, where=None)``: any of the
 four chain tables, ``where`` a ``{column: value}`` equality filter (``to_block=None``
 means ``from_block`` alone). Rows are dicts keyed
 by column name, ordered by block then index. A range whose answer would exceed
@@ -26,6 +28,7 @@ from typing import Any, Final
 from blockx_chain.schema import ChainState
 from blockx_chain.store import (
     BlockStore,
+    NotHeld,
     StoreError,
     StoreUnavailable,
     TooManyRows,
@@ -38,6 +41,7 @@ log = logging.getLogger(__name__)
 
 READS: Final = (
     "head",
+    "log_filter",
     "block",
     "blocks",
     "transactions",
@@ -112,6 +116,9 @@ class BlockDbBackend:
             return await getattr(store, op)(*bound.args, **bound.kwargs)
         except TooManyRows as exc:
             raise BackendError(IoErrorKind.BAD_REQUEST, f"io.blockdb.{exc}") from None
+        except NotHeld as exc:
+            # A selective database lacks it for good: asking again gets the same.
+            raise BackendError(IoErrorKind.BAD_REQUEST, f"io.blockdb.{op}: {exc}") from None
         except StoreError as exc:
             # Unreachable, or an error of the database itself: not the caller's fault.
             raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None

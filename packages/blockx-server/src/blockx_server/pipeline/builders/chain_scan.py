@@ -90,11 +90,47 @@ class ChainScanner:
         self.chunk_rows = chunk_rows
         self.chunk = FIRST_CHUNK_BLOCKS if chunk_rows is None else FIRST_SIZED_CHUNK_BLOCKS
         self.widest = FIRST_CHUNK_BLOCKS  # a wider chunk had too many rows
+        # What a selective database holds (None: whole blocks), read once.
+        self._log_filter: dict[str, Any] | None = None
+        self._log_filter_read = False
+
+    async def log_filter(self) -> dict[str, Any] | None:
+        """``{"addresses", "topic0s", "from_block"}`` of a selective database (made by
+        ``blockx chain ingest --logs``); None for a database of whole blocks."""
+        if not self._log_filter_read:
+            what = f"{self.builder}: reading what the block database holds"
+            found = msgspec.to_builtins(await _read(self.ctx, "log_filter", what))
+            self._log_filter = found if isinstance(found, dict) else None
+            self._log_filter_read = True
+        return self._log_filter
+
+    async def _selective_gaps(self, missing: list[int]) -> bool:
+        """Whether ``missing`` blocks are ones a selective database holds no row of
+        because they hold no matching log (scanned, at or below its head). A block
+        below the first one it scanned was never scanned: that is an error."""
+        held = await self.log_filter()
+        if held is None:
+            return False
+        first = int(held.get("from_block", 0))
+        if missing[0] < first:
+            raise BuilderError(
+                f"{self.builder}: the block database holds only logs from block {first} on "
+                f"(a selective ingest, blockx chain ingest --logs): block {missing[0]} was "
+                "never scanned"
+            )
+        head = await self.head()
+        return head is not None and missing[-1] <= head
 
     async def block(self, number: int) -> dict[str, Any]:
         """The canonical block row at ``number``; retryable while not yet ingested."""
         row = await _read(self.ctx, "block", f"{self.builder}: reading block {number}", number)
         if row is None:
+            if await self._selective_gaps([number]):
+                raise BuilderError(
+                    f"{self.builder}: block {number} holds none of the logs the block "
+                    "database keeps (a selective ingest stores only the blocks with a "
+                    "matching log)"
+                )
             raise self.not_ingested(number, await self.head())
         assert isinstance(row, dict)
         return row
@@ -143,7 +179,7 @@ class ChainScanner:
         blocks: list[dict[str, Any]] = await _read(self.ctx, "blocks", what, start, end)
         have = {b["block_number"] for b in blocks}
         missing = [n for n in range(start, end + 1) if n not in have]
-        if missing:
+        if missing and not await self._selective_gaps(missing):
             raise BuilderError(
                 f"{self.builder}: block {missing[0]} is not in the block database yet "
                 f"({len(missing)} of blocks {start}..{end} missing)",
