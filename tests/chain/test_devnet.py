@@ -94,6 +94,21 @@ async def test_each_block_is_one_json_rpc_exchange(client: JsonRpcClient) -> Non
         assert (on_node["hash"], len(on_node["transactions"])) == (block.hash, 5)
 
 
+async def test_a_block_of_more_transactions_than_a_batch_holds_is_mined(
+    client: JsonRpcClient,
+) -> None:
+    """One sender's transactions beyond one batch go in batches one after another:
+    sent side by side, they raced for its nonces and the node refused some."""
+    devnet = Devnet(client)
+    await devnet.setup(tokens=1)
+    sender, receiver = devnet.accounts[-2:]
+    count = client.max_batch * 2 + 1
+    txs = [{"from": sender, "to": receiver, "gas": quantity(21_000), "value": "0x1"}] * count
+    block = await devnet.mine_block(txs, False)
+    assert block.transactions == count
+    assert len((await _block(client, block.number))["transactions"]) == count
+
+
 @pytest.mark.parametrize("depth", [1, 5])
 async def test_a_reorg_changes_every_hash_above_the_fork(client: JsonRpcClient, depth: int) -> None:
     devnet = Devnet(client, seed=depth)

@@ -378,14 +378,15 @@ class Devnet:
         return mined
 
     async def _send_and_mine(self, txs: list[dict[str, Any]], timestamp: int) -> None:
-        """One block of ``txs``: one batch when they fit in one with ``evm_mine``,
-        else the transactions (however the client splits them) and then the mine."""
-        sends = [("eth_sendTransaction", [tx]) for tx in txs]
-        if len(sends) < self.client.max_batch:
-            await self.client.batch([*sends, ("evm_mine", [timestamp])])
-            return
-        await self.client.batch(sends)
-        await self.client.request("evm_mine", [timestamp])
+        """One block of ``txs``: batches of transactions one after another, the last
+        with ``evm_mine``. Batches sent side by side would race for one sender's
+        nonces (the node answers "replacement transaction underpriced")."""
+        sends: list[tuple[str, list[Any]]] = [("eth_sendTransaction", [tx]) for tx in txs]
+        step = self.client.max_batch - 1
+        while len(sends) > step:
+            await self.client.batch(sends[:step])
+            sends = sends[step:]
+        await self.client.batch([*sends, ("evm_mine", [timestamp])])
 
     def _timestamp_of(self, number: int) -> int:
         return self.genesis_timestamp + number * self.interval_s
