@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -86,6 +86,25 @@ BLOCKS: Final = Table(
         Column("gas_limit", INT),
         Column("base_fee_per_gas", INT, nullable=True),
         Column("transaction_count", INT),
+        # The rest of the header (schema version 3): NULL where the node's era or
+        # chain has no such field, and in rows stored before the columns existed.
+        Column("nonce", D, nullable=True),
+        Column("mix_hash", H, nullable=True),
+        Column("sha3_uncles", H, nullable=True),
+        Column("logs_bloom", D, nullable=True),
+        Column("transactions_root", H, nullable=True),
+        Column("state_root", H, nullable=True),
+        Column("receipts_root", H, nullable=True),
+        Column("difficulty", U, nullable=True),
+        Column("total_difficulty", U, nullable=True),
+        Column("size", INT, nullable=True),
+        Column("extra_data", D, nullable=True),
+        Column("withdrawals_root", H, nullable=True),
+        Column("blob_gas_used", INT, nullable=True),
+        Column("excess_blob_gas", INT, nullable=True),
+        Column("parent_beacon_block_root", H, nullable=True),
+        Column("requests_hash", H, nullable=True),
+        Column("uncle_count", INT, nullable=True),
     ),
     key=("block_number",),
 )
@@ -107,6 +126,26 @@ TRANSACTIONS: Final = Table(
         Column("transaction_type", INT),
         Column("success", INT, nullable=True),
         Column("contract_address", A, nullable=True),
+        # Fees, signature and type-specific fields, then the receipt's (schema
+        # version 3): NULL where the transaction's type has no such field.
+        Column("gas_price", U, nullable=True),
+        Column("max_fee_per_gas", U, nullable=True),
+        Column("max_priority_fee_per_gas", U, nullable=True),
+        Column("max_fee_per_blob_gas", U, nullable=True),
+        Column("blob_versioned_hashes", J, nullable=True),
+        Column("chain_id", INT, nullable=True),
+        Column("access_list", J, nullable=True),
+        Column("authorization_list", J, nullable=True),
+        Column("v", INT, nullable=True),
+        Column("r", H, nullable=True),
+        Column("s", H, nullable=True),
+        Column("y_parity", INT, nullable=True),
+        Column("cumulative_gas_used", INT, nullable=True),
+        Column("receipt_root", H, nullable=True),
+        Column("blob_gas_used", INT, nullable=True),
+        Column("blob_gas_price", U, nullable=True),
+        # The transaction's and its receipt's fields no column holds (see EXTRA).
+        Column("extra", J, nullable=True),
     ),
     key=("block_number", "transaction_index"),
 )
@@ -142,6 +181,19 @@ ERC20_TRANSFERS: Final = Table(
     ),
     key=("block_number", "log_index"),
 )
+WITHDRAWALS: Final = Table(
+    "withdrawals",
+    (
+        Column("block_number", INT),
+        Column("block_hash", H),
+        Column("position", INT),  # in the block's list
+        Column("withdrawal_index", INT),  # the consensus layer's counter
+        Column("validator_index", INT),
+        Column("address", A),
+        Column("amount", INT),  # gwei
+    ),
+    key=("block_number", "position"),
+)
 CHAIN: Final = Table(
     "chain",
     (
@@ -170,8 +222,11 @@ REORGS: Final = Table(
 # When ingest stored a block: in ``blocks``, after the chain's columns (version 2).
 SEEN_AT: Final = Column("seen_at_ms", INT, nullable=True)
 
-# Tables keyed by block: what delete_above removes, and what insert_blocks replaces.
-BLOCK_TABLES: Final = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS)
+# Tables keyed by block: what delete_above removes, what insert_blocks replaces,
+# what ``rows`` reads (ordered by the table's key) and what no sink may target. A
+# new table with ``block_number`` and ``block_hash`` columns needs only to be
+# listed here to be served by io.blockdb and scanned by the Builders.
+BLOCK_TABLES: Final = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, WITHDRAWALS)
 TABLES: Final = (*BLOCK_TABLES, CHAIN, REORGS)
 
 INDEXES: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
@@ -180,6 +235,11 @@ INDEXES: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
     ("logs_by_topic0", "logs", ("topic0", "block_number")),
     ("logs_by_address", "logs", ("address", "block_number")),
     ("erc20_transfers_by_token", "erc20_transfers", ("token", "block_number")),
+)
+# Made by the migration to version 3, not by version 1 (which makes INDEXES).
+WITHDRAWALS_INDEXES: Final[tuple[tuple[str, str, tuple[str, ...]], ...]] = (
+    ("withdrawals_by_address", "withdrawals", ("address", "block_number")),
+    ("withdrawals_by_validator", "withdrawals", ("validator_index", "block_number")),
 )
 
 # keccak256("Transfer(address,address,uint256)")
@@ -217,7 +277,7 @@ def create_table(table: Table, engine: Engine) -> str:
     types = _SQL_TYPES[engine]
     lines = []
     for column in table.columns:
-        if table is REORGS and column.name == "id":
+        if table.name == REORGS.name and column.name == "id":
             # Ids only grow, even after deletes: followers use them as a cursor.
             lines.append(
                 "id INTEGER PRIMARY KEY AUTOINCREMENT"
@@ -227,16 +287,36 @@ def create_table(table: Table, engine: Engine) -> str:
             continue
         null = "" if column.nullable else " NOT NULL"
         lines.append(f"{column.name} {types[column.type]}{null}")
-    if table.key and table is not REORGS:
+    if table.key and table.name != REORGS.name:
         lines.append(f"PRIMARY KEY ({', '.join(table.key)})")
     return f"CREATE TABLE {table.name} (\n    " + ",\n    ".join(lines) + "\n)"
 
 
+def create_index(name: str, table: str, columns: tuple[str, ...]) -> str:
+    return f"CREATE INDEX {name} ON {table} ({', '.join(columns)})"
+
+
+# The first version's tables and how many of each one's columns it had: a table
+# is made by the migration that adds it, and a later migration appends columns to
+# the table's definition above and ALTERs them in, so version 1 stays as it was.
+_V1_COLUMNS: Final = {
+    BLOCKS.name: 9,
+    TRANSACTIONS.name: 15,
+    LOGS.name: 11,
+    ERC20_TRANSFERS.name: 9,
+    CHAIN.name: 6,
+    REORGS.name: 6,
+}
+
+
+def _as_of_v1(table: Table) -> Table:
+    return Table(table.name, table.columns[: _V1_COLUMNS[table.name]], table.key)
+
+
 def _schema_v1(engine: Engine) -> list[str]:
-    statements = [create_table(table, engine) for table in TABLES]
-    statements += [
-        f"CREATE INDEX {name} ON {table} ({', '.join(columns)})" for name, table, columns in INDEXES
-    ]
+    tables = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, CHAIN, REORGS)
+    statements = [create_table(_as_of_v1(table), engine) for table in tables]
+    statements += [create_index(name, table, columns) for name, table, columns in INDEXES]
     # The chain table holds one row: a unique index on a constant refuses a second.
     statements.append("CREATE UNIQUE INDEX chain_one_row ON chain ((1))")
     return statements
@@ -246,10 +326,53 @@ def _seen_at_v2(engine: Engine) -> list[str]:
     return [f"ALTER TABLE blocks ADD COLUMN {SEEN_AT.name} {_SQL_TYPES[engine][SEEN_AT.type]}"]
 
 
-MIGRATIONS: Final = (_schema_v1, _seen_at_v2)
+def _every_column_v3(engine: Engine) -> list[str]:
+    types = _SQL_TYPES[engine]
+    statements = [
+        f"ALTER TABLE {table.name} ADD COLUMN {column.name} {types[column.type]}"
+        for table, columns in (
+            (BLOCKS, BLOCKS.columns[9:26]),
+            (TRANSACTIONS, TRANSACTIONS.columns[15:32]),
+        )
+        for column in columns
+    ]
+    statements.append(create_table(WITHDRAWALS, engine))
+    statements += [create_index(*index) for index in WITHDRAWALS_INDEXES]
+    return statements
+
+
+MIGRATIONS: Final = (_schema_v1, _seen_at_v2, _every_column_v3)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 # The schema version that added ``blocks.seen_at_ms``.
 SEEN_AT_SINCE: Final = MIGRATIONS.index(_seen_at_v2) + 1
+# The schema version that added the header, fee and signature columns and withdrawals.
+EVERY_COLUMN_SINCE: Final = MIGRATIONS.index(_every_column_v3) + 1
+
+_CREATE_TABLE: Final = re.compile(r"\s*CREATE\s+TABLE\s+(\w+)", re.IGNORECASE)
+
+
+def created_tables(statements: Sequence[str]) -> list[str]:
+    """The tables these migration statements create, by name."""
+    return [m.group(1).lower() for s in statements if (m := _CREATE_TABLE.match(s)) is not None]
+
+
+def refuse_existing_tables(
+    statements: Sequence[str], existing: Collection[str], version: int, description: str
+) -> None:
+    """SchemaError when the migration to ``version`` would create a table the
+    database already holds (a user's own table of the same name): the stores call
+    this before every migration, so each new table is covered by being created."""
+    have = {name.lower() for name in existing}
+    for name in created_tables(statements):
+        if name in have:
+            raise SchemaError(
+                f"{description} already holds a table named {name!r}, which BlockX's "
+                f"schema version {version} creates: rename or drop that table, then open again"
+            )
+
+
+class SchemaError(Exception):
+    """A database cannot take this schema; the stores raise it as SchemaRefused."""
 
 
 # Rows written by ingest. Field names are the column names.
@@ -265,6 +388,23 @@ class Block(msgspec.Struct, frozen=True, kw_only=True):
     gas_limit: int
     base_fee_per_gas: int | None
     transaction_count: int
+    nonce: str | None = None
+    mix_hash: str | None = None
+    sha3_uncles: str | None = None
+    logs_bloom: str | None = None
+    transactions_root: str | None = None
+    state_root: str | None = None
+    receipts_root: str | None = None
+    difficulty: int | str | None = None
+    total_difficulty: int | str | None = None
+    size: int | None = None
+    extra_data: str | None = None
+    withdrawals_root: str | None = None
+    blob_gas_used: int | None = None
+    excess_blob_gas: int | None = None
+    parent_beacon_block_root: str | None = None
+    requests_hash: str | None = None
+    uncle_count: int | None = None
 
 
 class Transaction(msgspec.Struct, frozen=True, kw_only=True):
@@ -283,6 +423,23 @@ class Transaction(msgspec.Struct, frozen=True, kw_only=True):
     transaction_type: int
     success: int | None
     contract_address: str | None
+    gas_price: int | str | None = None
+    max_fee_per_gas: int | str | None = None
+    max_priority_fee_per_gas: int | str | None = None
+    max_fee_per_blob_gas: int | str | None = None
+    blob_versioned_hashes: list[Any] | str | None = None
+    chain_id: int | None = None
+    access_list: list[Any] | str | None = None
+    authorization_list: list[Any] | str | None = None
+    v: int | None = None
+    r: str | None = None
+    s: str | None = None
+    y_parity: int | None = None
+    cumulative_gas_used: int | None = None
+    receipt_root: str | None = None
+    blob_gas_used: int | None = None
+    blob_gas_price: int | str | None = None
+    extra: dict[str, Any] | str | None = None
 
 
 class Log(msgspec.Struct, frozen=True, kw_only=True):
@@ -299,12 +456,24 @@ class Log(msgspec.Struct, frozen=True, kw_only=True):
     data: str
 
 
+class Withdrawal(msgspec.Struct, frozen=True, kw_only=True):
+    block_number: int
+    block_hash: str
+    position: int
+    withdrawal_index: int
+    validator_index: int
+    address: str
+    amount: int
+
+
 class BlockRows(msgspec.Struct, frozen=True, kw_only=True):
-    """One block with its transactions and logs, as insert_blocks takes it."""
+    """One block with its transactions, logs and withdrawals, as insert_blocks
+    takes it."""
 
     block: Block
     transactions: Sequence[Transaction] = ()
     logs: Sequence[Log] = ()
+    withdrawals: Sequence[Withdrawal] = ()
 
 
 class ChainState(msgspec.Struct, frozen=True, kw_only=True):
@@ -403,13 +572,16 @@ _EXACT_HEX: Final[Mapping[ColumnType, re.Pattern[str]]] = {
 def checked_row(table: Table, row: msgspec.Struct, where: str) -> tuple[Any, ...]:
     """``row``'s values in ``table``'s column order, each checked.
 
-    The common case (an in-range int, lowercase hex of the right length) is
-    accepted inline; anything else goes through check_value, which converts it
+    The common case (NULL where allowed, an in-range int, lowercase hex of the
+    right length) is accepted inline; anything else goes through check_value, which converts it
     (uppercase hex, a uint256) or raises with the rule it broke. Ingest checks
     every cell of every row, so this is on its hot path."""
     values = msgspec.structs.astuple(row)
     out: list[Any] = []
     for column, value in zip(table.columns, values, strict=True):
+        if value is None and column.nullable:
+            out.append(None)
+            continue
         kind = column.type
         if kind is ColumnType.INTEGER:
             if type(value) is int and 0 <= value <= MAX_INTEGER and column.name != "success":
@@ -470,10 +642,20 @@ def block_row_sets(
             transfer = erc20_transfer(checked)
             if transfer is not None:
                 rows[ERC20_TRANSFERS.name].append(transfer)
+        for withdrawal in bundle.withdrawals:
+            where = f"block {number} withdrawal {withdrawal.position}"
+            if withdrawal.block_number != number:
+                raise RowError(f"{where} says block_number {withdrawal.block_number}")
+            rows[WITHDRAWALS.name].append(checked_row(WITHDRAWALS, withdrawal, where))
     return rows
 
 
-for _table, _struct in ((BLOCKS, Block), (TRANSACTIONS, Transaction), (LOGS, Log)):
+for _table, _struct in (
+    (BLOCKS, Block),
+    (TRANSACTIONS, Transaction),
+    (LOGS, Log),
+    (WITHDRAWALS, Withdrawal),
+):
     # checked_row reads a row's fields in order: they are the table's columns.
     assert _struct.__struct_fields__ == _table.names, _table.name
 

@@ -9,15 +9,78 @@ BAD_ANSWER, naming its field); the store checks every value against the schema
 of another block with the same number (the node reorged between the two requests)
 raise ``Inconsistent`` so the batch is fetched again; receipts of this very block
 that are not of its transactions, in order, are BAD_ANSWER.
+
+Every field of a transaction and of its receipt is kept: in its column, or, when
+the schema has no column for it (an L2 deposit's ``sourceHash``, ``mint`` and
+``isSystemTx``, an OP receipt's ``l1Fee``, a field of a type not yet known), in
+the transaction's ``extra``: ``{"transaction": {...}, "receipt": {...}}`` with
+the fields as the node gave them, each part present only when it has a field,
+and NULL when every field has a column. Left out on purpose are the fields that
+repeat another column (``blockHash``, ``blockNumber``, ``blockTimestamp``,
+``transactionIndex``, a receipt's ``from``, ``to``, ``type`` and
+``transactionHash``) and the receipt's ``logsBloom``, which its logs determine.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from blockx_chain.rpc import parse_quantity, quantity
 from blockx_chain.rpc.answers import bad_answer, call_text, check_receipts, field, shown
-from blockx_chain.schema import Block, BlockRows, Log, Transaction
+from blockx_chain.schema import Block, BlockRows, Log, Transaction, Withdrawal
+
+# The fields of a transaction object and of a receipt that a column holds (or that
+# repeat one); any other field goes to ``extra``.
+TRANSACTION_FIELDS: Final = frozenset(
+    {
+        "blockHash",
+        "blockNumber",
+        "blockTimestamp",
+        "hash",
+        "transactionIndex",
+        "type",
+        "from",
+        "to",
+        "value",
+        "input",
+        "nonce",
+        "gas",
+        "gasPrice",
+        "maxFeePerGas",
+        "maxPriorityFeePerGas",
+        "maxFeePerBlobGas",
+        "blobVersionedHashes",
+        "chainId",
+        "accessList",
+        "authorizationList",
+        "v",
+        "r",
+        "s",
+        "yParity",
+    }
+)
+RECEIPT_FIELDS: Final = frozenset(
+    {
+        "blockHash",
+        "blockNumber",
+        "blockTimestamp",
+        "transactionHash",
+        "transactionIndex",
+        "type",
+        "from",
+        "to",
+        "contractAddress",
+        "cumulativeGasUsed",
+        "gasUsed",
+        "effectiveGasPrice",
+        "status",
+        "root",
+        "blobGasUsed",
+        "blobGasPrice",
+        "logs",
+        "logsBloom",
+    }
+)
 
 
 class Inconsistent(Exception):
@@ -31,6 +94,51 @@ def _int(obj: dict[str, Any], name: str, where: str) -> int:
 def _opt_int(obj: dict[str, Any], name: str, where: str) -> int | None:
     value = obj.get(name)
     return None if value is None else parse_quantity(value, f"{where}.{name}")
+
+
+def _opt_list(obj: dict[str, Any], name: str, where: str) -> list[Any] | None:
+    value = obj.get(name)
+    if value is None or isinstance(value, list):
+        return value
+    raise bad_answer(f"{where}.{name}", f"not a list: {shown(value)}")
+
+
+def _opt_word(obj: dict[str, Any], name: str, where: str) -> str | None:
+    """A 256-bit quantity (a signature's r or s) as 32 bytes of hex."""
+    value = obj.get(name)
+    return None if value is None else f"0x{parse_quantity(value, f'{where}.{name}'):064x}"
+
+
+def _extra(tx: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any] | None:
+    extra: dict[str, Any] = {}
+    if not TRANSACTION_FIELDS.issuperset(tx):
+        extra["transaction"] = {k: v for k, v in tx.items() if k not in TRANSACTION_FIELDS}
+    if not RECEIPT_FIELDS.issuperset(receipt):
+        extra["receipt"] = {k: v for k, v in receipt.items() if k not in RECEIPT_FIELDS}
+    return extra or None
+
+
+def _withdrawals(
+    block: dict[str, Any], number: int, block_hash: str, what: str
+) -> list[Withdrawal]:
+    listed = _opt_list(block, "withdrawals", what) or []
+    withdrawals = []
+    for position, item in enumerate(listed):
+        at = f"{what}: withdrawals[{position}]"
+        if not isinstance(item, dict):
+            raise bad_answer(at, f"not an object: {shown(item)}")
+        withdrawals.append(
+            Withdrawal(
+                block_number=number,
+                block_hash=block_hash,
+                position=position,
+                withdrawal_index=_int(item, "index", at),
+                validator_index=_int(item, "validatorIndex", at),
+                address=field(item, "address", at),
+                amount=_int(item, "amount", at),
+            )
+        )
+    return withdrawals
 
 
 def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRows:
@@ -71,6 +179,23 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
                 transaction_type=_opt_int(tx, "type", at) or 0,
                 success=_opt_int(receipt, "status", receipt_at),
                 contract_address=receipt.get("contractAddress"),
+                gas_price=_opt_int(tx, "gasPrice", at),
+                max_fee_per_gas=_opt_int(tx, "maxFeePerGas", at),
+                max_priority_fee_per_gas=_opt_int(tx, "maxPriorityFeePerGas", at),
+                max_fee_per_blob_gas=_opt_int(tx, "maxFeePerBlobGas", at),
+                blob_versioned_hashes=_opt_list(tx, "blobVersionedHashes", at),
+                chain_id=_opt_int(tx, "chainId", at),
+                access_list=_opt_list(tx, "accessList", at),
+                authorization_list=_opt_list(tx, "authorizationList", at),
+                v=_opt_int(tx, "v", at),
+                r=_opt_word(tx, "r", at),
+                s=_opt_word(tx, "s", at),
+                y_parity=_opt_int(tx, "yParity", at),
+                cumulative_gas_used=_opt_int(receipt, "cumulativeGasUsed", receipt_at),
+                receipt_root=receipt.get("root"),
+                blob_gas_used=_opt_int(receipt, "blobGasUsed", receipt_at),
+                blob_gas_price=_opt_int(receipt, "blobGasPrice", receipt_at),
+                extra=_extra(tx, receipt),
             )
         )
         for position, log in enumerate(receipt.get("logs") or []):
@@ -94,6 +219,7 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
                     data=log.get("data", "0x"),
                 )
             )
+    uncles = _opt_list(block, "uncles", what)
     return BlockRows(
         block=Block(
             block_number=number,
@@ -105,7 +231,25 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
             gas_limit=_int(block, "gasLimit", what),
             base_fee_per_gas=_opt_int(block, "baseFeePerGas", what),
             transaction_count=len(txs),
+            nonce=block.get("nonce"),
+            mix_hash=block.get("mixHash"),
+            sha3_uncles=block.get("sha3Uncles"),
+            logs_bloom=block.get("logsBloom"),
+            transactions_root=block.get("transactionsRoot"),
+            state_root=block.get("stateRoot"),
+            receipts_root=block.get("receiptsRoot"),
+            difficulty=_opt_int(block, "difficulty", what),
+            total_difficulty=_opt_int(block, "totalDifficulty", what),
+            size=_opt_int(block, "size", what),
+            extra_data=block.get("extraData"),
+            withdrawals_root=block.get("withdrawalsRoot"),
+            blob_gas_used=_opt_int(block, "blobGasUsed", what),
+            excess_blob_gas=_opt_int(block, "excessBlobGas", what),
+            parent_beacon_block_root=block.get("parentBeaconBlockRoot"),
+            requests_hash=block.get("requestsHash"),
+            uncle_count=None if uncles is None else len(uncles),
         ),
         transactions=transactions,
         logs=logs,
+        withdrawals=_withdrawals(block, number, block_hash, what),
     )

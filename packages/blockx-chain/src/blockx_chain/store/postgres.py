@@ -25,6 +25,8 @@ from blockx_chain.schema import (
     TABLES,
     ColumnType,
     Engine,
+    SchemaError,
+    refuse_existing_tables,
 )
 from blockx_chain.store.base import BlockStore, BlockWriter
 from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
@@ -128,7 +130,8 @@ class _PostgresWriter(BlockWriter):
 def _with_decimals(row: tuple[Any, ...], positions: list[int]) -> tuple[Any, ...]:
     values = list(row)
     for i in positions:
-        values[i] = Decimal(values[i])
+        if values[i] is not None:
+            values[i] = Decimal(values[i])
     return tuple(values)
 
 
@@ -178,8 +181,22 @@ class PostgresStore(BlockStore):
                 if version == 0:
                     await conn.execute("CREATE TABLE blockx_schema (version INTEGER NOT NULL)")
                     await conn.execute("INSERT INTO blockx_schema (version) VALUES (0)")
-                for migrate in MIGRATIONS[version:]:
-                    for statement in migrate(Engine.POSTGRES):
+                for target, migrate in enumerate(MIGRATIONS[version:], start=version + 1):
+                    statements = migrate(Engine.POSTGRES)
+                    existing = await conn.fetch(
+                        "SELECT table_name FROM information_schema.tables "
+                        "WHERE table_schema = current_schema()"
+                    )
+                    try:
+                        refuse_existing_tables(
+                            statements,
+                            [r["table_name"] for r in existing],
+                            target,
+                            self.description,
+                        )
+                    except SchemaError as exc:
+                        raise SchemaRefused(str(exc)) from None
+                    for statement in statements:
                         await conn.execute(statement)
                 await conn.execute("UPDATE blockx_schema SET version = $1", SCHEMA_VERSION)
 
