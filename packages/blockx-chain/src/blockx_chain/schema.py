@@ -569,33 +569,89 @@ _EXACT_HEX: Final[Mapping[ColumnType, re.Pattern[str]]] = {
 }
 
 
+# How checked_row takes a column's common case inline, without check_value (plain
+# ints: the loop compares them with literals, the cheapest test there is).
+_FAST_NONE: Final = 0  # every value goes through check_value
+_FAST_INTEGER: Final = 1  # an int in 0 .. 2**63 - 1
+_FAST_HEX: Final = 2  # lowercase hex of the column's length
+_FAST_UINT256: Final = 3  # an int in 0 .. 2**256 - 1, stored as its decimal text
+_FAST_JSON: Final = 4  # a list or an object, stored as compact JSON text
+
+
+class _Plan:
+    """A table's columns as checked_row walks them, worked out once per table."""
+
+    __slots__ = ("steps", "table")
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.steps = tuple((column, *_fast_way(column)) for column in table.columns)
+
+
+def _fast_way(column: Column) -> tuple[bool, int, re.Pattern[str]]:
+    if column.type is ColumnType.INTEGER and column.name != "success":
+        fast = _FAST_INTEGER
+    elif column.type in _EXACT_HEX:
+        return column.nullable, _FAST_HEX, _EXACT_HEX[column.type]
+    elif column.type is ColumnType.UINT256:
+        fast = _FAST_UINT256
+    elif column.type is ColumnType.JSON:
+        fast = _FAST_JSON
+    else:
+        fast = _FAST_NONE
+    return column.nullable, fast, _HEX  # the pattern is only used with _FAST_HEX
+
+
+_PLANS: Final[dict[str, _Plan]] = {}
+
+
 def checked_row(table: Table, row: msgspec.Struct, where: str) -> tuple[Any, ...]:
     """``row``'s values in ``table``'s column order, each checked.
 
     The common case (NULL where allowed, an in-range int, lowercase hex of the
-    right length) is accepted inline; anything else goes through check_value, which converts it
-    (uppercase hex, a uint256) or raises with the rule it broke. Ingest checks
-    every cell of every row, so this is on its hot path."""
-    values = msgspec.structs.astuple(row)
+    right length, a list or an object) is accepted inline; anything else goes
+    through check_value, which converts it (uppercase hex, a uint256 in text) or
+    raises with the rule it broke. Ingest checks every cell of every row, so this
+    is on its hot path."""
+    plan = _PLANS.get(table.name)
+    if plan is None or plan.table is not table:
+        plan = _PLANS[table.name] = _Plan(table)
     out: list[Any] = []
-    for column, value in zip(table.columns, values, strict=True):
-        if value is None and column.nullable:
-            out.append(None)
-            continue
-        kind = column.type
-        if kind is ColumnType.INTEGER:
-            if type(value) is int and 0 <= value <= MAX_INTEGER and column.name != "success":
-                out.append(value)
+    append = out.append
+    for (column, nullable, fast, pattern), value in zip(
+        plan.steps, msgspec.structs.astuple(row), strict=True
+    ):
+        if value is None:
+            if nullable:
+                append(None)
                 continue
-        elif (
-            kind in _EXACT_HEX
-            and type(value) is str
-            and _EXACT_HEX[kind].fullmatch(value) is not None
-        ):
-            out.append(value)
+        elif fast == 1:
+            if type(value) is int and 0 <= value <= 0x7FFFFFFFFFFFFFFF:
+                append(value)
+                continue
+        elif fast == 2:
+            if type(value) is str and pattern.fullmatch(value) is not None:
+                append(value)
+                continue
+        elif fast == 3:
+            if type(value) is int and 0 <= value <= MAX_UINT256:
+                append(str(value))
+                continue
+        elif fast == 4 and type(value) in (list, dict):
+            append(json_text(value, f"{table.name}.{column.name} of {where}"))
             continue
-        out.append(check_value(table, column, value, where))
+        append(check_value(table, column, value, where))
     return tuple(out)
+
+
+# checked_row's loop writes these out.
+assert (MAX_INTEGER, _FAST_INTEGER, _FAST_HEX, _FAST_UINT256, _FAST_JSON) == (
+    0x7FFFFFFFFFFFFFFF,
+    1,
+    2,
+    3,
+    4,
+)
 
 
 def erc20_transfer(log: tuple[Any, ...]) -> tuple[Any, ...] | None:

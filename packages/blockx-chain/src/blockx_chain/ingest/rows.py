@@ -23,6 +23,7 @@ repeat another column (``blockHash``, ``blockNumber``, ``blockTimestamp``,
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
 
 from blockx_chain.rpc import parse_quantity, quantity
@@ -87,13 +88,59 @@ class Inconsistent(Exception):
     """A block and its receipts disagree: the node changed between two requests."""
 
 
+# A well-formed quantity, checked inline: the message (and parse_quantity) is only
+# for a malformed one. Every block, transaction and receipt has a dozen or more.
+_QUANTITY: Final = re.compile(r"0x[0-9a-fA-F]{1,64}").fullmatch
+
+
 def _int(obj: dict[str, Any], name: str, where: str) -> int:
+    value = obj.get(name)
+    if type(value) is str and _QUANTITY(value) is not None:
+        return int(value, 16)
     return parse_quantity(field(obj, name, where), f"{where}.{name}")
 
 
 def _opt_int(obj: dict[str, Any], name: str, where: str) -> int | None:
     value = obj.get(name)
-    return None if value is None else parse_quantity(value, f"{where}.{name}")
+    if value is None:
+        return None
+    if type(value) is str and _QUANTITY(value) is not None:
+        return int(value, 16)
+    return parse_quantity(value, f"{where}.{name}")
+
+
+# The optional quantities read in one call each (one frame instead of one per
+# field: a block has a hundred of them or more).
+_HEADER_QUANTITIES: Final = (
+    "difficulty",
+    "totalDifficulty",
+    "size",
+    "blobGasUsed",
+    "excessBlobGas",
+)
+_TRANSACTION_QUANTITIES: Final = (
+    "gasPrice",
+    "maxFeePerGas",
+    "maxPriorityFeePerGas",
+    "maxFeePerBlobGas",
+    "chainId",
+    "v",
+    "yParity",
+)
+_RECEIPT_QUANTITIES: Final = ("cumulativeGasUsed", "blobGasUsed", "blobGasPrice")
+
+
+def _opt_ints(obj: dict[str, Any], names: tuple[str, ...], where: str) -> list[int | None]:
+    values: list[int | None] = []
+    for name in names:
+        value = obj.get(name)
+        if value is None:
+            values.append(None)
+        elif type(value) is str and _QUANTITY(value) is not None:
+            values.append(int(value, 16))
+        else:
+            values.append(parse_quantity(value, f"{where}.{name}"))
+    return values
 
 
 def _opt_list(obj: dict[str, Any], name: str, where: str) -> list[Any] | None:
@@ -104,9 +151,12 @@ def _opt_list(obj: dict[str, Any], name: str, where: str) -> list[Any] | None:
 
 
 def _opt_word(obj: dict[str, Any], name: str, where: str) -> str | None:
-    """A 256-bit quantity (a signature's r or s) as 32 bytes of hex."""
+    """A 256-bit quantity (a signature's r or s) as 32 bytes of hex: a node drops
+    leading zero digits. Already 32 bytes, it goes as it is to the store's check."""
     value = obj.get(name)
-    return None if value is None else f"0x{parse_quantity(value, f'{where}.{name}'):064x}"
+    if value is None or (type(value) is str and len(value) == 66):
+        return value
+    return f"0x{parse_quantity(value, f'{where}.{name}'):064x}"
 
 
 def _extra(tx: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any] | None:
@@ -162,6 +212,8 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
         index = _int(tx, "transactionIndex", what)
         at = f"{what}: transactions[{index}]"
         receipt_at = f"receipts of block {number}: [{index}]"
+        fees = _opt_ints(tx, _TRANSACTION_QUANTITIES, at)
+        gas = _opt_ints(receipt, _RECEIPT_QUANTITIES, receipt_at)
         transactions.append(
             Transaction(
                 block_number=number,
@@ -179,22 +231,22 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
                 transaction_type=_opt_int(tx, "type", at) or 0,
                 success=_opt_int(receipt, "status", receipt_at),
                 contract_address=receipt.get("contractAddress"),
-                gas_price=_opt_int(tx, "gasPrice", at),
-                max_fee_per_gas=_opt_int(tx, "maxFeePerGas", at),
-                max_priority_fee_per_gas=_opt_int(tx, "maxPriorityFeePerGas", at),
-                max_fee_per_blob_gas=_opt_int(tx, "maxFeePerBlobGas", at),
+                gas_price=fees[0],
+                max_fee_per_gas=fees[1],
+                max_priority_fee_per_gas=fees[2],
+                max_fee_per_blob_gas=fees[3],
                 blob_versioned_hashes=_opt_list(tx, "blobVersionedHashes", at),
-                chain_id=_opt_int(tx, "chainId", at),
+                chain_id=fees[4],
                 access_list=_opt_list(tx, "accessList", at),
                 authorization_list=_opt_list(tx, "authorizationList", at),
-                v=_opt_int(tx, "v", at),
+                v=fees[5],
                 r=_opt_word(tx, "r", at),
                 s=_opt_word(tx, "s", at),
-                y_parity=_opt_int(tx, "yParity", at),
-                cumulative_gas_used=_opt_int(receipt, "cumulativeGasUsed", receipt_at),
+                y_parity=fees[6],
+                cumulative_gas_used=gas[0],
                 receipt_root=receipt.get("root"),
-                blob_gas_used=_opt_int(receipt, "blobGasUsed", receipt_at),
-                blob_gas_price=_opt_int(receipt, "blobGasPrice", receipt_at),
+                blob_gas_used=gas[1],
+                blob_gas_price=gas[2],
                 extra=_extra(tx, receipt),
             )
         )
@@ -220,6 +272,7 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
                 )
             )
     uncles = _opt_list(block, "uncles", what)
+    header = _opt_ints(block, _HEADER_QUANTITIES, what)
     return BlockRows(
         block=Block(
             block_number=number,
@@ -238,13 +291,13 @@ def block_rows(block: dict[str, Any], receipts: list[dict[str, Any]]) -> BlockRo
             transactions_root=block.get("transactionsRoot"),
             state_root=block.get("stateRoot"),
             receipts_root=block.get("receiptsRoot"),
-            difficulty=_opt_int(block, "difficulty", what),
-            total_difficulty=_opt_int(block, "totalDifficulty", what),
-            size=_opt_int(block, "size", what),
+            difficulty=header[0],
+            total_difficulty=header[1],
+            size=header[2],
             extra_data=block.get("extraData"),
             withdrawals_root=block.get("withdrawalsRoot"),
-            blob_gas_used=_opt_int(block, "blobGasUsed", what),
-            excess_blob_gas=_opt_int(block, "excessBlobGas", what),
+            blob_gas_used=header[3],
+            excess_blob_gas=header[4],
             parent_beacon_block_root=block.get("parentBeaconBlockRoot"),
             requests_hash=block.get("requestsHash"),
             uncle_count=None if uncles is None else len(uncles),
