@@ -32,6 +32,13 @@ from blockx_chain.sink import SinkRejected
 from blockx_chain.sink.schema import writable_table
 from blockx_chain.store import BlockStore, TooManyRows, open_store
 from blockx_chain.url import parse_blockdb_url
+from blockx_core.code_view import CodeSnapshot
+from blockx_core.task import PluginSpec, TaskInput
+from blockx_server.io.backends.blockdb import BlockDbBackend
+from blockx_server.io.config import open_router
+from blockx_server.io.scope import TaskIoScope
+from blockx_server.pipeline.builders.block_bundle import BlockBundleCallConfig
+from blockx_server.pipeline.context import TaskContext
 
 MAINNET: Final = Path(__file__).parent / "mainnet"
 
@@ -278,6 +285,35 @@ async def test_withdrawals_are_bounded_by_blockdb_max_rows(db_url: str) -> None:
         assert [w["amount"] for w in only] == [0x383FECE]
     finally:
         await narrow.close()
+
+
+async def test_the_builders_scan_withdrawals_through_io_blockdb(tmp_path: Path) -> None:
+    recording = recorded("shanghai_18677381.json")
+    node = RecordedNode(recording["blocks"], recording["receipts"], chain_id=1)
+    db_url = f"sqlite:///{tmp_path}/chain.db"
+    await ingest_recorded(db_url, node, node.head)
+    backend = BlockDbBackend(parse_blockdb_url(db_url), max_rows=100)
+    await backend.start()
+    try:
+        ctx = TaskContext(
+            task=TaskInput(task_id="t1", function_call_config=PluginSpec(type="x")),
+            deadline_ms=0,
+            code=CodeSnapshot(epoch=1, modules={}, functions={}, parse_errors={}),
+            io=TaskIoScope(open_router(None, blockdb=backend), "t1"),
+        )
+        config = {
+            "function": "f",
+            "table": "withdrawals",
+            "fromBlock": node.head,
+            "toBlock": node.head,
+            "where": {"address": "0xf20b338752976878754518183873602902360704"},
+        }
+        built = await BlockBundleCallConfig().build(ctx, config)
+    finally:
+        await backend.close()
+    recorded_amounts = [q(w["amount"]) for w in recording["blocks"][0]["withdrawals"]]
+    assert [c.args[0]["amount"] for c in built.calls] == recorded_amounts
+    assert {c.context.block_hash for c in built.calls} == {recording["blocks"][0]["hash"]}
 
 
 def test_the_sink_never_targets_the_new_chain_tables() -> None:
