@@ -32,6 +32,7 @@ from blockx_chain.sink import SinkRejected
 from blockx_chain.sink.schema import writable_table
 from blockx_chain.store import BlockStore, TooManyRows, open_store
 from blockx_chain.url import parse_blockdb_url
+from blockx_core.calls import CallContext
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.task import PluginSpec, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
@@ -313,7 +314,9 @@ async def test_the_builders_scan_withdrawals_through_io_blockdb(tmp_path: Path) 
         await backend.close()
     recorded_amounts = [q(w["amount"]) for w in recording["blocks"][0]["withdrawals"]]
     assert [c.args[0]["amount"] for c in built.calls] == recorded_amounts
-    assert {c.context.block_hash for c in built.calls} == {recording["blocks"][0]["hash"]}
+    assert {c.context for c in built.calls} == {
+        CallContext(block_number=node.head, block_hash=recording["blocks"][0]["hash"])
+    }
 
 
 def test_the_sink_never_targets_the_new_chain_tables() -> None:
