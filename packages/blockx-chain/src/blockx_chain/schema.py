@@ -5,8 +5,9 @@ Rules every row obeys, checked on write (``RowError`` names the column and row):
 * hashes, addresses, topics and data are lowercase ``0x`` hex; empty input or
   data is ``"0x"``; absent values are NULL (a contract creation's ``to_address``,
   missing topics, a pre-London ``base_fee_per_gas``);
-* ``value`` columns are uint256 decimal strings (SQLite TEXT, PostgreSQL
-  NUMERIC(78,0)), because they do not fit 64 bits;
+* ``value``, ``difficulty``, ``total_difficulty`` and the fee columns are uint256
+  decimal strings (SQLite TEXT, PostgreSQL NUMERIC(78,0)), because they do not
+  fit 64 bits;
 * every other number is an INTEGER/BIGINT from 0 to 2**63 - 1; a larger one is
   refused, never truncated;
 * ``success`` is 0 or 1;
@@ -144,7 +145,8 @@ TRANSACTIONS: Final = Table(
         Column("receipt_root", H, nullable=True),
         Column("blob_gas_used", INT, nullable=True),
         Column("blob_gas_price", U, nullable=True),
-        # The transaction's and its receipt's fields no column holds (see EXTRA).
+        # The transaction's and its receipt's fields no column holds, as
+        # blockx_chain.ingest.rows describes; NULL when every field has one.
         Column("extra", J, nullable=True),
     ),
     key=("block_number", "transaction_index"),
