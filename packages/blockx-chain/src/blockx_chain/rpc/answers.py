@@ -172,6 +172,8 @@ def check_block(
             )
     transactions = a_list(field(block, "transactions", what), f"{what}: transactions")
     for index, tx in enumerate(transactions):
+        if full is not False and _transaction_fits(tx, number, block_hash, index):
+            continue
         where = f"{what}: transactions[{index}]"
         if isinstance(tx, str) and full is not True:
             hash_value(tx, where)
@@ -414,6 +416,17 @@ def _log_fits(item: Any, number: int, block_hash: str, tx_hash: str, index: int)
         and _hash_is(item.get("blockHash"), block_hash)
         and _hash_is(item.get("transactionHash"), tx_hash)
         and _quantity_is(item.get("transactionIndex"), index)
+    )
+
+
+def _transaction_fits(tx: Any, number: int, block_hash: str, index: int) -> bool:
+    return (
+        type(tx) is dict
+        and type(tx_hash := tx.get("hash")) is str
+        and _HASH.fullmatch(tx_hash) is not None
+        and _quantity_is(tx.get("blockNumber"), number)
+        and _hash_is(tx.get("blockHash"), block_hash)
+        and _quantity_is(tx.get("transactionIndex"), index)
     )
 
 
