@@ -120,10 +120,11 @@ async def test_the_tables_columns_types_and_indexes_are_the_pinned_ones(
                 type_ = "TEXT" if sqlite else "text"
             expected.append((c.name, type_, not c.nullable))
         if table.name == "blocks":
-            # Not a chain column: when ingest stored the block (version 2).
-            expected.append(("seen_at_ms", "INTEGER" if sqlite else "bigint", False))
+            # Not a chain column: when ingest stored the block (version 2), so
+            # between the first version's columns and those added after it.
+            expected.insert(9, ("seen_at_ms", "INTEGER" if sqlite else "bigint", False))
         if table.name == "chain":
-            # Whether the database holds traces (version 3).
+            # Whether the database holds traces (added by TRACES_SINCE).
             expected.append(("traces", "INTEGER" if sqlite else "bigint", True))
         assert tables[table.name] == expected, table.name
     assert [c[0] for c in tables["blocks"]] == [
@@ -137,6 +138,32 @@ async def test_the_tables_columns_types_and_indexes_are_the_pinned_ones(
         "base_fee_per_gas",
         "transaction_count",
         "seen_at_ms",
+        "nonce",
+        "mix_hash",
+        "sha3_uncles",
+        "logs_bloom",
+        "transactions_root",
+        "state_root",
+        "receipts_root",
+        "difficulty",
+        "total_difficulty",
+        "size",
+        "extra_data",
+        "withdrawals_root",
+        "blob_gas_used",
+        "excess_blob_gas",
+        "parent_beacon_block_root",
+        "requests_hash",
+        "uncle_count",
+    ]
+    assert [c[0] for c in tables["withdrawals"]] == [
+        "block_number",
+        "block_hash",
+        "position",
+        "withdrawal_index",
+        "validator_index",
+        "address",
+        "amount",
     ]
     assert [c[0] for c in tables["chain"]] == [
         "chain_id",
@@ -156,6 +183,8 @@ async def test_the_tables_columns_types_and_indexes_are_the_pinned_ones(
         "nft_transfers_by_token",
         "traces_by_to",
         "contracts_by_address",
+        "withdrawals_by_address",
+        "withdrawals_by_validator",
     } <= indexes
 
 
@@ -184,8 +213,9 @@ async def _made_by_schema_v1(db_url: str) -> None:
     """A database as BlockX made it before version 2: its schema, one block."""
     engine = Engine.SQLITE if db_url.startswith("sqlite") else Engine.POSTGRES
     block = make_block(7).block
-    values = msgspec.structs.astuple(block)
-    insert = f"INSERT INTO blocks ({', '.join(BLOCKS.names)}) VALUES "
+    # The first version's nine columns.
+    values = msgspec.structs.astuple(block)[:9]
+    insert = f"INSERT INTO blocks ({', '.join(BLOCKS.names[:9])}) VALUES "
     if engine is Engine.SQLITE:
         conn = sqlite3.connect(str(parse_blockdb_url(db_url).path))  # type: ignore[union-attr]
         for statement in MIGRATIONS[0](engine):
@@ -223,7 +253,7 @@ async def test_a_version_1_database_gains_seen_at_and_ingest_sets_it(db_url: str
     finally:
         await store.close()
     tables, _ = await _catalog(db_url)
-    assert tables["blocks"][-1][0] == "seen_at_ms"
+    assert tables["blocks"][9][0] == "seen_at_ms"
 
 
 async def _set_version(db_url: str, version: int) -> None:
@@ -381,6 +411,7 @@ async def test_erc20_transfers_are_derived_from_transfer_logs(store: BlockStore)
         "nft_transfers": 1,
         "traces": 0,
         "contracts": 0,
+        "withdrawals": 0,
     }
     transfers = await store.erc20_transfers(5)
     assert [t["log_index"] for t in transfers] == [0, 9]

@@ -85,6 +85,14 @@ def lower(value: str | None) -> str | None:
     return None if value is None else value.lower()
 
 
+def opt_uint256(value: str | None) -> str | None:
+    return None if value is None else str(q(value))
+
+
+def opt_json(value: list[Any] | None) -> str | None:
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
 async def node_rows(client: JsonRpcClient, head: int) -> dict[str, list[dict[str, Any]]]:
     """Every table's rows as the node's answers give them, in the block database's order."""
     numbers = list(range(head + 1))
@@ -96,6 +104,7 @@ async def node_rows(client: JsonRpcClient, head: int) -> dict[str, list[dict[str
         "logs": [],
         "erc20_transfers": [],
         "nft_transfers": [],
+        "withdrawals": [],
     }
     for block, block_receipts in zip(blocks, receipts, strict=True):
         number = q(block["number"])
@@ -111,8 +120,38 @@ async def node_rows(client: JsonRpcClient, head: int) -> dict[str, list[dict[str
                 "gas_limit": q(block["gasLimit"]),
                 "base_fee_per_gas": q(block["baseFeePerGas"]),
                 "transaction_count": len(block["transactions"]),
+                "nonce": block["nonce"],
+                "mix_hash": block["mixHash"],
+                "sha3_uncles": block["sha3Uncles"],
+                "logs_bloom": block["logsBloom"],
+                "transactions_root": block["transactionsRoot"],
+                "state_root": block["stateRoot"],
+                "receipts_root": block["receiptsRoot"],
+                "difficulty": str(q(block["difficulty"])),
+                "total_difficulty": str(q(block["totalDifficulty"])),
+                "size": q(block["size"]),
+                "extra_data": block["extraData"],
+                "withdrawals_root": block["withdrawalsRoot"],
+                "blob_gas_used": q(block["blobGasUsed"]),
+                "excess_blob_gas": q(block["excessBlobGas"]),
+                "parent_beacon_block_root": block["parentBeaconBlockRoot"],
+                # anvil serves requestsHash only under --hardfork prague.
+                "requests_hash": block.get("requestsHash"),
+                "uncle_count": len(block["uncles"]),
             }
         )
+        for position, withdrawal in enumerate(block["withdrawals"]):
+            rows["withdrawals"].append(
+                {
+                    "block_number": number,
+                    "block_hash": block["hash"],
+                    "position": position,
+                    "withdrawal_index": q(withdrawal["index"]),
+                    "validator_index": q(withdrawal["validatorIndex"]),
+                    "address": withdrawal["address"].lower(),
+                    "amount": q(withdrawal["amount"]),
+                }
+            )
         for tx in block["transactions"]:
             receipt = by_hash[tx["hash"]]
             rows["transactions"].append(
@@ -132,6 +171,26 @@ async def node_rows(client: JsonRpcClient, head: int) -> dict[str, list[dict[str
                     "transaction_type": q(tx["type"]),
                     "success": q(receipt["status"]),
                     "contract_address": lower(receipt.get("contractAddress")),
+                    "gas_price": str(q(tx["gasPrice"])),
+                    "max_fee_per_gas": opt_uint256(tx.get("maxFeePerGas")),
+                    "max_priority_fee_per_gas": opt_uint256(tx.get("maxPriorityFeePerGas")),
+                    "max_fee_per_blob_gas": opt_uint256(tx.get("maxFeePerBlobGas")),
+                    "blob_versioned_hashes": opt_json(tx.get("blobVersionedHashes")),
+                    "chain_id": q(tx["chainId"]),
+                    "access_list": opt_json(tx.get("accessList")),
+                    "authorization_list": opt_json(tx.get("authorizationList")),
+                    "v": q(tx["v"]),
+                    "r": f"0x{q(tx['r']):064x}",
+                    "s": f"0x{q(tx['s']):064x}",
+                    "y_parity": q(tx["yParity"]) if "yParity" in tx else None,
+                    "cumulative_gas_used": q(receipt["cumulativeGasUsed"]),
+                    "receipt_root": receipt.get("root"),
+                    "blob_gas_used": q(receipt["blobGasUsed"])
+                    if "blobGasUsed" in receipt
+                    else None,
+                    "blob_gas_price": opt_uint256(receipt.get("blobGasPrice")),
+                    # Every field of anvil's transactions and receipts has a column.
+                    "extra": None,
                 }
             )
             for log in receipt["logs"]:
@@ -183,6 +242,7 @@ async def stored_rows(store: BlockStore, head: int) -> dict[str, list[dict[str, 
         "logs": await store.logs(0, head),
         "erc20_transfers": await store.erc20_transfers(0, head),
         "nft_transfers": await store.rows("nft_transfers", 0, head),
+        "withdrawals": await store.rows("withdrawals", 0, head),
     }
 
 

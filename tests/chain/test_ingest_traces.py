@@ -433,6 +433,6 @@ async def test_a_database_holding_a_table_of_a_new_name_is_refused(name: str, db
     with pytest.raises(SchemaRefused) as refused:
         await open_store(parse_blockdb_url(db_url))
     message = str(refused.value)
-    assert f"already holds a table named {name}" in message
+    assert f"already holds a table named '{name}'" in message
     assert "\n" not in message
     assert await _version(db_url) == TRACES_SINCE - 1

@@ -5,8 +5,9 @@ Rules every row obeys, checked on write (``RowError`` names the column and row):
 * hashes, addresses, topics and data are lowercase ``0x`` hex; empty input or
   data is ``"0x"``; absent values are NULL (a contract creation's ``to_address``,
   missing topics, a pre-London ``base_fee_per_gas``);
-* ``value``, ``token_id`` and ``amount`` are uint256 decimal strings (SQLite
-  TEXT, PostgreSQL NUMERIC(78,0)), because they do not fit 64 bits;
+* ``value``, ``token_id``, ``amount``, ``difficulty``, ``total_difficulty`` and
+  the fee columns are uint256 decimal strings (SQLite TEXT, PostgreSQL
+  NUMERIC(78,0)), because they do not fit 64 bits;
 * every other number is an INTEGER/BIGINT from 0 to 2**63 - 1; a larger one is
   refused, never truncated;
 * ``success`` is 0 or 1;
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -86,6 +87,25 @@ BLOCKS: Final = Table(
         Column("gas_limit", INT),
         Column("base_fee_per_gas", INT, nullable=True),
         Column("transaction_count", INT),
+        # The rest of the header (schema version 3): NULL where the node's era or
+        # chain has no such field, and in rows stored before the columns existed.
+        Column("nonce", D, nullable=True),
+        Column("mix_hash", H, nullable=True),
+        Column("sha3_uncles", H, nullable=True),
+        Column("logs_bloom", D, nullable=True),
+        Column("transactions_root", H, nullable=True),
+        Column("state_root", H, nullable=True),
+        Column("receipts_root", H, nullable=True),
+        Column("difficulty", U, nullable=True),
+        Column("total_difficulty", U, nullable=True),
+        Column("size", INT, nullable=True),
+        Column("extra_data", D, nullable=True),
+        Column("withdrawals_root", H, nullable=True),
+        Column("blob_gas_used", INT, nullable=True),
+        Column("excess_blob_gas", INT, nullable=True),
+        Column("parent_beacon_block_root", H, nullable=True),
+        Column("requests_hash", H, nullable=True),
+        Column("uncle_count", INT, nullable=True),
     ),
     key=("block_number",),
 )
@@ -107,6 +127,27 @@ TRANSACTIONS: Final = Table(
         Column("transaction_type", INT),
         Column("success", INT, nullable=True),
         Column("contract_address", A, nullable=True),
+        # Fees, signature and type-specific fields, then the receipt's (schema
+        # version 3): NULL where the transaction's type has no such field.
+        Column("gas_price", U, nullable=True),
+        Column("max_fee_per_gas", U, nullable=True),
+        Column("max_priority_fee_per_gas", U, nullable=True),
+        Column("max_fee_per_blob_gas", U, nullable=True),
+        Column("blob_versioned_hashes", J, nullable=True),
+        Column("chain_id", INT, nullable=True),
+        Column("access_list", J, nullable=True),
+        Column("authorization_list", J, nullable=True),
+        Column("v", INT, nullable=True),
+        Column("r", H, nullable=True),
+        Column("s", H, nullable=True),
+        Column("y_parity", INT, nullable=True),
+        Column("cumulative_gas_used", INT, nullable=True),
+        Column("receipt_root", H, nullable=True),
+        Column("blob_gas_used", INT, nullable=True),
+        Column("blob_gas_price", U, nullable=True),
+        # The transaction's and its receipt's fields no column holds, as
+        # blockx_chain.ingest.rows describes; NULL when every field has one.
+        Column("extra", J, nullable=True),
     ),
     key=("block_number", "transaction_index"),
 )
@@ -160,6 +201,19 @@ NFT_TRANSFERS: Final = Table(
         Column("amount", U),
     ),
     key=("block_number", "log_index", "batch_position"),
+)
+WITHDRAWALS: Final = Table(
+    "withdrawals",
+    (
+        Column("block_number", INT),
+        Column("block_hash", H),
+        Column("position", INT),  # in the block's list
+        Column("withdrawal_index", INT),  # the consensus layer's counter
+        Column("validator_index", INT),
+        Column("address", A),
+        Column("amount", INT),  # gwei
+    ),
+    key=("block_number", "position"),
 )
 CHAIN: Final = Table(
     "chain",
@@ -245,17 +299,22 @@ SEEN_AT: Final = Column("seen_at_ms", INT, nullable=True)
 # Whether the database holds traces: in ``chain``, 0 or 1.
 TRACED: Final = Column("traces", INT)
 
-# Tables keyed by block: what delete_above removes, and what insert_blocks replaces.
+# Tables keyed by block: what delete_above removes, what insert_blocks replaces,
+# what ``rows`` reads (ordered by the table's key) and what no sink may target. A
+# new table with ``block_number`` and ``block_hash`` columns needs only to be
+# listed here (and created by a migration) to be served by io.blockdb and scanned
+# by the Builders.
 BLOCK_TABLES: Final = (
     BLOCKS,
     TRANSACTIONS,
     LOGS,
     ERC20_TRANSFERS,
+    WITHDRAWALS,
     NFT_TRANSFERS,
     TRACES,
     CONTRACTS,
 )
-TABLES: Final = (*BLOCK_TABLES, CHAIN, REORGS)
+TABLES: Final = (*BLOCK_TABLES, CHAIN, REORGS, LOG_FILTER)
 
 Index = tuple[str, str, tuple[str, ...]]
 INDEXES_V1: Final[tuple[Index, ...]] = (
@@ -265,6 +324,10 @@ INDEXES_V1: Final[tuple[Index, ...]] = (
     ("logs_by_address", "logs", ("address", "block_number")),
     ("erc20_transfers_by_token", "erc20_transfers", ("token", "block_number")),
 )
+WITHDRAWALS_INDEXES: Final[tuple[Index, ...]] = (
+    ("withdrawals_by_address", "withdrawals", ("address", "block_number")),
+    ("withdrawals_by_validator", "withdrawals", ("validator_index", "block_number")),
+)
 NFT_TRANSFERS_INDEXES: Final[tuple[Index, ...]] = (
     ("nft_transfers_by_token", "nft_transfers", ("token", "block_number")),
 )
@@ -272,7 +335,7 @@ TRACE_INDEXES: Final[tuple[Index, ...]] = (
     ("traces_by_to", "traces", ("to_address", "block_number")),
     ("contracts_by_address", "contracts", ("address",)),
 )
-INDEXES: Final = (*INDEXES_V1, *NFT_TRANSFERS_INDEXES, *TRACE_INDEXES)
+INDEXES: Final = (*INDEXES_V1, *WITHDRAWALS_INDEXES, *NFT_TRANSFERS_INDEXES, *TRACE_INDEXES)
 
 # keccak256("Transfer(address,address,uint256)"): ERC-20's and ERC-721's.
 TRANSFER_TOPIC: Final = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
@@ -320,7 +383,7 @@ def create_table(table: Table, engine: Engine) -> str:
     types = _SQL_TYPES[engine]
     lines = []
     for column in table.columns:
-        if table is REORGS and column.name == "id":
+        if table.name == REORGS.name and column.name == "id":
             # Ids only grow, even after deletes: followers use them as a cursor.
             lines.append(
                 "id INTEGER PRIMARY KEY AUTOINCREMENT"
@@ -330,7 +393,7 @@ def create_table(table: Table, engine: Engine) -> str:
             continue
         null = "" if column.nullable else " NOT NULL"
         lines.append(f"{column.name} {types[column.type]}{null}")
-    if table.key and table is not REORGS:
+    if table.key and table.name != REORGS.name:
         lines.append(f"PRIMARY KEY ({', '.join(table.key)})")
     return f"CREATE TABLE {table.name} (\n    " + ",\n    ".join(lines) + "\n)"
 
@@ -340,10 +403,26 @@ def create_index(index: Index) -> str:
     return f"CREATE INDEX {name} ON {table} ({', '.join(columns)})"
 
 
+# The first version's tables and how many of each one's columns it had: a table
+# is made by the migration that adds it, and a later migration appends columns to
+# the table's definition above and ALTERs them in, so version 1 stays as it was.
+_V1_COLUMNS: Final = {
+    BLOCKS.name: 9,
+    TRANSACTIONS.name: 15,
+    LOGS.name: 11,
+    ERC20_TRANSFERS.name: 9,
+    CHAIN.name: 6,
+    REORGS.name: 6,
+}
+
+
+def _as_of_v1(table: Table) -> Table:
+    return Table(table.name, table.columns[: _V1_COLUMNS[table.name]], table.key)
+
+
 def _schema_v1(engine: Engine) -> list[str]:
-    # The first version's tables, as they were: later tables come by migration.
-    v1 = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, CHAIN, REORGS)
-    statements = [create_table(table, engine) for table in v1]
+    tables = (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, CHAIN, REORGS)
+    statements = [create_table(_as_of_v1(table), engine) for table in tables]
     statements += [create_index(index) for index in INDEXES_V1]
     # The chain table holds one row: a unique index on a constant refuses a second.
     statements.append("CREATE UNIQUE INDEX chain_one_row ON chain ((1))")
@@ -352,6 +431,21 @@ def _schema_v1(engine: Engine) -> list[str]:
 
 def _seen_at_v2(engine: Engine) -> list[str]:
     return [f"ALTER TABLE blocks ADD COLUMN {SEEN_AT.name} {_SQL_TYPES[engine][SEEN_AT.type]}"]
+
+
+def _every_column_v3(engine: Engine) -> list[str]:
+    types = _SQL_TYPES[engine]
+    statements = [
+        f"ALTER TABLE {table.name} ADD COLUMN {column.name} {types[column.type]}"
+        for table, columns in (
+            (BLOCKS, BLOCKS.columns[9:26]),
+            (TRANSACTIONS, TRANSACTIONS.columns[15:32]),
+        )
+        for column in columns
+    ]
+    statements.append(create_table(WITHDRAWALS, engine))
+    statements += [create_index(index) for index in WITHDRAWALS_INDEXES]
+    return statements
 
 
 def _nft_transfers(engine: Engine) -> list[str]:
@@ -375,36 +469,51 @@ def _log_filter(engine: Engine) -> list[str]:
     ]
 
 
-MIGRATIONS: Final = (_schema_v1, _seen_at_v2, _nft_transfers, _traces, _log_filter)
+MIGRATIONS: Final = (
+    _schema_v1,
+    _seen_at_v2,
+    _every_column_v3,
+    _nft_transfers,
+    _traces,
+    _log_filter,
+)
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 # The schema version that added ``log_filter``.
 LOG_FILTER_SINCE: Final = MIGRATIONS.index(_log_filter) + 1
 # The schema version that added ``blocks.seen_at_ms``.
 SEEN_AT_SINCE: Final = MIGRATIONS.index(_seen_at_v2) + 1
+# The schema version that added the header, fee and signature columns and withdrawals.
+EVERY_COLUMN_SINCE: Final = MIGRATIONS.index(_every_column_v3) + 1
 # The schema version that added ``nft_transfers``.
 NFT_TRANSFERS_SINCE: Final = MIGRATIONS.index(_nft_transfers) + 1
 # The schema version that added ``traces``, ``contracts`` and ``chain.traces``.
 TRACES_SINCE: Final = MIGRATIONS.index(_traces) + 1
-# The tables each migration creates: a database that already holds a table of one
-# of these names is no block database of an older version, and is refused.
-NEW_TABLES: Final[Mapping[int, tuple[Table, ...]]] = {
-    NFT_TRANSFERS_SINCE: (NFT_TRANSFERS,),
-    TRACES_SINCE: (TRACES, CONTRACTS),
-    LOG_FILTER_SINCE: (LOG_FILTER,),
-}
+
+_CREATE_TABLE: Final = re.compile(r"\s*CREATE\s+TABLE\s+(\w+)", re.IGNORECASE)
 
 
-def tables_in_the_way(version: int, existing: Iterable[str]) -> list[str]:
-    """The tables that migrating a database of ``version`` would create but that
-    it already holds (``existing``: its table names)."""
-    names = set(existing)
-    return sorted(
-        table.name
-        for since, tables in NEW_TABLES.items()
-        if since > version
-        for table in tables
-        if table.name in names
-    )
+def created_tables(statements: Sequence[str]) -> list[str]:
+    """The tables these migration statements create, by name."""
+    return [m.group(1).lower() for s in statements if (m := _CREATE_TABLE.match(s)) is not None]
+
+
+def refuse_existing_tables(
+    statements: Sequence[str], existing: Collection[str], version: int, description: str
+) -> None:
+    """SchemaError when the migration to ``version`` would create a table the
+    database already holds (a user's own table of the same name): the stores call
+    this before every migration, so each new table is covered by being created."""
+    have = {name.lower() for name in existing}
+    for name in created_tables(statements):
+        if name in have:
+            raise SchemaError(
+                f"{description} already holds a table named {name!r}, which BlockX's "
+                f"schema version {version} creates: rename or drop that table, then open again"
+            )
+
+
+class SchemaError(Exception):
+    """A database cannot take this schema; the stores raise it as SchemaRefused."""
 
 
 # Rows written by ingest. Field names are the column names.
@@ -420,6 +529,23 @@ class Block(msgspec.Struct, frozen=True, kw_only=True):
     gas_limit: int
     base_fee_per_gas: int | None
     transaction_count: int
+    nonce: str | None = None
+    mix_hash: str | None = None
+    sha3_uncles: str | None = None
+    logs_bloom: str | None = None
+    transactions_root: str | None = None
+    state_root: str | None = None
+    receipts_root: str | None = None
+    difficulty: int | str | None = None
+    total_difficulty: int | str | None = None
+    size: int | None = None
+    extra_data: str | None = None
+    withdrawals_root: str | None = None
+    blob_gas_used: int | None = None
+    excess_blob_gas: int | None = None
+    parent_beacon_block_root: str | None = None
+    requests_hash: str | None = None
+    uncle_count: int | None = None
 
 
 class Transaction(msgspec.Struct, frozen=True, kw_only=True):
@@ -438,6 +564,23 @@ class Transaction(msgspec.Struct, frozen=True, kw_only=True):
     transaction_type: int
     success: int | None
     contract_address: str | None
+    gas_price: int | str | None = None
+    max_fee_per_gas: int | str | None = None
+    max_priority_fee_per_gas: int | str | None = None
+    max_fee_per_blob_gas: int | str | None = None
+    blob_versioned_hashes: list[Any] | str | None = None
+    chain_id: int | None = None
+    access_list: list[Any] | str | None = None
+    authorization_list: list[Any] | str | None = None
+    v: int | None = None
+    r: str | None = None
+    s: str | None = None
+    y_parity: int | None = None
+    cumulative_gas_used: int | None = None
+    receipt_root: str | None = None
+    blob_gas_used: int | None = None
+    blob_gas_price: int | str | None = None
+    extra: dict[str, Any] | str | None = None
 
 
 class Log(msgspec.Struct, frozen=True, kw_only=True):
@@ -452,6 +595,16 @@ class Log(msgspec.Struct, frozen=True, kw_only=True):
     topic2: str | None
     topic3: str | None
     data: str
+
+
+class Withdrawal(msgspec.Struct, frozen=True, kw_only=True):
+    block_number: int
+    block_hash: str
+    position: int
+    withdrawal_index: int
+    validator_index: int
+    address: str
+    amount: int
 
 
 class Trace(msgspec.Struct, frozen=True, kw_only=True):
@@ -474,13 +627,14 @@ class Trace(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class BlockRows(msgspec.Struct, frozen=True, kw_only=True):
-    """One block with its transactions, logs and (when traced) call frames, as
-    insert_blocks takes it."""
+    """One block with its transactions, logs, withdrawals and (when traced) call
+    frames, as insert_blocks takes it."""
 
     block: Block
     transactions: Sequence[Transaction] = ()
     logs: Sequence[Log] = ()
     traces: Sequence[Trace] = ()
+    withdrawals: Sequence[Withdrawal] = ()
 
 
 class ChainState(msgspec.Struct, frozen=True, kw_only=True):
@@ -601,30 +755,89 @@ _EXACT_HEX: Final[Mapping[ColumnType, re.Pattern[str]]] = {
 }
 
 
+# How checked_row takes a column's common case inline, without check_value (plain
+# ints: the loop compares them with literals, the cheapest test there is).
+_FAST_NONE: Final = 0  # every value goes through check_value
+_FAST_INTEGER: Final = 1  # an int in 0 .. 2**63 - 1
+_FAST_HEX: Final = 2  # lowercase hex of the column's length
+_FAST_UINT256: Final = 3  # an int in 0 .. 2**256 - 1, stored as its decimal text
+_FAST_JSON: Final = 4  # a list or an object, stored as compact JSON text
+
+
+class _Plan:
+    """A table's columns as checked_row walks them, worked out once per table."""
+
+    __slots__ = ("steps", "table")
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        self.steps = tuple((column, *_fast_way(column)) for column in table.columns)
+
+
+def _fast_way(column: Column) -> tuple[bool, int, re.Pattern[str]]:
+    if column.type is ColumnType.INTEGER and column.name != "success":
+        fast = _FAST_INTEGER
+    elif column.type in _EXACT_HEX:
+        return column.nullable, _FAST_HEX, _EXACT_HEX[column.type]
+    elif column.type is ColumnType.UINT256:
+        fast = _FAST_UINT256
+    elif column.type is ColumnType.JSON:
+        fast = _FAST_JSON
+    else:
+        fast = _FAST_NONE
+    return column.nullable, fast, _HEX  # the pattern is only used with _FAST_HEX
+
+
+_PLANS: Final[dict[str, _Plan]] = {}
+
+
 def checked_row(table: Table, row: msgspec.Struct, where: str) -> tuple[Any, ...]:
     """``row``'s values in ``table``'s column order, each checked.
 
-    The common case (an in-range int, lowercase hex of the right length) is
-    accepted inline; anything else goes through check_value, which converts it
-    (uppercase hex, a uint256) or raises with the rule it broke. Ingest checks
-    every cell of every row, so this is on its hot path."""
-    values = msgspec.structs.astuple(row)
+    The common case (NULL where allowed, an in-range int, lowercase hex of the
+    right length, a list or an object) is accepted inline; anything else goes
+    through check_value, which converts it (uppercase hex, a uint256 in text) or
+    raises with the rule it broke. Ingest checks every cell of every row, so this
+    is on its hot path."""
+    plan = _PLANS.get(table.name)
+    if plan is None or plan.table is not table:
+        plan = _PLANS[table.name] = _Plan(table)
     out: list[Any] = []
-    for column, value in zip(table.columns, values, strict=True):
-        kind = column.type
-        if kind is ColumnType.INTEGER:
-            if type(value) is int and 0 <= value <= MAX_INTEGER and column.name != "success":
-                out.append(value)
+    append = out.append
+    for (column, nullable, fast, pattern), value in zip(
+        plan.steps, msgspec.structs.astuple(row), strict=True
+    ):
+        if value is None:
+            if nullable:
+                append(None)
                 continue
-        elif (
-            kind in _EXACT_HEX
-            and type(value) is str
-            and _EXACT_HEX[kind].fullmatch(value) is not None
-        ):
-            out.append(value)
+        elif fast == 1:
+            if type(value) is int and 0 <= value <= 0x7FFFFFFFFFFFFFFF:
+                append(value)
+                continue
+        elif fast == 2:
+            if type(value) is str and pattern.fullmatch(value) is not None:
+                append(value)
+                continue
+        elif fast == 3:
+            if type(value) is int and 0 <= value <= MAX_UINT256:
+                append(str(value))
+                continue
+        elif fast == 4 and type(value) in (list, dict):
+            append(json_text(value, f"{table.name}.{column.name} of {where}"))
             continue
-        out.append(check_value(table, column, value, where))
+        append(check_value(table, column, value, where))
     return tuple(out)
+
+
+# checked_row's loop writes these out.
+assert (MAX_INTEGER, _FAST_INTEGER, _FAST_HEX, _FAST_UINT256, _FAST_JSON) == (
+    0x7FFFFFFFFFFFFFFF,
+    1,
+    2,
+    3,
+    4,
+)
 
 
 def erc20_transfer(log: tuple[Any, ...]) -> tuple[Any, ...] | None:
@@ -736,11 +949,17 @@ class CreationKind(enum.StrEnum):
 _CREATIONS: Final = frozenset(kind.value for kind in CreationKind)
 
 
+# Where a checked transactions row holds these columns.
+_TX_SUCCESS: Final = TRANSACTIONS.names.index("success")
+_TX_CONTRACT_ADDRESS: Final = TRANSACTIONS.names.index("contract_address")
+
+
 def created_by_transaction(tx: tuple[Any, ...]) -> tuple[Any, ...] | None:
     """The contracts row of a checked transactions row, or None when it made no
     contract (it has a recipient, or it failed: a failed deployment's receipt may
     still name the address it would have had)."""
-    (number, index, tx_hash, block_hash, sender, to, *_, success, address) = tx
+    (number, index, tx_hash, block_hash, sender, to) = tx[:6]
+    success, address = tx[_TX_SUCCESS], tx[_TX_CONTRACT_ADDRESS]
     if to is not None or address is None or success == 0:
         return None
     return (number, index, 0, "[]", tx_hash, block_hash, address, sender, CreationKind.CREATE.value)
@@ -797,6 +1016,11 @@ def block_row_sets(
                 rows[ERC20_TRANSFERS.name].append(transfer)
             elif checked[6] in NFT_TOPICS:
                 rows[NFT_TRANSFERS.name] += nft_transfers(checked)
+        for withdrawal in bundle.withdrawals:
+            where = f"block {number} withdrawal {withdrawal.position}"
+            if withdrawal.block_number != number:
+                raise RowError(f"{where} says block_number {withdrawal.block_number}")
+            rows[WITHDRAWALS.name].append(checked_row(WITHDRAWALS, withdrawal, where))
     return rows
 
 
@@ -822,7 +1046,13 @@ def _trace_rows(
         rows[CONTRACTS.name] += created_inside(frames, checked)
 
 
-for _table, _struct in ((BLOCKS, Block), (TRANSACTIONS, Transaction), (LOGS, Log), (TRACES, Trace)):
+for _table, _struct in (
+    (BLOCKS, Block),
+    (TRANSACTIONS, Transaction),
+    (LOGS, Log),
+    (WITHDRAWALS, Withdrawal),
+    (TRACES, Trace),
+):
     # checked_row reads a row's fields in order: they are the table's columns.
     assert _struct.__struct_fields__ == _table.names, _table.name
 

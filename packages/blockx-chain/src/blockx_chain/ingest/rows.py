@@ -9,31 +9,189 @@ BAD_ANSWER, naming its field); the store checks every value against the schema
 of another block with the same number (the node reorged between the two requests)
 raise ``Inconsistent`` so the batch is fetched again; receipts of this very block
 that are not of its transactions, in order, are BAD_ANSWER.
+
+Every field of a transaction and of its receipt is kept: in its column, or, when
+the schema has no column for it (an L2 deposit's ``sourceHash``, ``mint`` and
+``isSystemTx``, an OP receipt's ``l1Fee``, a field of a type not yet known), in
+the transaction's ``extra``: ``{"transaction": {...}, "receipt": {...}}`` with
+the fields as the node gave them, each part present only when it has a field,
+and NULL when every field has a column. Left out on purpose are the fields that
+repeat another column (``blockHash``, ``blockNumber``, ``blockTimestamp``,
+``transactionIndex``, a receipt's ``from``, ``to``, ``type`` and
+``transactionHash``) and the receipt's ``logsBloom``, which its logs determine.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import re
+from typing import Any, Final
 
 import msgspec
 
 from blockx_chain.ingest.traces import OtherBlock, TracedTransaction, TraceMethod, block_traces
 from blockx_chain.rpc import parse_quantity, quantity
 from blockx_chain.rpc.answers import bad_answer, call_text, check_receipts, field, shown
-from blockx_chain.schema import Block, BlockRows, Log, Trace, Transaction
+from blockx_chain.schema import Block, BlockRows, Log, Trace, Transaction, Withdrawal
+
+# The fields of a transaction object and of a receipt that a column holds (or that
+# repeat one); any other field goes to ``extra``.
+TRANSACTION_FIELDS: Final = frozenset(
+    {
+        "blockHash",
+        "blockNumber",
+        "blockTimestamp",
+        "hash",
+        "transactionIndex",
+        "type",
+        "from",
+        "to",
+        "value",
+        "input",
+        "nonce",
+        "gas",
+        "gasPrice",
+        "maxFeePerGas",
+        "maxPriorityFeePerGas",
+        "maxFeePerBlobGas",
+        "blobVersionedHashes",
+        "chainId",
+        "accessList",
+        "authorizationList",
+        "v",
+        "r",
+        "s",
+        "yParity",
+    }
+)
+RECEIPT_FIELDS: Final = frozenset(
+    {
+        "blockHash",
+        "blockNumber",
+        "blockTimestamp",
+        "transactionHash",
+        "transactionIndex",
+        "type",
+        "from",
+        "to",
+        "contractAddress",
+        "cumulativeGasUsed",
+        "gasUsed",
+        "effectiveGasPrice",
+        "status",
+        "root",
+        "blobGasUsed",
+        "blobGasPrice",
+        "logs",
+        "logsBloom",
+    }
+)
 
 
 class Inconsistent(Exception):
     """A block and its receipts disagree: the node changed between two requests."""
 
 
+# A well-formed quantity, checked inline: the message (and parse_quantity) is only
+# for a malformed one. Every block, transaction and receipt has a dozen or more.
+_QUANTITY: Final = re.compile(r"0x[0-9a-fA-F]{1,64}").fullmatch
+
+
 def _int(obj: dict[str, Any], name: str, where: str) -> int:
+    value = obj.get(name)
+    if type(value) is str and _QUANTITY(value) is not None:
+        return int(value, 16)
     return parse_quantity(field(obj, name, where), f"{where}.{name}")
 
 
 def _opt_int(obj: dict[str, Any], name: str, where: str) -> int | None:
     value = obj.get(name)
-    return None if value is None else parse_quantity(value, f"{where}.{name}")
+    if value is None:
+        return None
+    if type(value) is str and _QUANTITY(value) is not None:
+        return int(value, 16)
+    return parse_quantity(value, f"{where}.{name}")
+
+
+# The optional quantities read in one call each (one frame instead of one per
+# field: a block has a hundred of them or more).
+_HEADER_QUANTITIES: Final = (
+    "difficulty",
+    "totalDifficulty",
+    "size",
+    "blobGasUsed",
+    "excessBlobGas",
+)
+_TRANSACTION_QUANTITIES: Final = (
+    "gasPrice",
+    "maxFeePerGas",
+    "maxPriorityFeePerGas",
+    "maxFeePerBlobGas",
+    "chainId",
+    "v",
+    "yParity",
+)
+_RECEIPT_QUANTITIES: Final = ("cumulativeGasUsed", "blobGasUsed", "blobGasPrice")
+
+
+def _opt_ints(obj: dict[str, Any], names: tuple[str, ...], where: str) -> list[int | None]:
+    values: list[int | None] = []
+    for name in names:
+        value = obj.get(name)
+        if value is None:
+            values.append(None)
+        elif type(value) is str and _QUANTITY(value) is not None:
+            values.append(int(value, 16))
+        else:
+            values.append(parse_quantity(value, f"{where}.{name}"))
+    return values
+
+
+def _opt_list(obj: dict[str, Any], name: str, where: str) -> list[Any] | None:
+    value = obj.get(name)
+    if value is None or isinstance(value, list):
+        return value
+    raise bad_answer(f"{where}.{name}", f"not a list: {shown(value)}")
+
+
+def _opt_word(obj: dict[str, Any], name: str, where: str) -> str | None:
+    """A 256-bit quantity (a signature's r or s) as 32 bytes of hex: a node drops
+    leading zero digits. Already 32 bytes, it goes as it is to the store's check."""
+    value = obj.get(name)
+    if value is None or (type(value) is str and len(value) == 66):
+        return value
+    return f"0x{parse_quantity(value, f'{where}.{name}'):064x}"
+
+
+def _extra(tx: dict[str, Any], receipt: dict[str, Any]) -> dict[str, Any] | None:
+    extra: dict[str, Any] = {}
+    if not TRANSACTION_FIELDS.issuperset(tx):
+        extra["transaction"] = {k: v for k, v in tx.items() if k not in TRANSACTION_FIELDS}
+    if not RECEIPT_FIELDS.issuperset(receipt):
+        extra["receipt"] = {k: v for k, v in receipt.items() if k not in RECEIPT_FIELDS}
+    return extra or None
+
+
+def _withdrawals(
+    block: dict[str, Any], number: int, block_hash: str, what: str
+) -> list[Withdrawal]:
+    listed = _opt_list(block, "withdrawals", what) or []
+    withdrawals = []
+    for position, item in enumerate(listed):
+        at = f"{what}: withdrawals[{position}]"
+        if not isinstance(item, dict):
+            raise bad_answer(at, f"not an object: {shown(item)}")
+        withdrawals.append(
+            Withdrawal(
+                block_number=number,
+                block_hash=block_hash,
+                position=position,
+                withdrawal_index=_int(item, "index", at),
+                validator_index=_int(item, "validatorIndex", at),
+                address=field(item, "address", at),
+                amount=_int(item, "amount", at),
+            )
+        )
+    return withdrawals
 
 
 class Traced(msgspec.Struct, frozen=True):
@@ -67,6 +225,8 @@ def block_rows(
         index = _int(tx, "transactionIndex", what)
         at = f"{what}: transactions[{index}]"
         receipt_at = f"receipts of block {number}: [{index}]"
+        fees = _opt_ints(tx, _TRANSACTION_QUANTITIES, at)
+        gas = _opt_ints(receipt, _RECEIPT_QUANTITIES, receipt_at)
         transactions.append(
             Transaction(
                 block_number=number,
@@ -84,6 +244,23 @@ def block_rows(
                 transaction_type=_opt_int(tx, "type", at) or 0,
                 success=_opt_int(receipt, "status", receipt_at),
                 contract_address=receipt.get("contractAddress"),
+                gas_price=fees[0],
+                max_fee_per_gas=fees[1],
+                max_priority_fee_per_gas=fees[2],
+                max_fee_per_blob_gas=fees[3],
+                blob_versioned_hashes=_opt_list(tx, "blobVersionedHashes", at),
+                chain_id=fees[4],
+                access_list=_opt_list(tx, "accessList", at),
+                authorization_list=_opt_list(tx, "authorizationList", at),
+                v=fees[5],
+                r=_opt_word(tx, "r", at),
+                s=_opt_word(tx, "s", at),
+                y_parity=fees[6],
+                cumulative_gas_used=gas[0],
+                receipt_root=receipt.get("root"),
+                blob_gas_used=gas[1],
+                blob_gas_price=gas[2],
+                extra=_extra(tx, receipt),
             )
         )
         for position, log in enumerate(receipt.get("logs") or []):
@@ -121,6 +298,7 @@ def block_rows(
         transactions=transactions,
         logs=logs,
         traces=traces,
+        withdrawals=_withdrawals(block, number, block_hash, what),
     )
 
 
@@ -130,6 +308,8 @@ def header_row(block: dict[str, Any], *, full: bool) -> Block:
     number = parse_quantity(block["number"])
     # call_text's words for the request, built cheaply: thousands of headers a run.
     what = f"eth_getBlockByNumber({quantity(number)}, {'true' if full else 'false'})"
+    uncles = _opt_list(block, "uncles", what)
+    header = _opt_ints(block, _HEADER_QUANTITIES, what)
     return Block(
         block_number=number,
         block_hash=block["hash"].lower(),
@@ -140,4 +320,21 @@ def header_row(block: dict[str, Any], *, full: bool) -> Block:
         gas_limit=_int(block, "gasLimit", what),
         base_fee_per_gas=_opt_int(block, "baseFeePerGas", what),
         transaction_count=len(block["transactions"]),
+        nonce=block.get("nonce"),
+        mix_hash=block.get("mixHash"),
+        sha3_uncles=block.get("sha3Uncles"),
+        logs_bloom=block.get("logsBloom"),
+        transactions_root=block.get("transactionsRoot"),
+        state_root=block.get("stateRoot"),
+        receipts_root=block.get("receiptsRoot"),
+        difficulty=header[0],
+        total_difficulty=header[1],
+        size=header[2],
+        extra_data=block.get("extraData"),
+        withdrawals_root=block.get("withdrawalsRoot"),
+        blob_gas_used=header[3],
+        excess_blob_gas=header[4],
+        parent_beacon_block_root=block.get("parentBeaconBlockRoot"),
+        requests_hash=block.get("requestsHash"),
+        uncle_count=None if uncles is None else len(uncles),
     )

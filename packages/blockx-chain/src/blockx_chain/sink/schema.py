@@ -24,6 +24,7 @@ from typing import Any, Final
 
 import msgspec
 
+from blockx_chain.schema import TABLES as BLOCK_DB_TABLES
 from blockx_chain.sink.errors import SinkRejected
 
 LEDGER: Final = "_blockx_written"
@@ -32,22 +33,9 @@ COLUMNS_TABLE: Final = "_blockx_columns"
 SINK_TABLE: Final = "_blockx_sink"
 # The drivers' job records (``blockx_chain.sink.jobs``).
 JOBS_TABLE: Final = "_blockx_jobs"
-# The block database's own tables: a sink on the same database never writes them.
-CHAIN_TABLES: Final = frozenset(
-    {
-        "blocks",
-        "transactions",
-        "logs",
-        "erc20_transfers",
-        "nft_transfers",
-        "traces",
-        "contracts",
-        "chain",
-        "log_filter",
-        "reorgs",
-        "blockx_schema",
-    }
-)
+# The block database's own tables (every table of its schema, and its version
+# table): a sink on the same database never writes them.
+CHAIN_TABLES: Final = frozenset({t.name for t in BLOCK_DB_TABLES} | {"blockx_schema"})
 RESERVED_PREFIXES: Final = ("_blockx", "sqlite_", "pg_")
 # Columns a block writer stamps on every row.
 BLOCK_NUMBER: Final = "block_number"

@@ -262,6 +262,11 @@ class BlockStore(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None: ...
 
+    async def _layout(self) -> reads.Layout:
+        """The columns of a database older than this BlockX's schema, or None (the
+        current schema: every read selects every column)."""
+        return None
+
     async def _read(self, read: reads.Read) -> list[dict[str, Any]]:
         return read.check(await self._fetch(read.sql, read.params))
 
@@ -325,37 +330,43 @@ class BlockStore(abc.ABC):
             )
 
     async def block(self, number: Any) -> dict[str, Any] | None:
-        rows = await self._read(reads.block(number))
+        rows = await self._read(reads.block(number, await self._layout()))
         return rows[0] if rows else None
 
     async def blocks(self, from_block: Any, to_block: Any) -> list[dict[str, Any]]:
-        return await self._read(reads.blocks(from_block, to_block, self.max_rows))
+        return await self._read(
+            reads.blocks(from_block, to_block, self.max_rows, await self._layout())
+        )
 
     async def transactions(self, block_number: Any) -> list[dict[str, Any]]:
-        read = reads.transactions(block_number, self.max_rows)
+        read = reads.transactions(block_number, self.max_rows, await self._layout())
         await self._holds("transactions")
         return await self._read(read)
 
     async def logs(
         self, from_block: Any, to_block: Any = None, address: Any = None, topic0: Any = None
     ) -> list[dict[str, Any]]:
-        read = reads.logs(from_block, to_block, address, topic0, self.max_rows)
+        layout = await self._layout()
+        read = reads.logs(from_block, to_block, address, topic0, self.max_rows, layout)
         await self._holds("logs", {"address": address, "topic0": topic0})
         return await self._read(read)
 
     async def erc20_transfers(
         self, from_block: Any, to_block: Any = None, token: Any = None
     ) -> list[dict[str, Any]]:
-        read = reads.erc20_transfers(from_block, to_block, token, self.max_rows)
+        layout = await self._layout()
+        read = reads.erc20_transfers(from_block, to_block, token, self.max_rows, layout)
         await self._holds("erc20_transfers", {"token": token})
         return await self._read(read)
 
     async def rows(
         self, table: Any, from_block: Any, to_block: Any = None, where: Any = None
     ) -> list[dict[str, Any]]:
-        """Rows of chain table ``table`` in ``[from_block, to_block]`` whose columns
-        equal ``where``'s values, ordered by block then index."""
-        read = reads.rows(table, from_block, to_block, where, self.max_rows)
+        """Rows of block table ``table`` (any of schema.BLOCK_TABLES) in
+        ``[from_block, to_block]`` whose columns equal ``where``'s values, ordered by
+        the table's key (block, then index)."""
+        layout = await self._layout()
+        read = reads.rows(table, from_block, to_block, where, self.max_rows, layout)
         await self._holds(table, where)
         return await self._read(read)
 

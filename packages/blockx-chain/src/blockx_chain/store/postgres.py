@@ -4,8 +4,8 @@ asyncpg prepares each statement once per connection and reuses it (its statement
 cache), and loads rows with COPY, about three times faster than INSERTs. A writer
 holds one pooled connection in a transaction and takes a transaction-level
 advisory lock without waiting: a second writer fails at once with WriterBusy.
-uint256 ``value`` columns are NUMERIC(78,0): written from Decimal, read back as
-decimal strings.
+uint256 columns are NUMERIC(78,0): written as decimal text (asyncpg's encoder
+makes the Decimal), read back as decimal strings.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from blockx_chain.schema import (
     MIGRATIONS,
     SCHEMA_VERSION,
     TABLES,
-    ColumnType,
     Engine,
-    tables_in_the_way,
+    SchemaError,
+    refuse_existing_tables,
 )
 from blockx_chain.store.base import BlockStore, BlockWriter
 from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
@@ -38,10 +38,6 @@ MIGRATION_LOCK: Final = 0x626C6B784D
 POOL_SIZE: Final = 4
 _CONNECT_TIMEOUT_S: Final = 10.0
 
-_UINT256_COLUMNS: Final = {
-    t.name: [i for i, c in enumerate(t.columns) if c.type is ColumnType.UINT256]
-    for t in BLOCK_TABLES
-}
 _MARK: Final = re.compile(r"\?")
 
 
@@ -119,18 +115,10 @@ class _PostgresWriter(BlockWriter):
                 )
 
     async def _load(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-        positions = _UINT256_COLUMNS.get(table, [])
-        if positions:
-            rows = [_with_decimals(row, positions) for row in rows]
+        # uint256 columns go as their decimal text: asyncpg's NUMERIC encoder makes
+        # the Decimal itself, in C, with no copy of the row.
         with _reachable(self._description):
             await self._conn.copy_records_to_table(table, records=rows, columns=list(columns))
-
-
-def _with_decimals(row: tuple[Any, ...], positions: list[int]) -> tuple[Any, ...]:
-    values = list(row)
-    for i in positions:
-        values[i] = Decimal(values[i])
-    return tuple(values)
 
 
 class PostgresStore(BlockStore):
@@ -176,22 +164,25 @@ class PostgresStore(BlockStore):
                     )
                 if version == SCHEMA_VERSION:
                     return
-                existing = await conn.fetch(
-                    "SELECT table_name FROM information_schema.tables "
-                    "WHERE table_schema = current_schema()"
-                )
-                in_the_way = tables_in_the_way(version, (r["table_name"] for r in existing))
-                if version > 0 and in_the_way:
-                    raise SchemaRefused(
-                        f"{self.description} already holds a table named "
-                        f"{', '.join(in_the_way)}, which the migration to schema version "
-                        f"{SCHEMA_VERSION} creates: rename or drop it first"
-                    )
                 if version == 0:
                     await conn.execute("CREATE TABLE blockx_schema (version INTEGER NOT NULL)")
                     await conn.execute("INSERT INTO blockx_schema (version) VALUES (0)")
-                for migrate in MIGRATIONS[version:]:
-                    for statement in migrate(Engine.POSTGRES):
+                for target, migrate in enumerate(MIGRATIONS[version:], start=version + 1):
+                    statements = migrate(Engine.POSTGRES)
+                    existing = await conn.fetch(
+                        "SELECT table_name FROM information_schema.tables "
+                        "WHERE table_schema = current_schema()"
+                    )
+                    try:
+                        refuse_existing_tables(
+                            statements,
+                            [r["table_name"] for r in existing],
+                            target,
+                            self.description,
+                        )
+                    except SchemaError as exc:
+                        raise SchemaRefused(str(exc)) from None
+                    for statement in statements:
                         await conn.execute(statement)
                 await conn.execute("UPDATE blockx_schema SET version = $1", SCHEMA_VERSION)
 

@@ -4,28 +4,35 @@ Each read checks its arguments (TypeError/ValueError for ones it cannot use),
 orders rows by block then index, and asks for one row more than the store's limit
 so that a range too wide fails with TooManyRows instead of answering in part.
 SQL uses ``?`` placeholders; the PostgreSQL store numbers them.
+
+A reader of a database one migration behind (a SQLite file its ingest has yet to
+migrate) passes ``have``, the columns each table holds: a column the file lacks
+reads as NULL, as it would after the migration, and a table it lacks is
+StoreUnavailable until ingest makes it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Final
 
 from blockx_chain.schema import (
+    BLOCK_TABLES,
     BLOCKS,
-    CONTRACTS,
     ERC20_TRANSFERS,
     LOGS,
     MAX_INTEGER,
-    NFT_TRANSFERS,
-    TRACES,
     TRANSACTIONS,
     ColumnType,
     Table,
     check_value,
 )
-from blockx_chain.store.errors import TooManyRows
+from blockx_chain.store.errors import StoreUnavailable, TooManyRows
 
 DEFAULT_MAX_ROWS: Final = 100_000
+
+# The columns each table of an older database holds; None: the current schema.
+Layout = Mapping[str, frozenset[str]] | None
 
 
 class Read:
@@ -85,8 +92,16 @@ def hex_filter(value: Any, name: str, length: int) -> str | None:
     return lowered
 
 
-def _select(table: Table) -> str:
-    return f"SELECT {', '.join(table.names)} FROM {table.name}"
+def _select(table: Table, have: Layout) -> str:
+    if have is None:
+        return f"SELECT {', '.join(table.names)} FROM {table.name}"
+    present = have.get(table.name)
+    if present is None:
+        raise StoreUnavailable(
+            f"the block database has no table {table.name} yet: the next ingest adds it"
+        )
+    names = (n if n in present else f"NULL AS {n}" for n in table.names)
+    return f"SELECT {', '.join(names)} FROM {table.name}"
 
 
 HEAD_SQL: Final = "SELECT head_number, head_hash, finalized_number FROM chain"
@@ -99,12 +114,12 @@ REORGS_SQL: Final = (
 )
 
 
-def block(number: Any) -> Read:
+def block(number: Any, have: Layout = None) -> Read:
     n = block_number(number, "number")
-    return Read(f"{_select(BLOCKS)} WHERE block_number = ?", (n,), None, f"block({n})")
+    return Read(f"{_select(BLOCKS, have)} WHERE block_number = ?", (n,), None, f"block({n})")
 
 
-def blocks(from_block: Any, to_block: Any, max_rows: int) -> Read:
+def blocks(from_block: Any, to_block: Any, max_rows: int, have: Layout = None) -> Read:
     start = block_number(from_block, "from_block")
     end = block_number(to_block, "to_block")
     if end < start:
@@ -112,33 +127,43 @@ def blocks(from_block: Any, to_block: Any, max_rows: int) -> Read:
     what = f"blocks({start}, {end})"
     if end - start + 1 > max_rows:
         raise too_many(what, max_rows)
-    sql = f"{_select(BLOCKS)} WHERE block_number BETWEEN ? AND ? ORDER BY block_number"
+    sql = f"{_select(BLOCKS, have)} WHERE block_number BETWEEN ? AND ? ORDER BY block_number"
     return Read(sql, (start, end), max_rows, what)
 
 
-def transactions(number: Any, max_rows: int) -> Read:
+def transactions(number: Any, max_rows: int, have: Layout = None) -> Read:
     n = block_number(number, "block_number")
-    sql = f"{_select(TRANSACTIONS)} WHERE block_number = ? ORDER BY transaction_index LIMIT ?"
+    sql = f"{_select(TRANSACTIONS, have)} WHERE block_number = ? ORDER BY transaction_index LIMIT ?"
     return Read(sql, (n, max_rows + 1), max_rows, f"transactions({n})")
 
 
-def logs(from_block: Any, to_block: Any, address: Any, topic0: Any, max_rows: int) -> Read:
+def logs(
+    from_block: Any, to_block: Any, address: Any, topic0: Any, max_rows: int, have: Layout = None
+) -> Read:
     start, end = block_range(from_block, to_block)
     filters = {
         "address": hex_filter(address, "address", 42),
         "topic0": hex_filter(topic0, "topic0", 66),
     }
-    return _ranged(LOGS, start, end, filters, max_rows, "logs")
+    return _ranged(LOGS, start, end, filters, max_rows, "logs", have)
 
 
-def erc20_transfers(from_block: Any, to_block: Any, token: Any, max_rows: int) -> Read:
+def erc20_transfers(
+    from_block: Any, to_block: Any, token: Any, max_rows: int, have: Layout = None
+) -> Read:
     start, end = block_range(from_block, to_block)
     filters = {"token": hex_filter(token, "token", 42)}
-    return _ranged(ERC20_TRANSFERS, start, end, filters, max_rows, "erc20_transfers")
+    return _ranged(ERC20_TRANSFERS, start, end, filters, max_rows, "erc20_transfers", have)
 
 
 def _ranged(
-    table: Table, start: int, end: int, filters: dict[str, str | None], max_rows: int, op: str
+    table: Table,
+    start: int,
+    end: int,
+    filters: dict[str, str | None],
+    max_rows: int,
+    op: str,
+    have: Layout,
 ) -> Read:
     where = ["block_number BETWEEN ? AND ?"]
     params: list[Any] = [start, end]
@@ -149,31 +174,24 @@ def _ranged(
             params.append(value)
             shown.append(f"{column}={value!r}")
     params.append(max_rows + 1)
-    sql = f"{_select(table)} WHERE {' AND '.join(where)} ORDER BY block_number, log_index LIMIT ?"
+    order = "ORDER BY block_number, log_index LIMIT ?"
+    sql = f"{_select(table, have)} WHERE {' AND '.join(where)} {order}"
     return Read(sql, tuple(params), max_rows, f"{op}({', '.join(shown)})")
 
 
-# The tables ``rows`` reads, and the column that orders rows within a block.
-ROW_TABLES: Final = {
-    t.name: t
-    for t in (BLOCKS, TRANSACTIONS, LOGS, ERC20_TRANSFERS, NFT_TRANSFERS, TRACES, CONTRACTS)
-}
-_ORDER: Final = {
-    "blocks": "block_number",
-    "transactions": "block_number, transaction_index",
-    "logs": "block_number, log_index",
-    "erc20_transfers": "block_number, log_index",
-    "nft_transfers": "block_number, log_index, batch_position",
-    "traces": "block_number, transaction_index, trace_index",
-    "contracts": "block_number, transaction_index, trace_index",
-}
+# The tables ``rows`` reads: every block table, each ordered by its key (block
+# number first). A table added to BLOCK_TABLES is read here with nothing more.
+ROW_TABLES: Final = {t.name: t for t in BLOCK_TABLES}
 
 
-def rows(table: Any, from_block: Any, to_block: Any, where: Any, max_rows: int) -> Read:
+def rows(
+    table: Any, from_block: Any, to_block: Any, where: Any, max_rows: int, have: Layout = None
+) -> Read:
     """Rows of one chain table in a block range whose columns equal ``where``'s
-    values. Column names are checked against the schema and values against the
-    column's rule; only ``?`` parameters reach the SQL. A UINT256 column cannot be
-    filtered on (its stored form differs between the engines)."""
+    values, ordered by the table's key. Column names are checked against the
+    schema and values against the column's rule; only ``?`` parameters reach the
+    SQL. A UINT256 column cannot be filtered on (its stored form differs between
+    the engines)."""
     if not isinstance(table, str) or table not in ROW_TABLES:
         raise ValueError(f"table must be one of {', '.join(ROW_TABLES)}, got {table!r}")
     schema = ROW_TABLES[table]
@@ -192,12 +210,17 @@ def rows(table: Any, from_block: Any, to_block: Any, where: Any, max_rows: int) 
             raise ValueError(f"{table} has no column {name!r} (columns: {', '.join(schema.names)})")
         if column.type is ColumnType.UINT256:
             raise ValueError(f"{table}.{name} holds 256-bit numbers and cannot be filtered on")
-        if value is None:
+        checked = None if value is None else check_value(schema, column, value, "where")
+        if have is not None and name not in have.get(table, ()):
+            # A column the file lacks yet is NULL in every row.
+            clauses.append("1 = 1" if value is None else "1 = 0")
+        elif value is None:
             clauses.append(f"{name} IS NULL")
         else:
             clauses.append(f"{name} = ?")
-            params.append(check_value(schema, column, value, "where"))
+            params.append(checked)
         shown.append(f"{name}={value!r}")
     params.append(max_rows + 1)
-    sql = f"{_select(schema)} WHERE {' AND '.join(clauses)} ORDER BY {_ORDER[table]} LIMIT ?"
+    order = ", ".join(schema.key)
+    sql = f"{_select(schema, have)} WHERE {' AND '.join(clauses)} ORDER BY {order} LIMIT ?"
     return Read(sql, tuple(params), max_rows, f"rows({table}, {', '.join(shown)})")

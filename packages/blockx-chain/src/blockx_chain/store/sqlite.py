@@ -30,8 +30,10 @@ from blockx_chain.schema import (
     SCHEMA_VERSION,
     TABLES,
     Engine,
-    tables_in_the_way,
+    SchemaError,
+    refuse_existing_tables,
 )
+from blockx_chain.store import reads
 from blockx_chain.store.base import BlockStore, BlockWriter
 from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
 from blockx_chain.store.reads import DEFAULT_MAX_ROWS
@@ -88,6 +90,8 @@ class SqliteStore(BlockStore):
         self._readers_lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._writing = False
+        # The columns of a file of an older schema, with its version.
+        self._older: tuple[int, reads.Layout] | None = None
 
     @classmethod
     async def open(
@@ -131,14 +135,17 @@ class SqliteStore(BlockStore):
             if version < SCHEMA_VERSION:
                 conn.execute("BEGIN IMMEDIATE")
                 version = conn.execute("PRAGMA user_version").fetchone()[0]
-                _check_new_tables(self.description, version, conn)
-                for migrate in MIGRATIONS[version:]:
-                    for statement in migrate(Engine.SQLITE):
+                for target, migrate in enumerate(MIGRATIONS[version:], start=version + 1):
+                    statements = migrate(Engine.SQLITE)
+                    refuse_existing_tables(statements, _table_names(conn), target, self.description)
+                    for statement in statements:
                         conn.execute(statement)
                 conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
                 conn.execute("COMMIT")
             # Writers never wait for each other: a second ingest fails at once.
             conn.execute("PRAGMA busy_timeout = 0")
+        except SchemaError as exc:
+            raise SchemaRefused(str(exc)) from None
         except sqlite3.DatabaseError as exc:
             raise SchemaRefused(
                 f"{self.description} is not a usable SQLite database: {exc}"
@@ -165,9 +172,38 @@ class SqliteStore(BlockStore):
             conn.close()
         if version == 0:
             raise missing  # an empty file: ingest has not made its tables yet
-        # Every read but ``seen_at`` is of the first version's tables: a reader goes
-        # on while the next ingest has yet to migrate the file.
+        # A reader goes on while the next ingest has yet to migrate the file: its
+        # reads see the columns the file lacks as NULL (reads.Layout).
         self.schema_version = version
+
+    def _file_layout(self, conn: sqlite3.Connection) -> reads.Layout:
+        """The columns of the file's block tables, or None once it is of the current
+        schema."""
+        version: int = conn.execute("PRAGMA user_version").fetchone()[0]
+        self.schema_version = version
+        if version >= SCHEMA_VERSION:
+            return None
+        if self._older is not None and self._older[0] == version:
+            return self._older[1]
+        layout: dict[str, frozenset[str]] = {}
+        for table in BLOCK_TABLES:
+            names = frozenset(row[1] for row in conn.execute(f"PRAGMA table_info({table.name})"))
+            if names:
+                layout[table.name] = names
+        self._older = (version, layout)
+        return layout
+
+    async def _layout(self) -> reads.Layout:
+        if self.schema_version >= SCHEMA_VERSION:
+            return None  # the current schema: never checked again
+
+        def check() -> reads.Layout:
+            try:
+                return self._file_layout(self._reader())
+            except sqlite3.Error as exc:
+                raise StoreUnavailable(f"{self.description}: {exc}") from None
+
+        return await asyncio.get_running_loop().run_in_executor(self._read_threads, check)
 
     async def _on_writer(self, work: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
@@ -249,25 +285,6 @@ def _begin_immediate(description: str) -> Callable[[sqlite3.Connection], None]:
     return begin
 
 
-def _table_names(conn: sqlite3.Connection) -> set[str]:
-    return {
-        row[0]
-        for row in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
-        )
-    }
-
-
-def _check_new_tables(description: str, version: int, conn: sqlite3.Connection) -> None:
-    in_the_way = tables_in_the_way(version, _table_names(conn))
-    if in_the_way:
-        conn.execute("ROLLBACK")
-        raise SchemaRefused(
-            f"{description} already holds a table named {', '.join(in_the_way)}, which the "
-            f"migration to schema version {SCHEMA_VERSION} creates: rename or drop it first"
-        )
-
-
 def _check_version(description: str, version: int, conn: sqlite3.Connection) -> None:
     if version > SCHEMA_VERSION:
         raise SchemaRefused(
@@ -283,3 +300,12 @@ def _check_version(description: str, version: int, conn: sqlite3.Connection) -> 
                 f"{description} holds {what} but no BlockX schema version (user_version 0): "
                 "it is no BlockX block database"
             )
+
+
+def _table_names(conn: sqlite3.Connection) -> set[str]:
+    return {
+        row[0]
+        for row in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'"
+        )
+    }

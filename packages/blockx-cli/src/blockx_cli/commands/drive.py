@@ -47,6 +47,7 @@ from rich.table import Table
 from blockx_chain.sink import SinkError, SinkRejected, SinkType, SinkUnavailable
 from blockx_chain.sink.schema import parse_types
 from blockx_chain.store import StoreError, StoreUnavailable
+from blockx_chain.store.reads import ROW_TABLES
 from blockx_chain.url import BlockDbUrl, describe
 from blockx_cli.databases import database_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, console, fail
@@ -101,7 +102,7 @@ SourceTableOpt = Annotated[
     str,
     typer.Option(
         "--source-table",
-        help="The block database table it scans: blocks, transactions, logs, erc20_transfers.",
+        help=f"The block database table it scans: {', '.join(ROW_TABLES)}.",
     ),
 ]
 WhereOpt = Annotated[

@@ -6,10 +6,13 @@ ingested; ``block(number)`` -> a row or None; ``blocks(from_block, to_block)``
 address=None, topic0=None)``; ``erc20_transfers(from_block, to_block=None,
 token=None)``; ``log_filter()`` -> what a selective database (``blockx chain ingest
 --logs``) holds, ``{"addresses", "topic0s", "from_block"}``, or None for one of
-whole blocks; ``rows(table, from_block, to_block=None, where=None)``: any of the
-four chain tables, ``where`` a ``{column: value}`` equality filter (``to_block=None``
-means ``from_block`` alone). Rows are dicts keyed
-by column name, ordered by block then index. A range whose answer would exceed
+whole blocks; ``rows(table, from_block, to_block=None, where=None)``: any block
+table of the schema (``blockx_chain.schema.BLOCK_TABLES``: blocks, transactions,
+logs, erc20_transfers, withdrawals, nft_transfers, traces, contracts, and any
+table registered there later, with nothing to add here), ``where`` a ``{column:
+value}`` equality filter (``to_block=None`` means ``from_block`` alone). Rows are
+dicts keyed by column name, ordered by block then index. A range whose answer
+would exceed
 BLOCKDB_MAX_ROWS is BAD_REQUEST (narrow it); a database that cannot be reached is
 a retryable UNAVAILABLE. There are no writes: ingest (``blockx chain ingest``)
 fills the database.

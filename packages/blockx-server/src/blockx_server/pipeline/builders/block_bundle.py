@@ -21,6 +21,7 @@ import msgspec
 from blockx_core.calls import RootCall
 from blockx_server.pipeline.builders.base import BuilderError, CallList, decode_config
 from blockx_server.pipeline.builders.chain_scan import (
+    TABLES,
     BlockNumber,
     ChainScanner,
     Unit,
@@ -39,7 +40,7 @@ STREAM_CHUNK_ROWS: Final = 2048
 DEFAULT_BUNDLE_SIZE: Final = 100
 MAX_BUNDLE_SIZE: Final = 100_000
 _SHAPE = (
-    '{"function": "<name>", "table": "blocks|transactions|logs|erc20_transfers", '
+    '{"function": "<name>", "table": "' + "|".join(TABLES) + '", '
     '"fromBlock": <number>, "toBlock": <number>, "bundleSize"?: <blocks>, '
     '"where"?: {"<column>": <value>}, "unit"?: "row"|"block"}'
 )

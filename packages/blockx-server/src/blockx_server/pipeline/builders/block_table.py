@@ -14,6 +14,7 @@ import msgspec
 
 from blockx_server.pipeline.builders.base import BuilderError, CallList, decode_config
 from blockx_server.pipeline.builders.chain_scan import (
+    TABLES,
     BlockNumber,
     ChainScanner,
     Unit,
@@ -26,7 +27,7 @@ from blockx_server.pipeline.context import TaskContext
 
 NAME = "BlockTableCallConfig"
 _SHAPE = (
-    '{"function": "<name>", "table": "blocks|transactions|logs|erc20_transfers", '
+    '{"function": "<name>", "table": "' + "|".join(TABLES) + '", '
     '"block": <number> | {"number": <number>, "hash": "0x..."}, '
     '"where"?: {"<column>": <value>}, "unit"?: "row"|"block"}'
 )

@@ -15,12 +15,14 @@ from typing import Annotated, Any, Final, assert_never
 
 import msgspec
 
+from blockx_chain.store.reads import ROW_TABLES
 from blockx_core.calls import CallContext, RootCall
 from blockx_server.io.errors import IoErrorKind
 from blockx_server.pipeline.builders.base import BuilderError
 from blockx_server.pipeline.context import TaskContext
 
-TABLES: Final = ("blocks", "transactions", "logs", "erc20_transfers")
+# Every block table of the schema: one registered in BLOCK_TABLES is scanned too.
+TABLES: Final = tuple(ROW_TABLES)
 # Blocks read per request at first; halved while an answer would exceed BLOCKDB_MAX_ROWS.
 FIRST_CHUNK_BLOCKS: Final = 1000
 # A scan sized by rows (a streaming one) starts this small and adapts.
