@@ -20,6 +20,7 @@ import httpx
 import pytest
 import pytest_asyncio
 from rpc_scripted import ScriptedChain, ScriptedRpcServer, answer, each, error, tx_hash
+from schema_versions import make_database_at
 
 from blockx_chain.contracts import (
     PROBE_SELECTOR,
@@ -34,7 +35,7 @@ from blockx_chain.devnet.generator import PROBE_GAS, SWAP_GAS, _send
 from blockx_chain.ingest import BadNodeAnswer, IngestError, IngestOptions, IngestSummary, ingest
 from blockx_chain.ingest.traces import MAX_DEPTH, TracedTransaction, TraceMethod, block_traces
 from blockx_chain.rpc import JsonRpcClient, RpcError, RpcErrorKind, quantity
-from blockx_chain.schema import MIGRATIONS, SCHEMA_VERSION, TRACES_SINCE, Engine
+from blockx_chain.schema import SCHEMA_VERSION, TRACES_SINCE
 from blockx_chain.store import SchemaRefused, open_store
 from blockx_chain.url import parse_blockdb_url
 
@@ -377,28 +378,7 @@ def _honest(method: str, number: int) -> Any:
 
 async def _previous_schema(db_url: str, *, extra: str | None = None) -> None:
     """A database as BlockX made it before the trace tables, on either engine."""
-    engine = Engine.SQLITE if db_url.startswith("sqlite") else Engine.POSTGRES
-    statements = [
-        statement for migrate in MIGRATIONS[: TRACES_SINCE - 1] for statement in migrate(engine)
-    ]
-    if extra is not None:
-        statements.append(f"CREATE TABLE {extra} (x INTEGER)")
-    if engine is Engine.SQLITE:
-        conn = sqlite3.connect(str(parse_blockdb_url(db_url).path))  # type: ignore[union-attr]
-        for statement in statements:
-            conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {TRACES_SINCE - 1}")
-        conn.commit()
-        conn.close()
-        return
-    pg = await asyncpg.connect(db_url)
-    try:
-        await pg.execute("CREATE TABLE blockx_schema (version INTEGER NOT NULL)")
-        await pg.execute(f"INSERT INTO blockx_schema (version) VALUES ({TRACES_SINCE - 1})")
-        for statement in statements:
-            await pg.execute(statement)
-    finally:
-        await pg.close()
+    await make_database_at(db_url, TRACES_SINCE - 1, extra_table=extra)
 
 
 async def _version(db_url: str) -> int:

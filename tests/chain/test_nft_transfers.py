@@ -8,17 +8,16 @@ stay in ``logs`` with no nft row and no refusal; the devnet's transactions of ty
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import msgspec
 import pytest
 from chain_rows import GENESIS, block_hash, make_block
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from nft_logs import TRANSFER, TRANSFER_BATCH, TRANSFER_SINGLE, decoded_transfers, nft_rows
+from schema_versions import make_database_at
 
 from blockx_chain import contracts
 from blockx_chain.contracts import (
@@ -31,14 +30,12 @@ from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.ingest import IngestOptions, ingest
 from blockx_chain.rpc import JsonRpcClient, quantity
 from blockx_chain.schema import (
-    MIGRATIONS,
     NFT_TRANSFERS_SINCE,
     SCHEMA_VERSION,
     TRANSFER_BATCH_TOPIC,
     TRANSFER_SINGLE_TOPIC,
     TRANSFER_TOPIC,
     BlockRows,
-    Engine,
     Log,
     nft_transfers,
 )
@@ -364,26 +361,8 @@ async def test_nft_transfers_are_the_nodes_logs_decoded(
 
 
 async def _made_before_nft_transfers(db_url: str) -> None:
-    """A database at the schema version before nft_transfers, holding one block."""
-    engine = Engine.SQLITE if db_url.startswith("sqlite") else Engine.POSTGRES
-    version = NFT_TRANSFERS_SINCE - 1
-    statements = [s for migrate in MIGRATIONS[:version] for s in migrate(engine)]
-    if engine is Engine.SQLITE:
-        conn = sqlite3.connect(str(parse_blockdb_url(db_url).path))  # type: ignore[union-attr]
-        for statement in statements:
-            conn.execute(statement)
-        conn.execute(f"PRAGMA user_version = {version}")
-        conn.commit()
-        conn.close()
-        return
-    pg = await asyncpg.connect(db_url)
-    try:
-        await pg.execute("CREATE TABLE blockx_schema (version INTEGER NOT NULL)")
-        await pg.execute(f"INSERT INTO blockx_schema (version) VALUES ({version})")
-        for statement in statements:
-            await pg.execute(statement)
-    finally:
-        await pg.close()
+    """A database at the schema version before nft_transfers."""
+    await make_database_at(db_url, NFT_TRANSFERS_SINCE - 1)
 
 
 async def test_an_older_database_gains_nft_transfers_on_open(db_url: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
 
 from blockx_chain.ingest.errors import BadNodeAnswer, IngestError, NodeUnusable
@@ -35,6 +35,30 @@ class NodeShortened(Exception):
     the head again and goes on from the same block."""
 
 
+async def retried(
+    numbers: range, attempts: int, once: Callable[[], Awaitable[list[BlockRows]]]
+) -> list[BlockRows]:
+    """``once()``, the fetch of ``numbers``, again after a back-off while the node
+    is busy or changes between requests, up to ``attempts`` times: a block the
+    node lacks is NodeShortened, an error it cannot recover from IngestError, and
+    a node that keeps changing NodeUnusable."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return await once()
+        except RpcError as exc:
+            if exc.kind is RpcErrorKind.NOT_FOUND:
+                raise NodeShortened(f"blocks {_span(numbers)}: {exc.message}") from None
+            if not exc.retryable or attempt == attempts:
+                raise failed(exc, f"blocks {_span(numbers)}: ") from None
+        except Inconsistent as exc:
+            if attempt == attempts:
+                raise NodeUnusable(
+                    f"blocks {_span(numbers)}: the node keeps changing them ({exc})"
+                ) from None
+        await asyncio.sleep(backoff_s(attempt))
+    raise AssertionError("unreachable")
+
+
 class BatchFetcher:
     def __init__(
         self, eth: EthRpc, attempts: int = RETRY_ATTEMPTS, traces: TraceMethod | None = None
@@ -47,21 +71,7 @@ class BatchFetcher:
     async def blocks(self, numbers: range) -> list[BlockRows]:
         """Rows of ``numbers``, a chain (each block's parent is the one before); a
         node that keeps failing or changing is NodeUnusable."""
-        for attempt in range(1, self.attempts + 1):
-            try:
-                return await self._once(numbers)
-            except RpcError as exc:
-                if exc.kind is RpcErrorKind.NOT_FOUND:
-                    raise NodeShortened(f"blocks {_span(numbers)}: {exc.message}") from None
-                if not exc.retryable or attempt == self.attempts:
-                    raise failed(exc, f"blocks {_span(numbers)}: ") from None
-            except Inconsistent as exc:
-                if attempt == self.attempts:
-                    raise NodeUnusable(
-                        f"blocks {_span(numbers)}: the node keeps changing them ({exc})"
-                    ) from None
-            await asyncio.sleep(backoff_s(attempt))
-        raise AssertionError("unreachable")
+        return await retried(numbers, self.attempts, lambda: self._once(numbers))
 
     async def _once(self, numbers: range) -> list[BlockRows]:
         wanted = list(numbers)

@@ -28,14 +28,12 @@ from typing import Any
 import msgspec
 
 from blockx_chain.ingest.errors import NodeUnusable
-from blockx_chain.ingest.fetch import NodeShortened, backoff_s, failed
+from blockx_chain.ingest.fetch import RETRY_ATTEMPTS, backoff_s, retried
 from blockx_chain.ingest.log_ranges import Ask, GiveUp, LogRanges, Span, Wait, classify
 from blockx_chain.ingest.rows import Inconsistent, header_row
 from blockx_chain.rpc import EthRpc, RpcError, RpcErrorKind, parse_quantity, quantity
 from blockx_chain.rpc.answers import bad_answer, field, hash_value, shown
 from blockx_chain.schema import BlockRows, Log, LogFilterRecord
-
-RETRY_ATTEMPTS = 6
 
 
 class LogQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,21 +69,7 @@ class LogFetcher:
     async def blocks(self, numbers: range, near_head: int) -> list[BlockRows]:
         """Rows of the blocks of ``numbers`` that hold a matching log, are at or above
         ``near_head``, or are the range's last block, in block order."""
-        for attempt in range(1, self.attempts + 1):
-            try:
-                return await self._once(numbers, near_head)
-            except RpcError as exc:
-                if exc.kind is RpcErrorKind.NOT_FOUND:
-                    raise NodeShortened(f"blocks {_span(numbers)}: {exc.message}") from None
-                if not exc.retryable or attempt == self.attempts:
-                    raise failed(exc, f"blocks {_span(numbers)}: ") from None
-            except Inconsistent as exc:
-                if attempt == self.attempts:
-                    raise NodeUnusable(
-                        f"blocks {_span(numbers)}: the node keeps changing them ({exc})"
-                    ) from None
-            await asyncio.sleep(backoff_s(attempt))
-        raise AssertionError("unreachable")
+        return await retried(numbers, self.attempts, lambda: self._once(numbers, near_head))
 
     async def _once(self, numbers: range, near_head: int) -> list[BlockRows]:
         last = numbers.stop - 1

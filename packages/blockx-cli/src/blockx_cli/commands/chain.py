@@ -30,7 +30,6 @@ from blockx_chain.ingest.plan import (
     DEFAULT_MAX_REORG_DEPTH,
     DEFAULT_POLL_INTERVAL_S,
 )
-from blockx_chain.rpc.client import DEFAULT_MAX_RESPONSE_BYTES
 from blockx_chain.store import StoreError, StoreUnavailable
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
@@ -233,20 +232,23 @@ def chain_ingest(
         typer.Option("--max-log-range", min=1, help="With --logs: the widest eth_getLogs."),
     ] = DEFAULT_MAX_WIDTH,
     max_response_bytes: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--max-response-bytes",
             envvar="RPC_MAX_RESPONSE_BYTES",
             min=1024,
-            help="The largest node answer read; a larger eth_getLogs answer is split.",
+            help="The largest node answer read, in bytes (default 32 MiB); a larger "
+            "eth_getLogs answer is split.",
+            show_default=False,
         ),
-    ] = DEFAULT_MAX_RESPONSE_BYTES,
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Fill the block database from a node: batched, resumable and reorg-aware; with
     --logs, only the logs asked for."""
     from blockx_chain.ingest import IngestOptions
     from blockx_chain.ingest.log_fetch import LogQuery
+    from blockx_chain.rpc import DEFAULT_MAX_RESPONSE_BYTES  # the node's client: only here
 
     rpc_url = _rpc_url(rpc)
     db_url = _db_url(db)
@@ -271,7 +273,7 @@ def chain_ingest(
         logs=query,
         log_range=log_range,
         max_log_range=max_log_range,
-        max_response_bytes=max_response_bytes,
+        max_response_bytes=max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
     )
     show_live = console.is_terminal and not json_output
     try:
