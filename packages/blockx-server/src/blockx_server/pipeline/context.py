@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from blockx_core.chains import Chain
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.task import TaskInput
 from blockx_server.io.scope import TaskIoScope
@@ -37,6 +38,9 @@ class TaskContext:
     io: TaskIoScope
     # Filled by BlockTableCallConfig / BlockBundleCallConfig in the Builder phase.
     scan: ChainScan = field(default_factory=ChainScan)
+    # The chain the task reads (its Builder config's "chain"); None when the
+    # process serves no chain.
+    chain: Chain | None = None
 
     @property
     def task_id(self) -> str:
