@@ -17,6 +17,10 @@ functions through two awaitables::
   (``put``, ``delete``, ...) fails the call; writes belong to a Writer Plugin.
   A failed read raises ``IoError`` (``.kind`` says why, ``.retryable`` whether
   asking again may succeed), which you may catch.
+* ``await io.router.chain(name).<backend>.<op>(*args, **kwargs)`` reads the same
+  way from another chain the cluster serves (``io.blockdb`` and ``io.rpc`` read the
+  task's own chain): a cross-chain function. A chain the Worker does not serve
+  raises ``IoError`` of kind UNKNOWN_CHAIN naming the chains it serves.
 * ``await call(name, *args, **kwargs)`` runs another function as a sub-call (in the
   same task, code epoch and call context) and returns its value; its failure raises
   ``CallError``. ``await function(name).call(*args)`` is the same sub-call through
@@ -167,6 +171,17 @@ class IoRequest:
         return f"io.{self.backend}.{self.op}({_arguments(self.args, self.kwargs)})"
 
 
+class ChainIoRequest(IoRequest):
+    """Awaitable: ``io.router.chain(name).<backend>.<op>(*args, **kwargs)``, sent as
+    the ``router`` backend's ``chain`` operation with ``[name, backend, op, *args]``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        chain, backend, op, *rest = self.args
+        return f"io.router.chain({chain!r}).{backend}.{op}({_arguments(rest, self.kwargs)})"
+
+
 class SubCallRequest:
     """Awaitable: ``call(function, *args, **kwargs)``."""
 
@@ -213,11 +228,65 @@ class _Backend:
         return f"io.{self._name}"
 
 
-class _Io:
-    """``io.<backend>`` is a backend; ``io.<backend>.<op>(*args, **kwargs)`` an
-    awaitable read."""
+class _ChainBackend:
+    __slots__ = ("_backend", "_chain")
+
+    def __init__(self, chain: str, backend: str) -> None:
+        self._chain = chain
+        self._backend = backend
+
+    def __getattr__(self, op: str) -> Callable[..., Awaitable[Any]]:
+        if op.startswith("_"):
+            raise AttributeError(op)
+        chain, backend = self._chain, self._backend
+
+        def request(*args: Any, **kwargs: Any) -> Awaitable[Any]:
+            return ChainIoRequest("router", "chain", [chain, backend, op, *args], kwargs)
+
+        request.__name__ = op
+        return request
+
+    def __repr__(self) -> str:
+        return f"io.router.chain({self._chain!r}).{self._backend}"
+
+
+class _ChainIo:
+    """``io.router.chain(name)``: another chain's backends, read-only."""
+
+    __slots__ = ("_chain",)
+
+    def __init__(self, chain: str) -> None:
+        self._chain = chain
+
+    def __getattr__(self, backend: str) -> _ChainBackend:
+        if backend.startswith("_"):
+            raise AttributeError(backend)
+        return _ChainBackend(self._chain, backend)
+
+    def __repr__(self) -> str:
+        return f"io.router.chain({self._chain!r})"
+
+
+class _Router:
+    """``io.router``: ``chain(name)`` reaches the backends of the chain ``name``."""
 
     __slots__ = ()
+
+    def chain(self, name: str) -> _ChainIo:
+        if not isinstance(name, str) or not name:
+            raise TypeError(f"io.router.chain(name): name is a chain's name (got {name!r})")
+        return _ChainIo(name)
+
+    def __repr__(self) -> str:
+        return "io.router"
+
+
+class _Io:
+    """``io.<backend>`` is a backend; ``io.<backend>.<op>(*args, **kwargs)`` an
+    awaitable read; ``io.router.chain(name)`` another chain's backends."""
+
+    __slots__ = ()
+    router: Final = _Router()
 
     def __getattr__(self, backend: str) -> _Backend:
         if backend.startswith("_"):

@@ -282,6 +282,13 @@ class BlockStore(abc.ABC):
             "finalized": row["finalized_number"],
         }
 
+    async def block_range(self) -> tuple[int, int] | None:
+        """The lowest and highest block held; None while nothing is ingested."""
+        rows = await self._fetch("SELECT MIN(number) AS low, MAX(number) AS high FROM blocks", ())
+        if not rows or rows[0]["low"] is None:
+            return None
+        return int(rows[0]["low"]), int(rows[0]["high"])
+
     async def chain(self) -> ChainState | None:
         """The chain row (epoch, finalized, head); None on an empty database."""
         rows = await self._fetch(reads.CHAIN_SQL, ())

@@ -2,9 +2,10 @@
 
 Invariants: ``bytes_used`` is the sum of the sizes of the entries held and never
 exceeds ``max_bytes``; only answers the caller marks immutable are stored; every
-entry belongs to the current epoch (``set_epoch`` drops the older ones, and an
-answer of an older epoch is refused), so a chain reorganisation that changes the
-epoch cannot leave a stale answer behind.
+entry belongs to the current epoch of its chain (``set_epoch`` drops the older
+ones, and an answer of an older epoch is refused), so a chain reorganisation that
+changes the epoch cannot leave a stale answer behind. Each chain a process serves
+has its own epoch; a reorganisation of one drops none of another's answers.
 """
 
 from __future__ import annotations
@@ -21,17 +22,18 @@ ENTRY_OVERHEAD_BYTES: Final = 64
 
 
 class CacheKey(msgspec.Struct, frozen=True):
-    """One read: backend, operation, canonical arguments, and the chain epoch it was
-    read in."""
+    """One read: backend, operation, canonical arguments, the chain epoch it was
+    read in, and the chain it read ("" for a backend of no chain)."""
 
     backend: str
     op: str
     arguments: str
     epoch: int
+    chain: str = ""
 
     @property
     def size(self) -> int:
-        return len(self.backend) + len(self.op) + len(self.arguments)
+        return len(self.backend) + len(self.op) + len(self.arguments) + len(self.chain)
 
 
 def canonical_arguments(args: list[Any], kwargs: dict[str, Any]) -> str:
@@ -46,12 +48,20 @@ class ReadCache:
         if max_bytes < 0:
             raise ValueError("max_bytes must be >= 0")
         self.max_bytes = max_bytes
-        self.epoch = 0
+        self._epochs: dict[str, int] = {}
         self.bytes_used = 0
         self.hits = 0
         self.misses = 0
         self.evictions = 0
         self._entries: OrderedDict[CacheKey, bytes] = OrderedDict()
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch of the chainless backends (and of a one-chain router)."""
+        return self.epoch_of("")
+
+    def epoch_of(self, chain: str) -> int:
+        return self._epochs.get(chain, 0)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -80,7 +90,7 @@ class ReadCache:
     def put(self, key: CacheKey, value: bytes, *, immutable: bool) -> bool:
         """Store an answer; False when it is not stored: a mutable answer, one of an
         older epoch, or one larger than the whole cache."""
-        if not immutable or key.epoch != self.epoch:
+        if not immutable or key.epoch != self.epoch_of(key.chain):
             return False
         size = self.entry_bytes(key, value)
         if size > self.max_bytes:
@@ -96,12 +106,13 @@ class ReadCache:
         self.bytes_used += size
         return True
 
-    def set_epoch(self, epoch: int) -> int:
-        """Move to ``epoch``; drop every entry of another epoch. Returns how many."""
-        if epoch == self.epoch:
+    def set_epoch(self, epoch: int, chain: str = "") -> int:
+        """Move ``chain`` to ``epoch``; drop every entry of that chain of another epoch.
+        Returns how many."""
+        if epoch == self.epoch_of(chain):
             return 0
-        self.epoch = epoch
-        stale = [key for key in self._entries if key.epoch != epoch]
+        self._epochs[chain] = epoch
+        stale = [key for key in self._entries if key.chain == chain and key.epoch != epoch]
         for key in stale:
             self.bytes_used -= self.entry_bytes(key, self._entries.pop(key))
         return len(stale)

@@ -217,12 +217,22 @@ class WorkerCore(TaskBook):
         return [StartBuilderPhase(task_id=task_id)]
 
     def handle_task_activation_failed(
-        self, task_id: str, code: FailureCode, message: str, now_ms: int
+        self,
+        task_id: str,
+        code: FailureCode,
+        message: str,
+        now_ms: int,
+        *,
+        retryable: bool | None = None,
     ) -> list[WorkerCommand]:
+        """Activation failed; ``retryable`` overrides the code's own (a task naming
+        a chain this Worker does not serve fails the same way on every Worker)."""
         task = self._tasks.get(task_id)
         if task is None or task.phase is not TaskPhase.PREPARING:
             return []
-        return self._fail(task, code, RETRYABLE.get(code, True), message, now_ms)
+        if retryable is None:
+            retryable = RETRYABLE.get(code, True)
+        return self._fail(task, code, retryable, message, now_ms)
 
     def handle_plugin_not_found(
         self, task_id: str, phase: TaskPhase, message: str, now_ms: int

@@ -21,6 +21,7 @@ from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
 from blockx_server.io.backends.sink import SinkBackend
+from blockx_server.io.chain_io import ChainIo
 from blockx_server.io.finality import FinalityView
 from blockx_server.io.router import IoBackend, IoRouter
 from blockx_server.io.settings import IoSettings
@@ -140,11 +141,13 @@ def open_router(
     finality: FinalityView | None = None,
     limits: Callable[[str], ConcurrencyLimit] | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    chains: Sequence[ChainIo] = (),
 ) -> IoRouter:
-    """Every backend of the process: ``memory``, ``blockdb`` when BLOCKDB_URL is set,
-    ``rpc`` when CHAIN_RPC_URL is set, ``sink`` when SINK_DB_URL is set, then
-    ``extra`` (tests add their own), with the process's read cache and each
-    backend's admission."""
+    """Every backend of the process: ``memory``, ``sink`` when SINK_DB_URL is set,
+    then ``extra`` (tests add their own), and each chain served (``chains``, opened
+    by ``blockx_server.io.chain_config.open_chains``: its blockdb, rpc and meta),
+    with the process's read cache and each backend's admission. ``blockdb`` and
+    ``rpc`` are backends of no chain, which tests use."""
     backends: list[IoBackend] = [memory_backend(memory_seed_file)]
     if blockdb is not None:
         backends.append(blockdb)
@@ -158,6 +161,7 @@ def open_router(
         finality=finality,
         limits=limits,
         clock=clock,
+        chains=list(chains),
     )
 
 

@@ -20,6 +20,8 @@ class IoErrorKind(enum.StrEnum):
     BAD_VALUE = "BAD_VALUE"
     # The backend does not know what was named (a block or transaction a node has not seen).
     NOT_FOUND = "NOT_FOUND"
+    # A chain this process does not serve (or none named where several are served).
+    UNKNOWN_CHAIN = "UNKNOWN_CHAIN"
 
 
 # Only a backend that could not answer may answer on a second try; a request that
@@ -32,6 +34,7 @@ RETRYABLE: Final[Mapping[IoErrorKind, bool]] = {
     IoErrorKind.UNAVAILABLE: True,
     IoErrorKind.BAD_VALUE: False,
     IoErrorKind.NOT_FOUND: False,
+    IoErrorKind.UNKNOWN_CHAIN: False,
 }
 
 

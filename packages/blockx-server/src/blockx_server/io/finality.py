@@ -57,6 +57,8 @@ class ChainFinality:
         self._refresh_s = refresh_ms / 1000
         self.epoch = 0
         self.finalized: int | None = None
+        # The chain id the database holds; None until it is read.
+        self.chain_id: int | None = None
 
     async def refresh(self) -> None:
         try:
@@ -69,6 +71,7 @@ class ChainFinality:
             log.exception("reading the chain's finality failed")
             return
         if chain is not None:
+            self.chain_id = chain.chain_id
             self.epoch = chain.epoch
             self.finalized = chain.finalized_number
 

@@ -13,6 +13,11 @@ most IO_TASK_MAX_INFLIGHT backend requests of the task in flight, the rest wait
 FIFO); the backend's admission (``IoRouter.serve``). Only the backend's time is
 ``io_us``, charged to a call; every wait is ``queue_us``.
 
+A scope reads one chain (the task's: ``chain``): its ``io.blockdb``, ``io.rpc`` and
+``io.meta`` are that chain's; ``io.router.chain(name)`` reaches another. It also
+knows the Function Code View epoch the task pinned, which ``io.meta.code_epoch()``
+answers.
+
 Functions' requests are answered as they come: a failure reaches the function as
 ``IoError``. Builders and Writers ask with ``retry=True`` (or through
 ``retrying()``): a retryable failure is tried again up to IO_RETRY_MAX_ATTEMPTS
@@ -30,6 +35,7 @@ from typing import Any, assert_never
 import msgspec
 
 from blockx_core.io import CacheKey, GiveUp, IoWindow, RetryAfter, Singleflight
+from blockx_server.io.backends.meta import CODE_EPOCH_OP, META
 from blockx_server.io.errors import IoErrorKind, IoOutcome, failure
 from blockx_server.io.router import IoRouter, Prepared
 
@@ -82,10 +88,20 @@ class _TaskIo:
 
 
 class TaskIoScope:
-    def __init__(self, router: IoRouter, task_id: str, *, writes: bool = False) -> None:
+    def __init__(
+        self,
+        router: IoRouter,
+        task_id: str,
+        *,
+        writes: bool = False,
+        chain: str | None = None,
+        code_epoch: int | None = None,
+    ) -> None:
         self._router = router
         self.task_id = task_id
         self.writes = writes
+        self.chain = chain
+        self.code_epoch = code_epoch
         self.stats = IoStats()
         self._closed = False
         self._task_io = _TaskIo(router.settings.task_max_inflight)
@@ -100,7 +116,9 @@ class TaskIoScope:
         """The same task's scope for its Writer Plugin: it may write, it counts into
         the same statistics and the same IO window, and it closes when this scope
         closes."""
-        scope = TaskIoScope(self._router, self.task_id, writes=True)
+        scope = TaskIoScope(
+            self._router, self.task_id, writes=True, chain=self.chain, code_epoch=self.code_epoch
+        )
         scope.stats = self.stats
         scope._task_io = self._task_io
         scope._parent = self
@@ -153,7 +171,12 @@ class TaskIoScope:
         if self.closed:
             outcome = failure(IoErrorKind.UNAVAILABLE, "the task's IO scope is closed")
         else:
-            prepared = self._router.prepare(backend, op, args, kwargs, writes=self.writes)
+            if (backend, op) == (META, CODE_EPOCH_OP):
+                # What the task pinned, which only its scope knows.
+                args, kwargs = [self.code_epoch], {}
+            prepared = self._router.prepare(
+                backend, op, args, kwargs, writes=self.writes, chain=self.chain
+            )
             if isinstance(prepared, IoOutcome):
                 outcome = prepared
             else:

@@ -16,6 +16,10 @@ one file can serve a fleet and a variable can still adjust one process.
 
 A key that is not a setting of the program is an error naming it (a misspelt key
 would otherwise be ignored in silence), as is a value of another TOML type.
+
+A program may also read tables of tables (the Worker's and the Sync Invoker's
+``[chains.NAME]``): each value of ``[chains.base]`` is handed on as the setting
+``chains.base.KEY`` (a name the environment cannot set), for the program to check.
 """
 
 from __future__ import annotations
@@ -61,9 +65,12 @@ def _unknown(key: str, known: Collection[str]) -> str:
     return f"unknown key {key}{hint}"
 
 
-def read_config_file(path: Path, known: Collection[str]) -> dict[str, str]:
+def read_config_file(
+    path: Path, known: Collection[str], tables: Collection[str] = ()
+) -> dict[str, str]:
     """The settings ``path`` holds, as environment text; ConfigFileError naming every
-    unknown key and value of the wrong type, or why the file cannot be read."""
+    unknown key and value of the wrong type, or why the file cannot be read.
+    ``tables`` names the tables of tables the program reads (``chains``)."""
     try:
         document = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -75,6 +82,9 @@ def read_config_file(path: Path, known: Collection[str]) -> dict[str, str]:
     values: dict[str, str] = {}
     problems: list[str] = []
     for key, value in document.items():
+        if key in tables:
+            problems += _table_of_tables(path, key, value, values)
+            continue
         if key not in known:
             problems.append(f"{path}: {_unknown(key, known)}")
             continue
@@ -88,3 +98,24 @@ def read_config_file(path: Path, known: Collection[str]) -> dict[str, str]:
     if problems:
         raise ConfigFileError(problems)
     return values
+
+
+def _table_of_tables(path: Path, key: str, value: object, values: dict[str, str]) -> list[str]:
+    """``[key.NAME]`` tables flattened into ``values`` as ``key.NAME.FIELD``; the
+    problems found."""
+    if not isinstance(value, dict):
+        return [f"{path}: {key} must be tables [{key}.NAME]"]
+    problems: list[str] = []
+    for name, table in value.items():
+        if not isinstance(table, dict):
+            problems.append(f"{path}: {key}.{name} must be a table [{key}.{name}]")
+            continue
+        for field, item in table.items():
+            text = _scalar_text(item)
+            if text is None:
+                problems.append(
+                    f"{path}: [{key}.{name}] {field} must be a string, a number or a boolean"
+                )
+                continue
+            values[f"{key}.{name}.{field}"] = text
+    return problems

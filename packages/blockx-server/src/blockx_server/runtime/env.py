@@ -74,6 +74,9 @@ class EnvironSource:
     def lookup(self, name: str) -> str | None:
         return self._environ.get(name, "").strip() or None
 
+    def names(self) -> list[str]:
+        return list(self._environ)
+
 
 class _Validating(Protocol):
     def validate(self) -> None: ...
@@ -107,6 +110,18 @@ class ConfigReader:
         except InvalidValue as exc:
             self.report(setting.name, exc.rule)
             return setting.default
+
+    def raw(self, name: str) -> str | None:
+        """The text the source holds for ``name`` (a table's key, checked by the caller)."""
+        return self._source.lookup(name)
+
+    def names_under(self, prefix: str) -> list[str]:
+        """The names the source sets that start with ``prefix`` (a table of the
+        ``--config`` file, ``chains.``), sorted; none from a source that cannot list."""
+        names = getattr(self._source, "names", None)
+        if names is None:
+            return []
+        return sorted(name for name in names() if name.startswith(prefix))
 
     def report(self, variable: str, rule: str) -> None:
         self._errors.append(ConfigError(variable, rule))

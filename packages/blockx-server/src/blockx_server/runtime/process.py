@@ -50,11 +50,13 @@ def start_program(
     settings: Sequence[Setting[Any]],
     load: Callable[[Environ], C],
     argv: Sequence[str] | None = None,
+    tables: Sequence[str] = (),
 ) -> C:
     """What a server program does before it serves.
 
     ``--help`` and ``--version`` answer and exit 0; ``--config FILE`` reads settings
-    from a TOML file under the environment (``config_file``); any other argument is
+    from a TOML file under the environment (``config_file``; ``tables`` are the
+    tables of tables the program reads, ``chains``); any other argument is
     one usage line and exit 2. Then the configuration (the logging settings of
     ``runtime/logs.py`` included) is read and validated before anything is logged:
     every bad variable (or key of the file) is one line on stderr, and the exit code
@@ -87,7 +89,7 @@ def start_program(
     if config_path is not None:
         try:
             known = [s.name for s in (*settings, *LOG_SETTINGS)]
-            file = read_config_file(Path(config_path), known)
+            file = read_config_file(Path(config_path), known, tables)
         except ConfigFileError as exc:
             fail(program, *(f"invalid configuration: {line}" for line in exc.lines))
         environ = EnvironOverFile(os.environ, file)

@@ -24,7 +24,8 @@ from prometheus_client import CollectorRegistry
 from blockx_core.code_view import FunctionCodeView
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
-from blockx_server.io.config import open_router, start_blockdb
+from blockx_server.io.chain_config import close_chains, open_chains
+from blockx_server.io.config import open_router
 from blockx_server.io.finality import ChainFinality
 from blockx_server.io.router import IoBackend
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
@@ -57,16 +58,13 @@ async def serve(
     IO backends registered beside ``memory`` (tests use them)."""
     stop = stop or stop_on_signals()
     calls = config.calls
-    blockdb = await start_blockdb(config.blockdb)
-    finality = None if blockdb is None else ChainFinality(blockdb, config.io.finality_refresh_ms)
+    chains = await open_chains(config.chains, config.io.finality_refresh_ms)
     io = open_router(
         calls.memory_seed_file,
         backends,
-        blockdb,
-        rpc=config.rpc,
         settings=config.io,
-        finality=finality,
         clock=clock,
+        chains=chains,
     )
     engine = CallEngine(engine_config(config), clock)
     # Every invoke pins its epoch for its whole run, so superseded code need not linger.
@@ -110,8 +108,9 @@ async def serve(
                     tasks.create_task(refresher.run()),
                     tasks.create_task(_become_ready(engine, refresher, service, serving)),
                 ]
-                if finality is not None:
-                    background.append(tasks.create_task(finality.run()))
+                for chain_io in chains:
+                    if isinstance(chain_io.finality, ChainFinality):
+                        background.append(tasks.create_task(chain_io.finality.run()))
                 await stop.wait()
                 log.info("stopping: refusing new requests, letting running invokes finish")
                 serving.set(False)
@@ -121,8 +120,7 @@ async def serve(
         log.info("stopped")
     finally:
         await engine.close()
-        if blockdb is not None:
-            await blockdb.close()
+        await close_chains(chains)
 
 
 async def _become_ready(

@@ -19,6 +19,7 @@ from blockx_server.calls.config import (
     read_call_settings,
 )
 from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_settings
+from blockx_server.io.chain_config import ChainSettings, read_chain_settings
 from blockx_server.io.config import (
     BLOCKDB_SETTINGS,
     IO_SETTINGS,
@@ -70,6 +71,9 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     log_level: str
     event_loop: EventLoop = EventLoop.ASYNCIO
     blockdb: BlockDbSettings | None = None
+    # The chains served: [chains.NAME] tables of --config, or BLOCKDB_URL /
+    # CHAIN_RPC_URL as the chain "default" (``blockx_server.io.chain_config``).
+    chains: tuple[ChainSettings, ...] = ()
     grpc_tls: GrpcTls = GrpcTls()
     io: IoSettings = IoSettings()
 
@@ -138,7 +142,7 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
     io = read_io_settings(reader, default_timeout_ms)
     prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
     prometheus_path = reader.get(PROMETHEUS_PATH)
-    return SyncInvokerConfig(
+    config = SyncInvokerConfig(
         listen_host=listen_host,
         listen_port=listen_port,
         max_concurrent=max_concurrent,
@@ -158,3 +162,5 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
         blockdb=read_blockdb_settings(reader),
         io=io,
     )
+    chains = read_chain_settings(reader, config.blockdb, config.rpc)
+    return msgspec.structs.replace(config, chains=chains)

@@ -9,6 +9,7 @@ one line per problem on stderr and exit code 2. SIGINT/SIGTERM stop it cleanly
 from __future__ import annotations
 
 from blockx_server.calls.functions import FunctionStoreError
+from blockx_server.io.chain_config import CHAINS_TABLE
 from blockx_server.runtime.event_loop import run_on
 from blockx_server.runtime.process import StartupError, fail, start_program
 from blockx_server.syncinvoker.app import serve
@@ -21,6 +22,7 @@ def main() -> None:
         "The Sync Invoker: runs one function call per request on Python executors.",
         SETTINGS,
         load_syncinvoker_config,
+        tables=(CHAINS_TABLE,),
     )
     try:
         run_on(config.event_loop, serve(config))

@@ -29,7 +29,8 @@ from blockx_server.etcd.heartbeat import (
     EtcdHeartbeatPublisher,
     HeartbeatPublisherConfig,
 )
-from blockx_server.io.config import open_router, start_blockdb, start_sink
+from blockx_server.io.chain_config import close_chains, open_chains
+from blockx_server.io.config import open_router, start_sink
 from blockx_server.io.finality import ChainFinality
 from blockx_server.pipeline.builders import builders_for
 from blockx_server.pipeline.writers import writers_for
@@ -72,18 +73,15 @@ async def serve(
     stop = stop or stop_on_signals()
     calls = config.calls
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
-    blockdb = await start_blockdb(config.blockdb)
+    chains = await open_chains(config.chains, config.io.finality_refresh_ms)
     sink = await start_sink(config.sink)
-    finality = None if blockdb is None else ChainFinality(blockdb, config.io.finality_refresh_ms)
     io = open_router(
         calls.memory_seed_file,
         (),
-        blockdb,
-        rpc=config.rpc,
         sink=sink,
         settings=config.io,
-        finality=finality,
         clock=clock,
+        chains=chains,
     )
     task_log = TaskLog(config.advertise_addr)
     # A task's call spans are children of its CALLS phase span.
@@ -163,8 +161,9 @@ async def serve(
                     tasks.create_task(load.run()),
                     tasks.create_task(_become_ready(engine, refresher, core, publisher, serving)),
                 ]
-                if finality is not None:
-                    background.append(tasks.create_task(finality.run()))
+                for chain_io in chains:
+                    if isinstance(chain_io.finality, ChainFinality):
+                        background.append(tasks.create_task(chain_io.finality.run()))
                 await stop.wait()
                 log.info("draining: deregistering and letting running tasks finish")
                 serving.set(False)
@@ -175,8 +174,7 @@ async def serve(
         log.info("drained; exiting")
     finally:
         await engine.close()
-        if blockdb is not None:
-            await blockdb.close()
+        await close_chains(chains)
         if sink is not None:
             await sink.close()
 

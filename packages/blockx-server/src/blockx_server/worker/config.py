@@ -26,6 +26,7 @@ from blockx_server.calls.config import CALL_SETTINGS, CallSettings, read_call_se
 from blockx_server.etcd.security import EtcdSecurity, read_etcd_security
 from blockx_server.etcd.watcher import EtcdWatcherConfig
 from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_settings
+from blockx_server.io.chain_config import ChainSettings, read_chain_settings
 from blockx_server.io.config import (
     BLOCKDB_SETTINGS,
     IO_SETTINGS,
@@ -114,6 +115,9 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     log_level: str
     event_loop: EventLoop = EventLoop.ASYNCIO
     blockdb: BlockDbSettings | None = None
+    # The chains served: [chains.NAME] tables of --config, or BLOCKDB_URL /
+    # CHAIN_RPC_URL as the chain "default" (``blockx_server.io.chain_config``).
+    chains: tuple[ChainSettings, ...] = ()
     # io.sink: the database Writer Plugins write (SINK_DB_URL); None when unset.
     sink: SinkSettings | None = None
     io: IoSettings = IoSettings()
@@ -369,7 +373,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
     io = read_io_settings(reader, calls.engine.dispatch.call_deadline_ms)
     prometheus_listen = reader.get(PROMETHEUS_LISTEN_ADDR)
     prometheus_path = reader.get(PROMETHEUS_PATH)
-    return WorkerRuntimeConfig(
+    config = WorkerRuntimeConfig(
         profile=profile,
         listen_host=listen_host,
         listen_port=listen_port,
@@ -405,3 +409,5 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
             scan_slots=reader.get(SCAN_SLOTS),
         ),
     )
+    chains = read_chain_settings(reader, config.blockdb, config.rpc)
+    return msgspec.structs.replace(config, chains=chains)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 
 from blockx_server.calls.functions import FunctionStoreError
+from blockx_server.io.chain_config import CHAINS_TABLE
 from blockx_server.runtime.event_loop import run_on
 from blockx_server.runtime.process import StartupError, fail, start_program
 from blockx_server.worker.app import serve
@@ -25,6 +26,7 @@ def run(profile: WorkerProfile) -> None:
         f"A {profile.deployment} Worker: runs tasks in the slots it registers in etcd.",
         worker_settings(profile),
         lambda environ: load_worker_config(profile, environ),
+        tables=(CHAINS_TABLE,),
     )
     # A Worker moves rows in bulk (scanned rows, call arguments, outputs) that live
     # through a task: at the default threshold (700) the cyclic collector walked them

@@ -49,6 +49,7 @@ from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.pipeline.builders import Builders, StreamBuildConfig
 from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.task_chain import ChainRefused, task_chain
 from blockx_server.pipeline.writers import Writers
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
@@ -329,8 +330,23 @@ class Orchestrator:
                 )
             )
             return
+        served = [chain_io.chain for chain_io in self.io.chains()]
         try:
-            scope = TaskIoScope(self.io, task_id)
+            chain = task_chain(runtime.task.function_call_config.config, served)
+        except ChainRefused as exc:
+            self._run(
+                self.core.handle_task_activation_failed(
+                    task_id, FailureCode.ACTIVATION_FAILED, str(exc), now_ms, retryable=False
+                )
+            )
+            return
+        try:
+            scope = TaskIoScope(
+                self.io,
+                task_id,
+                chain=None if chain is None else chain.name,
+                code_epoch=snapshot.epoch,
+            )
         except Exception as exc:
             self._run(
                 self.core.handle_task_activation_failed(
@@ -339,7 +355,7 @@ class Orchestrator:
             )
             return
         runtime.ctx = TaskContext(
-            task=runtime.task, deadline_ms=runtime.deadline_ms, code=snapshot, io=scope
+            task=runtime.task, deadline_ms=runtime.deadline_ms, code=snapshot, io=scope, chain=chain
         )
         self.task_log.activated(task_id, snapshot.epoch)
         self._run(self.core.handle_task_activation_prepared(task_id, self.clock.now_ms()))

@@ -143,6 +143,15 @@ class BlockDbBackend:
         last = next((arguments[n] for n in names if arguments.get(n) is not None), None)
         return isinstance(last, int) and not isinstance(last, bool) and 0 <= last <= finalized
 
+    async def ingested(self) -> dict[str, int] | None:
+        """``{"from_block", "to_block"}``: the blocks the database holds (``io.meta``)."""
+        store = await self._store_or_unavailable()
+        try:
+            held = await store.block_range()
+        except StoreError as exc:
+            raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None
+        return None if held is None else {"from_block": held[0], "to_block": held[1]}
+
     async def chain(self) -> ChainState | None:
         """The chain row (epoch, finalized and head heights): the finality view."""
         store = await self._store_or_unavailable()

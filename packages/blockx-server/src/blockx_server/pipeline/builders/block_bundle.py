@@ -42,7 +42,7 @@ MAX_BUNDLE_SIZE: Final = 100_000
 _SHAPE = (
     '{"function": "<name>", "table": "' + "|".join(TABLES) + '", '
     '"fromBlock": <number>, "toBlock": <number>, "bundleSize"?: <blocks>, '
-    '"where"?: {"<column>": <value>}, "unit"?: "row"|"block"}'
+    '"where"?: {"<column>": <value>}, "unit"?: "row"|"block", "chain"?: "<name>"}'
 )
 
 
@@ -54,6 +54,8 @@ class _BlockBundleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     bundle_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_BUNDLE_SIZE)] = DEFAULT_BUNDLE_SIZE
     where: dict[str, Any] = msgspec.field(default_factory=dict)
     unit: Unit = Unit.ROW
+    # The chain read (the task's, set at activation: blockx_server.pipeline.task_chain).
+    chain: str | None = None
 
 
 def _decode(config: Any) -> _BlockBundleConfig:

@@ -29,7 +29,7 @@ NAME = "BlockTableCallConfig"
 _SHAPE = (
     '{"function": "<name>", "table": "' + "|".join(TABLES) + '", '
     '"block": <number> | {"number": <number>, "hash": "0x..."}, '
-    '"where"?: {"<column>": <value>}, "unit"?: "row"|"block"}'
+    '"where"?: {"<column>": <value>}, "unit"?: "row"|"block", "chain"?: "<name>"}'
 )
 
 
@@ -44,6 +44,8 @@ class _BlockTableConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     block: BlockNumber | BlockPin
     where: dict[str, Any] = msgspec.field(default_factory=dict)
     unit: Unit = Unit.ROW
+    # The chain read (the task's, set at activation: blockx_server.pipeline.task_chain).
+    chain: str | None = None
 
 
 class BlockTableCallConfig:

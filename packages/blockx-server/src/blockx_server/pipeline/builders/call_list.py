@@ -18,17 +18,20 @@ from blockx_server.pipeline.builders.listed import (
 from blockx_server.pipeline.context import TaskContext
 
 NAME = "CallListCallConfig"
-_SHAPE = '{"function": "<name>", "callList": [[<args>], ...]}'
+_SHAPE = '{"function": "<name>", "callList": [[<args>], ...], "chain"?: "<name>"}'
 
 
 class _CallListConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     function: str
     call_list: list[list[Any]]
+    # The chain its calls' io.blockdb and io.rpc read (blockx_server.pipeline.task_chain).
+    chain: str | None = None
 
 
 class _ListedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     function: str
     call_list: list[Element]
+    chain: str | None = None
 
 
 class CallListCallConfig:

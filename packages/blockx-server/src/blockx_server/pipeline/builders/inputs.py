@@ -26,17 +26,20 @@ NAME = "InputsCallConfig"
 MAX_INPUTS: Final = 100_000
 # Containers nested inside one argument value.
 MAX_DEPTH: Final = 32
-_SHAPE = '{"function": "<name>", "inputs": [{"<argument>": <value>, ...}, ...]}'
+_SHAPE = '{"function": "<name>", "inputs": [{"<argument>": <value>, ...}, ...], "chain"?: "<name>"}'
 
 
 class _InputsConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     function: str
     inputs: list[Any]
+    # The chain its calls' io.blockdb and io.rpc read (blockx_server.pipeline.task_chain).
+    chain: str | None = None
 
 
 class _ListedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     function: str
     inputs: list[Element]
+    chain: str | None = None
 
 
 def _call_of(i: int, item: Any) -> RootCall:
