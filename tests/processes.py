@@ -32,7 +32,12 @@ class ConsoleProcess:
     NS``, which execs the program: ``proc.pid`` stays the program's)."""
 
     def __init__(
-        self, program: str, env: dict[str, str], log: Path, wrapper: Sequence[str] = ()
+        self,
+        program: str,
+        env: dict[str, str],
+        log: Path,
+        wrapper: Sequence[str] = (),
+        args: Sequence[str] = (),
     ) -> None:
         binary = shutil.which(program)
         assert binary is not None, f"{program} is not installed (uv sync)"
@@ -40,7 +45,7 @@ class ConsoleProcess:
         self.log = log
         self._log_file = log.open("ab")
         self.proc = subprocess.Popen(
-            [*wrapper, binary],
+            [*wrapper, binary, *args],
             env={**os.environ, **env},
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
@@ -172,6 +177,7 @@ class CallsProcess(ConsoleProcess):
         port: int | None,
         host: str = "127.0.0.1",
         wrapper: Sequence[str] = (),
+        args: Sequence[str] = (),
     ) -> None:
         self.host = host
         self.port = port or free_port()
@@ -190,6 +196,7 @@ class CallsProcess(ConsoleProcess):
             },
             log,
             wrapper,
+            args,
         )
 
     def metrics(self) -> str:
@@ -235,8 +242,9 @@ class WorkerProcess(CallsProcess):
         *,
         host: str = "127.0.0.1",
         wrapper: Sequence[str] = (),
+        args: Sequence[str] = (),
     ) -> None:
-        super().__init__(program, "WORKER_LISTEN", env, log, port, host, wrapper)
+        super().__init__(program, "WORKER_LISTEN", env, log, port, host, wrapper, args)
 
 
 class SyncInvokerProcess(CallsProcess):

@@ -284,7 +284,9 @@ class BlockStore(abc.ABC):
 
     async def block_range(self) -> tuple[int, int] | None:
         """The lowest and highest block held; None while nothing is ingested."""
-        rows = await self._fetch("SELECT MIN(number) AS low, MAX(number) AS high FROM blocks", ())
+        rows = await self._fetch(
+            "SELECT MIN(block_number) AS low, MAX(block_number) AS high FROM blocks", ()
+        )
         if not rows or rows[0]["low"] is None:
             return None
         return int(rows[0]["low"]), int(rows[0]["high"])

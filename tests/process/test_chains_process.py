@@ -1,0 +1,288 @@
+"""Two chains in one cluster: two anvils started with different chain ids, each
+ingested into its own SQLite block database, served by one real ``blockx-worker``
+from ``[chains.NAME]`` tables of its ``--config`` file. Tasks on each chain, a
+cross-chain read through ``io.router``, ``io.meta`` on each, an unknown chain; the
+refusals at start-up, one line each and exit 2."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from grpclib.client import Channel
+from processes import EXAMPLES, WorkerProcess, execute_result, run_to_end
+
+from blockx_chain.devnet import Anvil, Devnet
+from blockx_chain.devnet.anvil import AnvilOptions
+from blockx_chain.ingest import IngestOptions, ingest
+from blockx_chain.rpc import JsonRpcClient
+from blockx_chain.url import parse_blockdb_url
+from blockx_core.registry import RegistryKind, v2_registry_prefix
+from blockx_proto import worker_v1
+from blockx_server.etcd.local import EtcdServer
+
+ETH_ID = 31337
+BASE_ID = 8453
+
+FUNCTIONS = """
+from blockx_executor import IoError, io
+
+async def here():
+    head = await io.blockdb.head()
+    return {
+        "head": head["number"],
+        "node": await io.rpc.chain_id(),
+        "meta": await io.meta.chain(),
+        "code_epoch": await io.meta.code_epoch(),
+    }
+
+async def own_block(number):
+    return await io.blockdb.block(number)
+
+async def across(name, number):
+    return await io.router.chain(name).blockdb.block(number)
+
+async def meta_of(name):
+    return await io.meta.chain(name)
+
+async def refused(name):
+    try:
+        await io.router.chain(name).blockdb.head()
+    except IoError as exc:
+        return {"kind": exc.kind, "retryable": exc.retryable, "message": exc.message}
+    return None
+"""
+
+
+@dataclass(frozen=True)
+class ChainUnderTest:
+    name: str
+    chain_id: int
+    node: str
+    db_url: str
+    head: int
+    token: str
+
+
+async def _devnet_and_ingest(node: Anvil, db_url: str, blocks: int) -> tuple[int, str]:
+    async with JsonRpcClient(node.url) as client:
+        devnet = Devnet(client)
+        await devnet.setup(tokens=1)
+        await devnet.mine(blocks)
+        head = int(await client.request("eth_blockNumber", []), 16)
+    await ingest(node.url, parse_blockdb_url(db_url), IngestOptions(confirmations=0))
+    return head, devnet.tokens[0].address
+
+
+@pytest.fixture(scope="module")
+def chains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, ChainUnderTest]]:
+    """Two devnets of different chain ids and lengths, each ingested into its database."""
+    root = tmp_path_factory.mktemp("chains")
+    with (
+        Anvil(AnvilOptions(chain_id=ETH_ID)) as eth,
+        Anvil(AnvilOptions(chain_id=BASE_ID)) as base,
+    ):
+        made: dict[str, ChainUnderTest] = {}
+        for name, node, chain_id, blocks in (("eth", eth, ETH_ID, 1), ("base", base, BASE_ID, 3)):
+            url = f"sqlite:///{root}/{name}.db"
+            head, token = asyncio.run(_devnet_and_ingest(node, url, blocks))
+            made[name] = ChainUnderTest(name, chain_id, node.url, url, head, token)
+        yield made
+
+
+def chains_toml(chains: dict[str, ChainUnderTest]) -> str:
+    return "".join(
+        f'[chains.{c.name}]\nchain_id = {c.chain_id}\nblockdb_url = "{c.db_url}"\n'
+        f'rpc_url = "{c.node}"\n\n'
+        for c in chains.values()
+    )
+
+
+@pytest.fixture(scope="module")
+def worker(
+    chains: dict[str, ChainUnderTest],
+    etcd_server: EtcdServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[WorkerProcess]:
+    root = tmp_path_factory.mktemp("worker")
+    (root / "functions").mkdir()
+    (root / "functions" / "chainfns.py").write_text(FUNCTIONS)
+    config = root / "worker.toml"
+    config.write_text(chains_toml(chains))
+    process = WorkerProcess(
+        {
+            "ETCD_ENDPOINTS": etcd_server.endpoint,
+            "WORKER_REGISTRY_PREFIX": v2_registry_prefix(
+                "test", f"t-{secrets.token_hex(5)}", RegistryKind.BLOCK
+            ),
+            "FUNCTIONS_DIR": str(root / "functions"),
+        },
+        root / "worker.log",
+        args=["--config", str(config)],
+    )
+    yield process
+    assert process.stop() == 0
+    assert "Traceback" not in process.output()
+
+
+def task(task_id: str, function: str, calls: list[list[Any]], chain: str | None) -> Any:
+    config: dict[str, Any] = {"function": function, "callList": calls}
+    if chain is not None:
+        config["chain"] = chain
+    return worker_v1.TaskInput(
+        task_id=task_id,
+        function_call_config=worker_v1.FunctionCallConfig(
+            type="CallListCallConfig", config=json.dumps(config)
+        ),
+        result_handler=worker_v1.ResultHandler(type="ReturnValueResultHandler", config="{}"),
+    )
+
+
+async def run(worker: WorkerProcess, the_task: Any) -> worker_v1.TaskUpdate:
+    await worker.wait_ready()
+    channel = Channel(worker.host, worker.port)
+    try:
+        return await run_to_end(worker_v1.WorkerServiceStub(channel), the_task, timeout=30)
+    finally:
+        channel.close()
+
+
+async def outputs(worker: WorkerProcess, the_task: Any) -> list[Any]:
+    final = await run(worker, the_task)
+    assert final.state is worker_v1.TaskState.SUCCEEDED, final
+    values: list[Any] = json.loads(execute_result(final).plugin_results[0].result)
+    return values
+
+
+async def test_each_task_reads_its_own_chain_and_another_through_the_router(
+    worker: WorkerProcess, chains: dict[str, ChainUnderTest]
+) -> None:
+    eth, base = chains["eth"], chains["base"]
+    for chain in (eth, base):
+        (seen,) = await outputs(worker, task(f"t-here-{chain.name}", "here", [[]], chain.name))
+        assert seen["head"] == chain.head
+        assert seen["node"] == chain.chain_id
+        meta = seen["meta"]
+        assert (meta["name"], meta["chain_id"]) == (chain.name, chain.chain_id)
+        assert meta["head"]["number"] == chain.head
+        assert meta["ingested"] == {"from_block": 0, "to_block": chain.head}
+        assert meta["log_filter"] is None
+        assert isinstance(seen["code_epoch"], int)
+    # An eth task reads base's block through the router (eth has no such block).
+    assert eth.head < base.head
+    (direct,) = await outputs(worker, task("t-own-base", "own_block", [[base.head]], "base"))
+    (own,) = await outputs(worker, task("t-own-eth", "own_block", [[base.head]], "eth"))
+    (across,) = await outputs(worker, task("t-across", "across", [["base", base.head]], "eth"))
+    assert own is None
+    assert direct["block_number"] == base.head
+    assert across == direct
+    (meta,) = await outputs(worker, task("t-meta-of", "meta_of", [["base"]], "eth"))
+    assert meta["chain_id"] == BASE_ID
+
+
+async def test_an_unknown_chain_is_refused_naming_the_chains_served(
+    worker: WorkerProcess,
+) -> None:
+    (refused,) = await outputs(worker, task("t-refused", "refused", [["polygon"]], "eth"))
+    assert refused == {
+        "kind": "UNKNOWN_CHAIN",
+        "retryable": False,
+        "message": "no chain 'polygon': this process serves base, eth",
+    }
+    # A task naming a chain the Worker does not serve fails fast, not retryable.
+    final = await run(worker, task("t-elsewhere", "here", [[]], "polygon"))
+    assert final.state is worker_v1.TaskState.FAILED
+    result = execute_result(final)
+    assert result.failure_code == "ACTIVATION_FAILED"
+    assert not result.retryable
+    assert "does not serve chain 'polygon' (it serves: base, eth)" in result.failure_message
+    # With two chains served, a task must name one.
+    final = await run(worker, task("t-unnamed", "here", [[]], None))
+    assert final.state is worker_v1.TaskState.FAILED
+    assert 'must name one ("chain": NAME)' in execute_result(final).failure_message
+
+
+@pytest.fixture
+def start_refused(etcd_server: EtcdServer) -> Any:
+    def start(env: dict[str, str], *args: str) -> list[str]:
+        base = {
+            "ETCD_ENDPOINTS": etcd_server.endpoint,
+            "FUNCTIONS_DIR": str(EXAMPLES / "functions"),
+        }
+        return refused_start({**base, **env}, *args)
+
+    return start
+
+
+def refused_start(env: dict[str, str], *args: str) -> list[str]:
+    """The lines a Worker that must not start prints to say why (its log lines
+    aside); it exits 2."""
+    binary = shutil.which("blockx-worker")
+    assert binary is not None
+    done = subprocess.run(
+        [binary, *args],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done
+    assert "Traceback" not in done.stderr
+    return [line for line in done.stderr.splitlines() if line.startswith("blockx-worker: ")]
+
+
+def test_bad_chain_tables_are_refused_one_line_each(
+    chains: dict[str, ChainUnderTest], tmp_path: Path, start_refused: Any
+) -> None:
+    eth = chains["eth"]
+    config = tmp_path / "bad.toml"
+    config.write_text(
+        chains_toml(chains)
+        + f'[chains.copy]\nchain_id = {BASE_ID}\nrpc_url = "{eth.node}"\n\n'
+        + '[chains.broken]\nchain_id = 5\nblockdb_url = "mysql://x"\nrpc_url = "ftp://x"\n'
+        + "colour = 1\n\n"
+        + "[chains.empty]\nchain_id = 6\n"
+    )
+    lines = start_refused({"BLOCKDB_URL": eth.db_url}, "--config", str(config))
+    path = str(config)
+    expected = [
+        "BLOCKDB_URL is the one-chain shorthand and cannot be set with [chains.NAME] tables",
+        f"chains.broken.colour is no key of a chain (keys: chain_id, blockdb_url, rpc_url) "
+        f"(in {path})",
+        "chains.broken.blockdb_url ",
+        "chains.broken.rpc_url must be an http:// or https:// URL of a JSON-RPC node "
+        f"(got 'ftp://x') (in {path})",
+        f"chains.copy.chain_id is {BASE_ID}, as [chains.base]'s: two chains cannot share a "
+        f"chain id (in {path})",
+        "chains.empty names neither blockdb_url nor rpc_url",
+    ]
+    for text in expected:
+        assert sum(text in line for line in lines) == 1, (text, lines)
+    assert len(lines) == len(expected), lines
+    assert all(line.startswith("blockx-worker: invalid configuration: ") for line in lines)
+
+
+def test_a_database_or_node_of_another_chain_is_refused_at_start_up(
+    chains: dict[str, ChainUnderTest], tmp_path: Path, start_refused: Any
+) -> None:
+    eth, base = chains["eth"], chains["base"]
+    config = tmp_path / "swapped.toml"
+    config.write_text(f'[chains.eth]\nchain_id = {ETH_ID}\nblockdb_url = "{base.db_url}"\n')
+    assert start_refused({}, "--config", str(config)) == [
+        f"blockx-worker: cannot start: [chains.eth] blockdb_url: the block database holds "
+        f"chain id {BASE_ID}, not the table's chain_id {ETH_ID}"
+    ]
+    # The shorthand: the node must serve the chain its database holds.
+    assert start_refused({"BLOCKDB_URL": eth.db_url, "CHAIN_RPC_URL": base.node}) == [
+        f"blockx-worker: cannot start: CHAIN_RPC_URL: the node serves chain id {BASE_ID}, "
+        f"not the block database's {ETH_ID}"
+    ]
