@@ -209,6 +209,18 @@ async def test_an_unknown_chain_is_refused_naming_the_chains_served(
     final = await run(worker, task("t-unnamed", "here", [[]], None))
     assert final.state is worker_v1.TaskState.FAILED
     assert 'must name one ("chain": NAME)' in execute_result(final).failure_message
+    # ListTasks (what `blockx tasks` and the dashboard show) names each task's chain.
+    channel = Channel(worker.host, worker.port)
+    try:
+        listed = await worker_v1.WorkerServiceStub(channel).list_tasks(worker_v1.ListTasksRequest())
+    finally:
+        channel.close()
+    chain_of = {t.task_id: t.chain for t in listed.tasks}
+    assert (chain_of["t-refused"], chain_of["t-elsewhere"], chain_of["t-unnamed"]) == (
+        "eth",
+        "polygon",
+        "",
+    )
 
 
 @pytest.fixture
@@ -286,3 +298,39 @@ def test_a_database_or_node_of_another_chain_is_refused_at_start_up(
         f"blockx-worker: cannot start: CHAIN_RPC_URL: the node serves chain id {BASE_ID}, "
         f"not the block database's {ETH_ID}"
     ]
+
+
+def test_chain_ingest_reads_a_chain_table_of_the_config_file(
+    chains: dict[str, ChainUnderTest], tmp_path: Path
+) -> None:
+    eth = chains["eth"]
+    db = f"sqlite:///{tmp_path}/again.db"
+    config = tmp_path / "ingest.toml"
+    config.write_text(
+        'ETCD_ENDPOINTS = "127.0.0.1:2379"\n\n'
+        f'[chains.eth]\nchain_id = {ETH_ID}\nblockdb_url = "{db}"\nrpc_url = "{eth.node}"\n\n'
+        f'[chains.wrong]\nchain_id = 1\nblockdb_url = "{db}"\nrpc_url = "{eth.node}"\n'
+    )
+    blockx = shutil.which("blockx")
+    assert blockx is not None
+
+    def ingest_chain(name: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [blockx, "chain", "ingest", "--chain", name, "--config", str(config), "--json"],
+            env={k: v for k, v in os.environ.items() if k not in ("BLOCKDB_URL", "CHAIN_RPC_URL")},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    done = ingest_chain("eth")
+    assert done.returncode == 0, done
+    assert json.loads(done.stdout)["to"] == eth.head
+    wrong = ingest_chain("wrong")
+    assert wrong.returncode == 1, wrong
+    assert wrong.stderr.strip().endswith(
+        f"the node at {eth.node} serves chain id {ETH_ID}, not the table's chain_id 1"
+    )
+    missing = ingest_chain("polygon")
+    assert missing.returncode == 2, missing
+    assert f"{config} has no table [chains.polygon] (its chains: eth, wrong)" in missing.stderr

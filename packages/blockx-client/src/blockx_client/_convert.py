@@ -167,6 +167,7 @@ def listed_from_pb(pb: worker_v1.ListedTask, worker_addr: str) -> ListedTask:
         calls_total_known=pb.calls_total_known,
         retryable=pb.retryable,
         expired=pb.expired,
+        chain=pb.chain,
     )
 
 

@@ -369,6 +369,8 @@ class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
     # A failed task: whether resubmitting the same work may succeed.
     retryable: bool = False
     expired: bool = False
+    # The chain its Builder config names ("chain"); "" when it names none.
+    chain: str = ""
 
     @property
     def progress(self) -> CallProgress | None:

@@ -45,6 +45,9 @@ class TaskInput(msgspec.Struct, frozen=True, kw_only=True):
     # The root function the builder's config names (its "function" key), as the
     # Worker's decoder read it: what ListTasks shows and filters on. Not on the wire.
     function: str = ""
+    # The chain its Builder config names (its "chain" key), "" when none: what
+    # ListTasks shows. Not on the wire.
+    chain: str = ""
 
 
 class PluginResult(msgspec.Struct, frozen=True, kw_only=True):

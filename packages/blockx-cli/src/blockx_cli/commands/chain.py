@@ -16,6 +16,7 @@ import signal
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -125,10 +126,12 @@ def _quiet_lost_connections(loop: asyncio.AbstractEventLoop, context: dict[str, 
 
 
 async def _run(
-    rpc: str, db: BlockDbUrl, options: IngestOptions, live: Live | None
+    rpc: str, db: BlockDbUrl, options: IngestOptions, live: Live | None, chain_id: int | None
 ) -> IngestSummary:
     from blockx_chain.ingest import ingest  # the node's client and the drivers: only here
 
+    if chain_id is not None:
+        await _check_node_chain(rpc, chain_id)
     asyncio.get_running_loop().set_exception_handler(_quiet_lost_connections)
     stop = asyncio.Event()
 
@@ -138,6 +141,43 @@ async def _run(
 
     with _stop_on_signals(stop):
         return await ingest(rpc, db, options, stop=stop, on_progress=show)
+
+
+async def _check_node_chain(rpc: str, chain_id: int) -> None:
+    """The node must serve the chain its table names (the database is checked
+    against the node by ingest itself)."""
+    from blockx_chain.rpc import JsonRpcClient, RpcError
+
+    try:
+        async with JsonRpcClient(rpc) as client:
+            served = int(await client.request("eth_chainId", []), 16)
+    except (RpcError, TypeError, ValueError) as exc:
+        raise NodeUnusable(f"cannot read the chain id of the node at {rpc}: {exc}") from None
+    if served != chain_id:
+        raise IngestError(
+            f"the node at {rpc} serves chain id {served}, not the table's chain_id {chain_id}"
+        )
+
+
+def _configured_chain(name: str | None, config: Path | None) -> tuple[str, BlockDbUrl, int]:
+    """The node, the database and the chain id of ``[chains.NAME]`` in ``config``."""
+    from blockx_server.io.chain_config import chain_in_file
+    from blockx_server.runtime.config_file import ConfigFileError
+
+    if name is None or config is None:
+        fail("--chain NAME and --config FILE go together", EXIT_USAGE)
+    try:
+        settings = chain_in_file(config, name)
+    except ConfigFileError as exc:
+        fail("\n".join(exc.lines), EXIT_USAGE)
+    rpc = None if settings.rpc is None else settings.rpc.url
+    if rpc is None or settings.blockdb is None:
+        fail(
+            f"[chains.{name}] of {config} must name both rpc_url and blockdb_url to be ingested",
+            EXIT_USAGE,
+        )
+    assert settings.chain_id is not None
+    return rpc, settings.blockdb.url, settings.chain_id
 
 
 def _exit_code(exc: Exception) -> int:
@@ -242,6 +282,19 @@ def chain_ingest(
             show_default=False,
         ),
     ] = None,
+    chain: Annotated[
+        str | None,
+        typer.Option(
+            "--chain",
+            help="Ingest the chain a Worker's --config file names [chains.NAME]: its "
+            "rpc_url into its blockdb_url (instead of --rpc and --db), once the node "
+            "serves its chain_id.",
+        ),
+    ] = None,
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", help="With --chain: the Worker's TOML configuration file."),
+    ] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
 ) -> None:
     """Fill the block database from a node: batched, resumable and reorg-aware; with
@@ -250,8 +303,11 @@ def chain_ingest(
     from blockx_chain.ingest.log_fetch import LogQuery
     from blockx_chain.rpc import DEFAULT_MAX_RESPONSE_BYTES  # the node's client: only here
 
-    rpc_url = _rpc_url(rpc)
-    db_url = _db_url(db)
+    chain_id: int | None = None
+    if chain is not None or config is not None:
+        rpc_url, db_url, chain_id = _configured_chain(chain, config)
+    else:
+        rpc_url, db_url = _rpc_url(rpc), _db_url(db)
     if not logs and (address or topic0):
         fail("--address and --topic0 select logs: pass --logs with them", EXIT_USAGE)
     query = None
@@ -279,9 +335,9 @@ def chain_ingest(
     try:
         if show_live:
             with Live(_progress_view(None), console=console, refresh_per_second=4) as live:
-                summary = asyncio.run(_run(rpc_url, db_url, options, live))
+                summary = asyncio.run(_run(rpc_url, db_url, options, live, chain_id))
         else:
-            summary = asyncio.run(_run(rpc_url, db_url, options, None))
+            summary = asyncio.run(_run(rpc_url, db_url, options, None, chain_id))
     except (IngestError, StoreError) as exc:
         fail(str(exc), _exit_code(exc))
     except KeyboardInterrupt:

@@ -84,6 +84,7 @@ def task_row(t: ListedTask, at_ms: int) -> TaskRow:
         worker_addr=t.worker_addr,
         function=t.function,
         call_builder=t.call_builder,
+        chain=t.chain,
         slot_id=t.slot_id,
         created_ms=t.created_ms,
         converged_ms=t.converged_ms,

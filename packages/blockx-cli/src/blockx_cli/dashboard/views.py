@@ -62,6 +62,8 @@ class TaskRow(msgspec.Struct, frozen=True, kw_only=True):
     slot_id: str
     created_ms: int
     converged_ms: int
+    # The chain its Builder config names; "" when it names none.
+    chain: str = ""
     age_ms: int
     failure_code: str
     failure_summary: str

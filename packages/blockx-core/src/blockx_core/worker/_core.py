@@ -187,7 +187,9 @@ class WorkerCore(TaskBook):
         self._tasks[task.task_id] = record
         self._task_deadlines.set(task.task_id, record.deadline_ms)
         self._watches.submitted(task.task_id, now_ms)
-        self._directory.submitted(task.task_id, task.function_call_config.type, task.function)
+        self._directory.submitted(
+            task.task_id, task.function_call_config.type, task.function, task.chain
+        )
         snapshot = TaskSnapshot(task_id=task.task_id, slot_id=slot_id, state=TaskState.RUNNING)
         return snapshot, [
             PrepareTaskActivation(task_id=task.task_id, task=task, deadline_ms=record.deadline_ms)

@@ -93,6 +93,8 @@ class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
     function: str
     created_ms: int
     converged_ms: int  # 0 while not terminal
+    # The chain its Builder config names; "" when it names none.
+    chain: str = ""
     failure_code: FailureCode | None = None
     failure_summary: str = ""
     # Only a tombstone is left: the outputs were dropped for the retention budget.
@@ -126,13 +128,22 @@ class TaskListing(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Entry:
-    __slots__ = ("call_builder", "converged_ms", "created_ms", "function", "progress", "seq")
+    __slots__ = (
+        "call_builder",
+        "chain",
+        "converged_ms",
+        "created_ms",
+        "function",
+        "progress",
+        "seq",
+    )
 
     def __init__(self, seq: int, created_ms: int) -> None:
         self.seq = seq
         self.created_ms = created_ms
         self.call_builder = ""
         self.function = ""
+        self.chain = ""
         self.converged_ms = 0
         self.progress: CallProgress | None = None
 
@@ -213,11 +224,12 @@ class TaskDirectory:
         if len(self._order) > self._rebuild_at:
             self._rebuild(now_ms, lookup)
 
-    def submitted(self, task_id: str, call_builder: str, function: str) -> None:
+    def submitted(self, task_id: str, call_builder: str, function: str, chain: str = "") -> None:
         entry = self._entries.get(task_id)
         if entry is not None:
             entry.call_builder = call_builder
             entry.function = function
+            entry.chain = chain
 
     def counted(self, task_id: str, progress: CallProgress) -> None:
         entry = self._entries.get(task_id)
@@ -369,6 +381,7 @@ def _listed(
         slot_id=slot_id,
         call_builder=entry.call_builder[:bound],
         function=entry.function[:bound],
+        chain=entry.chain[:bound],
         created_ms=entry.created_ms,
         converged_ms=entry.converged_ms if state.is_terminal else 0,
         failure_code=None if result is None else result.failure_code,

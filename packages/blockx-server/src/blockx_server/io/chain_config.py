@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import re
+from pathlib import Path
 from typing import Final
 
 import msgspec
@@ -40,7 +41,8 @@ from blockx_server.io.config import BLOCKDB_MAX_ROWS, BLOCKDB_URL, BlockDbSettin
 from blockx_server.io.errors import BackendError
 from blockx_server.io.finality import ChainFinality
 from blockx_server.io.router import IoBackend
-from blockx_server.runtime.env import ConfigReader
+from blockx_server.runtime.config_file import ConfigFileError, read_tables
+from blockx_server.runtime.env import ConfigError, ConfigReader, EnvironSource, each_error
 from blockx_server.runtime.process import StartupError
 from blockx_server.runtime.settings import InvalidValue
 
@@ -172,6 +174,23 @@ def _read_table(
     if not ok or chain_id is None:
         return None
     return ChainSettings(name=name, chain_id=chain_id, blockdb=blockdb, rpc=rpc)
+
+
+def chain_in_file(path: Path, name: str) -> ChainSettings:
+    """``[chains.NAME]`` of a Worker's ``--config`` file (what ``blockx chain ingest
+    --chain NAME --config FILE`` ingests), checked as the Worker checks it;
+    ConfigFileError (one line per problem) otherwise."""
+    reader = ConfigReader(EnvironSource(read_tables(path, CHAINS_TABLE)))
+    chains = read_chain_settings(reader, None, RpcSettings())
+    try:
+        reader.finish()
+    except ConfigError as exc:
+        raise ConfigFileError([f"{path}: {error}" for error in each_error(exc)]) from None
+    for chain in chains:
+        if chain.name == name:
+            return chain
+    names = ", ".join(chain.name for chain in chains) or "none"
+    raise ConfigFileError([f"{path} has no table [chains.{name}] (its chains: {names})"])
 
 
 async def open_chains(

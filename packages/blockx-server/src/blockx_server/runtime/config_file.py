@@ -119,3 +119,22 @@ def _table_of_tables(path: Path, key: str, value: object, values: dict[str, str]
                 continue
             values[f"{key}.{name}.{field}"] = text
     return problems
+
+
+def read_tables(path: Path, table: str) -> dict[str, str]:
+    """Only the ``[table.NAME]`` tables of ``path``, flattened as ``read_config_file``
+    does (the file's other keys are another program's business); ConfigFileError
+    for a file that cannot be read or a table that is malformed."""
+    try:
+        document = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigFileError([f"cannot read {path}: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError:
+        raise ConfigFileError([f"{path} is not UTF-8 text"]) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigFileError([f"{path} is not valid TOML: {exc}"]) from None
+    values: dict[str, str] = {}
+    problems = _table_of_tables(path, table, document.get(table, {}), values)
+    if problems:
+        raise ConfigFileError(problems)
+    return values

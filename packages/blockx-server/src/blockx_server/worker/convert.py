@@ -70,6 +70,7 @@ def listed_to_pb(t: ListedTask) -> worker_v1.ListedTask:
         slot_id=t.slot_id,
         call_builder=t.call_builder,
         function=t.function,
+        chain=t.chain,
         created_ms=t.created_ms,
         converged_ms=t.converged_ms,
         failure_code=t.failure_code.value if t.failure_code else "",
@@ -262,24 +263,29 @@ def task_from_pb(request: worker_v1.SubmitTaskRequest) -> TaskInput | Refusal:
         if bad is not None:
             return bad
         handler = PluginSpec(type=pb.result_handler.type, config=pb.result_handler.config or "{}")
+    function, chain = _function_of(fcc.config or "{}")
     return TaskInput(
         task_id=pb.task_id,
         function_call_config=PluginSpec(type=fcc.type, config=fcc.config or "{}"),
         result_handler=handler,
         task_timeout_ms=pb.task_timeout_ms,
-        function=_function_of(fcc.config or "{}"),
+        function=function,
+        chain=chain,
     )
 
 
 class _NamesFunction(msgspec.Struct):
     function: object = ""
+    chain: object = ""
 
 
-def _function_of(config: str) -> str:
-    """The root function a builder config names (its "function" key), for ListTasks.
-    Checked already to be JSON; decoding one key skips the rest without building it."""
+def _function_of(config: str) -> tuple[str, str]:
+    """The root function and the chain a builder config names (its "function" and
+    "chain" keys), for ListTasks. Checked already to be JSON; decoding two keys skips
+    the rest without building it."""
     try:
         named = msgspec.json.decode(config, type=_NamesFunction)
     except msgspec.DecodeError:
-        return ""  # not an object: the builder says what is wrong with it
-    return named.function if isinstance(named.function, str) else ""
+        return "", ""  # not an object: the builder says what is wrong with it
+    function = named.function if isinstance(named.function, str) else ""
+    return function, named.chain if isinstance(named.chain, str) else ""

@@ -568,6 +568,12 @@ class ListedTask(betterproto2.Message):
     with ListTasksRequest.include_expired, and in DescribeWorker's recent failures.
     """
 
+    chain: "str" = betterproto2.field(17, betterproto2.TYPE_STRING)
+    """
+    BlockX addition: the chain its Builder config names ("chain"); empty when it
+    names none (the one chain the Worker serves, or none).
+    """
+
 
 default_message_pool.register_message("worker.v1", "ListedTask", ListedTask)
 
