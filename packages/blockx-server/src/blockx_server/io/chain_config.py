@@ -95,7 +95,8 @@ def read_chain_settings(
     if not fields:
         if blockdb is None and rpc.url is None:
             return ()
-        return (ChainSettings(name=DEFAULT_CHAIN, chain_id=None, blockdb=blockdb, rpc=rpc),)
+        node = None if rpc.url is None else rpc
+        return (ChainSettings(name=DEFAULT_CHAIN, chain_id=None, blockdb=blockdb, rpc=node),)
     for shorthand, value in ((BLOCKDB_URL.name, blockdb), (CHAIN_RPC_URL.name, rpc.url)):
         if value is not None:
             reader.report(

@@ -103,6 +103,9 @@ _ENABLED_BY: Final = {"blockdb": "BLOCKDB_URL", "rpc": "CHAIN_RPC_URL", "sink": 
 
 # ``io.router.chain(name).<backend>.<op>(*args)`` travels as this backend and
 # operation, its arguments ``[name, backend, op, *args]``.
+# What a [chains.NAME] table sets to give its chain a backend.
+_CHAIN_KEYS: Final = {"blockdb": "blockdb_url", "rpc": "rpc_url"}
+
 ROUTER: Final = "router"
 META: Final = "meta"
 ROUTER_CHAIN_OP: Final = "chain"
@@ -244,6 +247,8 @@ class IoRouter:
         known = ", ".join(sorted(names | {ROUTER} if self._chains else names)) or "none"
         hint = _ENABLED_BY.get(backend_name)
         setup = f"; set {hint} to enable io.{backend_name}" if hint else ""
+        if chain not in (None, DEFAULT_CHAIN) and backend_name in _CHAIN_KEYS:
+            setup = f"; give [chains.{chain}] a {_CHAIN_KEYS[backend_name]} to enable it"
         return failure(
             IoErrorKind.UNKNOWN_BACKEND,
             f"no IO backend {backend_name!r} (known: {known}){setup}",

@@ -255,8 +255,9 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
             snapshot = self._view.pin(task_id, self._clock.now_ms())
         except NoSnapshotError:
             raise _refuse(ErrorCode.UNAVAILABLE, self._not_ready_text()) from None
-        # Functions are read-only here too: the scope refuses every write.
-        scope = TaskIoScope(self._io, task_id)
+        # Functions are read-only here too: the scope refuses every write. An invoke
+        # reads the only chain served (several: through io.router.chain(name)).
+        scope = TaskIoScope(self._io, task_id, code_epoch=snapshot.epoch)
         try:
             if snapshot.resolve(request.function) is None:
                 wall_us = (time.perf_counter_ns() - started_ns) // 1000
