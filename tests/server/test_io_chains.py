@@ -13,12 +13,13 @@ import pytest
 
 from blockx_core.chains import DEFAULT_CHAIN, Chain
 from blockx_core.environ import EnvironOverFile
+from blockx_server.io.chain_config import chain_in_file
 from blockx_server.io.chain_io import ChainIo
 from blockx_server.io.finality import StaticFinality
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.pipeline.task_chain import ChainRefused, task_chain
-from blockx_server.runtime.config_file import read_config_file
+from blockx_server.runtime.config_file import ConfigFileError, read_config_file
 from blockx_server.runtime.env import ConfigErrors
 from blockx_server.worker.config import BLOCK_WORKER, load_worker_config
 
@@ -131,3 +132,14 @@ def test_the_worker_reads_chain_tables_or_the_shorthand(tmp_path: Path) -> None:
     with pytest.raises(ConfigErrors) as refused:
         load_worker_config(BLOCK_WORKER, EnvironOverFile({"CHAIN_RPC_URL": "http://n:1"}, file))
     assert [e.variable for e in refused.value.errors] == ["CHAIN_RPC_URL"]
+    # What `blockx chain ingest --chain NAME --config FILE` reads: one table, checked.
+    assert chain_in_file(config, "base").chain_id == 8453
+    with pytest.raises(ConfigFileError) as missing:
+        chain_in_file(config, "polygon")
+    assert missing.value.lines == [
+        f"{config} has no table [chains.polygon] (its chains: base, eth)"
+    ]
+    config.write_text('[chains.eth]\nchain_id = "one"\nrpc_url = "http://n:1"\n')
+    with pytest.raises(ConfigFileError) as bad:
+        chain_in_file(config, "eth")
+    assert bad.value.lines == [f"{config}: chains.eth.chain_id must be an integer >= 1 (got 'one')"]
