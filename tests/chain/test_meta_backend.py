@@ -15,6 +15,7 @@ import pytest_asyncio
 from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.devnet.generator import TOKEN_SUPPLY
 from blockx_chain.ingest import IngestOptions, ingest
+from blockx_chain.ingest.log_fetch import LogQuery
 from blockx_chain.rpc import JsonRpcClient
 from blockx_chain.url import parse_blockdb_url
 from blockx_server.io.backends.meta import MAX_TEXT_BYTES, decode_text, decode_uint
@@ -148,3 +149,28 @@ def test_the_decoders_refuse_what_is_not_the_abi_encoding_asked_for() -> None:
     assert decode_uint(_word(256), 8) is None
     assert decode_uint(_word(1) + _word(2), 256) is None
     assert decode_uint(b"\x01", 256) is None
+
+
+async def test_meta_chain_of_a_selective_database_names_its_filter(
+    router: tuple[IoRouter, Devchain], anvil: Anvil, tmp_path: Path
+) -> None:
+    _, made = router
+    url = parse_blockdb_url(f"sqlite:///{tmp_path}/selective.db")
+    token = made.token.lower()
+    only_token = LogQuery(addresses=(token,))
+    await ingest(
+        anvil.url, url, IngestOptions(confirmations=0, to_block=made.head, logs=only_token)
+    )
+    settings = ChainSettings(
+        name="tokens",
+        chain_id=anvil.options.chain_id,
+        blockdb=BlockDbSettings(url=url, max_rows=10),
+    )
+    chains = await open_chains((settings,), finality_refresh_ms=1000)
+    try:
+        chain = await read(TaskIoScope(IoRouter(chains=chains), "t-sel"), "chain")
+    finally:
+        await close_chains(chains)
+    assert chain["name"] == "tokens"
+    assert chain["log_filter"] == {"addresses": [token], "topic0s": [], "from_block": 0}
+    assert chain["head"]["number"] == made.head

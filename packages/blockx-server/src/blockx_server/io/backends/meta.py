@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Any, Final, Protocol
 
+import msgspec
+
 from blockx_core.chains import Chain
 from blockx_server.io.backends.arguments import bind_arguments
 from blockx_server.io.backends.blockdb import BlockDbBackend
@@ -164,7 +166,9 @@ class MetaBackend:
                 answer["finalized"] = state.finalized_number
                 answer["epoch"] = state.epoch
             answer["ingested"] = await self._blockdb.ingested()
-            answer["log_filter"] = await self._blockdb.serve("log_filter", [], {})
+            log_filter = await self._blockdb.serve("log_filter", [], {})
+            # As JSON has it (lists), whether the caller decodes it or not.
+            answer["log_filter"] = msgspec.json.decode(msgspec.json.encode(log_filter))
         elif self._rpc is not None:
             number = await self._rpc.serve("block_number", [], {})
             answer["head"] = {"number": number, "hash": None}
