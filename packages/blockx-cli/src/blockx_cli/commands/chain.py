@@ -286,9 +286,9 @@ def chain_ingest(
         str | None,
         typer.Option(
             "--chain",
-            help="Ingest the chain a Worker's --config file names [chains.NAME]: its "
-            "rpc_url into its blockdb_url (instead of --rpc and --db), once the node "
-            "serves its chain_id.",
+            help="Ingest the chain NAME of a Worker's --config file (its chains.NAME "
+            "table): its rpc_url into its blockdb_url (instead of --rpc and --db), once "
+            "the node serves its chain_id.",
         ),
     ] = None,
     config: Annotated[
