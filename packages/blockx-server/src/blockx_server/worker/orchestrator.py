@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from typing import Final, assert_never
 
+from blockx_core.chains import DEFAULT_CHAIN, Chain
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.errors import FailureCode, Refusal
@@ -45,6 +46,8 @@ from blockx_core.worker import (
     WorkerCore,
 )
 from blockx_server.calls.engine import CallEngine
+from blockx_server.io.backends.blockdb import BlockDbBackend
+from blockx_server.io.errors import BackendError
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.pipeline.builders import Builders, StreamBuildConfig
@@ -111,6 +114,8 @@ class Orchestrator:
         self.clock = clock
         self.error_rate = error_rate or ErrorRateWindow()
         self._runtimes: dict[str, TaskRuntime] = {}
+        # The chain tasks read, learnt from the block database by the first task.
+        self._chain: Chain | None = None
         self._converged = asyncio.Event()
         # Told of every terminal task, with seconds since it was accepted (metrics).
         self._on_terminal = on_terminal
@@ -306,8 +311,22 @@ class Orchestrator:
         """Activation, then each phase the core starts, in this one asyncio task: a
         phase that follows another starts at once, not a loop iteration later in a
         task of its own (a single-call task converges that much sooner)."""
+        if self._chain is None:
+            self._chain = await self._block_database_chain()
         self._activate(task_id, runtime)
         await self._phases(task_id, runtime)
+
+    async def _block_database_chain(self) -> Chain | None:
+        """The one chain this Worker serves: its block database's (None without one,
+        or while it holds no chain yet)."""
+        backend = self.io._backends.get("blockdb")
+        if not isinstance(backend, BlockDbBackend):
+            return None
+        try:
+            state = await backend.chain()
+        except BackendError:
+            return None
+        return None if state is None else Chain(DEFAULT_CHAIN, state.chain_id)
 
     async def _phases(self, task_id: str, runtime: TaskRuntime) -> None:
         # Only the task's current job runs its phases.
@@ -339,7 +358,11 @@ class Orchestrator:
             )
             return
         runtime.ctx = TaskContext(
-            task=runtime.task, deadline_ms=runtime.deadline_ms, code=snapshot, io=scope
+            task=runtime.task,
+            deadline_ms=runtime.deadline_ms,
+            code=snapshot,
+            io=scope,
+            chain=self._chain,
         )
         self.task_log.activated(task_id, snapshot.epoch)
         self._run(self.core.handle_task_activation_prepared(task_id, self.clock.now_ms()))
