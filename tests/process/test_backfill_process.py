@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from chain_cluster import ChainCluster
-from chain_rows import block_hash, make_block, seed_chain
+from chain_rows import CHAIN_ID, block_hash, make_block, seed_chain
 from processes import SyncInvokerProcess
 from support import free_port, wait_until
 from typer.testing import CliRunner
@@ -136,7 +136,7 @@ async def sink_state(url: str, table: str) -> tuple[list[tuple[Any, ...]], list[
     sink = await open_sink(parse_blockdb_url(url))
     try:
         rows = await sink.rows(table)
-        ledger = await sink.written(table)
+        ledger = await sink.written(table, CHAIN_ID)
     finally:
         await sink.close()
     shaped = [
@@ -543,7 +543,7 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
 async def _typed_table(url: str) -> None:
     sink = await open_sink(parse_blockdb_url(url))
     try:
-        await sink.replace_blocks("typed", [(0, block_hash(0), [{"log_index": 1}])])
+        await sink.replace_blocks("typed", CHAIN_ID, [(0, block_hash(0), [{"log_index": 1}])])
     finally:
         await sink.close()
 

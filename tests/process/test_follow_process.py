@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 from chain_cluster import ChainCluster
-from chain_rows import block_hash, make_block, seed_chain
+from chain_rows import CHAIN_ID, block_hash, make_block, seed_chain
 from postgres import PostgresServer, find_postgres_bin
 from support import free_port, wait_until
 
@@ -132,7 +132,7 @@ async def in_sink(sink_url: str, table: str) -> tuple[list[tuple[Any, ...]], lis
     sink = await open_sink(parse_blockdb_url(sink_url))
     try:
         rows = await sink.rows(table)
-        ledger = await sink.written(table)
+        ledger = await sink.written(table, CHAIN_ID)
     finally:
         await sink.close()
     assert all(r["seen"] == r["block_hash"] for r in rows)
@@ -604,7 +604,8 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
     sink = await open_sink(parse_blockdb_url(sink_url))
     try:
         await seed_chain(server.url(), 12)
-        await sink.replace_blocks("gap", [(n, block_hash(n), [{"v": n}]) for n in range(8, 12)])
+        written = [(n, block_hash(n), [{"v": n}]) for n in range(8, 12)]
+        await sink.replace_blocks("gap", CHAIN_ID, written)
         # No block is submitted: the ledger is up to date and the chain does not move.
         async with Client(coordinator="127.0.0.1:1") as client:
             events = follow(
@@ -629,7 +630,8 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
             server.stop_server()
             await until(lambda e: isinstance(e, WatchInterrupted))
             # Written while follow could not look: a block the chain does not hold.
-            await sink.replace_blocks("gap", [(12, block_hash(12, branch=1), [{"v": 12}])])
+            elsewhere = [(12, block_hash(12, branch=1), [{"v": 12}])]
+            await sink.replace_blocks("gap", CHAIN_ID, elsewhere)
             server.start_server()
             reconciled = await until(lambda e: isinstance(e, LedgerReconciled))
             await events.aclose()  # type: ignore[attr-defined]
@@ -641,7 +643,7 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
             rewritten=(),
             deleted=(12,),
         )
-        assert [w["block_number"] for w in await sink.written("gap")] == [8, 9, 10, 11]
+        assert [w["block_number"] for w in await sink.written("gap", CHAIN_ID)] == [8, 9, 10, 11]
     finally:
         await sink.close()
         server.stop()
