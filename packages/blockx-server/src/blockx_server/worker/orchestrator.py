@@ -23,6 +23,8 @@ import time
 from collections.abc import Callable
 from typing import Final, assert_never
 
+import msgspec
+
 from blockx_core.chains import DEFAULT_CHAIN, Chain
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
@@ -78,6 +80,17 @@ _WORKER_FAULTS = frozenset(
 # wall clock steps, a test clock is moved by hand) a deadline still fires at most
 # this late. With no deadline pending nothing is armed.
 MAX_TIMER_SLEEP_MS: Final = 500
+
+
+def _named(chain: Chain | None, builder_config: str) -> Chain | None:
+    """The Worker's one chain under the name the task's Builder config gives it."""
+    try:
+        name = msgspec.json.decode(builder_config).get("chain")
+    except (msgspec.DecodeError, AttributeError):
+        name = None
+    if chain is None or not isinstance(name, str):
+        return chain
+    return Chain(name, chain.chain_id)
 
 
 class Orchestrator:
@@ -362,7 +375,7 @@ class Orchestrator:
             deadline_ms=runtime.deadline_ms,
             code=snapshot,
             io=scope,
-            chain=self._chain,
+            chain=_named(self._chain, runtime.task.function_call_config.config),
         )
         self.task_log.activated(task_id, snapshot.epoch)
         self._run(self.core.handle_task_activation_prepared(task_id, self.clock.now_ms()))

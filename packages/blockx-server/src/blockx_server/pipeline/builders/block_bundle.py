@@ -54,6 +54,8 @@ class _BlockBundleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     bundle_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_BUNDLE_SIZE)] = DEFAULT_BUNDLE_SIZE
     where: dict[str, Any] = msgspec.field(default_factory=dict)
     unit: Unit = Unit.ROW
+    # The chain it reads, by name (the Worker resolves it: TaskContext.chain).
+    chain: str | None = None
 
 
 def _decode(config: Any) -> _BlockBundleConfig:

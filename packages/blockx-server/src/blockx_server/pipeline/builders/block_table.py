@@ -44,6 +44,8 @@ class _BlockTableConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     block: BlockNumber | BlockPin
     where: dict[str, Any] = msgspec.field(default_factory=dict)
     unit: Unit = Unit.ROW
+    # The chain it reads, by name (the Worker resolves it: TaskContext.chain).
+    chain: str | None = None
 
 
 class BlockTableCallConfig:
