@@ -49,6 +49,8 @@ from blockx_client.resubmit import ClusterUnreachable
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
 
+# Another chain writing the same sink tables.
+BASE = 8453
 FUNCTIONS = """
 def volume(arg):
     return {"transfers": len(arg["rows"]), "seen": arg["block"]["block_hash"]}
@@ -595,7 +597,8 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
 ) -> None:
     """Follow's own watching has a gap: its block database (PostgreSQL) stops and
     comes back. Follow waits instead of ending, and once it can read again compares
-    its ledger with the chain: a block written meanwhile above the head goes."""
+    its ledger with the chain: a block written meanwhile above the head goes, and
+    another chain's rows of the same table and block numbers stay."""
     bin_dir = find_postgres_bin()
     assert bin_dir is not None, "PostgreSQL is not installed: run scripts/setup.sh"
     server = PostgresServer(bin_dir)
@@ -606,6 +609,8 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
         await seed_chain(server.url(), 12)
         written = [(n, block_hash(n), [{"v": n}]) for n in range(8, 12)]
         await sink.replace_blocks("gap", CHAIN_ID, written)
+        base = [(n, block_hash(n, branch=2), [{"v": -n}]) for n in range(8, 13)]
+        await sink.replace_blocks("gap", BASE, base)
         # No block is submitted: the ledger is up to date and the chain does not move.
         async with Client(coordinator="127.0.0.1:1") as client:
             events = follow(
@@ -644,6 +649,10 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
             deleted=(12,),
         )
         assert [w["block_number"] for w in await sink.written("gap", CHAIN_ID)] == [8, 9, 10, 11]
+        assert [w["block_number"] for w in await sink.written("gap", BASE)] == list(range(8, 13))
+        assert sorted((r["chain_id"], r["v"]) for r in await sink.rows("gap")) == sorted(
+            [(CHAIN_ID, n) for n in range(8, 12)] + [(BASE, -n) for n in range(8, 13)]
+        )
     finally:
         await sink.close()
         server.stop()
