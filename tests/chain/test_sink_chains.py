@@ -139,3 +139,15 @@ async def test_a_sink_of_the_previous_layout_without_rows_needs_no_chain(db_url:
         assert _rows(await sink.rows(TABLE)) == [(BASE, 1, 1)]
     finally:
         await sink.close()
+
+
+async def test_a_stamped_table_dropped_by_hand_does_not_stop_the_marking(db_url: str) -> None:
+    await make_sink_at(db_url, 1, [(1, "0x1", [10])])
+    sink = await open_sink(parse_blockdb_url(db_url))
+    try:
+        async with sink.transaction() as tx:
+            await tx.execute(f'DROP TABLE "{TABLE}"')  # behind the writers' back
+        assert await sink.mark_chain(BASE)
+        assert await _blocks(sink, BASE) == [(1, "0x1")]
+    finally:
+        await sink.close()

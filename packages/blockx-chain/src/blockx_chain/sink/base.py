@@ -755,7 +755,8 @@ async def _version(tx: SinkTx) -> int:
 
 async def _stamped_tables(tx: SinkTx) -> list[str]:
     """The tables a block writer made before rows carried their chain: the ones
-    recorded with every stamp column but the chain id."""
+    recorded with every stamp column but the chain id (and still there: one
+    dropped by hand is left to its next write to report)."""
     stamps = [BLOCK_NUMBER, BLOCK_HASH, CODE_EPOCH, CHAIN_ID]
     rows = await tx.fetch(
         f"SELECT table_name, column_name FROM {COLUMNS_TABLE} "
@@ -765,7 +766,11 @@ async def _stamped_tables(tx: SinkTx) -> list[str]:
     columns: dict[str, set[str]] = {}
     for row in rows:
         columns.setdefault(row["table_name"], set()).add(row["column_name"])
-    return [table for table, names in columns.items() if names == set(stamps[:3])]
+    return [
+        table
+        for table, names in columns.items()
+        if names == set(stamps[:3]) and await tx.column_names(table)
+    ]
 
 
 async def _rows_without_chain(tx: SinkTx) -> bool:
