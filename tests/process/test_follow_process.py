@@ -46,6 +46,7 @@ from blockx_client.follow import (
 )
 from blockx_client.jobs import STALE_AFTER_MS, JobKind, JobState, LagFrom, list_jobs
 from blockx_client.resubmit import ClusterUnreachable
+from blockx_core.chains import DEFAULT_CHAIN
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
 
@@ -133,7 +134,7 @@ async def canonical(chain_url: str, start: int) -> tuple[list[tuple[Any, ...]], 
 async def in_sink(sink_url: str, table: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     sink = await open_sink(parse_blockdb_url(sink_url))
     try:
-        rows = await sink.rows(table)
+        rows = [r for r in await sink.rows(table) if r["chain_id"] == CHAIN_ID]
         ledger = await sink.written(table, CHAIN_ID)
     finally:
         await sink.close()
@@ -413,7 +414,16 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
         assert head is not None
         top = head["number"]
         start = top - 5
-        follower = await follow_cli("short", "--from", str(start))
+        # Another chain's rows of the same table and block numbers, which stay.
+        base = [
+            (n, f"0xba5e{n}", [{"transfers": -n, "seen": "base"}]) for n in range(start, top + 1)
+        ]
+        sink = await open_sink(sink_url)
+        try:
+            await sink.replace_blocks("short", BASE, base)
+        finally:
+            await sink.close()
+        follower = await follow_cli("short", "--from", str(start), "--chain", DEFAULT_CHAIN)
         await follower.read_until(lambda: follower.written(top))
         assert await matches_chain(setup, "short", start, top)
         job_id = follower.events[0]["job_id"]
@@ -430,6 +440,7 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
             0,
         )
         assert (running.lag_from, running.blocks_done) == (LagFrom.INGEST, top - start + 1)
+        assert (running.chain, running.chain_id) == (DEFAULT_CHAIN, CHAIN_ID)
 
         # A reorg the way ingest applies one, in one transaction: drop the blocks
         # above the fork, record it, write the new branch: one block, so two fewer.
@@ -470,6 +481,15 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
     assert new_head == fork + 1
     assert rows == expected
     assert ledger == [(n, h) for n, h, _ in expected]
+    sink = await open_sink(sink_url)
+    try:
+        kept = [r for r in await sink.rows("short") if r["chain_id"] == BASE]
+        assert [(r["block_number"], r["transfers"]) for r in kept] == [
+            (n, -n) for n in range(start, top + 1)
+        ]
+        assert len(await sink.written("short", BASE)) == len(base)
+    finally:
+        await sink.close()
     assert events[1] == {
         "event": "reconcile",
         "reason": "start",
