@@ -7,6 +7,8 @@ from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 
 GENESIS = "0x" + "00" * 31 + "01"
+# The chain id of every block database these helpers make.
+CHAIN_ID = 31337
 TOKEN = "0x" + "aa" * 20
 OTHER_TOPIC = "0x" + "ee" * 32
 
@@ -101,7 +103,7 @@ async def seed_chain(url: str, count: int) -> None:
     store = await open_store(parse_blockdb_url(url))
     try:
         async with store.writer() as w:
-            await w.init_chain(31337, GENESIS)
+            await w.init_chain(CHAIN_ID, GENESIS)
             await w.insert_blocks([make_block(n) for n in range(count)])
             last = count - 1
             await w.set_chain(

@@ -33,7 +33,7 @@ async def test_a_table_is_inferred_stamped_and_replaced_per_block(sink: SinkStor
         (1, "0xa1", [{"token": "t", "amount": BIG, "n": 2, "price": 1.5, "meta": {"x": [1]}}]),
         (2, "0xa2", [{"token": "u", "amount": 3, "n": 1}, {"token": "v", "amount": 4, "n": 1}]),
     ]
-    result = await sink.replace_blocks("volume", first, code_epoch=7, task_id="t1", now_ms=99)
+    result = await sink.replace_blocks("volume", 1, first, code_epoch=7, task_id="t1", now_ms=99)
     assert result == {"blocks": 2, "rows": 3}
     rows = await sink.rows("volume")
     assert [(r["block_number"], r["row_index"], r["token"]) for r in rows] == [
@@ -50,10 +50,10 @@ async def test_a_table_is_inferred_stamped_and_replaced_per_block(sink: SinkStor
     assert rows[1]["price"] is None
 
     # Again, the same: idempotent. Then block 2 on a new hash with one row.
-    await sink.replace_blocks("volume", first, code_epoch=7, task_id="t1", now_ms=99)
+    await sink.replace_blocks("volume", 1, first, code_epoch=7, task_id="t1", now_ms=99)
     assert await sink.rows("volume") == rows
     await sink.replace_blocks(
-        "volume", [(2, "0xb2", [{"token": "w", "amount": 5, "n": 1, "extra": "new"}])]
+        "volume", 1, [(2, "0xb2", [{"token": "w", "amount": 5, "n": 1, "extra": "new"}])]
     )
     rows = await sink.rows("volume")
     assert [(r["block_number"], r["block_hash"], r["token"]) for r in rows] == [
@@ -63,7 +63,7 @@ async def test_a_table_is_inferred_stamped_and_replaced_per_block(sink: SinkStor
     # A new column is added, nullable.
     assert rows[0]["extra"] is None
     assert rows[1]["extra"] == "new"
-    ledger = await sink.written("volume")
+    ledger = await sink.written("volume", 1)
     assert [(r["block_number"], r["block_hash"], r["task_id"]) for r in ledger] == [
         (1, "0xa1", "t1"),
         (2, "0xb2", ""),
@@ -71,20 +71,20 @@ async def test_a_table_is_inferred_stamped_and_replaced_per_block(sink: SinkStor
 
 
 async def test_a_block_without_rows_is_in_the_ledger(sink: SinkStore) -> None:
-    await sink.replace_blocks("empty", [(5, "0x05", [{"a": 1}]), (6, "0x06", [])], task_id="t")
-    await sink.replace_blocks("empty", [(5, "0x05", [])], task_id="t2")
+    await sink.replace_blocks("empty", 1, [(5, "0x05", [{"a": 1}]), (6, "0x06", [])], task_id="t")
+    await sink.replace_blocks("empty", 1, [(5, "0x05", [])], task_id="t2")
     assert await sink.rows("empty") == []
-    assert [(r["block_number"], r["task_id"]) for r in await sink.written("empty")] == [
+    assert [(r["block_number"], r["task_id"]) for r in await sink.written("empty", 1)] == [
         (5, "t2"),
         (6, "t"),
     ]
 
 
 async def test_replacing_blocks_with_a_gap_leaves_the_gap_alone(sink: SinkStore) -> None:
-    await sink.replace_blocks("gap", [(n, f"0x{n}", [{"v": n}]) for n in (1, 2, 3, 5)])
-    await sink.replace_blocks("gap", [(3, "0x3b", [{"v": 30}]), (1, "0x1b", []), (5, "0x5", [])])
+    await sink.replace_blocks("gap", 1, [(n, f"0x{n}", [{"v": n}]) for n in (1, 2, 3, 5)])
+    await sink.replace_blocks("gap", 1, [(3, "0x3b", [{"v": 30}]), (1, "0x1b", []), (5, "0x5", [])])
     assert [(r["block_number"], r["v"]) for r in await sink.rows("gap")] == [(2, 2), (3, 30)]
-    assert [(r["block_number"], r["block_hash"]) for r in await sink.written("gap")] == [
+    assert [(r["block_number"], r["block_hash"]) for r in await sink.written("gap", 1)] == [
         (1, "0x1b"),
         (2, "0x2"),
         (3, "0x3b"),
@@ -94,19 +94,19 @@ async def test_replacing_blocks_with_a_gap_leaves_the_gap_alone(sink: SinkStore)
 
 async def test_declared_columns_and_a_changed_type(sink: SinkStore) -> None:
     await sink.replace_blocks(
-        "typed", [(1, "0x1", [{"v": "1"}])], columns={"v": "text", "j": "JSON"}
+        "typed", 1, [(1, "0x1", [{"v": "1"}])], columns={"v": "text", "j": "JSON"}
     )
     with pytest.raises(SinkRejected, match="column 'v' of table 'typed' is TEXT"):
-        await sink.replace_blocks("typed", [(1, "0x1", [{"v": 1}])])
+        await sink.replace_blocks("typed", 1, [(1, "0x1", [{"v": 1}])])
     with pytest.raises(SinkRejected, match="is TEXT, the writer declares INTEGER"):
-        await sink.replace_blocks("typed", [(1, "0x1", [])], columns={"v": "INTEGER"})
+        await sink.replace_blocks("typed", 1, [(1, "0x1", [])], columns={"v": "INTEGER"})
     with pytest.raises(SinkRejected, match="not one of"):
-        await sink.replace_blocks("typed", [(1, "0x1", [])], columns={"v": "BLOB"})
+        await sink.replace_blocks("typed", 1, [(1, "0x1", [])], columns={"v": "BLOB"})
 
 
 async def test_a_bad_row_rolls_the_whole_write_back(sink: SinkStore) -> None:
-    await sink.replace_blocks("t", [(1, "0x1", [{"v": 1}]), (2, "0x2", [{"v": 2}])], task_id="a")
-    before, ledger = await sink.rows("t"), await sink.written("t")
+    await sink.replace_blocks("t", 1, [(1, "0x1", [{"v": 1}]), (2, "0x2", [{"v": 2}])], task_id="a")
+    before, ledger = await sink.rows("t"), await sink.written("t", 1)
     # Block 1 would be replaced fine, block 2's row does not fit: neither changes,
     # and the new column of block 1's row is not added either.
     bad: list[tuple[int, str, list[dict[str, object]]]] = [
@@ -114,15 +114,15 @@ async def test_a_bad_row_rolls_the_whole_write_back(sink: SinkStore) -> None:
         (2, "0x2b", [{"v": "nope"}]),
     ]
     with pytest.raises(SinkRejected, match="column 'v'"):
-        await sink.replace_blocks("t", bad, task_id="b")
+        await sink.replace_blocks("t", 1, bad, task_id="b")
     assert await sink.rows("t") == before
-    assert await sink.written("t") == ledger
+    assert await sink.written("t", 1) == ledger
     with pytest.raises(SinkRejected, match="carries block_number 9"):
-        await sink.replace_blocks("t", [(1, "0x1", [{"v": 1, "block_number": 9}])])
+        await sink.replace_blocks("t", 1, [(1, "0x1", [{"v": 1, "block_number": 9}])])
     with pytest.raises(SinkRejected, match="no key column 'id'"):
-        await sink.replace_blocks("k", [(1, "0x1", [{"id": 1}, {"v": 2}])], key=["id"])
+        await sink.replace_blocks("k", 1, [(1, "0x1", [{"id": 1}, {"v": 2}])], key=["id"])
     with pytest.raises(SinkRejected, match="do not fit"):
-        await sink.replace_blocks("k", [(1, "0x1", [{"id": 1}, {"id": 1}])], key=["id"])
+        await sink.replace_blocks("k", 1, [(1, "0x1", [{"id": 1}, {"id": 1}])], key=["id"])
     assert await sink.rows("k") == []
 
 
@@ -145,14 +145,14 @@ async def test_chain_and_reserved_tables_and_bad_names_are_refused(
     sink: SinkStore, table: str
 ) -> None:
     with pytest.raises(SinkRejected):
-        await sink.replace_blocks(table, [(1, "0x1", [{"v": 1}])])
+        await sink.replace_blocks(table, 1, [(1, "0x1", [{"v": 1}])])
     with pytest.raises(SinkRejected):
         await sink.upsert(table, [{"v": 1}], key=["v"])
 
 
 async def test_a_bad_column_name_is_refused(sink: SinkStore) -> None:
     with pytest.raises(SinkRejected, match="column 'a\"b'"):
-        await sink.replace_blocks("t", [(1, "0x1", [{'a"b': 1}])])
+        await sink.replace_blocks("t", 1, [(1, "0x1", [{'a"b': 1}])])
 
 
 async def test_the_sink_can_share_the_block_database(db_url: str) -> None:
@@ -160,8 +160,8 @@ async def test_the_sink_can_share_the_block_database(db_url: str) -> None:
     sink = await open_sink(parse_blockdb_url(db_url))
     try:
         with pytest.raises(SinkRejected, match="block database table"):
-            await sink.replace_blocks("transactions", [(1, "0x1", [{"v": 1}])])
-        await sink.replace_blocks("mine", [(1, "0x1", [{"v": 1}])])
+            await sink.replace_blocks("transactions", 1, [(1, "0x1", [{"v": 1}])])
+        await sink.replace_blocks("mine", 1, [(1, "0x1", [{"v": 1}])])
         assert await store.head() is None
     finally:
         await sink.close()
@@ -184,11 +184,11 @@ async def test_two_writers_of_one_block_never_both_commit(db_url: str) -> None:
     url = parse_blockdb_url(db_url)
     one, two = await open_sink(url), await open_sink(url)
     try:
-        await one.replace_blocks("race", [(1, "0x1", [{"v": 0}])])
+        await one.replace_blocks("race", 1, [(1, "0x1", [{"v": 0}])])
         for _ in range(3):
             await asyncio.gather(
-                one.replace_blocks("race", [(1, "0x1", [{"v": 1, "w": i} for i in range(20)])]),
-                two.replace_blocks("race", [(1, "0x1", [{"v": 2, "w": i} for i in range(30)])]),
+                one.replace_blocks("race", 1, [(1, "0x1", [{"v": 1, "w": i} for i in range(20)])]),
+                two.replace_blocks("race", 1, [(1, "0x1", [{"v": 2, "w": i} for i in range(30)])]),
             )
             rows = await one.rows("race")
             assert {r["v"] for r in rows} in ({1}, {2})
@@ -210,13 +210,13 @@ async def test_a_sink_has_one_identity_and_a_write_meant_for_another_writes_noth
         elsewhere = await other.identity()
         assert elsewhere != identity
         with pytest.raises(SinkMismatch, match=f"identity {identity}.*identity {elsewhere}"):
-            await one.replace_blocks("t", [(1, "0x1", [{"v": 1}])], sink_identity=elsewhere)
+            await one.replace_blocks("t", 1, [(1, "0x1", [{"v": 1}])], sink_identity=elsewhere)
         with pytest.raises(SinkMismatch):
             await one.upsert("u", [{"k": 1}], key=["k"], sink_identity=elsewhere)
         with pytest.raises(SinkMismatch):  # with nothing to write, still checked
             await one.upsert("u", [], key=["k"], sink_identity=elsewhere)
-        assert (await one.rows("t"), await one.written("t"), await one.rows("u")) == ([], [], [])
-        written = await two.replace_blocks("t", [(1, "0x1", [{"v": 1}])], sink_identity=identity)
+        assert (await one.rows("t"), await one.written("t", 1), await one.rows("u")) == ([], [], [])
+        written = await two.replace_blocks("t", 1, [(1, "0x1", [{"v": 1}])], sink_identity=identity)
         assert written == {"blocks": 1, "rows": 1}
     finally:
         for sink in (one, two, other):
@@ -228,7 +228,7 @@ async def test_a_write_goes_in_chunks_inside_its_one_transaction(db_url: str) ->
     try:
         blocks = [(1, "0x1", [{"v": i} for i in range(4)]), (2, "0x2", []), (3, "0x3", [])]
         blocks.append((4, "0x4", [{"v": 10 + i} for i in range(5)]))
-        assert await sink.replace_blocks("c", blocks) == {"blocks": 4, "rows": 9}
+        assert await sink.replace_blocks("c", 1, blocks) == {"blocks": 4, "rows": 9}
         rows = await sink.rows("c")
         assert [(r["block_number"], r["row_index"], r["v"]) for r in rows] == [
             *((1, i, i) for i in range(4)),
@@ -237,7 +237,7 @@ async def test_a_write_goes_in_chunks_inside_its_one_transaction(db_url: str) ->
         # A row that does not fit in the last chunk: the chunks before it are undone.
         bad = [(5, "0x5", [{"v": 1}] * 7 + [{"v": "x"}])]
         with pytest.raises(SinkRejected, match="column 'v' of table 'c' is INTEGER"):
-            await sink.replace_blocks("c", bad)
+            await sink.replace_blocks("c", 1, bad)
         assert await sink.rows("c") == rows
         await sink.upsert("cu", [{"k": i % 4, "n": i} for i in range(10)], key=["k"])
         assert sorted((r["k"], r["n"]) for r in await sink.rows("cu")) == [

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from blockx_chain.devnet.anvil import DEFAULT_CHAIN_ID
 from blockx_chain.sink import open_sink
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
@@ -68,7 +69,7 @@ async def test_ingest_follows_and_both_clusters_write_the_sink(fed: dict[str, An
     sink = await open_sink(parse_blockdb_url(fed["sink_db_url"]))
     try:
         rows = await sink.rows("dev_volume")
-        written = await sink.written("dev_volume")
+        written = await sink.written("dev_volume", DEFAULT_CHAIN_ID)
     finally:
         await sink.close()
     assert [w["block_number"] for w in written] == [*range(head["number"] + 1), live["number"]]

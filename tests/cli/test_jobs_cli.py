@@ -38,6 +38,8 @@ def _records(url: str) -> tuple[JobProgress, JobProgress]:
         function="volume",
         source_table="logs",
         sink_table="vol",
+        chain="base",
+        chain_id=8453,
         task_prefix="backfill-aaa-",
         from_block=0,
         to_block=99,
@@ -67,6 +69,7 @@ def _records(url: str) -> tuple[JobProgress, JobProgress]:
         updated_ms=at - 2 * STALE_AFTER_MS,
         function="volume",
         sink_table="vol",
+        chain_id=31337,
         task_prefix="follow-bbb-",
         blocks_done=7,
     )
@@ -100,12 +103,15 @@ def test_jobs_lists_shows_one_and_says_interrupted(tmp_path: Path) -> None:
     [follow] = [line for line in output.splitlines() if "follow-bbb" in line]
     assert ("failed" in backfill, "90/100" in backfill) == (True, True)
     assert "interrupted" in follow
+    # The chain: by the name the run gave, or "-" for the Workers' only chain.
+    assert ("base (8453)" in backfill, "- (31337)" in follow) == (True, True)
 
     code, output = _blockx("jobs", "backfill-aaa", "--sink-db", url, tmp_path=tmp_path)
     assert code == 0, output
     assert "blockx backfill --function volume --sink-db postgresql://u:***@h/s" in output
     assert "backfill-aaa-…" in output
     assert "backfill-aaa-50" in output
+    assert "base (8453)" in output
     assert "ValueError: nope" in output
     assert "Traceback" not in output
 

@@ -49,6 +49,8 @@ def _record(job_id: str = "backfill-1", **fields: Any) -> JobProgress:
         function="f",
         source_table="logs",
         sink_table="t",
+        chain="base",
+        chain_id=8453,
         now_ms=1_000,
     )
     return msgspec.structs.replace(record, **fields)

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 from chain_cluster import ChainCluster
-from chain_rows import block_hash, make_block, seed_chain
+from chain_rows import CHAIN_ID, block_hash, make_block, seed_chain
 from processes import SyncInvokerProcess
 from support import free_port, wait_until
 from typer.testing import CliRunner
@@ -29,8 +29,9 @@ from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
 from blockx_client import Client, RetryPolicy, TaskFilter, TaskState
 from blockx_client.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
-from blockx_client.jobs import JobKind, JobState, list_jobs
+from blockx_client.jobs import JobKind, JobProgress, JobState, list_jobs
 from blockx_client.resubmit import ClusterUnreachable
+from blockx_core.chains import DEFAULT_CHAIN
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
 
@@ -54,6 +55,8 @@ def transfer_but_25(row):
 BLOCKS = 240
 PER_TASK = 10
 WHERE = json.dumps({"topic0": TRANSFER_TOPIC})
+# Another chain writing the same sink tables.
+BASE = 8453
 
 
 class Setup:
@@ -136,12 +139,13 @@ async def sink_state(url: str, table: str) -> tuple[list[tuple[Any, ...]], list[
     sink = await open_sink(parse_blockdb_url(url))
     try:
         rows = await sink.rows(table)
-        ledger = await sink.written(table)
+        ledger = await sink.written(table, CHAIN_ID)
     finally:
         await sink.close()
     shaped = [
         (r["block_number"], r["block_hash"], r["row_index"], r["log_index"], r["data"])
         for r in rows
+        if r["chain_id"] == CHAIN_ID
     ]
     return shaped, ledger
 
@@ -543,7 +547,7 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
 async def _typed_table(url: str) -> None:
     sink = await open_sink(parse_blockdb_url(url))
     try:
-        await sink.replace_blocks("typed", [(0, block_hash(0), [{"log_index": 1}])])
+        await sink.replace_blocks("typed", CHAIN_ID, [(0, block_hash(0), [{"log_index": 1}])])
     finally:
         await sink.close()
 
@@ -628,6 +632,48 @@ def test_declared_columns_reach_the_writer(setup: Setup) -> None:
     assert rows == [
         (n, h, i, str(log_index), data) for n, h, i, log_index, data in expected_rows(range(10))
     ]
+
+
+async def _other_chain_rows(url: str, table: str, blocks: range) -> None:
+    """Another chain's rows and ledger entries for the same block numbers."""
+    sink = await open_sink(parse_blockdb_url(url))
+    try:
+        await sink.replace_blocks(table, BASE, [(n, f"0xba5e{n}", [{"base": n}]) for n in blocks])
+    finally:
+        await sink.close()
+
+
+def test_a_backfill_of_a_named_chain_writes_its_rows_beside_another_chains(
+    setup: Setup,
+) -> None:
+    blocks = range(PER_TASK)
+    asyncio.run(_other_chain_rows(setup.sink_url, "chained", blocks))
+    argv = setup.argv("chained", "--json", "--chain", DEFAULT_CHAIN, to_block=PER_TASK - 1)
+    code, events, output = _invoke(argv)
+    assert code == 0, output
+    # The other chain's ledger entries skip nothing: the plan reads this chain's.
+    assert (events[0]["tasks"], events[0]["skipped_tasks"]) == (1, 0)
+    rows, ledger = sink_now(setup, "chained")
+    assert rows == expected_rows(blocks)
+    assert [w["block_number"] for w in ledger] == list(blocks)
+    everything = asyncio.run(_sink_rows(setup.sink_url, "chained"))
+    assert {r["chain_id"] for r in everything} == {CHAIN_ID, BASE}
+    assert [r["base"] for r in everything if r["chain_id"] == BASE] == list(blocks)
+    job = asyncio.run(_job(setup.sink_url, events[0]["job_id"]))
+    assert (job.chain, job.chain_id) == (DEFAULT_CHAIN, CHAIN_ID)
+
+
+async def _sink_rows(url: str, table: str) -> list[dict[str, Any]]:
+    sink = await open_sink(parse_blockdb_url(url))
+    try:
+        return await sink.rows(table)
+    finally:
+        await sink.close()
+
+
+async def _job(url: str, job_id: str) -> JobProgress:
+    [job] = [j for j in await list_jobs(parse_blockdb_url(url)) if j.job_id == job_id]
+    return job
 
 
 def test_the_databases_of_a_running_dev_up_are_used_below_flags_and_environment(

@@ -362,8 +362,8 @@ async def test_no_sqlite_and_no_fifo(
     # An in-memory database would ATTACH files: the sink's ledger, a VACUUM INTO copy.
     sink = await SqliteSink.open(tmp_path / "sink.db")
     try:
-        await sink.replace_blocks("t", [(1, "0x01", [{"v": 1}])])
-        ledger = await sink.written("t")
+        await sink.replace_blocks("t", 1, [(1, "0x01", [{"v": 1}])])
+        ledger = await sink.written("t", 1)
         message = await failure(worker, "t-attach", "forge_ledger", [[str(sink.path)]])
         assert "PermissionError" in message
         assert "SQLite" in message
@@ -373,7 +373,7 @@ async def test_no_sqlite_and_no_fifo(
         assert not copy.exists()
         message = await failure(worker, "t-sqlite-memory", "sqlite_memory", [[]])
         assert "PermissionError" in message
-        assert await sink.written("t") == ledger
+        assert await sink.written("t", 1) == ledger
     finally:
         await sink.close()
     pipe = shared_dir / "fifo"
@@ -505,13 +505,13 @@ async def test_executors_run_as_nobody_after_the_readmes_setup(
     config = _private_config(reachable_dir)
     sink = await SqliteSink.open(reachable_dir / "sink.db")
     try:
-        await sink.replace_blocks("t", [(1, "0x01", [{"v": 1}])])
+        await sink.replace_blocks("t", 1, [(1, "0x01", [{"v": 1}])])
         # Started with a umask that lets everyone write what it creates.
         worker = start_worker(config=config, umask=0o000)
         async with serving(worker) as [stub]:
             [info] = await outputs(stub, "t-whoami", "whoami", [[str(config), str(sink.path)]])
             umask = _umask(worker.proc.pid)
-        assert len(await sink.written("t")) == 1
+        assert len(await sink.written("t", 1)) == 1
     finally:
         await sink.close()
     assert "EXECUTOR_USER" not in worker.output()

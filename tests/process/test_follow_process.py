@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 from chain_cluster import ChainCluster
-from chain_rows import block_hash, make_block, seed_chain
+from chain_rows import CHAIN_ID, block_hash, make_block, seed_chain
 from postgres import PostgresServer, find_postgres_bin
 from support import free_port, wait_until
 
@@ -46,9 +46,12 @@ from blockx_client.follow import (
 )
 from blockx_client.jobs import STALE_AFTER_MS, JobKind, JobState, LagFrom, list_jobs
 from blockx_client.resubmit import ClusterUnreachable
+from blockx_core.chains import DEFAULT_CHAIN
 from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
 
+# Another chain writing the same sink tables.
+BASE = 8453
 FUNCTIONS = """
 def volume(arg):
     return {"transfers": len(arg["rows"]), "seen": arg["block"]["block_hash"]}
@@ -131,8 +134,8 @@ async def canonical(chain_url: str, start: int) -> tuple[list[tuple[Any, ...]], 
 async def in_sink(sink_url: str, table: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     sink = await open_sink(parse_blockdb_url(sink_url))
     try:
-        rows = await sink.rows(table)
-        ledger = await sink.written(table)
+        rows = [r for r in await sink.rows(table) if r["chain_id"] == CHAIN_ID]
+        ledger = await sink.written(table, CHAIN_ID)
     finally:
         await sink.close()
     assert all(r["seen"] == r["block_hash"] for r in rows)
@@ -411,7 +414,16 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
         assert head is not None
         top = head["number"]
         start = top - 5
-        follower = await follow_cli("short", "--from", str(start))
+        # Another chain's rows of the same table and block numbers, which stay.
+        base = [
+            (n, f"0xba5e{n}", [{"transfers": -n, "seen": "base"}]) for n in range(start, top + 1)
+        ]
+        sink = await open_sink(sink_url)
+        try:
+            await sink.replace_blocks("short", BASE, base)
+        finally:
+            await sink.close()
+        follower = await follow_cli("short", "--from", str(start), "--chain", DEFAULT_CHAIN)
         await follower.read_until(lambda: follower.written(top))
         assert await matches_chain(setup, "short", start, top)
         job_id = follower.events[0]["job_id"]
@@ -428,6 +440,7 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
             0,
         )
         assert (running.lag_from, running.blocks_done) == (LagFrom.INGEST, top - start + 1)
+        assert (running.chain, running.chain_id) == (DEFAULT_CHAIN, CHAIN_ID)
 
         # A reorg the way ingest applies one, in one transaction: drop the blocks
         # above the fork, record it, write the new branch: one block, so two fewer.
@@ -468,6 +481,15 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
     assert new_head == fork + 1
     assert rows == expected
     assert ledger == [(n, h) for n, h, _ in expected]
+    sink = await open_sink(sink_url)
+    try:
+        kept = [r for r in await sink.rows("short") if r["chain_id"] == BASE]
+        assert [(r["block_number"], r["transfers"]) for r in kept] == [
+            (n, -n) for n in range(start, top + 1)
+        ]
+        assert len(await sink.written("short", BASE)) == len(base)
+    finally:
+        await sink.close()
     assert events[1] == {
         "event": "reconcile",
         "reason": "start",
@@ -595,7 +617,8 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
 ) -> None:
     """Follow's own watching has a gap: its block database (PostgreSQL) stops and
     comes back. Follow waits instead of ending, and once it can read again compares
-    its ledger with the chain: a block written meanwhile above the head goes."""
+    its ledger with the chain: a block written meanwhile above the head goes, and
+    another chain's rows of the same table and block numbers stay."""
     bin_dir = find_postgres_bin()
     assert bin_dir is not None, "PostgreSQL is not installed: run scripts/setup.sh"
     server = PostgresServer(bin_dir)
@@ -604,7 +627,10 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
     sink = await open_sink(parse_blockdb_url(sink_url))
     try:
         await seed_chain(server.url(), 12)
-        await sink.replace_blocks("gap", [(n, block_hash(n), [{"v": n}]) for n in range(8, 12)])
+        written = [(n, block_hash(n), [{"v": n}]) for n in range(8, 12)]
+        await sink.replace_blocks("gap", CHAIN_ID, written)
+        base = [(n, block_hash(n, branch=2), [{"v": -n}]) for n in range(8, 13)]
+        await sink.replace_blocks("gap", BASE, base)
         # No block is submitted: the ledger is up to date and the chain does not move.
         async with Client(coordinator="127.0.0.1:1") as client:
             events = follow(
@@ -629,7 +655,8 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
             server.stop_server()
             await until(lambda e: isinstance(e, WatchInterrupted))
             # Written while follow could not look: a block the chain does not hold.
-            await sink.replace_blocks("gap", [(12, block_hash(12, branch=1), [{"v": 12}])])
+            elsewhere = [(12, block_hash(12, branch=1), [{"v": 12}])]
+            await sink.replace_blocks("gap", CHAIN_ID, elsewhere)
             server.start_server()
             reconciled = await until(lambda e: isinstance(e, LedgerReconciled))
             await events.aclose()  # type: ignore[attr-defined]
@@ -641,7 +668,11 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
             rewritten=(),
             deleted=(12,),
         )
-        assert [w["block_number"] for w in await sink.written("gap")] == [8, 9, 10, 11]
+        assert [w["block_number"] for w in await sink.written("gap", CHAIN_ID)] == [8, 9, 10, 11]
+        assert [w["block_number"] for w in await sink.written("gap", BASE)] == list(range(8, 13))
+        assert sorted((r["chain_id"], r["v"]) for r in await sink.rows("gap")) == sorted(
+            [(CHAIN_ID, n) for n in range(8, 12)] + [(BASE, -n) for n in range(8, 13)]
+        )
     finally:
         await sink.close()
         server.stop()

@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import aetcd
-from chain_rows import block_hash, seed_chain
+from chain_rows import CHAIN_ID, block_hash, seed_chain
 from processes import WorkerProcess, call_list_task, execute_result, run_to_end, serving
 
 from blockx_chain.sink import open_sink
@@ -113,7 +113,7 @@ async def test_a_million_rows_for_one_block_keep_the_lease_and_the_neighbours(
     assert aetcd.rtypes.EventKind.DELETE not in heard, heard
     sink = await open_sink(parse_blockdb_url(sink_url))
     try:
-        ledger = await sink.written("big")
+        ledger = await sink.written("big", CHAIN_ID)
     finally:
         await sink.close()
     assert [(w["block_number"], w["block_hash"]) for w in ledger] == [(1, block_hash(1))]

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from chain_rows import block_hash, make_block, seed_chain
+from chain_rows import CHAIN_ID, block_hash, make_block, seed_chain
 from processes import WorkerProcess, execute_result, run_to_end, serving
 
 from blockx_chain.schema import TRANSFER_TOPIC
@@ -78,7 +78,7 @@ async def succeeded(stub: worker_v1.WorkerServiceStub, t: worker_v1.TaskInput) -
 async def sink_contents(url: str, table: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     sink = await open_sink(parse_blockdb_url(url))
     try:
-        return await sink.rows(table), await sink.written(table)
+        return await sink.rows(table), await sink.written(table, CHAIN_ID)
     finally:
         await sink.close()
 

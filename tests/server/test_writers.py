@@ -18,6 +18,7 @@ from blockx_chain.sink import SinkStore, open_sink
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_core.calls import CallContext, RootOutput
+from blockx_core.chains import DEFAULT_CHAIN, Chain
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.task import PluginSpec, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
@@ -33,6 +34,9 @@ from blockx_server.pipeline.writers.block_write import BlockWriteResultHandler, 
 from blockx_server.pipeline.writers.table_upserts import TableUpsertsResultHandler
 
 EPOCH = 4
+CHAIN_ID = 31337
+# The chain of a Worker configured by BLOCKDB_URL alone, as the block database's.
+DEVNET = Chain(DEFAULT_CHAIN, CHAIN_ID)
 
 
 @dataclass
@@ -69,7 +73,7 @@ async def stack(db_url: str) -> AsyncIterator[Stack]:
     url = parse_blockdb_url(db_url)
     store = await open_store(url)
     async with store.writer() as w:
-        await w.init_chain(31337, GENESIS)
+        await w.init_chain(CHAIN_ID, GENESIS)
         await w.insert_blocks([make_block(n, txs=1) for n in range(1, 7)])
         await w.set_chain(head_number=6, head_hash=block_hash(6), finalized_number=1, epoch=0)
     await store.close()
@@ -82,7 +86,7 @@ async def stack(db_url: str) -> AsyncIterator[Stack]:
     await blockdb.close()
 
 
-def _ctx(router: IoRouter, *, writes: bool = True) -> TaskContext:
+def _ctx(router: IoRouter, *, writes: bool = True, chain: Chain | None = DEVNET) -> TaskContext:
     task = TaskInput(task_id="task-1", function_call_config=PluginSpec(type="CallListCallConfig"))
     scope = TaskIoScope(router, "task-1")
     return TaskContext(
@@ -90,6 +94,7 @@ def _ctx(router: IoRouter, *, writes: bool = True) -> TaskContext:
         deadline_ms=0,
         code=CodeSnapshot(epoch=EPOCH, modules={}, functions={}, parse_errors={}),
         io=scope.writer() if writes else scope,
+        chain=chain,
     )
 
 
@@ -98,10 +103,18 @@ def _out(index: int, value: Any, number: int, branch: int = 0) -> RootOutput:
     return RootOutput(index, msgspec.json.encode(value), context)
 
 
-async def _run(writers: Writers, router: IoRouter, name: str, config: Any, outputs: Any) -> Any:
+async def _run(
+    writers: Writers,
+    router: IoRouter,
+    name: str,
+    config: Any,
+    outputs: Any,
+    *,
+    chain: Chain | None = DEVNET,
+) -> Any:
     plugin = writers.get(name)
     assert plugin is not None
-    return msgspec.json.decode(await plugin.execute(_ctx(router), config, outputs))
+    return msgspec.json.decode(await plugin.execute(_ctx(router, chain=chain), config, outputs))
 
 
 async def test_block_writer_groups_rows_per_block_and_records_empty_blocks(stack: Stack) -> None:
@@ -124,7 +137,7 @@ async def test_block_writer_groups_rows_per_block_and_records_empty_blocks(stack
         (3, 1, 3),
     ]
     assert {r["code_epoch"] for r in rows} == {EPOCH}
-    ledger = await stack.sink.written("t")
+    ledger = await stack.sink.written("t", CHAIN_ID)
     assert [(r["block_number"], r["block_hash"], r["task_id"]) for r in ledger] == [
         (n, block_hash(n), "task-1") for n in (2, 3, 4, 5)
     ]
@@ -148,7 +161,7 @@ async def test_a_reorged_block_is_not_written_and_the_failure_is_retryable(stack
     with pytest.raises(WriterError, match=r"block 3 \(0x") as failed:
         await _run(stack.writers, stack.router, "BlockWriteResultHandler", {"table": "r"}, outputs)
     assert failed.value.retryable
-    assert await stack.sink.written("r") == []
+    assert await stack.sink.written("r", CHAIN_ID) == []
 
 
 async def test_rows_that_do_not_fit_fail_not_retryable_naming_the_column(stack: Stack) -> None:
@@ -199,7 +212,7 @@ async def test_a_writer_meant_for_another_sink_fails_not_retryable_writing_nothi
         # Even a task with nothing to write is refused.
         with pytest.raises(WriterError, match=meant):
             await _run(writers, stack.router, name, {**config, "sinkIdentity": meant}, [])
-    assert (await stack.sink.rows("m"), await stack.sink.written("m")) == ([], [])
+    assert (await stack.sink.rows("m"), await stack.sink.written("m", CHAIN_ID)) == ([], [])
     config = {"table": "m", "sinkIdentity": mine}
     assert await _run(
         stack.writers, stack.router, "BlockWriteResultHandler", config, [_out(0, {"v": 1}, 2)]
@@ -208,6 +221,34 @@ async def test_a_writer_meant_for_another_sink_fails_not_retryable_writing_nothi
         "blocks": 1,
         "rows": 1,
     }
+
+
+async def test_a_block_writer_needs_the_chain_its_driver_planned_from(stack: Stack) -> None:
+    outputs = [_out(0, {"v": 1}, 2)]
+    runs = [
+        (writers, stack.router, name)
+        for name, writers in (
+            ("BlockWriteResultHandler", stack.writers),
+            ("BlockBundleWriteResultHandler", _writers(bundle=True)),
+        )
+    ]
+    for run in runs:
+        with pytest.raises(WriterError, match=r"chain id 31337 on this Worker.*chain id 8453"):
+            await _run(*run, {"table": "w", "chainId": 8453}, outputs)
+        with pytest.raises(WriterError, match="the task has no chain") as failed:
+            await _run(*run, {"table": "w"}, outputs, chain=None)
+        assert not failed.value.retryable
+    assert await stack.sink.written("w", CHAIN_ID) == []
+    for run in runs:
+        # Another chain's rows of the same blocks are its own.
+        base = Chain("base", 8453)
+        await _run(*run, {"table": "w", "chainId": 8453}, outputs, chain=base)
+        await _run(*run, {"table": "w", "chainId": CHAIN_ID}, [_out(0, {"v": 2}, 2)])
+    rows = await stack.sink.rows("w")
+    assert [(r["chain_id"], r["block_number"], r["v"]) for r in rows] == [
+        (8453, 2, 1),
+        (CHAIN_ID, 2, 2),
+    ]
 
 
 async def test_upserts_by_key(stack: Stack) -> None:
@@ -266,7 +307,7 @@ async def test_a_reorged_bundle_stops_the_bundle_writer_after_the_bundles_before
             outputs,
         )
     assert failed.value.retryable
-    assert [r["block_number"] for r in await stack.sink.written("c")] == [1, 2]
+    assert [r["block_number"] for r in await stack.sink.written("c", CHAIN_ID)] == [1, 2]
 
 
 async def test_covered_blocks_without_calls_are_written_empty() -> None:

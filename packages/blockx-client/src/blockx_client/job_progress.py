@@ -32,6 +32,8 @@ def new_record(
     function: str,
     source_table: str,
     sink_table: str,
+    chain: str | None,
+    chain_id: int,
     now_ms: int,
 ) -> JobProgress:
     return JobProgress(
@@ -44,6 +46,8 @@ def new_record(
         function=function,
         source_table=source_table,
         sink_table=sink_table,
+        chain=chain or "",
+        chain_id=chain_id,
         task_prefix=task_prefix(job_id),
     )
 

@@ -130,6 +130,11 @@ class JobProgress(msgspec.Struct, frozen=True, kw_only=True):
     function: Name = ""
     source_table: Name = ""
     sink_table: Name = ""
+    # The chain the job's tasks read (its --chain; "": the Workers' only chain) and
+    # the chain id of the block database it planned from (None: a record made before
+    # jobs recorded it).
+    chain: Name = ""
+    chain_id: Count | None = None
     # Every task the job submits has an id starting with this.
     task_prefix: Name = ""
     from_block: Count = 0

@@ -6,17 +6,26 @@ rewrites a block whose recorded hash is no longer canonical and deletes one that
 is no longer in the chain at all (above the head of a shorter new branch).
 ``reconcile`` is that decision and ``reach`` the window it covers after follow
 starts or misses some of the chain, pure functions; the reads sit beside them.
+
+The ledger is kept per chain: a driver reads the entries of the chain of the
+block database it plans from (``planning_chain``), never another chain's. A sink
+written before rows carried their chain is marked as this chain's when its
+ledger's hashes are this chain's blocks (``claim_older_rows``): two chains never
+share a block hash, so a match is knowledge, not a guess.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final, NoReturn
 
 import msgspec
 
-from blockx_chain.sink import SinkStore
-from blockx_chain.store import BlockStore
+from blockx_chain.sink import SinkRejected, SinkStore
+from blockx_chain.store import BlockStore, StoreError
+
+# Ledger entries of an unmarked sink compared with the chain: its lowest and highest.
+OLDER_ROWS_SAMPLE: Final = 16
 
 
 class Reconciliation(msgspec.Struct, frozen=True, kw_only=True):
@@ -84,8 +93,65 @@ async def canonical_hashes(store: BlockStore, from_block: int, to_block: int) ->
 
 
 async def written_hashes(
-    sink: SinkStore, table: str, from_block: int | None = None, to_block: int | None = None
+    sink: SinkStore,
+    table: str,
+    chain_id: int,
+    from_block: int | None = None,
+    to_block: int | None = None,
 ) -> dict[int, str]:
-    """The ledger of ``table``: block number → the hash written."""
-    rows = await sink.written(table, from_block, to_block)
+    """The ledger of ``table`` for the chain ``chain_id``: block number → the hash
+    written."""
+    rows = await sink.written(table, chain_id, from_block, to_block)
     return {r["block_number"]: r["block_hash"] for r in rows}
+
+
+async def planning_chain(store: BlockStore, sink: SinkStore) -> int:
+    """The chain id of the block database a driver plans from, the sink's older
+    rows marked as that chain's when they are (``claim_older_rows``). StoreError
+    while the block database holds no chain yet."""
+    state = await store.chain()
+    if state is None:
+        raise StoreError(
+            "the block database holds no chain yet: ingest it first (blockx chain ingest)"
+        )
+    await claim_older_rows(sink, store, state.chain_id)
+    return state.chain_id
+
+
+async def claim_older_rows(sink: SinkStore, store: BlockStore, chain_id: int) -> bool:
+    """Mark the rows the sink holds from before rows carried their chain as the chain
+    ``chain_id``'s when a ledger entry among its lowest and highest has the hash the
+    block database holds for that block. Returns whether it marked them; False when
+    the sink holds no such rows. SinkRejected when the block database holds those
+    blocks under other hashes (another chain's rows), or none of them."""
+    sample = await sink.unmarked_blocks(OLDER_ROWS_SAMPLE)
+    if not sample:
+        if await sink.unmarked():
+            _unknowable(sink, [])
+        return False
+    canonical: dict[int, str] = {}
+    for number in sorted({row["block_number"] for row in sample}):
+        canonical.update(await canonical_hashes(store, number, number))
+    if any(canonical.get(row["block_number"]) == row["block_hash"] for row in sample):
+        return await sink.mark_chain(chain_id)
+    held = [row for row in sample if row["block_number"] in canonical]
+    if held:
+        first = held[0]
+        raise SinkRejected(
+            f"{sink.description} holds rows written before sink rows carried their chain, "
+            f"and they are not chain {chain_id}'s (the block database's): block "
+            f"{first['block_number']} of table {first['table_name']!r} has hash "
+            f"{first['block_hash']} there, {canonical[first['block_number']]} here; run "
+            "against the block database of the chain they were written from first"
+        )
+    return _unknowable(sink, [row["block_number"] for row in sample])
+
+
+def _unknowable(sink: SinkStore, numbers: list[int]) -> NoReturn:
+    held = f" (blocks {min(numbers)}..{max(numbers)})" if numbers else ""
+    raise SinkRejected(
+        f"{sink.description} holds rows written before sink rows carried their chain, and "
+        f"the block database holds none of their blocks{held} to tell which chain they "
+        "are from: ingest some of those blocks, or run against the block database of "
+        "the chain they were written from"
+    )

@@ -5,8 +5,13 @@ writer was told to write (when told), locks what it writes, creates, extends or
 widens the table as the rows need, writes, and commits; any failure rolls all of
 it back. Engines supply the transaction (``SinkTx``): SQLite serializes writers
 with ``BEGIN IMMEDIATE``; PostgreSQL takes a transaction-level advisory lock per
-(table, block), so writers of different blocks of one table run side by side and
-two writers of one block take turns.
+(table, chain, block), so writers of different blocks of one table run side by
+side and two writers of one block take turns.
+
+A block write stamps each row with its chain's id (``chain_id``) beside its block,
+and the ledger (``_blockx_written``) is keyed by (table, chain id, block): a write
+replaces, and a delete removes, the rows of its chain's blocks only, so several
+chains share a table without touching each other's rows.
 
 A large write keeps its work off the event loop: its rows are checked on a thread
 of the store's own, and inserted in chunks of ``chunk_rows`` rows within the one
@@ -23,6 +28,15 @@ nothing: it only reads the job records, finding none where the table is missing.
 reads it from the sink it was given and puts it into the writer's config, and a
 Worker whose sink has another identity refuses the write (``SinkMismatch``)
 before writing anything.
+
+A sink written before rows carried their chain (layout version 1: a ledger
+without ``chain_id``, stamped tables without it) is marked once, in one
+transaction: the ledger rebuilt with the chain id, each stamped table given the
+column (filled with it) and its writers' indexes led by it. Its rows belong to
+the one chain its cluster served then, which the store cannot tell by itself:
+until a caller names that chain (``mark_chain``, or a write with
+``claim_unmarked``), the ledger's reads and the block writes refuse the sink
+(SinkRejected, nothing written). A sink holding no rows is marked at once.
 """
 
 from __future__ import annotations
@@ -54,8 +68,10 @@ from blockx_chain.sink.jobs import (
 from blockx_chain.sink.schema import (
     BLOCK_HASH,
     BLOCK_NUMBER,
+    CHAIN_ID,
     CODE_EPOCH,
     COLUMNS_TABLE,
+    INT64,
     JOBS_TABLE,
     LEDGER,
     ROW_INDEX,
@@ -81,21 +97,34 @@ DEFAULT_BLOCK_KEY: Final = (BLOCK_NUMBER, ROW_INDEX)
 DEFAULT_CHUNK_ROWS: Final = 10_000
 # Checking fewer rows than this costs less than a thread hop: done on the caller's thread.
 OFFLOAD_FROM_ROWS: Final = 1_000
-# Version 1: the writers' index names moved under ``_blockx_``.
-LAYOUT_VERSION: Final = 1
+# Version 1: the writers' index names moved under ``_blockx_``. Version 2: the
+# ledger and the stamped tables carry each row's chain id.
+INDEXES_VERSION: Final = 1
+LAYOUT_VERSION: Final = 2
 _META_LOCK: Final = "_blockx_meta"
+# The ledger being rebuilt with chain ids (a writer-side name: no sink table takes it).
+_LEDGER_REBUILT: Final = "_blockx_written_chained"
+_LEDGER_COLUMNS: Final = (
+    "table_name, chain_id, block_number, block_hash, code_epoch, task_id, written_at_ms"
+)
+
+
+def _ledger_statement(postgres: bool, name: str) -> str:
+    big = "BIGINT" if postgres else "INTEGER"
+    return (
+        f"CREATE TABLE IF NOT EXISTS {name} (table_name TEXT NOT NULL, "
+        f"chain_id {big} NOT NULL, block_number {big} NOT NULL, block_hash TEXT NOT NULL, "
+        f"code_epoch {big} NOT NULL, task_id TEXT NOT NULL, written_at_ms {big} NOT NULL, "
+        "PRIMARY KEY (table_name, chain_id, block_number))"
+    )
 
 
 def _meta_statements(postgres: bool) -> list[str]:
-    big = "BIGINT" if postgres else "INTEGER"
     return [
         f"CREATE TABLE IF NOT EXISTS {COLUMNS_TABLE} (table_name TEXT NOT NULL, "
         "column_name TEXT NOT NULL, column_type TEXT NOT NULL, "
         "PRIMARY KEY (table_name, column_name))",
-        f"CREATE TABLE IF NOT EXISTS {LEDGER} (table_name TEXT NOT NULL, "
-        f"block_number {big} NOT NULL, block_hash TEXT NOT NULL, code_epoch {big} NOT NULL, "
-        f"task_id TEXT NOT NULL, written_at_ms {big} NOT NULL, "
-        "PRIMARY KEY (table_name, block_number))",
+        _ledger_statement(postgres, LEDGER),
         f"CREATE TABLE IF NOT EXISTS {SINK_TABLE} (identity TEXT NOT NULL, "
         "version INTEGER NOT NULL)",
         *job_statements(postgres),
@@ -152,6 +181,14 @@ class SinkTx(abc.ABC):
     @abc.abstractmethod
     async def rename_index(self, index: IndexInfo, new_name: str, *, unique: bool) -> None: ...
 
+    @abc.abstractmethod
+    async def column_names(self, table: str) -> list[str]:
+        """The columns the database holds for ``table`` (empty: no such table)."""
+
+    @abc.abstractmethod
+    async def table_indexes(self, table: str) -> list[IndexInfo]:
+        """The indexes on ``table`` named under ``_blockx_``, with their columns."""
+
 
 class SinkStore(abc.ABC):
     def __init__(
@@ -168,6 +205,8 @@ class SinkStore(abc.ABC):
         self.read_only = read_only
         self._meta_ready = False
         self._meta_turn = asyncio.Lock()
+        # The sink holds rows written before rows carried their chain (see the module).
+        self._unmarked = False
         # Checking and converting rows holds the interpreter: two threads keep a small
         # write from waiting behind a large one's checks.
         self._cpu = ThreadPoolExecutor(2, thread_name_prefix="sink-encode")
@@ -200,6 +239,7 @@ class SinkStore(abc.ABC):
     async def replace_blocks(
         self,
         table: str,
+        chain_id: int,
         blocks: Sequence[tuple[int, str, Sequence[Mapping[str, Any]]]],
         key: Sequence[str] | None = None,
         columns: Mapping[str, Any] | None = None,
@@ -208,18 +248,24 @@ class SinkStore(abc.ABC):
         task_id: str = "",
         now_ms: int = 0,
         sink_identity: str | None = None,
+        claim_unmarked: bool = False,
     ) -> dict[str, int]:
-        """In one transaction, for each ``(block_number, block_hash, rows)``: delete
-        the table's rows of that block, insert ``rows`` stamped with block_number,
-        block_hash, code_epoch (and row_index, the row's position, without ``key``),
-        and record the block in ``_blockx_written``. A block with no rows is
-        recorded too. With ``sink_identity``, SinkMismatch (nothing written) when the
-        sink has another identity. Returns the blocks and rows written."""
+        """In one transaction, for each ``(block_number, block_hash, rows)`` of the
+        chain ``chain_id``: delete the table's rows of that chain's block, insert
+        ``rows`` stamped with chain_id, block_number, block_hash, code_epoch (and
+        row_index, the row's position, without ``key``), and record the block in
+        ``_blockx_written``. A block with no rows is recorded too. A table's rows are
+        unique by chain_id and ``key`` (by default block_number, row_index). With
+        ``sink_identity``, SinkMismatch (nothing written) when the sink has another
+        identity. ``claim_unmarked``: rows written before rows carried their chain
+        are this chain's (the writer serves this chain alone); without it such a
+        sink is refused. Returns the blocks and rows written."""
         writable_table(table)
-        key_columns = list(key) if key else list(DEFAULT_BLOCK_KEY)
+        chain_id = _chain_id(chain_id)
+        key_columns = [CHAIN_ID, *(k for k in key or DEFAULT_BLOCK_KEY if k != CHAIN_ID)]
         declared = _stamped_types(parse_types(columns), with_row_index=not key)
         batch = await self.offload(
-            functools.partial(_block_batch, table, blocks, key), _count(blocks)
+            functools.partial(_block_batch, table, chain_id, blocks, key), _count(blocks)
         )
         numbers = [number for number, _, _ in batch.spans]
         if not numbers and sink_identity is None:
@@ -229,22 +275,25 @@ class SinkStore(abc.ABC):
             await _same_sink(tx, self.description, sink_identity)
             if not numbers:
                 return {"blocks": 0, "rows": 0}
-            await tx.lock([f"{table}:{n}" for n in sorted(numbers)])
+            await self._marked(tx, chain_id if claim_unmarked else None)
+            await tx.lock([f"{table}:{chain_id}:{n}" for n in sorted(numbers)])
             needed = await self._columns(tx, table, declared, batch.brought, key_columns)
             quoted = identifier(table, "table")
             # One statement per run of consecutive blocks, not one per block.
-            runs = _runs(numbers)
-            await tx.executemany(f"DELETE FROM {quoted} WHERE block_number BETWEEN ? AND ?", runs)
-            stamps = _Stamps(batch.spans, code_epoch, with_row_index=not key)
+            runs = [(chain_id, low, high) for low, high in _runs(numbers)]
+            await tx.executemany(
+                f"DELETE FROM {quoted} WHERE chain_id = ? AND block_number BETWEEN ? AND ?", runs
+            )
+            stamps = _Stamps(batch.spans, chain_id, code_epoch, with_row_index=not key)
             await self._insert(tx, table, needed.types, batch, key_columns, stamps=stamps)
             await tx.executemany(
-                f"DELETE FROM {LEDGER} WHERE table_name = ? AND block_number BETWEEN ? AND ?",
-                [(table, low, high) for low, high in runs],
+                f"DELETE FROM {LEDGER} WHERE table_name = ? AND chain_id = ? "
+                "AND block_number BETWEEN ? AND ?",
+                [(table, *run) for run in runs],
             )
             await tx.executemany(
-                f"INSERT INTO {LEDGER} (table_name, block_number, block_hash, code_epoch, "
-                "task_id, written_at_ms) VALUES (?, ?, ?, ?, ?, ?)",
-                [(table, n, h, code_epoch, task_id, now_ms) for n, h, _ in batch.spans],
+                f"INSERT INTO {LEDGER} ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(table, chain_id, n, h, code_epoch, task_id, now_ms) for n, h, _ in batch.spans],
             )
         self._widened(table, needed)
         return {"blocks": len(numbers), "rows": len(batch.rows)}
@@ -288,6 +337,8 @@ class SinkStore(abc.ABC):
             if not types:
                 return []
             order = " ORDER BY block_number" if BLOCK_NUMBER in types else ""
+            if CHAIN_ID in types and order:
+                order = " ORDER BY chain_id, block_number"
             if ROW_INDEX in types:
                 order += ", row_index"
             names = ", ".join(identifier(n, "column") for n in types)
@@ -301,12 +352,16 @@ class SinkStore(abc.ABC):
             return await self._known(tx, table)
 
     async def written(
-        self, table: str, from_block: int | None = None, to_block: int | None = None
+        self,
+        table: str,
+        chain_id: int,
+        from_block: int | None = None,
+        to_block: int | None = None,
     ) -> list[dict[str, Any]]:
-        """The ledger rows of ``table`` (within ``[from_block, to_block]`` when given),
-        by block number."""
-        where = "table_name = ?"
-        params: list[Any] = [table]
+        """The ledger rows of ``table`` for the chain ``chain_id`` (within
+        ``[from_block, to_block]`` when given), by block number."""
+        where = "table_name = ? AND chain_id = ?"
+        params: list[Any] = [table, _chain_id(chain_id)]
         if from_block is not None:
             where += " AND block_number >= ?"
             params.append(from_block)
@@ -315,50 +370,117 @@ class SinkStore(abc.ABC):
             params.append(to_block)
         await self._ready()
         async with self.transaction() as tx:
+            await self._marked(tx, None)
             return await tx.fetch(
-                f"SELECT * FROM {LEDGER} WHERE {where} ORDER BY block_number", tuple(params)
+                f"SELECT {_LEDGER_COLUMNS} FROM {LEDGER} WHERE {where} ORDER BY block_number",
+                tuple(params),
             )
 
-    async def written_span(self, table: str) -> tuple[int, int] | None:
-        """The lowest and highest block numbers in the ledger of ``table``."""
+    async def written_span(self, table: str, chain_id: int) -> tuple[int, int] | None:
+        """The lowest and highest block numbers in the ledger of ``table`` for the
+        chain ``chain_id``."""
+        chain_id = _chain_id(chain_id)
         await self._ready()
         async with self.transaction() as tx:
+            await self._marked(tx, None)
             rows = await tx.fetch(
                 f"SELECT MIN(block_number) AS low, MAX(block_number) AS high FROM {LEDGER} "
-                "WHERE table_name = ?",
-                (table,),
+                "WHERE table_name = ? AND chain_id = ?",
+                (table, chain_id),
             )
         if not rows or rows[0]["high"] is None:
             return None
         return int(rows[0]["low"]), int(rows[0]["high"])
 
-    async def delete_blocks(self, table: str, numbers: Sequence[int]) -> int:
-        """In one transaction, remove ``table``'s rows of these blocks and their
-        ledger entries (blocks that left the canonical chain). Returns the ledger
-        entries removed."""
+    async def delete_blocks(self, table: str, chain_id: int, numbers: Sequence[int]) -> int:
+        """In one transaction, remove ``table``'s rows of these blocks of the chain
+        ``chain_id`` and their ledger entries (blocks that left the canonical chain);
+        other chains' rows stay. Returns the ledger entries removed."""
         writable_table(table)
+        chain_id = _chain_id(chain_id)
         wanted = sorted(set(numbers))
         if not wanted:
             return 0
         await self._ready()
         async with self.transaction() as tx:
-            await tx.lock([f"{table}:{n}" for n in wanted])
+            await self._marked(tx, None)
+            await tx.lock([f"{table}:{chain_id}:{n}" for n in wanted])
             if await self._known(tx, table):
                 await tx.executemany(
-                    f"DELETE FROM {identifier(table, 'table')} WHERE block_number = ?",
-                    [(n,) for n in wanted],
+                    f"DELETE FROM {identifier(table, 'table')} "
+                    "WHERE chain_id = ? AND block_number = ?",
+                    [(chain_id, n) for n in wanted],
                 )
             marks = ", ".join("?" for _ in wanted)
             present = await tx.fetch(
-                f"SELECT block_number FROM {LEDGER} WHERE table_name = ? "
+                f"SELECT block_number FROM {LEDGER} WHERE table_name = ? AND chain_id = ? "
                 f"AND block_number IN ({marks})",
-                (table, *wanted),
+                (table, chain_id, *wanted),
             )
             await tx.executemany(
-                f"DELETE FROM {LEDGER} WHERE table_name = ? AND block_number = ?",
-                [(table, n) for n in wanted],
+                f"DELETE FROM {LEDGER} WHERE table_name = ? AND chain_id = ? AND block_number = ?",
+                [(table, chain_id, n) for n in wanted],
             )
         return len(present)
+
+    async def unmarked(self) -> bool:
+        """Whether the sink holds rows written before rows carried their chain."""
+        await self._ready()
+        if self._unmarked:
+            async with self.transaction() as tx:
+                self._unmarked = await _version(tx) < LAYOUT_VERSION
+        return self._unmarked
+
+    async def unmarked_blocks(self, limit: int) -> list[dict[str, Any]]:
+        """Of a sink not marked yet, the ledger entries of the ``limit`` lowest and
+        the ``limit`` highest block numbers (``table_name``, ``block_number``,
+        ``block_hash``), what a caller compares with a chain's hashes to learn
+        whose rows they are; empty once it is marked."""
+        if not await self.unmarked():
+            return []
+        picked = f"SELECT table_name, block_number, block_hash FROM {LEDGER} ORDER BY block_number"
+        async with self.transaction() as tx:
+            low = await tx.fetch(f"{picked} LIMIT ?", (limit,))
+            high = await tx.fetch(f"{picked} DESC LIMIT ?", (limit,))
+        return list({(r["table_name"], r["block_number"]): r for r in low + high}.values())
+
+    async def mark_chain(self, chain_id: int) -> bool:
+        """Mark the rows written before rows carried their chain as the chain
+        ``chain_id``'s (see the module). Returns whether this call marked them
+        (False: the sink was marked already)."""
+        chain_id = _chain_id(chain_id)
+        if not await self.unmarked():
+            return False
+        async with self.transaction() as tx:
+            marked = await self._marked(tx, chain_id)
+        self._unmarked = False
+        return marked
+
+    async def _marked(self, tx: SinkTx, claim: int | None) -> bool:
+        """Nothing when the sink is marked; else, with ``claim``, the sink marked as
+        that chain's in ``tx`` (True), or SinkRejected without it."""
+        if not self._unmarked:
+            return False
+        if claim is not None:
+            await tx.lock([_META_LOCK])
+        if await _version(tx) >= LAYOUT_VERSION:
+            self._unmarked = False
+            return False
+        if claim is None:
+            raise SinkRejected(
+                f"{self.description} holds rows written before sink rows carried their "
+                "chain, and this writer cannot tell which chain they are: run blockx "
+                "backfill or follow of that chain against this sink once (it recognizes "
+                "the chain by the blocks' hashes and marks them), or write it from a "
+                "Worker configured with that chain alone (BLOCKDB_URL); nothing was written"
+            )
+        await _mark_chain(tx, claim)
+        log.warning(
+            "%s: rows written before rows carried their chain marked as chain %d's",
+            self.description,
+            claim,
+        )
+        return True
 
     async def put_job(self, entry: JobEntry, *, prune: bool = False) -> None:
         """Write ``entry`` in ``_blockx_jobs``, replacing the record of its job_id;
@@ -403,9 +525,15 @@ class SinkStore(abc.ABC):
                     f"INSERT INTO {SINK_TABLE} (identity, version) VALUES (?, ?)",
                     (str(uuid.uuid4()), 0),
                 )
-            if (rows[0]["version"] if rows else 0) < LAYOUT_VERSION:
+            version = rows[0]["version"] if rows else 0
+            if version < INDEXES_VERSION:
                 await _rename_legacy_indexes(tx)
-                await tx.execute(f"UPDATE {SINK_TABLE} SET version = ?", (LAYOUT_VERSION,))
+                await tx.execute(f"UPDATE {SINK_TABLE} SET version = ?", (INDEXES_VERSION,))
+            if version < LAYOUT_VERSION:
+                if await _rows_without_chain(tx):
+                    self._unmarked = True
+                else:
+                    await _mark_chain(tx, None)
 
     async def _known(self, tx: SinkTx, table: str) -> dict[str, SinkType]:
         rows = await tx.fetch(
@@ -461,10 +589,11 @@ class SinkStore(abc.ABC):
             await tx.execute(
                 f'CREATE UNIQUE INDEX "{index_name("ux", table, key)}" ON {quoted} ({key_list})'
             )
-            if BLOCK_NUMBER in needed.types and key[0] != BLOCK_NUMBER:
+            by_block = [CHAIN_ID, BLOCK_NUMBER]
+            if BLOCK_NUMBER in needed.types and list(key[:2]) != by_block:
                 await tx.execute(
-                    f'CREATE INDEX "{index_name("ix", table, [BLOCK_NUMBER])}" '
-                    f"ON {quoted} (block_number)"
+                    f'CREATE INDEX "{index_name("ix", table, by_block)}" '
+                    f"ON {quoted} (chain_id, block_number)"
                 )
         else:
             for name, kind in needed.added:
@@ -549,16 +678,23 @@ class _Batch(NamedTuple):
 
 
 class _Stamps:
-    """The columns a block writer stamps on a run of a write's rows: each row's block
-    number and hash, the code epoch, and (without a key) its index in its block."""
+    """The columns a block writer stamps on a run of a write's rows: the chain id,
+    each row's block number and hash, the code epoch, and (without a key) its index
+    in its block."""
 
     def __init__(
-        self, spans: list[tuple[int, str, int]], code_epoch: int, *, with_row_index: bool
+        self,
+        spans: list[tuple[int, str, int]],
+        chain_id: int,
+        code_epoch: int,
+        *,
+        with_row_index: bool,
     ) -> None:
         self._spans = spans
         self._starts = list(itertools.accumulate((count for _, _, count in spans), initial=0))
+        self._chain_id = chain_id
         self._code_epoch = code_epoch
-        self.names: tuple[str, ...] = (BLOCK_NUMBER, BLOCK_HASH, CODE_EPOCH)
+        self.names: tuple[str, ...] = (CHAIN_ID, BLOCK_NUMBER, BLOCK_HASH, CODE_EPOCH)
         if with_row_index:
             self.names += (ROW_INDEX,)
 
@@ -578,6 +714,7 @@ class _Stamps:
             start = stop
             span += 1
         stamped: dict[str, list[Any]] = {
+            CHAIN_ID: [self._chain_id] * len(numbers),
             BLOCK_NUMBER: numbers,
             BLOCK_HASH: hashes,
             CODE_EPOCH: [self._code_epoch] * len(numbers),
@@ -609,6 +746,104 @@ async def _identity(tx: SinkTx) -> str:
     rows = await tx.fetch(f"SELECT identity FROM {SINK_TABLE}", ())
     identity: str = rows[0]["identity"]
     return identity
+
+
+async def _version(tx: SinkTx) -> int:
+    rows = await tx.fetch(f"SELECT version FROM {SINK_TABLE}", ())
+    return int(rows[0]["version"])
+
+
+async def _stamped_tables(tx: SinkTx) -> list[str]:
+    """The tables a block writer made before rows carried their chain: the ones
+    recorded with every stamp column but the chain id (and still there: one
+    dropped by hand is left to its next write to report)."""
+    stamps = [BLOCK_NUMBER, BLOCK_HASH, CODE_EPOCH, CHAIN_ID]
+    rows = await tx.fetch(
+        f"SELECT table_name, column_name FROM {COLUMNS_TABLE} "
+        "WHERE column_name IN (?, ?, ?, ?) ORDER BY table_name",
+        tuple(stamps),
+    )
+    columns: dict[str, set[str]] = {}
+    for row in rows:
+        columns.setdefault(row["table_name"], set()).add(row["column_name"])
+    return [
+        table
+        for table, names in columns.items()
+        if names == set(stamps[:3]) and await tx.column_names(table)
+    ]
+
+
+async def _rows_without_chain(tx: SinkTx) -> bool:
+    """Whether the ledger or a stamped table holds a row without its chain id."""
+    legacy = CHAIN_ID not in await tx.column_names(LEDGER)
+    if legacy and await tx.fetch(f"SELECT 1 AS one FROM {LEDGER} LIMIT 1", ()):
+        return True
+    for table in await _stamped_tables(tx):
+        if await tx.fetch(f"SELECT 1 AS one FROM {identifier(table, 'table')} LIMIT 1", ()):
+            return True
+    return False
+
+
+async def _mark_chain(tx: SinkTx, chain_id: int | None) -> None:
+    """The sink's ledger and stamped tables given the chain id, their rows marked
+    as ``chain_id``'s (None: they hold none), and the layout version moved on."""
+    pg = tx.postgres
+    if CHAIN_ID not in await tx.column_names(LEDGER):
+        # The key changes, which neither engine does in place: a copy replaces it.
+        await tx.execute(_ledger_statement(pg, _LEDGER_REBUILT))
+        if chain_id is not None:
+            await tx.execute(
+                f"INSERT INTO {_LEDGER_REBUILT} ({_LEDGER_COLUMNS}) SELECT table_name, ?, "
+                f"block_number, block_hash, code_epoch, task_id, written_at_ms FROM {LEDGER}",
+                (chain_id,),
+            )
+        await tx.execute(f"DROP TABLE {LEDGER}")
+        await tx.execute(f"ALTER TABLE {_LEDGER_REBUILT} RENAME TO {LEDGER}")
+    for table in await _stamped_tables(tx):
+        await _mark_table(tx, table, chain_id)
+    await tx.execute(f"UPDATE {SINK_TABLE} SET version = ?", (LAYOUT_VERSION,))
+
+
+async def _mark_table(tx: SinkTx, table: str, chain_id: int | None) -> None:
+    """``table`` given the chain id column (its rows ``chain_id``'s), and its
+    writers' indexes led by it."""
+    quoted_table = identifier(table, "table")
+    if CHAIN_ID in await tx.column_names(table):
+        raise SinkRejected(
+            f"table {table!r} has a column {CHAIN_ID!r} of its own, where the writers now "
+            "record each row's chain: rename that column, then write again"
+        )
+    # A column added with a default gives every row that value without rewriting it.
+    default = "" if chain_id is None else f" DEFAULT {chain_id}"
+    kind = sql_type(SinkType.INTEGER, tx.postgres)
+    await tx.execute(f"ALTER TABLE {quoted_table} ADD COLUMN chain_id {kind}{default}")
+    if chain_id is not None and tx.postgres:
+        await tx.execute(f"ALTER TABLE {quoted_table} ALTER COLUMN chain_id DROP DEFAULT")
+    await tx.execute(
+        f"INSERT INTO {COLUMNS_TABLE} (table_name, column_name, column_type) VALUES (?, ?, ?)",
+        (table, CHAIN_ID, SinkType.INTEGER.value),
+    )
+    for index in await tx.table_indexes(table):
+        kind_name = index.name.removeprefix("_blockx_")[:2]
+        if index.name != index_name(kind_name, table, index.columns):
+            continue  # not a writers' index
+        unique = kind_name == "ux"
+        if not unique and index.columns != [BLOCK_NUMBER]:
+            continue
+        led = [CHAIN_ID, *index.columns]
+        listed = ", ".join(identifier(n, "column") for n in led)
+        await tx.execute(f'DROP INDEX "{index.name}"')
+        await tx.execute(
+            f'CREATE {"UNIQUE " if unique else ""}INDEX "{index_name(kind_name, table, led)}" '
+            f"ON {quoted_table} ({listed})"
+        )
+
+
+def _chain_id(value: Any) -> int:
+    """``value`` checked as a chain id: a non-negative 64-bit int."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= INT64[1]:
+        raise SinkRejected(f"chain id {value!r} is no chain id (an integer from 0 to 2**63-1)")
+    return value
 
 
 async def _same_sink(tx: SinkTx, description: str, expected: str | None) -> None:
@@ -697,7 +932,10 @@ def _brought(rows: Sequence[Any]) -> dict[str, Values] | None:
 
 
 def _block_batch(
-    table: str, blocks: Sequence[tuple[int, str, Sequence[Any]]], key: Sequence[str] | None
+    table: str,
+    chain_id: int,
+    blocks: Sequence[tuple[int, str, Sequence[Any]]],
+    key: Sequence[str] | None,
 ) -> _Batch:
     """The rows of a block write, checked: SinkRejected naming the first row (in
     block and row order) that cannot be stamped, or a block given twice."""
@@ -711,11 +949,11 @@ def _block_batch(
         spans.append((number, block_hash, len(block_rows)))
         rows.extend(block_rows)
     brought = _brought(rows)
-    if brought is None or not _stampable(spans, rows, brought, key):
+    if brought is None or not _stampable(spans, rows, brought, key, chain_id):
         # Some row cannot be stamped: say which, the first in block and row order.
         for number, block_hash, block_rows in blocks:
             for row in block_rows:
-                _check_stampable(table, row, number, block_hash, key)
+                _check_stampable(table, row, chain_id, number, block_hash, key)
         raise AssertionError("_stampable refused rows _check_stampable accepts")  # pragma: no cover
     if len({number for number, _, _ in spans}) != len(spans):
         raise SinkRejected("replace_blocks was given the same block twice")
@@ -736,11 +974,14 @@ def _stampable(
     rows: Sequence[Mapping[str, Any]],
     brought: Mapping[str, Values],
     key: Sequence[str] | None,
+    chain_id: int,
 ) -> bool:
     """Whether every row can be stamped (``_check_stampable`` says why not): none
-    carries a block number or hash other than its block's, or a row_index without
-    a key."""
+    carries a chain id other than the write's, a block number or hash other than
+    its block's, or a row_index without a key."""
     if not key and ROW_INDEX in brought:
+        return False
+    if CHAIN_ID in brought and any(row.get(CHAIN_ID) not in (None, chain_id) for row in rows):
         return False
     for name, position in ((BLOCK_NUMBER, 0), (BLOCK_HASH, 1)):
         if name not in brought:
@@ -763,10 +1004,15 @@ def _mapping(table: str, row: Any) -> Mapping[str, Any]:
 
 
 def _check_stampable(
-    table: str, row: Any, number: int, block_hash: str, key: Sequence[str] | None
+    table: str,
+    row: Any,
+    chain_id: int,
+    number: int,
+    block_hash: str,
+    key: Sequence[str] | None,
 ) -> None:
     checked = _mapping(table, row)
-    for name, expected in ((BLOCK_NUMBER, number), (BLOCK_HASH, block_hash)):
+    for name, expected in ((CHAIN_ID, chain_id), (BLOCK_NUMBER, number), (BLOCK_HASH, block_hash)):
         own = checked.get(name)
         if own is not None and own != expected:
             raise SinkRejected(

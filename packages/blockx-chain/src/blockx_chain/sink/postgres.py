@@ -168,6 +168,29 @@ class _PostgresTx(SinkTx):
     async def rename_index(self, index: IndexInfo, new_name: str, *, unique: bool) -> None:
         await self.execute(f"ALTER INDEX {quoted(index.name)} RENAME TO {quoted(new_name)}")
 
+    async def column_names(self, table: str) -> list[str]:
+        rows = await self.fetch(
+            "SELECT column_name FROM information_schema.columns "
+            "WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position",
+            (table,),
+        )
+        return [str(row["column_name"]) for row in rows]
+
+    async def table_indexes(self, table: str) -> list[IndexInfo]:
+        rows = await self.fetch(
+            "SELECT c.relname AS name, "
+            "ARRAY(SELECT a.attname FROM unnest(i.indkey::int2[]) WITH ORDINALITY "
+            "AS k(attnum, position) JOIN pg_attribute a ON a.attrelid = i.indrelid "
+            "AND a.attnum = k.attnum ORDER BY k.position)::text[] AS columns "
+            "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+            "JOIN pg_class t ON t.oid = i.indrelid "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE n.nspname = current_schema() AND t.relname = ? "
+            "AND c.relname LIKE '\\_blockx\\_%'",
+            (table,),
+        )
+        return [IndexInfo(r["name"], table, list(r["columns"])) for r in rows]
+
 
 class PostgresSink(SinkStore):
     def __init__(

@@ -38,6 +38,7 @@ JOBS_TABLE: Final = "_blockx_jobs"
 CHAIN_TABLES: Final = frozenset({t.name for t in BLOCK_DB_TABLES} | {"blockx_schema"})
 RESERVED_PREFIXES: Final = ("_blockx", "sqlite_", "pg_")
 # Columns a block writer stamps on every row.
+CHAIN_ID: Final = "chain_id"
 BLOCK_NUMBER: Final = "block_number"
 BLOCK_HASH: Final = "block_hash"
 CODE_EPOCH: Final = "code_epoch"
@@ -69,6 +70,7 @@ class SinkType(enum.StrEnum):
 
 
 STAMP_TYPES: Final = {
+    CHAIN_ID: SinkType.INTEGER,
     BLOCK_NUMBER: SinkType.INTEGER,
     BLOCK_HASH: SinkType.TEXT,
     CODE_EPOCH: SinkType.INTEGER,

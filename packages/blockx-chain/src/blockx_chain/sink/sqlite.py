@@ -141,6 +141,24 @@ class _SqliteTx(SinkTx):
             f"ON {quoted(index.table)} ({columns})"
         )
 
+    async def column_names(self, table: str) -> list[str]:
+        rows = await self.fetch("SELECT name FROM pragma_table_info(?) ORDER BY cid", (table,))
+        return [row["name"] for row in rows]
+
+    async def table_indexes(self, table: str) -> list[IndexInfo]:
+        rows = await self.fetch(
+            "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = ? "
+            "AND name GLOB '_blockx_*'",
+            (table,),
+        )
+        found = []
+        for row in rows:
+            columns = await self.fetch(
+                "SELECT name FROM pragma_index_info(?) ORDER BY seqno", (row["name"],)
+            )
+            found.append(IndexInfo(row["name"], table, [c["name"] for c in columns]))
+        return found
+
 
 class SqliteSink(SinkStore):
     def __init__(self, path: Path, chunk_rows: int, *, read_only: bool = False) -> None:

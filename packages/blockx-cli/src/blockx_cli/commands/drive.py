@@ -137,6 +137,14 @@ SinkDbOpt = Annotated[
         "SINK_DB_URL, else the running `blockx dev up`'s).",
     ),
 ]
+ChainOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--chain",
+        help="The chain the tasks read, by its name in the Workers' [chains.NAME] "
+        "configuration (default: their only chain); --db is that chain's block database.",
+    ),
+]
 JsonLinesOpt = Annotated[
     bool, typer.Option("--json", help="One JSON object per line, as events happen.")
 ]
@@ -418,6 +426,7 @@ def backfill_command(
     max_attempts: MaxAttemptsOpt = DEFAULT_MAX_ATTEMPTS,
     on_failure: OnFailureOpt = OnFailure.CONTINUE,
     column: ColumnOpt = None,
+    chain: ChainOpt = None,
     json_output: JsonLinesOpt = False,
 ) -> None:
     """Run a block range through the bundle cluster into a sink table, resumably."""
@@ -437,6 +446,7 @@ def backfill_command(
         "writer": writer,
         **_databases(db, sink_db, json_output),
         "force": force,
+        "chain": chain,
         "max_attempts": max_attempts,
         "on_failure": on_failure,
         "writer_config": _columns(column),
@@ -606,6 +616,7 @@ def follow_command(
     max_attempts: MaxAttemptsOpt = DEFAULT_MAX_ATTEMPTS,
     on_failure: OnFailureOpt = OnFailure.CONTINUE,
     column: ColumnOpt = None,
+    chain: ChainOpt = None,
     json_output: JsonLinesOpt = False,
 ) -> None:
     """Compute every new block on the block cluster into a sink table, reorgs included,
@@ -620,6 +631,7 @@ def follow_command(
         **_databases(db, sink_db, json_output),
         "poll_interval_s": poll_interval,
         "reorg_window": reorg_window,
+        "chain": chain,
         "max_attempts": max_attempts,
         "on_failure": on_failure,
         "writer_config": _columns(column),

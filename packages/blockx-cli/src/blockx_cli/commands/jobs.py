@@ -115,6 +115,13 @@ def _blocks(job: JobProgress) -> str:
     return f"{job.blocks_done:,}"
 
 
+def _chain(job: JobProgress) -> str:
+    """The chain's name (``-``: the Workers' only chain) and chain id."""
+    if job.chain_id is None:
+        return job.chain or "-"
+    return f"{job.chain or '-'} ({job.chain_id})"
+
+
 def _lag(job: JobProgress) -> str:
     parts = []
     if job.head_lag_blocks is not None:
@@ -130,7 +137,15 @@ def _list(
 ) -> None:
     found.sort(key=lambda j: (j.shown_state(now_ms) is not JobState.RUNNING, -j.updated_ms))
     table = Table(title=f"{len(found)} job(s) in {describe(url)}", title_justify="left")
-    for column in ("job", "state", "function → table", "blocks", "rows", "tasks ok/failed"):
+    for column in (
+        "job",
+        "state",
+        "chain",
+        "function → table",
+        "blocks",
+        "rows",
+        "tasks ok/failed",
+    ):
         table.add_column(column, no_wrap=column == "job")
     for column in ("blocks/s", "lag", "started", "updated"):
         table.add_column(column, justify="right")
@@ -138,6 +153,7 @@ def _list(
         table.add_row(
             Text(job.job_id),
             _state(job, now_ms),
+            Text(_chain(job)),
             Text(f"{job.function} → {job.sink_table}"),
             _blocks(job),
             f"{job.rows_done:,}",
@@ -164,6 +180,7 @@ def _show(out: Output, job: JobProgress, now_ms: int) -> None:
         ("job", f"{job.job_id} ({job.kind.value})"),
         ("state", state.value),
         ("command", job.command or "-"),
+        ("chain", _chain(job)),
         ("function", f"{job.function} over {job.source_table} → sink table {job.sink_table}"),
         ("task ids", f"{job.task_prefix}…"),
         ("range", f"{job.from_block:,} → {end}"),

@@ -57,7 +57,7 @@ from blockx_client.backfill.progress import (
 from blockx_client.backfill.record import backfill_progress
 from blockx_client.job_progress import new_record, task_prefix
 from blockx_client.jobs import JobKind, JobRecorder, new_job_id, now_ms
-from blockx_client.ledger import canonical_hashes, written_hashes
+from blockx_client.ledger import canonical_hashes, planning_chain, written_hashes
 from blockx_client.models import Task, TaskResult
 from blockx_client.resubmit import (
     DEFAULT_MAX_ATTEMPTS,
@@ -91,6 +91,7 @@ async def make_plan(
     store: BlockStore,
     sink: SinkStore,
     *,
+    chain_id: int,
     sink_table: str,
     from_block: int,
     to_block: int,
@@ -113,7 +114,7 @@ async def make_plan(
                 f"block {missing} is not in the block database ({at}): ingest it "
                 "first (blockx chain ingest) or lower --to"
             )
-        written = await written_hashes(sink, sink_table, first, last)
+        written = await written_hashes(sink, sink_table, chain_id, first, last)
         part = plan([task_range], canonical, written, force=force)
         run.extend(part.run)
         skipped.extend(part.skipped)
@@ -179,6 +180,7 @@ async def backfill(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
     on_failure: OnFailure | str = OnFailure.CONTINUE,
     command: str | None = None,
+    chain: str | None = None,
 ) -> AsyncIterator[BackfillEvent]:
     """Backfill ``[from_block, to_block]``: ``function`` over ``source_table`` of the
     block database (``db_url``) into ``sink_table`` of the sink (``sink_db_url``,
@@ -187,6 +189,12 @@ async def backfill(
     adds writer options (``key``, ``columns``) to ``{"table": sink_table}``. A task
     is attempted at most ``max_attempts`` times; after one failed for good the
     backfill goes on (``on_failure="continue"``) or ends (``"stop"``).
+
+    ``chain``: the name of the chain the tasks read (the Workers' ``[chains.NAME]``;
+    None: their only chain); ``db_url`` is that chain's block database. The plan
+    reads the ledger of its chain id only, the writers are told it (a Worker whose
+    chain has another chain id refuses the tasks), and the rows written are that
+    chain's, beside other chains' rows of the same table.
 
     Before any task goes out, the source table, the sink's column types and the
     function are checked (``blockx_client.submission``). The run keeps its job
@@ -221,9 +229,11 @@ async def backfill(
         try:
             await check_sink(sink, sink_table, config)
             unchecked = await check_function(client, function)
+            chain_id = await planning_chain(store, sink)
             planned = await make_plan(
                 store,
                 sink,
+                chain_id=chain_id,
                 sink_table=sink_table,
                 from_block=from_block,
                 to_block=to_block,
@@ -232,6 +242,8 @@ async def backfill(
             )
             # A Worker whose sink is another database refuses the tasks (PLUGIN_FAILED).
             config["sinkIdentity"] = await sink.identity()
+            # A Worker whose task chain is another chain refuses them too.
+            config["chainId"] = chain_id
         finally:
             await store.close()
         if command is None:
@@ -249,6 +261,7 @@ async def backfill(
                     "sink_db_url": sink_db,
                     "writer_config": writer_config,
                     "force": force or None,
+                    "chain": chain,
                 },
             )
         job_id = new_job_id(JobKind.BACKFILL)
@@ -259,6 +272,8 @@ async def backfill(
             function=function,
             source_table=source_table,
             sink_table=sink_table,
+            chain=chain,
+            chain_id=chain_id,
             now_ms=now_ms(),
         )
         tasks = [
@@ -271,6 +286,7 @@ async def backfill(
                 bundle_size=bundle_size,
                 writer=writer,
                 writer_config=config,
+                chain=chain,
             )
             for task_range in planned.run
         ]

@@ -105,8 +105,10 @@ def bundle_task(
     bundle_size: int | None,
     writer: str,
     writer_config: Mapping[str, Any],
+    chain: str | None = None,
 ) -> Task:
-    """The BlockBundleCallConfig task of one range (its task_id is set per attempt)."""
+    """The BlockBundleCallConfig task of one range (its task_id is set per attempt),
+    of the chain named ``chain`` (None: the Workers' only chain)."""
     config: dict[str, Any] = {
         "function": function,
         "table": source_table,
@@ -118,6 +120,8 @@ def bundle_task(
         config["bundleSize"] = bundle_size
     if where:
         config["where"] = dict(where)
+    if chain is not None:
+        config["chain"] = chain
     return Task(
         function_call_config=PluginConfig(type="BlockBundleCallConfig", config=config),
         result_handler=PluginConfig(type=writer, config=dict(writer_config)),

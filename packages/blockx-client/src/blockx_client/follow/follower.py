@@ -67,7 +67,14 @@ from blockx_client.follow.spec import FollowSpec
 from blockx_client.follow.watch import GapReason, Watch
 from blockx_client.job_progress import new_record
 from blockx_client.jobs import JobKind, JobRecorder, LagFrom, new_job_id, now_ms
-from blockx_client.ledger import Reconciliation, canonical_blocks, reach, reconcile, written_hashes
+from blockx_client.ledger import (
+    Reconciliation,
+    canonical_blocks,
+    planning_chain,
+    reach,
+    reconcile,
+    written_hashes,
+)
 from blockx_client.models import TaskResult
 from blockx_client.resubmit import (
     DEFAULT_MAX_ATTEMPTS,
@@ -172,19 +179,19 @@ class Follower:
         if from_block is not None:
             start = from_block
         else:
-            span = await self._sink.written_span(table)
+            span = await self._sink.written_span(table, self._spec.chain_id)
             if span is not None:
                 low, high = span
                 first = max(low, high - RESUME_WINDOW + 1)
                 start = self._oldest_gap(
-                    await written_hashes(self._sink, table, first), first, high
+                    await written_hashes(self._sink, table, self._spec.chain_id, first), first, high
                 )
             else:
                 start = 0 if head is None else head["number"]
         # Blocks of the reconciled window stay this run's to rewrite, below ``start`` too.
         floor = start if reconciled.from_block is None else min(start, reconciled.from_block)
         self._start, self._next = floor, start
-        written = await written_hashes(self._sink, table, floor)
+        written = await written_hashes(self._sink, table, self._spec.chain_id, floor)
         self._written = {n: h for n, h in written.items() if n not in self._queued}
         self._watch.looked(now_ms())
         started = FollowStarted(
@@ -396,7 +403,7 @@ class Follower:
         ``_LEDGER_PAGE`` blocks at a time: the finalized height may lag far behind)."""
         table = self._spec.sink_table
         head = await self._store.head()
-        span = await self._sink.written_span(table)
+        span = await self._sink.written_span(table, self._spec.chain_id)
         checked: list[int] = []
         rewritten: list[int] = []
         deleted: list[int] = []
@@ -408,7 +415,9 @@ class Follower:
                 reorg_window=self._spec.reorg_window,
             )
             for first in range(max(low, span[0]), span[1] + 1, _LEDGER_PAGE):
-                ledger = await written_hashes(self._sink, table, first, first + _LEDGER_PAGE - 1)
+                ledger = await written_hashes(
+                    self._sink, table, self._spec.chain_id, first, first + _LEDGER_PAGE - 1
+                )
                 decision = await self._repair(ledger)
                 checked.extend(ledger)
                 rewritten.extend(decision.rewrite)
@@ -425,7 +434,7 @@ class Follower:
     async def _reconcile(self, reorg: Mapping[str, Any]) -> ReorgReconciled:
         fork = reorg["fork_block_number"]
         decision = await self._repair(
-            await written_hashes(self._sink, self._spec.sink_table, fork + 1)
+            await written_hashes(self._sink, self._spec.sink_table, self._spec.chain_id, fork + 1)
         )
         self._rewind(fork + 1)
         return ReorgReconciled(
@@ -459,7 +468,7 @@ class Follower:
         return decision
 
     async def _delete(self, numbers: tuple[int, ...]) -> None:
-        await self._sink.delete_blocks(self._spec.sink_table, numbers)
+        await self._sink.delete_blocks(self._spec.sink_table, self._spec.chain_id, numbers)
         for number in numbers:
             self._written.pop(number, None)
             self._rewind(number)
@@ -502,6 +511,7 @@ async def follow(
     reorg_window: int = DEFAULT_REORG_WINDOW,
     stop: asyncio.Event | None = None,
     command: str | None = None,
+    chain: str | None = None,
 ) -> AsyncIterator[FollowEvent]:
     """Follow the block database's head: ``function`` over ``source_table`` for each
     new block, written into ``sink_table`` of the sink (``sink_db_url``, the one the
@@ -517,7 +527,9 @@ async def follow(
     types and the function are checked (``blockx_client.submission``). The run
     keeps its job record in the sink (``blockx_client.jobs``), naming ``command``
     (default: this call) as what started it; its tasks' ids start with the
-    record's ``task_prefix``.
+    record's ``task_prefix``. ``chain``: the name of the chain the tasks read
+    (None: the Workers' only chain), ``db_url`` being its block database; follow
+    reads, reconciles and deletes that chain's ledger entries and rows only.
 
     Raises ValueError for arguments it cannot use (SubmissionRefused for a failed
     check), the stores' unavailable errors when a database cannot be reached at start,
@@ -550,6 +562,7 @@ async def follow(
         reorg_window=reorg_window,
         poll_interval_s=poll_interval_s,
         job_id=job_id,
+        chain=chain,
     )
     if command is None:
         command = call_command(
@@ -564,6 +577,7 @@ async def follow(
                 "db_url": block_db,
                 "sink_db_url": sink_db,
                 "writer_config": writer_config,
+                "chain": chain,
             },
         )
     store = await open_store(block_db, read_only=True)
@@ -574,6 +588,8 @@ async def follow(
             unchecked = await check_function(client, function)
             # A Worker whose sink is another database refuses the tasks (PLUGIN_FAILED).
             spec.writer_config["sinkIdentity"] = await sink.identity()
+            # A Worker whose task chain is another chain refuses them too.
+            spec.chain_id = spec.writer_config["chainId"] = await planning_chain(store, sink)
             follower = Follower(client, store, sink, spec)
             started, reconciled = await follower.open(from_block)
             started = msgspec.structs.replace(started, function_unchecked=unchecked)
@@ -585,6 +601,8 @@ async def follow(
                 function=function,
                 source_table=source_table,
                 sink_table=sink_table,
+                chain=chain,
+                chain_id=spec.chain_id,
                 now_ms=now_ms(),
             )
             record = progress.fold(first, started, now_ms())

@@ -29,6 +29,7 @@ class FollowSpec:
         reorg_window: int,
         poll_interval_s: float,
         job_id: str,
+        chain: str | None = None,
     ) -> None:
         self.function = function
         self.source_table = source_table
@@ -44,6 +45,10 @@ class FollowSpec:
         self.poll_interval_s = poll_interval_s
         # The run's job record; every task id of the run starts with its prefix.
         self.job_id = job_id
+        # The chain the tasks read (None: the Workers' only chain), and the chain id
+        # of the block database follow plans from (set once it is read).
+        self.chain = chain
+        self.chain_id = 0
         self.task_prefix = task_prefix(job_id)
 
     def task(self, number: int, block_hash: str) -> Task:
@@ -55,6 +60,8 @@ class FollowSpec:
         }
         if self.where:
             config["where"] = self.where
+        if self.chain is not None:
+            config["chain"] = self.chain
         return Task(
             function_call_config=PluginConfig(type="BlockTableCallConfig", config=config),
             result_handler=PluginConfig(type=self.writer, config=self.writer_config),

@@ -59,12 +59,15 @@ async def build_report(
         head = live.head
         canonical = {r["block_number"]: r["block_hash"] for r in await store.blocks(0, head)}
         transfers = await store.erc20_transfers(0, head)
+        state = await store.chain()
     finally:
         await store.close()
     sink = await open_sink(parse_blockdb_url(sink_db_url))
     try:
         rows = await sink.rows(job.sink_table)
-        ledger = {w["block_number"]: w for w in await sink.written(job.sink_table)}
+        # The ledger of the devnet's chain (None: nothing ingested, nothing written).
+        written = [] if state is None else await sink.written(job.sink_table, state.chain_id)
+        ledger = {w["block_number"]: w for w in written}
     finally:
         await sink.close()
     checks = [

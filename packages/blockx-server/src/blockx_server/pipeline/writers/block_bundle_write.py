@@ -1,14 +1,15 @@
 """``BlockBundleWriteResultHandler`` (``BlockTableWriteHandler`` on the bundle
 cluster): the block writer's replacement, one transaction per bundle of blocks.
 
-``{"table", "key"?, "columns"?, "bundleSize"?, "sinkIdentity"?}`` (bundleSize
-default 100, the same default as BlockBundleCallConfig's; sinkIdentity as for
-``BlockWriteResultHandler``). The blocks the task covered (the blocks of its
-outputs) are cut into bundles of ``bundleSize`` consecutive block numbers counted
-from the first covered block; each bundle is checked canonical and written in its
-own ``io.sink.replace_blocks`` transaction, in block order. A failure stops at its
-bundle: the bundles before it stay written (re-running the task rewrites them to
-the same rows), nothing of it or after it is.
+``{"table", "key"?, "columns"?, "bundleSize"?, "sinkIdentity"?, "chainId"?}``
+(bundleSize default 100, the same default as BlockBundleCallConfig's; the task's
+chain, sinkIdentity and chainId as for ``BlockWriteResultHandler``). The blocks
+the task covered (the blocks of its outputs) are cut into bundles of
+``bundleSize`` consecutive block numbers counted from the first covered block;
+each bundle is checked canonical and written in its own ``io.sink.replace_blocks``
+transaction, in block order. A failure stops at its bundle: the bundles before it
+stay written (re-running the task rewrites them to the same rows), nothing of it
+or after it is.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from blockx_server.pipeline.writers.block_write import (
     parse_config,
     replace_blocks,
     rows_per_block,
+    task_chain,
 )
 
 DEFAULT_BUNDLE_SIZE = 100
@@ -42,6 +44,7 @@ class BlockBundleWriteConfig(
     # Unset: the BlockBundleCallConfig's bundleSize, else DEFAULT_BUNDLE_SIZE.
     bundle_size: int | None = None
     sink_identity: str | None = None
+    chain_id: int | None = None
 
 
 def bundles(blocks: list[BlockRows], size: int) -> list[list[BlockRows]]:
@@ -60,6 +63,7 @@ class BlockBundleWriteResultHandler:
 
     async def execute(self, ctx: TaskContext, config: Any, outputs: Sequence[RootOutput]) -> bytes:
         parsed: BlockBundleWriteConfig = parse_config(config, BlockBundleWriteConfig, self.name)
+        task_chain(ctx, self.name, parsed.chain_id)
         size = parsed.bundle_size or ctx.scan.bundle_size or DEFAULT_BUNDLE_SIZE
         if size < 1:
             raise WriterError(f"{self.name} config: bundleSize must be >= 1", retryable=False)
@@ -68,6 +72,7 @@ class BlockBundleWriteResultHandler:
             key=parsed.key,
             columns=parsed.columns,
             sink_identity=parsed.sink_identity,
+            chain_id=parsed.chain_id,
         )
         done = {"bundles": 0, "blocks": 0, "rows": 0}
         covered = await off_loop(

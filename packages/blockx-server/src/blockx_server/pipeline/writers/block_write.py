@@ -14,9 +14,19 @@ The check and the commit are not atomic when the sink and the block database are
 different databases (``blockx follow`` reconciles what slips between them). A
 Worker without ``io.blockdb`` writes unchecked.
 
+Every row is written for the task's chain (``TaskContext.chain``): stamped with
+its chain id, it replaces that chain's rows of its block only. A task without a
+chain fails, not retryable. A Worker configured with one chain by the shorthand
+(``BLOCKDB_URL``) claims the rows of a sink written before rows carried their
+chain as that chain's; any other refuses such a sink (``blockx backfill`` and
+``follow`` mark it by the blocks' hashes).
+
 ``sinkIdentity`` (set by the drivers, ``blockx backfill`` and ``follow``): the
 identity of the sink the task was meant for. A Worker whose sink has another one
-fails the task, not retryable, before writing anything.
+fails the task, not retryable, before writing anything. ``chainId`` (set by the
+drivers too): the chain id of the block database the driver planned from; a
+Worker whose task chain has another one fails the task, not retryable, before
+writing anything.
 
 Large outputs are decoded on a thread, off the Worker's event loop.
 """
@@ -32,6 +42,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 
 from blockx_core.calls import RootOutput
+from blockx_core.chains import DEFAULT_CHAIN, Chain
 from blockx_server.io.errors import IoErrorKind
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.writers.base import WriterError
@@ -57,6 +68,8 @@ class BlockWriteConfig(
     columns: dict[str, str] | None = None
     # The identity of the sink the task is meant for (the drivers set it).
     sink_identity: str | None = None
+    # The chain id the driver planned the task from (the drivers set it).
+    chain_id: int | None = None
 
 
 def parse_config(config: Any, kind: type[msgspec.Struct], plugin: str) -> Any:
@@ -171,6 +184,27 @@ async def check_canonical(ctx: TaskContext, blocks: Sequence[BlockRows], plugin:
         )
 
 
+def task_chain(ctx: TaskContext, plugin: str, expected: int | None) -> Chain:
+    """The chain the task's rows belong to; WriterError (not retryable) when the
+    task has none, or one whose chain id is not ``expected`` (when given)."""
+    chain = ctx.chain
+    if chain is None:
+        raise WriterError(
+            f"{plugin}: the task has no chain (this process serves none): a block writer "
+            "records the chain of every row it writes",
+            retryable=False,
+        )
+    if expected is not None and chain.chain_id != expected:
+        raise WriterError(
+            f"{plugin}: the task's chain {chain.name!r} is chain id {chain.chain_id} on this "
+            f"Worker, but its driver planned it from a block database of chain id {expected} "
+            "(compare the Workers' chain configuration with the driver's --db); nothing was "
+            "written",
+            retryable=False,
+        )
+    return chain
+
+
 async def replace_blocks(
     ctx: TaskContext,
     plugin: str,
@@ -178,6 +212,7 @@ async def replace_blocks(
     blocks: Sequence[BlockRows],
 ) -> dict[str, int]:
     """One ``io.sink.replace_blocks`` transaction, after the canonical check."""
+    chain = task_chain(ctx, plugin, config.chain_id)
     await check_canonical(ctx, blocks, plugin)
     outcome = await ctx.io.request(
         "sink",
@@ -185,6 +220,7 @@ async def replace_blocks(
         [],
         {
             "table": config.table,
+            "chain_id": chain.chain_id,
             "blocks": [list(block) for block in blocks],
             "key": config.key,
             "columns": config.columns,
@@ -192,6 +228,8 @@ async def replace_blocks(
             "task_id": ctx.task_id,
             "now_ms": time.time_ns() // 1_000_000,
             "sink_identity": config.sink_identity,
+            # The shorthand configures the one chain a sink's unmarked rows are from.
+            "claim_unmarked": chain.name == DEFAULT_CHAIN,
         },
         retry=True,
     )
@@ -202,13 +240,14 @@ async def replace_blocks(
 
 
 class BlockWriteResultHandler:
-    """``{"table", "key"?, "columns"?, "sinkIdentity"?}``; result ``{"table",
-    "blocks", "rows"}``."""
+    """``{"table", "key"?, "columns"?, "sinkIdentity"?, "chainId"?}``; result
+    ``{"table", "blocks", "rows"}``."""
 
     name = "BlockWriteResultHandler"
 
     async def execute(self, ctx: TaskContext, config: Any, outputs: Sequence[RootOutput]) -> bytes:
         parsed: BlockWriteConfig = parse_config(config, BlockWriteConfig, self.name)
+        task_chain(ctx, self.name, parsed.chain_id)
         # Every block the Builder scanned reaches the ledger, with or without rows.
         blocks = await off_loop(
             outputs, lambda: rows_per_block(outputs, self.name, ctx.scan.block_hashes)
