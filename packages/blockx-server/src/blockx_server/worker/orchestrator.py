@@ -84,6 +84,8 @@ MAX_TIMER_SLEEP_MS: Final = 500
 
 def _named(chain: Chain | None, builder_config: str) -> Chain | None:
     """The Worker's one chain under the name the task's Builder config gives it."""
+    if chain is None or '"chain"' not in builder_config:
+        return chain  # a large config (a long call list) is not decoded on the loop
     try:
         name = msgspec.json.decode(builder_config).get("chain")
     except (msgspec.DecodeError, AttributeError):
