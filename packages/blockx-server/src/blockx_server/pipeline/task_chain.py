@@ -26,6 +26,8 @@ class ChainRefused(Exception):
 def named_chain(config_json: str) -> str | None:
     """The ``"chain"`` a Builder config names; None when it names none (or is no
     JSON object: its Builder says what is wrong with it)."""
+    if '"chain"' not in config_json:
+        return None  # a long call list is not decoded on the loop to learn nothing
     try:
         config: Any = _decode(config_json or "{}")
     except msgspec.DecodeError:
