@@ -19,19 +19,25 @@ from typing import Any
 
 import pytest
 from grpclib.client import Channel
-from processes import EXAMPLES, WorkerProcess, execute_result, run_to_end
+from processes import EXAMPLES, CoordinatorProcess, WorkerProcess, execute_result, run_to_end
+from support import wait_until
 
 from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.devnet.anvil import AnvilOptions
 from blockx_chain.ingest import IngestOptions, ingest
 from blockx_chain.rpc import JsonRpcClient
+from blockx_chain.sink import open_sink
+from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
+from blockx_client import Client
+from blockx_client.follow import BlockWritten, follow
 from blockx_core.registry import RegistryKind, v2_registry_prefix
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
 
 ETH_ID = 31337
 BASE_ID = 8453
+PREFIX = v2_registry_prefix("test", f"t-{secrets.token_hex(5)}", RegistryKind.BLOCK)
 
 FUNCTIONS = """
 from blockx_executor import IoError, io
@@ -53,6 +59,9 @@ async def across(name, number):
 
 async def meta_of(name):
     return await io.meta.chain(name)
+
+def per_block(arg):
+    return {"transactions": len(arg["rows"]), "seen": arg["block"]["block_hash"]}
 
 async def refused(name):
     try:
@@ -108,8 +117,14 @@ def chains_toml(chains: dict[str, ChainUnderTest]) -> str:
 
 
 @pytest.fixture(scope="module")
+def sink_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return f"sqlite:///{tmp_path_factory.mktemp('sink')}/sink.db"
+
+
+@pytest.fixture(scope="module")
 def worker(
     chains: dict[str, ChainUnderTest],
+    sink_url: str,
     etcd_server: EtcdServer,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[WorkerProcess]:
@@ -121,10 +136,10 @@ def worker(
     process = WorkerProcess(
         {
             "ETCD_ENDPOINTS": etcd_server.endpoint,
-            "WORKER_REGISTRY_PREFIX": v2_registry_prefix(
-                "test", f"t-{secrets.token_hex(5)}", RegistryKind.BLOCK
-            ),
+            "WORKER_REGISTRY_PREFIX": PREFIX,
+            "WORKER_HEARTBEAT_INTERVAL": "100",
             "FUNCTIONS_DIR": str(root / "functions"),
+            "SINK_DB_URL": sink_url,
         },
         root / "worker.log",
         args=["--config", str(config)],
@@ -132,6 +147,29 @@ def worker(
     yield process
     assert process.stop() == 0
     assert "Traceback" not in process.output()
+
+
+@pytest.fixture(scope="module")
+def coordinator(
+    worker: WorkerProcess, etcd_server: EtcdServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CoordinatorProcess]:
+    """A Coordinator over the one Worker, for the drivers."""
+    process = CoordinatorProcess(
+        {"ETCD_ENDPOINTS": etcd_server.endpoint, "COORDINATOR_REGISTRY_PREFIXES": PREFIX},
+        tmp_path_factory.mktemp("coordinator") / "coordinator.log",
+    )
+
+    def sees_worker() -> bool:
+        process.assert_alive()
+        try:
+            return 'blockx_coordinator_registry_workers{format="v2"} 1.0' in process.metrics()
+        except OSError:
+            return False
+
+    asyncio.run(worker.wait_ready())
+    asyncio.run(wait_until(sees_worker, "the coordinator's view of the worker", timeout=30))
+    yield process
+    process.stop()
 
 
 def task(task_id: str, function: str, calls: list[list[Any]], chain: str | None) -> Any:
@@ -331,3 +369,84 @@ def test_chain_ingest_reads_a_chain_table_of_the_config_file(
     assert wrong.stderr.strip().endswith(
         f"the node at {eth.node} serves chain id {ETH_ID}, not the table's chain_id 1"
     )
+
+
+async def _per_block(chain: ChainUnderTest) -> list[tuple[int, str, int]]:
+    """What one chain's follow must write: each block with its transaction count."""
+    store = await open_store(parse_blockdb_url(chain.db_url))
+    try:
+        return [
+            (b["block_number"], b["block_hash"], len(await store.transactions(b["block_number"])))
+            for b in await store.blocks(0, chain.head)
+        ]
+    finally:
+        await store.close()
+
+
+async def test_two_chains_follows_write_one_sink_table_without_touching_each_others_rows(
+    chains: dict[str, ChainUnderTest], coordinator: CoordinatorProcess, sink_url: str
+) -> None:
+    """A follow of each chain, at once, into one table of one sink: the block numbers
+    overlap, and each chain's rows and ledger are exactly its own blocks'."""
+    stop = asyncio.Event()
+
+    async def follow_chain(chain: ChainUnderTest) -> list[int]:
+        written: list[int] = []
+        async with Client(coordinator=f"127.0.0.1:{coordinator.port}") as client:
+            async for event in follow(
+                client,
+                function="per_block",
+                source_table="transactions",
+                unit="block",
+                sink_table="per_block",
+                db_url=chain.db_url,
+                sink_db_url=sink_url,
+                from_block=0,
+                chain=chain.name,
+                stop=stop,
+            ):
+                if isinstance(event, BlockWritten):
+                    written.append(event.number)
+        return written
+
+    running = [asyncio.create_task(follow_chain(c)) for c in chains.values()]
+    heads = {c.chain_id: c.head for c in chains.values()}
+
+    async def both_written() -> bool:
+        for task_ in running:
+            if task_.done():
+                task_.result()
+                raise AssertionError("a follow ended by itself")
+        sink = await open_sink(parse_blockdb_url(sink_url))
+        try:
+            counts = {i: len(await sink.written("per_block", i)) for i in heads}
+        finally:
+            await sink.close()
+        return all(counts[i] == head + 1 for i, head in heads.items())
+
+    await wait_until(both_written, "both chains' blocks in the sink", timeout=60)
+    stop.set()
+    written = await asyncio.gather(*running)
+    for chain, numbers in zip(chains.values(), written, strict=True):
+        assert sorted(numbers) == list(range(chain.head + 1))
+    sink = await open_sink(parse_blockdb_url(sink_url))
+    try:
+        rows = await sink.rows("per_block")
+        ledgers = {c.chain_id: await sink.written("per_block", c.chain_id) for c in chains.values()}
+    finally:
+        await sink.close()
+    for chain in chains.values():
+        expected = await _per_block(chain)
+        mine = sorted(
+            (r["block_number"], r["block_hash"], r["transactions"])
+            for r in rows
+            if r["chain_id"] == chain.chain_id
+        )
+        assert mine == expected
+        assert [(w["block_number"], w["block_hash"]) for w in ledgers[chain.chain_id]] == [
+            (n, h) for n, h, _ in expected
+        ]
+    assert all(r["seen"] == r["block_hash"] for r in rows)
+    assert {r["chain_id"] for r in rows} == {ETH_ID, BASE_ID}
+    # The same block numbers, once per chain.
+    assert len(rows) == sum(c.head + 1 for c in chains.values())
