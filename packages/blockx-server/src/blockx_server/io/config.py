@@ -18,6 +18,7 @@ from blockx_chain.store import DEFAULT_MAX_ROWS, SchemaRefused
 from blockx_chain.url import FORMS, BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_core.io import ConcurrencyLimit
 from blockx_server.io.backends.blockdb import BlockDbBackend
+from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
 from blockx_server.io.backends.sink import SinkBackend
@@ -141,13 +142,13 @@ def open_router(
     limits: Callable[[str], ConcurrencyLimit] | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> IoRouter:
-    """Every backend of the process: ``memory``, ``blockdb`` when BLOCKDB_URL is set,
-    ``rpc`` when CHAIN_RPC_URL is set, ``sink`` when SINK_DB_URL is set, then
-    ``extra`` (tests add their own), with the process's read cache and each
-    backend's admission."""
+    """Every backend of the process: ``memory``; ``blockdb`` and ``logicalTypes``
+    (the ABIs registered in that database) when BLOCKDB_URL is set; ``rpc`` when
+    CHAIN_RPC_URL is set; ``sink`` when SINK_DB_URL is set; then ``extra`` (tests add
+    their own), with the process's read cache and each backend's admission."""
     backends: list[IoBackend] = [memory_backend(memory_seed_file)]
     if blockdb is not None:
-        backends.append(blockdb)
+        backends += [blockdb, LogicalTypesBackend(blockdb)]
     if rpc is not None and rpc.url is not None:
         backends.append(RpcBackend.from_settings(rpc))
     if sink is not None:
