@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from eth_abi import encode
+from eth_abi.abi import encode
 from eth_hash.auto import keccak
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -120,7 +120,7 @@ def events(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any], dict[str, A
     anonymous = draw(st.booleans())
     types = draw(st.lists(TYPES, min_size=1, max_size=5))
     most = 4 if anonymous else 3
-    inputs = []
+    inputs: list[dict[str, Any]] = []
     for i, t in enumerate(types):
         indexed = draw(st.booleans()) and sum(p["indexed"] for p in inputs) < most
         inputs.append(dict(t, name=draw(st.sampled_from([f"p{i}", ""])), indexed=indexed))

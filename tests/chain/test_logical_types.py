@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
-from eth_abi import encode
+from eth_abi.abi import encode
 from eth_hash.auto import keccak
 
 from blockx_chain.abi.spec import entries_from_json, entries_json, entry_from_signature
