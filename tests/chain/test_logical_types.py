@@ -27,10 +27,17 @@ from blockx_chain.ingest import IngestOptions, ingest
 from blockx_chain.rpc import JsonRpcClient, quantity
 from blockx_chain.store import BlockStore, open_store
 from blockx_chain.url import parse_blockdb_url
+from blockx_core.code_view import CodeSnapshot
+from blockx_core.task import PluginSpec, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.config import open_router
 from blockx_server.io.errors import IoErrorKind
 from blockx_server.io.router import IoRouter
+from blockx_server.io.scope import TaskIoScope
+from blockx_server.pipeline.builders import BuilderError
+from blockx_server.pipeline.builders.block_bundle import BlockBundleCallConfig
+from blockx_server.pipeline.builders.block_table import BlockTableCallConfig
+from blockx_server.pipeline.context import TaskContext
 
 PAIR_ABI = [
     "event Swap(address indexed sender, uint256 amount0In, uint256 amount1In, "
@@ -325,3 +332,63 @@ def test_abi_files_and_signatures_read_alike() -> None:
     ]
     from_file = entries_from_json(msgspec.json.encode({"abi": document}), "pair.json")
     assert from_file == [entry_from_signature("event Swap(address indexed sender, uint amount0In)")]
+
+
+def _context(router: IoRouter) -> TaskContext:
+    return TaskContext(
+        task=TaskInput(task_id="t1", function_call_config=PluginSpec(type="x")),
+        deadline_ms=0,
+        code=CodeSnapshot(epoch=1, modules={}, functions={}, parse_errors={}),
+        io=TaskIoScope(router, "t1"),
+    )
+
+
+async def test_the_event_unit_calls_once_per_decoded_event_and_refuses_unknown_names(
+    chain: Chain, ingested: tuple[BlockStore, IoRouter]
+) -> None:
+    store, router = ingested
+    swaps = await store.logs(
+        0,
+        chain.head,
+        address=chain.pair,
+        topic0=topic_of("Swap(address,uint256,uint256,uint256,uint256,address)"),
+    )
+    config = {
+        "function": "f",
+        "table": "logs",
+        "unit": "event",
+        "abi": "pair",
+        "event": "Swap",
+        "fromBlock": 0,
+        "toBlock": chain.head,
+    }
+    built = await BlockBundleCallConfig().build(_context(router), config)
+    expected = [await _call(router, "decode_log", log) for log in swaps]
+    assert [c.args[0]["log"] for c in built.calls] == swaps
+    assert [c.args[0]["event"] for c in built.calls] == expected
+    assert [c.args[0]["block"]["block_number"] for c in built.calls] == [
+        c.context.block_number if c.context is not None else None for c in built.calls
+    ]
+    # Streamed, chunk by chunk, the same calls.
+    stream = await BlockBundleCallConfig().prepare_stream(_context(router), config)
+    streamed = [call async for chunk in stream.chunks() for call in chunk]
+    assert [c.args for c in streamed] == [c.args for c in built.calls]
+    # One block, by BlockTableCallConfig.
+    block = {k: v for k, v in config.items() if k not in ("fromBlock", "toBlock")}
+    one = await BlockTableCallConfig().build(
+        _context(router), {**block, "block": swaps[0]["block_number"]}
+    )
+    assert [c.args[0]["log"] for c in one.calls] == [
+        s for s in swaps if s["block_number"] == swaps[0]["block_number"]
+    ]
+
+    for wrong, named in (
+        ({"abi": "nope"}, "registered: erc1155, erc20, erc721, pair, raw"),
+        ({"event": "Nope"}, "its events: Swap, Sync"),
+        ({"table": "transactions"}, "reads the logs table, not"),
+        ({"unit": "row"}, '`abi` and `event` go with `unit: "event"`'),
+    ):
+        with pytest.raises(BuilderError) as failed:
+            await BlockBundleCallConfig().build(_context(router), {**config, **wrong})
+        assert not failed.value.retryable
+        assert named in failed.value.message
