@@ -25,7 +25,6 @@ None, as one no ABI matches: any contract can emit any log.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -43,8 +42,6 @@ from blockx_chain.abi.spec import AbiError, Entry, Param, param_from_type
 # function's request cannot make the Worker decode without end.
 MAX_DATA_BYTES: Final = 4 * 1024 * 1024
 MAX_TYPES: Final = 64
-
-_HEX_DIGITS: Final = re.compile(r"(?:[0-9a-fA-F]{2})*")
 
 
 def _codec() -> ABICodec:
@@ -114,6 +111,19 @@ def converter(param: Param) -> Convert:
     return None
 
 
+def _static(param: Param) -> bool:
+    """Whether the type's encoding has a fixed size (no offset into a tail)."""
+    type_text = param.type
+    if type_text.endswith("[]") or type_text in ("string", "bytes"):
+        return False
+    if type_text.endswith("]"):
+        element = type_text[: type_text.rindex("[")]
+        return _static(Param(type=element, components=param.components))
+    if type_text == "tuple":
+        return all(_static(c) for c in param.components or ())
+    return True
+
+
 def _dynamic(param: Param) -> bool:
     """Whether an indexed input of this type holds only its hash in the topic."""
     return param.type.endswith("]") or param.type in ("string", "bytes", "tuple")
@@ -129,9 +139,14 @@ def _data(hex_text: Any, what: str) -> bytes:
     digits = hex_text[2:]
     if len(digits) > 2 * MAX_DATA_BYTES:
         raise DecodeFailure(f"{what} is longer than {MAX_DATA_BYTES} bytes")
-    if _HEX_DIGITS.fullmatch(digits) is None:
+    try:
+        raw = bytes.fromhex(digits)
+    except ValueError:
+        raw = b""
+    # fromhex skips whitespace between bytes: the length says whether it did.
+    if 2 * len(raw) != len(digits):
         raise DecodeFailure(f"{what} must be 0x hex with whole bytes, got {_shown(hex_text)}")
-    return bytes.fromhex(digits)
+    return raw
 
 
 def _shown(value: Any) -> str:
@@ -192,24 +207,41 @@ class EventDecoder:
         self._data_types = [p.canonical for _, p in body]
         self._data_names = [(names[i], converter(p)) for i, p in body]
         self._order = names
+        # A data of static types alone can follow the static topics' words: then one
+        # call of the library decodes the whole log (the common case: Transfer, Swap).
+        self._at_once = all(_static(p) for _, p in body) and bool(
+            self._static_types or self._data_types
+        )
+        self._all_types = self._static_types + self._data_types
+        self._all_names = self._static_names + self._data_names
 
     def decode(self, topics: Sequence[str], data: str) -> dict[str, Any]:
         """``{"name", "signature", "args"}`` of a log with these topics (all of them,
         topic0 first) and data; DecodeFailure when they do not fit."""
         found: dict[str, Any] = {}
-        if self._static_types:
-            word = "".join(topics[t][2:] for t in self._static_topics)
-            values = _library_decode(self._static_types, _data("0x" + word, "a topic"), "topics")
-            for (name, convert), value in zip(self._static_names, values, strict=True):
+        if not isinstance(data, str) or not data.startswith("0x"):
+            raise DecodeFailure(f"the log's data must be 0x hex text, got {_shown(data)}")
+        if not self._data_types and data != "0x":
+            raise DecodeFailure(f"{self.signature} has no data, and the log has {_shown(data)}")
+        if self._at_once:
+            words = "".join(topics[t][2:] for t in self._static_topics)
+            raw = _data("0x" + words + data[2:], "the log's topics and data")
+            values = _library_decode(self._all_types, raw, "the log")
+            for (name, convert), value in zip(self._all_names, values, strict=True):
                 found[name] = value if convert is None else convert(value)
+        else:
+            if self._static_types:
+                words = "".join(topics[t][2:] for t in self._static_topics)
+                raw = _data("0x" + words, "a topic")
+                values = _library_decode(self._static_types, raw, "topics")
+                for (name, convert), value in zip(self._static_names, values, strict=True):
+                    found[name] = value if convert is None else convert(value)
+            if self._data_types:
+                values = _library_decode(self._data_types, _data(data, "the log's data"), "data")
+                for (name, convert), value in zip(self._data_names, values, strict=True):
+                    found[name] = value if convert is None else convert(value)
         for name, t in self._hashed:
             found[name] = {"topic_hash": topics[t]}
-        if self._data_types:
-            values = _library_decode(self._data_types, _data(data, "the log's data"), "data")
-            for (name, convert), value in zip(self._data_names, values, strict=True):
-                found[name] = value if convert is None else convert(value)
-        elif data not in ("0x", ""):
-            raise DecodeFailure(f"{self.signature} has no data, and the log has {_shown(data)}")
         return {
             "name": self.name,
             "signature": self.signature,

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
     from blockx_chain.abi.decoder import Decoder, EventDecoder
 
 DEFAULT_REFRESH_MS: Final = 1000
+# decode_logs of more rows than this runs on a thread.
+_INLINE_ROWS: Final = 64
 
 
 class LogicalTypesBackend:
@@ -156,7 +158,13 @@ class LogicalTypesBackend:
                 raise TypeError("decode_logs: abi and event name one event, both strings")
             only = (await self.decoder()).events(abi, event)
         decoder = await self.decoder()
-        found = [decoder.decode_log(_row(row, "decode_logs"), only) for row in rows]
+
+        def decode_all() -> list[dict[str, Any] | None]:
+            return [decoder.decode_log(_row(row, "decode_logs"), only) for row in rows]
+
+        # A Builder's chunk of thousands of logs is decoded off the event loop, so the
+        # calls of the chunk before go on being dispatched meanwhile.
+        found = decode_all() if len(rows) <= _INLINE_ROWS else await asyncio.to_thread(decode_all)
         self._count(found)
         return found
 
