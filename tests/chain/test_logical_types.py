@@ -15,6 +15,7 @@ import pytest
 from eth_abi.abi import encode
 from eth_hash.auto import keccak
 from prometheus_client import CollectorRegistry
+from schema_versions import make_database_at
 
 from blockx_chain.abi.spec import entries_from_json, entries_json, entry_from_signature
 from blockx_chain.contracts import (
@@ -26,7 +27,8 @@ from blockx_chain.contracts import (
 from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.ingest import IngestOptions, ingest
 from blockx_chain.rpc import JsonRpcClient, quantity
-from blockx_chain.store import BlockStore, open_store
+from blockx_chain.schema import ABIS_SINCE, SCHEMA_VERSION
+from blockx_chain.store import BlockStore, SchemaRefused, open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.task import PluginSpec, TaskInput
@@ -395,3 +397,35 @@ async def test_the_event_unit_calls_once_per_decoded_event_and_refuses_unknown_n
             await BlockBundleCallConfig().build(_context(router), {**config, **wrong})
         assert not failed.value.retryable
         assert named in failed.value.message
+
+
+async def test_an_older_database_gains_an_empty_registry(
+    db_url: str,
+) -> None:
+    await make_database_at(db_url, ABIS_SINCE - 1)
+    url = parse_blockdb_url(db_url)
+    if db_url.startswith("sqlite"):
+        # A reader of the older file sees an empty registry; it never migrates.
+        reader = await open_store(url, read_only=True)
+        assert (await reader.abis(), await reader.abis_revision()) == ([], (0, 0))
+        await reader.close()
+    store = await open_store(url)
+    try:
+        assert store.schema_version == SCHEMA_VERSION
+        assert await store.abis() == []
+        await _register(store, "erc20", ERC20)
+        [record] = await store.abis()
+        assert (record.name, record.addresses, record.revision) == ("erc20", (), 1)
+        assert await store.abis_revision() == (1, 1)
+    finally:
+        await store.close()
+
+
+async def test_a_users_table_named_abis_is_refused_in_one_line(db_url: str) -> None:
+    await make_database_at(db_url, ABIS_SINCE - 1, extra_table="abis")
+    with pytest.raises(SchemaRefused) as refused:
+        await open_store(parse_blockdb_url(db_url))
+    assert "\n" not in str(refused.value)
+    assert f"already holds a table named 'abis', which BlockX's schema version {ABIS_SINCE}" in str(
+        refused.value
+    )
