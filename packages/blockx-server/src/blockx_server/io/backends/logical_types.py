@@ -152,12 +152,13 @@ class LogicalTypesBackend:
     async def _decode_logs(self, rows: Any, abi: Any, event: Any) -> list[dict[str, Any] | None]:
         if not isinstance(rows, list):
             raise TypeError("decode_logs(log_rows: list, abi=None, event=None)")
+        # One snapshot of the registry for the whole batch.
+        decoder = await self.decoder()
         only: list[EventDecoder] | None = None
         if abi is not None or event is not None:
             if not isinstance(abi, str) or not isinstance(event, str):
                 raise TypeError("decode_logs: abi and event name one event, both strings")
-            only = (await self.decoder()).events(abi, event)
-        decoder = await self.decoder()
+            only = decoder.events(abi, event)
 
         def decode_all() -> list[dict[str, Any] | None]:
             return [decoder.decode_log(_row(row, "decode_logs"), only) for row in rows]
