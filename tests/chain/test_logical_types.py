@@ -276,12 +276,26 @@ async def test_anonymous_and_hashed_arguments_and_an_unknown_event(
     elsewhere = dict(note, address="0x" + "99" * 20)
     assert await _call(router, "decode_log", elsewhere) is None
     assert registry.get_sample_value("blockx_io_logs_undecoded_total") == before + 2
+    # So too when the event is named, as the event unit names it; and an ABI of the
+    # same anonymous event for any address matches nothing.
+    named = await _call(router, "decode_logs", [note, elsewhere], abi="raw", event="Note")
+    assert [e and e["args"] for e in named] == [{"id": 7, "text": "seven"}, None]
+    await _register(store, "anywhere", [NOTE])
+    assert await _call(router, "decode_logs", [note], abi="anywhere", event="Note") == [None]
 
     # The registry is read anew while the backend runs: an ABI for any address
     # decodes the unknown log once added, and nothing once removed.
     await _register(store, "other", ["event Other(uint256 indexed a, uint256 b)"])
     fresh = await _call(router, "abis")
-    assert [a["name"] for a in fresh] == ["erc1155", "erc20", "erc721", "other", "pair", "raw"]
+    assert [a["name"] for a in fresh] == [
+        "anywhere",
+        "erc1155",
+        "erc20",
+        "erc721",
+        "other",
+        "pair",
+        "raw",
+    ]
     assert await _call(router, "decode_log", other) == {
         "name": "Other",
         "signature": "Other(uint256,uint256)",

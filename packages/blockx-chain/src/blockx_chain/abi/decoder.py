@@ -370,9 +370,11 @@ class Decoder:
         if only is not None:
             for event in only:
                 addresses = self.abis[event.abi].addresses
-                if addresses and address not in addresses:
-                    continue
-                if event.topic0 is None or (topics and topics[0] == event.topic0):
+                if event.topic0 is None:
+                    # Anonymous: only at an address its ABI is registered for.
+                    if address in addresses:
+                        yield event
+                elif (not addresses or address in addresses) and topics[:1] == [event.topic0]:
                     yield event
             return
         if topics:

@@ -158,6 +158,8 @@ class LogicalTypesBackend:
         if abi is not None or event is not None:
             if not isinstance(abi, str) or not isinstance(event, str):
                 raise TypeError("decode_logs: abi and event name one event, both strings")
+            if abi not in decoder.abis:
+                decoder = await self.decoder(fresh=True)  # added since the last look?
             only = decoder.events(abi, event)
 
         def decode_all() -> list[dict[str, Any] | None]:
