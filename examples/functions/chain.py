@@ -5,7 +5,10 @@
 block's rows for a table writer, one per token. Token amounts are uint256 decimal
 strings in the block database; they are summed as Python ints, so they stay exact
 (write them into a NUMERIC column). `large_transfers` is written for `unit: "row"`:
-one call per transfer. `usd` is a plain function for `blockx invoke`.
+one call per transfer. `swap` is written for `unit: "event"`: one call per `Swap`
+of the devnet's pair, decoded by the Worker with the ABI registered as `pair`
+(`blockx chain abi add`), so its amounts arrive as ints. `usd` is a plain function
+for `blockx invoke`.
 """
 
 
@@ -36,6 +39,20 @@ def large_transfers(row, threshold=9 * 10**17):
         "from_address": row["from_address"],
         "to_address": row["to_address"],
         "value": value,
+    }
+
+
+def swap(arg):
+    """One swap on the token/ETH pair: who traded and what went in and out (token0 is
+    the token, token1 is ETH, as in Uniswap V2's ``Swap``)."""
+    args = arg["event"]["args"]
+    return {
+        "log_index": arg["log"]["log_index"],
+        "trader": args["sender"],
+        "tokens_in": args["amount0In"],
+        "eth_in": args["amount1In"],
+        "tokens_out": args["amount0Out"],
+        "eth_out": args["amount1Out"],
     }
 
 

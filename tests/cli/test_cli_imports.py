@@ -1,5 +1,6 @@
 """Every ``blockx`` command pays for what ``blockx_cli.app`` imports: the launcher,
-the chain ingest (the node's HTTP client, the PostgreSQL driver) and the dashboard's
+the chain ingest (the node's HTTP client, the PostgreSQL driver), the ABI library and
+the dashboard's
 web stack load only in the commands that use them."""
 
 from __future__ import annotations
@@ -10,7 +11,17 @@ import sys
 
 import pytest
 
-HEAVY = ("httpx", "asyncpg", "starlette", "uvicorn", "jinja2", "blockx_cli.devcluster")
+HEAVY = (
+    "httpx",
+    "asyncpg",
+    "starlette",
+    "uvicorn",
+    "jinja2",
+    "blockx_cli.devcluster",
+    "faster_eth_abi",
+    "eth_abi",
+    "eth_hash",
+)
 
 
 def test_the_command_line_loads_no_heavy_module_until_a_command_needs_it() -> None:

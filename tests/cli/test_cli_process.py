@@ -49,7 +49,15 @@ def test_demo_end_to_end() -> None:
     out = result.stdout
     # Every stage timed, in its line and in the figures; the start of the cluster
     # too, and the stop; the times add up to no more than the demo took.
-    stages = ("start the cluster", "generate the chain", "ingest", "backfill", "live", "results")
+    stages = (
+        "start the cluster",
+        "generate the chain",
+        "ingest",
+        "backfill",
+        "decoded events",
+        "live",
+        "results",
+    )
     times = [float(t) for t in re.findall(r"│ stage: [a-z ]+ +│ +(\d+\.\d) s │", out)]
     assert len(times) == len(stages), out
     for stage, seconds in zip(stages, times, strict=True):
@@ -68,6 +76,8 @@ def test_demo_end_to_end() -> None:
     )
     assert "✓ sink totals per token equal the block database's" in out
     assert "✓ reorg corrected: 3 blocks rewritten, sink matches chain" in out
+    # The pair's Swaps, decoded by the Worker (unit: event), match their logs.
+    assert re.search(r"✓ swap volume of each of [\d,]+ blocks equals the pair's [\d,]+ Swap", out)
     # The stages run the SDK's drivers, and follow reported the reorg it reconciled.
     assert "backfill — client.backfill:" in out
     assert re.search(r"client\.follow writing each block", out)

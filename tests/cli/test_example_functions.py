@@ -59,3 +59,27 @@ def test_large_transfers_keeps_only_what_reaches_the_threshold(chain: ModuleType
         "to_address": BOB,
         "value": 2**70,
     }
+
+
+def test_swap_takes_the_decoded_event_as_the_worker_gives_it(chain: ModuleType) -> None:
+    event = {
+        "name": "Swap",
+        "signature": "Swap(address,uint256,uint256,uint256,uint256,address)",
+        "args": {
+            "sender": ALICE,
+            "amount0In": 0,
+            "amount1In": 10**16,
+            "amount0Out": 2**200,
+            "amount1Out": 0,
+            "to": BOB,
+        },
+    }
+    call = {"block": {"block_number": 7}, "log": {"log_index": 3}, "event": event}
+    assert chain.swap(call) == {
+        "log_index": 3,
+        "trader": ALICE,
+        "tokens_in": 0,
+        "eth_in": 10**16,
+        "tokens_out": 2**200,
+        "eth_out": 0,
+    }

@@ -294,6 +294,22 @@ LOG_FILTER: Final = Table(
     key=(),
 )
 
+# The ABI registry (``blockx chain abi``): one row per registered ABI. ``abi`` is its
+# entries as a JSON list in the form of a compiler's ABI file; ``addresses`` the
+# sorted JSON list of the contracts it is registered for (empty: any contract);
+# ``revision`` grows with every change, so a reader notices one by reading
+# ``count(*)`` and ``max(revision)`` alone.
+ABIS: Final = Table(
+    "abis",
+    (
+        Column("name", T),
+        Column("abi", J),
+        Column("addresses", J),
+        Column("revision", INT),
+    ),
+    key=("name",),
+)
+
 # When ingest stored a block: in ``blocks``, after the chain's columns (version 2).
 SEEN_AT: Final = Column("seen_at_ms", INT, nullable=True)
 # Whether the database holds traces: in ``chain``, 0 or 1.
@@ -314,7 +330,7 @@ BLOCK_TABLES: Final = (
     TRACES,
     CONTRACTS,
 )
-TABLES: Final = (*BLOCK_TABLES, CHAIN, REORGS, LOG_FILTER)
+TABLES: Final = (*BLOCK_TABLES, CHAIN, REORGS, LOG_FILTER, ABIS)
 
 Index = tuple[str, str, tuple[str, ...]]
 INDEXES_V1: Final[tuple[Index, ...]] = (
@@ -469,6 +485,10 @@ def _log_filter(engine: Engine) -> list[str]:
     ]
 
 
+def _abis(engine: Engine) -> list[str]:
+    return [create_table(ABIS, engine)]
+
+
 MIGRATIONS: Final = (
     _schema_v1,
     _seen_at_v2,
@@ -476,10 +496,13 @@ MIGRATIONS: Final = (
     _nft_transfers,
     _traces,
     _log_filter,
+    _abis,
 )
 SCHEMA_VERSION: Final = len(MIGRATIONS)
 # The schema version that added ``log_filter``.
 LOG_FILTER_SINCE: Final = MIGRATIONS.index(_log_filter) + 1
+# The schema version that added the ABI registry, ``abis``.
+ABIS_SINCE: Final = MIGRATIONS.index(_abis) + 1
 # The schema version that added ``blocks.seen_at_ms``.
 SEEN_AT_SINCE: Final = MIGRATIONS.index(_seen_at_v2) + 1
 # The schema version that added the header, fee and signature columns and withdrawals.
@@ -668,6 +691,24 @@ class LogFilterRecord(msgspec.Struct, frozen=True, kw_only=True):
             "addresses": list(self.addresses),
             "topic0s": list(self.topic0s),
             "from_block": self.from_block,
+        }
+
+
+class AbiRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """One row of the ABI registry: ``abi`` its entries as ABI JSON, ``addresses`` the
+    contracts it is registered for (lowercase, sorted; empty: any contract)."""
+
+    name: str
+    abi: list[Any]
+    addresses: tuple[str, ...] = ()
+    revision: int = 0
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "abi": self.abi,
+            "addresses": list(self.addresses),
+            "revision": self.revision,
         }
 
 

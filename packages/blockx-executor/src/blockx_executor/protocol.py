@@ -247,9 +247,24 @@ _TEXT_FIELDS: Final[dict[type[Any], tuple[str, ...]]] = {
 }
 
 
+# Values portable() returns as they are, told by their exact type: checked first,
+# so the walk of a batch of calls (rows of text, mostly) stays cheap.
+_PLAIN: Final = frozenset({str, float, bool, bytes, type(None)})
+
+
 def portable(value: Any) -> Any:
     """``value`` with every int beyond msgpack's 64 bits as a ``BIG_INT_EXT``, in
     lists, tuples, dicts and messages at any depth (the rest is left as it is)."""
+    kind = type(value)
+    if kind in _PLAIN:
+        return value
+    if kind is dict:
+        return {
+            k if type(k) is str else portable(k): v if type(v) in _PLAIN else portable(v)
+            for k, v in value.items()
+        }
+    if kind is list or kind is tuple:
+        return [v if type(v) in _PLAIN else portable(v) for v in value]
     if isinstance(value, int):
         if _MIN_INT <= value <= _MAX_INT or isinstance(value, bool):
             return value

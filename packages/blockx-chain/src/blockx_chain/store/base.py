@@ -21,6 +21,8 @@ from typing import Any
 import msgspec
 
 from blockx_chain.schema import (
+    ABIS,
+    ABIS_SINCE,
     BLOCK_TABLES,
     BLOCKS,
     CHAIN,
@@ -32,6 +34,7 @@ from blockx_chain.schema import (
     SEEN_AT_SINCE,
     TRACED,
     TRACES_SINCE,
+    AbiRecord,
     BlockRows,
     ChainState,
     LogFilterRecord,
@@ -50,6 +53,21 @@ def log_filter_row(row: dict[str, Any]) -> LogFilterRecord:
         addresses=tuple(msgspec.json.decode(row["addresses"])),
         topic0s=tuple(msgspec.json.decode(row["topic0s"])),
         from_block=row["from_block"],
+    )
+
+
+ABIS_SQL = "SELECT name, abi, addresses, revision FROM abis ORDER BY name"
+# What changes with every change of the registry: ``revision`` only grows, and a
+# removal alone lowers the count.
+ABIS_REVISION_SQL = "SELECT count(*) AS count, coalesce(max(revision), 0) AS revision FROM abis"
+
+
+def abi_row(row: dict[str, Any]) -> AbiRecord:
+    return AbiRecord(
+        name=row["name"],
+        abi=msgspec.json.decode(row["abi"]),
+        addresses=tuple(msgspec.json.decode(row["addresses"])),
+        revision=row["revision"],
     )
 
 
@@ -132,6 +150,28 @@ class BlockWriter(abc.ABC):
                 "INSERT INTO log_filter (addresses, topic0s, from_block) VALUES (?, ?, ?)",
                 checked,
             )
+
+    async def put_abi(self, name: str, abi: list[Any], addresses: Sequence[str]) -> AbiRecord:
+        """Register (or replace) the ABI ``name``: its entries as ABI JSON and the
+        contracts it decodes (empty: any). The row gets the next revision."""
+        rows = await self._fetch(ABIS_REVISION_SQL, ())
+        revision = int(rows[0]["revision"]) + 1
+        record = AbiRecord(
+            name=name, abi=abi, addresses=tuple(sorted(set(addresses))), revision=revision
+        )
+        values = (record.name, record.abi, list(record.addresses), record.revision)
+        checked = tuple(
+            check_value(ABIS, c, v, "put_abi") for c, v in zip(ABIS.columns, values, strict=True)
+        )
+        await self._execute("DELETE FROM abis WHERE name = ?", (name,))
+        await self._execute(
+            "INSERT INTO abis (name, abi, addresses, revision) VALUES (?, ?, ?, ?)", checked
+        )
+        return record
+
+    async def remove_abi(self, name: str) -> bool:
+        """Unregister the ABI ``name``; whether there was one."""
+        return await self._execute("DELETE FROM abis WHERE name = ?", (name,)) > 0
 
     async def delete_between(self, first: int, last: int) -> None:
         """Remove every row of blocks ``first..last`` (a selective ingest rewrites a
@@ -396,6 +436,24 @@ class BlockStore(abc.ABC):
             return False
         rows = await self._fetch(f"SELECT {TRACED.name} FROM chain", ())
         return bool(rows and rows[0][TRACED.name])
+
+    async def abis(self) -> list[AbiRecord]:
+        """The ABI registry, by name (``blockx chain abi``). Not a function read."""
+        if self.schema_version < ABIS_SINCE:
+            await self._layout()
+        if self.schema_version < ABIS_SINCE:
+            return []
+        return [abi_row(row) for row in await self._fetch(ABIS_SQL, ())]
+
+    async def abis_revision(self) -> tuple[int, int]:
+        """``(count, highest revision)`` of the registry: different after any change,
+        so a reader re-reads the ABIs only then."""
+        if self.schema_version < ABIS_SINCE:
+            await self._layout()  # a reader notices the file migrated under it
+        if self.schema_version < ABIS_SINCE:
+            return (0, 0)
+        row = (await self._fetch(ABIS_REVISION_SQL, ()))[0]
+        return (int(row["count"]), int(row["revision"]))
 
     async def reorgs(self, after_id: int = 0, limit: int = 1000) -> list[dict[str, Any]]:
         """Reorgs with an id above ``after_id``, oldest first: a follower's cursor."""

@@ -33,6 +33,7 @@ from blockx_chain.ingest.plan import (
 )
 from blockx_chain.store import StoreError, StoreUnavailable
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
+from blockx_cli.commands import abi
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
 # ``blockx chain ...``
 group = typer.Typer(help="Chain data: the block database and a local devnet.", no_args_is_help=True)
+group.add_typer(abi.group, name="abi")
 
 
 def _rpc_url(raw: str | None) -> str:

@@ -34,6 +34,7 @@ from blockx_chain.store import SchemaRefused
 from blockx_chain.url import InvalidBlockDbUrl, parse_blockdb_url
 from blockx_core.chains import DEFAULT_CHAIN, Chain
 from blockx_server.io.backends.blockdb import BlockDbBackend
+from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.backends.meta import MetaBackend
 from blockx_server.io.backends.rpc import CHAIN_RPC_URL, RpcBackend, RpcSettings
 from blockx_server.io.chain_io import ChainIo
@@ -258,6 +259,8 @@ async def _open_chain(settings: ChainSettings, finality_refresh_ms: int) -> Chai
     backends: list[IoBackend] = [b for b in (blockdb, rpc) if b is not None]
     chain_io = ChainIo(Chain(settings.name, chain_id or 0), backends, finality)
     chain_io.add(MetaBackend(chain_io, blockdb=blockdb, rpc=rpc, finality=finality))
+    if blockdb is not None:
+        chain_io.add(LogicalTypesBackend(blockdb))
     return chain_io
 
 

@@ -18,6 +18,7 @@ from blockx_chain.store import DEFAULT_MAX_ROWS, SchemaRefused
 from blockx_chain.url import FORMS, BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_core.io import ConcurrencyLimit
 from blockx_server.io.backends.blockdb import BlockDbBackend
+from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
 from blockx_server.io.backends.sink import SinkBackend
@@ -145,12 +146,13 @@ def open_router(
 ) -> IoRouter:
     """Every backend of the process: ``memory``, ``sink`` when SINK_DB_URL is set,
     then ``extra`` (tests add their own), and each chain served (``chains``, opened
-    by ``blockx_server.io.chain_config.open_chains``: its blockdb, rpc and meta),
-    with the process's read cache and each backend's admission. ``blockdb`` and
-    ``rpc`` are backends of no chain, which tests use."""
+    by ``blockx_server.io.chain_config.open_chains``: its blockdb, rpc, meta and
+    logicalTypes), with the process's read cache and each backend's admission.
+    ``blockdb`` (with its logicalTypes) and ``rpc`` are backends of no chain, which
+    tests use."""
     backends: list[IoBackend] = [memory_backend(memory_seed_file)]
     if blockdb is not None:
-        backends.append(blockdb)
+        backends += [blockdb, LogicalTypesBackend(blockdb)]
     if rpc is not None and rpc.url is not None:
         backends.append(RpcBackend.from_settings(rpc))
     if sink is not None:

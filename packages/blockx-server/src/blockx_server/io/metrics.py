@@ -3,7 +3,9 @@
 ``blockx_io_requests_total{backend,op,outcome}`` counts every request answered at
 the door (outcome ``ok`` or the IoError kind), including cache hits and shared
 requests; ``blockx_io_backend_seconds{backend,op}`` times only the requests that
-reached a backend. The cache, singleflight and admission figures are read from the
+reached a backend. ``blockx_io_logs_decoded_total`` and
+``blockx_io_logs_undecoded_total`` count the logs io.logicalTypes decoded and those
+no registered ABI matched. The cache, singleflight and admission figures are read from the
 router when scraped.
 """
 
@@ -15,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.errors import IoOutcome
 from blockx_server.io.router import IoRouter
 
@@ -52,6 +55,18 @@ class _IoStateCollector(Collector):
             in_flight.add_metric([gate.backend], gate.in_flight)
         yield limit
         yield in_flight
+        decoding = router.backend("logicalTypes")
+        if isinstance(decoding, LogicalTypesBackend):
+            yield CounterMetricFamily(
+                "blockx_io_logs_decoded",
+                "Logs io.logicalTypes decoded with a registered ABI.",
+                value=decoding.logs_decoded,
+            )
+            yield CounterMetricFamily(
+                "blockx_io_logs_undecoded",
+                "Logs io.logicalTypes was asked to decode that no registered ABI matched.",
+                value=decoding.logs_undecoded,
+            )
 
 
 class IoMetrics:

@@ -99,7 +99,12 @@ class Prepared:
 _json = msgspec.json.Encoder()
 
 # Backends a process has only when a setting names their peer.
-_ENABLED_BY: Final = {"blockdb": "BLOCKDB_URL", "rpc": "CHAIN_RPC_URL", "sink": "SINK_DB_URL"}
+_ENABLED_BY: Final = {
+    "blockdb": "BLOCKDB_URL",
+    "logicalTypes": "BLOCKDB_URL",
+    "rpc": "CHAIN_RPC_URL",
+    "sink": "SINK_DB_URL",
+}
 
 # ``io.router.chain(name).<backend>.<op>(*args)`` travels as this backend and
 # operation, its arguments ``[name, backend, op, *args]``.
@@ -187,6 +192,9 @@ class IoRouter:
 
     def observe(self, observer: IoObserver) -> None:
         self._observer = observer
+
+    def backend(self, name: str) -> IoBackend | None:
+        return self._backends.get(name)
 
     def names(self) -> list[str]:
         """Every backend's name, of no chain or of a chain."""

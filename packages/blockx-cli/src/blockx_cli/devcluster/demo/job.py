@@ -1,4 +1,9 @@
-"""What the demo computes: one function over one chain table into one sink table.
+"""What the demo computes: functions over chain tables into sink tables.
+
+``ChainJob()`` is ``token_volume``: per block and token over ``erc20_transfers``.
+``SWAP_JOB`` is ``swap``: one row per ``Swap`` of the devnet's pair, over ``logs``
+with ``unit: "event"`` (the Worker decodes each log with the ABI registered as
+``pair``), keyed by block and log index.
 
 Backfill (``client.backfill``, the bundle cluster) and live (``client.follow``, the
 block cluster) run the same function into the same sink table, keyed by block and
@@ -32,6 +37,21 @@ class ChainJob(msgspec.Struct, frozen=True, kw_only=True):
         }
     )
 
+    # ``unit: "event"``: the registered ABI and the event the function is called for.
+    abi: str | None = None
+    event: str | None = None
+
+    def _scan(self) -> dict[str, Any]:
+        """What every task's Builder config holds besides its blocks."""
+        scan: dict[str, Any] = {
+            "function": self.function,
+            "table": self.source_table,
+            "unit": self.unit,
+        }
+        if self.abi is not None:
+            scan |= {"abi": self.abi, "event": self.event}
+        return scan
+
     def writer_config(self) -> dict[str, Any]:
         """The writers' options besides the table (the drivers add ``table``)."""
         return {"key": list(self.key), "columns": self.columns}
@@ -41,14 +61,7 @@ class ChainJob(msgspec.Struct, frozen=True, kw_only=True):
 
     def bundle_task(self, first: int, last: int, bundle_size: int, task_id: str) -> Task:
         """Blocks ``first``..``last`` on the bundle cluster, one transaction per bundle."""
-        scan = {
-            "function": self.function,
-            "table": self.source_table,
-            "fromBlock": first,
-            "toBlock": last,
-            "bundleSize": bundle_size,
-            "unit": self.unit,
-        }
+        scan = {**self._scan(), "fromBlock": first, "toBlock": last, "bundleSize": bundle_size}
         return Task(
             function_call_config=PluginConfig(type="BlockBundleCallConfig", config=scan),
             result_handler=self._writer("BlockBundleWriteResultHandler"),
@@ -57,14 +70,27 @@ class ChainJob(msgspec.Struct, frozen=True, kw_only=True):
 
     def block_task(self, number: int, block_hash: str, task_id: str) -> Task:
         """One block, pinned to its hash, on the block cluster."""
-        scan = {
-            "function": self.function,
-            "table": self.source_table,
-            "block": {"number": number, "hash": block_hash},
-            "unit": self.unit,
-        }
+        scan = {**self._scan(), "block": {"number": number, "hash": block_hash}}
         return Task(
             function_call_config=PluginConfig(type="BlockTableCallConfig", config=scan),
             result_handler=self._writer("BlockWriteResultHandler"),
             task_id=task_id,
         )
+
+
+SWAP_JOB = ChainJob(
+    function="swap",
+    source_table="logs",
+    unit="event",
+    abi="pair",
+    event="Swap",
+    sink_table="swaps",
+    key=("block_number", "log_index"),
+    columns={
+        "trader": "TEXT",
+        "tokens_in": "NUMERIC",
+        "eth_in": "NUMERIC",
+        "tokens_out": "NUMERIC",
+        "eth_out": "NUMERIC",
+    },
+)

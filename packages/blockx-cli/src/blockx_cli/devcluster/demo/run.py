@@ -3,7 +3,8 @@
 Stages, each timed: start the cluster (``blockx-dev`` in the background, with
 anvil, the block and sink databases and both clusters) → generate blocks of ERC-20
 transfers on anvil → ingest them into the block database → backfill per-block
-token volume through the bundle cluster with ``client.backfill`` → go live (anvil
+token volume through the bundle cluster with ``client.backfill`` → run ``swap`` over
+the pair's Swap events, decoded by the Worker (``unit: "event"``) → go live (anvil
 mining, ingest following, ``client.follow`` writing each new block through the
 block cluster, one reorg) → read the results back from the sink and check them
 against the chain.
@@ -38,7 +39,13 @@ from blockx_cli.devcluster.demo.backfill import BackfillFigures, backfill_stage
 from blockx_cli.devcluster.demo.chain import Transfers, generate_stage, ingest_stage
 from blockx_cli.devcluster.demo.job import ChainJob
 from blockx_cli.devcluster.demo.live import LiveFigures, live_stage
-from blockx_cli.devcluster.demo.report import Report, build_report, percentile
+from blockx_cli.devcluster.demo.report import Check, Report, build_report, percentile
+from blockx_cli.devcluster.demo.swaps import (
+    SwapFigures,
+    register_pair_abi,
+    swap_report,
+    swaps_stage,
+)
 from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_SERVICE, fail
 from blockx_client import BlockxError, Client
 
@@ -168,6 +175,9 @@ async def _stages(
                 f"{ingested.erc20_transfers:,} ERC-20 transfers, "
                 f"{ingested.nft_transfers:,} NFT transfers"
             )
+            assert devnet.pair is not None  # generate_stage deployed it
+            await register_pair_abi(block_db, devnet.pair)
+            console.print(f"  the pair's ABI registered as 'pair' for {devnet.pair}")
         waiting = time.monotonic()
         endpoints, ready_at = await ready
         console.print(
@@ -182,12 +192,13 @@ async def _stages(
             results = await _cluster_stages(
                 client, job, devnet, generated.head, chain, options, stages, console
             )
-    backfill, live, report = results
+    backfill, swaps, live, report, swap_check = results
     _print_figures(report, backfill, live, stages, ready_at - cluster.started, console)
-    failed = backfill.failed + live.failed
+    failed = backfill.failed + swaps.failed + live.failed
     for line in failed[:10]:
         console.print(f"[red]failed[/] {line[:300]}")
-    return EXIT_OK if report.ok and not failed else EXIT_FAILED
+    ok = report.ok and swap_check.ok and not failed
+    return EXIT_OK if ok else EXIT_FAILED
 
 
 async def _cluster_stages(
@@ -199,11 +210,14 @@ async def _cluster_stages(
     options: DemoOptions,
     stages: Stages,
     console: Console,
-) -> tuple[BackfillFigures, LiveFigures, Report]:
-    """Backfill, live and results: the stages that run functions on the cluster."""
+) -> tuple[BackfillFigures, SwapFigures, LiveFigures, Report, Check]:
+    """Backfill, decoded events, live and results: the stages that run functions on
+    the cluster."""
     rpc_url = chain["rpc_url"]
     block_db, sink_db = chain["block_db_url"], chain["sink_db_url"]
     o = options
+    # The decoded-events task runs beside the backfill, on the same bundle cluster.
+    decoded = asyncio.ensure_future(swaps_stage(client, head, o.bundle_size))
     with stages.stage(
         "backfill",
         f"client.backfill: {job.function} per block and token through the bundle "
@@ -228,6 +242,13 @@ async def _cluster_stages(
             f"{done.blocks_per_s:,.0f} blocks/s"
         )
     with stages.stage(
+        "decoded events",
+        "swap over every Swap of the pair, decoded by the Worker (unit: event, ABI "
+        "'pair'), one row per swap into sink table 'swaps', beside the backfill",
+    ):
+        swaps = await decoded
+        console.print(f"  one bundle task over blocks 0-{head} in {swaps.seconds:.1f} s")
+    with stages.stage(
         "live",
         f"{o.live_seconds:g} s of a block every {o.block_time_s:g} s, ingest following, "
         f"client.follow writing each block through the block cluster, a reorg of depth "
@@ -249,8 +270,13 @@ async def _cluster_stages(
         )
     with stages.stage("results", "read back from the sink, checked against the chain"):
         report = await build_report(job, devnet, live, block_db_url=block_db, sink_db_url=sink_db)
+        assert devnet.pair is not None
+        volume, swap_check = await swap_report(block_db, sink_db, devnet.pair, head)
         _print_results(report, console)
-    return backfill, live, report
+        console.print(volume)
+        mark = "[green]✓[/]" if swap_check.ok else "[red]✗[/]"
+        console.print(f"  {mark} {swap_check.line}")
+    return backfill, swaps, live, report, swap_check
 
 
 def _print_results(report: Report, console: Console) -> None:

@@ -28,7 +28,7 @@ import inspect
 import logging
 from typing import Any, Final
 
-from blockx_chain.schema import ChainState
+from blockx_chain.schema import AbiRecord, ChainState
 from blockx_chain.store import (
     BlockStore,
     NotHeld,
@@ -157,5 +157,21 @@ class BlockDbBackend:
         store = await self._store_or_unavailable()
         try:
             return await store.chain()
+        except StoreError as exc:
+            raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None
+
+    async def abis(self) -> list[AbiRecord]:
+        """The ABI registry (for io.logicalTypes; no function read)."""
+        store = await self._store_or_unavailable()
+        try:
+            return await store.abis()
+        except StoreError as exc:
+            raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None
+
+    async def abis_revision(self) -> tuple[int, int]:
+        """What changes with any change of the ABI registry (one tiny query)."""
+        store = await self._store_or_unavailable()
+        try:
+            return await store.abis_revision()
         except StoreError as exc:
             raise BackendError(IoErrorKind.UNAVAILABLE, f"io.blockdb: {exc}") from None

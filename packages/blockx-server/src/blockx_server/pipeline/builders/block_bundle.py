@@ -1,6 +1,7 @@
 """``BlockBundleCallConfig``: the calls of a block range, from a table of the block database.
 
-``{"function", "table", "fromBlock", "toBlock", "bundleSize"?, "where"?, "unit"?}``:
+``{"function", "table", "fromBlock", "toBlock", "bundleSize"?, "where"?, "unit"?,
+"abi"?, "event"?}`` (``unit: "event"``: see ``chain_scan``):
 the range ``[fromBlock, toBlock]`` is read in chunks that fit BLOCKDB_MAX_ROWS.
 ``build`` reads it all before any call runs; with stream build on,
 ``prepare_stream`` checks the config, that the range is not above the head and that
@@ -24,14 +25,18 @@ from blockx_server.pipeline.builders.chain_scan import (
     TABLES,
     BlockNumber,
     ChainScanner,
+    EventSelection,
     Unit,
     calls_of,
     check_table,
+    check_unit,
     check_where,
+    decode_events,
     hashes_of,
+    select_event,
 )
 from blockx_server.pipeline.builders.streaming import CallStream
-from blockx_server.pipeline.context import ChainScan, TaskContext
+from blockx_server.pipeline.context import TaskContext
 
 NAME = "BlockBundleCallConfig"
 # Rows per chunk of a streamed scan: a few call windows (TASK_MAX_INFLIGHT_CALLS is
@@ -42,7 +47,8 @@ MAX_BUNDLE_SIZE: Final = 100_000
 _SHAPE = (
     '{"function": "<name>", "table": "' + "|".join(TABLES) + '", '
     '"fromBlock": <number>, "toBlock": <number>, "bundleSize"?: <blocks>, '
-    '"where"?: {"<column>": <value>}, "unit"?: "row"|"block", "chain"?: "<name>"}'
+    '"where"?: {"<column>": <value>}, "unit"?: "row"|"block"|"event", '
+    '"abi"?: "<registered ABI>", "event"?: "<event name>", "chain"?: "<name>"}'
 )
 
 
@@ -54,6 +60,8 @@ class _BlockBundleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     bundle_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_BUNDLE_SIZE)] = DEFAULT_BUNDLE_SIZE
     where: dict[str, Any] = msgspec.field(default_factory=dict)
     unit: Unit = Unit.ROW
+    abi: str | None = None
+    event: str | None = None
     # The chain read (the task's, set at activation: blockx_server.pipeline.task_chain).
     chain: str | None = None
 
@@ -66,20 +74,33 @@ def _decode(config: Any) -> _BlockBundleConfig:
         )
     check_table(NAME, decl.table)
     check_where(NAME, decl.where)
+    check_unit(NAME, decl.table, decl.unit, decl.abi, decl.event)
     return decl
+
+
+async def _selected(
+    ctx: TaskContext, decl: _BlockBundleConfig
+) -> tuple[EventSelection | None, dict[str, Any]]:
+    if decl.abi is None or decl.event is None:
+        return None, decl.where
+    return await select_event(ctx, NAME, decl.abi, decl.event, decl.where)
 
 
 class BlockBundleCallConfig:
     async def build(self, ctx: TaskContext, config: Any) -> CallList:
         decl = _decode(config)
-        scanner = ChainScanner(ctx, NAME, decl.table, decl.where)
+        selection, where = await _selected(ctx, decl)
+        scanner = ChainScanner(ctx, NAME, decl.table, where)
         scanned = await scanner.range(decl.from_block, decl.to_block)
         ctx.scan.record(decl.table, hashes_of(scanned), decl.bundle_size)
+        if selection is not None:
+            scanned = await decode_events(ctx, NAME, scanned, selection)
         return CallList(decl.function, calls_of(scanned, decl.unit))
 
     async def prepare_stream(self, ctx: TaskContext, config: Any) -> CallStream:
         decl = _decode(config)
-        scanner = ChainScanner(ctx, NAME, decl.table, decl.where, chunk_rows=STREAM_CHUNK_ROWS)
+        selection, where = await _selected(ctx, decl)
+        scanner = ChainScanner(ctx, NAME, decl.table, where, chunk_rows=STREAM_CHUNK_ROWS)
         # A range not ingested yet fails here, before any call runs; a block missing
         # inside it is only found when its chunk is read.
         head = await scanner.head()
@@ -88,14 +109,22 @@ class BlockBundleCallConfig:
             raise scanner.not_ingested(first, head)
         await scanner.block(decl.from_block)
         ctx.scan.record(decl.table, {}, decl.bundle_size)
-        return _BundleStream(decl, scanner, ctx.scan)
+        return _BundleStream(decl, scanner, ctx, selection)
 
 
 class _BundleStream:
-    def __init__(self, decl: _BlockBundleConfig, scanner: ChainScanner, scan: ChainScan) -> None:
+    def __init__(
+        self,
+        decl: _BlockBundleConfig,
+        scanner: ChainScanner,
+        ctx: TaskContext,
+        selection: EventSelection | None,
+    ) -> None:
         self._decl = decl
         self._scanner = scanner
-        self._scan = scan
+        self._ctx = ctx
+        self._scan = ctx.scan
+        self._selection = selection
 
     @property
     def function(self) -> str:
@@ -106,4 +135,6 @@ class _BundleStream:
         async for scanned in self._scanner.chunks(decl.from_block, decl.to_block):
             # Per block only: the writer's bundles and reorg check need every hash.
             self._scan.block_hashes.update(hashes_of(scanned))
+            if self._selection is not None:
+                scanned = await decode_events(self._ctx, NAME, scanned, self._selection)
             yield calls_of(scanned, decl.unit)

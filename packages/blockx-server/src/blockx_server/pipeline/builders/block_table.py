@@ -1,6 +1,6 @@
 """``BlockTableCallConfig``: the calls of one block, from a table of the block database.
 
-``{"function", "table", "block", "where"?, "unit"?}``: ``block`` is a number, or
+``{"function", "table", "block", "where"?, "unit"?, "abi"?, "event"?}``: ``block`` is a number, or
 ``{"number", "hash"}`` to pin the branch. A pinned hash that is no longer
 canonical fails BUILDER_FAILED, not retryable (that block is gone for good); a
 block not yet ingested fails BUILDER_FAILED, retryable (ingest will bring it).
@@ -20,8 +20,11 @@ from blockx_server.pipeline.builders.chain_scan import (
     Unit,
     calls_of,
     check_table,
+    check_unit,
     check_where,
+    decode_events,
     hashes_of,
+    select_event,
 )
 from blockx_server.pipeline.context import TaskContext
 
@@ -29,7 +32,8 @@ NAME = "BlockTableCallConfig"
 _SHAPE = (
     '{"function": "<name>", "table": "' + "|".join(TABLES) + '", '
     '"block": <number> | {"number": <number>, "hash": "0x..."}, '
-    '"where"?: {"<column>": <value>}, "unit"?: "row"|"block", "chain"?: "<name>"}'
+    '"where"?: {"<column>": <value>}, "unit"?: "row"|"block"|"event", '
+    '"abi"?: "<registered ABI>", "event"?: "<event name>", "chain"?: "<name>"}'
 )
 
 
@@ -44,6 +48,8 @@ class _BlockTableConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     block: BlockNumber | BlockPin
     where: dict[str, Any] = msgspec.field(default_factory=dict)
     unit: Unit = Unit.ROW
+    abi: str | None = None
+    event: str | None = None
     # The chain read (the task's, set at activation: blockx_server.pipeline.task_chain).
     chain: str | None = None
 
@@ -53,12 +59,16 @@ class BlockTableCallConfig:
         decl = decode_config(NAME, config, _BlockTableConfig, _SHAPE)
         check_table(NAME, decl.table)
         check_where(NAME, decl.where)
+        check_unit(NAME, decl.table, decl.unit, decl.abi, decl.event)
+        where, selection = decl.where, None
+        if decl.abi is not None and decl.event is not None:
+            selection, where = await select_event(ctx, NAME, decl.abi, decl.event, where)
         number, pinned = (
             (decl.block.number, decl.block.hash.lower())
             if isinstance(decl.block, BlockPin)
             else (decl.block, None)
         )
-        scanner = ChainScanner(ctx, NAME, decl.table, decl.where)
+        scanner = ChainScanner(ctx, NAME, decl.table, where)
         canonical = await scanner.block(number)
         if pinned is not None and canonical["block_hash"] != pinned:
             raise BuilderError(
@@ -72,4 +82,6 @@ class BlockTableCallConfig:
                 retryable=True,
             )
         ctx.scan.record(decl.table, hashes_of(scanned), None)
+        if selection is not None:
+            scanned = await decode_events(ctx, NAME, scanned, selection)
         return CallList(decl.function, calls_of(scanned, decl.unit))

@@ -3,8 +3,12 @@
 Every read goes through the task's IO scope (``io.blockdb``) with retry, so it is
 budgeted, traced and retried like any Builder read. The shape of the calls is
 shared: ``unit: "row"`` makes one call per row with the row as its argument,
-``unit: "block"`` one call per block with ``{"block": <block row>, "rows": [...]}``;
-each call's context carries its block number and hash.
+``unit: "block"`` one call per block with ``{"block": <block row>, "rows": [...]}``,
+``unit: "event"`` (the ``logs`` table, with ``"abi"`` and ``"event"``) one call per
+log that decodes as that event of that registered ABI, with ``{"block", "log",
+"event"}`` (``event`` as ``io.logicalTypes.decode_log`` gives it). The Worker decodes
+(``io.logicalTypes``), so the function gets typed arguments. Each call's context
+carries its block number and hash.
 """
 
 from __future__ import annotations
@@ -37,6 +41,85 @@ Scanned = tuple[dict[str, Any], list[dict[str, Any]]]
 class Unit(enum.StrEnum):
     ROW = "row"
     BLOCK = "block"
+    EVENT = "event"
+
+
+class EventSelection(msgspec.Struct, frozen=True, kw_only=True):
+    """The registered event a ``unit: "event"`` scan calls its function for."""
+
+    abi: str
+    event: str
+    topic0s: tuple[str, ...] = ()
+    addresses: tuple[str, ...] = ()
+    anonymous: bool = False
+
+
+def check_unit(builder: str, table: str, unit: Unit, abi: str | None, event: str | None) -> None:
+    """BuilderError unless ``abi`` and ``event`` come with ``unit: "event"`` over logs."""
+    if unit is Unit.EVENT:
+        if table != "logs":
+            raise BuilderError(f'{builder}: `unit: "event"` reads the logs table, not {table!r}')
+        if not abi or not event:
+            raise BuilderError(
+                f'{builder}: `unit: "event"` needs `abi` (a registered ABI\'s name, see '
+                "`blockx chain abi list`) and `event` (an event's name in it)"
+            )
+    elif abi is not None or event is not None:
+        raise BuilderError(f'{builder}: `abi` and `event` go with `unit: "event"`')
+
+
+async def select_event(
+    ctx: TaskContext, builder: str, abi: str, event: str, where: dict[str, Any]
+) -> tuple[EventSelection, dict[str, Any]]:
+    """The registered event (BuilderError, not retryable, naming the registered ABIs
+    or the ABI's events when there is none) and the ``where`` that reads only the
+    logs that can be it: its topic0 and, for an ABI of one contract, its address."""
+    what = f"{builder}: looking up event {event!r} of ABI {abi!r}"
+    outcome = await ctx.io.request("logicalTypes", "event", [abi, event], {}, retry=True)
+    if not outcome.ok:
+        raise BuilderError.from_io(outcome, what)
+    found = outcome.decoded()
+    selection = EventSelection(
+        abi=abi,
+        event=event,
+        topic0s=tuple(found["topic0"]),
+        addresses=tuple(found["addresses"]),
+        anonymous=bool(found["anonymous"]),
+    )
+    narrowed = dict(where)
+    if len(selection.topic0s) == 1 and not selection.anonymous:
+        narrowed.setdefault("topic0", selection.topic0s[0])
+    if len(selection.addresses) == 1:
+        narrowed.setdefault("address", selection.addresses[0])
+    return selection, narrowed
+
+
+async def decode_events(
+    ctx: TaskContext, builder: str, scanned: list[Scanned], selection: EventSelection
+) -> list[Scanned]:
+    """``scanned`` with each block's rows replaced by ``{"log", "event"}`` of the logs
+    that decode as the selected event (the others dropped)."""
+    logs = [row for _, rows in scanned for row in rows]
+    if not logs:
+        return [(block, []) for block, _ in scanned]
+    what = f"{builder}: decoding {len(logs)} logs as {selection.abi}.{selection.event}"
+    outcome = await ctx.io.request(
+        "logicalTypes",
+        "decode_logs",
+        [logs],
+        {"abi": selection.abi, "event": selection.event},
+        retry=True,
+    )
+    if not outcome.ok:
+        raise BuilderError.from_io(outcome, what)
+    events = iter(outcome.decoded())
+    return [
+        (
+            block,
+            [{"log": row, "event": event} for row in rows if (event := next(events)) is not None],
+        )
+        for block, rows in scanned
+    ]
 
 
 def check_table(builder: str, table: str) -> None:
@@ -215,6 +298,14 @@ def calls_of(scanned: list[Scanned], unit: Unit) -> list[RootCall]:
                 calls.extend(RootCall([row], context=context) for row in rows)
             case Unit.BLOCK:
                 calls.append(RootCall([{"block": block, "rows": rows}], context=context))
+            case Unit.EVENT:
+                calls.extend(
+                    RootCall(
+                        [{"block": block, "log": item["log"], "event": item["event"]}],
+                        context=context,
+                    )
+                    for item in rows
+                )
             case _:
                 assert_never(unit)
     return calls
