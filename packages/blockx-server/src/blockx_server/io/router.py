@@ -106,14 +106,14 @@ _ENABLED_BY: Final = {
     "sink": "SINK_DB_URL",
 }
 
-# ``io.router.chain(name).<backend>.<op>(*args)`` travels as this backend and
-# operation, its arguments ``[name, backend, op, *args]``.
 # What a [chains.NAME] table sets to give its chain a backend.
 _CHAIN_KEYS: Final = {"blockdb": "blockdb_url", "rpc": "rpc_url"}
 
+# ``io.router.chain(name).<backend>.<op>(*args)`` travels as this backend and
+# operation, its arguments ``[name, backend, op, *args]``.
 ROUTER: Final = "router"
-META: Final = "meta"
 ROUTER_CHAIN_OP: Final = "chain"
+META: Final = "meta"
 
 
 def gate_name(backend: str, chain: str) -> str:
