@@ -36,6 +36,7 @@ from blockx_core.io import (
     canonical_arguments,
 )
 from blockx_server.io.admission import BackendGate
+from blockx_server.io.backends.meta import CHAIN_OP, META
 from blockx_server.io.errors import BackendError, IoErrorKind, IoOutcome, failure
 from blockx_server.io.finality import FinalityView
 from blockx_server.io.settings import IoSettings
@@ -113,7 +114,6 @@ _CHAIN_KEYS: Final = {"blockdb": "blockdb_url", "rpc": "rpc_url"}
 # operation, its arguments ``[name, backend, op, *args]``.
 ROUTER: Final = "router"
 ROUTER_CHAIN_OP: Final = "chain"
-META: Final = "meta"
 
 
 def gate_name(backend: str, chain: str) -> str:
@@ -221,7 +221,7 @@ class IoRouter:
         chain served, if there is one)."""
         if backend_name == ROUTER:
             return self._prepare_routed(op, args, kwargs)
-        if (backend_name, op) == (META, "chain") and (args or kwargs):
+        if (backend_name, op) == (META, CHAIN_OP) and (args or kwargs):
             # io.meta.chain(name): that chain's meta backend answers.
             named = args[0] if args else kwargs.get("name")
             if isinstance(named, str) and len(args) + len(kwargs) == 1:

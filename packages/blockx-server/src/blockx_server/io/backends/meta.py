@@ -35,6 +35,7 @@ from blockx_server.io.errors import BackendError, IoErrorKind
 from blockx_server.io.finality import FinalityView
 
 META: Final = "meta"
+CHAIN_OP: Final = "chain"
 CODE_EPOCH_OP: Final = "code_epoch"
 
 # The four-byte selectors of the token methods read (keccak of the signature).
@@ -100,7 +101,7 @@ class _OfChain(Protocol):
 
 class MetaBackend:
     name = META
-    read_ops = frozenset({"chain", "token", CODE_EPOCH_OP})
+    read_ops = frozenset({CHAIN_OP, "token", CODE_EPOCH_OP})
     write_ops: frozenset[str] = frozenset()
 
     def __init__(
