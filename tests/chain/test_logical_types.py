@@ -30,9 +30,12 @@ from blockx_chain.rpc import JsonRpcClient, quantity
 from blockx_chain.schema import ABIS_SINCE, SCHEMA_VERSION
 from blockx_chain.store import BlockStore, SchemaRefused, open_store
 from blockx_chain.url import parse_blockdb_url
+from blockx_core.chains import Chain as ChainName
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.task import PluginSpec, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
+from blockx_server.io.backends.logical_types import LogicalTypesBackend
+from blockx_server.io.chain_io import ChainIo
 from blockx_server.io.config import open_router
 from blockx_server.io.errors import IoErrorKind
 from blockx_server.io.metrics import IoMetrics
@@ -252,7 +255,7 @@ async def test_anonymous_and_hashed_arguments_and_an_unknown_event(
     note, tagged, other = await store.logs(chain.raw_block, address=chain.raw_logs)
     registry = CollectorRegistry()
     IoMetrics(registry, router)
-    before = registry.get_sample_value("blockx_io_logs_undecoded_total")
+    before = registry.get_sample_value("blockx_io_logs_undecoded_total", {"chain": ""})
     assert before is not None
 
     assert await _call(router, "decode_log", note) == {
@@ -275,7 +278,7 @@ async def test_anonymous_and_hashed_arguments_and_an_unknown_event(
     # The anonymous event matches only at the address its ABI is registered for.
     elsewhere = dict(note, address="0x" + "99" * 20)
     assert await _call(router, "decode_log", elsewhere) is None
-    assert registry.get_sample_value("blockx_io_logs_undecoded_total") == before + 2
+    assert registry.get_sample_value("blockx_io_logs_undecoded_total", {"chain": ""}) == before + 2
     # So too when the event is named, as the event unit names it; and an ABI of the
     # same anonymous event for any address matches nothing.
     named = await _call(router, "decode_logs", [note, elsewhere], abi="raw", event="Note")
@@ -443,3 +446,42 @@ async def test_a_users_table_named_abis_is_refused_in_one_line(db_url: str) -> N
     assert f"already holds a table named 'abis', which BlockX's schema version {ABIS_SINCE}" in str(
         refused.value
     )
+
+
+async def test_each_chain_counts_the_logs_it_decoded(
+    chain: Chain, ingested: tuple[BlockStore, IoRouter], db_url: str
+) -> None:
+    """Served per chain, io.logicalTypes is counted under its chain's name."""
+    store, _ = ingested
+    note, _, other = await store.logs(chain.raw_block, address=chain.raw_logs)
+    blockdb = BlockDbBackend(parse_blockdb_url(db_url), max_rows=10_000)
+    await blockdb.start()
+    try:
+        router = IoRouter(
+            chains=[
+                ChainIo(ChainName("eth", 1), [LogicalTypesBackend(blockdb)]),
+                ChainIo(ChainName("base", 8453), [LogicalTypesBackend(blockdb)]),
+            ]
+        )
+        registry = CollectorRegistry()
+        IoMetrics(registry, router)
+        for log_row in (note, other, other):
+            outcome = await router.execute(
+                "logicalTypes", "decode_log", [log_row], {}, writes=False, chain="base"
+            )
+            assert outcome.ok, outcome.error
+    finally:
+        await blockdb.close()
+    counts = {
+        (name, chain_name): registry.get_sample_value(
+            f"blockx_io_logs_{name}_total", {"chain": chain_name}
+        )
+        for name in ("decoded", "undecoded")
+        for chain_name in ("eth", "base")
+    }
+    assert counts == {
+        ("decoded", "eth"): 0,
+        ("undecoded", "eth"): 0,
+        ("decoded", "base"): 1,
+        ("undecoded", "base"): 2,
+    }

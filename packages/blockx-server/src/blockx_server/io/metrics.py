@@ -3,10 +3,10 @@
 ``blockx_io_requests_total{backend,op,outcome}`` counts every request answered at
 the door (outcome ``ok`` or the IoError kind), including cache hits and shared
 requests; ``blockx_io_backend_seconds{backend,op}`` times only the requests that
-reached a backend. ``blockx_io_logs_decoded_total`` and
-``blockx_io_logs_undecoded_total`` count the logs io.logicalTypes decoded and those
-no registered ABI matched. The cache, singleflight and admission figures are read from the
-router when scraped.
+reached a backend. ``blockx_io_logs_decoded_total{chain}`` and
+``blockx_io_logs_undecoded_total{chain}`` count the logs each chain's
+io.logicalTypes decoded and those no registered ABI matched. The cache, singleflight
+and admission figures are read from the router when scraped.
 """
 
 from __future__ import annotations
@@ -55,18 +55,30 @@ class _IoStateCollector(Collector):
             in_flight.add_metric([gate.backend], gate.in_flight)
         yield limit
         yield in_flight
-        decoding = router.backend("logicalTypes")
-        if isinstance(decoding, LogicalTypesBackend):
-            yield CounterMetricFamily(
-                "blockx_io_logs_decoded",
-                "Logs io.logicalTypes decoded with a registered ABI.",
-                value=decoding.logs_decoded,
-            )
-            yield CounterMetricFamily(
-                "blockx_io_logs_undecoded",
-                "Logs io.logicalTypes was asked to decode that no registered ABI matched.",
-                value=decoding.logs_undecoded,
-            )
+        decoded = CounterMetricFamily(
+            "blockx_io_logs_decoded",
+            "Logs io.logicalTypes decoded with a registered ABI.",
+            labels=["chain"],
+        )
+        undecoded = CounterMetricFamily(
+            "blockx_io_logs_undecoded",
+            "Logs io.logicalTypes was asked to decode that no registered ABI matched.",
+            labels=["chain"],
+        )
+        for chain, decoding in _decoders(router):
+            decoded.add_metric([chain], decoding.logs_decoded)
+            undecoded.add_metric([chain], decoding.logs_undecoded)
+        yield decoded
+        yield undecoded
+
+
+def _decoders(router: IoRouter) -> list[tuple[str, LogicalTypesBackend]]:
+    """Each chain's io.logicalTypes by chain name ("" for one of no chain)."""
+    found = [("", router.backend(LogicalTypesBackend.name))] + [
+        (chain_io.chain.name, chain_io.backends.get(LogicalTypesBackend.name))
+        for chain_io in router.chains()
+    ]
+    return [(name, b) for name, b in found if isinstance(b, LogicalTypesBackend)]
 
 
 class IoMetrics:
