@@ -82,7 +82,7 @@ def test_a_bundle_task_carries_the_range_and_the_writer() -> None:
         function="volume",
         source_table="logs",
         where={"topic0": "0x01"},
-        unit="block",
+        unit={"unit": "block"},
         bundle_size=5,
         writer="BlockBundleWriteResultHandler",
         writer_config={"table": "volume"},
