@@ -2,7 +2,9 @@
 ingested into its own SQLite block database, served by one real ``blockx-worker``
 from ``[chains.NAME]`` tables of its ``--config`` file. Tasks on each chain, a
 cross-chain read through ``io.router``, ``io.meta`` on each, an unknown chain; the
-refusals at start-up, one line each and exit 2. A backfill of base's pair's Swap
+refusals at start-up, one line each and exit 2. A Sync Invoker over the same two
+chains: an invoke reads the chain it names, and one it does not serve is refused
+naming those it does. A backfill of base's pair's Swap
 events through a bundle cluster (``--unit event``): one row per event, holding what
 the node says the pair emitted."""
 
@@ -22,7 +24,15 @@ from typing import Any
 import pytest
 from chain_cluster import ChainCluster
 from grpclib.client import Channel
-from processes import EXAMPLES, CoordinatorProcess, WorkerProcess, execute_result, run_to_end
+from grpclib.const import Status
+from processes import (
+    EXAMPLES,
+    CoordinatorProcess,
+    SyncInvokerProcess,
+    WorkerProcess,
+    execute_result,
+    run_to_end,
+)
 from support import wait_until
 from typer.testing import CliRunner
 
@@ -36,7 +46,8 @@ from blockx_chain.sink import open_sink
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
-from blockx_client import Client
+from blockx_client import ChainNotServedError, Client
+from blockx_client.backfill import BackfillDone, TaskFinished, TaskOutcome
 from blockx_client.follow import BlockWritten, follow
 from blockx_core.registry import RegistryKind, v2_registry_prefix
 from blockx_proto import worker_v1
@@ -608,16 +619,30 @@ async def test_a_backfill_of_the_event_unit_writes_one_row_per_event_the_pair_em
 
     # An event the ABI lacks fails each task at once, not retryable: reported, not
     # attempted again, naming the ABI's events.
-    code, events, err = await _backfill(
-        cluster, *event_unit, "--event", "Mint", "--sink-table", "mints", *databases
-    )
-    assert code == 1, err
-    tasks = [e for e in events if e["event"] == "task"]
-    assert tasks
-    assert all(t["outcome"] == "failed" and t["attempt"] == 1 for t in tasks), tasks
-    assert "Mint" in tasks[0]["failure_message"]
-    assert "Swap" in tasks[0]["failure_message"]
-    assert "Mint" in err.strip().splitlines()[-1]
+    finished: list[TaskFinished] = []
+    async with Client(bundle_coordinator=cluster.coordinator_addr) as client:
+        async for happened in client.backfill(
+            function="swap",
+            source_table="logs",
+            unit="event",
+            abi="pair",
+            event="Mint",
+            from_block=0,
+            to_block=base.head,
+            blocks_per_task=base.head + 1,
+            sink_table="mints",
+            db_url=base.db_url,
+            sink_db_url=sink_db,
+        ):
+            if isinstance(happened, TaskFinished):
+                finished.append(happened)
+            elif isinstance(happened, BackfillDone):
+                assert (happened.failed, happened.retries, happened.rows) == (1, 0, 0)
+    (failed,) = finished
+    assert (failed.outcome, failed.attempt) == (TaskOutcome.FAILED, 1)
+    assert failed.failure_code == "BUILDER_FAILED"
+    assert "'Mint'" in failed.failure_message, failed.failure_message
+    assert "Swap" in failed.failure_message, failed.failure_message
 
 
 @pytest.mark.parametrize(
@@ -649,3 +674,63 @@ def test_the_event_units_flags_are_refused_in_one_line(argv: list[str], expected
         assert result.exit_code == 2, result.output
         lines = result.stderr.strip().splitlines()
         assert lines == [f"error: {expected}"], lines
+
+
+async def test_an_invoke_reads_the_chain_it_names(
+    chains: dict[str, ChainUnderTest], tmp_path: Path
+) -> None:
+    (tmp_path / "functions").mkdir()
+    (tmp_path / "functions" / "chainfns.py").write_text(FUNCTIONS)
+    config = tmp_path / "invoker.toml"
+    config.write_text(chains_toml(chains))
+    invoker = SyncInvokerProcess(
+        {"FUNCTIONS_DIR": str(tmp_path / "functions"), "EXECUTOR_COUNT": "1"},
+        tmp_path / "syncinvoker.log",
+        args=["--config", str(config)],
+    )
+    try:
+        await invoker.wait_ready()
+        async with Client(sync_invoker=invoker.addr) as client:
+            here = client.function("here")
+            for chain in chains.values():
+                seen = await here.call(chain=chain.name)
+                assert (seen["head"], seen["node"]) == (chain.head, chain.chain_id)
+                assert (seen["meta"]["name"], seen["meta"]["chain_id"]) == (
+                    chain.name,
+                    chain.chain_id,
+                )
+            debugged = await here.debug(chain="eth")
+            assert debugged.success, debugged
+            assert debugged.value["node"] == ETH_ID
+            # Another chain through the router, from an invoke of eth.
+            base = chains["base"]
+            across = await client.function("across").call("base", base.head, chain="eth")
+            assert across["block_number"] == base.head
+            # A chain it does not serve, and none named where it serves two.
+            with pytest.raises(ChainNotServedError) as unknown:
+                await here.invoke(chain="polygon")
+            assert unknown.value.status is Status.FAILED_PRECONDITION
+            assert unknown.value.message == (
+                "FAILED_PRECONDITION: this Sync Invoker does not serve chain 'polygon' "
+                "(it serves: base, eth)"
+            )
+            with pytest.raises(ChainNotServedError, match=r"serves several chains \(base, eth\)"):
+                await here.debug()
+
+        def invoke(*argv: str) -> Any:
+            cli = [*("--sync-invoker", invoker.addr, "invoke", "here"), *argv]
+            return CliRunner().invoke(app, cli)
+
+        # The CLI runs its own event loop: in a thread of its own.
+        done = await asyncio.to_thread(invoke, "--chain", "base", "--json")
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.stdout)["value"]["node"] == BASE_ID
+        refused = await asyncio.to_thread(invoke, "--chain", "polygon")
+        assert refused.exit_code == 2, refused.output
+        assert refused.stderr.splitlines()[0] == (
+            "error: FAILED_PRECONDITION: this Sync Invoker does not serve chain 'polygon' "
+            "(it serves: base, eth)"
+        )
+    finally:
+        assert invoker.stop() == 0
+    assert "Traceback" not in invoker.output()
