@@ -250,8 +250,8 @@ class WorkerProcess(CallsProcess):
 class SyncInvokerProcess(CallsProcess):
     service = "syncinvoker.v1.SyncInvokerService"
 
-    def __init__(self, env: dict[str, str], log: Path) -> None:
-        super().__init__("blockx-syncinvoker", "SYNC_INVOKER_LISTEN", env, log, None)
+    def __init__(self, env: dict[str, str], log: Path, args: Sequence[str] = ()) -> None:
+        super().__init__("blockx-syncinvoker", "SYNC_INVOKER_LISTEN", env, log, None, args=args)
 
 
 @asynccontextmanager

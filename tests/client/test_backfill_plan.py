@@ -1,7 +1,8 @@
 """Backfill and follow decisions without a cluster: how a range is cut, which ranges
 a re-run skips, how the ledger is reconciled with the chain and over which window,
 when follow has missed part of the chain, which attempt outcomes are resubmitted
-and under which task_id, how attempts are bounded, and the running totals."""
+and under which task_id, how attempts are bounded, the running totals, and the unit
+keys each driver's Builder config carries."""
 
 from __future__ import annotations
 
@@ -22,8 +23,10 @@ from blockx_client.backfill import (
 )
 from blockx_client.backfill.plan import bundle_task, missing_block
 from blockx_client.backfill.progress import Tally
+from blockx_client.call_unit import unit_config
 from blockx_client.follow import BlockWritten, GapReason, LedgerReconciled, ReorgReconciled
 from blockx_client.follow.follower import Follower
+from blockx_client.follow.spec import FollowSpec
 from blockx_client.follow.watch import PAUSE_MS, Watch
 from blockx_client.jobs import LagFrom
 from blockx_client.ledger import Reconciliation, reach, reconcile
@@ -82,7 +85,7 @@ def test_a_bundle_task_carries_the_range_and_the_writer() -> None:
         function="volume",
         source_table="logs",
         where={"topic0": "0x01"},
-        unit="block",
+        unit={"unit": "block"},
         bundle_size=5,
         writer="BlockBundleWriteResultHandler",
         writer_config={"table": "volume"},
@@ -102,6 +105,62 @@ def test_a_bundle_task_carries_the_range_and_the_writer() -> None:
     assert task.result_handler == PluginConfig(
         type="BlockBundleWriteResultHandler", config={"table": "volume"}
     )
+
+
+def test_the_event_unit_names_its_abi_and_event_in_both_drivers_tasks() -> None:
+    unit = unit_config("event", "logs", "pair", "Swap")
+    assert unit == {"unit": "event", "abi": "pair", "event": "Swap"}
+    backfill_config = bundle_task(
+        TaskRange(0, 9),
+        function="swap",
+        source_table="logs",
+        where=None,
+        unit=unit,
+        bundle_size=None,
+        writer="BlockBundleWriteResultHandler",
+        writer_config={"table": "swaps"},
+    ).function_call_config.config
+    follow_config = (
+        FollowSpec(
+            function="swap",
+            source_table="logs",
+            where=None,
+            unit=unit,
+            sink_table="swaps",
+            writer="BlockWriteResultHandler",
+            writer_config={"table": "swaps"},
+            tasks_in_flight=1,
+            max_attempts=1,
+            on_failure=OnFailure.CONTINUE,
+            reorg_window=8,
+            poll_interval_s=1.0,
+            job_id="follow-x",
+        )
+        .task(7, "0x" + "07" * 32)
+        .function_call_config.config
+    )
+    for config in (backfill_config, follow_config):
+        assert (config["unit"], config["abi"], config["event"]) == ("event", "pair", "Swap")
+    assert unit_config("row", "logs", None, None) == {"unit": "row"}
+
+
+@pytest.mark.parametrize(
+    ("unit", "table", "abi", "event", "message"),
+    [
+        ("rows", "logs", None, None, "unit must be one of row, block, event, got 'rows'"),
+        ("event", "logs", "pair", None, "the event unit needs abi (a registered ABI's name"),
+        ("event", "logs", None, "Swap", "the event unit needs abi"),
+        ("event", "transactions", "pair", "Swap", "the event unit reads the logs table, not"),
+        ("block", "logs", "pair", None, "abi and event go with the event unit"),
+        ("row", "logs", None, "Swap", "abi and event go with the event unit"),
+    ],
+)
+def test_a_unit_that_cannot_be_built_is_refused_in_one_line(
+    unit: str, table: str, abi: str | None, event: str | None, message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)) as refused:
+        unit_config(unit, table, abi, event)
+    assert "\n" not in str(refused.value)
 
 
 RECONCILE = [

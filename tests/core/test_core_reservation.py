@@ -299,6 +299,8 @@ REFUSAL_RESULTS: dict[ErrorCode, SlotAttemptResult] = {
     ErrorCode.SLOT_UNCERTAIN: SlotAttemptResult.REJECTED,
     # CancelTask's answer, never RequestTaskSlot's: were it sent, a rejection like any other.
     ErrorCode.NOT_SUBMITTED: SlotAttemptResult.REJECTED,
+    # The Sync Invoker's, never a Worker's: were it sent, a rejection like any other.
+    ErrorCode.CHAIN_NOT_SERVED: SlotAttemptResult.REJECTED,
 }
 
 

@@ -260,6 +260,8 @@ async def jobs(sink_url: str) -> AsyncIterator[tuple[JobProgress, JobProgress]]:
         started_ms=now - 60_000,
         updated_ms=now,
         function="token_volume",
+        chain="base",
+        chain_id=8453,
         from_block=1_000,
         to_block=1_099,
         blocks_total=100,
@@ -281,6 +283,8 @@ async def jobs(sink_url: str) -> AsyncIterator[tuple[JobProgress, JobProgress]]:
         updated_ms=now,
         function="per_block_token_volume_" + "x" * 100,
         sink_table="token_volume_by_block_" + "y" * 100,
+        # A follow of the Workers' only chain: no name, the chain id it planned from.
+        chain_id=31337,
         from_block=5_000,
         blocks_done=230,
         head=5_234,
@@ -556,6 +560,11 @@ async def test_jobs_page(
     assert "1,000 → 1,099" in backfill
     assert "token_volume" in backfill
     assert "TIMED_OUT on blocks 1010-1019" in backfill
+    # Each job's chain, and the chain id it planned from.
+    backfill_chain = page.locator('#jobs tr[data-job-id="backfill-dash"] .chain')
+    assert await backfill_chain.inner_text() == "base (8453)"
+    follow_chain = page.locator('#jobs tr[data-job-id="follow-dash"] .chain')
+    assert await follow_chain.inner_text() == "only chain (31337)"
     follow = await page.locator('#jobs tr[data-job-id="follow-dash"]').inner_text()
     assert "head (follow)" in follow
     assert "4 block(s) · 7.5 s" in follow
@@ -686,6 +695,8 @@ async def test_json_twins(
     by_id = {j["job_id"]: j for j in listed["jobs"]}
     assert by_id["backfill-dash"]["fraction_done"] == 0.4
     assert by_id["follow-dash"]["head_lag_blocks"] == 4
+    assert (by_id["backfill-dash"]["chain"], by_id["backfill-dash"]["chain_id"]) == ("base", 8453)
+    assert (by_id["follow-dash"]["chain"], by_id["follow-dash"]["chain_id"]) == ("", 31337)
 
 
 async def test_read_only_and_bounded(dashboard: Dashboard) -> None:

@@ -2,7 +2,11 @@
 ingested into its own SQLite block database, served by one real ``blockx-worker``
 from ``[chains.NAME]`` tables of its ``--config`` file. Tasks on each chain, a
 cross-chain read through ``io.router``, ``io.meta`` on each, an unknown chain; the
-refusals at start-up, one line each and exit 2."""
+refusals at start-up, one line each and exit 2. A Sync Invoker over the same two
+chains: an invoke reads the chain it names, and one it does not serve is refused
+naming those it does. A backfill of base's pair's Swap
+events through a bundle cluster (``--unit event``): one row per event, holding what
+the node says the pair emitted."""
 
 from __future__ import annotations
 
@@ -18,18 +22,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from chain_cluster import ChainCluster
 from grpclib.client import Channel
-from processes import EXAMPLES, CoordinatorProcess, WorkerProcess, execute_result, run_to_end
+from grpclib.const import Status
+from processes import (
+    EXAMPLES,
+    CoordinatorProcess,
+    SyncInvokerProcess,
+    WorkerProcess,
+    execute_result,
+    run_to_end,
+)
 from support import wait_until
+from typer.testing import CliRunner
 
+from blockx_chain.abi.spec import entries_json, entry_from_signature
+from blockx_chain.contracts import SWAP_TOPIC
 from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.devnet.anvil import AnvilOptions
 from blockx_chain.ingest import IngestOptions, ingest
-from blockx_chain.rpc import JsonRpcClient
+from blockx_chain.rpc import JsonRpcClient, quantity
 from blockx_chain.sink import open_sink
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
-from blockx_client import Client
+from blockx_cli.app import app
+from blockx_client import ChainNotServedError, Client
+from blockx_client.backfill import BackfillDone, TaskFinished, TaskOutcome
 from blockx_client.follow import BlockWritten, follow
 from blockx_core.registry import RegistryKind, v2_registry_prefix
 from blockx_proto import worker_v1
@@ -80,16 +98,22 @@ class ChainUnderTest:
     db_url: str
     head: int
     token: str
+    # The token/ETH pair, on the chain that trades on one.
+    pair: str | None
 
 
-async def _devnet_and_ingest(node: Anvil, db_url: str, blocks: int) -> tuple[int, str]:
+async def _devnet_and_ingest(
+    node: Anvil, db_url: str, blocks: int, *, swaps: int
+) -> tuple[int, str, str | None]:
     async with JsonRpcClient(node.url) as client:
         devnet = Devnet(client)
         await devnet.setup(tokens=1)
-        await devnet.mine(blocks)
+        if swaps:
+            await devnet.setup_pair()
+        await devnet.mine(blocks, swaps=swaps)
         head = int(await client.request("eth_blockNumber", []), 16)
     await ingest(node.url, parse_blockdb_url(db_url), IngestOptions(confirmations=0))
-    return head, devnet.tokens[0].address
+    return head, devnet.tokens[0].address, devnet.pair
 
 
 @pytest.fixture(scope="module")
@@ -101,10 +125,13 @@ def chains(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Chain
         Anvil(AnvilOptions(chain_id=BASE_ID)) as base,
     ):
         made: dict[str, ChainUnderTest] = {}
-        for name, node, chain_id, blocks in (("eth", eth, ETH_ID, 1), ("base", base, BASE_ID, 3)):
+        for name, node, chain_id, blocks, swaps in (
+            ("eth", eth, ETH_ID, 1, 0),
+            ("base", base, BASE_ID, 3, 3),
+        ):
             url = f"sqlite:///{root}/{name}.db"
-            head, token = asyncio.run(_devnet_and_ingest(node, url, blocks))
-            made[name] = ChainUnderTest(name, chain_id, node.url, url, head, token)
+            head, token, pair = asyncio.run(_devnet_and_ingest(node, url, blocks, swaps=swaps))
+            made[name] = ChainUnderTest(name, chain_id, node.url, url, head, token, pair)
         yield made
 
 
@@ -450,3 +477,260 @@ async def test_two_chains_follows_write_one_sink_table_without_touching_each_oth
     assert {r["chain_id"] for r in rows} == {ETH_ID, BASE_ID}
     # The same block numbers, once per chain.
     assert len(rows) == sum(c.head + 1 for c in chains.values())
+
+
+SWAP_FUNCTIONS = """
+def swap(arg):
+    args = arg["event"]["args"]
+    return {
+        "log_index": arg["log"]["log_index"],
+        "name": arg["event"]["name"],
+        "sender": args["sender"],
+        "to": args["to"],
+        "amounts": " ".join(
+            str(args[k]) for k in ("amount0In", "amount1In", "amount0Out", "amount1Out")
+        ),
+    }
+"""
+PAIR_ABI = [
+    "event Swap(address indexed sender, uint256 amount0In, uint256 amount1In, "
+    "uint256 amount0Out, uint256 amount1Out, address indexed to)",
+    "event Sync(uint112 reserve0, uint112 reserve1)",
+]
+
+
+@pytest.fixture(scope="module")
+def bundle(
+    chains: dict[str, ChainUnderTest],
+    etcd_server: EtcdServer,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ChainCluster, str]]:
+    """A bundle cluster over base's block database, the pair's ABI registered in it,
+    and a sink of its own."""
+    base = chains["base"]
+    pair = base.pair
+    assert pair is not None
+
+    async def register() -> None:
+        store = await open_store(parse_blockdb_url(base.db_url))
+        try:
+            document = entries_json([entry_from_signature(line) for line in PAIR_ABI])
+            async with store.writer() as w:
+                await w.put_abi("pair", document, [pair])
+        finally:
+            await store.close()
+
+    asyncio.run(register())
+    root = tmp_path_factory.mktemp("bundle")
+    (root / "functions").mkdir()
+    (root / "functions" / "swaps.py").write_text(SWAP_FUNCTIONS)
+    sink = f"sqlite:///{root}/sink.db"
+    cluster = ChainCluster(
+        etcd_server,
+        root,
+        RegistryKind.BUNDLE,
+        chain_url=base.db_url,
+        sink_url=sink,
+        functions=root / "functions",
+    )
+    with cluster.serving():
+        yield cluster, sink
+
+
+async def _emitted_swaps(chain: ChainUnderTest) -> list[tuple[Any, ...]]:
+    """The pair's Swap logs as the node gives them, decoded by hand: sender and to
+    are topics 1 and 2, the amounts the four words of data."""
+    async with JsonRpcClient(chain.node) as client:
+        logs = await client.request(
+            "eth_getLogs",
+            [
+                {
+                    "fromBlock": quantity(0),
+                    "toBlock": quantity(chain.head),
+                    "address": chain.pair,
+                    "topics": [SWAP_TOPIC],
+                }
+            ],
+        )
+    digits = [log["data"][2:] for log in logs]
+    return [
+        (
+            int(log["blockNumber"], 16),
+            log["blockHash"],
+            int(log["logIndex"], 16),
+            "0x" + log["topics"][1][-40:],
+            "0x" + log["topics"][2][-40:],
+            " ".join(str(int(data[i : i + 64], 16)) for i in range(0, 256, 64)),
+        )
+        for log, data in zip(logs, digits, strict=True)
+    ]
+
+
+async def _backfill(cluster: ChainCluster, *argv: str) -> tuple[int, list[dict[str, Any]], str]:
+    blockx = shutil.which("blockx")
+    assert blockx is not None
+    proc = await asyncio.create_subprocess_exec(
+        blockx,
+        *cluster.cli_args(),
+        "backfill",
+        "--function",
+        "swap",
+        "--source-table",
+        "logs",
+        "--from",
+        "0",
+        "--blocks-per-task",
+        "4",
+        "--json",
+        *argv,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode is not None
+    return proc.returncode, [json.loads(line) for line in out.decode().splitlines()], err.decode()
+
+
+async def test_a_backfill_of_the_event_unit_writes_one_row_per_event_the_pair_emitted(
+    chains: dict[str, ChainUnderTest], bundle: tuple[ChainCluster, str]
+) -> None:
+    cluster, sink_db = bundle
+    base = chains["base"]
+    emitted = await _emitted_swaps(base)
+    assert len(emitted) >= 3
+    databases = ["--to", str(base.head), "--db", base.db_url, "--sink-db", sink_db]
+    event_unit = ["--unit", "event", "--abi", "pair"]
+    code, events, err = await _backfill(
+        cluster, *event_unit, "--event", "Swap", "--sink-table", "swaps", *databases
+    )
+    assert code == 0, err
+    assert events[-1]["rows"] == len(emitted)
+    sink = await open_sink(parse_blockdb_url(sink_db))
+    try:
+        rows = await sink.rows("swaps")
+    finally:
+        await sink.close()
+    assert {r["name"] for r in rows} == {"Swap"}
+    written = sorted(
+        (r["block_number"], r["block_hash"], r["log_index"], r["sender"], r["to"], r["amounts"])
+        for r in rows
+    )
+    assert written == sorted(emitted)
+
+    # An event the ABI lacks fails each task at once, not retryable: reported, not
+    # attempted again, naming the ABI's events.
+    finished: list[TaskFinished] = []
+    async with Client(bundle_coordinator=cluster.coordinator_addr) as client:
+        async for happened in client.backfill(
+            function="swap",
+            source_table="logs",
+            unit="event",
+            abi="pair",
+            event="Mint",
+            from_block=0,
+            to_block=base.head,
+            blocks_per_task=base.head + 1,
+            sink_table="mints",
+            db_url=base.db_url,
+            sink_db_url=sink_db,
+        ):
+            if isinstance(happened, TaskFinished):
+                finished.append(happened)
+            elif isinstance(happened, BackfillDone):
+                assert (happened.failed, happened.retries, happened.rows) == (1, 0, 0)
+    (failed,) = finished
+    assert (failed.outcome, failed.attempt) == (TaskOutcome.FAILED, 1)
+    assert failed.failure_code == "BUILDER_FAILED"
+    assert "'Mint'" in failed.failure_message, failed.failure_message
+    assert "Swap" in failed.failure_message, failed.failure_message
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--unit", "event", "--abi", "pair"], "--unit event needs --abi NAME and --event NAME"),
+        (["--unit", "event", "--event", "Swap"], "--unit event needs --abi NAME and --event NAME"),
+        (["--abi", "pair", "--event", "Swap"], "--abi and --event go with --unit event"),
+        (["--unit", "block", "--event", "Swap"], "--abi and --event go with --unit event"),
+    ],
+)
+def test_the_event_units_flags_are_refused_in_one_line(argv: list[str], expected: str) -> None:
+    for command in ("backfill", "follow"):
+        range_ = ["--from", "0", "--to", "1"] if command == "backfill" else []
+        result = CliRunner().invoke(
+            app,
+            [
+                command,
+                "--function",
+                "f",
+                "--source-table",
+                "logs",
+                "--sink-table",
+                "t",
+                *range_,
+                *argv,
+            ],
+        )
+        assert result.exit_code == 2, result.output
+        lines = result.stderr.strip().splitlines()
+        assert lines == [f"error: {expected}"], lines
+
+
+async def test_an_invoke_reads_the_chain_it_names(
+    chains: dict[str, ChainUnderTest], tmp_path: Path
+) -> None:
+    (tmp_path / "functions").mkdir()
+    (tmp_path / "functions" / "chainfns.py").write_text(FUNCTIONS)
+    config = tmp_path / "invoker.toml"
+    config.write_text(chains_toml(chains))
+    invoker = SyncInvokerProcess(
+        {"FUNCTIONS_DIR": str(tmp_path / "functions"), "EXECUTOR_COUNT": "1"},
+        tmp_path / "syncinvoker.log",
+        args=["--config", str(config)],
+    )
+    try:
+        await invoker.wait_ready()
+        async with Client(sync_invoker=invoker.addr) as client:
+            here = client.function("here")
+            for chain in chains.values():
+                seen = await here.call(chain=chain.name)
+                assert (seen["head"], seen["node"]) == (chain.head, chain.chain_id)
+                assert (seen["meta"]["name"], seen["meta"]["chain_id"]) == (
+                    chain.name,
+                    chain.chain_id,
+                )
+            debugged = await here.debug(chain="eth")
+            assert debugged.success, debugged
+            assert debugged.value["node"] == ETH_ID
+            # Another chain through the router, from an invoke of eth.
+            base = chains["base"]
+            across = await client.function("across").call("base", base.head, chain="eth")
+            assert across["block_number"] == base.head
+            # A chain it does not serve, and none named where it serves two.
+            with pytest.raises(ChainNotServedError) as unknown:
+                await here.invoke(chain="polygon")
+            assert unknown.value.status is Status.FAILED_PRECONDITION
+            assert unknown.value.message == (
+                "FAILED_PRECONDITION: this Sync Invoker does not serve chain 'polygon' "
+                "(it serves: base, eth)"
+            )
+            with pytest.raises(ChainNotServedError, match=r"serves several chains \(base, eth\)"):
+                await here.debug()
+
+        def invoke(*argv: str) -> Any:
+            cli = [*("--sync-invoker", invoker.addr, "invoke", "here"), *argv]
+            return CliRunner().invoke(app, cli)
+
+        # The CLI runs its own event loop: in a thread of its own.
+        done = await asyncio.to_thread(invoke, "--chain", "base", "--json")
+        assert done.exit_code == 0, done.output
+        assert json.loads(done.stdout)["value"]["node"] == BASE_ID
+        refused = await asyncio.to_thread(invoke, "--chain", "polygon")
+        assert refused.exit_code == 2, refused.output
+        assert refused.stderr.splitlines()[0] == (
+            "error: FAILED_PRECONDITION: this Sync Invoker does not serve chain 'polygon' "
+            "(it serves: base, eth)"
+        )
+    finally:
+        assert invoker.stop() == 0
+    assert "Traceback" not in invoker.output()

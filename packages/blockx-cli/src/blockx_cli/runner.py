@@ -13,6 +13,7 @@ from blockx_cli.settings import CURRENT, FLAGS
 from blockx_cli.waiting import WaitingLine
 from blockx_client import (
     BlockxError,
+    ChainNotServedError,
     ConnectError,
     InvalidRequestError,
     NoSlotError,
@@ -83,6 +84,8 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
             return asyncio.run(coro)
     except TaskFileError as exc:
         fail(str(exc), EXIT_USAGE, hint=TASK_FILE_HINT)
+    except ChainNotServedError as exc:
+        fail(exc.message, EXIT_USAGE, hint="pass --chain with one of the chains it serves")
     except BlockxError as exc:
         fail(exc.message, EXIT_SERVICE, hint=hint_for(exc))
     except KeyboardInterrupt:

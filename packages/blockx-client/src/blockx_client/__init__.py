@@ -21,6 +21,7 @@ from blockx_client.client import Client
 from blockx_client.cluster_tasks import Registry, TaskFilter
 from blockx_client.errors import (
     BlockxError,
+    ChainNotServedError,
     ClusterBusyError,
     ConnectError,
     CoordinatorUnreachableError,
@@ -89,6 +90,7 @@ __all__ = [
     "CallsWaiting",
     "CancelOutcome",
     "Cancellation",
+    "ChainNotServedError",
     "Client",
     "ClientFailureCode",
     "Cluster",

@@ -74,6 +74,12 @@ class SlotInvalidError(BlockxError):
     """FAILED_PRECONDITION: the slot expired, was used, or predates a worker restart."""
 
 
+class ChainNotServedError(BlockxError):
+    """FAILED_PRECONDITION from the Sync Invoker: it does not serve the chain asked
+    for (or serves several and none was named); the message names the chains it
+    serves. Another Sync Invoker, configured with the chain, would run the call."""
+
+
 class TaskNotFoundError(BlockxError):
     """NOT_FOUND: the worker does not know the task, or its result has expired."""
 

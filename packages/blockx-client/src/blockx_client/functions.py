@@ -12,6 +12,7 @@ either handle runs in both places. Whether the code runs in a call is
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 import blockx_executor
@@ -23,7 +24,7 @@ from blockx_client._convert import (
 )
 from blockx_client._options import ClientOptions
 from blockx_client._typed import as_type
-from blockx_client.errors import FunctionError
+from blockx_client.errors import ChainNotServedError, FunctionError, SlotInvalidError
 from blockx_client.models import Invocation, Precheck
 from blockx_client.transport import Transport
 from blockx_executor import CallError, in_call
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from blockx_client.client import Client
 
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 class FunctionHandle(blockx_executor.FunctionHandle):
@@ -51,10 +53,15 @@ class FunctionHandle(blockx_executor.FunctionHandle):
             self._transport.channel(self._options.sync_invoker)
         )
 
-    async def invoke(self, *args: Any, timeout_ms: int = 0, call_id: str = "") -> Invocation:
-        """Run once; the Invocation says how it went (a failure is not an exception)."""
+    async def invoke(
+        self, *args: Any, timeout_ms: int = 0, call_id: str = "", chain: str | None = None
+    ) -> Invocation:
+        """Run once; the Invocation says how it went (a failure is not an exception).
+        ``chain``: the chain it reads, by its name in the Sync Invoker's
+        ``[chains.NAME]`` (None: its only chain); a chain it does not serve is a
+        ChainNotServedError naming the chains it serves."""
         self._outside_a_call("invoke")
-        reply = await self._transport.unary(
+        reply = await self._ask(
             self._options.sync_invoker,
             self._stub().invoke(
                 syncinvoker_v1.InvokeRequest(
@@ -62,6 +69,7 @@ class FunctionHandle(blockx_executor.FunctionHandle):
                     args=args_to_pb(args),
                     timeout_ms=timeout_ms,
                     call_id=call_id,
+                    chain=chain or "",
                 ),
                 timeout=self._options.rpc_timeout_s + timeout_ms / 1000,
             ),
@@ -69,25 +77,39 @@ class FunctionHandle(blockx_executor.FunctionHandle):
         return invocation_from_pb(reply)
 
     @overload
-    async def call(self, *args: Any, timeout_ms: int = 0) -> Any: ...
+    async def call(self, *args: Any, timeout_ms: int = 0, chain: str | None = None) -> Any: ...
     @overload
-    async def call(self, *args: Any, timeout_ms: int = 0, result_type: type[T]) -> T: ...
     async def call(
-        self, *args: Any, timeout_ms: int = 0, result_type: type[T] | None = None
+        self, *args: Any, timeout_ms: int = 0, chain: str | None = None, result_type: type[T]
+    ) -> T: ...
+    async def call(
+        self,
+        *args: Any,
+        timeout_ms: int = 0,
+        chain: str | None = None,
+        result_type: type[T] | None = None,
     ) -> T | Any:
         """Run once and return the function's value; FunctionError when it fails.
 
         Inside a BlockX function this is a sub-call of the running call, in its task
         and code epoch; ``timeout_ms`` does not apply there (a sub-call has its own
-        budget, CALL_DEADLINE_MS, within the task's timeout).
+        budget, CALL_DEADLINE_MS, within the task's timeout) and neither does
+        ``chain`` (a sub-call reads its task's chain; others through
+        ``io.router.chain(name)``); outside, ``chain`` is as ``invoke``'s.
 
         With ``result_type`` the value is converted to that type (``list[str]``, a
         Struct or dataclass from a JSON object, ...) and typed as such;
         ResultTypeError when it does not fit."""
         if in_call():
+            if chain is not None:
+                raise ValueError(
+                    f"function({self.name!r}).call(chain=...) inside a BlockX function: a "
+                    "sub-call reads its task's chain (read another through "
+                    "io.router.chain(name))"
+                )
             value = await self._sub_call(args)
         else:
-            result = await self.invoke(*args, timeout_ms=timeout_ms)
+            result = await self.invoke(*args, timeout_ms=timeout_ms, chain=chain)
             if not result.success:
                 raise FunctionError(
                     result.failure_code,
@@ -110,6 +132,14 @@ class FunctionHandle(blockx_executor.FunctionHandle):
                 exc.kind, exc.message, retryable=exc.retryable, call_id=""
             ) from None
 
+    async def _ask(self, address: str, request: Awaitable[R]) -> R:
+        """An Invoke or DebugInvoke: the Sync Invoker's only FAILED_PRECONDITION is a
+        chain it does not serve (the status alone would read as a worker's slot)."""
+        try:
+            return await self._transport.unary(address, request)
+        except SlotInvalidError as exc:
+            raise ChainNotServedError(exc.message, exc.status) from None
+
     def _outside_a_call(self, method: str) -> None:
         if in_call():
             raise RuntimeError(
@@ -118,14 +148,17 @@ class FunctionHandle(blockx_executor.FunctionHandle):
                 "running call"
             )
 
-    async def debug(self, *args: Any, timeout_ms: int = 0) -> Invocation:
+    async def debug(self, *args: Any, timeout_ms: int = 0, chain: str | None = None) -> Invocation:
         """Invoke, plus what the function printed/logged and a trace of its IO."""
         self._outside_a_call("debug")
-        reply = await self._transport.unary(
+        reply = await self._ask(
             self._options.sync_invoker,
             self._stub().debug_invoke(
                 syncinvoker_v1.DebugInvokeRequest(
-                    function=self.name, args=args_to_pb(args), timeout_ms=timeout_ms
+                    function=self.name,
+                    args=args_to_pb(args),
+                    timeout_ms=timeout_ms,
+                    chain=chain or "",
                 ),
                 timeout=self._options.rpc_timeout_s + timeout_ms / 1000,
             ),

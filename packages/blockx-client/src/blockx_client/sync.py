@@ -292,19 +292,29 @@ class SyncFunctionHandle:
         return self._owner._run(coro)
 
     @overload
-    def call(self, *args: Any, timeout_ms: int = 0) -> Any: ...
+    def call(self, *args: Any, timeout_ms: int = 0, chain: str | None = None) -> Any: ...
     @overload
-    def call(self, *args: Any, timeout_ms: int = 0, result_type: type[T]) -> T: ...
-    def call(self, *args: Any, timeout_ms: int = 0, result_type: type[T] | None = None) -> T | Any:
+    def call(
+        self, *args: Any, timeout_ms: int = 0, chain: str | None = None, result_type: type[T]
+    ) -> T: ...
+    def call(
+        self,
+        *args: Any,
+        timeout_ms: int = 0,
+        chain: str | None = None,
+        result_type: type[T] | None = None,
+    ) -> T | Any:
         if result_type is None:
-            return self._run(self._handle.call(*args, timeout_ms=timeout_ms))
-        return self._run(self._handle.call(*args, timeout_ms=timeout_ms, result_type=result_type))
+            return self._run(self._handle.call(*args, timeout_ms=timeout_ms, chain=chain))
+        return self._run(
+            self._handle.call(*args, timeout_ms=timeout_ms, chain=chain, result_type=result_type)
+        )
 
-    def invoke(self, *args: Any, timeout_ms: int = 0) -> Invocation:
-        return self._run(self._handle.invoke(*args, timeout_ms=timeout_ms))
+    def invoke(self, *args: Any, timeout_ms: int = 0, chain: str | None = None) -> Invocation:
+        return self._run(self._handle.invoke(*args, timeout_ms=timeout_ms, chain=chain))
 
-    def debug(self, *args: Any, timeout_ms: int = 0) -> Invocation:
-        return self._run(self._handle.debug(*args, timeout_ms=timeout_ms))
+    def debug(self, *args: Any, timeout_ms: int = 0, chain: str | None = None) -> Invocation:
+        return self._run(self._handle.debug(*args, timeout_ms=timeout_ms, chain=chain))
 
     def precheck(self, *args: Any, check_args: bool = True) -> Precheck:
         return self._run(self._handle.precheck(*args, check_args=check_args))

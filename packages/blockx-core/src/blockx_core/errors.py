@@ -34,6 +34,9 @@ class ErrorCode(enum.StrEnum):
     # does not serve worker.v1): the request definitely did not allocate a slot.
     REJECTED = "Rejected"
     INTERNAL = "Internal"
+    # Sync Invoker: the request names a chain it does not serve, or none where it
+    # serves several; the request is well formed, this server cannot run it.
+    CHAIN_NOT_SERVED = "ChainNotServed"
 
 
 class Refusal(msgspec.Struct, frozen=True):

@@ -69,6 +69,7 @@ from blockx_client.backfill import (
     TaskOutcome,
     backfill,
 )
+from blockx_client.call_unit import unit_config
 from blockx_client.dev_config import dev_config_path
 from blockx_client.follow import (
     DEFAULT_POLL_INTERVAL_S,
@@ -95,6 +96,7 @@ T = TypeVar("T")
 class Unit(enum.Enum):
     ROW = "row"
     BLOCK = "block"
+    EVENT = "event"
 
 
 FunctionOpt = Annotated[str, typer.Option("--function", help="The function to run.")]
@@ -114,8 +116,23 @@ WhereOpt = Annotated[
 UnitOpt = Annotated[
     Unit,
     typer.Option(
-        "--unit", case_sensitive=False, help="row: one call per row; block: one call per block."
+        "--unit",
+        case_sensitive=False,
+        help="row: one call per row; block: one call per block; event: one call per "
+        "log decoded as --event of --abi (--source-table logs).",
     ),
+]
+AbiOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--abi",
+        help="With --unit event: the registered ABI the logs decode with "
+        "(see `blockx chain abi list`).",
+    ),
+]
+EventOpt = Annotated[
+    str | None,
+    typer.Option("--event", help="With --unit event: the name of the event in --abi."),
 ]
 SinkTableOpt = Annotated[str, typer.Option("--sink-table", help="The sink table to write.")]
 DbOpt = Annotated[
@@ -213,6 +230,19 @@ def _columns(pairs: list[str] | None) -> dict[str, Any] | None:
             fail(f"--column {pair!r}: {exc}", EXIT_USAGE)
         columns[name] = kind.upper()
     return {"columns": columns}
+
+
+def _unit(unit: Unit, source_table: str, abi: str | None, event: str | None) -> dict[str, Any]:
+    """The driver's unit arguments, checked before anything is opened (exit 2)."""
+    if unit is Unit.EVENT and (abi is None or event is None):
+        fail("--unit event needs --abi NAME and --event NAME", EXIT_USAGE)
+    if unit is not Unit.EVENT and (abi is not None or event is not None):
+        fail("--abi and --event go with --unit event", EXIT_USAGE)
+    try:
+        unit_config(unit.value, source_table, abi, event)
+    except ValueError as exc:
+        fail(str(exc), EXIT_USAGE)
+    return {"unit": unit.value, "abi": abi, "event": event}
 
 
 def _where(raw: str | None) -> dict[str, Any] | None:
@@ -403,6 +433,8 @@ def backfill_command(
     sink_table: SinkTableOpt,
     where: WhereOpt = None,
     unit: UnitOpt = Unit.ROW,
+    abi: AbiOpt = None,
+    event: EventOpt = None,
     blocks_per_task: Annotated[
         int, typer.Option("--blocks-per-task", min=1, help="Blocks per task.")
     ] = DEFAULT_BLOCKS_PER_TASK,
@@ -436,7 +468,7 @@ def backfill_command(
         "function": function,
         "source_table": source_table,
         "where": _where(where),
-        "unit": unit.value,
+        **_unit(unit, source_table, abi, event),
         "from_block": from_block,
         "to_block": to_block,
         "blocks_per_task": blocks_per_task,
@@ -583,6 +615,8 @@ def follow_command(
     sink_table: SinkTableOpt,
     where: WhereOpt = None,
     unit: UnitOpt = Unit.ROW,
+    abi: AbiOpt = None,
+    event: EventOpt = None,
     from_block: Annotated[
         int | None,
         typer.Option(
@@ -625,7 +659,7 @@ def follow_command(
         "function": function,
         "source_table": source_table,
         "where": _where(where),
-        "unit": unit.value,
+        **_unit(unit, source_table, abi, event),
         "sink_table": sink_table,
         "from_block": from_block,
         **_databases(db, sink_db, json_output),

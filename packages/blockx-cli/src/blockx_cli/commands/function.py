@@ -39,12 +39,21 @@ def invoke(
     *,
     debug: Annotated[bool, typer.Option("--debug", help="Also show output and IO trace.")] = False,
     timeout_ms: Annotated[int, typer.Option(help="Call budget (0 = default).")] = 0,
+    chain: Annotated[
+        str | None,
+        typer.Option(
+            "--chain",
+            help="The chain the call reads, by its name in the Sync Invoker's "
+            "[chains.NAME] configuration (default: its only chain).",
+        ),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Run one function once through the Sync Invoker."""
     out = Output(console, json_)
     values = parse_args(args or [])
-    raise typer.Exit(run(_invoke(settings_of(ctx), out, function, values, debug, timeout_ms)))
+    invoking = _invoke(settings_of(ctx), out, function, values, debug, timeout_ms, chain)
+    raise typer.Exit(run(invoking))
 
 
 @app.command()
@@ -90,14 +99,20 @@ def parse_args(values: list[str]) -> list[Any]:
 
 
 async def _invoke(
-    settings: Settings, out: Output, function: str, args: list[Any], debug: bool, timeout_ms: int
+    settings: Settings,
+    out: Output,
+    function: str,
+    args: list[Any],
+    debug: bool,
+    timeout_ms: int,
+    chain: str | None,
 ) -> int:
     async with settings.client() as client:
         handle = client.function(function)
         result = await (
-            handle.debug(*args, timeout_ms=timeout_ms)
+            handle.debug(*args, timeout_ms=timeout_ms, chain=chain)
             if debug
-            else handle.invoke(*args, timeout_ms=timeout_ms)
+            else handle.invoke(*args, timeout_ms=timeout_ms, chain=chain)
         )
     if out.json_mode:
         out.emit(invocation_dict(result))

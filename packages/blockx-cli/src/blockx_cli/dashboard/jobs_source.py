@@ -45,6 +45,8 @@ def job_row(job: JobProgress, at_ms: int) -> JobRow:
         ended_ms=job.ended_ms,
         function=job.function,
         sink_table=job.sink_table,
+        chain=job.chain,
+        chain_id=job.chain_id,
         task_prefix=job.task_prefix,
         command=job.command,
         from_block=job.from_block,

@@ -172,6 +172,10 @@ class JobRow(msgspec.Struct, frozen=True, kw_only=True):
     ended_ms: int | None
     function: str
     sink_table: str
+    # The chain its tasks read ("": the Workers' only chain) and the chain id of the
+    # block database it planned from (None: a record made before jobs kept it).
+    chain: str
+    chain_id: int | None
     # Every task of the job has an id starting with this.
     task_prefix: str
     # The command line (or Python call) that started it.

@@ -38,7 +38,6 @@ from blockx_chain.store import BlockStore, open_store
 from blockx_chain.url import BlockDbUrl
 from blockx_client.backfill.plan import (
     DEFAULT_BLOCKS_PER_TASK,
-    UNITS,
     BackfillError,
     BackfillPlan,
     TaskRange,
@@ -55,6 +54,7 @@ from blockx_client.backfill.progress import (
     TaskOutcome,
 )
 from blockx_client.backfill.record import backfill_progress
+from blockx_client.call_unit import unit_config
 from blockx_client.job_progress import new_record, task_prefix
 from blockx_client.jobs import JobKind, JobRecorder, new_job_id, now_ms
 from blockx_client.ledger import canonical_hashes, planning_chain, written_hashes
@@ -181,6 +181,8 @@ async def backfill(
     on_failure: OnFailure | str = OnFailure.CONTINUE,
     command: str | None = None,
     chain: str | None = None,
+    abi: str | None = None,
+    event: str | None = None,
 ) -> AsyncIterator[BackfillEvent]:
     """Backfill ``[from_block, to_block]``: ``function`` over ``source_table`` of the
     block database (``db_url``) into ``sink_table`` of the sink (``sink_db_url``,
@@ -196,6 +198,12 @@ async def backfill(
     chain has another chain id refuses the tasks), and the rows written are that
     chain's, beside other chains' rows of the same table.
 
+    ``unit``: ``row`` (a call per row), ``block`` (a call per block) or ``event``
+    (a call per log of ``source_table`` ``logs`` that decodes as the event named
+    ``event`` of the registered ABI named ``abi``, with ``{"block", "log",
+    "event"}``). An ABI or event the block database's registry does not hold fails
+    the tasks, not retryable: they are reported failed, not attempted again.
+
     Before any task goes out, the source table, the sink's column types and the
     function are checked (``blockx_client.submission``). The run keeps its job
     record in the sink (``blockx_client.jobs``), naming ``command`` (default: this
@@ -208,8 +216,7 @@ async def backfill(
     ClusterUnreachable (a ConnectError) when a task's attempts never reached the
     cluster, and InvalidRequestError when the cluster refuses the task (no bundle
     coordinator configured)."""
-    if unit not in UNITS:
-        raise ValueError(f"unit must be row or block, got {unit!r}")
+    units = unit_config(unit, source_table, abi, event)
     if tasks_in_flight < 1:
         raise ValueError(f"tasks_in_flight must be >= 1, got {tasks_in_flight}")
     after_failure = check_attempts(max_attempts, on_failure)
@@ -262,6 +269,8 @@ async def backfill(
                     "writer_config": writer_config,
                     "force": force or None,
                     "chain": chain,
+                    "abi": abi,
+                    "event": event,
                 },
             )
         job_id = new_job_id(JobKind.BACKFILL)
@@ -282,7 +291,7 @@ async def backfill(
                 function=function,
                 source_table=source_table,
                 where=where,
-                unit=unit,
+                unit=units,
                 bundle_size=bundle_size,
                 writer=writer,
                 writer_config=config,
@@ -308,9 +317,9 @@ async def backfill(
         tally = Tally(header, started)
         run = _backfill(client, tally, pending, tasks_in_flight, max_attempts, after_failure)
         async with JobRecorder(sink, record) as recorder, contextlib.aclosing(run) as events:
-            async for event in events:
-                recorder.update(backfill_progress(recorder.record, event, now_ms()))
-                yield event
+            async for happened in events:
+                recorder.update(backfill_progress(recorder.record, happened, now_ms()))
+                yield happened
     finally:
         await sink.close()
 

@@ -18,7 +18,6 @@ from blockx_client.ledger import up_to_date
 from blockx_client.models import PluginConfig, Task
 
 DEFAULT_BLOCKS_PER_TASK: Final = 1000
-UNITS: Final = ("row", "block")
 
 
 class BackfillError(Exception):
@@ -101,20 +100,21 @@ def bundle_task(
     function: str,
     source_table: str,
     where: Mapping[str, Any] | None,
-    unit: str,
+    unit: Mapping[str, Any],
     bundle_size: int | None,
     writer: str,
     writer_config: Mapping[str, Any],
     chain: str | None = None,
 ) -> Task:
     """The BlockBundleCallConfig task of one range (its task_id is set per attempt),
-    of the chain named ``chain`` (None: the Workers' only chain)."""
+    of the chain named ``chain`` (None: the Workers' only chain); ``unit`` is the
+    Builder config's unit keys (``blockx_client.call_unit.unit_config``)."""
     config: dict[str, Any] = {
         "function": function,
         "table": source_table,
         "fromBlock": task_range.from_block,
         "toBlock": task_range.to_block,
-        "unit": unit,
+        **unit,
     }
     if bundle_size is not None:
         config["bundleSize"] = bundle_size

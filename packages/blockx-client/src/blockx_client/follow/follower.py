@@ -50,7 +50,7 @@ from blockx_chain.ingest.plan import DEFAULT_MAX_REORG_DEPTH
 from blockx_chain.sink import SinkStore, SinkUnavailable, open_sink
 from blockx_chain.store import BlockStore, StoreUnavailable, open_store
 from blockx_chain.url import BlockDbUrl
-from blockx_client.backfill.plan import UNITS
+from blockx_client.call_unit import unit_config
 from blockx_client.follow.events import (
     BlockFailed,
     BlockRetrying,
@@ -512,6 +512,8 @@ async def follow(
     stop: asyncio.Event | None = None,
     command: str | None = None,
     chain: str | None = None,
+    abi: str | None = None,
+    event: str | None = None,
 ) -> AsyncIterator[FollowEvent]:
     """Follow the block database's head: ``function`` over ``source_table`` for each
     new block, written into ``sink_table`` of the sink (``sink_db_url``, the one the
@@ -530,13 +532,14 @@ async def follow(
     record's ``task_prefix``. ``chain``: the name of the chain the tasks read
     (None: the Workers' only chain), ``db_url`` being its block database; follow
     reads, reconciles and deletes that chain's ledger entries and rows only.
+    ``unit``, ``abi`` and ``event``: as ``backfill``'s (``unit="event"``: a call per
+    decoded event of ``abi``'s ``event`` in the block's logs).
 
     Raises ValueError for arguments it cannot use (SubmissionRefused for a failed
     check), the stores' unavailable errors when a database cannot be reached at start,
     ClusterUnreachable (a ConnectError) when a block's attempts never reached the
     cluster, and InvalidRequestError when the cluster refuses the task."""
-    if unit not in UNITS:
-        raise ValueError(f"unit must be row or block, got {unit!r}")
+    units = unit_config(unit, source_table, abi, event)
     if tasks_in_flight < 1:
         raise ValueError(f"tasks_in_flight must be >= 1, got {tasks_in_flight}")
     after_failure = check_attempts(max_attempts, on_failure)
@@ -552,7 +555,7 @@ async def follow(
         function=function,
         source_table=source_table,
         where=where,
-        unit=unit,
+        unit=units,
         sink_table=sink_table,
         writer=writer,
         writer_config=writer_config_for(writer_config, sink_table),
@@ -578,6 +581,8 @@ async def follow(
                 "sink_db_url": sink_db,
                 "writer_config": writer_config,
                 "chain": chain,
+                "abi": abi,
+                "event": event,
             },
         )
     store = await open_store(block_db, read_only=True)
@@ -611,9 +616,9 @@ async def follow(
                 yield started
                 recorder.update(progress.fold(recorder.record, reconciled, now_ms()))
                 yield reconciled
-                async for event in events:
-                    recorder.update(progress.fold(recorder.record, event, now_ms()))
-                    yield event
+                async for happened in events:
+                    recorder.update(progress.fold(recorder.record, happened, now_ms()))
+                    yield happened
         finally:
             await sink.close()
     finally:

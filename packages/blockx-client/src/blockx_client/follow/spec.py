@@ -19,7 +19,7 @@ class FollowSpec:
         function: str,
         source_table: str,
         where: Mapping[str, Any] | None,
-        unit: str,
+        unit: Mapping[str, Any],
         sink_table: str,
         writer: str,
         writer_config: dict[str, Any],
@@ -34,7 +34,8 @@ class FollowSpec:
         self.function = function
         self.source_table = source_table
         self.where = dict(where) if where else None
-        self.unit = unit
+        # The Builder config's unit keys (``blockx_client.call_unit.unit_config``).
+        self.unit = dict(unit)
         self.sink_table = sink_table
         self.writer = writer
         self.writer_config = writer_config
@@ -56,7 +57,7 @@ class FollowSpec:
             "function": self.function,
             "table": self.source_table,
             "block": {"number": number, "hash": block_hash},
-            "unit": self.unit,
+            **self.unit,
         }
         if self.where:
             config["where"] = self.where

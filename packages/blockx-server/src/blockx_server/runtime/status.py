@@ -50,6 +50,11 @@ SYNC_INVOKER_STATUS: Final[Mapping[ErrorCode, Status]] = {
     ErrorCode.UNAVAILABLE: Status.UNAVAILABLE,
     # Every invoke slot (SYNC_INVOKER_MAX_CONCURRENT) is taken: back off and retry.
     ErrorCode.NO_SLOT: Status.RESOURCE_EXHAUSTED,
+    # A chain this Sync Invoker does not serve (or none named where it serves
+    # several): the request is well formed, and another deployment of the same
+    # request (one serving the chain) would run it, so it is the server's state that
+    # refuses it, not the argument; retrying here changes nothing.
+    ErrorCode.CHAIN_NOT_SERVED: Status.FAILED_PRECONDITION,
 }
 
 # Statuses that prove the Worker did not allocate a slot (a definite rejection).

@@ -4,8 +4,10 @@
 one-call task with a fresh internal task id, pinned to the current code epoch.
 A function that fails is a normal answer (``success=false`` with the call's
 failure kind); gRPC errors are only for a bad request (INVALID_ARGUMENT), a
-server that is not ready or is stopping (UNAVAILABLE) and overload
-(RESOURCE_EXHAUSTED). ``DebugInvoke`` adds what the function printed or logged
+server that is not ready or is stopping (UNAVAILABLE), overload
+(RESOURCE_EXHAUSTED), and a chain it does not serve (FAILED_PRECONDITION: the
+request's ``chain``, a BlockX addition, names one this server's configuration lacks,
+or none where it serves several). ``DebugInvoke`` adds what the function printed or logged
 and a trace of its IO requests. ``Precheck`` answers from the code alone
 (``blockx_core.signature.precheck``); it never runs user code.
 
@@ -70,6 +72,8 @@ class _Request(msgspec.Struct, frozen=True, kw_only=True):
     args: list[Any]
     budget_ms: int
     call_id: str
+    # The chain the call reads; None when the server serves none.
+    chain: str | None
 
 
 class SyncInvokerService(pb.SyncInvokerServiceBase):
@@ -125,7 +129,13 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
 
     async def invoke(self, message: pb.InvokeRequest) -> pb.InvokeResponse:
         outcome, _ = await self._invoke(
-            "Invoke", message.function, message.args, message.timeout_ms, message.call_id, False
+            "Invoke",
+            message.function,
+            message.args,
+            message.timeout_ms,
+            message.call_id,
+            message.chain,
+            False,
         )
         return invoke_response(outcome)
 
@@ -136,6 +146,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
             message.args,
             message.timeout_ms,
             message.call_id,
+            message.chain,
             True,
         )
         trace = observer.trace if observer is not None else []
@@ -183,7 +194,28 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
             return "the Sync Invoker is shutting down; retry on another instance"
         return "the Sync Invoker is starting (executors or function code not ready); retry soon"
 
-    def _validate(self, function: str, args: str, timeout_ms: int, call_id: str) -> _Request:
+    def _chain(self, name: str) -> str | None:
+        """The chain an invoke reads: the one named (empty: the only one served)."""
+        served = self._io.chain_names()
+        if not name:
+            if len(served) > 1:
+                raise _refuse(
+                    ErrorCode.CHAIN_NOT_SERVED,
+                    f"this Sync Invoker serves several chains ({', '.join(served)}): "
+                    "name one (chain)",
+                )
+            return served[0] if served else None
+        if name not in served:
+            raise _refuse(
+                ErrorCode.CHAIN_NOT_SERVED,
+                f"this Sync Invoker does not serve chain {name!r} "
+                f"(it serves: {', '.join(served) or 'none'})",
+            )
+        return name
+
+    def _validate(
+        self, function: str, args: str, timeout_ms: int, call_id: str, chain: str
+    ) -> _Request:
         if not function:
             raise _refuse(
                 ErrorCode.INVALID_ARGUMENT, "function is required: the name of a function to run"
@@ -213,15 +245,23 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
             args=decoded,
             budget_ms=timeout_ms or self._default_timeout_ms,
             call_id=call_id or uuid.uuid4().hex,
+            chain=self._chain(chain),
         )
 
     async def _invoke(
-        self, rpc: str, function: str, args: str, timeout_ms: int, call_id: str, debug: bool
+        self,
+        rpc: str,
+        function: str,
+        args: str,
+        timeout_ms: int,
+        call_id: str,
+        chain: str,
+        debug: bool,
     ) -> tuple[InvokeOutcome, InvokeObserver | None]:
         # Monotonic, microsecond wall time for durations (the Clock is for timestamps).
         started_ns = time.perf_counter_ns()
         try:
-            request = self._validate(function, args, timeout_ms, call_id)
+            request = self._validate(function, args, timeout_ms, call_id, chain)
             if not self.ready:
                 raise _refuse(ErrorCode.UNAVAILABLE, self._not_ready_text())
             if self.in_flight >= self._max_concurrent:
@@ -256,8 +296,8 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         except NoSnapshotError:
             raise _refuse(ErrorCode.UNAVAILABLE, self._not_ready_text()) from None
         # Functions are read-only here too: the scope refuses every write. An invoke
-        # reads the only chain served (several: through io.router.chain(name)).
-        scope = TaskIoScope(self._io, task_id, code_epoch=snapshot.epoch)
+        # reads its chain (others through io.router.chain(name)).
+        scope = TaskIoScope(self._io, task_id, chain=request.chain, code_epoch=snapshot.epoch)
         try:
             if snapshot.resolve(request.function) is None:
                 wall_us = (time.perf_counter_ns() - started_ns) // 1000

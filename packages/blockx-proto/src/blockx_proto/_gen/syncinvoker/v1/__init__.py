@@ -65,6 +65,11 @@ class DebugInvokeRequest(betterproto2.Message):
 
     call_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
 
+    chain: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    BlockX addition: as InvokeRequest.chain.
+    """
+
 
 default_message_pool.register_message("syncinvoker.v1", "DebugInvokeRequest", DebugInvokeRequest)
 
@@ -106,6 +111,12 @@ class InvokeRequest(betterproto2.Message):
     call_id: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
     """
     Optional caller-chosen id; generated when empty.
+    """
+
+    chain: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+    """
+    BlockX addition: the chain the call reads (its name in the server's
+    [chains.NAME] tables); empty = the only chain served.
     """
 
 
