@@ -68,6 +68,14 @@ def test_demo_end_to_end() -> None:
     done = float(re.findall(r"done in (\d+\.\d) s", out)[0])
     assert sum(times) <= done + 0.05 * len(times) <= took + 0.05 * len(times)
     assert "2,000 blocks" in out
+    # Ingest followed the generation; the runs' summaries add up to every block.
+    ingest = re.search(
+        r"stage \d: ingest — blocks 0-(\d+) into the block database \(([\d,]+) of them "
+        r"ingested while the chain was generated\)",
+        out,
+    )
+    assert ingest is not None, out
+    assert f"  {int(ingest[1]) + 1:,} blocks, " in out
     tokens = re.findall(r"│ (TT\d) +│ 0x[0-9a-f]{40} +│ +([\d,]+) │", out)
     assert sorted(symbol for symbol, _ in tokens) == ["TT0", "TT1", "TT2"], out
     assert all(int(count.replace(",", "")) > 0 for _, count in tokens)

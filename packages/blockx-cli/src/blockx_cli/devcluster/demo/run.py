@@ -36,7 +36,7 @@ from blockx_chain.sink import SinkError
 from blockx_chain.store import StoreError
 from blockx_cli.devcluster.background import LocalCluster
 from blockx_cli.devcluster.demo.backfill import BackfillFigures, backfill_stage
-from blockx_cli.devcluster.demo.chain import Transfers, generate_stage, ingest_stage
+from blockx_cli.devcluster.demo.chain import Ingests, Transfers, generate_stage, ingest_stage
 from blockx_cli.devcluster.demo.job import ChainJob
 from blockx_cli.devcluster.demo.live import LiveFigures, live_stage
 from blockx_cli.devcluster.demo.report import Check, Report, build_report, percentile
@@ -153,23 +153,27 @@ async def _stages(
     ready = asyncio.ensure_future(_ready(cluster))
     async with JsonRpcClient(rpc_url) as rpc:
         devnet = Devnet(rpc)
+        ingests = Ingests(rpc_url, block_db)
         t = o.transfers
         with stages.stage(
             "generate the chain",
             f"{o.blocks:,} blocks of {t.token_transfers + t.eth_transfers} transfers and "
-            f"{t.swaps} swap on anvil, 3 ERC-20 test tokens and a token/ETH pair",
+            f"{t.swaps} swap on anvil, 3 ERC-20 test tokens and a token/ETH pair; ingest "
+            "follows it",
         ):
             generated = await _unless_failed(
-                generate_stage(devnet, o.blocks, o.transfers, console), ready
+                generate_stage(devnet, o.blocks, o.transfers, ingests, console), ready
             )
             console.print(
                 f"  {generated.transactions:,} transactions, "
                 f"{generated.transactions / generated.seconds:,.0f} tx/s"
             )
-        with stages.stage("ingest", f"blocks 0-{generated.head} into the block database"):
-            ingested = await _unless_failed(
-                ingest_stage(rpc_url, block_db, generated.head, console), ready
-            )
+        with stages.stage(
+            "ingest",
+            f"blocks 0-{generated.head} into the block database ({ingests.blocks:,} of them "
+            "ingested while the chain was generated)",
+        ):
+            ingested = await _unless_failed(ingest_stage(ingests, generated.head, console), ready)
             console.print(
                 f"  {ingested.blocks:,} blocks, {ingested.transactions:,} transactions, "
                 f"{ingested.erc20_transfers:,} ERC-20 transfers, "
