@@ -312,7 +312,7 @@ class EventDecoder:
         # a name: the library's way then says which value wins).
         self._words: list[tuple[str, ReadWord | None, int]] | None = None
         readers = [word_reader(t) for t in self._all_types]
-        if self._at_once and all(readers) and len(set(names)) == len(names):
+        if all(readers) and len(set(names)) == len(names):
             hashes = dict(self._hashed)
             static_names = [n for n, _ in self._static_names]
             data_names = [n for n, _ in self._data_names]
