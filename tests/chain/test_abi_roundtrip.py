@@ -261,7 +261,8 @@ def _word_of(draw: st.DrawFn, param: dict[str, Any]) -> bytes:
     """Mostly a value of the type (a word out of range refuses the whole log, and
     would hide what the other words do), else an edge or any word."""
     valid = values(param).map(lambda v: encode([param["type"]], [v]))
-    return draw(st.one_of(valid, valid, st.sampled_from(_edges(param["type"])), WORDS))
+    word: bytes = draw(st.one_of(valid, valid, st.sampled_from(_edges(param["type"])), WORDS))
+    return word
 
 
 @st.composite
