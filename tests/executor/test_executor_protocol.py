@@ -121,6 +121,19 @@ def test_integers_of_any_size_travel_both_ways(n: int) -> None:
     assert type(got.args[0][0]) is int
 
 
+def test_big_integers_deep_in_long_rows_and_lists_travel_both_ways() -> None:
+    # Long parts are first tried whole: one that encodes is kept, one that does not
+    # is walked, at any depth.
+    row = {f"c{i}": i for i in range(20)}
+    long_list = [*range(12), 2**100]
+    args = [[{"block": row, "log": dict(row, value=-(2**90)), "deep": [*[row] * 10, long_list]}]]
+    batch = ExecuteCalls("t", "d", "f", 1, [1], args)
+    [got] = FrameDecoder[Any](ToExecutor).feed(FrameEncoder().encode([batch]))
+    assert got == batch
+    assert type(got.args[0][0]["deep"][-1][-1]) is int
+    assert got.args[0][0]["log"]["value"] == -(2**90)
+
+
 def test_a_call_that_cannot_be_encoded_is_left_out_alone() -> None:
     batch = ExecuteCalls(
         "t", "d", "f", 1, [1, 2, 3], [[2**70], [object()], ["\udc80"]], kwargs=[{}, {}, {"a": 1}]
@@ -138,6 +151,17 @@ def test_a_call_that_cannot_be_encoded_is_left_out_alone() -> None:
     ]
     assert "object" in unsendable[0].reason
     assert "surrogates not allowed" in unsendable[1].reason
+
+
+def test_a_long_row_that_cannot_be_encoded_is_left_out_alone() -> None:
+    row = {f"c{i}": i for i in range(12)}
+    batch = ExecuteCalls("t", "d", "f", 1, [1, 2], [[dict(row, v=2**70)], [dict(row, o=object())]])
+    frame, unsendable = FrameEncoder().encode_sendable([batch])
+    assert FrameDecoder[Any](ToExecutor).feed(frame) == [
+        ExecuteCalls("t", "d", "f", 1, [1], [[dict(row, v=2**70)]])
+    ]
+    assert [u.message.call_ids for u in unsendable] == [[2]]
+    assert "object" in unsendable[0].reason
 
 
 def test_text_that_cannot_be_encoded_is_escaped_not_dropped() -> None:

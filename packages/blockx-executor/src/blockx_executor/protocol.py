@@ -250,6 +250,17 @@ _TEXT_FIELDS: Final[dict[type[Any], tuple[str, ...]]] = {
 # Values portable() returns as they are, told by their exact type: checked first,
 # so the walk of a batch of calls (rows of text, mostly) stays cheap.
 _PLAIN: Final = frozenset({str, float, bool, bytes, type(None)})
+# A list or a dict longer than this is first tried whole (see portable).
+_PROBE_ABOVE: Final = 8
+_PROBE: Final = msgspec.msgpack.Encoder()
+
+
+def _encodes(value: Any) -> bool:
+    try:
+        _PROBE.encode(value)
+    except _UNENCODABLE:
+        return False
+    return True
 
 
 def portable(value: Any) -> Any:
@@ -258,18 +269,32 @@ def portable(value: Any) -> Any:
     kind = type(value)
     if kind in _PLAIN:
         return value
-    if kind is dict:
-        return {
-            k if type(k) is str else portable(k): v if type(v) in _PLAIN else portable(v)
-            for k, v in value.items()
-        }
-    if kind is list or kind is tuple:
-        return [v if type(v) in _PLAIN else portable(v) for v in value]
+    if kind is int:
+        return value if _MIN_INT <= value <= _MAX_INT else _big_int(value)
+    if kind is dict or kind is list or kind is tuple:
+        # A long part that encodes as it is (a call's block row, say) is kept whole:
+        # msgspec tells so several times faster than a walk in Python. A short one
+        # is walked (a failed try costs about as much as its walk).
+        if len(value) > _PROBE_ABOVE and _encodes(value):
+            return value
+        # Plain values and 64-bit ints are told here, without a call.
+        if kind is dict:
+            return {
+                k if type(k) is str else portable(k): v
+                if (t := type(v)) in _PLAIN or (t is int and _MIN_INT <= v <= _MAX_INT)
+                else portable(v)
+                for k, v in value.items()
+            }
+        return [
+            v
+            if (t := type(v)) in _PLAIN or (t is int and _MIN_INT <= v <= _MAX_INT)
+            else portable(v)
+            for v in value
+        ]
     if isinstance(value, int):
         if _MIN_INT <= value <= _MAX_INT or isinstance(value, bool):
             return value
-        size = (value.bit_length() + 8) // 8  # room for the sign bit
-        return msgspec.msgpack.Ext(BIG_INT_EXT, value.to_bytes(size, "big", signed=True))
+        return _big_int(value)
     if isinstance(value, list | tuple):
         return [portable(v) for v in value]
     if isinstance(value, dict):
@@ -278,6 +303,11 @@ def portable(value: Any) -> Any:
         fields = value.__struct_fields__
         return msgspec.structs.replace(value, **{f: portable(getattr(value, f)) for f in fields})
     return value
+
+
+def _big_int(value: int) -> msgspec.msgpack.Ext:
+    size = (value.bit_length() + 8) // 8  # room for the sign bit
+    return msgspec.msgpack.Ext(BIG_INT_EXT, value.to_bytes(size, "big", signed=True))
 
 
 def _ext_hook(code: int, data: memoryview) -> Any:
