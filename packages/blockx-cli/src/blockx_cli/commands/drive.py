@@ -158,7 +158,7 @@ ChainOpt = Annotated[
     str | None,
     typer.Option(
         "--chain",
-        help="The chain the tasks read, by its name in the Workers' [chains.NAME] "
+        help="The chain the tasks read, by its name in the Workers' chains.NAME table "
         "configuration (default: their only chain); --db is that chain's block database.",
     ),
 ]

@@ -44,7 +44,7 @@ def invoke(
         typer.Option(
             "--chain",
             help="The chain the call reads, by its name in the Sync Invoker's "
-            "[chains.NAME] configuration (default: its only chain).",
+            "chains.NAME table (default: its only chain).",
         ),
     ] = None,
     json_: JsonOpt = False,
