@@ -28,6 +28,7 @@ import difflib
 import tomllib
 from collections.abc import Collection
 from pathlib import Path
+from typing import Any
 
 
 class ConfigFileError(Exception):
@@ -71,14 +72,7 @@ def read_config_file(
     """The settings ``path`` holds, as environment text; ConfigFileError naming every
     unknown key and value of the wrong type, or why the file cannot be read.
     ``tables`` names the tables of tables the program reads (``chains``)."""
-    try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigFileError([f"cannot read {path}: {exc.strerror or exc}"]) from None
-    except UnicodeDecodeError:
-        raise ConfigFileError([f"{path} is not UTF-8 text"]) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigFileError([f"{path} is not valid TOML: {exc}"]) from None
+    document = _document(path)
     values: dict[str, str] = {}
     problems: list[str] = []
     for key, value in document.items():
@@ -121,18 +115,23 @@ def _table_of_tables(path: Path, key: str, value: object, values: dict[str, str]
     return problems
 
 
-def read_tables(path: Path, table: str) -> dict[str, str]:
-    """Only the ``[table.NAME]`` tables of ``path``, flattened as ``read_config_file``
-    does (the file's other keys are another program's business); ConfigFileError
-    for a file that cannot be read or a table that is malformed."""
+def _document(path: Path) -> dict[str, Any]:
+    """The TOML document ``path`` holds; ConfigFileError saying why it cannot be read."""
     try:
-        document = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigFileError([f"cannot read {path}: {exc.strerror or exc}"]) from None
     except UnicodeDecodeError:
         raise ConfigFileError([f"{path} is not UTF-8 text"]) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigFileError([f"{path} is not valid TOML: {exc}"]) from None
+
+
+def read_tables(path: Path, table: str) -> dict[str, str]:
+    """Only the ``[table.NAME]`` tables of ``path``, flattened as ``read_config_file``
+    does (the file's other keys are another program's business); ConfigFileError
+    for a file that cannot be read or a table that is malformed."""
+    document = _document(path)
     values: dict[str, str] = {}
     problems = _table_of_tables(path, table, document.get(table, {}), values)
     if problems:
