@@ -67,7 +67,7 @@ def test_demo_end_to_end() -> None:
     assert re.search(r"stopped in \d+\.\d s", out)
     done = float(re.findall(r"done in (\d+\.\d) s", out)[0])
     assert sum(times) <= done + 0.05 * len(times) <= took + 0.05 * len(times)
-    assert "2,000 blocks" in out
+    assert "1,500 blocks" in out
     # Ingest followed the generation; the runs' summaries add up to every block.
     ingest = re.search(
         r"stage \d: ingest — blocks 0-(\d+) into the block database \(([\d,]+) of them "

@@ -122,7 +122,7 @@ def dev_up(
 @app.command()
 def demo(
     *,
-    blocks: Annotated[int, typer.Option(min=1, help="Blocks of history to generate.")] = 2000,
+    blocks: Annotated[int, typer.Option(min=1, help="Blocks of history to generate.")] = 1500,
     live_seconds: Annotated[
         float, typer.Option(min=3, help="How long the live stage mines (a reorg part-way).")
     ] = 5.0,

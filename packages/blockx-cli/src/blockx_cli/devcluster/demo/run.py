@@ -53,7 +53,7 @@ T = TypeVar("T")
 
 
 class DemoOptions(msgspec.Struct, frozen=True, kw_only=True):
-    blocks: int = 2000
+    blocks: int = 1500
     transfers: Transfers = Transfers()
     backfill_tasks: int = 8
     backfill_tasks_in_flight: int = 4
