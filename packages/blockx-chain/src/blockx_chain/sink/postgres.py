@@ -83,6 +83,18 @@ def _decoded(record: asyncpg.Record) -> dict[str, Any]:
     return row
 
 
+# The indexes of the current schema with their columns in order, and their tables
+# (``c`` the index, ``t`` its table, ``n`` its schema): the rest of a SELECT.
+_INDEXES: Final = (
+    "ARRAY(SELECT a.attname FROM unnest(i.indkey::int2[]) WITH ORDINALITY "
+    "AS k(attnum, position) JOIN pg_attribute a ON a.attrelid = i.indrelid "
+    "AND a.attnum = k.attnum ORDER BY k.position)::text[] AS columns "
+    "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+    "JOIN pg_class t ON t.oid = i.indrelid "
+    "JOIN pg_namespace n ON n.oid = c.relnamespace"
+)
+
+
 class _PostgresTx(SinkTx):
     postgres = True
     max_columns = MAX_COLUMNS
@@ -153,13 +165,7 @@ class _PostgresTx(SinkTx):
 
     async def legacy_indexes(self) -> list[IndexInfo]:
         rows = await self.fetch(
-            "SELECT c.relname AS name, t.relname AS table_name, "
-            "ARRAY(SELECT a.attname FROM unnest(i.indkey::int2[]) WITH ORDINALITY "
-            "AS k(attnum, position) JOIN pg_attribute a ON a.attrelid = i.indrelid "
-            "AND a.attnum = k.attnum ORDER BY k.position)::text[] AS columns "
-            "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "JOIN pg_class t ON t.oid = i.indrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            f"SELECT c.relname AS name, t.relname AS table_name, {_INDEXES} "
             "WHERE n.nspname = current_schema() AND c.relname ~ '^(ux|ix)_[0-9a-f]{16}$'",
             (),
         )
@@ -178,13 +184,7 @@ class _PostgresTx(SinkTx):
 
     async def table_indexes(self, table: str) -> list[IndexInfo]:
         rows = await self.fetch(
-            "SELECT c.relname AS name, "
-            "ARRAY(SELECT a.attname FROM unnest(i.indkey::int2[]) WITH ORDINALITY "
-            "AS k(attnum, position) JOIN pg_attribute a ON a.attrelid = i.indrelid "
-            "AND a.attnum = k.attnum ORDER BY k.position)::text[] AS columns "
-            "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-            "JOIN pg_class t ON t.oid = i.indrelid "
-            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            f"SELECT c.relname AS name, {_INDEXES} "
             "WHERE n.nspname = current_schema() AND t.relname = ? "
             "AND c.relname LIKE '\\_blockx\\_%'",
             (table,),
