@@ -14,6 +14,7 @@ from support import free_port
 
 from blockx_chain.store import open_store
 from blockx_chain.url import PostgresUrl, SqliteUrl, parse_blockdb_url
+from blockx_core.failures import IoErrorKind
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.config import (
     BLOCKDB_SETTINGS,
@@ -21,7 +22,6 @@ from blockx_server.io.config import (
     open_router,
     read_blockdb_settings,
 )
-from blockx_server.io.errors import IoErrorKind
 from blockx_server.io.router import IoRouter
 from blockx_server.runtime.env import ConfigError, ConfigReader, EnvironSource
 

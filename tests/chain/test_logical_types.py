@@ -32,12 +32,12 @@ from blockx_chain.store import BlockStore, SchemaRefused, open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_core.chains import Chain as ChainName
 from blockx_core.code_view import CodeSnapshot
+from blockx_core.failures import IoErrorKind
 from blockx_core.task import PluginSpec, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.chain_io import ChainIo
 from blockx_server.io.config import open_router
-from blockx_server.io.errors import IoErrorKind
 from blockx_server.io.metrics import IoMetrics
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope

@@ -41,9 +41,9 @@ from blockx_chain.schema import (
 )
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
+from blockx_core.failures import IoErrorKind
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.config import open_router
-from blockx_server.io.errors import IoErrorKind
 
 OPERATOR = "0x" + "00" * 12 + "11" * 20
 SENDER = "0x" + "00" * 12 + "22" * 20

@@ -28,10 +28,11 @@ from blockx_chain.contracts import TRANSFER_TOPIC, balance_of_data
 from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.devnet.generator import TOKEN_SUPPLY
 from blockx_chain.rpc import JsonRpcClient
+from blockx_core.failures import IoErrorKind
 from blockx_core.io import FixedLimit
 from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
 from blockx_server.io.config import open_router
-from blockx_server.io.errors import IoErrorKind, IoOutcome
+from blockx_server.io.errors import IoOutcome
 from blockx_server.io.finality import StaticFinality
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope

@@ -17,7 +17,6 @@ from grpclib.server import Server
 from support import free_port
 
 from blockx_client import (
-    CLIENT_RETRYABLE,
     Backoff,
     BlockxError,
     Client,
@@ -37,7 +36,7 @@ from blockx_client import (
 )
 from blockx_client._outcomes import outcome_of_error
 from blockx_client.transport import connect_error
-from blockx_core.errors import FailureCode
+from blockx_core.failures import FailureCode
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, worker_v1
 
 # ---- connect errors --------------------------------------------------------------------
@@ -150,7 +149,6 @@ def test_every_placement_failure_is_a_result_with_a_code(
 
 def test_client_codes_never_collide_with_the_workers() -> None:
     assert not {c.value for c in ClientFailureCode} & {c.value for c in FailureCode}
-    assert set(CLIENT_RETRYABLE) == set(ClientFailureCode) - {ClientFailureCode.PLACEMENT_FAILED}
 
 
 # ---- scripted peers ---------------------------------------------------------------------

@@ -19,9 +19,7 @@ import pytest
 
 from blockx_core.calls import CallContext, RootCall, RootOutput
 from blockx_core.dispatch import (
-    RETRYABLE,
     CallFailure,
-    CallFailureKind,
     CallRetryPolicy,
     CancelCalls,
     ConvergeTaskCalls,
@@ -32,7 +30,8 @@ from blockx_core.dispatch import (
     ResumeWithResult,
     SendCalls,
 )
-from blockx_core.errors import BlockxUsageError, FailureCode, InvalidConfig
+from blockx_core.errors import BlockxUsageError, InvalidConfig
+from blockx_core.failures import CallFailureKind, FailureCode, is_retryable
 
 CODE = "code@1"
 FN = "score_block"
@@ -744,7 +743,7 @@ def test_child_terminal_failure_resumes_the_parent_with_the_error(kind: CallFail
             ok=False,
             error_kind=kind.value,
             error=TRACEBACK,
-            retryable=RETRYABLE[kind],
+            retryable=is_retryable(kind),
         )
     ]
     # The parent may handle it: the task is still alive and can succeed.
@@ -1320,7 +1319,3 @@ def test_an_attempt_that_cannot_succeed_on_retry_is_not_retried(
     failed = only_converge(out).failed_call
     assert failed is not None
     assert (failed.attempts, failed.retryable) == (attempts, retryable)
-
-
-def test_every_failure_kind_says_whether_it_is_retryable() -> None:
-    assert set(RETRYABLE) == set(CallFailureKind)

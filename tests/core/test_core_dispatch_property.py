@@ -37,7 +37,6 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from blockx_core.calls import CallContext, RootCall
 from blockx_core.dispatch import (
-    CallFailureKind,
     CallRetryPolicy,
     CancelCalls,
     ConvergeTaskCalls,
@@ -48,7 +47,8 @@ from blockx_core.dispatch import (
     ResumeWithResult,
     SendCalls,
 )
-from blockx_core.errors import BlockxUsageError, FailureCode
+from blockx_core.errors import BlockxUsageError
+from blockx_core.failures import CallFailureKind, FailureCode
 
 # ---- root calls in chunks ---------------------------------------------------------------
 

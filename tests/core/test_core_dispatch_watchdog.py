@@ -17,7 +17,6 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from blockx_core.dispatch import (
-    CallFailureKind,
     CallRetryPolicy,
     CancelCalls,
     ConvergeTaskCalls,
@@ -28,7 +27,8 @@ from blockx_core.dispatch import (
     RetireExecutor,
     SendCalls,
 )
-from blockx_core.errors import FailureCode, InvalidConfig
+from blockx_core.errors import InvalidConfig
+from blockx_core.failures import CallFailureKind, FailureCode
 
 CODE = "code@1"
 FN = "f"

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from blockx_core.code_view import build_snapshot
+from blockx_core.failures import PrecheckFailure
 from blockx_core.signature import (
     DECORATED_NOTE,
-    PrecheckFailure,
     PrecheckResult,
     find_function,
     precheck,

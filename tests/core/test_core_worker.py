@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, InvalidConfig, Refusal
+from blockx_core.errors import BlockxUsageError, ErrorCode, InvalidConfig, Refusal
+from blockx_core.failures import FailureCode
 from blockx_core.ids import MAX_TASK_ID_BYTES
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,

@@ -17,14 +17,14 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from blockx_core.dispatch import (
-    CallFailureKind,
     CallRetryPolicy,
     ConvergeTaskCalls,
     DispatchConfig,
     DispatcherCore,
     SendCalls,
 )
-from blockx_core.errors import ErrorCode, FailureCode, InvalidConfig, Refusal
+from blockx_core.errors import ErrorCode, InvalidConfig, Refusal
+from blockx_core.failures import CallFailureKind, FailureCode
 from blockx_core.task import (
     CALL_FAILURE_MESSAGE_CHARS,
     MAX_CALL_FAILURES,

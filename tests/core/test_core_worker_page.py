@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 from blockx_core.dispatch import (
-    CallFailureKind,
     CallRetryPolicy,
     CallsWaiting,
     DispatchConfig,
@@ -22,6 +21,7 @@ from blockx_core.dispatch import (
     SendCalls,
 )
 from blockx_core.errors import InvalidConfig
+from blockx_core.failures import CallFailureKind
 from blockx_core.load_series import LoadPoint, LoadSeries, LoadTotals
 
 CODE = "code@1"

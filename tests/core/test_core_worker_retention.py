@@ -15,7 +15,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from blockx_core.errors import ErrorCode, FailureCode, InvalidConfig, Refusal
+from blockx_core.errors import ErrorCode, InvalidConfig, Refusal
+from blockx_core.failures import FailureCode
 from blockx_core.task import PluginResult, PluginSpec, TaskInput, TaskResult, TaskState
 from blockx_core.worker import (
     PhaseOutcome,

@@ -37,10 +37,10 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from blockx_core.errors import ErrorCode, FailureCode, Refusal
+from blockx_core.errors import ErrorCode, Refusal
+from blockx_core.failures import FailureCode, is_retryable
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,
-    RETRYABLE,
     PluginResult,
     PluginSpec,
     TaskInput,
@@ -486,7 +486,7 @@ class WorkerMachine(RuleBasedStateMachine):
         if not success:
             final = code or DEFAULT_CODE[reported]
             expected = self._failed(
-                task_id, final, RETRYABLE.get(final, retryable), message, plugin_results
+                task_id, final, is_retryable(final, otherwise=retryable), message, plugin_results
             )
             assert cmds == [expected]
             self._converge(task_id, cmds[0])

@@ -8,7 +8,7 @@ from unittest.mock import ANY
 
 import pytest
 
-from blockx_core.dispatch import CallFailureKind
+from blockx_core.failures import CallFailureKind
 from blockx_executor import (
     CallError,
     FunctionHandle,

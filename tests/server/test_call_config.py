@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from blockx_core.dispatch import CallFailureKind
+from blockx_core.failures import CallFailureKind
 from blockx_server.calls.config import load_call_settings
 from blockx_server.runtime.env import ConfigError
 

@@ -16,18 +16,13 @@ from support import wait_until
 
 from blockx_core.calls import CallContext, RootCall, RootOutput
 from blockx_core.code_view import CodeSnapshot, FunctionCodeView, build_snapshot
-from blockx_core.dispatch import (
-    CallFailureKind,
-    CallRetryPolicy,
-    ConvergeTaskCalls,
-    DispatchConfig,
-)
-from blockx_core.errors import FailureCode
+from blockx_core.dispatch import CallRetryPolicy, ConvergeTaskCalls, DispatchConfig
+from blockx_core.failures import CallFailureKind, FailureCode, IoErrorKind
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
 from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.io.backends.memory import MemoryBackend
-from blockx_server.io.errors import BackendError, IoErrorKind
+from blockx_server.io.errors import BackendError
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.io.settings import IoSettings

@@ -8,7 +8,8 @@ import pytest
 from support import wait_until
 
 from blockx_chain.schema import ChainState
-from blockx_server.io.errors import BackendError, IoErrorKind
+from blockx_core.failures import IoErrorKind
+from blockx_server.io.errors import BackendError
 from blockx_server.io.finality import ChainFinality
 
 

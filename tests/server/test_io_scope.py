@@ -8,8 +8,9 @@ from typing import Any
 import msgspec
 import pytest
 
+from blockx_core.failures import IoErrorKind
 from blockx_server.io.backends.memory import MemoryBackend
-from blockx_server.io.errors import BackendError, IoErrorKind
+from blockx_server.io.errors import BackendError
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.pipeline.plugins import Plugins

@@ -16,9 +16,10 @@ from grpclib.exceptions import GRPCError
 from prometheus_client import CollectorRegistry
 from support import free_port, wait_until
 
+from blockx_core.failures import IoErrorKind
 from blockx_core.io import FixedLimit
 from blockx_proto import syncinvoker_v1 as pb
-from blockx_server.io.errors import BackendError, IoErrorKind, IoOutcome, failure
+from blockx_server.io.errors import BackendError, IoOutcome, failure
 from blockx_server.io.finality import StaticFinality
 from blockx_server.io.metrics import IoMetrics
 from blockx_server.io.router import IoRouter

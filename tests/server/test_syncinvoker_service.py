@@ -18,13 +18,12 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from support import free_port, wait_until
 
 from blockx_core.calls import RootOutput
-from blockx_core.dispatch import CallFailure, CallFailureKind, ConvergeTaskCalls
-from blockx_core.errors import FailureCode
+from blockx_core.dispatch import CallFailure, ConvergeTaskCalls
+from blockx_core.failures import CallFailureKind, FailureCode, is_retryable
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.syncinvoker.app import serve
 from blockx_server.syncinvoker.config import load_syncinvoker_config
 from blockx_server.syncinvoker.service import (
-    RETRYABLE,
     InvokeObserver,
     InvokeOutcome,
     invoke_outcome,
@@ -682,7 +681,7 @@ def _failed(kind: str, message: str) -> ConvergeTaskCalls:
         failure_code=FailureCode.CALL_FAILED,
         failure_message=f"call #0 f(1) failed: {kind}: {message}",
         failed_call=CallFailure(
-            index=0, kind=failure_kind, message=message, retryable=RETRYABLE[failure_kind]
+            index=0, kind=failure_kind, message=message, retryable=is_retryable(failure_kind)
         ),
     )
 
@@ -770,7 +769,3 @@ def test_invoke_outcome(
         epoch=0,
     )
     assert outcome == expected
-
-
-def test_every_failure_kind_says_whether_it_is_retryable() -> None:
-    assert set(RETRYABLE) == set(CallFailureKind)

@@ -40,13 +40,11 @@ from blockx_client.errors import (
 from blockx_client.functions import FunctionHandle
 from blockx_client.jobs import JobKind, JobProgress, JobState, list_jobs
 from blockx_client.models import (
-    CLIENT_RETRYABLE,
     CallFailureInfo,
     CallProgress,
     CallsWaiting,
     Cancellation,
     CancelOutcome,
-    ClientFailureCode,
     Cluster,
     ClusterTasks,
     Durations,
@@ -78,11 +76,11 @@ from blockx_client.routing import route
 from blockx_client.submission import SubmissionRefused
 from blockx_client.sync import SyncClient
 from blockx_client.task_file import TaskFileError, load_task_file, task_from_dict
+from blockx_core.failures import ClientFailureCode
 
 __version__ = version("blockx-client")
 
 __all__ = [
-    "CLIENT_RETRYABLE",
     "Backoff",
     "BlockxError",
     "CallFailureInfo",

@@ -24,7 +24,8 @@ from blockx_client.errors import (
     SubmitUncertainError,
     UnavailableError,
 )
-from blockx_client.models import CLIENT_RETRYABLE, ClientFailureCode, TaskResult, TaskState
+from blockx_client.models import TaskResult, TaskState
+from blockx_core.failures import ClientFailureCode, is_retryable
 
 # The most specific class first: the first match decides the code.
 _BY_ERROR: Final[tuple[tuple[type[BlockxError], ClientFailureCode], ...]] = (
@@ -94,7 +95,7 @@ def outcome_of_error(task_id: str, exc: Exception) -> TaskResult:
     code = next(
         (c for kind, c in _BY_ERROR if isinstance(exc, kind)), ClientFailureCode.PLACEMENT_FAILED
     )
-    retryable = CLIENT_RETRYABLE.get(code, exc.status in _TRANSIENT_STATUSES)
+    retryable = is_retryable(code, otherwise=exc.status in _TRANSIENT_STATUSES)
     return client_failure(
         task_id,
         code,

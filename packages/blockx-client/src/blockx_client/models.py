@@ -12,7 +12,7 @@ import enum
 import json
 import uuid
 from collections.abc import Callable
-from typing import Any, Final, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import msgspec
 
@@ -24,12 +24,10 @@ from blockx_core.task import TaskState
 T = TypeVar("T")
 
 __all__ = [
-    "CLIENT_RETRYABLE",
     "CallFailureInfo",
     "CallsWaiting",
     "CancelOutcome",
     "Cancellation",
-    "ClientFailureCode",
     "Cluster",
     "ClusterTasks",
     "Durations",
@@ -119,44 +117,6 @@ class PluginOutput(msgspec.Struct, frozen=True, kw_only=True):
     def value(self) -> Any:
         """The plugin's result decoded from JSON (None when empty)."""
         return json.loads(self.result) if self.result else None
-
-
-class ClientFailureCode(enum.StrEnum):
-    """Why the client reports a task FAILED when no Worker reported its end: the task
-    could not be placed, or its Worker vanished. These share ``failure_code`` with
-    the Worker's own codes (``blockx_core.errors.FailureCode``) and never collide."""
-
-    # The Worker that accepted the task restarted and no longer knows it, or stayed
-    # unreachable, or its Watch stream broke and it could not be asked again.
-    WORKER_LOST = "WORKER_LOST"
-    # No slot before the deadline: every worker stayed full (RESOURCE_EXHAUSTED).
-    NO_SLOT = "NO_SLOT"
-    # The coordinator could not be reached for as long as the client was allowed to try.
-    COORDINATOR_UNREACHABLE = "COORDINATOR_UNREACHABLE"
-    # The coordinator kept answering UNAVAILABLE (no live worker in its view).
-    COORDINATOR_UNAVAILABLE = "COORDINATOR_UNAVAILABLE"
-    # ABORTED with too little time left to wait one slot TTL.
-    SLOT_UNCERTAIN = "SLOT_UNCERTAIN"
-    # Every slot handed out was gone before SubmitTask (FAILED_PRECONDITION).
-    SLOT_INVALID = "SLOT_INVALID"
-    # The request is wrong (bad config, bad address, no coordinator configured for
-    # the task's cluster): resubmitting it unchanged fails the same way.
-    INVALID_ARGUMENT = "INVALID_ARGUMENT"
-    # Any other answer the client cannot place a task through (the message has it).
-    PLACEMENT_FAILED = "PLACEMENT_FAILED"
-
-
-# Whether resubmitting under a new task_id may help, per client-side code.
-# PLACEMENT_FAILED takes it from the status behind it (see ``_outcomes``).
-CLIENT_RETRYABLE: Final[dict[ClientFailureCode, bool]] = {
-    ClientFailureCode.WORKER_LOST: True,
-    ClientFailureCode.NO_SLOT: True,
-    ClientFailureCode.COORDINATOR_UNREACHABLE: True,
-    ClientFailureCode.COORDINATOR_UNAVAILABLE: True,
-    ClientFailureCode.SLOT_UNCERTAIN: True,
-    ClientFailureCode.SLOT_INVALID: True,
-    ClientFailureCode.INVALID_ARGUMENT: False,
-}
 
 
 class CallFailureInfo(msgspec.Struct, frozen=True, kw_only=True):

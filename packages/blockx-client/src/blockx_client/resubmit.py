@@ -32,8 +32,8 @@ from msgspec.structs import replace
 
 from blockx_client._outcomes import outcome_of_error
 from blockx_client.errors import BlockxError, ConnectError, InvalidRequestError
-from blockx_client.models import ClientFailureCode, Task, TaskResult, TaskState
-from blockx_core.errors import FailureCode
+from blockx_client.models import Task, TaskResult, TaskState
+from blockx_core.failures import ClientFailureCode, FailureCode
 
 if TYPE_CHECKING:  # the Client's own backfill/follow methods import this module
     from blockx_client.client import Client

@@ -5,7 +5,8 @@ decision method takes ``now_ms`` and returns values. Adapters in
 ``blockx_server`` perform the IO.
 """
 
-from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, InvalidConfig
+from blockx_core.errors import BlockxUsageError, ErrorCode, InvalidConfig
+from blockx_core.failures import FailureCode
 from blockx_core.heartbeat import (
     InvalidHeartbeat,
     WorkerHeartbeat,

@@ -50,23 +50,6 @@ class Refusal(msgspec.Struct, frozen=True):
     message: str
 
 
-class FailureCode(enum.StrEnum):
-    """Why a task converged to FAILED (``TaskResult.executeResult.failureCode``)."""
-
-    ACTIVATION_FAILED = "ACTIVATION_FAILED"
-    IO_SCOPE_FAILED = "IO_SCOPE_FAILED"
-    SLOT_LOST = "SLOT_LOST"
-    BUILDER_NOT_FOUND = "BUILDER_NOT_FOUND"
-    BUILDER_FAILED = "BUILDER_FAILED"
-    CALL_FAILED = "CALL_FAILED"
-    OUTPUT_BYTES_EXCEEDED = "OUTPUT_BYTES_EXCEEDED"
-    PLUGIN_NOT_FOUND = "PLUGIN_NOT_FOUND"
-    PLUGIN_FAILED = "PLUGIN_FAILED"
-    CANCELLED = "CANCELLED"
-    TIMED_OUT = "TIMED_OUT"
-    WATCH_DISCONNECTED = "WATCH_DISCONNECTED"
-
-
 class BlockxUsageError(Exception):
     """A caller broke an API contract (a bug in the caller, not a runtime outcome)."""
 

@@ -15,7 +15,6 @@ changes the signature).
 from __future__ import annotations
 
 import ast
-import enum
 import functools
 import inspect
 import re
@@ -25,6 +24,7 @@ from typing import Any, Final
 import msgspec
 
 from blockx_core.code_view import CodeSnapshot
+from blockx_core.failures import PrecheckFailure
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -111,14 +111,6 @@ def _top_level_defs(source: str) -> dict[str, FunctionNode]:
 def find_function(source: str, name: str) -> FunctionNode | None:
     """The top-level ``def`` of ``name`` in a module's source; raises SyntaxError."""
     return _top_level_defs(source).get(name)
-
-
-class PrecheckFailure(enum.StrEnum):
-    """Why a precheck failed; the first two are also call failure kinds."""
-
-    FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
-    COMPILE_ERROR = "COMPILE_ERROR"
-    SIGNATURE_MISMATCH = "SIGNATURE_MISMATCH"
 
 
 class PrecheckResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,7 +7,7 @@ from typing import Final
 
 import msgspec
 
-from blockx_core.errors import FailureCode
+from blockx_core.failures import FailureCode
 
 
 class TaskState(enum.Enum):
@@ -107,21 +107,3 @@ def cancelled_by_client(result: TaskResult | None) -> bool:
     return (
         result is not None and result.failure_code is FailureCode.CANCELLED and not result.retryable
     )
-
-
-# Whether resubmitting may help, for the codes whose answer does not depend on the
-# failure itself. BUILDER_FAILED and PLUGIN_FAILED take it from the error.
-RETRYABLE: Final[dict[FailureCode, bool]] = {
-    FailureCode.ACTIVATION_FAILED: True,
-    FailureCode.IO_SCOPE_FAILED: True,
-    FailureCode.SLOT_LOST: True,
-    FailureCode.BUILDER_NOT_FOUND: False,
-    FailureCode.CALL_FAILED: False,
-    FailureCode.OUTPUT_BYTES_EXCEEDED: False,
-    FailureCode.PLUGIN_NOT_FOUND: False,
-    # A phase cut short by the Worker's shutdown; a client's CancelTask is not
-    # retryable, and the Worker says so itself (CANCELLED_BY_CLIENT).
-    FailureCode.CANCELLED: True,
-    FailureCode.TIMED_OUT: True,
-    FailureCode.WATCH_DISCONNECTED: False,
-}

@@ -11,14 +11,12 @@ from blockx_core.dispatch._commands import (
 )
 from blockx_core.dispatch._config import CallRetryPolicy, DispatchConfig
 from blockx_core.dispatch._core import DispatcherCore
-from blockx_core.dispatch._failures import RETRYABLE, CallFailure, CallFailureKind
+from blockx_core.dispatch._failures import CallFailure
 from blockx_core.dispatch._state import CallUsage
 from blockx_core.dispatch._views import CallsWaiting, ExecutorView, RunningCall
 
 __all__ = [
-    "RETRYABLE",
     "CallFailure",
-    "CallFailureKind",
     "CallRetryPolicy",
     "CallUsage",
     "CallsWaiting",

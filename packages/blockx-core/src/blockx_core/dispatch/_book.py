@@ -23,10 +23,10 @@ from blockx_core.dispatch._commands import (
     RetireExecutor,
 )
 from blockx_core.dispatch._config import DispatchConfig
-from blockx_core.dispatch._failures import RETRYABLE, CallFailure, CallFailureKind, failure_text
+from blockx_core.dispatch._failures import CallFailure, failure_text
 from blockx_core.dispatch._placement import place
 from blockx_core.dispatch._state import Call, Executor, TaskCalls, detach, hold
-from blockx_core.errors import FailureCode
+from blockx_core.failures import CallFailureKind, FailureCode, is_retryable
 
 
 class CallBook:
@@ -184,7 +184,7 @@ class CallBook:
             heapq.heappush(self._retries, (due, call.call_id))
             call.cpu_ns = call.io_us = call.held_ms = 0  # the budget is per attempt
             return
-        self._terminal_failure(call, kind, message, retryable and RETRYABLE[kind], out, now_ms)
+        self._terminal_failure(call, kind, message, retryable and is_retryable(kind), out, now_ms)
 
     def _terminal_failure(
         self,

@@ -9,7 +9,7 @@ import msgspec
 
 from blockx_core.calls import CallContext, RootOutput
 from blockx_core.dispatch._failures import CallFailure
-from blockx_core.errors import FailureCode
+from blockx_core.failures import FailureCode
 from blockx_core.task import CallFailureSummary
 
 

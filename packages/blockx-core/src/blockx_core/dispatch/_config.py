@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import msgspec
 
-from blockx_core.dispatch._failures import CallFailureKind
 from blockx_core.errors import InvalidConfig
+from blockx_core.failures import CallFailureKind
 
 
 class CallRetryPolicy(msgspec.Struct, frozen=True, kw_only=True):

@@ -58,11 +58,11 @@ from blockx_core.dispatch._commands import (
     DispatchCommand,
 )
 from blockx_core.dispatch._config import DispatchConfig
-from blockx_core.dispatch._failures import CallFailureKind
 from blockx_core.dispatch._state import Call, CallUsage, Executor, TaskCalls
 from blockx_core.dispatch._views import CallsWaiting, ExecutorView, calls_waiting, executor_view
 from blockx_core.dispatch._watchdog import Watchdog
 from blockx_core.errors import BlockxUsageError
+from blockx_core.failures import CallFailureKind
 
 # A function that returns None, as most table functions do for most rows: one
 # shared object for every such output instead of one per call.

@@ -2,56 +2,14 @@
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from blockx_core.failures import CallFailureKind
+
 if TYPE_CHECKING:
     from blockx_core.dispatch._state import Call
-
-
-class CallFailureKind(enum.StrEnum):
-    """Why one call attempt failed."""
-
-    # The function raised (its type, message and traceback are in the message).
-    USER_ERROR = "USER_ERROR"
-    # The module does not compile or its top level raised.
-    COMPILE_ERROR = "COMPILE_ERROR"
-    FUNCTION_NOT_FOUND = "FUNCTION_NOT_FOUND"
-    # The return value is not JSON-compatible data.
-    BAD_RESULT = "BAD_RESULT"
-    # CPU + IO time over CallDeadlineMs.
-    BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
-    # The executor process died or was killed while the call was on it.
-    EXECUTOR_LOST = "EXECUTOR_LOST"
-    # An IO read failed and the function did not handle it.
-    IO_ERROR = "IO_ERROR"
-    # The function attempted a write; writes go through a Writer Plugin.
-    WRITE_FORBIDDEN = "WRITE_FORBIDDEN"
-    # The call's arguments (or a sub-call's, an IO request's) cannot be sent between
-    # the Worker and an executor: an object with no msgpack type, a lone surrogate.
-    BAD_ARGUMENTS = "BAD_ARGUMENTS"
-
-
-# Whether calling again may help, per failure kind (a Sync Invoker answer's
-# ``retryable``; the retry policy's CALL_RETRY_ON is a separate, operator choice).
-RETRYABLE: Final[Mapping[CallFailureKind, bool]] = {
-    CallFailureKind.USER_ERROR: False,
-    CallFailureKind.COMPILE_ERROR: False,
-    CallFailureKind.FUNCTION_NOT_FOUND: False,
-    CallFailureKind.BAD_RESULT: False,
-    CallFailureKind.BUDGET_EXCEEDED: False,
-    CallFailureKind.WRITE_FORBIDDEN: False,
-    CallFailureKind.BAD_ARGUMENTS: False,
-    # The executor process died (memory limit, a kill): a new attempt gets a fresh one.
-    CallFailureKind.EXECUTOR_LOST: True,
-    # A read the function did not handle failed; backends fail transiently. An IO
-    # error that fails the same way every time (UNKNOWN_BACKEND, BAD_REQUEST, ...)
-    # comes with ``retryable=False`` from the executor and overrides this.
-    CallFailureKind.IO_ERROR: True,
-}
 
 
 class CallFailure(msgspec.Struct, frozen=True, kw_only=True):

@@ -30,8 +30,8 @@ from typing import Final
 
 from blockx_core.dispatch._book import CallBook
 from blockx_core.dispatch._commands import CancelCalls, DispatchCommand
-from blockx_core.dispatch._failures import CallFailureKind
 from blockx_core.dispatch._state import Call, Executor, hold
+from blockx_core.failures import CallFailureKind
 
 # The soonest a running call's CPU is sampled again near its budget: a call starved
 # of CPU at 1 ms from its budget is not sampled every millisecond.

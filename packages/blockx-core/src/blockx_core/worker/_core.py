@@ -38,11 +38,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from blockx_core.errors import BlockxUsageError, ErrorCode, FailureCode, Refusal
+from blockx_core.errors import BlockxUsageError, ErrorCode, Refusal
+from blockx_core.failures import FailureCode, is_retryable
 from blockx_core.ids import shown, task_id_problem
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,
-    RETRYABLE,
     PluginResult,
     TaskInput,
     TaskResult,
@@ -233,7 +233,7 @@ class WorkerCore(TaskBook):
         if task is None or task.phase is not TaskPhase.PREPARING:
             return []
         if retryable is None:
-            retryable = RETRYABLE.get(code, True)
+            retryable = is_retryable(code, otherwise=True)
         return self._fail(task, code, retryable, message, now_ms)
 
     def handle_plugin_not_found(
@@ -259,7 +259,7 @@ class WorkerCore(TaskBook):
             failure_message=message,
         )
         results = (missing,) if phase is TaskPhase.WRITER and handler is not None else ()
-        return self._fail(task, code, RETRYABLE.get(code, False), message, now_ms, results)
+        return self._fail(task, code, is_retryable(code), message, now_ms, results)
 
     def handle_task_phase_finished(
         self, task_id: str, phase: TaskPhase, outcome: PhaseOutcome, now_ms: int
@@ -271,7 +271,7 @@ class WorkerCore(TaskBook):
             return []  # a late answer for a task that has moved on (timed out, ...)
         if not outcome.success:
             code = outcome.failure_code or DEFAULT_FAILURE[phase]
-            retryable = RETRYABLE.get(code, outcome.retryable)
+            retryable = is_retryable(code, otherwise=outcome.retryable)
             return self._fail(
                 task, code, retryable, outcome.message, now_ms, outcome.plugin_results, outcome
             )

@@ -44,7 +44,7 @@ from typing import Final
 
 import msgspec
 
-from blockx_core.errors import FailureCode
+from blockx_core.failures import FailureCode
 from blockx_core.ids import shown
 from blockx_core.task import TaskResult, TaskState
 from blockx_core.worker._progress import CallProgress

@@ -27,7 +27,7 @@ from typing import Final
 import msgspec
 
 from blockx_core.deadlines import DeadlineHeap
-from blockx_core.errors import FailureCode
+from blockx_core.failures import FailureCode
 from blockx_core.task import PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker._types import RetentionStats, TaskSnapshot
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-from blockx_core.errors import FailureCode
+from blockx_core.failures import FailureCode
 from blockx_core.worker._slots import Slot
 from blockx_core.worker._types import SlotState, TaskPhase
 

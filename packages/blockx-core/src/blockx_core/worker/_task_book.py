@@ -9,7 +9,8 @@ and the task directory, and the moves more than one event makes on them.
 from __future__ import annotations
 
 from blockx_core.deadlines import DeadlineHeap
-from blockx_core.errors import ErrorCode, FailureCode, Refusal
+from blockx_core.errors import ErrorCode, Refusal
+from blockx_core.failures import FailureCode
 from blockx_core.task import PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker._config import WorkerConfig
 from blockx_core.worker._listing import TaskDirectory

@@ -6,7 +6,7 @@ import enum
 
 import msgspec
 
-from blockx_core.errors import FailureCode
+from blockx_core.failures import FailureCode
 from blockx_core.task import CallFailureSummary, PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker._progress import CallProgress
 

@@ -25,7 +25,8 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, StatusCode, Tracer
 
-from blockx_core.dispatch import CallFailureKind, KillExecutor, SendCalls
+from blockx_core.dispatch import KillExecutor, SendCalls
+from blockx_core.failures import CallFailureKind
 from blockx_executor.protocol import CallTraced
 from blockx_server.runtime.tracing import TRACER, export_span, parse_traceparent, traceparent
 

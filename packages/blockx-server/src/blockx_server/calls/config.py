@@ -13,7 +13,8 @@ from typing import Any, Final
 
 import msgspec
 
-from blockx_core.dispatch import CallFailureKind, CallRetryPolicy, DispatchConfig
+from blockx_core.dispatch import CallRetryPolicy, DispatchConfig
+from blockx_core.failures import CallFailureKind
 from blockx_server.calls.engine import CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
 from blockx_server.calls.executor_runtime import DEFAULT_RUNTIME_DIR

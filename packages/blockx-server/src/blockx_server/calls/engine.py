@@ -33,7 +33,6 @@ import msgspec
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot, FunctionSource
 from blockx_core.dispatch import (
-    CallFailureKind,
     CancelCalls,
     ConvergeTaskCalls,
     DispatchCommand,
@@ -44,6 +43,7 @@ from blockx_core.dispatch import (
     RetireExecutor,
     SendCalls,
 )
+from blockx_core.failures import CallFailureKind, call_failure_kind
 from blockx_executor import protocol as wire
 from blockx_server.calls.call_logs import CallLogs
 from blockx_server.calls.call_spans import CallSpans
@@ -52,7 +52,6 @@ from blockx_server.calls.executor_pool import ExecutorPool, ExecutorPoolConfig
 from blockx_server.calls.load_check import load_code
 from blockx_server.calls.messages import (
     execute_calls,
-    failure_kind,
     resume_with_io,
     resume_with_result,
     trace_message,
@@ -286,7 +285,7 @@ class CallEngine:
                     commands += core.call_failed(
                         executor_id,
                         message.call_id,
-                        failure_kind(message.kind),
+                        call_failure_kind(message.kind),
                         message.message,
                         now_ms,
                         retryable=message.retryable,

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from blockx_core.dispatch import CallFailureKind, ResumeWithResult, SendCalls
+from blockx_core.dispatch import ResumeWithResult, SendCalls
+from blockx_core.failures import call_failure_kind
 from blockx_executor import protocol as wire
 from blockx_server.calls.call_spans import CallSpans
 from blockx_server.io.errors import IoOutcome
@@ -59,21 +60,13 @@ def resume_with_io(call_id: int, outcome: IoOutcome) -> wire.ResumeCall:
     )
 
 
-def failure_kind(kind: str) -> CallFailureKind:
-    """An executor's failure kind; one this Worker does not know is a USER_ERROR."""
-    try:
-        return CallFailureKind(kind)
-    except ValueError:
-        return CallFailureKind.USER_ERROR
-
-
 def trace_message(spans: CallSpans, message: wire.FromExecutor) -> None:
     """What an executor's message tells the open call spans."""
     match message:
         case wire.CallsCompleted():
             spans.completed(message.call_ids)
         case wire.CallFailed():
-            spans.failed(message.call_id, failure_kind(message.kind).value, message.message)
+            spans.failed(message.call_id, call_failure_kind(message.kind).value, message.message)
         case wire.IoRequested():
             spans.waiting(
                 message.call_id, "io", {"blockx.backend": message.backend, "blockx.op": message.op}

@@ -16,8 +16,8 @@ from typing import Any, Protocol
 
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot
-from blockx_core.dispatch import CallFailure, CallFailureKind, CallUsage, ConvergeTaskCalls
-from blockx_core.errors import FailureCode
+from blockx_core.dispatch import CallFailure, CallUsage, ConvergeTaskCalls
+from blockx_core.failures import CallFailureKind, FailureCode
 from blockx_executor import protocol as wire
 from blockx_server.io.errors import IoOutcome
 from blockx_server.io.scope import TaskIoScope

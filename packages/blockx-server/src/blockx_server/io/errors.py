@@ -2,41 +2,11 @@
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Mapping
 from typing import Any, Final
 
 import msgspec
 
-
-class IoErrorKind(enum.StrEnum):
-    """``IoError.kind`` as a function sees it."""
-
-    UNKNOWN_BACKEND = "UNKNOWN_BACKEND"
-    UNKNOWN_OP = "UNKNOWN_OP"
-    BAD_REQUEST = "BAD_REQUEST"
-    WRITE_FORBIDDEN = "WRITE_FORBIDDEN"
-    UNAVAILABLE = "UNAVAILABLE"
-    BAD_VALUE = "BAD_VALUE"
-    # The backend does not know what was named (a block or transaction a node has not seen).
-    NOT_FOUND = "NOT_FOUND"
-    # A chain this process does not serve (or none named where several are served).
-    UNKNOWN_CHAIN = "UNKNOWN_CHAIN"
-
-
-# Only a backend that could not answer may answer on a second try; a request that
-# names no backend, no operation or bad arguments fails the same way every time.
-RETRYABLE: Final[Mapping[IoErrorKind, bool]] = {
-    IoErrorKind.UNKNOWN_BACKEND: False,
-    IoErrorKind.UNKNOWN_OP: False,
-    IoErrorKind.BAD_REQUEST: False,
-    IoErrorKind.WRITE_FORBIDDEN: False,
-    IoErrorKind.UNAVAILABLE: True,
-    IoErrorKind.BAD_VALUE: False,
-    IoErrorKind.NOT_FOUND: False,
-    IoErrorKind.UNKNOWN_CHAIN: False,
-}
-
+from blockx_core.failures import IoErrorKind, is_retryable
 
 _decode: Final = msgspec.json.Decoder().decode
 
@@ -87,7 +57,7 @@ class IoOutcome(msgspec.Struct, frozen=True):
     @property
     def retryable(self) -> bool:
         try:
-            return RETRYABLE[IoErrorKind(self.error_kind)]
+            return is_retryable(IoErrorKind(self.error_kind))
         except ValueError:
             return False
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 import msgspec
 
 from blockx_core.chains import DEFAULT_CHAIN
+from blockx_core.failures import IoErrorKind
 from blockx_core.io import (
     AimdLimit,
     CacheKey,
@@ -37,7 +38,7 @@ from blockx_core.io import (
 )
 from blockx_server.io.admission import BackendGate
 from blockx_server.io.backends.meta import CHAIN_OP, META
-from blockx_server.io.errors import BackendError, IoErrorKind, IoOutcome, failure
+from blockx_server.io.errors import BackendError, IoOutcome, failure
 from blockx_server.io.finality import FinalityView
 from blockx_server.io.settings import IoSettings
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock

@@ -34,9 +34,10 @@ from typing import Any, assert_never
 
 import msgspec
 
+from blockx_core.failures import IoErrorKind
 from blockx_core.io import CacheKey, GiveUp, IoWindow, RetryAfter, Singleflight
 from blockx_server.io.backends.meta import CODE_EPOCH_OP, META
-from blockx_server.io.errors import IoErrorKind, IoOutcome, failure
+from blockx_server.io.errors import IoOutcome, failure
 from blockx_server.io.router import IoRouter, Prepared
 
 

@@ -29,8 +29,8 @@ from grpclib.exceptions import GRPCError
 
 from blockx_core.calls import RootCall
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
-from blockx_core.dispatch import RETRYABLE, CallFailureKind
 from blockx_core.errors import ErrorCode
+from blockx_core.failures import CallFailureKind, is_retryable
 from blockx_core.signature import precheck
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.calls.engine import CallEngine
@@ -53,7 +53,6 @@ from blockx_server.syncinvoker.outcome import (
 )
 
 __all__ = [
-    "RETRYABLE",
     "InvokeObserver",
     "InvokeOutcome",
     "SyncInvokerService",
@@ -306,7 +305,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
                     success=False,
                     failure_code=CallFailureKind.FUNCTION_NOT_FOUND.value,
                     failure_message=snapshot.describe_missing(request.function),
-                    retryable=RETRYABLE[CallFailureKind.FUNCTION_NOT_FOUND],
+                    retryable=is_retryable(CallFailureKind.FUNCTION_NOT_FOUND),
                     queue_us=wall_us,
                     code_epoch=snapshot.epoch,
                 ), None

@@ -25,7 +25,8 @@ from typing import Final, assert_never
 
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
-from blockx_core.errors import FailureCode, Refusal
+from blockx_core.errors import Refusal
+from blockx_core.failures import FailureCode
 from blockx_core.task import TaskInput, TaskState, cancelled_by_client
 from blockx_core.worker import (
     AbortTaskWork,

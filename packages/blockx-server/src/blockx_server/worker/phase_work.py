@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from blockx_core.errors import FailureCode
+from blockx_core.failures import FailureCode
 from blockx_core.task import PluginResult
 from blockx_core.worker import PhaseOutcome
 from blockx_server.calls.engine import CallEngine

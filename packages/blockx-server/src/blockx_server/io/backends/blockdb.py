@@ -38,7 +38,8 @@ from blockx_chain.store import (
     open_store,
 )
 from blockx_chain.url import BlockDbUrl, describe
-from blockx_server.io.errors import BackendError, IoErrorKind
+from blockx_core.failures import IoErrorKind
+from blockx_server.io.errors import BackendError
 
 log = logging.getLogger(__name__)
 

@@ -33,9 +33,10 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
+from blockx_core.failures import IoErrorKind
 from blockx_server.io.backends.arguments import bind_arguments
 from blockx_server.io.backends.blockdb import BlockDbBackend
-from blockx_server.io.errors import BackendError, IoErrorKind
+from blockx_server.io.errors import BackendError
 
 if TYPE_CHECKING:
     from blockx_chain.abi.decoder import Decoder, EventDecoder

@@ -13,8 +13,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from blockx_core.failures import IoErrorKind
 from blockx_server.io.backends.arguments import bind_arguments
-from blockx_server.io.errors import BackendError, IoErrorKind
+from blockx_server.io.errors import BackendError
 
 
 class MemoryBackend:

@@ -27,11 +27,12 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from blockx_core.chains import Chain
+from blockx_core.failures import IoErrorKind
 from blockx_server.io.backends.arguments import bind_arguments
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.rpc import RpcBackend
 from blockx_server.io.backends.rpc_params import address_param
-from blockx_server.io.errors import BackendError, IoErrorKind
+from blockx_server.io.errors import BackendError
 from blockx_server.io.finality import FinalityView
 
 META: Final = "meta"

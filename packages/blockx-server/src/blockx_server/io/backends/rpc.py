@@ -38,6 +38,7 @@ import msgspec
 
 from blockx_chain.rpc import DEFAULT_MAX_RESPONSE_BYTES, JsonRpcClient, RpcError, RpcErrorKind
 from blockx_chain.rpc.answers import check_answer
+from blockx_core.failures import IoErrorKind
 from blockx_server.io.backends.arguments import bind_arguments
 from blockx_server.io.backends.rpc_params import (
     HASH,
@@ -50,7 +51,7 @@ from blockx_server.io.backends.rpc_params import (
     request_immutable,
     slot_param,
 )
-from blockx_server.io.errors import BackendError, IoErrorKind
+from blockx_server.io.errors import BackendError
 from blockx_server.runtime.env import ConfigReader
 from blockx_server.runtime.settings import InvalidValue, Setting, integer
 

@@ -28,7 +28,8 @@ from typing import Any, Final
 
 from blockx_chain.sink import DEFAULT_CHUNK_ROWS, SinkError, SinkRejected, SinkStore, open_sink
 from blockx_chain.url import BlockDbUrl, describe
-from blockx_server.io.errors import BackendError, IoErrorKind
+from blockx_core.failures import IoErrorKind
+from blockx_server.io.errors import BackendError
 
 log = logging.getLogger(__name__)
 

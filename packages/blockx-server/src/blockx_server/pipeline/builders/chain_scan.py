@@ -21,7 +21,7 @@ import msgspec
 
 from blockx_chain.store.reads import ROW_TABLES
 from blockx_core.calls import CallContext, RootCall
-from blockx_server.io.errors import IoErrorKind
+from blockx_core.failures import IoErrorKind
 from blockx_server.pipeline.builders.base import BuilderError
 from blockx_server.pipeline.context import TaskContext
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from blockx_core.calls import RootOutput
-from blockx_core.errors import FailureCode
+from blockx_core.failures import FailureCode
 from blockx_core.task import PluginResult
 from blockx_server.io.errors import IoOutcome
 from blockx_server.pipeline.context import TaskContext

@@ -43,7 +43,7 @@ import msgspec
 
 from blockx_core.calls import RootOutput
 from blockx_core.chains import DEFAULT_CHAIN, Chain
-from blockx_server.io.errors import IoErrorKind
+from blockx_core.failures import IoErrorKind
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.writers.base import WriterError
 
