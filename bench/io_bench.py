@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from blockx_core.io import ConcurrencyLimit, FixedLimit
+from blockx_server.io.errors import IoOk
 from blockx_server.io.finality import StaticFinality
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
@@ -99,7 +100,7 @@ async def bench_cache(calls: int, cache_bytes: int) -> dict[str, Any]:
         for call in pending:
             for step in range(4):
                 outcome = await scope.request("chain", "block", [(call * 7 + step) % 16])
-                assert outcome.ok, outcome.error
+                assert isinstance(outcome, IoOk), outcome
 
     started = time.perf_counter()
     async with asyncio.TaskGroup() as group:
@@ -121,7 +122,7 @@ async def bench_singleflight(reads: int) -> dict[str, Any]:
     router = IoRouter([backend])  # no finality view: nothing is cached
     scope = TaskIoScope(router, "task")
     outcomes = await asyncio.gather(*(scope.request("chain", "block", [5]) for _ in range(reads)))
-    assert all(o.ok for o in outcomes)
+    assert all(isinstance(o, IoOk) for o in outcomes)
     return {"reads": reads, "backend_requests": backend.requests, "shared": scope.stats.shared}
 
 
@@ -136,7 +137,7 @@ async def bench_admission(
     async def requester(scope: TaskIoScope) -> None:
         while (n := next(tickets)) < requests:
             outcome = await scope.request("queueing", "read", [n])
-            assert outcome.ok, outcome.error
+            assert isinstance(outcome, IoOk), outcome
 
     started = time.perf_counter()
     async with asyncio.TaskGroup() as group:

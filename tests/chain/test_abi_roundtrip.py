@@ -24,6 +24,7 @@ from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.logical_types import LogicalTypesBackend
+from blockx_server.io.errors import IoOk
 from blockx_server.io.router import IoRouter
 
 ADDRESS = "0x" + "5a" * 20
@@ -176,7 +177,7 @@ def _round_trips(tmp_path: Path, cases: st.SearchStrategy[Any], word_by_word: bo
         async with store.writer() as w:
             await w.put_abi("fuzz", [entry], [ADDRESS])
         outcome = await router.execute("logicalTypes", "decode_log", [log], {}, writes=False)
-        assert outcome.ok, outcome.error
+        assert isinstance(outcome, IoOk), outcome
         return outcome.decoded()
 
     @settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -22,6 +22,7 @@ from blockx_server.io.config import (
     open_router,
     read_blockdb_settings,
 )
+from blockx_server.io.errors import IoFailed, IoOk
 from blockx_server.io.router import IoRouter
 from blockx_server.runtime.env import ConfigError, ConfigReader, EnvironSource
 
@@ -43,7 +44,7 @@ async def router(tmp_path: Path) -> AsyncIterator[tuple[IoRouter, BlockDbBackend
 
 async def read(router: IoRouter, op: str, *args: Any, **kwargs: Any) -> Any:
     outcome = await router.execute("blockdb", op, list(args), kwargs, writes=False)
-    assert outcome.ok, outcome.error
+    assert isinstance(outcome, IoOk), outcome
     return msgspec.json.decode(outcome.value_json)
 
 
@@ -79,9 +80,9 @@ async def test_failures_have_their_kinds(
     words: str,
 ) -> None:
     outcome = await router[0].execute("blockdb", op, args, kwargs, writes=True)
-    assert not outcome.ok
-    assert outcome.error_kind == kind
-    assert words in outcome.error
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == kind
+    assert words in outcome.message
     assert not outcome.retryable
 
 
@@ -95,7 +96,8 @@ async def test_an_unreachable_database_is_unavailable_and_retryable() -> None:
     outcome = await open_router(None, blockdb=backend).execute(
         "blockdb", "head", [], {}, writes=False
     )
-    assert outcome.error_kind == IoErrorKind.UNAVAILABLE
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == IoErrorKind.UNAVAILABLE
     assert outcome.retryable
 
 
@@ -111,8 +113,9 @@ async def test_a_worker_never_creates_the_block_database(tmp_path: Path) -> None
     await backend.start()
     io = open_router(None, blockdb=backend)
     outcome = await io.execute("blockdb", "head", [], {}, writes=False)
-    assert outcome.error_kind == IoErrorKind.UNAVAILABLE
-    assert f"no block database at {tmp_path}/chain.db" in outcome.error
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == IoErrorKind.UNAVAILABLE
+    assert f"no block database at {tmp_path}/chain.db" in outcome.message
     assert _names(tmp_path) == []
     store = await open_store(url)  # ingest's open: it creates the database
     async with store.writer() as w:
@@ -125,8 +128,9 @@ async def test_a_worker_never_creates_the_block_database(tmp_path: Path) -> None
 
 async def test_without_the_backend_the_error_names_blockdb_url() -> None:
     outcome = await open_router(None).execute("blockdb", "head", [], {}, writes=False)
-    assert outcome.error_kind == IoErrorKind.UNKNOWN_BACKEND
-    assert "set BLOCKDB_URL to enable io.blockdb" in outcome.error
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == IoErrorKind.UNKNOWN_BACKEND
+    assert "set BLOCKDB_URL to enable io.blockdb" in outcome.message
 
 
 IMMUTABLE = [
@@ -207,12 +211,13 @@ async def test_a_server_that_goes_away_is_unavailable_until_it_returns() -> None
         assert (await read(io, "block", 0))["block_number"] == 0
         server.stop_server()
         down = await io.execute("blockdb", "block", [0], {}, writes=False)
-        assert down.error_kind == IoErrorKind.UNAVAILABLE
+        assert isinstance(down, IoFailed), down
+        assert down.kind == IoErrorKind.UNAVAILABLE
         assert down.retryable
         server.start_server()
         # The pool drops its dead connections and opens new ones.
         answers = [await io.execute("blockdb", "block", [0], {}, writes=False) for _ in range(5)]
-        assert answers[-1].ok, answers[-1].error
+        assert isinstance(answers[-1], IoOk), answers[-1]
         await backend.close()
     finally:
         server.stop()

@@ -20,7 +20,7 @@ from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.config import open_router
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
-from blockx_server.pipeline.builders import BuilderError, CallList
+from blockx_server.pipeline.builders import CallList, PluginError
 from blockx_server.pipeline.builders.block_bundle import BlockBundleCallConfig
 from blockx_server.pipeline.builders.block_table import BlockTableCallConfig
 from blockx_server.pipeline.builders.inputs import MAX_DEPTH, InputsCallConfig
@@ -102,7 +102,7 @@ async def test_block_table_pins_the_branch(router: IoRouter) -> None:
     )
     assert [c.args[0]["block_number"] for c in built.calls] == [5]
     gone = {"number": 5, "hash": block_hash(5, branch=1)}
-    with pytest.raises(BuilderError, match="no longer canonical") as info:
+    with pytest.raises(PluginError, match="no longer canonical") as info:
         await build(
             BlockTableCallConfig(), router, {"function": "f", "table": "logs", "block": gone}
         )
@@ -110,12 +110,12 @@ async def test_block_table_pins_the_branch(router: IoRouter) -> None:
 
 
 async def test_a_block_not_yet_ingested_is_retryable(router: IoRouter) -> None:
-    with pytest.raises(BuilderError, match="block 10 is not in the block database yet") as info:
+    with pytest.raises(PluginError, match="block 10 is not in the block database yet") as info:
         await build(BlockTableCallConfig(), router, {"function": "f", "table": "logs", "block": 10})
     assert info.value.retryable
     assert "head is 9" in info.value.message
     config = {"function": "f", "table": "logs", "fromBlock": 8, "toBlock": 12}
-    with pytest.raises(BuilderError, match="block 10 is not in the block database yet") as info:
+    with pytest.raises(PluginError, match="block 10 is not in the block database yet") as info:
         await build(BlockBundleCallConfig(), router, config)
     assert info.value.retryable
 
@@ -213,7 +213,7 @@ BAD = [
 async def test_bad_configs_fail_not_retryable(
     router: IoRouter, builder: Any, config: Any, words: str
 ) -> None:
-    with pytest.raises(BuilderError, match=words) as info:
+    with pytest.raises(PluginError, match=words) as info:
         await build(builder, router, config)
     assert not info.value.retryable, info.value.message
 
@@ -231,7 +231,7 @@ async def test_a_single_block_over_blockdb_max_rows_is_not_retryable(
     await backend.start()
     try:
         config = {"function": "f", "table": "logs", "fromBlock": 0, "toBlock": 0}
-        with pytest.raises(BuilderError, match="BLOCKDB_MAX_ROWS") as info:
+        with pytest.raises(PluginError, match="BLOCKDB_MAX_ROWS") as info:
             await build(BlockBundleCallConfig(), open_router(None, blockdb=backend), config)
         assert not info.value.retryable
     finally:
@@ -248,7 +248,7 @@ async def test_inputs_become_keyword_arguments(router: IoRouter) -> None:
     deep: Any = 1
     for _ in range(MAX_DEPTH + 1):
         deep = [deep]
-    with pytest.raises(BuilderError, match="levels deep") as info:
+    with pytest.raises(PluginError, match="levels deep") as info:
         await build(InputsCallConfig(), router, {"function": "f", "inputs": [{"a": deep}]})
     assert not info.value.retryable
     ok: Any = 1

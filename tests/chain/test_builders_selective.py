@@ -21,7 +21,7 @@ from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.config import open_router
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
-from blockx_server.pipeline.builders import BuilderError, CallList
+from blockx_server.pipeline.builders import CallList, PluginError
 from blockx_server.pipeline.builders.block_bundle import BlockBundleCallConfig
 from blockx_server.pipeline.builders.block_table import BlockTableCallConfig
 from blockx_server.pipeline.context import TaskContext
@@ -71,20 +71,20 @@ async def test_a_range_scan_skips_the_blocks_without_a_matching_log(router: IoRo
     assert ctx.scan.block_hashes == {n: block_hash(n) for n in [*HELD, HEAD]}
     # Above the head: not ingested yet, retried later.
     later = {**config, "toBlock": HEAD + 3}
-    with pytest.raises(BuilderError, match="is not in the block database yet") as info:
+    with pytest.raises(PluginError, match="is not in the block database yet") as info:
         await build(BlockBundleCallConfig(), router, later)
     assert info.value.retryable
 
 
 async def test_what_it_does_not_hold_is_refused_for_good(router: IoRouter) -> None:
     config = {"function": "f", "table": "transactions", "fromBlock": FIRST, "toBlock": HEAD}
-    with pytest.raises(BuilderError, match="it has no transactions") as info:
+    with pytest.raises(PluginError, match="it has no transactions") as info:
         await build(BlockBundleCallConfig(), router, config)
     assert not info.value.retryable
     below = {"function": "f", "table": "logs", "fromBlock": 0, "toBlock": HEAD}
-    with pytest.raises(BuilderError, match=r"holds only logs from block 10 on .* block 0 was"):
+    with pytest.raises(PluginError, match=r"holds only logs from block 10 on .* block 0 was"):
         await build(BlockBundleCallConfig(), router, below)
     one = {"function": "f", "table": "logs", "block": FIRST + 1}
-    with pytest.raises(BuilderError, match="block 11 holds none of the logs") as info:
+    with pytest.raises(PluginError, match="block 11 holds none of the logs") as info:
         await build(BlockTableCallConfig(), router, one)
     assert not info.value.retryable

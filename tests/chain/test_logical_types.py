@@ -38,10 +38,11 @@ from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.chain_io import ChainIo
 from blockx_server.io.config import open_router
+from blockx_server.io.errors import IoFailed, IoOk
 from blockx_server.io.metrics import IoMetrics
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
-from blockx_server.pipeline.builders import BuilderError
+from blockx_server.pipeline.builders import PluginError
 from blockx_server.pipeline.builders.block_bundle import BlockBundleCallConfig
 from blockx_server.pipeline.builders.block_table import BlockTableCallConfig
 from blockx_server.pipeline.context import TaskContext
@@ -167,7 +168,7 @@ async def ingested(chain: Chain, db_url: str) -> AsyncIterator[tuple[BlockStore,
 
 async def _call(router: IoRouter, op: str, *args: Any, **kwargs: Any) -> Any:
     outcome = await router.execute("logicalTypes", op, list(args), kwargs, writes=False)
-    assert outcome.ok, outcome.error
+    assert isinstance(outcome, IoOk), outcome
     return outcome.decoded()
 
 
@@ -325,9 +326,10 @@ async def test_bad_requests_are_one_line_and_unknown_events_name_what_there_is(
     ]
     for op, args, expected in cases:
         outcome = await router.execute("logicalTypes", op, args, {}, writes=False)
-        assert outcome.error_kind == IoErrorKind.BAD_REQUEST, (op, args)
-        assert expected in outcome.error, outcome.error
-        assert "\n" not in outcome.error
+        assert isinstance(outcome, IoFailed), outcome
+        assert outcome.kind == IoErrorKind.BAD_REQUEST, (op, args)
+        assert expected in outcome.message, outcome.message
+        assert "\n" not in outcome.message
     assert await _call(
         router,
         "decode",
@@ -410,7 +412,7 @@ async def test_the_event_unit_calls_once_per_decoded_event_and_refuses_unknown_n
         ({"table": "transactions"}, "reads the logs table, not"),
         ({"unit": "row"}, '`abi` and `event` go with `unit: "event"`'),
     ):
-        with pytest.raises(BuilderError) as failed:
+        with pytest.raises(PluginError) as failed:
             await BlockBundleCallConfig().build(_context(router), {**config, **wrong})
         assert not failed.value.retryable
         assert named in failed.value.message
@@ -469,7 +471,7 @@ async def test_each_chain_counts_the_logs_it_decoded(
             outcome = await router.execute(
                 "logicalTypes", "decode_log", [log_row], {}, writes=False, chain="base"
             )
-            assert outcome.ok, outcome.error
+            assert isinstance(outcome, IoOk), outcome
     finally:
         await blockdb.close()
     counts = {

@@ -22,6 +22,7 @@ from blockx_server.io.backends.meta import MAX_TEXT_BYTES, decode_text, decode_u
 from blockx_server.io.backends.rpc import RpcSettings
 from blockx_server.io.chain_config import ChainSettings, close_chains, open_chains
 from blockx_server.io.config import BlockDbSettings
+from blockx_server.io.errors import IoFailed, IoOk
 from blockx_server.io.finality import ChainFinality
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
@@ -74,7 +75,7 @@ async def router(anvil: Anvil, tmp_path: Path) -> AsyncIterator[tuple[IoRouter, 
 
 async def read(scope: TaskIoScope, op: str, *args: Any) -> Any:
     outcome = await scope.request("meta", op, list(args))
-    assert outcome.ok, outcome
+    assert isinstance(outcome, IoOk), outcome
     return outcome.decoded()
 
 
@@ -92,8 +93,9 @@ async def test_meta_chain_describes_the_chain_served(
     assert chain["log_filter"] is None
     assert await read(scope, "code_epoch") == 7
     unknown = await scope.request("meta", "chain", ["base"])
-    assert (unknown.error_kind, unknown.retryable) == ("UNKNOWN_CHAIN", False)
-    assert unknown.error == "no chain 'base': this process serves eth"
+    assert isinstance(unknown, IoFailed), unknown
+    assert (unknown.kind, unknown.retryable) == ("UNKNOWN_CHAIN", False)
+    assert unknown.message == "no chain 'base': this process serves eth"
 
 
 async def test_meta_token_reads_erc20_and_erc721_and_no_code(
@@ -113,13 +115,16 @@ async def test_meta_token_reads_erc20_and_erc721_and_no_code(
     }
     # Pinned at a finalized block: the second read is the cache's.
     again = await scope.request("meta", "token", [made.token, made.deployed])
+    assert isinstance(again, IoOk), again
     assert again.cached
     assert again.decoded() == token
     # Unpinned (the latest state): never cached.
     latest = await scope.request("meta", "token", [made.token])
-    assert latest.ok
+    assert isinstance(latest, IoOk)
     assert not latest.cached
-    assert not (await scope.request("meta", "token", [made.token])).cached
+    unpinned = await scope.request("meta", "token", [made.token])
+    assert isinstance(unpinned, IoOk), unpinned
+    assert not unpinned.cached
     nft = await read(scope, "token", made.nft)
     assert (nft["name"], nft["symbol"]) == ("Test NFT", "TNFT")
     assert (nft["decimals"], nft["total_supply"], nft["block"]) == (None, None, None)
@@ -127,7 +132,8 @@ async def test_meta_token_reads_erc20_and_erc721_and_no_code(
     assert nothing["has_code"] is False
     assert [nothing[f] for f in ("name", "symbol", "decimals", "total_supply")] == [None] * 4
     bad = await scope.request("meta", "token", ["0x12"])
-    assert (bad.error_kind, bad.retryable) == ("BAD_REQUEST", False)
+    assert isinstance(bad, IoFailed), bad
+    assert (bad.kind, bad.retryable) == ("BAD_REQUEST", False)
     # Before the contract existed (block 0), the token has no code there.
     assert (await read(scope, "token", made.token, 0))["has_code"] is False
 

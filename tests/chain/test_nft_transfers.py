@@ -44,6 +44,7 @@ from blockx_chain.url import parse_blockdb_url
 from blockx_core.failures import IoErrorKind
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.config import open_router
+from blockx_server.io.errors import IoFailed, IoOk
 
 OPERATOR = "0x" + "00" * 12 + "11" * 20
 SENDER = "0x" + "00" * 12 + "22" * 20
@@ -413,8 +414,8 @@ async def test_io_blockdb_serves_nft_transfers_within_blockdb_max_rows(tmp_path:
             outcome = await io.execute("blockdb", "rows", ["nft_transfers", 4], {}, writes=False)
         finally:
             await backend.close()
-        assert outcome.ok is ok, outcome.error
-        if ok:
+        assert isinstance(outcome, IoOk) is ok, outcome
+        if isinstance(outcome, IoOk):
             rows = msgspec.json.decode(outcome.value_json)
             assert [(r["batch_position"], r["amount"]) for r in rows] == [
                 (0, "10"),
@@ -422,5 +423,6 @@ async def test_io_blockdb_serves_nft_transfers_within_blockdb_max_rows(tmp_path:
                 (2, "30"),
             ]
         else:
-            assert outcome.error_kind is IoErrorKind.BAD_REQUEST
-            assert "BLOCKDB_MAX_ROWS" in outcome.error
+            assert isinstance(outcome, IoFailed), outcome
+            assert outcome.kind is IoErrorKind.BAD_REQUEST
+            assert "BLOCKDB_MAX_ROWS" in outcome.message

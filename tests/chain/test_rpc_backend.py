@@ -32,7 +32,7 @@ from blockx_core.failures import IoErrorKind
 from blockx_core.io import FixedLimit
 from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
 from blockx_server.io.config import open_router
-from blockx_server.io.errors import IoOutcome
+from blockx_server.io.errors import IoFailed, IoOk, IoOutcome
 from blockx_server.io.finality import StaticFinality
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
@@ -94,7 +94,7 @@ def scope(backend: RpcBackend) -> TaskIoScope:
 
 
 def value(outcome: IoOutcome) -> Any:
-    assert outcome.ok, outcome.error
+    assert isinstance(outcome, IoOk), outcome
     return json.loads(outcome.value_json)
 
 
@@ -169,14 +169,15 @@ async def test_a_state_changing_method_is_refused_before_anything_is_sent(
     scope: TaskIoScope, backend: RpcBackend, chain: Chain, method: str, params: list[Any]
 ) -> None:
     outcome = await scope.request("rpc", "request", [method, params])
-    assert outcome.error_kind == IoErrorKind.WRITE_FORBIDDEN
-    assert outcome.write_forbidden
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind is IoErrorKind.WRITE_FORBIDDEN
     assert not outcome.retryable
-    assert method in outcome.error
+    assert method in outcome.message
     assert backend.client.stats.http_requests == 0
     # Not even a Writer Plugin's scope may write through io.rpc.
     writer = await scope.writer().request("rpc", "request", [method, params])
-    assert writer.error_kind == IoErrorKind.WRITE_FORBIDDEN
+    assert isinstance(writer, IoFailed), writer
+    assert writer.kind == IoErrorKind.WRITE_FORBIDDEN
     assert await read(scope, "block_number") == chain.head
 
 
@@ -214,8 +215,9 @@ async def test_failures(
     words: str,
 ) -> None:
     outcome = await scope.request("rpc", op, args, kwargs)
-    assert outcome.error_kind == kind, outcome.error
-    assert words in outcome.error
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == kind, outcome.message
+    assert words in outcome.message
     assert not outcome.retryable
 
 
@@ -225,14 +227,16 @@ async def test_an_answer_too_large_is_bad_request(chain: Chain) -> None:
         outcome = await IoRouter([backend]).execute("rpc", "code", [chain.token], {}, writes=False)
     finally:
         await backend.aclose()
-    assert outcome.error_kind == IoErrorKind.BAD_REQUEST
-    assert "RPC_MAX_RESPONSE_BYTES" in outcome.error
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == IoErrorKind.BAD_REQUEST
+    assert "RPC_MAX_RESPONSE_BYTES" in outcome.message
 
 
 async def test_an_unreachable_node_is_retryable_unavailable() -> None:
     router = open_router(None, rpc=RpcSettings(url=f"http://127.0.0.1:{free_port()}"))
     outcome = await router.execute("rpc", "block_number", [], {}, writes=False)
-    assert outcome.error_kind == IoErrorKind.UNAVAILABLE
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == IoErrorKind.UNAVAILABLE
     assert outcome.retryable
 
 
@@ -328,7 +332,8 @@ async def test_an_answer_with_a_malformed_id_fails_the_read_and_frees_its_admiss
             second = await TaskIoScope(router, "t2").request("rpc", "block_number", [])
         finally:
             await backend.aclose()
-    assert first.error_kind == IoErrorKind.UNAVAILABLE, first.error
+    assert isinstance(first, IoFailed), first
+    assert first.kind == IoErrorKind.UNAVAILABLE, first.message
     assert first.retryable
     assert value(second) == 16
     (gate,) = router.gates()
@@ -383,8 +388,9 @@ async def test_an_answer_that_is_not_what_was_asked_for_is_refused_and_not_cache
             honest = await scope.request("rpc", op, args)
         finally:
             await backend.aclose()
-    assert refused.error_kind == IoErrorKind.BAD_VALUE, refused.error
+    assert isinstance(refused, IoFailed), refused
+    assert refused.kind == IoErrorKind.BAD_VALUE, refused.message
     assert not refused.retryable
-    assert words in refused.error
-    assert honest.ok, honest.error
+    assert words in refused.message
+    assert isinstance(honest, IoOk), honest
     assert not honest.cached

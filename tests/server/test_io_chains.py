@@ -15,6 +15,7 @@ from blockx_core.chains import DEFAULT_CHAIN, Chain
 from blockx_core.environ import EnvironOverFile
 from blockx_server.io.chain_config import chain_in_file
 from blockx_server.io.chain_io import ChainIo
+from blockx_server.io.errors import IoFailed, IoOk, IoOutcome
 from blockx_server.io.finality import StaticFinality
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
@@ -56,20 +57,26 @@ def two_chains() -> tuple[IoRouter, dict[str, Blocks], dict[str, StaticFinality]
     return IoRouter(chains=chains), blocks, views
 
 
+def ok(outcome: IoOutcome) -> IoOk:
+    assert isinstance(outcome, IoOk), outcome
+    return outcome
+
+
 async def test_each_chain_is_read_and_cached_apart() -> None:
     router, blocks, views = two_chains()
     eth = TaskIoScope(router, "t-eth", chain="eth")
     base = TaskIoScope(router, "t-base", chain="base")
-    assert (await eth.request("blockdb", "block", [5])).decoded()["chain"] == "eth"
-    assert (await base.request("blockdb", "block", [5])).decoded()["chain"] == "base"
+    assert ok(await eth.request("blockdb", "block", [5])).decoded()["chain"] == "eth"
+    assert ok(await base.request("blockdb", "block", [5])).decoded()["chain"] == "base"
     across = await eth.request("router", "chain", ["base", "blockdb", "block", 5])
+    assert isinstance(across, IoOk), across
     assert across.cached
     assert across.decoded() == {"chain": "base", "number": 5}
     assert (blocks["eth"].served, blocks["base"].served) == (1, 1)
     # A reorganisation of base (a new epoch) drops base's answers only.
     views["base"].epoch = 1
-    assert not (await base.request("blockdb", "block", [5])).cached
-    assert (await eth.request("blockdb", "block", [5])).cached
+    assert not ok(await base.request("blockdb", "block", [5])).cached
+    assert ok(await eth.request("blockdb", "block", [5])).cached
     assert (blocks["eth"].served, blocks["base"].served) == (1, 2)
 
 
@@ -77,20 +84,25 @@ async def test_refusals_name_the_chains_served() -> None:
     router, _, _ = two_chains()
     scope = TaskIoScope(router, "t", chain="eth")
     unknown = await scope.request("router", "chain", ["polygon", "blockdb", "block", 1])
-    assert (unknown.error_kind, unknown.retryable) == ("UNKNOWN_CHAIN", False)
-    assert unknown.error == "no chain 'polygon': this process serves base, eth"
+    assert isinstance(unknown, IoFailed), unknown
+    assert (unknown.kind, unknown.retryable) == ("UNKNOWN_CHAIN", False)
+    assert unknown.message == "no chain 'polygon': this process serves base, eth"
     write = await TaskIoScope(router, "t-w", chain="eth", writes=True).request(
         "router", "chain", ["base", "blockdb", "put", 1]
     )
-    assert write.error_kind == "WRITE_FORBIDDEN"
+    assert isinstance(write, IoFailed), write
+    assert write.kind == "WRITE_FORBIDDEN"
     memory = await scope.request("router", "chain", ["base", "memory", "get", "k"])
-    assert memory.error == "chain 'base' has no IO backend 'memory' (it has: blockdb)"
+    assert isinstance(memory, IoFailed), memory
+    assert memory.message == "chain 'base' has no IO backend 'memory' (it has: blockdb)"
     unnamed = await TaskIoScope(router, "t-none").request("blockdb", "block", [1])
-    assert unnamed.error_kind == "UNKNOWN_CHAIN"
-    assert "this process serves several (base, eth)" in unnamed.error
+    assert isinstance(unnamed, IoFailed), unnamed
+    assert unnamed.kind == "UNKNOWN_CHAIN"
+    assert "this process serves several (base, eth)" in unnamed.message
     rpc = await scope.request("rpc", "chain_id", [])
-    assert rpc.error_kind == "UNKNOWN_BACKEND"
-    assert rpc.error.endswith("give [chains.eth] a rpc_url to enable it")
+    assert isinstance(rpc, IoFailed), rpc
+    assert rpc.kind == "UNKNOWN_BACKEND"
+    assert rpc.message.endswith("give [chains.eth] a rpc_url to enable it")
 
 
 def test_a_task_reads_the_chain_its_builder_config_names() -> None:

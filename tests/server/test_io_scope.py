@@ -10,7 +10,7 @@ import pytest
 
 from blockx_core.failures import IoErrorKind
 from blockx_server.io.backends.memory import MemoryBackend
-from blockx_server.io.errors import BackendError
+from blockx_server.io.errors import BackendError, IoFailed, IoOk, IoOutcome
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.pipeline.plugins import Plugins
@@ -55,8 +55,8 @@ def router(memory: MemoryBackend, odd: Odd) -> IoRouter:
     return IoRouter([memory, odd])
 
 
-def value(outcome: Any) -> Any:
-    assert outcome.ok, outcome.error
+def value(outcome: IoOutcome) -> Any:
+    assert isinstance(outcome, IoOk), outcome
     return json.loads(outcome.value_json)
 
 
@@ -89,6 +89,7 @@ async def test_an_answer_decodes_to_its_json(
     # A served answer keeps the backend's value (no decoding for in-process callers);
     # either way it is what value_json decodes to.
     outcome = await TaskIoScope(router, "t1").request("memory", op, args, kwargs)
+    assert isinstance(outcome, IoOk), outcome
     assert outcome.decoded() == expected == value(outcome)
     assert msgspec.structs.replace(outcome, value=msgspec.UNSET).decoded() == expected
 
@@ -118,18 +119,19 @@ async def test_failures_have_a_kind_and_say_whether_a_retry_can_help(
     retryable: bool,
 ) -> None:
     outcome = await TaskIoScope(router, "t1").request(backend, op, args, kwargs)
-    assert not outcome.ok
-    assert outcome.error_kind == kind
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == kind
     assert outcome.retryable is retryable
-    assert outcome.error
+    assert outcome.message
 
 
 async def test_a_refused_write_never_reaches_the_backend(
     router: IoRouter, memory: MemoryBackend
 ) -> None:
     outcome = await TaskIoScope(router, "t1").request("memory", "delete", ["a"])
-    assert outcome.write_forbidden
-    assert "read-only" in outcome.error
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind is IoErrorKind.WRITE_FORBIDDEN
+    assert "read-only" in outcome.message
     assert value(await TaskIoScope(router, "t1").request("memory", "get", ["a"])) == 1
 
 
@@ -153,6 +155,7 @@ async def test_stats_count_requests_failures_and_bytes(router: IoRouter) -> None
     await scope.request("memory", "put", ["n:1", 0])
     await scope.request("nope", "get", [])
     assert (scope.stats.requests, scope.stats.failures) == (3, 2)
+    assert isinstance(ok, IoOk), ok
     assert scope.stats.bytes == len(ok.value_json) == 2
     assert scope.stats.backend_us >= 0
 
@@ -165,8 +168,9 @@ async def test_a_closed_scope_refuses_and_its_writer_closes_with_it(
     scope.close()
     for s in (scope, writer):
         outcome = await s.request("odd", "echo", [1])
-        assert outcome.error_kind == IoErrorKind.UNAVAILABLE
-        assert "closed" in outcome.error
+        assert isinstance(outcome, IoFailed), outcome
+        assert outcome.kind == IoErrorKind.UNAVAILABLE
+        assert "closed" in outcome.message
     assert odd.served == 0
 
 

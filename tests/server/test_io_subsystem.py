@@ -19,14 +19,13 @@ from support import free_port, wait_until
 from blockx_core.failures import IoErrorKind
 from blockx_core.io import FixedLimit
 from blockx_proto import syncinvoker_v1 as pb
-from blockx_server.io.errors import BackendError, IoOutcome, failure
+from blockx_server.io.errors import BackendError, IoFailed, IoOk, failure
 from blockx_server.io.finality import StaticFinality
 from blockx_server.io.metrics import IoMetrics
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.io.settings import IoSettings
-from blockx_server.pipeline.builders.base import BuilderError
-from blockx_server.pipeline.writers.base import WriterError
+from blockx_server.pipeline.plugins import PluginError
 from blockx_server.syncinvoker.app import serve
 from blockx_server.syncinvoker.config import load_syncinvoker_config
 from blockx_server.worker.config import BLOCK_WORKER, load_worker_config
@@ -112,7 +111,8 @@ async def test_only_immutable_reads_are_served_from_the_cache(
     scope = TaskIoScope(router, "t1")
     first = await scope.request("chain", op, [number])
     second = await scope.request("chain", op, [number])
-    assert first.ok
+    assert isinstance(first, IoOk)
+    assert isinstance(second, IoOk), second
     assert second.value_json == first.value_json
     assert served(chain, op) == requests
     assert second.cached is (requests == 1)
@@ -122,6 +122,7 @@ async def test_a_cache_hit_charges_no_backend_time(router: IoRouter) -> None:
     scope = TaskIoScope(router, "t1")
     await scope.request("chain", "block", [1])
     hit = await scope.request("chain", "block", [1])
+    assert isinstance(hit, IoOk), hit
     assert hit.cached
     assert hit.io_us == 0
     assert scope.stats.cache_hits == 1
@@ -132,6 +133,7 @@ async def test_the_cache_is_shared_by_the_tasks_of_a_process(
 ) -> None:
     await TaskIoScope(router, "t1").request("chain", "block", [3])
     hit = await TaskIoScope(router, "t2").request("chain", "block", [3])
+    assert isinstance(hit, IoOk), hit
     assert hit.cached
     assert served(chain) == 1
 
@@ -143,6 +145,7 @@ async def test_a_new_epoch_drops_the_cached_reads(
     await scope.request("chain", "block", [3])
     finality.epoch = 1
     again = await scope.request("chain", "block", [3])
+    assert isinstance(again, IoOk), again
     assert not again.cached
     assert served(chain) == 2
 
@@ -162,8 +165,8 @@ async def test_without_a_finality_view_or_with_no_cache_nothing_is_cached(chain:
 async def test_a_failed_read_is_not_cached(router: IoRouter, chain: Chain) -> None:
     chain.fail_next = 1
     scope = TaskIoScope(router, "t1")
-    assert not (await scope.request("chain", "block", [1])).ok
-    assert (await scope.request("chain", "block", [1])).ok
+    assert not isinstance(await scope.request("chain", "block", [1]), IoOk)
+    assert isinstance(await scope.request("chain", "block", [1]), IoOk)
     assert served(chain) == 2
 
 
@@ -182,7 +185,8 @@ async def test_identical_reads_in_flight_in_one_task_share_one_request(
     assert served(chain, "head") == 1
     assert sum(o.shared for o in outcomes) == 99
     assert all(o.io_us == 0 for o in outcomes if o.shared)
-    assert {o.value_json for o in outcomes} == {outcomes[0].value_json}
+    assert all(isinstance(o, IoOk) for o in outcomes)
+    assert len({o.value_json for o in outcomes if isinstance(o, IoOk)}) == 1
     assert scope.stats.shared == 99
     assert router.shared_total == 99
 
@@ -210,7 +214,8 @@ async def test_a_cancelled_leader_does_not_strand_its_followers(
     await asyncio.sleep(0)
     leader.cancel()
     outcome = await asyncio.wait_for(follower, 5)
-    assert outcome.error_kind == IoErrorKind.UNAVAILABLE
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == IoErrorKind.UNAVAILABLE
     assert outcome.retryable
 
 
@@ -227,7 +232,7 @@ async def test_the_window_caps_a_tasks_requests_in_flight(chain: Chain) -> None:
     await wait_until(lambda: chain.in_flight == 4, "another task's read is not held back")
     chain.gate.set()
     outcomes = await asyncio.gather(*reads, other)
-    assert all(o.ok for o in outcomes)
+    assert all(isinstance(o, IoOk) for o in outcomes)
     assert chain.max_in_flight == 4
     assert any(o.queue_us > 0 for o in outcomes)
 
@@ -242,7 +247,7 @@ async def test_the_writer_scope_shares_the_tasks_window(chain: Chain) -> None:
     await asyncio.sleep(0.01)
     assert chain.in_flight == 1
     chain.gate.set()
-    assert all(o.ok for o in await asyncio.gather(read, write))
+    assert all(isinstance(o, IoOk) for o in await asyncio.gather(read, write))
 
 
 # -- admission -------------------------------------------------------------------
@@ -258,13 +263,14 @@ async def test_a_request_queued_past_the_timeout_fails_retryable_unavailable(
     first = asyncio.create_task(TaskIoScope(router, "t1").request("chain", "head", [1]))
     await wait_until(lambda: chain.in_flight == 1, "the first read at the backend")
     queued = await TaskIoScope(router, "t2").request("chain", "head", [2])
-    assert queued.error_kind == IoErrorKind.UNAVAILABLE
+    assert isinstance(queued, IoFailed), queued
+    assert queued.kind == IoErrorKind.UNAVAILABLE
     assert queued.retryable
-    assert "IO_QUEUE_TIMEOUT_MS" in queued.error
+    assert "IO_QUEUE_TIMEOUT_MS" in queued.message
     assert queued.queue_us > 0
     assert queued.io_us == 0
     chain.gate.set()
-    assert (await first).ok
+    assert isinstance(await first, IoOk)
     assert served(chain, "head") == 1
 
 
@@ -279,7 +285,7 @@ async def test_requests_beyond_the_limit_wait_their_turn(chain: Chain) -> None:
     (gate,) = router.gates()
     assert gate.queued == 4
     chain.gate.set()
-    assert all(o.ok for o in await asyncio.gather(*reads))
+    assert all(isinstance(o, IoOk) for o in await asyncio.gather(*reads))
     assert chain.max_in_flight == 2
     assert gate.in_flight == 0
 
@@ -291,12 +297,13 @@ async def test_a_backend_bug_is_an_answer_and_frees_its_admission_and_window(
     Worker's log the traceback."""
     scope = TaskIoScope(router, "t1")
     outcome = await scope.request("chain", "crash", [])
-    assert (outcome.ok, outcome.error_kind) == (False, IoErrorKind.UNAVAILABLE)
-    assert outcome.error == "io.chain.crash failed inside the backend: RuntimeError"
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == IoErrorKind.UNAVAILABLE
+    assert outcome.message == "io.chain.crash failed inside the backend: RuntimeError"
     assert "a bug in the backend" in caplog.text
     (gate,) = router.gates()
     assert gate.in_flight == 0
-    assert (await scope.request("chain", "head", [])).ok
+    assert isinstance(await scope.request("chain", "head", []), IoOk)
 
 
 async def test_an_integer_a_backend_cannot_hold_is_a_bad_request(
@@ -304,7 +311,8 @@ async def test_an_integer_a_backend_cannot_hold_is_a_bad_request(
 ) -> None:
     chain.overflow = True
     outcome = await TaskIoScope(router, "t1").request("chain", "block", [2**200])
-    assert (outcome.ok, outcome.error_kind) == (False, IoErrorKind.BAD_REQUEST)
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == IoErrorKind.BAD_REQUEST
 
 
 # -- retry scopes ----------------------------------------------------------------
@@ -325,14 +333,15 @@ async def test_builders_and_writers_retry_retryable_failures(
     router = IoRouter([chain], settings=IoSettings(retry_max_attempts=attempts))
     chain.fail_next = failures
     outcome = await TaskIoScope(router, "t1").request("chain", "head", [], retry=retry)
-    assert outcome.ok is ok
+    assert isinstance(outcome, IoOk) is ok
     assert served(chain, "head") == requests
 
 
 async def test_a_request_that_cannot_succeed_is_not_retried(chain: Chain) -> None:
     router = IoRouter([chain])
     outcome = await TaskIoScope(router, "t1").retrying().request("chain", "bad", [])
-    assert outcome.error_kind == IoErrorKind.BAD_REQUEST
+    assert isinstance(outcome, IoFailed), outcome
+    assert outcome.kind == IoErrorKind.BAD_REQUEST
     assert served(chain, "bad") == 1
 
 
@@ -340,7 +349,7 @@ async def test_a_writer_retries_its_writes(chain: Chain) -> None:
     router = IoRouter([chain])
     chain.fail_next = 1
     writer = TaskIoScope(router, "t1").writer().retrying()
-    assert (await writer.request("chain", "put", ["k", 1])).ok
+    assert isinstance(await writer.request("chain", "put", ["k", 1]), IoOk)
     assert served(chain, "put") == 2
 
 
@@ -351,15 +360,15 @@ FROM_IO_CASES = [
 
 
 @pytest.mark.parametrize(("outcome", "retryable"), FROM_IO_CASES)
-def test_builder_and_writer_errors_take_retryable_from_the_io_error(
-    outcome: IoOutcome, retryable: bool
+def test_a_plugin_error_takes_retryable_from_the_io_error(
+    outcome: IoFailed, retryable: bool
 ) -> None:
-    builder = BuilderError.from_io(outcome, "reading block 5")
-    writer = WriterError.from_io(outcome)
-    assert builder.retryable is retryable
-    assert writer.retryable is retryable
-    assert outcome.error_kind in builder.message
-    assert "reading block 5" in builder.message
+    # One error for Call Builders and Writer Plugins alike.
+    error = PluginError.from_io(outcome, "reading block 5")
+    assert error.retryable is retryable
+    assert error.failure.kind is outcome.kind
+    assert outcome.kind in error.message
+    assert "reading block 5" in error.message
 
 
 # -- metrics ---------------------------------------------------------------------

@@ -18,7 +18,7 @@ from blockx_core.code_view import CodeSnapshot, build_snapshot
 from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
-from blockx_server.pipeline.builders import BuilderError, feed_calls
+from blockx_server.pipeline.builders import PluginError, feed_calls
 
 
 class ScriptedStream:
@@ -35,7 +35,7 @@ class ScriptedStream:
         next_root = 0
         for i, size in enumerate(self.sizes):
             if i == self.fail_at:
-                raise BuilderError("scripted read failure", retryable=True)
+                raise PluginError.of("scripted read failure", retryable=True)
             self.read += 1
             yield [RootCall([next_root + j]) for j in range(size)]
             next_root += size
@@ -122,7 +122,7 @@ def test_a_failed_read_closes_the_run_after_the_chunks_before_it(
 ) -> None:
     fail_at = data.draw(st.integers(min_value=0, max_value=len(sizes) - 1))
     stream, run = ScriptedStream(sizes, fail_at=fail_at), ModelRun(window=8)
-    with pytest.raises(BuilderError, match="scripted read failure"):
+    with pytest.raises(PluginError, match="scripted read failure"):
         asyncio.run(feed_calls(stream, run))
     assert run.roots == list(range(sum(sizes[:fail_at])))
     assert run.closed

@@ -25,7 +25,7 @@ from blockx_core.code_view import CodeSnapshot
 from blockx_core.task import PluginSpec, TaskInput
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
-from blockx_server.pipeline.builders import BuilderError, count_listed, feed_calls
+from blockx_server.pipeline.builders import PluginError, count_listed, feed_calls
 from blockx_server.pipeline.builders.call_list import CallListCallConfig
 from blockx_server.pipeline.builders.inputs import MAX_INPUTS, InputsCallConfig
 from blockx_server.pipeline.context import TaskContext
@@ -85,9 +85,9 @@ REFUSED = [
 async def test_build_listed_refuses_what_build_refuses(
     builder: Any, config: Any, words: str
 ) -> None:
-    with pytest.raises(BuilderError, match=words) as listed:
+    with pytest.raises(PluginError, match=words) as listed:
         builder.build_listed(json.dumps(config), 10)
-    with pytest.raises(BuilderError, match=words) as built:
+    with pytest.raises(PluginError, match=words) as built:
         await builder.build(context(), config)
     assert not listed.value.retryable
     assert not built.value.retryable
@@ -105,7 +105,7 @@ def test_more_calls_than_the_limit_are_refused_naming_task_max_calls(
 ) -> None:
     text = json.dumps(config)
     assert len(builder.build_listed(text, 4).calls) == 4
-    with pytest.raises(BuilderError) as info:
+    with pytest.raises(PluginError) as info:
         builder.build_listed(text, 3)
     name = type(builder).__name__
     assert info.value.message == (
@@ -116,7 +116,7 @@ def test_more_calls_than_the_limit_are_refused_naming_task_max_calls(
 
 def test_inputs_keep_their_own_lower_bound() -> None:
     config = json.dumps({"function": "f", "inputs": [{}] * (MAX_INPUTS + 1)})
-    with pytest.raises(BuilderError, match=f"more than {MAX_INPUTS} inputs"):
+    with pytest.raises(PluginError, match=f"more than {MAX_INPUTS} inputs"):
         InputsCallConfig().build_listed(config, 10 * MAX_INPUTS)
 
 
@@ -171,7 +171,7 @@ def test_a_streamed_scan_never_adds_past_task_max_calls(sizes: list[int], max_ca
         assert asyncio.run(feed_calls(stream, run, max_calls)) == sum(sizes)
         assert run.done_calls == 1
         return
-    with pytest.raises(BuilderError, match=rf"TASK_MAX_CALLS \({max_calls}\)"):
+    with pytest.raises(PluginError, match=rf"TASK_MAX_CALLS \({max_calls}\)"):
         asyncio.run(feed_calls(stream, run, max_calls))
     # Every chunk before the one that crosses the limit, and nothing of that one.
     added = 0

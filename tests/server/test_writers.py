@@ -24,11 +24,12 @@ from blockx_core.task import PluginSpec, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.sink import SinkBackend
 from blockx_server.io.config import open_router
+from blockx_server.io.errors import IoFailed
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.io.settings import IoSettings
 from blockx_server.pipeline.context import TaskContext
-from blockx_server.pipeline.writers import WriterError, Writers
+from blockx_server.pipeline.writers import PluginError, Writers
 from blockx_server.pipeline.writers.block_bundle_write import BlockBundleWriteResultHandler
 from blockx_server.pipeline.writers.block_write import BlockWriteResultHandler, rows_per_block
 from blockx_server.pipeline.writers.table_upserts import TableUpsertsResultHandler
@@ -158,7 +159,7 @@ async def test_bundle_writer_writes_one_transaction_per_bundle(stack: Stack) -> 
 
 async def test_a_reorged_block_is_not_written_and_the_failure_is_retryable(stack: Stack) -> None:
     outputs = [_out(0, {"v": 1}, 2), _out(1, {"v": 2}, 3, branch=1)]
-    with pytest.raises(WriterError, match=r"block 3 \(0x") as failed:
+    with pytest.raises(PluginError, match=r"block 3 \(0x") as failed:
         await _run(stack.writers, stack.router, "BlockWriteResultHandler", {"table": "r"}, outputs)
     assert failed.value.retryable
     assert await stack.sink.written("r", CHAIN_ID) == []
@@ -167,19 +168,19 @@ async def test_a_reorged_block_is_not_written_and_the_failure_is_retryable(stack
 async def test_rows_that_do_not_fit_fail_not_retryable_naming_the_column(stack: Stack) -> None:
     run = stack.writers, stack.router, "BlockWriteResultHandler"
     await _run(*run, {"table": "s"}, [_out(0, {"v": 1}, 2)])
-    with pytest.raises(WriterError, match="column 'v'") as failed:
+    with pytest.raises(PluginError, match="column 'v'") as failed:
         await _run(*run, {"table": "s"}, [_out(0, {"v": "x"}, 2)])
     assert not failed.value.retryable
-    with pytest.raises(WriterError, match="carries block_number 9") as failed:
+    with pytest.raises(PluginError, match="carries block_number 9") as failed:
         await _run(*run, {"table": "s"}, [_out(0, {"v": 1, "block_number": 9}, 2)])
     assert not failed.value.retryable
-    with pytest.raises(WriterError, match="returned int") as failed:
+    with pytest.raises(PluginError, match="returned int") as failed:
         await _run(*run, {"table": "s"}, [_out(0, 5, 2)])
     assert not failed.value.retryable
-    with pytest.raises(WriterError, match="block database table") as failed:
+    with pytest.raises(PluginError, match="block database table") as failed:
         await _run(*run, {"table": "logs"}, [_out(0, {"v": 1}, 2)])
     assert not failed.value.retryable
-    with pytest.raises(WriterError, match="config") as failed:
+    with pytest.raises(PluginError, match="config") as failed:
         await _run(*run, {"tabel": "s"}, [_out(0, {"v": 1}, 2)])
     assert not failed.value.retryable
     assert [r["v"] for r in await stack.sink.rows("s")] == [1]
@@ -200,7 +201,7 @@ async def test_a_writer_meant_for_another_sink_fails_not_retryable_writing_nothi
         ("TableUpsertsResultHandler", stack.writers, {"table": "m", "key": "v"}),
     ]
     for name, writers, config in cases:
-        with pytest.raises(WriterError, match=f"identity {mine}.*identity {meant}") as failed:
+        with pytest.raises(PluginError, match=f"identity {mine}.*identity {meant}") as failed:
             await _run(
                 writers,
                 stack.router,
@@ -210,7 +211,7 @@ async def test_a_writer_meant_for_another_sink_fails_not_retryable_writing_nothi
             )
         assert not failed.value.retryable
         # Even a task with nothing to write is refused.
-        with pytest.raises(WriterError, match=meant):
+        with pytest.raises(PluginError, match=meant):
             await _run(writers, stack.router, name, {**config, "sinkIdentity": meant}, [])
     assert (await stack.sink.rows("m"), await stack.sink.written("m", CHAIN_ID)) == ([], [])
     config = {"table": "m", "sinkIdentity": mine}
@@ -233,9 +234,9 @@ async def test_a_block_writer_needs_the_chain_its_driver_planned_from(stack: Sta
         )
     ]
     for run in runs:
-        with pytest.raises(WriterError, match=r"chain id 31337 on this Worker.*chain id 8453"):
+        with pytest.raises(PluginError, match=r"chain id 31337 on this Worker.*chain id 8453"):
             await _run(*run, {"table": "w", "chainId": 8453}, outputs)
-        with pytest.raises(WriterError, match="the task has no chain") as failed:
+        with pytest.raises(PluginError, match="the task has no chain") as failed:
             await _run(*run, {"table": "w"}, outputs, chain=None)
         assert not failed.value.retryable
     assert await stack.sink.written("w", CHAIN_ID) == []
@@ -260,7 +261,7 @@ async def test_upserts_by_key(stack: Stack) -> None:
         "rows": 1,
     }
     assert sorted((r["who"], r["n"]) for r in await stack.sink.rows("u")) == [("a", 7), ("b", 1)]
-    with pytest.raises(WriterError, match="key") as failed:
+    with pytest.raises(PluginError, match="key") as failed:
         await _run(*run, {"table": "u"}, [_out(0, {"who": "a"}, 2)])
     assert not failed.value.retryable
 
@@ -269,20 +270,21 @@ async def test_a_function_scope_cannot_write_the_sink(stack: Stack) -> None:
     reader = _ctx(stack.router, writes=False).io
     for op in ("replace_blocks", "upsert"):
         outcome = await reader.request("sink", op, ["t", []])
-        assert outcome.error_kind == "WRITE_FORBIDDEN"
+        assert isinstance(outcome, IoFailed), outcome
+        assert outcome.kind == "WRITE_FORBIDDEN"
         assert not outcome.retryable
 
 
 async def test_an_unreachable_sink_is_retryable_and_a_missing_one_is_not(tmp_path: Path) -> None:
     gone = SinkBackend(parse_blockdb_url(f"sqlite:///{tmp_path}/no/such/dir/sink.db"))
     router = open_router(None, sink=gone, settings=IoSettings(retry_max_attempts=1))
-    with pytest.raises(WriterError, match="UNAVAILABLE") as failed:
+    with pytest.raises(PluginError, match="UNAVAILABLE") as failed:
         await _run(
             _writers(False), router, "BlockWriteResultHandler", {"table": "t"}, [_out(0, {}, 1)]
         )
     assert failed.value.retryable
     without = open_router(None, settings=IoSettings(retry_max_attempts=1))
-    with pytest.raises(WriterError, match="SINK_DB_URL") as failed:
+    with pytest.raises(PluginError, match="SINK_DB_URL") as failed:
         await _run(
             _writers(False),
             without,
@@ -298,7 +300,7 @@ async def test_a_reorged_bundle_stops_the_bundle_writer_after_the_bundles_before
 ) -> None:
     writers = _writers(bundle=True)
     outputs = [_out(0, {"n": 1}, 1), _out(1, {"n": 2}, 2), _out(2, {"n": 5}, 5, branch=1)]
-    with pytest.raises(WriterError, match="block 5") as failed:
+    with pytest.raises(PluginError, match="block 5") as failed:
         await _run(
             writers,
             stack.router,
@@ -318,7 +320,7 @@ async def test_covered_blocks_without_calls_are_written_empty() -> None:
         (4, block_hash(4), [{"v": 1}]),
         (5, block_hash(5), []),
     ]
-    with pytest.raises(WriterError, match="two hashes"):
+    with pytest.raises(PluginError, match="two hashes"):
         rows_per_block([_out(0, {"v": 1}, 4, branch=1)], "W", covered)
 
 
@@ -335,5 +337,5 @@ BAD_OUTPUTS = [
 def test_an_output_that_is_no_rows_is_named(raw: bytes, message: str) -> None:
     context = CallContext(block_number=2, block_hash=block_hash(2))
     outputs = [_out(0, {"v": 1}, 2), RootOutput(1, raw, context), _out(2, {"v": 2}, 2)]
-    with pytest.raises(WriterError, match=message):
+    with pytest.raises(PluginError, match=message):
         rows_per_block(outputs, "W")

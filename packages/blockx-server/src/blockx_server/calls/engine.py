@@ -43,7 +43,7 @@ from blockx_core.dispatch import (
     RetireExecutor,
     SendCalls,
 )
-from blockx_core.failures import CallFailureKind, call_failure_kind
+from blockx_core.failures import CallFailureKind, IoErrorKind, call_failure_kind
 from blockx_executor import protocol as wire
 from blockx_server.calls.call_logs import CallLogs
 from blockx_server.calls.call_spans import CallSpans
@@ -57,6 +57,7 @@ from blockx_server.calls.messages import (
     trace_message,
 )
 from blockx_server.calls.run import CallObserver, CallRun, RunState, observe
+from blockx_server.io.errors import IoFailed
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.timer import DeadlineTimer
@@ -365,16 +366,16 @@ class CallEngine:
             observer = self._observer_of(request.call_id)
             if observer is not None:
                 observer.io_traced(request.call_id, request, outcome)
-        if outcome.write_forbidden:
+        if isinstance(outcome, IoFailed) and outcome.kind is IoErrorKind.WRITE_FORBIDDEN:
             if self._spans.live:
                 kind = CallFailureKind.WRITE_FORBIDDEN.value
-                self._spans.failed(request.call_id, kind, outcome.error)
+                self._spans.failed(request.call_id, kind, outcome.message)
             self._apply(
                 self._core.call_failed(
                     executor_id,
                     request.call_id,
                     CallFailureKind.WRITE_FORBIDDEN,
-                    outcome.error,
+                    outcome.message,
                     self._clock.now_ms(),
                     cancel_on_executor=True,
                 )

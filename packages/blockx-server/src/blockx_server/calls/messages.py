@@ -9,7 +9,7 @@ from blockx_core.dispatch import ResumeWithResult, SendCalls
 from blockx_core.failures import call_failure_kind
 from blockx_executor import protocol as wire
 from blockx_server.calls.call_spans import CallSpans
-from blockx_server.io.errors import IoOutcome
+from blockx_server.io.errors import IoFailed, IoOk, IoOutcome
 
 
 def execute_calls(
@@ -49,15 +49,20 @@ def resume_with_result(command: ResumeWithResult) -> wire.ResumeCall:
 
 def resume_with_io(call_id: int, outcome: IoOutcome) -> wire.ResumeCall:
     """An IO request was answered: the call resumes with the answer."""
-    return wire.ResumeCall(
-        call_id,
-        outcome.ok,
-        outcome.value_json,
-        outcome.error_kind,
-        outcome.error,
-        outcome.io_us,
-        outcome.retryable,
-    )
+    match outcome:
+        case IoOk():
+            return wire.ResumeCall(call_id, True, outcome.value_json, io_us=outcome.io_us)
+        case IoFailed():
+            return wire.ResumeCall(
+                call_id,
+                False,
+                error_kind=outcome.kind.value,
+                error=outcome.message,
+                io_us=outcome.io_us,
+                retryable=outcome.retryable,
+            )
+        case _:
+            assert_never(outcome)
 
 
 def trace_message(spans: CallSpans, message: wire.FromExecutor) -> None:

@@ -1,27 +1,46 @@
-"""What an IO request can fail with, and which failures a retry can cure."""
+"""The answer to an IO request: a value (``IoOk``) or a failure (``IoFailed``).
+
+A backend raises ``BackendError`` for a failure a function should see; the router
+turns it into ``IoFailed``. Whether trying again may help is the failure kind's,
+in ``blockx_core.failures.RETRYABLE``; no code reads the message to decide
+anything: a failure that needs telling apart within its kind says so in
+``reason``.
+"""
 
 from __future__ import annotations
 
-from typing import Any, Final
+import enum
+from typing import Any, Final, TypeAlias
 
 import msgspec
 
-from blockx_core.failures import IoErrorKind, is_retryable
+from blockx_core.failures import Failure, IoErrorKind, is_retryable
 
 _decode: Final = msgspec.json.Decoder().decode
 
 
-class BackendError(Exception):
-    """Raised by a backend; ``kind`` is what the function sees as ``IoError.kind``."""
+class IoReason(enum.Enum):
+    """What a failure of a kind means, where a caller acts on more than its kind
+    (the function sees only the kind)."""
 
-    def __init__(self, kind: IoErrorKind, message: str) -> None:
+    # The answer would exceed the backend's row limit (BLOCKDB_MAX_ROWS, a
+    # BAD_REQUEST): the same request over a narrower range may succeed.
+    TOO_MANY_ROWS = "TOO_MANY_ROWS"
+
+
+class BackendError(Exception):
+    """Raised by a backend; ``kind`` is what the function sees as ``IoError.kind``,
+    ``reason`` what only the Worker's own callers act on."""
+
+    def __init__(self, kind: IoErrorKind, message: str, *, reason: IoReason | None = None) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
+        self.reason = reason
 
 
-class IoOutcome(msgspec.Struct, frozen=True):
-    """The answer to one IO request: a JSON value, or a failure kind and message.
+class IoOk(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A request's answer: a JSON value.
 
     ``io_us`` is the time the backend took for this caller, the only part charged to
     the caller's budget: 0 for a cache hit (``cached``) and for a request that shared
@@ -30,10 +49,7 @@ class IoOutcome(msgspec.Struct, frozen=True):
     request), for traces; it is never charged.
     """
 
-    ok: bool
     value_json: bytes = b"null"
-    error_kind: str = ""
-    error: str = ""
     io_us: int = 0
     queue_us: int = 0
     cached: bool = False
@@ -50,17 +66,36 @@ class IoOutcome(msgspec.Struct, frozen=True):
             return _decode(self.value_json)
         return self.value
 
-    @property
-    def write_forbidden(self) -> bool:
-        return self.error_kind == IoErrorKind.WRITE_FORBIDDEN
+
+class IoFailed(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A request's failure: its kind (the function's ``IoError.kind``), a message
+    for people and, where a caller needs it, a ``reason``.
+
+    ``io_us`` and ``queue_us`` as for ``IoOk``: a backend that failed took time
+    too. A failure is never cached; it may be ``shared`` by the requests that
+    waited on it.
+    """
+
+    kind: IoErrorKind
+    message: str
+    reason: IoReason | None = None
+    io_us: int = 0
+    queue_us: int = 0
+    shared: bool = False
 
     @property
     def retryable(self) -> bool:
-        try:
-            return is_retryable(IoErrorKind(self.error_kind))
-        except ValueError:
-            return False
+        return is_retryable(self.kind)
+
+    @property
+    def failure(self) -> Failure:
+        return Failure.of(self.kind, self.message)
 
 
-def failure(kind: IoErrorKind, message: str, io_us: int = 0) -> IoOutcome:
-    return IoOutcome(False, error_kind=kind, error=message, io_us=io_us)
+IoOutcome: TypeAlias = IoOk | IoFailed
+
+
+def failure(
+    kind: IoErrorKind, message: str, io_us: int = 0, *, reason: IoReason | None = None
+) -> IoFailed:
+    return IoFailed(kind=kind, message=message, reason=reason, io_us=io_us)

@@ -12,13 +12,14 @@ and admission figures are read from the router when scraped.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import assert_never
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from blockx_server.io.backends.logical_types import LogicalTypesBackend
-from blockx_server.io.errors import IoOutcome
+from blockx_server.io.errors import IoFailed, IoOk, IoOutcome
 from blockx_server.io.router import IoRouter
 
 
@@ -102,7 +103,14 @@ class IoMetrics:
         router.observe(self)
 
     def request_done(self, backend: str, op: str, outcome: IoOutcome) -> None:
-        self._requests.labels(backend, op, "ok" if outcome.ok else outcome.error_kind).inc()
+        match outcome:
+            case IoOk():
+                label = "ok"
+            case IoFailed():
+                label = outcome.kind.value
+            case _:
+                assert_never(outcome)
+        self._requests.labels(backend, op, label).inc()
 
     def backend_done(self, backend: str, op: str, seconds: float) -> None:
         self._backend_seconds.labels(backend, op).observe(seconds)

@@ -22,7 +22,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, assert_never
 
 import msgspec
 
@@ -38,7 +38,7 @@ from blockx_core.io import (
 )
 from blockx_server.io.admission import BackendGate
 from blockx_server.io.backends.meta import CHAIN_OP, META
-from blockx_server.io.errors import BackendError, IoOutcome, failure
+from blockx_server.io.errors import BackendError, IoFailed, IoOk, IoOutcome, failure
 from blockx_server.io.finality import FinalityView
 from blockx_server.io.settings import IoSettings
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
@@ -216,7 +216,7 @@ class IoRouter:
         *,
         writes: bool,
         chain: str | None = None,
-    ) -> Prepared | IoOutcome:
+    ) -> Prepared | IoFailed:
         """The accepted request, or why it is refused; ``writes`` says whether the
         caller may write, ``chain`` which chain's backends serve it (None: the only
         chain served, if there is one)."""
@@ -243,7 +243,7 @@ class IoRouter:
         chain_name = "" if chain_io is None else chain_io.chain.name
         return self._prepared(backend, op, args, kwargs, writes, chain_name, chain_io)
 
-    def _unknown_backend(self, backend_name: str, chain: str | None) -> IoOutcome:
+    def _unknown_backend(self, backend_name: str, chain: str | None) -> IoFailed:
         names = set(self.names())
         if backend_name in names and chain is None:
             # A chain's backend, asked by a task of no chain while several are served.
@@ -265,7 +265,7 @@ class IoRouter:
 
     def _prepare_routed(
         self, op: str, args: list[Any], kwargs: dict[str, Any]
-    ) -> Prepared | IoOutcome:
+    ) -> Prepared | IoFailed:
         """``io.router.chain(name).<backend>.<op>(*args)``: another chain's backend,
         read-only whoever asks."""
         if op != ROUTER_CHAIN_OP:
@@ -303,7 +303,7 @@ class IoRouter:
         writes: bool,
         chain_name: str,
         chain_io: ChainIo | None,
-    ) -> Prepared | IoOutcome:
+    ) -> Prepared | IoFailed:
         backend_name = backend.name
         write = op in backend.write_ops
         if write:
@@ -334,14 +334,14 @@ class IoRouter:
             self._add_gate(gate)  # a backend added to its chain after the chain
         return Prepared(backend, op, args, kwargs, write, key, cacheable, gate)
 
-    def cached(self, prepared: Prepared) -> IoOutcome | None:
+    def cached(self, prepared: Prepared) -> IoOk | None:
         """The cached answer of an immutable read, or None."""
         if not prepared.cacheable:
             return None
         value = self.cache.get(prepared.key)
         if value is None:
             return None
-        return IoOutcome(True, value, cached=True)
+        return IoOk(value_json=value, cached=True)
 
     async def serve(self, prepared: Prepared) -> IoOutcome:
         """Admission, then the backend; a successful immutable read is cached.
@@ -366,12 +366,19 @@ class IoRouter:
             # Cancelled, or a backend bug: the room is handed on, nothing is learnt.
             gate.abandon()
             raise
-        # Only an unavailable backend is a sign of overload; a bad request is not.
-        gate.release(latency_us=outcome.io_us, ok=outcome.error_kind != IoErrorKind.UNAVAILABLE)
+        match outcome:
+            case IoOk():
+                gate.release(latency_us=outcome.io_us, ok=True)
+                if prepared.cacheable:
+                    self.cache.put(prepared.key, outcome.value_json, immutable=True)
+            case IoFailed():
+                # Only an unavailable backend is a sign of overload; a bad request is not.
+                overloaded = outcome.kind is IoErrorKind.UNAVAILABLE
+                gate.release(latency_us=outcome.io_us, ok=not overloaded)
+            case _:
+                assert_never(outcome)
         if self._observer is not None:
             self._observer.backend_done(name, prepared.op, (time.perf_counter_ns() - started) / 1e9)
-        if outcome.ok and prepared.cacheable:
-            self.cache.put(prepared.key, outcome.value_json, immutable=True)
         return msgspec.structs.replace(outcome, queue_us=queue_us)
 
     async def execute(
@@ -386,7 +393,8 @@ class IoRouter:
     ) -> IoOutcome:
         """Serve one request outside any task (no singleflight, window or retry)."""
         prepared = self.prepare(backend_name, op, args, kwargs, writes=writes, chain=chain)
-        if isinstance(prepared, IoOutcome):
+        outcome: IoOutcome
+        if isinstance(prepared, IoFailed):
             outcome = prepared
         else:
             outcome = self.cached(prepared) or await self.serve(prepared)
@@ -418,7 +426,7 @@ class IoRouter:
         try:
             value = await backend.serve(op, args, kwargs)
         except BackendError as exc:
-            return failure(exc.kind, exc.message, _since_us(started))
+            return failure(exc.kind, exc.message, _since_us(started), reason=exc.reason)
         except _BAD_ARGUMENTS as exc:
             return failure(
                 IoErrorKind.BAD_REQUEST,
@@ -436,12 +444,12 @@ class IoRouter:
             )
         io_us = _since_us(started)
         try:
-            return IoOutcome(True, _json.encode(value), io_us=io_us, value=value)
+            return IoOk(value_json=_json.encode(value), io_us=io_us, value=value)
         except (TypeError, ValueError) as exc:
             return failure(IoErrorKind.BAD_VALUE, str(exc), io_us)
 
 
-def _unknown_chain(name: str, served: str) -> IoOutcome:
+def _unknown_chain(name: str, served: str) -> IoFailed:
     return failure(IoErrorKind.UNKNOWN_CHAIN, f"no chain {name!r}: this process serves {served}")
 
 

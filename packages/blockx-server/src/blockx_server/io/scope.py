@@ -37,7 +37,7 @@ import msgspec
 from blockx_core.failures import IoErrorKind
 from blockx_core.io import CacheKey, GiveUp, IoWindow, RetryAfter, Singleflight
 from blockx_server.io.backends.meta import CODE_EPOCH_OP, META
-from blockx_server.io.errors import IoOutcome, failure
+from blockx_server.io.errors import IoFailed, IoOk, IoOutcome, failure
 from blockx_server.io.router import IoRouter, Prepared
 
 
@@ -145,7 +145,7 @@ class TaskIoScope:
         if not retry:
             return outcome
         attempts, io_us, queue_us = 1, outcome.io_us, outcome.queue_us
-        while True:
+        while isinstance(outcome, IoFailed):
             decision = self._router.retry_policy.decide(
                 attempts=attempts, retryable=outcome.retryable, jitter=random.random()
             )
@@ -169,6 +169,7 @@ class TaskIoScope:
     async def _attempt(
         self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any]
     ) -> IoOutcome:
+        outcome: IoOutcome
         if self.closed:
             outcome = failure(IoErrorKind.UNAVAILABLE, "the task's IO scope is closed")
         else:
@@ -178,7 +179,7 @@ class TaskIoScope:
             prepared = self._router.prepare(
                 backend, op, args, kwargs, writes=self.writes, chain=self.chain
             )
-            if isinstance(prepared, IoOutcome):
+            if isinstance(prepared, IoFailed):
                 outcome = prepared
             else:
                 outcome = self._router.cached(prepared) or await self._fetch(prepared)
@@ -223,12 +224,15 @@ class TaskIoScope:
         stats.requests += 1
         stats.backend_us += outcome.io_us
         stats.queue_us += outcome.queue_us
-        stats.cache_hits += outcome.cached
         stats.shared += outcome.shared
-        if outcome.ok:
-            stats.bytes += len(outcome.value_json)
-        else:
-            stats.failures += 1
+        match outcome:
+            case IoOk():
+                stats.cache_hits += outcome.cached
+                stats.bytes += len(outcome.value_json)
+            case IoFailed():
+                stats.failures += 1
+            case _:
+                assert_never(outcome)
 
 
 class RetryingIo:

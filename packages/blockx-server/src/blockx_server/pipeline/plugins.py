@@ -1,17 +1,66 @@
-"""Plug-ins by name: one shape for Call Builders and Writer Plugins.
+"""Plug-ins by name: one shape and one error for Call Builders and Writer Plugins.
 
 A plug-in registers under its name (the ``type`` a task names it by) and under
 any aliases the specification also spells it with. The two clusters have different
 sets; ``elsewhere`` names the cluster that has a plug-in this one lacks, so the
 NOT_FOUND message can say where to send the task.
+
+A plug-in that fails raises ``PluginError``; its phase fails the task
+BUILDER_FAILED or PLUGIN_FAILED, retryable as the error's failure says.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Generic, TypeVar
+from typing import Generic, Self, TypeVar, assert_never
+
+from blockx_core.failures import Failure, FailureCode
+from blockx_server.io.errors import IoFailed, IoOk, IoOutcome
 
 T = TypeVar("T")
+
+
+class PluginError(Exception):
+    """A Call Builder or a Writer Plugin failed: ``failure`` says why and whether
+    running the task again may help.
+
+    The plug-in's own failure (a config of the wrong shape, a block not ingested
+    yet) is a PLUGIN_FAILED failure with the plug-in's verdict (``of``); one caused
+    by a failed IO request keeps that request's kind and its verdict (``from_io``).
+    """
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+    @classmethod
+    def of(cls, message: str, *, retryable: bool) -> Self:
+        return cls(Failure.of(FailureCode.PLUGIN_FAILED, message, retryable=retryable))
+
+    @classmethod
+    def from_io(cls, failed: IoFailed, what: str) -> Self:
+        """The plug-in failed because ``what``, an IO request, failed: retryable
+        exactly when the IO failure is."""
+        return cls(Failure.of(failed.kind, f"{what} failed: {failed.kind.value}: {failed.message}"))
+
+    @property
+    def message(self) -> str:
+        return self.failure.message
+
+    @property
+    def retryable(self) -> bool:
+        return self.failure.retryable
+
+
+def answer_of(outcome: IoOutcome, what: str) -> IoOk:
+    """A plug-in's IO answer; PluginError (``from_io``) when ``what`` failed."""
+    match outcome:
+        case IoOk():
+            return outcome
+        case IoFailed():
+            raise PluginError.from_io(outcome, what)
+        case _:
+            assert_never(outcome)
 
 
 class Plugins(Generic[T]):

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 
 from blockx_core.dispatch import CallUsage, ConvergeTaskCalls
 from blockx_executor import protocol as wire
-from blockx_server.io.errors import IoOutcome
+from blockx_server.io.errors import IoFailed, IoOk, IoOutcome
 
 # What a DebugInvoke returns at most, so a chatty function cannot build a reply
 # larger than a gRPC message may be.
@@ -83,15 +83,22 @@ class InvokeObserver:
             request_json = _json.encode(arguments).decode()
         except (TypeError, ValueError):
             request_json = repr(arguments)
+        match outcome:
+            case IoOk():
+                success, error, cached = True, "", outcome.cached
+            case IoFailed():
+                success, error, cached = False, f"{outcome.kind}: {outcome.message}", False
+            case _:
+                assert_never(outcome)
         self.trace.append(
             IoTraceRecord(
                 backend=request.backend,
                 op=request.op,
                 request=request_json,
                 duration_us=outcome.io_us,
-                success=outcome.ok,
-                error="" if outcome.ok else f"{outcome.error_kind}: {outcome.error}",
-                cached=outcome.cached,
+                success=success,
+                error=error,
+                cached=cached,
                 shared=outcome.shared,
                 queue_us=outcome.queue_us,
             )

@@ -35,7 +35,7 @@ async def build_calls(
     stream: bool,
 ) -> CallList | CallStream:
     """The calls of ``ctx.task`` (a prepared stream when ``stream`` and the Builder
-    streams); raises BuilderError."""
+    streams); raises PluginError."""
     spec = ctx.task.function_call_config
     size = len(spec.config)
     if isinstance(builder, ListedCallBuilder):

@@ -21,13 +21,13 @@ from blockx_core.worker import PhaseOutcome
 from blockx_server.calls.engine import CallEngine
 from blockx_server.pipeline.builders import (
     DEFAULT_TASK_MAX_CALLS,
-    BuilderError,
     CallBuilder,
     CallList,
+    PluginError,
     StreamBuildConfig,
     feed_calls,
 )
-from blockx_server.pipeline.writers import WriterError, WriterPlugin, failed_writer_result
+from blockx_server.pipeline.writers import WriterPlugin, failed_writer_result
 from blockx_server.worker.build_phase import build_calls, decode_checked_config
 from blockx_server.worker.call_progress import ProgressCounter
 from blockx_server.worker.metrics import FunctionCalls
@@ -84,7 +84,7 @@ class PhaseWork:
                     max_calls=self.max_calls,
                     stream=self.stream_build.enabled,
                 )
-            except BuilderError as exc:
+            except PluginError as exc:
                 return _builder_failed(exc)
         runtime.calls = calls
         self.task_log.function_known(runtime.task.task_id, calls.function)
@@ -112,7 +112,7 @@ class PhaseWork:
                     try:
                         async with self._scan_sem:
                             await feed_calls(calls, self.progress.sink(run), self.max_calls)
-                    except BuilderError as exc:
+                    except PluginError as exc:
                         return _builder_failed(exc)
                 else:
                     run.add(calls.calls)
@@ -151,7 +151,7 @@ class PhaseWork:
                 )
                 self._writer_started(runtime.task.task_id)
                 result = await plugin.execute(writer_ctx, config, runtime.outputs)
-            except WriterError as exc:
+            except PluginError as exc:
                 return PhaseOutcome(
                     success=False,
                     failure_code=FailureCode.PLUGIN_FAILED,
@@ -167,7 +167,7 @@ class PhaseWork:
         )
 
 
-def _builder_failed(exc: BuilderError) -> PhaseOutcome:
+def _builder_failed(exc: PluginError) -> PhaseOutcome:
     return PhaseOutcome(
         success=False,
         failure_code=FailureCode.BUILDER_FAILED,

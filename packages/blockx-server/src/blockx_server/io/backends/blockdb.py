@@ -39,7 +39,7 @@ from blockx_chain.store import (
 )
 from blockx_chain.url import BlockDbUrl, describe
 from blockx_core.failures import IoErrorKind
-from blockx_server.io.errors import BackendError
+from blockx_server.io.errors import BackendError, IoReason
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +119,9 @@ class BlockDbBackend:
         try:
             return await getattr(store, op)(*bound.args, **bound.kwargs)
         except TooManyRows as exc:
-            raise BackendError(IoErrorKind.BAD_REQUEST, f"io.blockdb.{exc}") from None
+            raise BackendError(
+                IoErrorKind.BAD_REQUEST, f"io.blockdb.{exc}", reason=IoReason.TOO_MANY_ROWS
+            ) from None
         except NotHeld as exc:
             # A selective database lacks it for good: asking again gets the same.
             raise BackendError(IoErrorKind.BAD_REQUEST, f"io.blockdb.{op}: {exc}") from None

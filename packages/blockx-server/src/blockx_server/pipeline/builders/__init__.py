@@ -17,7 +17,6 @@ Builders' eager build is checked once built.
 
 from blockx_core.registry import RegistryKind
 from blockx_server.pipeline.builders.base import (
-    BuilderError,
     Builders,
     CallBuilder,
     CallList,
@@ -38,6 +37,7 @@ from blockx_server.pipeline.builders.streaming import (
     StreamingCallBuilder,
     feed_calls,
 )
+from blockx_server.pipeline.plugins import PluginError
 
 _KIND = "Call Builder"
 
@@ -69,12 +69,12 @@ def builders_for(deployment: RegistryKind) -> Builders:
 
 __all__ = [
     "DEFAULT_TASK_MAX_CALLS",
-    "BuilderError",
     "Builders",
     "CallBuilder",
     "CallList",
     "CallStream",
     "ListedCallBuilder",
+    "PluginError",
     "StreamBuildConfig",
     "StreamingCallBuilder",
     "block_builders",

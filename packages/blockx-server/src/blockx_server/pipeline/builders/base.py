@@ -11,9 +11,8 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 
 from blockx_core.calls import RootCall
-from blockx_server.io.errors import IoOutcome
 from blockx_server.pipeline.context import TaskContext
-from blockx_server.pipeline.plugins import Plugins
+from blockx_server.pipeline.plugins import PluginError, Plugins
 
 
 class CallList(msgspec.Struct, frozen=True):
@@ -22,24 +21,6 @@ class CallList(msgspec.Struct, frozen=True):
 
     function: str
     calls: list[RootCall]
-
-
-class BuilderError(Exception):
-    """The Builder could not expand the config. A config of the wrong shape is not
-    retryable; a failed IO read may be."""
-
-    def __init__(self, message: str, *, retryable: bool = False) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
-
-    @classmethod
-    def from_io(cls, outcome: IoOutcome, what: str = "a read") -> BuilderError:
-        """The Builder failed because of a failed IO request: retryable exactly when
-        the IO error is."""
-        return cls(
-            f"{what} failed: {outcome.error_kind}: {outcome.error}", retryable=outcome.retryable
-        )
 
 
 class _HasFunction(Protocol):
@@ -51,14 +32,14 @@ Config = TypeVar("Config", bound=_HasFunction)
 
 
 def decode_config(builder: str, config: Any, kind: type[Config], shape: str) -> Config:
-    """A builder's config as ``kind``; BuilderError (not retryable) naming ``builder``
+    """A builder's config as ``kind``; PluginError (not retryable) naming ``builder``
     and the expected ``shape`` when it does not fit, or names no function."""
     try:
         decl = msgspec.convert(config, kind)
     except msgspec.ValidationError as exc:
-        raise BuilderError(f"{builder}: {exc}; expected {shape}") from None
+        raise PluginError.of(f"{builder}: {exc}; expected {shape}", retryable=False) from None
     if not decl.function:
-        raise BuilderError(f"{builder}: `function` must not be empty")
+        raise PluginError.of(f"{builder}: `function` must not be empty", retryable=False)
     return decl
 
 

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Final
 import msgspec
 
 from blockx_core.calls import RootCall
-from blockx_server.pipeline.builders.base import BuilderError, CallList, decode_config
+from blockx_server.pipeline.builders.base import CallList, decode_config
 from blockx_server.pipeline.builders.chain_scan import (
     TABLES,
     BlockNumber,
@@ -37,6 +37,7 @@ from blockx_server.pipeline.builders.chain_scan import (
 )
 from blockx_server.pipeline.builders.streaming import CallStream
 from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.plugins import PluginError
 
 NAME = "BlockBundleCallConfig"
 # Rows per chunk of a streamed scan: a few call windows (TASK_MAX_INFLIGHT_CALLS is
@@ -69,8 +70,9 @@ class _BlockBundleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True
 def _decode(config: Any) -> _BlockBundleConfig:
     decl = decode_config(NAME, config, _BlockBundleConfig, _SHAPE)
     if decl.to_block < decl.from_block:
-        raise BuilderError(
-            f"{NAME}: toBlock ({decl.to_block}) is below fromBlock ({decl.from_block})"
+        raise PluginError.of(
+            f"{NAME}: toBlock ({decl.to_block}) is below fromBlock ({decl.from_block})",
+            retryable=False,
         )
     check_table(NAME, decl.table)
     check_where(NAME, decl.where)

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import msgspec
 
-from blockx_server.pipeline.builders.base import BuilderError, CallList, decode_config
+from blockx_server.pipeline.builders.base import CallList, decode_config
 from blockx_server.pipeline.builders.chain_scan import (
     TABLES,
     BlockNumber,
@@ -27,6 +27,7 @@ from blockx_server.pipeline.builders.chain_scan import (
     select_event,
 )
 from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.plugins import PluginError
 
 NAME = "BlockTableCallConfig"
 _SHAPE = (
@@ -71,13 +72,14 @@ class BlockTableCallConfig:
         scanner = ChainScanner(ctx, NAME, decl.table, where)
         canonical = await scanner.block(number)
         if pinned is not None and canonical["block_hash"] != pinned:
-            raise BuilderError(
+            raise PluginError.of(
                 f"{NAME}: block {number} {pinned} is no longer canonical "
-                f"(the chain has {canonical['block_hash']} there)"
+                f"(the chain has {canonical['block_hash']} there)",
+                retryable=False,
             )
         scanned = await scanner.range(number, number)
         if scanned[0][0]["block_hash"] != canonical["block_hash"]:
-            raise BuilderError(
+            raise PluginError.of(
                 f"{NAME}: block {number} changed while it was read (a reorg); try again",
                 retryable=True,
             )

@@ -21,9 +21,9 @@ import msgspec
 
 from blockx_chain.store.reads import ROW_TABLES
 from blockx_core.calls import CallContext, RootCall
-from blockx_core.failures import IoErrorKind
-from blockx_server.pipeline.builders.base import BuilderError
+from blockx_server.io.errors import IoFailed, IoOk, IoReason
 from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.plugins import PluginError, answer_of
 
 # Every block table of the schema: one registered in BLOCK_TABLES is scanned too.
 TABLES: Final = tuple(ROW_TABLES)
@@ -55,30 +55,33 @@ class EventSelection(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def check_unit(builder: str, table: str, unit: Unit, abi: str | None, event: str | None) -> None:
-    """BuilderError unless ``abi`` and ``event`` come with ``unit: "event"`` over logs."""
+    """PluginError unless ``abi`` and ``event`` come with ``unit: "event"`` over logs."""
     if unit is Unit.EVENT:
         if table != "logs":
-            raise BuilderError(f'{builder}: `unit: "event"` reads the logs table, not {table!r}')
+            raise PluginError.of(
+                f'{builder}: `unit: "event"` reads the logs table, not {table!r}', retryable=False
+            )
         if not abi or not event:
-            raise BuilderError(
+            raise PluginError.of(
                 f'{builder}: `unit: "event"` needs `abi` (a registered ABI\'s name, see '
-                "`blockx chain abi list`) and `event` (an event's name in it)"
+                "`blockx chain abi list`) and `event` (an event's name in it)",
+                retryable=False,
             )
     elif abi is not None or event is not None:
-        raise BuilderError(f'{builder}: `abi` and `event` go with `unit: "event"`')
+        raise PluginError.of(
+            f'{builder}: `abi` and `event` go with `unit: "event"`', retryable=False
+        )
 
 
 async def select_event(
     ctx: TaskContext, builder: str, abi: str, event: str, where: dict[str, Any]
 ) -> tuple[EventSelection, dict[str, Any]]:
-    """The registered event (BuilderError, not retryable, naming the registered ABIs
+    """The registered event (PluginError, not retryable, naming the registered ABIs
     or the ABI's events when there is none) and the ``where`` that reads only the
     logs that can be it: its topic0 and, for an ABI of one contract, its address."""
     what = f"{builder}: looking up event {event!r} of ABI {abi!r}"
     outcome = await ctx.io.request("logicalTypes", "event", [abi, event], {}, retry=True)
-    if not outcome.ok:
-        raise BuilderError.from_io(outcome, what)
-    found = outcome.decoded()
+    found = answer_of(outcome, what).decoded()
     selection = EventSelection(
         abi=abi,
         event=event,
@@ -110,9 +113,7 @@ async def decode_events(
         {"abi": selection.abi, "event": selection.event},
         retry=True,
     )
-    if not outcome.ok:
-        raise BuilderError.from_io(outcome, what)
-    events = iter(outcome.decoded())
+    events = iter(answer_of(outcome, what).decoded())
     return [
         (
             block,
@@ -124,31 +125,37 @@ async def decode_events(
 
 def check_table(builder: str, table: str) -> None:
     if table not in TABLES:
-        raise BuilderError(f"{builder}: `table` must be one of {', '.join(TABLES)}, got {table!r}")
+        raise PluginError.of(
+            f"{builder}: `table` must be one of {', '.join(TABLES)}, got {table!r}", retryable=False
+        )
 
 
 def check_where(builder: str, where: dict[str, Any]) -> None:
     for column, value in where.items():
         if isinstance(value, dict | list):
-            raise BuilderError(
-                f"{builder}: `where` compares columns with single values; {column!r} has {value!r}"
+            raise PluginError.of(
+                f"{builder}: `where` compares columns with single values; {column!r} has {value!r}",
+                retryable=False,
             )
 
 
-class _TooWide(BuilderError):
+class _TooWide(PluginError):
     """The answer would exceed BLOCKDB_MAX_ROWS: read fewer blocks at a time."""
 
 
 async def _read(ctx: TaskContext, op: str, what: str, *args: Any) -> Any:
     outcome = await ctx.io.request("blockdb", op, list(args), {}, retry=True)
-    if not outcome.ok:
-        # A refused argument (a column the table lacks, a value the column cannot
-        # hold) is the config's fault: BAD_REQUEST is not retryable.
-        error = BuilderError.from_io(outcome, what)
-        if outcome.error_kind == IoErrorKind.BAD_REQUEST and "BLOCKDB_MAX_ROWS" in outcome.error:
-            raise _TooWide(error.message)
-        raise error
-    return outcome.decoded()
+    match outcome:
+        case IoOk():
+            return outcome.decoded()
+        case IoFailed(reason=IoReason.TOO_MANY_ROWS):
+            raise _TooWide.from_io(outcome, what)
+        case IoFailed():
+            # A refused argument (a column the table lacks, a value the column cannot
+            # hold) is the config's fault: BAD_REQUEST is not retryable.
+            raise PluginError.from_io(outcome, what)
+        case _:
+            assert_never(outcome)
 
 
 class ChainScanner:
@@ -198,10 +205,11 @@ class ChainScanner:
             return False
         first = int(held.get("from_block", 0))
         if missing[0] < first:
-            raise BuilderError(
+            raise PluginError.of(
                 f"{self.builder}: the block database holds only logs from block {first} on "
                 f"(a selective ingest, blockx chain ingest --logs): block {missing[0]} was "
-                "never scanned"
+                "never scanned",
+                retryable=False,
             )
         head = await self.head()
         return head is not None and missing[-1] <= head
@@ -211,10 +219,11 @@ class ChainScanner:
         row = await _read(self.ctx, "block", f"{self.builder}: reading block {number}", number)
         if row is None:
             if await self._selective_gaps([number]):
-                raise BuilderError(
+                raise PluginError.of(
                     f"{self.builder}: block {number} holds none of the logs the block "
                     "database keeps (a selective ingest stores only the blocks with a "
-                    "matching log)"
+                    "matching log)",
+                    retryable=False,
                 )
             raise self.not_ingested(number, await self.head())
         assert isinstance(row, dict)
@@ -225,9 +234,9 @@ class ChainScanner:
         head = await _read(self.ctx, "head", f"{self.builder}: reading the head")
         return None if head is None else int(head["number"])
 
-    def not_ingested(self, number: int, head: int | None) -> BuilderError:
+    def not_ingested(self, number: int, head: int | None) -> PluginError:
         shown = "nothing is ingested" if head is None else f"the head is {head}"
-        return BuilderError(
+        return PluginError.of(
             f"{self.builder}: block {number} is not in the block database yet ({shown})",
             retryable=True,
         )
@@ -265,7 +274,7 @@ class ChainScanner:
         have = {b["block_number"] for b in blocks}
         missing = [n for n in range(start, end + 1) if n not in have]
         if missing and not await self._selective_gaps(missing):
-            raise BuilderError(
+            raise PluginError.of(
                 f"{self.builder}: block {missing[0]} is not in the block database yet "
                 f"({len(missing)} of blocks {start}..{end} missing)",
                 retryable=True,
@@ -280,7 +289,7 @@ class ChainScanner:
             number = row["block_number"]
             if row["block_hash"] != hashes[number]:
                 # A reorg replaced the block between the two reads: read again later.
-                raise BuilderError(
+                raise PluginError.of(
                     f"{self.builder}: block {number} changed while it was read "
                     f"(a reorg); try again",
                     retryable=True,

@@ -12,7 +12,7 @@ from typing import Any, Final
 import msgspec
 
 from blockx_core.calls import RootCall
-from blockx_server.pipeline.builders.base import BuilderError, CallList, decode_config
+from blockx_server.pipeline.builders.base import CallList, decode_config
 from blockx_server.pipeline.builders.listed import (
     Element,
     check_call_count,
@@ -20,6 +20,7 @@ from blockx_server.pipeline.builders.listed import (
     decode_listed,
 )
 from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.plugins import PluginError
 from blockx_server.runtime.json_bounds import json_depth
 
 NAME = "InputsCallConfig"
@@ -44,14 +45,19 @@ class _ListedConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 
 def _call_of(i: int, item: Any) -> RootCall:
     if not isinstance(item, dict):
-        raise BuilderError(
-            f"{NAME}: inputs[{i}] must be an object of keyword arguments, got {item!r}"
+        raise PluginError.of(
+            f"{NAME}: inputs[{i}] must be an object of keyword arguments, got {item!r}",
+            retryable=False,
         )
     for key in item:
         if not key.isidentifier():
-            raise BuilderError(f"{NAME}: inputs[{i}] has key {key!r}, not a keyword argument name")
+            raise PluginError.of(
+                f"{NAME}: inputs[{i}] has key {key!r}, not a keyword argument name", retryable=False
+            )
     if any(json_depth(value, stop_past=MAX_DEPTH) > MAX_DEPTH for value in item.values()):
-        raise BuilderError(f"{NAME}: inputs[{i}] nests more than {MAX_DEPTH} levels deep")
+        raise PluginError.of(
+            f"{NAME}: inputs[{i}] nests more than {MAX_DEPTH} levels deep", retryable=False
+        )
     return RootCall([], dict(item))
 
 
@@ -59,8 +65,9 @@ class InputsCallConfig:
     async def build(self, ctx: TaskContext, config: Any) -> CallList:
         decl = decode_config(NAME, config, _InputsConfig, _SHAPE)
         if len(decl.inputs) > MAX_INPUTS:
-            raise BuilderError(
-                f"{NAME}: {len(decl.inputs)} inputs, more than {MAX_INPUTS}: split the task"
+            raise PluginError.of(
+                f"{NAME}: {len(decl.inputs)} inputs, more than {MAX_INPUTS}: split the task",
+                retryable=False,
             )
         return CallList(decl.function, [_call_of(i, item) for i, item in enumerate(decl.inputs)])
 
@@ -70,7 +77,9 @@ class InputsCallConfig:
         at_most = min(MAX_INPUTS, max_calls)
         count = count_listed(config, "inputs", at_most)
         if count > MAX_INPUTS:
-            raise BuilderError(f"{NAME}: more than {MAX_INPUTS} inputs: split the task")
+            raise PluginError.of(
+                f"{NAME}: more than {MAX_INPUTS} inputs: split the task", retryable=False
+            )
         check_call_count(NAME, count, max_calls)
         calls: list[RootCall] = []
 

@@ -25,7 +25,8 @@ from typing import Any, Final, Protocol, TypeVar, runtime_checkable
 
 import msgspec
 
-from blockx_server.pipeline.builders.base import BuilderError, CallBuilder, CallList
+from blockx_server.pipeline.builders.base import CallBuilder, CallList
+from blockx_server.pipeline.plugins import PluginError
 
 
 class Element:
@@ -94,14 +95,15 @@ def count_listed(config: str, field: str, at_most: int) -> int:
     return count
 
 
-def too_many_calls(builder: str, max_calls: int) -> BuilderError:
-    return BuilderError(
-        f"{builder}: more than TASK_MAX_CALLS ({max_calls}) calls in one task; split the task"
+def too_many_calls(builder: str, max_calls: int) -> PluginError:
+    return PluginError.of(
+        f"{builder}: more than TASK_MAX_CALLS ({max_calls}) calls in one task; split the task",
+        retryable=False,
     )
 
 
 def check_call_count(builder: str, count: int, max_calls: int) -> None:
-    """BuilderError (not retryable) when ``count`` calls exceed TASK_MAX_CALLS."""
+    """PluginError (not retryable) when ``count`` calls exceed TASK_MAX_CALLS."""
     if count > max_calls:
         raise too_many_calls(builder, max_calls)
 
@@ -113,9 +115,9 @@ def decode_listed(
     builder: str, config: str, kind: type[Decl], shape: str, element: Callable[[Any], None]
 ) -> Decl:
     """``config`` decoded as ``kind``, whose list is of ``Element``: ``element`` is
-    called with each element of the list in order (raising BuilderError, or
+    called with each element of the list in order (raising PluginError, or
     TypeError for a message about its shape). A config that does not fit is a
-    BuilderError (not retryable) naming ``builder`` and the expected ``shape``."""
+    PluginError (not retryable) naming ``builder`` and the expected ``shape``."""
 
     def hook(target: type, value: Any) -> Any:
         if target is not Element:
@@ -126,9 +128,9 @@ def decode_listed(
     try:
         decl = msgspec.json.decode(config or "{}", type=kind, dec_hook=hook)
     except msgspec.ValidationError as exc:
-        raise BuilderError(f"{builder}: {exc}; expected {shape}") from None
+        raise PluginError.of(f"{builder}: {exc}; expected {shape}", retryable=False) from None
     except msgspec.DecodeError as exc:
-        raise BuilderError(f"{builder}: the config is not JSON: {exc}") from None
+        raise PluginError.of(f"{builder}: the config is not JSON: {exc}", retryable=False) from None
     if not getattr(decl, "function", ""):
-        raise BuilderError(f"{builder}: `function` must not be empty")
+        raise PluginError.of(f"{builder}: `function` must not be empty", retryable=False)
     return decl

@@ -13,7 +13,7 @@ roots added and not finished fit the task's call window, ``CallRun.wait_room``);
 the next chunk is read while the calls of the last one run. A scan holds one call
 window and one chunk (at most BLOCKDB_MAX_ROWS rows), however long the range.
 
-Failure: a chunk that cannot be read raises BuilderError after the calls of the
+Failure: a chunk that cannot be read raises PluginError after the calls of the
 chunks before it may have run; the task then fails BUILDER_FAILED, retryable as the
 IO error is, and its remaining calls are cancelled. A scan that would add more
 than TASK_MAX_CALLS root calls fails the same way (not retryable) before it adds
@@ -51,7 +51,7 @@ class CallStream(Protocol):
     def function(self) -> str: ...
 
     def chunks(self) -> AsyncGenerator[Sequence[RootCall]]:
-        """Each chunk's root calls, in root order; raises BuilderError on a failed read."""
+        """Each chunk's root calls, in root order; raises PluginError on a failed read."""
         ...
 
 
@@ -82,8 +82,8 @@ async def feed_calls(stream: CallStream, run: RootSink, max_calls: int | None = 
     """Add every chunk of ``stream`` to ``run`` as it is read, each once the run has
     room, then say ``done``; return the number of root calls added. Stops reading
     when the run has ended (a call failed: the task fails anyway). A failed read
-    (BuilderError), a chunk that would take the task past ``max_calls`` root calls
-    (BuilderError naming TASK_MAX_CALLS) or a cancellation closes the run,
+    (PluginError), a chunk that would take the task past ``max_calls`` root calls
+    (PluginError naming TASK_MAX_CALLS) or a cancellation closes the run,
     cancelling its calls."""
     added = 0
     try:

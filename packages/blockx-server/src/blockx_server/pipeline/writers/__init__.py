@@ -11,8 +11,8 @@ The bundle Worker has no ReturnValue handler: its tasks write into tables.
 """
 
 from blockx_core.registry import RegistryKind
+from blockx_server.pipeline.plugins import PluginError
 from blockx_server.pipeline.writers.base import (
-    WriterError,
     WriterPlugin,
     Writers,
     failed_writer_result,
@@ -75,7 +75,7 @@ def writers_for(deployment: RegistryKind) -> Writers:
 
 
 __all__ = [
-    "WriterError",
+    "PluginError",
     "WriterPlugin",
     "Writers",
     "block_writers",

@@ -13,27 +13,8 @@ from typing import Any, Protocol
 from blockx_core.calls import RootOutput
 from blockx_core.failures import FailureCode
 from blockx_core.task import PluginResult
-from blockx_server.io.errors import IoOutcome
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.plugins import Plugins
-
-
-class WriterError(Exception):
-    """A Writer Plugin failed. Unclassified failures are retryable (the default the
-    specification gives)."""
-
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
-        super().__init__(message)
-        self.message = message
-        self.retryable = retryable
-
-    @classmethod
-    def from_io(cls, outcome: IoOutcome, what: str = "a write") -> WriterError:
-        """The plugin failed because of a failed IO request: retryable exactly when
-        the IO error is."""
-        return cls(
-            f"{what} failed: {outcome.error_kind}: {outcome.error}", retryable=outcome.retryable
-        )
 
 
 class WriterPlugin(Protocol):
@@ -41,7 +22,7 @@ class WriterPlugin(Protocol):
         """Write or return the outputs (in root order, each with its root index, JSON
         value and the context its Builder gave the call, so a plugin can group them
         per block); the answer is the plugin's ``result`` (JSON bytes). Raise
-        WriterError on failure."""
+        PluginError on failure."""
         ...
 
 

@@ -21,7 +21,7 @@ import msgspec
 
 from blockx_core.calls import RootOutput
 from blockx_server.pipeline.context import TaskContext
-from blockx_server.pipeline.writers.base import WriterError
+from blockx_server.pipeline.plugins import PluginError
 from blockx_server.pipeline.writers.block_write import (
     BlockRows,
     BlockWriteConfig,
@@ -66,7 +66,7 @@ class BlockBundleWriteResultHandler:
         task_chain(ctx, self.name, parsed.chain_id)
         size = parsed.bundle_size or ctx.scan.bundle_size or DEFAULT_BUNDLE_SIZE
         if size < 1:
-            raise WriterError(f"{self.name} config: bundleSize must be >= 1", retryable=False)
+            raise PluginError.of(f"{self.name} config: bundleSize must be >= 1", retryable=False)
         per_block = BlockWriteConfig(
             table=parsed.table,
             key=parsed.key,

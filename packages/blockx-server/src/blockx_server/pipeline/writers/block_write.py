@@ -37,15 +37,16 @@ import asyncio
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, assert_never
 
 import msgspec
 
 from blockx_core.calls import RootOutput
 from blockx_core.chains import DEFAULT_CHAIN, Chain
 from blockx_core.failures import IoErrorKind
+from blockx_server.io.errors import IoFailed, IoOk
 from blockx_server.pipeline.context import TaskContext
-from blockx_server.pipeline.writers.base import WriterError
+from blockx_server.pipeline.plugins import PluginError, answer_of
 
 T = TypeVar("T")
 
@@ -76,7 +77,7 @@ def parse_config(config: Any, kind: type[msgspec.Struct], plugin: str) -> Any:
     try:
         return msgspec.convert(config, kind)
     except msgspec.ValidationError as exc:
-        raise WriterError(f"{plugin} config: {exc}", retryable=False) from None
+        raise PluginError.of(f"{plugin} config: {exc}", retryable=False) from None
 
 
 async def off_loop(outputs: Sequence[RootOutput], work: Callable[[], T]) -> T:
@@ -91,7 +92,9 @@ def output_rows(output: RootOutput, plugin: str) -> list[dict[str, Any]]:
     try:
         value = msgspec.json.decode(output.value_json)
     except msgspec.DecodeError as exc:
-        raise WriterError(f"{plugin}: output {output.index} is no JSON: {exc}") from None
+        raise PluginError.of(
+            f"{plugin}: output {output.index} is no JSON: {exc}", retryable=True
+        ) from None
     return _rows(output, value, plugin)
 
 
@@ -104,7 +107,7 @@ def _rows(output: RootOutput, value: Any, plugin: str) -> list[dict[str, Any]]:
         case list() if all(isinstance(row, dict) for row in value):
             return value
         case _:
-            raise WriterError(
+            raise PluginError.of(
                 f"{plugin}: call {output.index} returned {type(value).__name__}, not a row "
                 "(a dict), a list of rows or None",
                 retryable=False,
@@ -133,7 +136,7 @@ def rows_per_block(
     for i, output in enumerate(outputs):
         context = output.context
         if context is None or context.block_number is None or context.block_hash is None:
-            raise WriterError(
+            raise PluginError.of(
                 f"{plugin}: call {output.index} is about no block (its call has no block "
                 "number and hash): it writes the outputs of a block Call Builder "
                 "(BlockTableCallConfig, BlockBundleCallConfig)",
@@ -142,7 +145,7 @@ def rows_per_block(
         number, block_hash = context.block_number, context.block_hash
         entry = blocks.setdefault(number, (number, block_hash, []))
         if entry[1] != block_hash:
-            raise WriterError(
+            raise PluginError.of(
                 f"{plugin}: block {number} came with two hashes ({entry[1]}, {block_hash})",
                 retryable=False,
             )
@@ -154,7 +157,7 @@ def rows_per_block(
 
 
 async def check_canonical(ctx: TaskContext, blocks: Sequence[BlockRows], plugin: str) -> None:
-    """WriterError (retryable) naming the blocks whose hash is no longer the block
+    """PluginError (retryable) naming the blocks whose hash is no longer the block
     database's; nothing to check against without io.blockdb."""
     numbers = [number for number, _, _ in blocks]
     canonical: dict[int, str] = {}
@@ -166,18 +169,23 @@ async def check_canonical(ctx: TaskContext, blocks: Sequence[BlockRows], plugin:
         outcome = await ctx.io.request(
             "blockdb", "blocks", [numbers[start], numbers[end]], retry=True
         )
-        if not outcome.ok:
-            if outcome.error_kind == IoErrorKind.UNKNOWN_BACKEND:
+        match outcome:
+            case IoFailed(kind=IoErrorKind.UNKNOWN_BACKEND):
                 return
-            raise WriterError.from_io(outcome, f"{plugin}: checking the blocks are canonical")
-        for row in outcome.decoded():
+            case IoFailed():
+                raise PluginError.from_io(outcome, f"{plugin}: checking the blocks are canonical")
+            case IoOk():
+                rows = outcome.decoded()
+            case _:
+                assert_never(outcome)
+        for row in rows:
             canonical[row["block_number"]] = row["block_hash"]
         start = end + 1
     gone = [(n, h) for n, h, _ in blocks if canonical.get(n) != h]
     if gone:
         shown = ", ".join(f"{n} ({h})" for n, h in gone[:5])
         more = f" and {len(gone) - 5} more" if len(gone) > 5 else ""
-        raise WriterError(
+        raise PluginError.of(
             f"{plugin}: block {shown}{more} is no longer on the canonical chain (reorged "
             "during the task): nothing was written for it; retry the task",
             retryable=True,
@@ -185,17 +193,17 @@ async def check_canonical(ctx: TaskContext, blocks: Sequence[BlockRows], plugin:
 
 
 def task_chain(ctx: TaskContext, plugin: str, expected: int | None) -> Chain:
-    """The chain the task's rows belong to; WriterError (not retryable) when the
+    """The chain the task's rows belong to; PluginError (not retryable) when the
     task has none, or one whose chain id is not ``expected`` (when given)."""
     chain = ctx.chain
     if chain is None:
-        raise WriterError(
+        raise PluginError.of(
             f"{plugin}: the task has no chain (this process serves none): a block writer "
             "records the chain of every row it writes",
             retryable=False,
         )
     if expected is not None and chain.chain_id != expected:
-        raise WriterError(
+        raise PluginError.of(
             f"{plugin}: the task's chain {chain.name!r} is chain id {chain.chain_id} on this "
             f"Worker, but its driver planned it from a block database of chain id {expected} "
             "(compare the Workers' chain configuration with the driver's --db); nothing was "
@@ -233,9 +241,8 @@ async def replace_blocks(
         },
         retry=True,
     )
-    if not outcome.ok:
-        raise WriterError.from_io(outcome, f"{plugin}: writing table {config.table!r}")
-    written: dict[str, int] = msgspec.json.decode(outcome.value_json)
+    answer = answer_of(outcome, f"{plugin}: writing table {config.table!r}")
+    written: dict[str, int] = msgspec.json.decode(answer.value_json)
     return written
 
 

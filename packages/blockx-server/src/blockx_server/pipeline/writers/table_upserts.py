@@ -17,7 +17,7 @@ import msgspec
 
 from blockx_core.calls import RootOutput
 from blockx_server.pipeline.context import TaskContext
-from blockx_server.pipeline.writers.base import WriterError
+from blockx_server.pipeline.plugins import PluginError, answer_of
 from blockx_server.pipeline.writers.block_write import off_loop, output_rows, parse_config
 
 
@@ -39,7 +39,7 @@ class TableUpsertsResultHandler:
         parsed: TableUpsertsConfig = parse_config(config, TableUpsertsConfig, self.name)
         key = [parsed.key] if isinstance(parsed.key, str) else parsed.key
         if not key:
-            raise WriterError(f"{self.name} config: key names no column", retryable=False)
+            raise PluginError.of(f"{self.name} config: key names no column", retryable=False)
         rows = await off_loop(
             outputs,
             lambda: [row for output in outputs for row in output_rows(output, self.name)],
@@ -59,7 +59,6 @@ class TableUpsertsResultHandler:
                 },
                 retry=True,
             )
-            if not outcome.ok:
-                raise WriterError.from_io(outcome, f"{self.name}: writing table {parsed.table!r}")
-            written = msgspec.json.decode(outcome.value_json)
+            answer = answer_of(outcome, f"{self.name}: writing table {parsed.table!r}")
+            written = msgspec.json.decode(answer.value_json)
         return msgspec.json.encode({"table": parsed.table, **written})
