@@ -33,6 +33,7 @@ import msgspec
 from blockx_chain.store import SchemaRefused
 from blockx_chain.url import InvalidBlockDbUrl, parse_blockdb_url
 from blockx_core.chains import DEFAULT_CHAIN, Chain
+from blockx_server.io.backends.base import IoBackend
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.backends.meta import MetaBackend
@@ -41,7 +42,6 @@ from blockx_server.io.chain_io import ChainIo
 from blockx_server.io.config import BLOCKDB_MAX_ROWS, BLOCKDB_URL, BlockDbSettings
 from blockx_server.io.errors import BackendError
 from blockx_server.io.finality import ChainFinality
-from blockx_server.io.router import IoBackend
 from blockx_server.runtime.config_file import ConfigFileError, read_tables
 from blockx_server.runtime.env import ConfigError, ConfigReader, EnvironSource, each_error
 from blockx_server.runtime.process import StartupError

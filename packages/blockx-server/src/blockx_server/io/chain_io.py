@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from blockx_core.chains import Chain
+from blockx_server.io.backends.base import IoBackend
 from blockx_server.io.finality import FinalityView
-from blockx_server.io.router import IoBackend
 
 
 class ChainIo:

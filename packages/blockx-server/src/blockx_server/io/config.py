@@ -17,6 +17,7 @@ from blockx_chain.sink import DEFAULT_CHUNK_ROWS
 from blockx_chain.store import DEFAULT_MAX_ROWS, SchemaRefused
 from blockx_chain.url import FORMS, BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_core.io import ConcurrencyLimit
+from blockx_server.io.backends.base import IoBackend
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.backends.memory import MemoryBackend
@@ -24,7 +25,7 @@ from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
 from blockx_server.io.backends.sink import SinkBackend
 from blockx_server.io.chain_io import ChainIo
 from blockx_server.io.finality import FinalityView
-from blockx_server.io.router import IoBackend, IoRouter
+from blockx_server.io.router import IoRouter
 from blockx_server.io.settings import IoSettings
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.env import ConfigReader

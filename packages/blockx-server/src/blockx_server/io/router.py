@@ -37,6 +37,7 @@ from blockx_core.io import (
     canonical_arguments,
 )
 from blockx_server.io.admission import BackendGate
+from blockx_server.io.backends.base import IoBackend
 from blockx_server.io.backends.meta import CHAIN_OP, META
 from blockx_server.io.errors import BackendError, IoFailed, IoOk, IoOutcome, failure
 from blockx_server.io.finality import FinalityView
@@ -51,27 +52,6 @@ log = logging.getLogger(__name__)
 # What a backend raises for arguments it cannot use (an integer too large for a
 # column, say): the function's mistake, answered as BAD_REQUEST.
 _BAD_ARGUMENTS: Final = (TypeError, ValueError, ArithmeticError)
-
-
-class IoBackend(Protocol):
-    """One backend: ``io.<name>.<op>(*args, **kwargs)`` reaches ``serve(op, args, kwargs)``.
-
-    ``serve`` raises BackendError for a failure a function should see, and TypeError or
-    ValueError for arguments it cannot use (BAD_REQUEST). ``immutable`` says whether
-    the answer to a read can never change (for chain data: it names a block at or
-    below ``finalized``, the finalized height, None while unknown); only those
-    answers are cached.
-    """
-
-    name: str
-    read_ops: frozenset[str]
-    write_ops: frozenset[str]
-
-    async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any: ...
-
-    def immutable(
-        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
-    ) -> bool: ...
 
 
 class IoObserver(Protocol):

@@ -24,10 +24,10 @@ from prometheus_client import CollectorRegistry
 from blockx_core.code_view import FunctionCodeView
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
+from blockx_server.io.backends.base import IoBackend
 from blockx_server.io.chain_config import close_chains, open_chains
 from blockx_server.io.config import open_router
 from blockx_server.io.finality import ChainFinality
-from blockx_server.io.router import IoBackend
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.process import stop_on_signals
 from blockx_server.runtime.serving import listening, serving_server
