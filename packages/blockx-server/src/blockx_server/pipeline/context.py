@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Final
 
 from blockx_core.chains import Chain
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.task import TaskInput
 from blockx_server.io.scope import TaskIoScope
+
+# Blocks per bundle of a BlockBundleCallConfig and of the writer of its bundles,
+# when neither names ``bundleSize``.
+DEFAULT_BUNDLE_SIZE: Final = 100
 
 
 @dataclass(slots=True)

@@ -19,14 +19,14 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
+from blockx_chain.store.reads import ROW_TABLES
+from blockx_core.call_unit import CallUnit
 from blockx_core.calls import RootCall
 from blockx_server.pipeline.builders.base import CallList, decode_config
 from blockx_server.pipeline.builders.chain_scan import (
-    TABLES,
     BlockNumber,
     ChainScanner,
     EventSelection,
-    Unit,
     calls_of,
     check_table,
     check_unit,
@@ -36,17 +36,16 @@ from blockx_server.pipeline.builders.chain_scan import (
     select_event,
 )
 from blockx_server.pipeline.builders.streaming import CallStream
-from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.context import DEFAULT_BUNDLE_SIZE, TaskContext
 from blockx_server.pipeline.plugins import PluginError
 
 NAME = "BlockBundleCallConfig"
 # Rows per chunk of a streamed scan: a few call windows (TASK_MAX_INFLIGHT_CALLS is
 # 1024 by default), so the scan holds little more than what runs.
 STREAM_CHUNK_ROWS: Final = 2048
-DEFAULT_BUNDLE_SIZE: Final = 100
 MAX_BUNDLE_SIZE: Final = 100_000
 _SHAPE = (
-    '{"function": "<name>", "table": "' + "|".join(TABLES) + '", '
+    '{"function": "<name>", "table": "' + "|".join(ROW_TABLES) + '", '
     '"fromBlock": <number>, "toBlock": <number>, "bundleSize"?: <blocks>, '
     '"where"?: {"<column>": <value>}, "unit"?: "row"|"block"|"event", '
     '"abi"?: "<registered ABI>", "event"?: "<event name>", "chain"?: "<name>"}'
@@ -60,7 +59,7 @@ class _BlockBundleConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True
     to_block: BlockNumber
     bundle_size: Annotated[int, msgspec.Meta(ge=1, le=MAX_BUNDLE_SIZE)] = DEFAULT_BUNDLE_SIZE
     where: dict[str, Any] = msgspec.field(default_factory=dict)
-    unit: Unit = Unit.ROW
+    unit: CallUnit = CallUnit.ROW
     abi: str | None = None
     event: str | None = None
     # The chain read (the task's, set at activation: blockx_server.pipeline.task_chain).

@@ -12,12 +12,12 @@ from typing import Annotated, Any
 
 import msgspec
 
+from blockx_chain.store.reads import ROW_TABLES
+from blockx_core.call_unit import CallUnit
 from blockx_server.pipeline.builders.base import CallList, decode_config
 from blockx_server.pipeline.builders.chain_scan import (
-    TABLES,
     BlockNumber,
     ChainScanner,
-    Unit,
     calls_of,
     check_table,
     check_unit,
@@ -31,7 +31,7 @@ from blockx_server.pipeline.plugins import PluginError
 
 NAME = "BlockTableCallConfig"
 _SHAPE = (
-    '{"function": "<name>", "table": "' + "|".join(TABLES) + '", '
+    '{"function": "<name>", "table": "' + "|".join(ROW_TABLES) + '", '
     '"block": <number> | {"number": <number>, "hash": "0x..."}, '
     '"where"?: {"<column>": <value>}, "unit"?: "row"|"block"|"event", '
     '"abi"?: "<registered ABI>", "event"?: "<event name>", "chain"?: "<name>"}'
@@ -48,7 +48,7 @@ class _BlockTableConfig(msgspec.Struct, frozen=True, forbid_unknown_fields=True)
     table: str
     block: BlockNumber | BlockPin
     where: dict[str, Any] = msgspec.field(default_factory=dict)
-    unit: Unit = Unit.ROW
+    unit: CallUnit = CallUnit.ROW
     abi: str | None = None
     event: str | None = None
     # The chain read (the task's, set at activation: blockx_server.pipeline.task_chain).

@@ -13,20 +13,18 @@ carries its block number and hash.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import AsyncIterator
 from typing import Annotated, Any, Final, assert_never
 
 import msgspec
 
 from blockx_chain.store.reads import ROW_TABLES
+from blockx_core.call_unit import EVENT_TABLE, CallUnit
 from blockx_core.calls import CallContext, RootCall
 from blockx_server.io.errors import IoFailed, IoOk, IoReason
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.plugins import PluginError, answer_of
 
-# Every block table of the schema: one registered in BLOCK_TABLES is scanned too.
-TABLES: Final = tuple(ROW_TABLES)
 # Blocks read per request at first; halved while an answer would exceed BLOCKDB_MAX_ROWS.
 FIRST_CHUNK_BLOCKS: Final = 1000
 # A scan sized by rows (a streaming one) starts this small and adapts.
@@ -36,12 +34,6 @@ FIRST_SIZED_CHUNK_BLOCKS: Final = 8
 BlockNumber = Annotated[int, msgspec.Meta(ge=0, le=2**63 - 1)]
 # A scanned block: its row and its matching rows of the table.
 Scanned = tuple[dict[str, Any], list[dict[str, Any]]]
-
-
-class Unit(enum.StrEnum):
-    ROW = "row"
-    BLOCK = "block"
-    EVENT = "event"
 
 
 class EventSelection(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,10 +46,12 @@ class EventSelection(msgspec.Struct, frozen=True, kw_only=True):
     anonymous: bool = False
 
 
-def check_unit(builder: str, table: str, unit: Unit, abi: str | None, event: str | None) -> None:
+def check_unit(
+    builder: str, table: str, unit: CallUnit, abi: str | None, event: str | None
+) -> None:
     """PluginError unless ``abi`` and ``event`` come with ``unit: "event"`` over logs."""
-    if unit is Unit.EVENT:
-        if table != "logs":
+    if unit is CallUnit.EVENT:
+        if table != EVENT_TABLE:
             raise PluginError.of(
                 f'{builder}: `unit: "event"` reads the logs table, not {table!r}', retryable=False
             )
@@ -124,9 +118,10 @@ async def decode_events(
 
 
 def check_table(builder: str, table: str) -> None:
-    if table not in TABLES:
+    if table not in ROW_TABLES:
         raise PluginError.of(
-            f"{builder}: `table` must be one of {', '.join(TABLES)}, got {table!r}", retryable=False
+            f"{builder}: `table` must be one of {', '.join(ROW_TABLES)}, got {table!r}",
+            retryable=False,
         )
 
 
@@ -298,16 +293,16 @@ class ChainScanner:
         return [(b, by_block[b["block_number"]]) for b in blocks]
 
 
-def calls_of(scanned: list[Scanned], unit: Unit) -> list[RootCall]:
+def calls_of(scanned: list[Scanned], unit: CallUnit) -> list[RootCall]:
     calls: list[RootCall] = []
     for block, rows in scanned:
         context = CallContext(block_number=block["block_number"], block_hash=block["block_hash"])
         match unit:
-            case Unit.ROW:
+            case CallUnit.ROW:
                 calls.extend(RootCall([row], context=context) for row in rows)
-            case Unit.BLOCK:
+            case CallUnit.BLOCK:
                 calls.append(RootCall([{"block": block, "rows": rows}], context=context))
-            case Unit.EVENT:
+            case CallUnit.EVENT:
                 calls.extend(
                     RootCall(
                         [{"block": block, "log": item["log"], "event": item["event"]}],

@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 
 from blockx_core.calls import RootOutput
-from blockx_server.pipeline.context import TaskContext
+from blockx_server.pipeline.context import DEFAULT_BUNDLE_SIZE, TaskContext
 from blockx_server.pipeline.plugins import PluginError
 from blockx_server.pipeline.writers.block_write import (
     BlockRows,
@@ -31,8 +31,6 @@ from blockx_server.pipeline.writers.block_write import (
     rows_per_block,
     task_chain,
 )
-
-DEFAULT_BUNDLE_SIZE = 100
 
 
 class BlockBundleWriteConfig(
