@@ -33,16 +33,11 @@ from blockx_server.pipeline.writers.block_write import (
 )
 
 
-class BlockBundleWriteConfig(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, rename="camel"
-):
-    table: str
-    key: list[str] | None = None
-    columns: dict[str, str] | None = None
+class BlockBundleWriteConfig(BlockWriteConfig, frozen=True):
+    """The block writer's config, and the bundle size."""
+
     # Unset: the BlockBundleCallConfig's bundleSize, else DEFAULT_BUNDLE_SIZE.
     bundle_size: int | None = None
-    sink_identity: str | None = None
-    chain_id: int | None = None
 
 
 def bundles(blocks: list[BlockRows], size: int) -> list[list[BlockRows]]:
@@ -65,22 +60,15 @@ class BlockBundleWriteResultHandler:
         size = parsed.bundle_size or ctx.scan.bundle_size or DEFAULT_BUNDLE_SIZE
         if size < 1:
             raise PluginError.of(f"{self.name} config: bundleSize must be >= 1", retryable=False)
-        per_block = BlockWriteConfig(
-            table=parsed.table,
-            key=parsed.key,
-            columns=parsed.columns,
-            sink_identity=parsed.sink_identity,
-            chain_id=parsed.chain_id,
-        )
         done = {"bundles": 0, "blocks": 0, "rows": 0}
         covered = await off_loop(
             outputs, lambda: rows_per_block(outputs, self.name, ctx.scan.block_hashes)
         )
         if not covered and parsed.sink_identity is not None:
             # Nothing to write: the sink is still checked to be the one meant.
-            await replace_blocks(ctx, self.name, per_block, [])
+            await replace_blocks(ctx, self.name, parsed, [])
         for bundle in bundles(covered, size):
-            written = await replace_blocks(ctx, self.name, per_block, bundle)
+            written = await replace_blocks(ctx, self.name, parsed, bundle)
             done["bundles"] += 1
             done["blocks"] += written["blocks"]
             done["rows"] += written["rows"]
