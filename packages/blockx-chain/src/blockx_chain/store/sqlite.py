@@ -276,7 +276,8 @@ def _begin_immediate(description: str) -> Callable[[sqlite3.Connection], None]:
         try:
             conn.execute("BEGIN IMMEDIATE")
         except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
+            # The primary result code (the low byte of an extended one).
+            if exc.sqlite_errorcode & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
                 raise WriterBusy(
                     f"{description} is being written by another ingest; one writes at a time"
                 ) from None
