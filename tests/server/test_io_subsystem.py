@@ -16,10 +16,12 @@ from grpclib.exceptions import GRPCError
 from prometheus_client import CollectorRegistry
 from support import free_port, wait_until
 
-from blockx_core.failures import IoErrorKind
+from blockx_core.failures import Failure, FailureCode, IoErrorKind, is_retryable
 from blockx_core.io import FixedLimit
+from blockx_executor import protocol as wire
 from blockx_proto import syncinvoker_v1 as pb
-from blockx_server.io.errors import BackendError, IoFailed, IoOk, failure
+from blockx_server.calls.messages import resume_with_io
+from blockx_server.io.errors import BackendError, IoFailed, IoOk, IoOutcome, IoReason, failure
 from blockx_server.io.finality import StaticFinality
 from blockx_server.io.metrics import IoMetrics
 from blockx_server.io.router import IoRouter
@@ -369,6 +371,49 @@ def test_a_plugin_error_takes_retryable_from_the_io_error(
     assert error.failure.kind is outcome.kind
     assert outcome.kind in error.message
     assert "reading block 5" in error.message
+
+
+@pytest.mark.parametrize("kind", list(IoErrorKind))
+def test_a_failed_request_is_retryable_as_its_kind_is(kind: IoErrorKind) -> None:
+    failed = IoFailed(kind=kind, message="m")
+    assert failed.retryable is is_retryable(kind)
+    assert failed.failure == Failure(kind, "m", is_retryable(kind))
+    assert PluginError.from_io(failed, "a read").retryable is is_retryable(kind)
+
+
+@pytest.mark.parametrize("retryable", [True, False])
+def test_a_plugins_own_failure_is_retryable_as_it_says(retryable: bool) -> None:
+    error = PluginError.of("the block is not ingested yet", retryable=retryable)
+    assert error.failure == Failure(
+        FailureCode.PLUGIN_FAILED, "the block is not ingested yet", retryable
+    )
+    assert (error.message, error.retryable) == ("the block is not ingested yet", retryable)
+
+
+RESUME_CASES = [
+    # (the answer, what the executor is sent)
+    (
+        IoOk(value_json=b'{"n":1}', io_us=7, queue_us=3, cached=False),
+        wire.ResumeCall(1, True, b'{"n":1}', io_us=7),
+    ),
+    (IoOk(value_json=b"2", cached=True), wire.ResumeCall(1, True, b"2")),
+    (
+        IoFailed(kind=IoErrorKind.UNAVAILABLE, message="node down", io_us=5, queue_us=9),
+        wire.ResumeCall(1, False, b"null", "UNAVAILABLE", "node down", 5, True),
+    ),
+    (
+        failure(IoErrorKind.BAD_REQUEST, "too wide", reason=IoReason.TOO_MANY_ROWS),
+        wire.ResumeCall(1, False, b"null", "BAD_REQUEST", "too wide", 0, False),
+    ),
+]
+
+
+@pytest.mark.parametrize(("outcome", "expected"), RESUME_CASES)
+def test_an_answer_resumes_its_call_in_the_executors_words(
+    outcome: IoOutcome, expected: wire.ResumeCall
+) -> None:
+    # The executor's wire keeps its strings; a reason stays on the Worker's side.
+    assert resume_with_io(1, outcome) == expected
 
 
 # -- metrics ---------------------------------------------------------------------
