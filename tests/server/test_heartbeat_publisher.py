@@ -25,7 +25,11 @@ from blockx_core.coordinator import Candidate, CoordinatorConfig, CoordinatorCor
 from blockx_core.errors import InvalidConfig
 from blockx_core.heartbeat import WorkerHeartbeat, decode_heartbeat, encode_heartbeat
 from blockx_core.registry import LEGACY_BLOCK_WORKER_REGISTRY_PREFIX
-from blockx_server.etcd.heartbeat import EtcdHeartbeatPublisher, HeartbeatPublisherConfig
+from blockx_server.etcd.heartbeat import (
+    EtcdHeartbeatPublisher,
+    HeartbeatPublisherConfig,
+    _lease_not_found,
+)
 from blockx_server.etcd.local import EtcdServer
 from blockx_server.etcd.watcher import EtcdWatcherConfig, EtcdWorkerWatcher
 from blockx_server.runtime.system import SystemMetrics
@@ -502,3 +506,19 @@ def test_process_rss_includes_child_processes() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+async def test_a_put_on_a_revoked_lease_is_told_apart_by_etcds_status(
+    etcd_server: EtcdServer, unique_lane: Callable[..., str]
+) -> None:
+    # The publisher re-grants its lease when etcd answers NOT_FOUND; it must tell that
+    # answer by its status, whatever words etcd's message uses.
+    async with aetcd.Client(host=etcd_server.host, port=etcd_server.port) as client:
+        lease = await client.lease(ttl=30)
+        await lease.revoke()
+        with pytest.raises(aetcd.exceptions.ClientError) as lost:
+            await client.put(unique_lane().encode() + b"/key", b"value", lease=lease.id)
+        assert _lease_not_found(lost.value)
+        with pytest.raises(aetcd.exceptions.ClientError) as other:
+            await client.put(b"", b"value")  # an empty key: INVALID_ARGUMENT
+        assert not _lease_not_found(other.value)

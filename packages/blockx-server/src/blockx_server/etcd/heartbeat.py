@@ -32,6 +32,7 @@ from typing import Final, Protocol
 
 import aetcd
 import aetcd.exceptions
+import aetcd.rpc
 import msgspec
 
 from blockx_core.addr import InvalidAddress, split_host_port
@@ -49,8 +50,6 @@ log = logging.getLogger(__name__)
 # as a failed put; pings cover the case where every call is stuck on a silent link.
 _KEEPALIVE_TIME_MS: Final = 10_000
 _KEEPALIVE_TIMEOUT_MS: Final = 5_000
-# etcd's answer to a put or revoke naming a lease it does not have.
-_LEASE_NOT_FOUND: Final = "lease not found"
 # Failures of etcd or the network, as opposed to bugs (logged with a traceback).
 _NETWORK_ERRORS: Final = (aetcd.exceptions.ClientError, OSError, TimeoutError)
 
@@ -314,7 +313,7 @@ class EtcdHeartbeatPublisher:
             try:
                 await client.put(self._key, encode_heartbeat(heartbeat), lease=lease_id)
             except aetcd.exceptions.ClientError as exc:
-                if _LEASE_NOT_FOUND in str(exc):
+                if _lease_not_found(exc):
                     raise _LeaseLost("a put answered lease not found") from exc
                 raise
             self._published += 1
@@ -359,7 +358,7 @@ class EtcdHeartbeatPublisher:
             try:
                 await client.revoke_lease(lease_id)
             except _NETWORK_ERRORS as exc:
-                if _LEASE_NOT_FOUND in str(exc):
+                if _lease_not_found(exc):
                     log.info("etcd lease %x of %s was already gone", lease_id, self.key)
                     return
                 errors.append(f"{host}:{port}: {type(exc).__name__}: {_one_line(exc)}")
@@ -420,3 +419,11 @@ def _first_leaf(exc: BaseException) -> BaseException:
 
 def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or "no detail"
+
+
+def _lease_not_found(exc: BaseException) -> bool:
+    """Whether etcd answered a put or revoke with NOT_FOUND, its answer for a lease
+    it does not have (aetcd wraps that status in a ClientError it raises from it)."""
+    cause = exc.__cause__
+    not_found = aetcd.rpc.StatusCode.NOT_FOUND
+    return isinstance(cause, aetcd.rpc.AioRpcError) and cause.code() is not_found
