@@ -1,5 +1,5 @@
-"""The worker core's fixed rules: which phase follows which, each phase's default
-failure, and the wording of the refusals and failures it gives."""
+"""The worker core's fixed rules: each phase's default failure, which failures count
+against the Worker's health, and the wording of the refusals and failures it gives."""
 
 from __future__ import annotations
 
@@ -9,12 +9,6 @@ from typing import Final
 from blockx_core.failures import FailureCode
 from blockx_core.worker._slots import Slot
 from blockx_core.worker._types import SlotState, TaskPhase
-
-# The phase whose completion each phase's finish starts.
-NEXT_PHASE: Final[Mapping[TaskPhase, TaskPhase]] = {
-    TaskPhase.BUILDER: TaskPhase.CALLS,
-    TaskPhase.CALLS: TaskPhase.WRITER,
-}
 
 DEFAULT_FAILURE: Final[Mapping[TaskPhase, FailureCode]] = {
     TaskPhase.BUILDER: FailureCode.BUILDER_FAILED,
