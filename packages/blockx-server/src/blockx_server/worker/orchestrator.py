@@ -30,7 +30,7 @@ from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.errors import Refusal
 from blockx_core.failures import Failure, FailureCode
-from blockx_core.task import TaskInput, TaskState, cancelled_by_client
+from blockx_core.task import TaskInput, cancelled_by_client
 from blockx_core.worker import (
     AbortTaskWork,
     CallProgress,
@@ -60,11 +60,12 @@ from blockx_server.pipeline.task_chain import ChainRefused, task_chain
 from blockx_server.pipeline.writers import Writers
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
+from blockx_server.worker import subscriptions as watch
 from blockx_server.worker.call_progress import ProgressCounter
 from blockx_server.worker.metrics import FunctionCalls
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.phase_work import AdmissionConfig, PhaseWork
-from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
+from blockx_server.worker.subscriptions import SubscriptionManager
 from blockx_server.worker.task_log import TaskLog
 from blockx_server.worker.task_runtime import TaskRuntime
 
@@ -254,18 +255,12 @@ class Orchestrator:
                 case SlotExpired():
                     self.task_log.slot_expired(command.task_id, command.slot_id)
                     self.subscriptions.publish(
-                        TaskEvent(
-                            task_id=command.task_id,
-                            error="slot_expired",
-                            timestamp_ms=self.clock.now_ms(),
-                        )
+                        watch.SlotExpired(task_id=command.task_id, timestamp_ms=self.clock.now_ms())
                     )
                 case PublishProgress():
                     self.subscriptions.publish_progress(
-                        TaskEvent(
+                        watch.Progress(
                             task_id=command.task_id,
-                            state=TaskState.RUNNING,
-                            is_terminal=False,
                             progress=command.progress,
                             timestamp_ms=self.clock.now_ms(),
                         )
@@ -298,7 +293,7 @@ class Orchestrator:
         fault = result.failure_code in _WORKER_FAULTS and not cancelled_by_client(result)
         self.error_rate.record(not fault, now_ms)
         self.subscriptions.publish(
-            TaskEvent(
+            watch.Converged(
                 task_id=command.task_id,
                 state=command.state,
                 result=command.result,

@@ -6,7 +6,9 @@ Admission errors become gRPC statuses through ``blockx_server.runtime.status.WOR
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
+from typing import assert_never
 
 import msgspec
 from grpclib.const import Status
@@ -14,6 +16,7 @@ from grpclib.exceptions import GRPCError
 
 from blockx_core.errors import Refusal
 from blockx_core.ids import MAX_WATCH_TASK_IDS, task_id_problem
+from blockx_core.task import TaskState
 from blockx_core.worker import CallProgress, TaskSnapshot
 from blockx_proto import worker_v1
 from blockx_server.runtime.status import WORKER_STATUS
@@ -35,7 +38,13 @@ from blockx_server.worker.describe import (
     how_many,
 )
 from blockx_server.worker.orchestrator import Orchestrator
-from blockx_server.worker.subscriptions import TaskEvent
+from blockx_server.worker.subscriptions import (
+    Converged,
+    NotFound,
+    Progress,
+    SlotExpired,
+    TaskEvent,
+)
 
 
 def _raise(error: Refusal) -> GRPCError:
@@ -152,9 +161,8 @@ class WorkerService(worker_v1.WorkerServiceBase):
             for task_id in task_ids:
                 answer = orchestrator.get_task_result(task_id)
                 if isinstance(answer, Refusal):
-                    yield self._update(
-                        TaskEvent(task_id=task_id, error="not_found"), clock.now_ms()
-                    )
+                    now_ms = clock.now_ms()
+                    yield self._update(NotFound(task_id=task_id, timestamp_ms=now_ms), now_ms)
                     continue
                 progress = orchestrator.core.call_progress(task_id) if with_progress else None
                 if progress is not None:
@@ -167,14 +175,14 @@ class WorkerService(worker_v1.WorkerServiceBase):
                 event = await subscription.queue.get()
                 if event.task_id not in pending:
                     continue
-                if not event.is_terminal:
-                    if event.progress is None or seen.get(event.task_id) == event.progress:
+                if isinstance(event, Progress):
+                    if seen.get(event.task_id) == event.progress:
                         continue
                     seen[event.task_id] = event.progress
                     yield self._update(event, clock.now_ms())
                     continue
                 pending.discard(event.task_id)
-                if not with_progress:
+                if not with_progress and isinstance(event, Converged):
                     event = msgspec.structs.replace(event, progress=None)
                 yield self._update(event, clock.now_ms())
         finally:
@@ -197,13 +205,29 @@ class WorkerService(worker_v1.WorkerServiceBase):
         )
 
     def _update(self, event: TaskEvent, now_ms: int) -> worker_v1.TaskUpdate:
-        return worker_v1.TaskUpdate(
+        update = functools.partial(
+            worker_v1.TaskUpdate,
             task_id=event.task_id,
-            state=state_to_pb(event.state),
-            is_terminal=event.is_terminal,
             worker_addr=self._addr,
             timestamp_ms=event.timestamp_ms or now_ms,
-            result=result_to_pb(event.result),
-            error=event.error,
-            progress=progress_to_pb(event.progress),
         )
+        match event:
+            case Converged():
+                return update(
+                    state=state_to_pb(event.state),
+                    is_terminal=True,
+                    result=result_to_pb(event.result),
+                    progress=progress_to_pb(event.progress),
+                )
+            case SlotExpired():
+                return update(state=state_to_pb(None), is_terminal=True, error="slot_expired")
+            case NotFound():
+                return update(state=state_to_pb(None), is_terminal=True, error="not_found")
+            case Progress():
+                return update(
+                    state=state_to_pb(TaskState.RUNNING),
+                    is_terminal=False,
+                    progress=progress_to_pb(event.progress),
+                )
+            case _:
+                assert_never(event)
