@@ -34,6 +34,10 @@ retryable. Only a Writer Plugin that has the outputs already (the adapter says s
 with ``handle_writer_started``) is let finish: a result partly written is never
 reported as cancelled with nothing written.
 
+A WatchTasks stream is opened and closed through the core (``handle_open_watch``,
+``handle_close_watch``): it checks the request, answers the first snapshots, and
+decides which published updates the stream sends (``_watch_stream.py``).
+
 Timers work the aioquic way: ``next_deadline_ms`` says when ``tick_timers`` has
 work, and the adapter arms its timer from it after every call.
 """
@@ -45,7 +49,7 @@ from typing import assert_never
 
 from blockx_core.errors import BlockxUsageError, ErrorCode, Refusal
 from blockx_core.failures import FailureCode, is_retryable
-from blockx_core.ids import shown, task_id_problem
+from blockx_core.ids import MAX_WATCH_TASK_IDS, shown, task_id_problem
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,
     PluginResult,
@@ -98,6 +102,7 @@ from blockx_core.worker._types import (
     WriterStarted,
     Written,
 )
+from blockx_core.worker._watch_stream import UnknownTask, WatchedTask, WatchStream
 
 
 class WorkerCore(TaskBook):
@@ -419,6 +424,42 @@ class WorkerCore(TaskBook):
             else CancelOutcome.FINISHED
         )
         return CancelAnswer(outcome=outcome, snapshot=retained), []
+
+    # ---- watch streams ---------------------------------------------------------------
+
+    def handle_open_watch(
+        self, task_ids: Sequence[str], now_ms: int, *, progress: bool = False
+    ) -> WatchStream | Refusal:
+        """WatchTasks opens: the request checked, what the stream is told first of each
+        task, and each task not yet terminal guarded by the stream (see
+        ``_watch_stream.py``); ``progress``: the stream asked for call progress."""
+        unique = tuple(dict.fromkeys(task_ids))
+        if len(unique) > MAX_WATCH_TASK_IDS:
+            return Refusal(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{len(unique)} task_ids in one WatchTasks; at most {MAX_WATCH_TASK_IDS}",
+            )
+        for task_id in unique:
+            problem = task_id_problem(task_id)
+            if problem is not None:
+                return Refusal(ErrorCode.INVALID_ARGUMENT, f"task_ids: {problem}")
+        stream = WatchStream(unique, progress=progress)
+        for task_id in unique:
+            snapshot = self._lookup(task_id, now_ms)
+            if snapshot is None:
+                stream._started(UnknownTask(task_id=task_id))
+                continue
+            counts = self._directory.progress(task_id) if progress else None
+            stream._started(WatchedTask(snapshot=snapshot, progress=counts))
+            if not snapshot.state.is_terminal:
+                self.watch_attached(task_id, now_ms, progress=progress)
+        return stream
+
+    def handle_close_watch(self, stream: WatchStream, now_ms: int) -> None:
+        """The stream is gone: the tasks it still waited for lose it as a credential
+        (the watch grace may start)."""
+        for task_id in stream.pending:
+            self.watch_detached(task_id, now_ms, progress=stream.with_progress)
 
     # ---- watch as run credential -----------------------------------------------------
 

@@ -23,18 +23,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, assert_never
 
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.errors import Refusal
 from blockx_core.failures import Failure, FailureCode
-from blockx_core.task import TaskInput, cancelled_by_client
+from blockx_core.task import TaskInput
 from blockx_core.worker import (
     AbortTaskWork,
     CallProgress,
     CancelAnswer,
+    ListTasksQuery,
     PhaseCrashed,
     PhaseFailed,
     PhaseOutcome,
@@ -46,10 +47,13 @@ from blockx_core.worker import (
     StartCallPhase,
     StartWriterPhase,
     TaskConverged,
+    TaskListing,
     TaskPhase,
     TaskSnapshot,
+    WatchStream,
     WorkerCommand,
     WorkerCore,
+    is_worker_fault,
 )
 from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
@@ -65,18 +69,11 @@ from blockx_server.worker.call_progress import ProgressCounter
 from blockx_server.worker.metrics import FunctionCalls
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.phase_work import AdmissionConfig, PhaseWork
-from blockx_server.worker.subscriptions import SubscriptionManager
+from blockx_server.worker.subscriptions import Subscription, SubscriptionManager
 from blockx_server.worker.task_log import TaskLog
 from blockx_server.worker.task_runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
-
-# Failures that say something about this Worker's health (its errorRate), not about
-# the task's input or code. CANCELLED counts only when the Worker cut the task short
-# (its shutdown), not when a client cancelled it.
-_WORKER_FAULTS = frozenset(
-    {FailureCode.ACTIVATION_FAILED, FailureCode.IO_SCOPE_FAILED, FailureCode.CANCELLED}
-)
 
 # The longest the timer sleeps while a deadline is pending: the spec's 500 ms scan
 # period, kept as an upper bound on lateness. The core's time is the Clock's
@@ -179,16 +176,27 @@ class Orchestrator:
             now_ms = self.clock.now_ms()
             self._run(self.core.handle_writer_started(task_id, runtime.token, now_ms))
 
-    def watch_attached(self, task_id: str, *, progress: bool = False) -> None:
-        """A Watch stream now follows the task (its run credential); ``progress``:
-        it asked for progress updates."""
-        self.core.watch_attached(task_id, self.clock.now_ms(), progress=progress)
+    def open_watch(
+        self, task_ids: Sequence[str], *, progress: bool = False
+    ) -> tuple[WatchStream, Subscription] | Refusal:
+        """WatchTasks: the core checks the request and answers the first snapshots;
+        the stream subscribes to the tasks' updates at once, so that none falls in
+        between. ``progress``: it asked for call progress."""
+        opened = self.core.handle_open_watch(task_ids, self.clock.now_ms(), progress=progress)
+        if isinstance(opened, Refusal):
+            return opened
+        self._arm_timer()  # a watch grace may have stopped
+        return opened, self.subscriptions.subscribe(opened.task_ids, progress=progress)
+
+    def close_watch(self, stream: WatchStream, subscription: Subscription) -> None:
+        """The Watch stream is gone; the tasks it still waited for may start their
+        watch grace."""
+        self.subscriptions.unsubscribe(subscription)
+        self.core.handle_close_watch(stream, self.clock.now_ms())
         self._arm_timer()
 
-    def watch_detached(self, task_id: str, *, progress: bool = False) -> None:
-        """A Watch stream on the task closed before the task ended."""
-        self.core.watch_detached(task_id, self.clock.now_ms(), progress=progress)
-        self._arm_timer()  # the watch grace may have started
+    def list_tasks(self, query: ListTasksQuery) -> TaskListing | Refusal:
+        return self.core.handle_list_tasks(query, self.clock.now_ms())
 
     def _calls_counted(self, task_id: str, progress: CallProgress) -> None:
         self._run(self.core.handle_calls_progress(task_id, progress, self.clock.now_ms()))
@@ -290,8 +298,7 @@ class Orchestrator:
         if self._on_code_released is not None:
             self._on_code_released()
         result = command.result
-        fault = result.failure_code in _WORKER_FAULTS and not cancelled_by_client(result)
-        self.error_rate.record(not fault, now_ms)
+        self.error_rate.record(not is_worker_fault(result), now_ms)
         self.subscriptions.publish(
             watch.Converged(
                 task_id=command.task_id,
