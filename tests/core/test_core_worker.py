@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from blockx_core.errors import BlockxUsageError, ErrorCode, InvalidConfig, Refusal
-from blockx_core.failures import Failure, FailureCode
+from blockx_core.failures import CallFailureKind, Failure, FailureCode
 from blockx_core.ids import MAX_TASK_ID_BYTES
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,
@@ -1089,6 +1089,16 @@ def test_answering_an_activation_with_a_phase_outcome_is_misuse(outcome: PhaseOu
     with pytest.raises(BlockxUsageError, match="not a phase that finishes"):
         core.handle_task_phase_finished("t1", current_token(core, "t1"), outcome, T0 + 1)
     assert core.task_phase("t1") is PREPARING
+
+
+def test_a_phase_failing_with_a_kind_that_is_no_task_failure_is_misuse() -> None:
+    """A call's kind (USER_ERROR, ...) is not a task's failure code: the adapter maps it."""
+    core = make_core()
+    start(core, "t1", CALLS)
+    failed = PhaseFailed(failure=Failure(CallFailureKind.USER_ERROR, "boom", False))
+    with pytest.raises(BlockxUsageError, match="FailureCode"):
+        core.handle_task_phase_finished("t1", current_token(core, "t1"), failed, T0 + 1)
+    assert core.task_phase("t1") is CALLS
 
 
 def test_plugin_not_found_in_the_calls_phase_is_misuse() -> None:

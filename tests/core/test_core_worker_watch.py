@@ -16,6 +16,8 @@ from blockx_core.worker import (
     CallProgress,
     PhaseSucceeded,
     PrepareTaskActivation,
+    StartBuilderPhase,
+    StartWriterPhase,
     TaskConverged,
     TaskPhase,
     TaskSnapshot,
@@ -45,7 +47,8 @@ def submit(core: WorkerCore, task_id: str, now: int = T0) -> None:
     [prepare] = answer[1]
     assert isinstance(prepare, PrepareTaskActivation)
     [start] = core.handle_task_activation_prepared(task_id, prepare.token, now)
-    core.handle_task_phase_finished(task_id, start.token, PhaseSucceeded(), now)  # type: ignore[union-attr]
+    assert isinstance(start, StartBuilderPhase)
+    core.handle_task_phase_finished(task_id, start.token, PhaseSucceeded(), now)
     assert core.task_phase(task_id) is TaskPhase.CALLS
 
 
@@ -54,12 +57,8 @@ def finish(core: WorkerCore, task_id: str, now: int) -> TaskConverged:
     token = core.phase_token(task_id)
     assert token is not None
     [start] = core.handle_task_phase_finished(task_id, token, PhaseSucceeded(), now)
-    [done] = core.handle_task_phase_finished(
-        task_id,
-        start.token,  # type: ignore[union-attr]
-        PhaseSucceeded(),
-        now,
-    )
+    assert isinstance(start, StartWriterPhase)
+    [done] = core.handle_task_phase_finished(task_id, start.token, PhaseSucceeded(), now)
     assert isinstance(done, TaskConverged)
     return done
 
@@ -112,17 +111,17 @@ def test_the_first_updates_and_what_the_stream_waits_for() -> None:
     submit(core, "done")
     done = finish(core, "done", T0)
     ids = ["unknown", "reserved", "running", "done"]
+    running = core.handle_get_task_result("running", T0)
+    assert isinstance(running, TaskSnapshot)
     for progress in (False, True):
         stream = opened(core.handle_open_watch(ids, T0 + 1, progress=progress))
         assert stream.with_progress is progress
-        assert stream.first == [
+        assert stream.first == (
             UnknownTask(task_id="unknown"),
             WatchedTask(snapshot=reserved),
             WatchedTask(
                 snapshot=TaskSnapshot(
-                    task_id="running",
-                    slot_id=stream.first[2].snapshot.slot_id,  # type: ignore[union-attr]
-                    state=TaskState.RUNNING,
+                    task_id="running", slot_id=running.slot_id, state=TaskState.RUNNING
                 ),
                 progress=p(3) if progress else None,
             ),
@@ -134,7 +133,7 @@ def test_the_first_updates_and_what_the_stream_waits_for() -> None:
                     result=done.result,
                 )
             ),
-        ]
+        )
         assert set(stream.pending) == {"reserved", "running"}
         assert stream.waiting
 
@@ -162,9 +161,9 @@ def test_a_stream_without_counts_sends_the_first_it_sees() -> None:
     core = make_core()
     submit(core, "t1")
     stream = opened(core.handle_open_watch(["t1"], T0, progress=True))
-    assert stream.first == [
-        WatchedTask(snapshot=stream.first[0].snapshot)  # type: ignore[union-attr]
-    ]
+    [first] = stream.first
+    assert isinstance(first, WatchedTask)
+    assert first.progress is None  # no call has been counted yet
     assert stream.progress("t1", p(1))
 
 

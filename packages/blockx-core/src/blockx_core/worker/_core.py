@@ -102,7 +102,12 @@ from blockx_core.worker._types import (
     WriterStarted,
     Written,
 )
-from blockx_core.worker._watch_stream import UnknownTask, WatchedTask, WatchStream
+from blockx_core.worker._watch_stream import (
+    UnknownTask,
+    WatchedTask,
+    WatchStart,
+    WatchStream,
+)
 
 
 class WorkerCore(TaskBook):
@@ -443,17 +448,17 @@ class WorkerCore(TaskBook):
             problem = task_id_problem(task_id)
             if problem is not None:
                 return Refusal(ErrorCode.INVALID_ARGUMENT, f"task_ids: {problem}")
-        stream = WatchStream(unique, progress=progress)
+        first: list[WatchStart] = []
         for task_id in unique:
             snapshot = self._lookup(task_id, now_ms)
             if snapshot is None:
-                stream._started(UnknownTask(task_id=task_id))
+                first.append(UnknownTask(task_id=task_id))
                 continue
             counts = self._directory.progress(task_id) if progress else None
-            stream._started(WatchedTask(snapshot=snapshot, progress=counts))
+            first.append(WatchedTask(snapshot=snapshot, progress=counts))
             if not snapshot.state.is_terminal:
                 self.watch_attached(task_id, now_ms, progress=progress)
-        return stream
+        return WatchStream(unique, first, progress=progress)
 
     def handle_close_watch(self, stream: WatchStream, now_ms: int) -> None:
         """The stream is gone: the tasks it still waited for lose it as a credential

@@ -17,7 +17,7 @@ the credentials of the tasks it still waited for (their watch grace may start).
 
 from __future__ import annotations
 
-from collections.abc import Set
+from collections.abc import Sequence, Set
 
 import msgspec
 
@@ -47,13 +47,22 @@ class WatchStream:
 
     __slots__ = ("_pending", "_sent", "first", "task_ids", "with_progress")
 
-    def __init__(self, task_ids: tuple[str, ...], *, progress: bool) -> None:
+    def __init__(
+        self, task_ids: tuple[str, ...], first: Sequence[WatchStart], *, progress: bool
+    ) -> None:
         self.task_ids = task_ids
         self.with_progress = progress
         # What the stream is told first, one per task id in order.
-        self.first: list[WatchStart] = []
-        self._pending: set[str] = set()
+        self.first = tuple(first)
+        self._pending: set[str] = set()  # the tasks whose terminal update is still due
         self._sent: dict[str, CallProgress] = {}  # the counts last sent per task
+        for start in self.first:
+            if isinstance(start, WatchedTask):
+                task_id = start.snapshot.task_id
+                if start.progress is not None:
+                    self._sent[task_id] = start.progress
+                if not start.snapshot.state.is_terminal:
+                    self._pending.add(task_id)
 
     @property
     def waiting(self) -> bool:
@@ -62,16 +71,8 @@ class WatchStream:
 
     @property
     def pending(self) -> Set[str]:
+        """The tasks whose terminal update is still due."""
         return self._pending
-
-    def _started(self, start: WatchStart) -> None:
-        self.first.append(start)
-        if isinstance(start, WatchedTask):
-            task_id = start.snapshot.task_id
-            if start.progress is not None:
-                self._sent[task_id] = start.progress
-            if not start.snapshot.state.is_terminal:
-                self._pending.add(task_id)
 
     def progress(self, task_id: str, progress: CallProgress) -> bool:
         """Whether to send these counts of ``task_id`` (then they count as sent)."""
