@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from blockx_core.errors import Refusal
 from blockx_core.task import PluginSpec, TaskInput
-from blockx_core.worker import SlotState, WorkerConfig, WorkerCore
+from blockx_core.worker import PrepareTaskActivation, SlotState, WorkerConfig, WorkerCore
 
 FAR_MS = 10**12  # leases and deadlines that never come due during the benchmark
 NOW_MS = 1_000
@@ -65,7 +65,9 @@ def _loaded_core(slots: int, reserved: int, running: int) -> WorkerCore:
         )
         answer = core.handle_submit_task(task, "", NOW_MS)
         assert not isinstance(answer, Refusal), answer
-        core.handle_task_activation_prepared(task.task_id, NOW_MS)
+        [prepare] = answer[1]
+        assert isinstance(prepare, PrepareTaskActivation)
+        core.handle_task_activation_prepared(task.task_id, prepare.token, NOW_MS)
     return core
 
 

@@ -18,7 +18,7 @@ from blockx_core.worker import (
     PROGRESS_INTERVAL_MS,
     CallProgress,
     ListTasksQuery,
-    PhaseOutcome,
+    PhaseSucceeded,
     PublishProgress,
     StartCallPhase,
     TaskConverged,
@@ -29,6 +29,23 @@ from blockx_core.worker import (
     WorkerCore,
 )
 from blockx_core.worker._progress import ProgressBoard
+
+# An answer's token: the task's current one when it is in ``phase``, else one never
+# issued (tokens start at 1), which the core refuses as stale.
+STALE = 0
+
+
+def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
+    now = core.phase_token(task_id)
+    return now if now is not None and core.task_phase(task_id) is phase else STALE
+
+
+def current_token(core: WorkerCore, task_id: str) -> int:
+    """The token of the task's current activation (it must have one)."""
+    now = core.phase_token(task_id)
+    assert now is not None
+    return now
+
 
 T0 = 1_000_000
 IV = PROGRESS_INTERVAL_MS
@@ -162,11 +179,11 @@ def core_in_calls(task_id: str = "t1", *, watch: bool | None = True) -> WorkerCo
     assert isinstance(core.handle_submit_task(task, "", T0), tuple)
     if watch is not None:
         core.watch_attached(task_id, T0, progress=watch)
-    core.handle_task_activation_prepared(task_id, T0)
+    core.handle_task_activation_prepared(task_id, token(core, task_id, TaskPhase.PREPARING), T0)
     cmds = core.handle_task_phase_finished(
-        task_id, TaskPhase.BUILDER, PhaseOutcome(success=True, call_count=10), T0
+        task_id, token(core, task_id, TaskPhase.BUILDER), PhaseSucceeded(call_count=10), T0
     )
-    assert cmds == [StartCallPhase(task_id=task_id)]
+    assert cmds == [StartCallPhase(task_id=task_id, token=current_token(core, task_id))]
     return core
 
 
@@ -211,9 +228,11 @@ def test_core_terminal_carries_the_last_counts_and_listing_keeps_them() -> None:
     running = listed.tasks[0]
     assert (running.calls_done, running.calls_total, running.calls_total_known) == (4, 10, True)
     core.handle_calls_progress("t1", p(10), T0 + 2)  # every call done: held for the terminal
-    core.handle_task_phase_finished("t1", TaskPhase.CALLS, PhaseOutcome(success=True), T0 + 3)
+    core.handle_task_phase_finished(
+        "t1", token(core, "t1", TaskPhase.CALLS), PhaseSucceeded(), T0 + 3
+    )
     cmds = core.handle_task_phase_finished(
-        "t1", TaskPhase.WRITER, PhaseOutcome(success=True), T0 + 4
+        "t1", token(core, "t1", TaskPhase.WRITER), PhaseSucceeded(), T0 + 4
     )
     converged = [c for c in cmds if isinstance(c, TaskConverged)]
     assert converged[0].state is TaskState.SUCCEEDED

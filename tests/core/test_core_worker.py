@@ -16,9 +16,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from blockx_core.errors import BlockxUsageError, ErrorCode, InvalidConfig, Refusal
-from blockx_core.failures import FailureCode
+from blockx_core.failures import CallFailureKind, Failure, FailureCode
 from blockx_core.ids import MAX_TASK_ID_BYTES
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,
@@ -34,7 +36,10 @@ from blockx_core.worker import (
     CancelAnswer,
     CancelOutcome,
     InvalidTransition,
+    PhaseCrashed,
+    PhaseFailed,
     PhaseOutcome,
+    PhaseSucceeded,
     PrepareTaskActivation,
     SlotExpired,
     SlotState,
@@ -50,7 +55,43 @@ from blockx_core.worker import (
 )
 from blockx_core.worker._config import HOUR_MS
 from blockx_core.worker._slots import _SLOT_TRANSITIONS, Slot
-from blockx_core.worker._types import Activate, Allocate, Converge, LeaseExpired, SlotEvent
+from blockx_core.worker._task_book import _PHASE_TRANSITIONS, Task
+from blockx_core.worker._types import (
+    Activate,
+    Allocate,
+    Built,
+    BuiltNothing,
+    CallsDone,
+    Cancelled,
+    Converge,
+    Failed,
+    LeaseExpired,
+    LeaseLost,
+    PhaseEvent,
+    Prepared,
+    SlotEvent,
+    TimedOut,
+    WatchLost,
+    WriterStarted,
+    Written,
+)
+
+# An answer's token: the task's current one when it is in ``phase``, else one never
+# issued (tokens start at 1), which the core refuses as stale.
+STALE = 0
+
+
+def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
+    now = core.phase_token(task_id)
+    return now if now is not None and core.task_phase(task_id) is phase else STALE
+
+
+def current_token(core: WorkerCore, task_id: str) -> int:
+    """The token of the task's current activation (it must have one)."""
+    now = core.phase_token(task_id)
+    assert now is not None
+    return now
+
 
 T0 = 1_000_000
 SLOTS = 2
@@ -74,7 +115,7 @@ CALLS = TaskPhase.CALLS
 WRITER = TaskPhase.WRITER
 TERMINAL = TaskPhase.TERMINAL
 
-OK = PhaseOutcome(success=True)
+OK = PhaseSucceeded()
 HANDLER = PluginSpec(type="ReturnValueResultHandler")
 PLUGIN_OK = PluginResult(plugin_name="ReturnValueResultHandler", success=True, result=b'["ok"]')
 
@@ -150,18 +191,18 @@ def advance_to(core: WorkerCore, task_id: str, phase: TaskPhase, *, now: int = T
     assert core.task_phase(task_id) is PREPARING
     if phase is PREPARING:
         return
-    assert core.handle_task_activation_prepared(task_id, now) == [
-        StartBuilderPhase(task_id=task_id)
+    assert core.handle_task_activation_prepared(task_id, token(core, task_id, PREPARING), now) == [
+        StartBuilderPhase(task_id=task_id, token=current_token(core, task_id))
     ]
     if phase is BUILDER:
         return
-    assert core.handle_task_phase_finished(task_id, BUILDER, OK, now) == [
-        StartCallPhase(task_id=task_id)
+    assert core.handle_task_phase_finished(task_id, token(core, task_id, BUILDER), OK, now) == [
+        StartCallPhase(task_id=task_id, token=current_token(core, task_id))
     ]
     if phase is CALLS:
         return
-    assert core.handle_task_phase_finished(task_id, CALLS, OK, now) == [
-        StartWriterPhase(task_id=task_id)
+    assert core.handle_task_phase_finished(task_id, token(core, task_id, CALLS), OK, now) == [
+        StartWriterPhase(task_id=task_id, token=current_token(core, task_id))
     ]
     assert phase is WRITER
 
@@ -180,8 +221,8 @@ def converged(cmds: Sequence[WorkerCommand]) -> TaskConverged:
 
 def succeed(core: WorkerCore, task_id: str = "t1", *, now: int = T0) -> TaskConverged:
     start(core, task_id, WRITER, now=now)
-    outcome = PhaseOutcome(success=True, plugin_results=(PLUGIN_OK,))
-    cmds = core.handle_task_phase_finished(task_id, WRITER, outcome, now)
+    outcome = PhaseSucceeded(plugin_results=(PLUGIN_OK,))
+    cmds = core.handle_task_phase_finished(task_id, token(core, task_id, WRITER), outcome, now)
     assert len(cmds) == 1
     return converged(cmds)
 
@@ -234,6 +275,158 @@ def test_illegal_slot_transition_raises_and_keeps_state(state: SlotState, event:
     with pytest.raises(InvalidTransition, match=type(event).__name__):
         slot.apply(event)
     assert slot.state is state
+
+
+# ---- the task phase transition table -----------------------------------------------------
+
+PHASE_ALLOWED = [
+    # (phase, event, next phase)
+    (PREPARING, Prepared(), BUILDER),
+    (PREPARING, LeaseLost(), TERMINAL),
+    (BUILDER, Built(), CALLS),
+    (BUILDER, BuiltNothing(), WRITER),  # an empty call list skips the Calls phase
+    (CALLS, CallsDone(), WRITER),
+    (WRITER, WriterStarted(), WRITER),
+    (WRITER, Written(), TERMINAL),
+    *[
+        (phase, end, TERMINAL)
+        for phase in (PREPARING, BUILDER, CALLS, WRITER)
+        for end in (Failed(), TimedOut(), Cancelled(), WatchLost())
+    ],
+]
+PHASE_EVENTS: list[PhaseEvent] = [
+    Prepared(),
+    Built(),
+    BuiltNothing(),
+    CallsDone(),
+    WriterStarted(),
+    Written(),
+    Failed(),
+    TimedOut(),
+    Cancelled(),
+    WatchLost(),
+    LeaseLost(),
+]
+PHASE_ILLEGAL = [
+    (phase, event)
+    for phase in TaskPhase
+    for event in PHASE_EVENTS
+    if not any(phase is p and type(event) is type(e) for p, e, _ in PHASE_ALLOWED)
+]
+
+
+def a_task(phase: TaskPhase) -> Task:
+    slot = Slot(0, "s-0", "t1")
+    task = Task(task_input("t1"), slot, T0 + TASK_DEADLINE, 1)
+    task.phase = phase
+    return task
+
+
+def test_phase_table_is_exactly_the_allowed_rows() -> None:
+    assert dict(_PHASE_TRANSITIONS) == {(p, type(e)): n for p, e, n in PHASE_ALLOWED}
+    assert len(PHASE_ALLOWED) == 23
+    assert len(PHASE_ILLEGAL) == len(TaskPhase) * len(PHASE_EVENTS) - len(PHASE_ALLOWED) == 32
+    # Nothing leaves TERMINAL.
+    assert not any(p is TERMINAL for p, _ in _PHASE_TRANSITIONS)
+
+
+@pytest.mark.parametrize(("phase", "event", "expected"), PHASE_ALLOWED)
+def test_allowed_phase_transition(phase: TaskPhase, event: PhaseEvent, expected: TaskPhase) -> None:
+    task = a_task(phase)
+    assert task.apply(event) is phase
+    assert task.phase is expected
+
+
+@pytest.mark.parametrize(("phase", "event"), PHASE_ILLEGAL)
+def test_illegal_phase_transition_raises_and_keeps_phase(
+    phase: TaskPhase, event: PhaseEvent
+) -> None:
+    task = a_task(phase)
+    with pytest.raises(InvalidTransition, match=type(event).__name__):
+        task.apply(event)
+    assert task.phase is phase
+
+
+@given(st.lists(st.sampled_from(PHASE_EVENTS), max_size=12))
+def test_any_event_sequence_follows_the_table(events: list[PhaseEvent]) -> None:
+    """Whatever comes in, a task only ever moves along a row of the table; an illegal
+    event leaves it where it was."""
+    task = a_task(PREPARING)
+    for event in events:
+        before = task.phase
+        target = _PHASE_TRANSITIONS.get((before, type(event)))
+        if target is None:
+            with pytest.raises(InvalidTransition):
+                task.apply(event)
+            assert task.phase is before
+        else:
+            task.apply(event)
+            assert task.phase is target
+
+
+# ---- activation tokens -------------------------------------------------------------------
+
+
+def test_each_activation_gets_a_new_greater_token() -> None:
+    core = make_core()
+    submit(core)
+    tokens = [current_token(core, "t1")]
+    for phase in (BUILDER, CALLS, WRITER):
+        answer = token(core, "t1", core.task_phase("t1") or PREPARING)
+        if phase is BUILDER:
+            cmds = core.handle_task_activation_prepared("t1", answer, T0)
+        else:
+            cmds = core.handle_task_phase_finished("t1", answer, OK, T0)
+        [started] = cmds
+        assert isinstance(started, (StartBuilderPhase, StartCallPhase, StartWriterPhase))
+        assert started.token == current_token(core, "t1")
+        tokens.append(started.token)
+    assert tokens == sorted(set(tokens))
+    # WriterStarted goes on within the Writer phase: no new activation.
+    assert core.handle_writer_started("t1", tokens[-1], T0) == []
+    assert current_token(core, "t1") == tokens[-1]
+
+
+@pytest.mark.parametrize("phase", [PREPARING, BUILDER, CALLS, WRITER])
+def test_an_earlier_phases_token_is_refused(phase: TaskPhase) -> None:
+    """An answer carrying the token of an activation the task has left changes nothing,
+    whatever it says."""
+    core = make_core()
+    submit(core)
+    stale = [current_token(core, "t1")]
+    advance_to(core, "t1", phase)
+    stale.append(current_token(core, "t1") - 1)  # never the current one
+    stale = [t for t in stale if t != current_token(core, "t1")]
+    before = counts(core)
+    for old in stale:
+        assert core.handle_task_activation_prepared("t1", old, T0) == []
+        assert core.handle_task_activation_failed("t1", old, F.ACTIVATION_FAILED, "x", T0) == []
+        assert core.handle_task_phase_finished("t1", old, OK, T0) == []
+        assert core.handle_task_phase_finished("t1", old, PhaseCrashed(message="x"), T0) == []
+        assert core.handle_plugin_not_found("t1", old, "none", T0) == []
+        assert core.handle_writer_started("t1", old, T0) == []
+    assert core.task_phase("t1") is phase
+    assert counts(core) == before
+
+
+def test_an_answer_for_an_earlier_submission_of_the_task_id_is_refused() -> None:
+    """A task_id submitted again after its result expired runs anew; what the first
+    run's phases still answer (same task_id, same phase) is refused by its token."""
+    core = make_core(WorkerConfig(task_slots=SLOTS, result_retention_ms=1_000))
+    submit(core)
+    advance_to(core, "t1", BUILDER)
+    first = current_token(core, "t1")
+    core.tick_timers(T0 + TASK_DEADLINE)  # the first run times out
+    core.tick_timers(T0 + TASK_DEADLINE + 1_000)  # and its result expires
+    now = T0 + TASK_DEADLINE + 1_001
+    submit(core, now=now)
+    advance_to(core, "t1", BUILDER, now=now)
+    assert current_token(core, "t1") != first
+    assert core.handle_task_phase_finished("t1", first, OK, now) == []
+    assert core.task_phase("t1") is BUILDER
+    assert core.handle_task_phase_finished("t1", current_token(core, "t1"), OK, now) == [
+        StartCallPhase(task_id="t1", token=current_token(core, "t1"))
+    ]
 
 
 # ---- WorkerConfig ----------------------------------------------------------------------
@@ -325,7 +518,12 @@ def test_deadline_is_counted_from_when_the_worker_accepts(timeout: int, effectiv
     task = task_input(timeout_ms=timeout)
     _, cmds = submitted(core.handle_submit_task(task, slot_id, accepted))
     assert cmds == [
-        PrepareTaskActivation(task_id="t1", task=task, deadline_ms=accepted + effective)
+        PrepareTaskActivation(
+            task_id="t1",
+            task=task,
+            deadline_ms=accepted + effective,
+            token=current_token(core, "t1"),
+        )
     ]
     assert core.task_deadline_ms("t1") == accepted + effective
 
@@ -408,7 +606,9 @@ def test_same_slot_index_reallocated_gets_a_new_slot_id() -> None:
     assert second != first
     # The slot was converged and reused once more: a third distinct id.
     submit(core, "t1", slot_id=second, now=T0 + TTL)
-    core.handle_task_activation_failed("t1", FailureCode.ACTIVATION_FAILED, "x", T0 + TTL)
+    core.handle_task_activation_failed(
+        "t1", token(core, "t1", PREPARING), FailureCode.ACTIVATION_FAILED, "x", T0 + TTL
+    )
     third = reserve(core, "t2", now=T0 + TTL)
     assert len({first, second, third}) == 3
     # The stale ids are rejected even though the same slot index is ALLOCATED again.
@@ -481,7 +681,11 @@ def test_submit_new_task_answers_running_with_one_prepare() -> None:
     task = task_input(timeout_ms=60_000)
     snapshot, cmds = submitted(core.handle_submit_task(task, slot_id, T0 + 5))
     assert snapshot == TaskSnapshot(task_id="t1", slot_id=slot_id, state=TaskState.RUNNING)
-    assert cmds == [PrepareTaskActivation(task_id="t1", task=task, deadline_ms=T0 + 5 + 60_000)]
+    assert cmds == [
+        PrepareTaskActivation(
+            task_id="t1", task=task, deadline_ms=T0 + 5 + 60_000, token=current_token(core, "t1")
+        )
+    ]
     assert core.task_phase("t1") is PREPARING
     assert core.active_task_ids() == ["t1"]
 
@@ -607,8 +811,8 @@ def test_submit_with_retained_result_answers_it(slot: str) -> None:
 def test_submit_retained_failed_result_answers_failed() -> None:
     core = make_core()
     start(core, "t1", BUILDER)
-    failure = PhaseOutcome(success=False, failure_code=FailureCode.BUILDER_NOT_FOUND, message="m")
-    done = converged(core.handle_task_phase_finished("t1", BUILDER, failure, T0))
+    failure = PhaseFailed(failure=Failure(FailureCode.BUILDER_NOT_FOUND, "m", False))
+    done = converged(core.handle_task_phase_finished("t1", token(core, "t1", BUILDER), failure, T0))
     snapshot, cmds = submitted(core.handle_submit_task(task_input("t1"), "", T0 + 1))
     assert (snapshot.state, snapshot.result, cmds) == (TaskState.FAILED, done.result, [])
 
@@ -619,7 +823,11 @@ def test_submit_without_slot_reserves_inline_with_default_ttl() -> None:
     snapshot, cmds = submitted(core.handle_submit_task(task, "", T0))
     assert snapshot.state is TaskState.RUNNING
     assert snapshot.slot_id
-    assert cmds == [PrepareTaskActivation(task_id="t1", task=task, deadline_ms=T0 + TASK_DEADLINE)]
+    assert cmds == [
+        PrepareTaskActivation(
+            task_id="t1", task=task, deadline_ms=T0 + TASK_DEADLINE, token=current_token(core, "t1")
+        )
+    ]
     assert counts(core) == (1, 0)  # ALLOCATED while PREPARING
     assert core.next_deadline_ms() == T0 + DEFAULT_TTL
     # The inline lease is DefaultTTLMs: it runs out at T0 + 5000.
@@ -668,7 +876,9 @@ def test_preparing_keeps_the_slot_allocated_until_activation_prepared() -> None:
     assert core.slot_states().count(ALLOCATED) == 1
     assert counts(core) == (1, 0)  # reserved, not running
     assert snap(core.handle_get_task_result("t1", T0)).state is TaskState.RUNNING
-    assert core.handle_task_activation_prepared("t1", T0 + 3) == [StartBuilderPhase(task_id="t1")]
+    assert core.handle_task_activation_prepared("t1", token(core, "t1", PREPARING), T0 + 3) == [
+        StartBuilderPhase(task_id="t1", token=current_token(core, "t1"))
+    ]
     assert core.task_phase("t1") is BUILDER
     assert counts(core) == (0, 1)
     assert snap(core.handle_get_task_result("t1", T0 + 3)).slot_id == slot_id
@@ -677,7 +887,7 @@ def test_preparing_keeps_the_slot_allocated_until_activation_prepared() -> None:
     assert core.tick_timers(T0 + TTL) == []
     assert core.task_phase("t1") is BUILDER
     # A duplicate activation-prepared is ignored.
-    assert core.handle_task_activation_prepared("t1", T0 + 4) == []
+    assert core.handle_task_activation_prepared("t1", token(core, "t1", PREPARING), T0 + 4) == []
     assert core.task_phase("t1") is BUILDER
 
 
@@ -688,7 +898,9 @@ def test_lease_expiry_while_preparing_is_slot_lost() -> None:
     assert core.next_deadline_ms() == T0 + 100
     assert core.tick_timers(T0 + 99) == []
     cmds = core.tick_timers(T0 + 100)
-    assert len(cmds) == 1
+    # The activation being prepared is stopped before the task converges.
+    assert [type(c) for c in cmds] == [AbortTaskWork, TaskConverged]
+    assert cmds[0] == AbortTaskWork(task_id="t1")
     lost = converged(cmds)
     assert lost.task_id == "t1"
     assert lost.slot_id == slot_id
@@ -700,7 +912,7 @@ def test_lease_expiry_while_preparing_is_slot_lost() -> None:
     assert core.slot_states() == [FREE, FREE]
     assert counts(core) == (0, 0)
     # An activation-prepared that arrives afterwards is ignored.
-    assert core.handle_task_activation_prepared("t1", T0 + 101) == []
+    assert core.handle_task_activation_prepared("t1", token(core, "t1", PREPARING), T0 + 101) == []
     assert core.task_phase("t1") is None
     assert counts(core) == (0, 0)
     got = snap(core.handle_get_task_result("t1", T0 + 101))
@@ -711,7 +923,9 @@ def test_lease_expiry_while_preparing_is_slot_lost() -> None:
 def test_activation_failed(code: FailureCode) -> None:
     core = make_core()
     slot_id = submit(core)
-    cmds = core.handle_task_activation_failed("t1", code, "epoch not found", T0 + 1)
+    cmds = core.handle_task_activation_failed(
+        "t1", token(core, "t1", PREPARING), code, "epoch not found", T0 + 1
+    )
     assert cmds == [
         TaskConverged(
             task_id="t1",
@@ -723,7 +937,7 @@ def test_activation_failed(code: FailureCode) -> None:
         )
     ]
     assert core.slot_states() == [FREE, FREE]  # ALLOCATED → FREE
-    assert core.handle_task_activation_prepared("t1", T0 + 2) == []
+    assert core.handle_task_activation_prepared("t1", token(core, "t1", PREPARING), T0 + 2) == []
     assert snap(core.handle_get_task_result("t1", T0 + 2)).state is TaskState.FAILED
 
 
@@ -732,8 +946,13 @@ def test_activation_answers_after_activation_are_ignored(phase: TaskPhase) -> No
     core = make_core()
     start(core, "t1", phase)
     before = counts(core)
-    assert core.handle_task_activation_failed("t1", FailureCode.ACTIVATION_FAILED, "x", T0) == []
-    assert core.handle_task_activation_prepared("t1", T0) == []
+    assert (
+        core.handle_task_activation_failed(
+            "t1", token(core, "t1", PREPARING), FailureCode.ACTIVATION_FAILED, "x", T0
+        )
+        == []
+    )
+    assert core.handle_task_activation_prepared("t1", token(core, "t1", PREPARING), T0) == []
     assert core.task_phase("t1") is phase
     assert counts(core) == before
 
@@ -741,9 +960,14 @@ def test_activation_answers_after_activation_are_ignored(phase: TaskPhase) -> No
 def test_activation_answers_for_unknown_tasks_are_ignored() -> None:
     core = make_core()
     reserve(core, "t1")  # reserved but never submitted
-    assert core.handle_task_activation_prepared("t1", T0) == []
-    assert core.handle_task_activation_failed("t1", FailureCode.IO_SCOPE_FAILED, "x", T0) == []
-    assert core.handle_task_activation_prepared("nope", T0) == []
+    assert core.handle_task_activation_prepared("t1", token(core, "t1", PREPARING), T0) == []
+    assert (
+        core.handle_task_activation_failed(
+            "t1", token(core, "t1", PREPARING), FailureCode.IO_SCOPE_FAILED, "x", T0
+        )
+        == []
+    )
+    assert core.handle_task_activation_prepared("nope", token(core, "nope", PREPARING), T0) == []
     assert counts(core) == (1, 0)
     assert snap(core.handle_get_task_result("t1", T0)).state is TaskState.ALLOCATED
 
@@ -755,20 +979,22 @@ def test_activation_answers_for_unknown_tasks_are_ignored() -> None:
 def test_phases_succeed_in_order(handler: PluginSpec | None) -> None:
     core = make_core()
     slot_id = submit(core, handler=handler)
-    assert core.handle_task_activation_prepared("t1", T0) == [StartBuilderPhase(task_id="t1")]
-    assert core.handle_task_phase_finished("t1", BUILDER, OK, T0 + 1) == [
-        StartCallPhase(task_id="t1")
+    assert core.handle_task_activation_prepared("t1", token(core, "t1", PREPARING), T0) == [
+        StartBuilderPhase(task_id="t1", token=current_token(core, "t1"))
+    ]
+    assert core.handle_task_phase_finished("t1", token(core, "t1", BUILDER), OK, T0 + 1) == [
+        StartCallPhase(task_id="t1", token=current_token(core, "t1"))
     ]
     assert core.task_phase("t1") is CALLS
     # The writer phase always follows Calls, with or without a result handler.
-    assert core.handle_task_phase_finished("t1", CALLS, OK, T0 + 2) == [
-        StartWriterPhase(task_id="t1")
+    assert core.handle_task_phase_finished("t1", token(core, "t1", CALLS), OK, T0 + 2) == [
+        StartWriterPhase(task_id="t1", token=current_token(core, "t1"))
     ]
     assert core.task_phase("t1") is WRITER
     plugin_results = (PLUGIN_OK,) if handler is not None else ()
-    outcome = PhaseOutcome(success=True, plugin_results=plugin_results)
+    outcome = PhaseSucceeded(plugin_results=plugin_results)
     result = TaskResult(success=True, plugin_results=plugin_results)
-    assert core.handle_task_phase_finished("t1", WRITER, outcome, T0 + 3) == [
+    assert core.handle_task_phase_finished("t1", token(core, "t1", WRITER), outcome, T0 + 3) == [
         TaskConverged(task_id="t1", slot_id=slot_id, state=TaskState.SUCCEEDED, result=result)
     ]
     assert core.task_phase("t1") is None
@@ -781,8 +1007,8 @@ PHASE_FAILURES = [
     (BUILDER, F.BUILDER_NOT_FOUND, True, F.BUILDER_NOT_FOUND, False),
     (BUILDER, F.BUILDER_FAILED, False, F.BUILDER_FAILED, False),
     (BUILDER, F.BUILDER_FAILED, True, F.BUILDER_FAILED, True),
+    # No code: the phase crashed (PhaseCrashed), the phase's own code applies.
     (BUILDER, None, True, F.BUILDER_FAILED, True),
-    (BUILDER, None, False, F.BUILDER_FAILED, False),
     (BUILDER, F.CANCELLED, False, F.CANCELLED, True),
     (CALLS, F.CALL_FAILED, True, F.CALL_FAILED, False),
     (CALLS, F.OUTPUT_BYTES_EXCEEDED, True, F.OUTPUT_BYTES_EXCEEDED, False),
@@ -817,17 +1043,18 @@ def test_phase_failure(
                 failure_message="db down",
             ),
         )
-        if phase is WRITER
+        if phase is WRITER and code is not None  # a crash names no plug-in
         else ()
     )
-    outcome = PhaseOutcome(
-        success=False,
-        failure_code=code,
-        retryable=outcome_retryable,
-        message=f"{phase.value} broke",
-        plugin_results=plugin_results,
+    outcome: PhaseOutcome = (
+        PhaseCrashed(message=f"{phase.value} broke")
+        if code is None
+        else PhaseFailed(
+            failure=Failure(code, f"{phase.value} broke", outcome_retryable),
+            plugin_results=plugin_results,
+        )
     )
-    cmds = core.handle_task_phase_finished("t1", phase, outcome, T0 + 7)
+    cmds = core.handle_task_phase_finished("t1", token(core, "t1", phase), outcome, T0 + 7)
     result = TaskResult(
         success=False,
         failure_code=expected_code,
@@ -852,15 +1079,34 @@ WRONG_PHASES = [
 ]
 
 
-@pytest.mark.parametrize("reported", [PREPARING, TERMINAL])
-def test_reporting_a_phase_without_an_outcome_is_misuse(reported: TaskPhase) -> None:
-    """Activation has its own events and TERMINAL is not a phase that runs: a caller
-    that reports them has a bug, and the task is left as it was."""
+@pytest.mark.parametrize("outcome", [OK, PhaseCrashed(message="x")])
+def test_answering_an_activation_with_a_phase_outcome_is_misuse(outcome: PhaseOutcome) -> None:
+    """Activation has its own events, and no token is ever issued for TERMINAL: a
+    caller that answers PREPARING's token with a phase outcome has a bug, and the task
+    is left as it was."""
     core = make_core()
-    start(core, "t1", BUILDER)
+    submit(core)
     with pytest.raises(BlockxUsageError, match="not a phase that finishes"):
-        core.handle_task_phase_finished("t1", reported, PhaseOutcome(success=True), T0 + 1)
-    assert core.task_phase("t1") is BUILDER
+        core.handle_task_phase_finished("t1", current_token(core, "t1"), outcome, T0 + 1)
+    assert core.task_phase("t1") is PREPARING
+
+
+def test_a_phase_failing_with_a_kind_that_is_no_task_failure_is_misuse() -> None:
+    """A call's kind (USER_ERROR, ...) is not a task's failure code: the adapter maps it."""
+    core = make_core()
+    start(core, "t1", CALLS)
+    failed = PhaseFailed(failure=Failure(CallFailureKind.USER_ERROR, "boom", False))
+    with pytest.raises(BlockxUsageError, match="FailureCode"):
+        core.handle_task_phase_finished("t1", current_token(core, "t1"), failed, T0 + 1)
+    assert core.task_phase("t1") is CALLS
+
+
+def test_plugin_not_found_in_the_calls_phase_is_misuse() -> None:
+    core = make_core()
+    start(core, "t1", CALLS)
+    with pytest.raises(BlockxUsageError, match="not a phase that runs a plug-in"):
+        core.handle_plugin_not_found("t1", current_token(core, "t1"), "none", T0 + 1)
+    assert core.task_phase("t1") is CALLS
 
 
 @pytest.mark.parametrize(("current", "reported"), WRONG_PHASES)
@@ -871,8 +1117,8 @@ def test_phase_finished_for_the_wrong_phase_is_ignored(
     core = make_core()
     start(core, "t1", current)
     before = counts(core)
-    outcome = PhaseOutcome(success=success, failure_code=None if success else F.CANCELLED)
-    assert core.handle_task_phase_finished("t1", reported, outcome, T0 + 1) == []
+    outcome = OK if success else PhaseFailed(failure=Failure(F.CANCELLED, "", False))
+    assert core.handle_task_phase_finished("t1", token(core, "t1", reported), outcome, T0 + 1) == []
     assert core.task_phase("t1") is current
     assert counts(core) == before
     assert snap(core.handle_get_task_result("t1", T0 + 1)).state is TaskState.RUNNING
@@ -882,10 +1128,15 @@ def test_phase_finished_for_the_wrong_phase_is_ignored(
 def test_phase_finished_after_convergence_is_ignored(success: bool) -> None:
     core = make_core()
     done = succeed(core, now=T0)
-    outcome = PhaseOutcome(success=success, failure_code=None if success else F.CANCELLED)
+    outcome = OK if success else PhaseFailed(failure=Failure(F.CANCELLED, "", False))
     for phase in (BUILDER, CALLS, WRITER):
-        assert core.handle_task_phase_finished("t1", phase, outcome, T0 + 1) == []
-    assert core.handle_task_phase_finished("never", BUILDER, outcome, T0 + 1) == []
+        assert (
+            core.handle_task_phase_finished("t1", token(core, "t1", phase), outcome, T0 + 1) == []
+        )
+    assert (
+        core.handle_task_phase_finished("never", token(core, "never", BUILDER), outcome, T0 + 1)
+        == []
+    )
     assert snap(core.handle_get_task_result("t1", T0 + 1)).result == done.result
 
 
@@ -896,9 +1147,9 @@ def test_phase_finished_after_convergence_is_ignored(success: bool) -> None:
 def test_deadline_is_checked_before_calls(finished_at: int, times_out: bool) -> None:
     core = make_core()
     slot_id = start(core, "t1", BUILDER, now=T0, timeout_ms=1_000)
-    cmds = core.handle_task_phase_finished("t1", BUILDER, OK, finished_at)
+    cmds = core.handle_task_phase_finished("t1", token(core, "t1", BUILDER), OK, finished_at)
     if not times_out:
-        assert cmds == [StartCallPhase(task_id="t1")]
+        assert cmds == [StartCallPhase(task_id="t1", token=current_token(core, "t1"))]
         return
     assert not any(isinstance(c, StartCallPhase) for c in cmds)
     done = converged(cmds)
@@ -917,8 +1168,10 @@ def test_convergence_frees_the_slot_at_once_and_keeps_the_result() -> None:
     core = make_core(WorkerConfig(task_slots=1))
     start(core, "t1", WRITER, now=T0)
     assert counts(core) == (0, 1)
-    outcome = PhaseOutcome(success=True, plugin_results=(PLUGIN_OK,))
-    done = converged(core.handle_task_phase_finished("t1", WRITER, outcome, T0 + 10))
+    outcome = PhaseSucceeded(plugin_results=(PLUGIN_OK,))
+    done = converged(
+        core.handle_task_phase_finished("t1", token(core, "t1", WRITER), outcome, T0 + 10)
+    )
     assert counts(core) == (0, 0)  # the heartbeat drops immediately
     assert core.slot_states() == [FREE]
     # The freed slot is usable at once by another task, while t1's result is kept.
@@ -974,7 +1227,11 @@ def test_get_task_result(setup: str, expected: TaskState | None) -> None:
         slot_id, result = done.slot_id, done.result
     elif setup == "failed":
         submit(core)
-        done = converged(core.handle_task_activation_failed("t1", F.IO_SCOPE_FAILED, "x", T0))
+        done = converged(
+            core.handle_task_activation_failed(
+                "t1", token(core, "t1", PREPARING), F.IO_SCOPE_FAILED, "x", T0
+            )
+        )
         slot_id, result = done.slot_id, done.result
     elif setup == "expired reservation":
         reserve(core)
@@ -1048,7 +1305,7 @@ def test_tick_times_out_tasks_past_their_deadline(phase: TaskPhase) -> None:
     assert counts(core) == (0, 0)
     assert core.task_phase("t1") is None
     # A late phase answer is ignored.
-    assert core.handle_task_phase_finished("t1", BUILDER, OK, T0 + 1_001) == []
+    assert core.handle_task_phase_finished("t1", token(core, "t1", BUILDER), OK, T0 + 1_001) == []
     assert snap(core.handle_get_task_result("t1", T0 + 1_001)).result == done.result
 
 
@@ -1257,11 +1514,13 @@ def test_draining_refuses_new_work_and_lets_running_tasks_converge() -> None:
     assert snap(core.handle_get_task_result("res", T0)).state is TaskState.ALLOCATED
     assert snap(core.handle_get_task_result("old", T0)).result == done.result
     # The running task converges.
-    assert core.handle_task_phase_finished("run", CALLS, OK, T0 + 1) == [
-        StartWriterPhase(task_id="run")
+    assert core.handle_task_phase_finished("run", token(core, "run", CALLS), OK, T0 + 1) == [
+        StartWriterPhase(task_id="run", token=current_token(core, "run"))
     ]
-    outcome = PhaseOutcome(success=True)
-    finished = converged(core.handle_task_phase_finished("run", WRITER, outcome, T0 + 2))
+    outcome = PhaseSucceeded()
+    finished = converged(
+        core.handle_task_phase_finished("run", token(core, "run", WRITER), outcome, T0 + 2)
+    )
     assert (finished.slot_id, finished.state) == (slot_id, TaskState.SUCCEEDED)
     assert snap(core.handle_get_task_result("run", T0 + 2)).state is TaskState.SUCCEEDED
     # Timers keep running: the reservation is reclaimed.
@@ -1306,7 +1565,7 @@ def test_activation_after_the_lease_ran_out_is_slot_lost_even_before_a_tick() ->
     core = make_core()
     slot_id = reserve(core, "t1", ttl=100, now=T0)
     submitted(core.handle_submit_task(task_input("t1"), slot_id, T0 + 50))
-    commands = core.handle_task_activation_prepared("t1", T0 + 100)
+    commands = core.handle_task_activation_prepared("t1", token(core, "t1", PREPARING), T0 + 100)
     assert len(commands) == 1
     converged = commands[0]
     assert isinstance(converged, TaskConverged)
@@ -1369,9 +1628,9 @@ def test_the_stopped_phase_reporting_late_changes_nothing(phase: TaskPhase) -> N
     core = make_core()
     start(core, "t1", phase)
     cancel(core)
-    outcome = PhaseOutcome(success=False, failure_code=FailureCode.CANCELLED, retryable=True)
-    assert core.handle_task_phase_finished("t1", phase, outcome, T0 + 1) == []
-    assert core.handle_task_phase_finished("t1", phase, OK, T0 + 1) == []
+    outcome = PhaseFailed(failure=Failure(FailureCode.CANCELLED, "", True))
+    assert core.handle_task_phase_finished("t1", token(core, "t1", phase), outcome, T0 + 1) == []
+    assert core.handle_task_phase_finished("t1", token(core, "t1", phase), OK, T0 + 1) == []
     assert snap(core.handle_get_task_result("t1", T0 + 1)).result == CANCELLED
 
 
@@ -1388,14 +1647,16 @@ def test_a_writer_that_is_writing_ends_with_its_own_outcome() -> None:
     reported as cancelled with nothing written."""
     core = make_core()
     slot_id = start(core, "t1", WRITER)
-    assert core.handle_writer_started("t1", T0) == []
+    assert core.handle_writer_started("t1", token(core, "t1", WRITER), T0) == []
     running = TaskSnapshot(task_id="t1", slot_id=slot_id, state=TaskState.RUNNING)
     writing = CancelAnswer(outcome=CancelOutcome.WRITING, snapshot=running)
     assert cancel(core, "t1", T0 + 1) == (writing, [])
     assert cancel(core, "t1", T0 + 2) == (writing, [])
     assert counts(core) == (0, 1)
-    outcome = PhaseOutcome(success=True, plugin_results=(PLUGIN_OK,))
-    done = converged(core.handle_task_phase_finished("t1", WRITER, outcome, T0 + 3))
+    outcome = PhaseSucceeded(plugin_results=(PLUGIN_OK,))
+    done = converged(
+        core.handle_task_phase_finished("t1", token(core, "t1", WRITER), outcome, T0 + 3)
+    )
     assert done.state is TaskState.SUCCEEDED
     answer, cmds = cancel(core, "t1", T0 + 4)
     assert cmds == []
@@ -1407,7 +1668,7 @@ def test_a_writer_that_is_writing_ends_with_its_own_outcome() -> None:
 def test_writer_started_outside_the_writer_phase_is_ignored(phase: TaskPhase) -> None:
     core = make_core()
     start(core, "t1", phase)
-    assert core.handle_writer_started("t1", T0) == []
+    assert core.handle_writer_started("t1", token(core, "t1", WRITER), T0) == []
     assert cancel(core)[0].outcome is CancelOutcome.CANCELLED
 
 
@@ -1430,7 +1691,7 @@ def test_a_finished_task_answers_its_state() -> None:
     start(core, "bad", CALLS)
     failed = converged(
         core.handle_task_phase_finished(
-            "bad", CALLS, PhaseOutcome(success=False, message="boom"), T0
+            "bad", token(core, "bad", CALLS), PhaseCrashed(message="boom"), T0
         )
     )
     for task_id, ended in (("ok", done), ("bad", failed)):
@@ -1447,10 +1708,10 @@ def test_a_finished_task_answers_its_state() -> None:
 def test_a_drains_cancellation_stays_retryable_and_is_not_a_clients() -> None:
     core = make_core()
     start(core, "t1", CALLS)
-    outcome = PhaseOutcome(
-        success=False, failure_code=FailureCode.CANCELLED, message="the worker is shutting down"
+    outcome = PhaseFailed(
+        failure=Failure(FailureCode.CANCELLED, "the worker is shutting down", False)
     )
-    ended = converged(core.handle_task_phase_finished("t1", CALLS, outcome, T0))
+    ended = converged(core.handle_task_phase_finished("t1", token(core, "t1", CALLS), outcome, T0))
     assert ended.result.failure_code is FailureCode.CANCELLED
     assert ended.result.retryable
     assert not cancelled_by_client(ended.result)

@@ -24,7 +24,7 @@ from blockx_core.dispatch import (
     SendCalls,
 )
 from blockx_core.errors import ErrorCode, InvalidConfig, Refusal
-from blockx_core.failures import CallFailureKind, FailureCode
+from blockx_core.failures import CallFailureKind, Failure, FailureCode
 from blockx_core.task import (
     CALL_FAILURE_MESSAGE_CHARS,
     MAX_CALL_FAILURES,
@@ -38,13 +38,24 @@ from blockx_core.worker import (
     MAX_PAGE_SIZE,
     ListedTask,
     ListTasksQuery,
-    PhaseOutcome,
+    PhaseFailed,
+    PhaseSucceeded,
     TaskListing,
     TaskPhase,
     WorkerConfig,
     WorkerCore,
 )
 from blockx_core.worker._listing import EXPIRED_NAME_CHARS, SCAN_BUDGET
+
+# An answer's token: the task's current one when it is in ``phase``, else one never
+# issued (tokens start at 1), which the core refuses as stale.
+STALE = 0
+
+
+def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
+    now = core.phase_token(task_id)
+    return now if now is not None and core.task_phase(task_id) is phase else STALE
+
 
 T0 = 1_000_000
 RETENTION = 10_000
@@ -78,16 +89,19 @@ def task_input(task_id: str, function: str = "echo") -> TaskInput:
 def submit(core: WorkerCore, task_id: str, now: int, function: str = "echo") -> None:
     answer = core.handle_submit_task(task_input(task_id, function), "", now)
     assert not isinstance(answer, Refusal), answer
-    core.handle_task_activation_prepared(task_id, now)
+    core.handle_task_activation_prepared(task_id, token(core, task_id, TaskPhase.PREPARING), now)
 
 
 def succeed(core: WorkerCore, task_id: str, now: int, size: int = 10) -> None:
     core.handle_task_phase_finished(
-        task_id, TaskPhase.BUILDER, PhaseOutcome(success=True, call_count=0), now
+        task_id, token(core, task_id, TaskPhase.BUILDER), PhaseSucceeded(call_count=0), now
     )
     output = PluginResult(plugin_name="ReturnValueResultHandler", success=True, result=b"x" * size)
     core.handle_task_phase_finished(
-        task_id, TaskPhase.WRITER, PhaseOutcome(success=True, plugin_results=(output,)), now
+        task_id,
+        token(core, task_id, TaskPhase.WRITER),
+        PhaseSucceeded(plugin_results=(output,)),
+        now,
     )
 
 
@@ -98,14 +112,18 @@ FAILURES = (
 
 
 def fail_calls(core: WorkerCore, task_id: str, now: int) -> None:
-    core.handle_task_phase_finished(task_id, TaskPhase.BUILDER, PhaseOutcome(success=True), now)
+    core.handle_task_phase_finished(
+        task_id, token(core, task_id, TaskPhase.BUILDER), PhaseSucceeded(), now
+    )
     core.handle_task_phase_finished(
         task_id,
-        TaskPhase.CALLS,
-        PhaseOutcome(
-            success=False,
-            failure_code=FailureCode.CALL_FAILED,
-            message="call #0 echo(1) failed after 2 attempts: USER_ERROR: b",
+        token(core, task_id, TaskPhase.CALLS),
+        PhaseFailed(
+            failure=Failure(
+                FailureCode.CALL_FAILED,
+                "call #0 echo(1) failed after 2 attempts: USER_ERROR: b",
+                False,
+            ),
             call_failures=FAILURES,
             call_failures_omitted=3,
         ),
@@ -446,7 +464,9 @@ def test_the_directory_stays_bounded_with_failures_kept() -> None:
 def test_running_tasks_oldest_first_with_their_phase() -> None:
     core = cluster_of_four()
     submit(core, "later", T0 + 50, "slow")
-    core.handle_task_phase_finished("later", TaskPhase.BUILDER, PhaseOutcome(success=True), T0 + 51)
+    core.handle_task_phase_finished(
+        "later", token(core, "later", TaskPhase.BUILDER), PhaseSucceeded(), T0 + 51
+    )
     running = core.running_tasks(10, T0 + 60)
     assert [(r.listed.task_id, r.phase, r.listed.created_ms) for r in running] == [
         ("running", TaskPhase.BUILDER, T0 + 10),
@@ -564,7 +584,9 @@ class ListingMachine(RuleBasedStateMachine):
         new_run = not self._held(task_id)
         answer = self.core.handle_submit_task(task_input(task_id), "", self.now)
         if not isinstance(answer, Refusal) and answer[1]:
-            self.core.handle_task_activation_prepared(task_id, self.now)
+            self.core.handle_task_activation_prepared(
+                task_id, token(self.core, task_id, TaskPhase.PREPARING), self.now
+            )
         if new_run and self._held(task_id):
             self.runs[task_id] = self.now
 

@@ -7,13 +7,23 @@ from __future__ import annotations
 from blockx_core.errors import Refusal
 from blockx_core.task import PluginResult, PluginSpec, TaskInput, TaskState
 from blockx_core.worker import (
-    PhaseOutcome,
+    PhaseSucceeded,
     PrepareTaskActivation,
     TaskPhase,
     TaskSnapshot,
     WorkerConfig,
     WorkerCore,
 )
+
+# An answer's token: the task's current one when it is in ``phase``, else one never
+# issued (tokens start at 1), which the core refuses as stale.
+STALE = 0
+
+
+def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
+    now = core.phase_token(task_id)
+    return now if now is not None and core.task_phase(task_id) is phase else STALE
+
 
 T0 = 1_000_000
 CALLS_A = '{"function": "echo", "callList": [["a"]]}'
@@ -55,13 +65,13 @@ def submit(core: WorkerCore, task_input: TaskInput, now: int = T0) -> Answer:
 
 
 def finish(core: WorkerCore, size: int = 10) -> None:
-    core.handle_task_activation_prepared("t1", T0)
+    core.handle_task_activation_prepared("t1", token(core, "t1", TaskPhase.PREPARING), T0)
     core.handle_task_phase_finished(
-        "t1", TaskPhase.BUILDER, PhaseOutcome(success=True, call_count=0), T0
+        "t1", token(core, "t1", TaskPhase.BUILDER), PhaseSucceeded(call_count=0), T0
     )
     output = PluginResult(plugin_name="ReturnValueResultHandler", success=True, result=b"x" * size)
     core.handle_task_phase_finished(
-        "t1", TaskPhase.WRITER, PhaseOutcome(success=True, plugin_results=(output,)), T0
+        "t1", token(core, "t1", TaskPhase.WRITER), PhaseSucceeded(plugin_results=(output,)), T0
     )
 
 

@@ -19,7 +19,8 @@ from blockx_core.errors import ErrorCode, InvalidConfig, Refusal
 from blockx_core.failures import FailureCode
 from blockx_core.task import PluginResult, PluginSpec, TaskInput, TaskResult, TaskState
 from blockx_core.worker import (
-    PhaseOutcome,
+    PhaseCrashed,
+    PhaseSucceeded,
     PrepareTaskActivation,
     TaskConverged,
     TaskPhase,
@@ -29,6 +30,16 @@ from blockx_core.worker import (
     result_bytes,
 )
 from blockx_core.worker._retention import ENTRY_OVERHEAD_BYTES, input_digest
+
+# An answer's token: the task's current one when it is in ``phase``, else one never
+# issued (tokens start at 1), which the core refuses as stale.
+STALE = 0
+
+
+def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
+    now = core.phase_token(task_id)
+    return now if now is not None and core.task_phase(task_id) is phase else STALE
+
 
 T0 = 1_000_000
 RETENTION = 1_000
@@ -69,12 +80,15 @@ def run(core: WorkerCore, task_id: str, size: int, now: int) -> TaskConverged:
     assert not isinstance(answer, Refusal), answer
     _, cmds = answer
     assert [type(c) for c in cmds] == [PrepareTaskActivation]
-    core.handle_task_activation_prepared(task_id, now)
+    core.handle_task_activation_prepared(task_id, token(core, task_id, TaskPhase.PREPARING), now)
     core.handle_task_phase_finished(
-        task_id, TaskPhase.BUILDER, PhaseOutcome(success=True, call_count=0), now
+        task_id, token(core, task_id, TaskPhase.BUILDER), PhaseSucceeded(call_count=0), now
     )
     done = core.handle_task_phase_finished(
-        task_id, TaskPhase.WRITER, PhaseOutcome(success=True, plugin_results=(output(size),)), now
+        task_id,
+        token(core, task_id, TaskPhase.WRITER),
+        PhaseSucceeded(plugin_results=(output(size),)),
+        now,
     )
     assert len(done) == 1
     assert isinstance(done[0], TaskConverged)
@@ -170,11 +184,11 @@ def test_a_tombstone_answers_the_state_and_says_the_outputs_were_dropped() -> No
 def test_a_failed_tombstone_keeps_its_code_retryability_and_message() -> None:
     core = make_core(1)
     core.handle_submit_task(task_input("t1"), "", T0)
-    core.handle_task_activation_prepared("t1", T0)
+    core.handle_task_activation_prepared("t1", token(core, "t1", TaskPhase.PREPARING), T0)
     core.handle_task_phase_finished(
         "t1",
-        TaskPhase.BUILDER,
-        PhaseOutcome(success=False, retryable=True, message="the read failed"),
+        token(core, "t1", TaskPhase.BUILDER),
+        PhaseCrashed(message="the read failed"),
         T0,
     )
     got = answer_of(core, "t1", T0 + 1)
@@ -303,14 +317,19 @@ class RetentionMachine(RuleBasedStateMachine):
             return
         assert [type(c) for c in cmds] == [PrepareTaskActivation]
         self.runs[task_id] = self.runs.get(task_id, 0) + 1
-        self.core.handle_task_activation_prepared(task_id, self.now)
+        self.core.handle_task_activation_prepared(
+            task_id, token(self.core, task_id, TaskPhase.PREPARING), self.now
+        )
         self.core.handle_task_phase_finished(
-            task_id, TaskPhase.BUILDER, PhaseOutcome(success=True, call_count=0), self.now
+            task_id,
+            token(self.core, task_id, TaskPhase.BUILDER),
+            PhaseSucceeded(call_count=0),
+            self.now,
         )
         done = self.core.handle_task_phase_finished(
             task_id,
-            TaskPhase.WRITER,
-            PhaseOutcome(success=True, plugin_results=(output(size),)),
+            token(self.core, task_id, TaskPhase.WRITER),
+            PhaseSucceeded(plugin_results=(output(size),)),
             self.now,
         )
         assert isinstance(done[0], TaskConverged)

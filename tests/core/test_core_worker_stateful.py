@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
 from blockx_core.errors import ErrorCode, Refusal
-from blockx_core.failures import FailureCode, is_retryable
+from blockx_core.failures import Failure, FailureCode, is_retryable
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,
     PluginResult,
@@ -51,7 +51,10 @@ from blockx_core.worker import (
     AbortTaskWork,
     CancelAnswer,
     CancelOutcome,
+    PhaseCrashed,
+    PhaseFailed,
     PhaseOutcome,
+    PhaseSucceeded,
     PrepareTaskActivation,
     SlotExpired,
     SlotState,
@@ -65,6 +68,23 @@ from blockx_core.worker import (
     WorkerConfig,
     WorkerCore,
 )
+
+# An answer's token: the task's current one when it is in ``phase``, else one never
+# issued (tokens start at 1), which the core refuses as stale.
+STALE = 0
+
+
+def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
+    now = core.phase_token(task_id)
+    return now if now is not None and core.task_phase(task_id) is phase else STALE
+
+
+def current_token(core: WorkerCore, task_id: str) -> int:
+    """The token of the task's current activation (it must have one)."""
+    now = core.phase_token(task_id)
+    assert now is not None
+    return now
+
 
 TASK_IDS = ("a", "b", "c", "d")
 
@@ -396,7 +416,14 @@ class WorkerMachine(RuleBasedStateMachine):
         deadline = self.now + (timeout or self.cfg.task_deadline_ms)
         assert answer == (
             TaskSnapshot(task_id=task_id, slot_id=slot_id, state=TaskState.RUNNING),
-            [PrepareTaskActivation(task_id=task_id, task=task, deadline_ms=deadline)],
+            [
+                PrepareTaskActivation(
+                    task_id=task_id,
+                    task=task,
+                    deadline_ms=deadline,
+                    token=current_token(self.core, task_id),
+                )
+            ],
         )
         del self.reserved[task_id]
         self.active[task_id] = Active(
@@ -415,15 +442,21 @@ class WorkerMachine(RuleBasedStateMachine):
         task_id = self._target(task_id, prefer)
         a = self.active.get(task_id)
         if not failed:
-            cmds = self.core.handle_task_activation_prepared(task_id, self.now)
+            cmds = self.core.handle_task_activation_prepared(
+                task_id, token(self.core, task_id, TaskPhase.PREPARING), self.now
+            )
             if a is None or a.phase is not TaskPhase.PREPARING:
                 assert cmds == []
                 return
-            assert cmds == [StartBuilderPhase(task_id=task_id)]
+            assert cmds == [
+                StartBuilderPhase(task_id=task_id, token=current_token(self.core, task_id))
+            ]
             a.phase = TaskPhase.BUILDER
             return
         message = f"activation of {task_id} failed"
-        cmds = self.core.handle_task_activation_failed(task_id, code, message, self.now)
+        cmds = self.core.handle_task_activation_failed(
+            task_id, token(self.core, task_id, TaskPhase.PREPARING), code, message, self.now
+        )
         if a is None or a.phase is not TaskPhase.PREPARING:
             assert cmds == []
             return
@@ -472,14 +505,20 @@ class WorkerMachine(RuleBasedStateMachine):
             else ()
         )
         message = "" if success else f"{reported.value} of {task_id} failed"
-        outcome = PhaseOutcome(
-            success=success,
-            failure_code=code,
-            retryable=retryable,
-            message=message,
-            plugin_results=plugin_results,
+        outcome: PhaseOutcome
+        if success:
+            outcome = PhaseSucceeded(plugin_results=plugin_results)
+        elif code is None:
+            # The phase crashed: its own code applies, with no plug-in results.
+            outcome = PhaseCrashed(message=message)
+            retryable, plugin_results = True, ()
+        else:
+            outcome = PhaseFailed(
+                failure=Failure(code, message, retryable), plugin_results=plugin_results
+            )
+        cmds = self.core.handle_task_phase_finished(
+            task_id, token(self.core, task_id, reported), outcome, self.now
         )
-        cmds = self.core.handle_task_phase_finished(task_id, reported, outcome, self.now)
         if a is None or reported is not a.phase:
             assert cmds == []
             return
@@ -506,7 +545,7 @@ class WorkerMachine(RuleBasedStateMachine):
             self._converge(task_id, cmds[0])
         else:
             next_phase, command = NEXT[reported]
-            assert cmds == [command(task_id=task_id)]
+            assert cmds == [command(task_id=task_id, token=current_token(self.core, task_id))]
             a.phase = next_phase
 
     @rule(
@@ -519,7 +558,9 @@ class WorkerMachine(RuleBasedStateMachine):
         task_id = self._target(task_id, prefer)
         a = self.active.get(task_id)
         message = f"no plug-in for {task_id}"
-        cmds = self.core.handle_plugin_not_found(task_id, phase, message, self.now)
+        cmds = self.core.handle_plugin_not_found(
+            task_id, token(self.core, task_id, phase), message, self.now
+        )
         if a is None or a.phase is not phase:
             assert cmds == []
             return
@@ -542,8 +583,10 @@ class WorkerMachine(RuleBasedStateMachine):
         """An empty call list skips the Calls phase (it takes no executor slot)."""
         task_id = self._target(task_id, prefer)
         a = self.active.get(task_id)
-        outcome = PhaseOutcome(success=True, call_count=0)
-        cmds = self.core.handle_task_phase_finished(task_id, TaskPhase.BUILDER, outcome, self.now)
+        outcome = PhaseSucceeded(call_count=0)
+        cmds = self.core.handle_task_phase_finished(
+            task_id, token(self.core, task_id, TaskPhase.BUILDER), outcome, self.now
+        )
         if a is None or a.phase is not TaskPhase.BUILDER:
             assert cmds == []
         elif self.now >= a.deadline_ms:
@@ -551,13 +594,20 @@ class WorkerMachine(RuleBasedStateMachine):
             assert [blank_message(c) for c in cmds] == [expected]
             self._converge(task_id, cmds[0])
         else:
-            assert cmds == [StartWriterPhase(task_id=task_id)]
+            assert cmds == [
+                StartWriterPhase(task_id=task_id, token=current_token(self.core, task_id))
+            ]
             a.phase = TaskPhase.WRITER
 
     @rule(task_id=st.sampled_from(TASK_IDS), prefer=PREFER_ACTIVE)
     def writer_started(self, task_id: str, prefer: bool) -> None:
         task_id = self._target(task_id, prefer)
-        assert self.core.handle_writer_started(task_id, self.now) == []
+        assert (
+            self.core.handle_writer_started(
+                task_id, token(self.core, task_id, TaskPhase.WRITER), self.now
+            )
+            == []
+        )
         a = self.active.get(task_id)
         if a is not None and a.phase is TaskPhase.WRITER:
             a.writing = True
@@ -646,6 +696,7 @@ class WorkerMachine(RuleBasedStateMachine):
                 del self.reserved[task_id]
         for task_id, a in self.active.items():
             if a.phase is TaskPhase.PREPARING and a.lease_ms <= now:
+                expected.append(AbortTaskWork(task_id=task_id))
                 expected.append(self._failed(task_id, FailureCode.SLOT_LOST, True, ""))
             elif a.deadline_ms <= now:
                 expected.append(AbortTaskWork(task_id=task_id))

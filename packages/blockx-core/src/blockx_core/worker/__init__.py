@@ -13,12 +13,17 @@ from blockx_core.worker._listing import (
 )
 from blockx_core.worker._progress import PROGRESS_INTERVAL_MS, CallProgress
 from blockx_core.worker._retention import result_bytes
+from blockx_core.worker._rules import WORKER_FAULTS, is_worker_fault
 from blockx_core.worker._types import (
     AbortTaskWork,
     CancelAnswer,
     CancelOutcome,
     InvalidTransition,
+    PhaseCrashed,
+    PhaseFailed,
     PhaseOutcome,
+    PhaseStart,
+    PhaseSucceeded,
     PrepareTaskActivation,
     PublishProgress,
     RetentionStats,
@@ -32,6 +37,7 @@ from blockx_core.worker._types import (
     TaskSnapshot,
     WorkerCommand,
 )
+from blockx_core.worker._watch_stream import UnknownTask, WatchedTask, WatchStart, WatchStream
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
@@ -39,6 +45,7 @@ __all__ = [
     "MAX_FAILED_TASKS_KEPT",
     "MAX_PAGE_SIZE",
     "PROGRESS_INTERVAL_MS",
+    "WORKER_FAULTS",
     "AbortTaskWork",
     "CallProgress",
     "CancelAnswer",
@@ -46,7 +53,11 @@ __all__ = [
     "InvalidTransition",
     "ListTasksQuery",
     "ListedTask",
+    "PhaseCrashed",
+    "PhaseFailed",
     "PhaseOutcome",
+    "PhaseStart",
+    "PhaseSucceeded",
     "PrepareTaskActivation",
     "PublishProgress",
     "RetentionStats",
@@ -60,8 +71,13 @@ __all__ = [
     "TaskListing",
     "TaskPhase",
     "TaskSnapshot",
+    "UnknownTask",
+    "WatchStart",
+    "WatchStream",
+    "WatchedTask",
     "WorkerCommand",
     "WorkerConfig",
     "WorkerCore",
+    "is_worker_fault",
     "result_bytes",
 ]

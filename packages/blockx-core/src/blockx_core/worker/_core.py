@@ -8,12 +8,16 @@ While a submitted task is PREPARING its slot is still ALLOCATED under its lease;
 if the lease runs out first the task converges SLOT_LOST. Results are retained
 within a byte budget; one dropped for it leaves a tombstone (``_retention.py``).
 
-Phases advance only through command/event round trips: the core returns
-``PrepareTaskActivation`` and the adapter answers ``handle_task_activation_*``; it
-returns ``Start*Phase`` and the adapter answers ``handle_task_phase_finished``
-(or ``handle_plugin_not_found`` when it has no builder or writer by the task's
-name). The core decides what follows: a failure code and its retryability, and
-that a builder's empty call list skips the Calls phase. Every method takes
+Phases advance only through command/event round trips, by one transition table
+(``_task_book.py``): the core returns ``PrepareTaskActivation`` and the adapter
+answers ``handle_task_activation_*``; it returns ``Start*Phase`` and the adapter
+answers ``handle_task_phase_finished`` (or ``handle_plugin_not_found`` when it has
+no builder or writer by the task's name). Each command carries its activation's
+token and each answer hands it back: the core refuses a stale answer (a phase the
+task has left, a submission the task_id had before) and the adapter keeps no
+guard of its own. The core decides what follows: a failure code and its
+retryability, and that a builder's empty call list skips the Calls phase. Every
+method takes
 ``now_ms``; nothing here reads a clock. The adapter calls methods from one event
 loop, so each one is atomic (two coordinators racing for the last slot: exactly
 one wins).
@@ -30,6 +34,10 @@ retryable. Only a Writer Plugin that has the outputs already (the adapter says s
 with ``handle_writer_started``) is let finish: a result partly written is never
 reported as cancelled with nothing written.
 
+A WatchTasks stream is opened and closed through the core (``handle_open_watch``,
+``handle_close_watch``): it checks the request, answers the first snapshots, and
+decides which published updates the stream sends (``_watch_stream.py``).
+
 Timers work the aioquic way: ``next_deadline_ms`` says when ``tick_timers`` has
 work, and the adapter arms its timer from it after every call.
 """
@@ -37,10 +45,11 @@ work, and the adapter arms its timer from it after every call.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import assert_never
 
 from blockx_core.errors import BlockxUsageError, ErrorCode, Refusal
 from blockx_core.failures import FailureCode, is_retryable
-from blockx_core.ids import shown, task_id_problem
+from blockx_core.ids import MAX_WATCH_TASK_IDS, shown, task_id_problem
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,
     PluginResult,
@@ -60,7 +69,6 @@ from blockx_core.worker._progress import CallProgress
 from blockx_core.worker._retention import input_digest
 from blockx_core.worker._rules import (
     DEFAULT_FAILURE,
-    NEXT_PHASE,
     NOT_FOUND,
     SLOT_LOST_TEXT,
     why_invalid,
@@ -68,21 +76,37 @@ from blockx_core.worker._rules import (
 from blockx_core.worker._task_book import Task, TaskBook
 from blockx_core.worker._types import (
     AbortTaskWork,
+    Built,
+    BuiltNothing,
+    CallsDone,
     CancelAnswer,
+    Cancelled,
     CancelOutcome,
+    Failed,
     LeaseExpired,
+    LeaseLost,
+    PhaseCrashed,
+    PhaseFailed,
     PhaseOutcome,
+    PhaseSucceeded,
+    Prepared,
     PrepareTaskActivation,
     PublishProgress,
     RetentionStats,
     SlotExpired,
     SlotState,
-    StartBuilderPhase,
-    StartCallPhase,
-    StartWriterPhase,
     TaskPhase,
     TaskSnapshot,
+    WatchLost,
     WorkerCommand,
+    WriterStarted,
+    Written,
+)
+from blockx_core.worker._watch_stream import (
+    UnknownTask,
+    WatchedTask,
+    WatchStart,
+    WatchStream,
 )
 
 
@@ -183,7 +207,7 @@ class WorkerCore(TaskBook):
             or slot.lease_deadline_ms <= now_ms
         ):
             return Refusal(ErrorCode.INVALID_SLOT, why_invalid(slot, slot_id, task.task_id))
-        record = Task(task, slot, now_ms + timeout)
+        record = Task(task, slot, now_ms + timeout, self._new_token())
         self._tasks[task.task_id] = record
         self._task_deadlines.set(task.task_id, record.deadline_ms)
         self._watches.submitted(task.task_id, now_ms)
@@ -192,7 +216,12 @@ class WorkerCore(TaskBook):
         )
         snapshot = TaskSnapshot(task_id=task.task_id, slot_id=slot_id, state=TaskState.RUNNING)
         return snapshot, [
-            PrepareTaskActivation(task_id=task.task_id, task=task, deadline_ms=record.deadline_ms)
+            PrepareTaskActivation(
+                task_id=task.task_id,
+                task=task,
+                deadline_ms=record.deadline_ms,
+                token=record.token,
+            )
         ]
 
     def input_differs(self, task: TaskInput, now_ms: int) -> bool:
@@ -207,20 +236,23 @@ class WorkerCore(TaskBook):
 
     # ---- phases ----------------------------------------------------------------------
 
-    def handle_task_activation_prepared(self, task_id: str, now_ms: int) -> list[WorkerCommand]:
-        task = self._tasks.get(task_id)
-        if task is None or task.phase is not TaskPhase.PREPARING:
-            return []  # e.g. its lease expired meanwhile (SLOT_LOST)
+    def handle_task_activation_prepared(
+        self, task_id: str, token: int, now_ms: int
+    ) -> list[WorkerCommand]:
+        task = self._answering(task_id, token)
+        if task is None:
+            return []  # stale: e.g. its lease expired meanwhile (SLOT_LOST)
         if task.slot.lease_deadline_ms <= now_ms:
             # The lease ran out while preparing; the timer tick may not have seen it yet.
-            return self._fail(task, FailureCode.SLOT_LOST, True, SLOT_LOST_TEXT, now_ms)
-        self._slots.activate(task.slot)
-        task.phase = TaskPhase.BUILDER
-        return [StartBuilderPhase(task_id=task_id)]
+            return self._fail(
+                task, LeaseLost(), FailureCode.SLOT_LOST, True, SLOT_LOST_TEXT, now_ms
+            )
+        return self._advance(task, Prepared())
 
     def handle_task_activation_failed(
         self,
         task_id: str,
+        token: int,
         code: FailureCode,
         message: str,
         now_ms: int,
@@ -229,28 +261,29 @@ class WorkerCore(TaskBook):
     ) -> list[WorkerCommand]:
         """Activation failed; ``retryable`` overrides the code's own (a task naming
         a chain this Worker does not serve fails the same way on every Worker)."""
-        task = self._tasks.get(task_id)
-        if task is None or task.phase is not TaskPhase.PREPARING:
+        task = self._answering(task_id, token)
+        if task is None:
             return []
         if retryable is None:
             retryable = is_retryable(code, otherwise=True)
-        return self._fail(task, code, retryable, message, now_ms)
+        return self._fail(task, Failed(), code, retryable, message, now_ms)
 
     def handle_plugin_not_found(
-        self, task_id: str, phase: TaskPhase, message: str, now_ms: int
+        self, task_id: str, token: int, message: str, now_ms: int
     ) -> list[WorkerCommand]:
-        """The adapter has no Call Builder (``phase`` BUILDER) or Writer Plugin
+        """The adapter has no Call Builder (in the BUILDER phase) or Writer Plugin
         (WRITER) by the name the task gives; ``message`` says what it has.
 
         The task fails BUILDER_NOT_FOUND or PLUGIN_NOT_FOUND, not retryable (another
         Worker of the same build has the same plug-ins); a missing writer is also
         named in pluginResults."""
+        task = self._answering(task_id, token)
+        if task is None:
+            return []
+        phase = task.phase
         code = NOT_FOUND.get(phase)
         if code is None:
             raise BlockxUsageError(f"{phase.value} is not a phase that runs a plug-in")
-        task = self._tasks.get(task_id)
-        if task is None or task.phase is not phase:
-            return []
         handler = task.input.result_handler
         missing = PluginResult(
             plugin_name="" if handler is None else handler.type,
@@ -259,44 +292,72 @@ class WorkerCore(TaskBook):
             failure_message=message,
         )
         results = (missing,) if phase is TaskPhase.WRITER and handler is not None else ()
-        return self._fail(task, code, is_retryable(code), message, now_ms, results)
+        return self._fail(
+            task, Failed(), code, is_retryable(code), message, now_ms, plugin_results=results
+        )
 
     def handle_task_phase_finished(
-        self, task_id: str, phase: TaskPhase, outcome: PhaseOutcome, now_ms: int
+        self, task_id: str, token: int, outcome: PhaseOutcome, now_ms: int
     ) -> list[WorkerCommand]:
-        if phase not in DEFAULT_FAILURE:
-            raise BlockxUsageError(f"{phase.value} is not a phase that finishes with an outcome")
-        task = self._tasks.get(task_id)
-        if task is None or task.phase is not phase:
+        """The phase started with ``token`` ended with ``outcome``; a stale token (the
+        task timed out, was cancelled, ...) is refused with no commands."""
+        task = self._answering(task_id, token)
+        if task is None:
             return []  # a late answer for a task that has moved on (timed out, ...)
-        if not outcome.success:
-            code = outcome.failure_code or DEFAULT_FAILURE[phase]
-            retryable = is_retryable(code, otherwise=outcome.retryable)
-            return self._fail(
-                task, code, retryable, outcome.message, now_ms, outcome.plugin_results, outcome
-            )
-        if phase is TaskPhase.WRITER:
-            result = TaskResult(success=True, plugin_results=outcome.plugin_results)
-            return self._converge(task, TaskState.SUCCEEDED, result, now_ms)
-        next_phase = NEXT_PHASE[phase]
-        if next_phase is TaskPhase.CALLS and now_ms >= task.deadline_ms:
-            # The deadline is checked before Calls take an executor slot.
-            return self._time_out(task, now_ms)
-        if next_phase is TaskPhase.CALLS and outcome.call_count == 0:
-            # An empty call list takes no executor slot: straight on to the writer.
-            next_phase = TaskPhase.WRITER
-        task.phase = next_phase
-        if next_phase is TaskPhase.CALLS:
-            return [StartCallPhase(task_id=task_id)]
-        # After Calls the writer phase always runs, with or without a result handler.
-        return [StartWriterPhase(task_id=task_id)]
+        phase = task.phase
+        default = DEFAULT_FAILURE.get(phase)
+        if default is None:
+            raise BlockxUsageError(f"{phase.value} is not a phase that finishes with an outcome")
+        match outcome:
+            case PhaseSucceeded():
+                return self._succeeded(task, outcome, now_ms)
+            case PhaseFailed():
+                code = outcome.failure.kind
+                if not isinstance(code, FailureCode):
+                    raise BlockxUsageError(f"a phase fails with a FailureCode, not {code!r}")
+                retryable = is_retryable(code, otherwise=outcome.failure.retryable)
+                return self._fail(
+                    task,
+                    Failed(),
+                    code,
+                    retryable,
+                    outcome.failure.message,
+                    now_ms,
+                    plugin_results=outcome.plugin_results,
+                    call_failures=outcome.call_failures,
+                    call_failures_omitted=outcome.call_failures_omitted,
+                )
+            case PhaseCrashed():
+                retryable = is_retryable(default, otherwise=True)
+                return self._fail(task, Failed(), default, retryable, outcome.message, now_ms)
+            case _:
+                assert_never(outcome)
 
-    def handle_writer_started(self, task_id: str, now_ms: int) -> list[WorkerCommand]:
+    def _succeeded(self, task: Task, outcome: PhaseSucceeded, now_ms: int) -> list[WorkerCommand]:
+        match task.phase:
+            case TaskPhase.WRITER:
+                result = TaskResult(success=True, plugin_results=outcome.plugin_results)
+                return self._converge(task, Written(), TaskState.SUCCEEDED, result, now_ms)
+            case TaskPhase.CALLS:
+                return self._advance(task, CallsDone())
+            case TaskPhase.BUILDER:
+                if now_ms >= task.deadline_ms:
+                    # The deadline is checked before Calls take an executor slot.
+                    return self._time_out(task, now_ms)
+                if outcome.call_count == 0:
+                    return self._advance(task, BuiltNothing())
+                return self._advance(task, Built())
+            case _:
+                raise BlockxUsageError(f"{task.phase.value} does not finish with an outcome")
+
+    def handle_writer_started(self, task_id: str, token: int, now_ms: int) -> list[WorkerCommand]:
         """The adapter hands the task's outputs to its Writer Plugin now: from here a
         CancelTask lets the write finish (``handle_cancel_task``)."""
-        task = self._tasks.get(task_id)
-        if task is not None and task.phase is TaskPhase.WRITER:
-            task.writing = True
+        task = self._answering(task_id, token)
+        if task is None:
+            return []
+        self._advance(task, WriterStarted())
+        task.writing = True
         return []
 
     def handle_calls_progress(
@@ -346,7 +407,7 @@ class WorkerCore(TaskBook):
                 failure_message=CANCELLED_BY_CLIENT,
             )
             commands: list[WorkerCommand] = [AbortTaskWork(task_id=task_id)]
-            commands += self._converge(task, TaskState.FAILED, result, now_ms)
+            commands += self._converge(task, Cancelled(), TaskState.FAILED, result, now_ms)
             snapshot = TaskSnapshot(
                 task_id=task_id, slot_id=task.slot.slot_id, state=TaskState.FAILED, result=result
             )
@@ -368,6 +429,42 @@ class WorkerCore(TaskBook):
             else CancelOutcome.FINISHED
         )
         return CancelAnswer(outcome=outcome, snapshot=retained), []
+
+    # ---- watch streams ---------------------------------------------------------------
+
+    def handle_open_watch(
+        self, task_ids: Sequence[str], now_ms: int, *, progress: bool = False
+    ) -> WatchStream | Refusal:
+        """WatchTasks opens: the request checked, what the stream is told first of each
+        task, and each task not yet terminal guarded by the stream (see
+        ``_watch_stream.py``); ``progress``: the stream asked for call progress."""
+        unique = tuple(dict.fromkeys(task_ids))
+        if len(unique) > MAX_WATCH_TASK_IDS:
+            return Refusal(
+                ErrorCode.INVALID_ARGUMENT,
+                f"{len(unique)} task_ids in one WatchTasks; at most {MAX_WATCH_TASK_IDS}",
+            )
+        for task_id in unique:
+            problem = task_id_problem(task_id)
+            if problem is not None:
+                return Refusal(ErrorCode.INVALID_ARGUMENT, f"task_ids: {problem}")
+        first: list[WatchStart] = []
+        for task_id in unique:
+            snapshot = self._lookup(task_id, now_ms)
+            if snapshot is None:
+                first.append(UnknownTask(task_id=task_id))
+                continue
+            counts = self._directory.progress(task_id) if progress else None
+            first.append(WatchedTask(snapshot=snapshot, progress=counts))
+            if not snapshot.state.is_terminal:
+                self.watch_attached(task_id, now_ms, progress=progress)
+        return WatchStream(unique, first, progress=progress)
+
+    def handle_close_watch(self, stream: WatchStream, now_ms: int) -> None:
+        """The stream is gone: the tasks it still waited for lose it as a credential
+        (the watch grace may start)."""
+        for task_id in stream.pending:
+            self.watch_detached(task_id, now_ms, progress=stream.with_progress)
 
     # ---- watch as run credential -----------------------------------------------------
 
@@ -397,7 +494,11 @@ class WorkerCore(TaskBook):
         for slot in list(self._slots.expired_leases(now_ms)):
             task = self._tasks.get(slot.task_id)
             if task is not None:
-                out += self._fail(task, FailureCode.SLOT_LOST, True, SLOT_LOST_TEXT, now_ms)
+                # Activation is still being prepared: stop it (its answer would be stale).
+                out.append(AbortTaskWork(task_id=task.task_id))
+                out += self._fail(
+                    task, LeaseLost(), FailureCode.SLOT_LOST, True, SLOT_LOST_TEXT, now_ms
+                )
             else:
                 out.append(SlotExpired(task_id=slot.task_id, slot_id=slot.slot_id))
                 self._release(slot, LeaseExpired())
@@ -409,6 +510,7 @@ class WorkerCore(TaskBook):
             out.append(AbortTaskWork(task_id=task_id))
             out += self._fail(
                 self._tasks[task_id],
+                WatchLost(),
                 FailureCode.WATCH_DISCONNECTED,
                 False,
                 f"no Watch stream for {self._config.watch_disconnect_grace_ms} ms "
@@ -508,6 +610,12 @@ class WorkerCore(TaskBook):
         """The task's call counts as last handed in: a running task's, or a retained
         one's last (None before its Calls phase, for a task that made no calls)."""
         return self._directory.progress(task_id)
+
+    def phase_token(self, task_id: str) -> int | None:
+        """The token of the task's current activation (None unless it is submitted and
+        not terminal): for tests and debugging; the adapter reads it off commands."""
+        task = self._tasks.get(task_id)
+        return None if task is None else task.token
 
     def task_deadline_ms(self, task_id: str) -> int | None:
         task = self._tasks.get(task_id)

@@ -1,5 +1,5 @@
-"""The worker core's fixed rules: which phase follows which, each phase's default
-failure, and the wording of the refusals and failures it gives."""
+"""The worker core's fixed rules: each phase's default failure, which failures count
+against the Worker's health, and the wording of the refusals and failures it gives."""
 
 from __future__ import annotations
 
@@ -7,14 +7,9 @@ from collections.abc import Mapping
 from typing import Final
 
 from blockx_core.failures import FailureCode
+from blockx_core.task import TaskResult, cancelled_by_client
 from blockx_core.worker._slots import Slot
 from blockx_core.worker._types import SlotState, TaskPhase
-
-# The phase whose completion each phase's finish starts.
-NEXT_PHASE: Final[Mapping[TaskPhase, TaskPhase]] = {
-    TaskPhase.BUILDER: TaskPhase.CALLS,
-    TaskPhase.CALLS: TaskPhase.WRITER,
-}
 
 DEFAULT_FAILURE: Final[Mapping[TaskPhase, FailureCode]] = {
     TaskPhase.BUILDER: FailureCode.BUILDER_FAILED,
@@ -26,6 +21,19 @@ NOT_FOUND: Final[Mapping[TaskPhase, FailureCode]] = {
     TaskPhase.BUILDER: FailureCode.BUILDER_NOT_FOUND,
     TaskPhase.WRITER: FailureCode.PLUGIN_NOT_FOUND,
 }
+
+# Failures that say something about this Worker's health (its errorRate), not about
+# the task's input or code. CANCELLED counts only when the Worker cut the task short
+# (its shutdown), not when a client cancelled it.
+WORKER_FAULTS: Final = frozenset(
+    {FailureCode.ACTIVATION_FAILED, FailureCode.IO_SCOPE_FAILED, FailureCode.CANCELLED}
+)
+
+
+def is_worker_fault(result: TaskResult) -> bool:
+    """Whether a converged task's result counts against the Worker's health."""
+    return result.failure_code in WORKER_FAULTS and not cancelled_by_client(result)
+
 
 SLOT_LOST_TEXT: Final = "the slot's lease expired before the task was activated"
 

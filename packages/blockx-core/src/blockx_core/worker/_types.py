@@ -6,7 +6,8 @@ import enum
 
 import msgspec
 
-from blockx_core.failures import FailureCode
+from blockx_core.errors import BlockxUsageError
+from blockx_core.failures import Failure
 from blockx_core.task import CallFailureSummary, PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker._progress import CallProgress
 
@@ -49,8 +50,70 @@ class Converge(msgspec.Struct, frozen=True):
 SlotEvent = Allocate | Activate | LeaseExpired | Converge
 
 
-class InvalidTransition(Exception):
-    """A (state, event) pair the slot table does not allow: a bug in the caller."""
+class InvalidTransition(BlockxUsageError):
+    """A (state, event) pair a transition table does not allow: a bug in the caller."""
+
+
+# ---- task phase events (the keys of the phase transition table) ----------------------
+
+
+class Prepared(msgspec.Struct, frozen=True):
+    """The adapter prepared the activation (code epoch pinned, IO scope open)."""
+
+
+class Built(msgspec.Struct, frozen=True):
+    """The Call Builder gave calls (or a stream of them)."""
+
+
+class BuiltNothing(msgspec.Struct, frozen=True):
+    """The Call Builder gave an empty call list: the Calls phase is skipped."""
+
+
+class CallsDone(msgspec.Struct, frozen=True):
+    """Every call of the task succeeded."""
+
+
+class WriterStarted(msgspec.Struct, frozen=True):
+    """The Writer Plugin has the outputs: from now a CancelTask lets it finish."""
+
+
+class Written(msgspec.Struct, frozen=True):
+    """The Writer phase succeeded: the task converges SUCCEEDED."""
+
+
+class Failed(msgspec.Struct, frozen=True):
+    """Activation or the running phase failed, or its plug-in is missing."""
+
+
+class TimedOut(msgspec.Struct, frozen=True):
+    """The task's deadline passed."""
+
+
+class Cancelled(msgspec.Struct, frozen=True):
+    """A client cancelled the task (CancelTask)."""
+
+
+class WatchLost(msgspec.Struct, frozen=True):
+    """No Watch stream for WATCH_DISCONNECT_GRACE_MS."""
+
+
+class LeaseLost(msgspec.Struct, frozen=True):
+    """The slot's lease ran out before the task was activated (SLOT_LOST)."""
+
+
+PhaseEvent = (
+    Prepared
+    | Built
+    | BuiltNothing
+    | CallsDone
+    | WriterStarted
+    | Written
+    | Failed
+    | TimedOut
+    | Cancelled
+    | WatchLost
+    | LeaseLost
+)
 
 
 # ---- answers -----------------------------------------------------------------------
@@ -97,30 +160,50 @@ class RetentionStats(msgspec.Struct, frozen=True, kw_only=True):
     dropped: int
 
 
-class PhaseOutcome(msgspec.Struct, frozen=True, kw_only=True):
-    success: bool
-    failure_code: FailureCode | None = None
-    # Used where the failure code alone does not decide it (BUILDER_FAILED, PLUGIN_FAILED).
-    retryable: bool = False
-    message: str = ""
+class PhaseSucceeded(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A phase did its work."""
+
     plugin_results: tuple[PluginResult, ...] = ()
     # Builder phase: how many calls it built, when known up front. Zero skips the Calls
     # phase (an empty call list takes no executor slot); None always runs it.
     call_count: int | None = None
-    # Calls phase, failed: every failed call attempt (bounded) and how many more.
+
+
+class PhaseFailed(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A phase failed with a task failure (``failure.kind`` is a ``FailureCode``;
+    ``failure.retryable`` counts where ``RETRYABLE`` leaves it to the failure:
+    BUILDER_FAILED, PLUGIN_FAILED)."""
+
+    failure: Failure
+    plugin_results: tuple[PluginResult, ...] = ()
+    # Calls phase: every failed call attempt (bounded) and how many more.
     call_failures: tuple[CallFailureSummary, ...] = ()
     call_failures_omitted: int = 0
+
+
+class PhaseCrashed(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The phase's work raised unexpectedly (a bug in the Worker): the task fails with
+    the phase's own failure code (BUILDER_FAILED, CALL_FAILED, PLUGIN_FAILED),
+    retryable where that code lets the failure decide."""
+
+    message: str
+
+
+PhaseOutcome = PhaseSucceeded | PhaseFailed | PhaseCrashed
 
 
 # ---- commands ------------------------------------------------------------------------
 
 
 class PrepareTaskActivation(msgspec.Struct, frozen=True, kw_only=True):
-    """Resolve and pin the code epoch, create the task's IO scope."""
+    """Resolve and pin the code epoch, create the task's IO scope; answer with
+    ``handle_task_activation_*`` and ``token``."""
 
     task_id: str
     task: TaskInput
     deadline_ms: int
+    # This activation's token: the answer hands it back, so a stale answer is refused.
+    token: int
 
 
 class StartBuilderPhase(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,10 +211,14 @@ class StartBuilderPhase(msgspec.Struct, frozen=True, kw_only=True):
     answers ``handle_plugin_not_found`` instead of running a phase."""
 
     task_id: str
+    token: int
 
 
 class StartCallPhase(msgspec.Struct, frozen=True, kw_only=True):
+    """Run the task's calls; answer ``handle_task_phase_finished`` with ``token``."""
+
     task_id: str
+    token: int
 
 
 class StartWriterPhase(msgspec.Struct, frozen=True, kw_only=True):
@@ -139,12 +226,16 @@ class StartWriterPhase(msgspec.Struct, frozen=True, kw_only=True):
     A writer the adapter lacks is answered with ``handle_plugin_not_found``."""
 
     task_id: str
+    token: int
+
+
+PhaseStart = StartBuilderPhase | StartCallPhase | StartWriterPhase
 
 
 class AbortTaskWork(msgspec.Struct, frozen=True, kw_only=True):
     """Stop whatever the adapter is running for the task (its Builder, its calls, which
     get CancelCall, or its Writer Plugin's wait for a writer slot); the core has
-    converged the task, so the stopped phase reports nothing."""
+    converged the task, and refuses whatever the stopped phase still answers."""
 
     task_id: str
 

@@ -2,14 +2,17 @@
 
 It performs what the core decides: activation (pin the code epoch, open the task's
 IO scope), the three phases under their admission semaphores (their work is in
-``phase_work.py``), cleanup at convergence (cancel unfinished calls, close the IO
-scope, unpin the epoch), OnTaskTerminal → Watch subscribers, and the call progress
-the core publishes → the subscribers that asked for it (``call_progress.py`` counts
-the calls). A task's activation and its phases run in turn in one asyncio task (its
-job), so the next phase starts the moment the core says so; each phase reports back
-with ``handle_task_phase_finished``; a builder or writer name it has no plug-in for
-is reported with ``handle_plugin_not_found``. The core alone decides what comes
-next.
+``phase_work.py``), stopping a task's work (``AbortTaskWork``: its calls get
+CancelCall), cleanup at convergence (close the IO scope, unpin the epoch),
+OnTaskTerminal → Watch subscribers, and the call progress the core publishes → the
+subscribers that asked for it (``call_progress.py`` counts the calls). A task's
+activation and its phases run in turn in one asyncio task (its job), so the next
+phase starts the moment the core says so; each phase reports back with
+``handle_task_phase_finished`` and the token of the command that started it; a
+builder or writer name it has no plug-in for is reported with
+``handle_plugin_not_found``. The core alone decides what comes next, and refuses an
+answer that comes too late (its token is stale), so a stopped phase needs no guard
+here.
 
 Timers: after every batch of commands the orchestrator asks the core for its next
 deadline and arms one ``loop.call_later`` (see ``_arm_timer``); there is no polling.
@@ -20,19 +23,23 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Final, assert_never
 
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
 from blockx_core.errors import Refusal
-from blockx_core.failures import FailureCode
-from blockx_core.task import TaskInput, TaskState, cancelled_by_client
+from blockx_core.failures import Failure, FailureCode
+from blockx_core.task import TaskInput
 from blockx_core.worker import (
     AbortTaskWork,
     CallProgress,
     CancelAnswer,
+    ListTasksQuery,
+    PhaseCrashed,
+    PhaseFailed,
     PhaseOutcome,
+    PhaseStart,
     PrepareTaskActivation,
     PublishProgress,
     SlotExpired,
@@ -40,10 +47,13 @@ from blockx_core.worker import (
     StartCallPhase,
     StartWriterPhase,
     TaskConverged,
+    TaskListing,
     TaskPhase,
     TaskSnapshot,
+    WatchStream,
     WorkerCommand,
     WorkerCore,
+    is_worker_fault,
 )
 from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
@@ -54,22 +64,16 @@ from blockx_server.pipeline.task_chain import ChainRefused, task_chain
 from blockx_server.pipeline.writers import Writers
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
+from blockx_server.worker import subscriptions as watch
 from blockx_server.worker.call_progress import ProgressCounter
 from blockx_server.worker.metrics import FunctionCalls
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.phase_work import AdmissionConfig, PhaseWork
-from blockx_server.worker.subscriptions import SubscriptionManager, TaskEvent
+from blockx_server.worker.subscriptions import Subscription, SubscriptionManager
 from blockx_server.worker.task_log import TaskLog
-from blockx_server.worker.task_runtime import PhaseBody, TaskRuntime
+from blockx_server.worker.task_runtime import TaskRuntime
 
 log = logging.getLogger(__name__)
-
-# Failures that say something about this Worker's health (its errorRate), not about
-# the task's input or code. CANCELLED counts only when the Worker cut the task short
-# (its shutdown), not when a client cancelled it.
-_WORKER_FAULTS = frozenset(
-    {FailureCode.ACTIVATION_FAILED, FailureCode.IO_SCOPE_FAILED, FailureCode.CANCELLED}
-)
 
 # The longest the timer sleeps while a deadline is pending: the spec's 500 ms scan
 # period, kept as an upper bound on lateness. The core's time is the Clock's
@@ -167,18 +171,32 @@ class Orchestrator:
         return cancel
 
     def _writer_started(self, task_id: str) -> None:
-        self._run(self.core.handle_writer_started(task_id, self.clock.now_ms()))
+        runtime = self._runtimes.get(task_id)
+        if runtime is not None:
+            now_ms = self.clock.now_ms()
+            self._run(self.core.handle_writer_started(task_id, runtime.token, now_ms))
 
-    def watch_attached(self, task_id: str, *, progress: bool = False) -> None:
-        """A Watch stream now follows the task (its run credential); ``progress``:
-        it asked for progress updates."""
-        self.core.watch_attached(task_id, self.clock.now_ms(), progress=progress)
+    def open_watch(
+        self, task_ids: Sequence[str], *, progress: bool = False
+    ) -> tuple[WatchStream, Subscription] | Refusal:
+        """WatchTasks: the core checks the request and answers the first snapshots;
+        the stream subscribes to the tasks' updates at once, so that none falls in
+        between. ``progress``: it asked for call progress."""
+        opened = self.core.handle_open_watch(task_ids, self.clock.now_ms(), progress=progress)
+        if isinstance(opened, Refusal):
+            return opened
+        self._arm_timer()  # a watch grace may have stopped
+        return opened, self.subscriptions.subscribe(opened.task_ids, progress=progress)
+
+    def close_watch(self, stream: WatchStream, subscription: Subscription) -> None:
+        """The Watch stream is gone; the tasks it still waited for may start their
+        watch grace."""
+        self.subscriptions.unsubscribe(subscription)
+        self.core.handle_close_watch(stream, self.clock.now_ms())
         self._arm_timer()
 
-    def watch_detached(self, task_id: str, *, progress: bool = False) -> None:
-        """A Watch stream on the task closed before the task ended."""
-        self.core.watch_detached(task_id, self.clock.now_ms(), progress=progress)
-        self._arm_timer()  # the watch grace may have started
+    def list_tasks(self, query: ListTasksQuery) -> TaskListing | Refusal:
+        return self.core.handle_list_tasks(query, self.clock.now_ms())
 
     def _calls_counted(self, task_id: str, progress: CallProgress) -> None:
         self._run(self.core.handle_calls_progress(task_id, progress, self.clock.now_ms()))
@@ -217,41 +235,40 @@ class Orchestrator:
     # ---- commands ------------------------------------------------------------------
 
     def _run(self, commands: list[WorkerCommand]) -> None:
+        start = self._perform(commands)
+        if start is not None:
+            # The core starts a phase only in answer to its task's job, which runs it
+            # itself (``_phases``); one started elsewhere gets a job of its own.
+            runtime = self._runtimes[start.task_id]
+            runtime.job = asyncio.create_task(self._phases(runtime, start))
+
+    def _perform(self, commands: list[WorkerCommand]) -> PhaseStart | None:
+        """Run the commands but a phase start, which is answered: the caller runs it."""
+        start: PhaseStart | None = None
         for command in commands:
             match command:
                 case PrepareTaskActivation():
                     new = TaskRuntime(command.task, command.deadline_ms)
                     self.task_log.submitted(command.task)
                     self._runtimes[command.task_id] = new
-                    new.job = asyncio.create_task(self._job(command.task_id, new))
-                case StartBuilderPhase():
-                    self._start_builder(command.task_id)
-                case StartCallPhase():
-                    self._start(command.task_id, TaskPhase.CALLS, self._work.calls)
-                case StartWriterPhase():
-                    self._start_writer(command.task_id)
+                    new.job = asyncio.create_task(self._job(new, command.token))
+                case StartBuilderPhase() | StartCallPhase() | StartWriterPhase():
+                    start = command
                 case AbortTaskWork():
                     aborted = self._runtimes.get(command.task_id)
                     if aborted is not None and aborted.job is not None:
-                        aborted.aborted = True
-                        aborted.job.cancel()
+                        aborted.job.cancel()  # its calls get CancelCall
                 case TaskConverged():
                     self._on_converged(command)
                 case SlotExpired():
                     self.task_log.slot_expired(command.task_id, command.slot_id)
                     self.subscriptions.publish(
-                        TaskEvent(
-                            task_id=command.task_id,
-                            error="slot_expired",
-                            timestamp_ms=self.clock.now_ms(),
-                        )
+                        watch.SlotExpired(task_id=command.task_id, timestamp_ms=self.clock.now_ms())
                     )
                 case PublishProgress():
                     self.subscriptions.publish_progress(
-                        TaskEvent(
+                        watch.Progress(
                             task_id=command.task_id,
-                            state=TaskState.RUNNING,
-                            is_terminal=False,
                             progress=command.progress,
                             timestamp_ms=self.clock.now_ms(),
                         )
@@ -261,6 +278,7 @@ class Orchestrator:
         for purged in self.core.take_purged():
             self.task_log.purged(purged)
         self._arm_timer()
+        return start
 
     def _arm_timer(self) -> None:
         """Arm the one timer for the core's next deadline (capped, see
@@ -274,21 +292,15 @@ class Orchestrator:
     def _on_converged(self, command: TaskConverged) -> None:
         now_ms = self.clock.now_ms()
         runtime = self._runtimes.pop(command.task_id, None)
-        if runtime is not None:
-            if runtime.ctx is not None:
-                runtime.ctx.io.close()
-            current = asyncio.current_task()
-            if runtime.job is not None and runtime.job is not current and not runtime.job.done():
-                runtime.aborted = True
-                runtime.job.cancel()  # its calls get CancelCall
+        if runtime is not None and runtime.ctx is not None:
+            runtime.ctx.io.close()
         self.code_view.unpin(command.task_id, now_ms)
         if self._on_code_released is not None:
             self._on_code_released()
         result = command.result
-        fault = result.failure_code in _WORKER_FAULTS and not cancelled_by_client(result)
-        self.error_rate.record(not fault, now_ms)
+        self.error_rate.record(not is_worker_fault(result), now_ms)
         self.subscriptions.publish(
-            TaskEvent(
+            watch.Converged(
                 task_id=command.task_id,
                 state=command.state,
                 result=command.result,
@@ -304,43 +316,35 @@ class Orchestrator:
 
     # ---- activation and phases -----------------------------------------------------
 
-    async def _job(self, task_id: str, runtime: TaskRuntime) -> None:
+    async def _job(self, runtime: TaskRuntime, token: int) -> None:
         """Activation, then each phase the core starts, in this one asyncio task: a
         phase that follows another starts at once, not a loop iteration later in a
         task of its own (a single-call task converges that much sooner)."""
-        self._activate(task_id, runtime)
-        await self._phases(task_id, runtime)
+        await self._phases(runtime, self._perform(self._activate(runtime, token)))
 
-    async def _phases(self, task_id: str, runtime: TaskRuntime) -> None:
-        # Only the task's current job runs its phases.
-        while runtime.next_phase is not None and runtime.job is asyncio.current_task():
-            phase, body = runtime.next_phase
-            runtime.next_phase = None
-            await self._phase(task_id, runtime, phase, body)
+    async def _phases(self, runtime: TaskRuntime, start: PhaseStart | None) -> None:
+        while start is not None:
+            start = self._perform(await self._phase(runtime, start))
 
-    def _activate(self, task_id: str, runtime: TaskRuntime) -> None:
+    def _activate(self, runtime: TaskRuntime, token: int) -> list[WorkerCommand]:
+        """Pin the code epoch and open the task's IO scope; the core's answer to it."""
+        task_id = runtime.task.task_id
+        core = self.core
         now_ms = self.clock.now_ms()
-        if self._runtimes.get(task_id) is not runtime:
-            return
         try:
             snapshot = self.code_view.pin(task_id, now_ms)
         except NoSnapshotError as exc:
-            self._run(
-                self.core.handle_task_activation_failed(
-                    task_id, FailureCode.ACTIVATION_FAILED, f"no function code: {exc}", now_ms
-                )
+            message = f"no function code: {exc}"
+            return core.handle_task_activation_failed(
+                task_id, token, FailureCode.ACTIVATION_FAILED, message, now_ms
             )
-            return
         served = [chain_io.chain for chain_io in self.io.chains()]
         try:
             chain = task_chain(runtime.task.function_call_config.config, served)
         except ChainRefused as exc:
-            self._run(
-                self.core.handle_task_activation_failed(
-                    task_id, FailureCode.ACTIVATION_FAILED, str(exc), now_ms, retryable=False
-                )
+            return core.handle_task_activation_failed(
+                task_id, token, FailureCode.ACTIVATION_FAILED, str(exc), now_ms, retryable=False
             )
-            return
         try:
             scope = TaskIoScope(
                 self.io,
@@ -349,76 +353,67 @@ class Orchestrator:
                 code_epoch=snapshot.epoch,
             )
         except Exception as exc:
-            self._run(
-                self.core.handle_task_activation_failed(
-                    task_id, FailureCode.IO_SCOPE_FAILED, f"cannot open the IO scope: {exc}", now_ms
-                )
+            message = f"cannot open the IO scope: {exc}"
+            return core.handle_task_activation_failed(
+                task_id, token, FailureCode.IO_SCOPE_FAILED, message, now_ms
             )
-            return
         runtime.ctx = TaskContext(
             task=runtime.task, deadline_ms=runtime.deadline_ms, code=snapshot, io=scope, chain=chain
         )
         self.task_log.activated(task_id, snapshot.epoch)
-        self._run(self.core.handle_task_activation_prepared(task_id, self.clock.now_ms()))
+        return core.handle_task_activation_prepared(task_id, token, self.clock.now_ms())
 
-    def _start_builder(self, task_id: str) -> None:
-        runtime = self._runtimes[task_id]
-        name = runtime.task.function_call_config.type
-        builder = self.builders.get(name)
-        if builder is None:
-            message = self.builders.missing(name)
-            now_ms = self.clock.now_ms()
-            self._run(
-                self.core.handle_plugin_not_found(task_id, TaskPhase.BUILDER, message, now_ms)
-            )
-            return
-        self._start(task_id, TaskPhase.BUILDER, lambda rt: self._work.builder(rt, builder))
-
-    def _start_writer(self, task_id: str) -> None:
-        runtime = self._runtimes[task_id]
-        handler = runtime.task.result_handler
-        writer = None if handler is None else self.writers.get(handler.type)
-        if handler is not None and writer is None:
-            message = self.writers.missing(handler.type)
-            now_ms = self.clock.now_ms()
-            self._run(self.core.handle_plugin_not_found(task_id, TaskPhase.WRITER, message, now_ms))
-            return
-        self._start(task_id, TaskPhase.WRITER, lambda rt: self._work.writer(rt, writer))
-
-    def _start(self, task_id: str, phase: TaskPhase, body: PhaseBody) -> None:
-        runtime = self._runtimes[task_id]
-        runtime.next_phase = (phase, body)
-        # From inside the task's job (the core starts a phase as activation or the
-        # previous phase ends) the job runs it next; from elsewhere, a new job does.
-        if runtime.job is None or runtime.job is not asyncio.current_task():
-            runtime.job = asyncio.create_task(self._phases(task_id, runtime))
-
-    async def _phase(
-        self,
-        task_id: str,
-        runtime: TaskRuntime,
-        phase: TaskPhase,
-        body: PhaseBody,
-    ) -> None:
+    async def _phase(self, runtime: TaskRuntime, start: PhaseStart) -> list[WorkerCommand]:
+        """Run the phase ``start`` names; the core's answer to its outcome."""
+        task_id = start.task_id
+        work = self._work
+        body: Awaitable[PhaseOutcome]  # the phase's work, awaited below
+        match start:
+            case StartBuilderPhase():
+                phase = TaskPhase.BUILDER
+                name = runtime.task.function_call_config.type
+                builder = self.builders.get(name)
+                if builder is None:
+                    message = self.builders.missing(name)
+                    now_ms = self.clock.now_ms()
+                    return self.core.handle_plugin_not_found(task_id, start.token, message, now_ms)
+                body = work.builder(runtime, builder)
+            case StartCallPhase():
+                phase = TaskPhase.CALLS
+                body = work.calls(runtime)
+            case StartWriterPhase():
+                phase = TaskPhase.WRITER
+                handler = runtime.task.result_handler
+                writer = None if handler is None else self.writers.get(handler.type)
+                if handler is not None and writer is None:
+                    message = self.writers.missing(handler.type)
+                    now_ms = self.clock.now_ms()
+                    return self.core.handle_plugin_not_found(task_id, start.token, message, now_ms)
+                body = work.writer(runtime, writer)
+            case _:
+                assert_never(start)
+        runtime.token = start.token
         self.task_log.phase_started(task_id, phase)
         started = time.perf_counter()
+        outcome: PhaseOutcome
         try:
-            outcome = await body(runtime)
+            outcome = await body
         except asyncio.CancelledError:
-            if runtime.aborted:
-                return  # the core has converged the task already
-            outcome = PhaseOutcome(
-                success=False,
-                failure_code=FailureCode.CANCELLED,
-                message=f"the task was cancelled during its {phase.value.lower()} phase "
-                "(the worker is shutting down)",
+            # The Worker is shutting down (drain); a task the core stopped itself
+            # (AbortTaskWork) is converged already, and the core refuses this answer.
+            outcome = PhaseFailed(
+                failure=Failure.of(
+                    FailureCode.CANCELLED,
+                    f"the task was cancelled during its {phase.value.lower()} phase "
+                    "(the worker is shutting down)",
+                )
             )
         except Exception as exc:
             log.exception("the %s phase of task %s crashed", phase.value, task_id)
-            outcome = PhaseOutcome(
-                success=False, retryable=True, message=f"internal error in the worker: {exc!r}"
-            )
-        self.task_log.phase_finished(task_id, phase, outcome, time.perf_counter() - started)
-        self._run(
-            self.core.handle_task_phase_finished(task_id, phase, outcome, self.clock.now_ms())
+            outcome = PhaseCrashed(message=f"internal error in the worker: {exc!r}")
+        commands = self.core.handle_task_phase_finished(
+            task_id, start.token, outcome, self.clock.now_ms()
         )
+        if commands:  # accepted: a refused (stale) answer is not the phase's end
+            self.task_log.phase_finished(task_id, phase, outcome, time.perf_counter() - started)
+        return commands

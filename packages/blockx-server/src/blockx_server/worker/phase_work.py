@@ -1,7 +1,8 @@
 """The work of each phase, under its admission semaphore: the Builder phase
 (BUILDER_SLOTS), the Calls phase (EXECUTOR_TASK_SLOTS, and a streaming Builder's
 scan, which runs inside it, also under SCAN_SLOTS) and the Writer phase
-(PLUGIN_SLOTS). Each returns the phase's ``PhaseOutcome``; the Orchestrator hands it
+(PLUGIN_SLOTS). Each returns the phase's ``PhaseOutcome`` (``PhaseSucceeded`` or
+``PhaseFailed``); the Orchestrator hands it
 to the core, which decides what comes next. The Writer phase says when its plug-in
 gets the outputs (``writer_started``): a CancelTask after that lets the write end.
 """
@@ -15,9 +16,9 @@ from collections.abc import Callable
 
 import msgspec
 
-from blockx_core.failures import FailureCode
+from blockx_core.failures import Failure, FailureCode
 from blockx_core.task import PluginResult
-from blockx_core.worker import PhaseOutcome
+from blockx_core.worker import PhaseFailed, PhaseOutcome, PhaseSucceeded
 from blockx_server.calls.engine import CallEngine
 from blockx_server.pipeline.builders import (
     DEFAULT_TASK_MAX_CALLS,
@@ -89,8 +90,8 @@ class PhaseWork:
         runtime.calls = calls
         self.task_log.function_known(runtime.task.task_id, calls.function)
         if not isinstance(calls, CallList):
-            return PhaseOutcome(success=True)  # streamed: the count is known after the scan
-        return PhaseOutcome(success=True, call_count=len(calls.calls))
+            return PhaseSucceeded()  # streamed: the count is known after the scan
+        return PhaseSucceeded(call_count=len(calls.calls))
 
     async def calls(self, runtime: TaskRuntime) -> PhaseOutcome:
         ctx, calls = runtime.ctx, runtime.calls
@@ -126,21 +127,20 @@ class PhaseWork:
             observer.calls_converged(converged, time.perf_counter() - started)
         self.task_log.calls_converged(ctx.task_id, converged.failed_call)
         if not converged.success:
-            return PhaseOutcome(
-                success=False,
-                failure_code=converged.failure_code,
-                message=converged.failure_message,
+            code = converged.failure_code or FailureCode.CALL_FAILED
+            return PhaseFailed(
+                failure=Failure.of(code, converged.failure_message),
                 call_failures=converged.call_failures,
                 call_failures_omitted=converged.call_failures_omitted,
             )
         runtime.outputs = converged.outputs
-        return PhaseOutcome(success=True)
+        return PhaseSucceeded()
 
     async def writer(self, runtime: TaskRuntime, plugin: WriterPlugin | None) -> PhaseOutcome:
         handler = runtime.task.result_handler
         async with self._writer_sem:
             if handler is None or plugin is None:
-                return PhaseOutcome(success=True)  # no writer runs; pluginResults is empty
+                return PhaseSucceeded()  # no writer runs; pluginResults is empty
             assert runtime.ctx is not None
             try:
                 # The Writer Plugin's scope is the only one that may write.
@@ -152,25 +152,20 @@ class PhaseWork:
                 self._writer_started(runtime.task.task_id)
                 result = await plugin.execute(writer_ctx, config, runtime.outputs)
             except PluginError as exc:
-                return PhaseOutcome(
-                    success=False,
-                    failure_code=FailureCode.PLUGIN_FAILED,
-                    retryable=exc.retryable,
-                    message=exc.message,
+                return PhaseFailed(
+                    failure=Failure.of(
+                        FailureCode.PLUGIN_FAILED, exc.message, retryable=exc.retryable
+                    ),
                     plugin_results=(
                         failed_writer_result(handler.type, FailureCode.PLUGIN_FAILED, exc.message),
                     ),
                 )
-        return PhaseOutcome(
-            success=True,
+        return PhaseSucceeded(
             plugin_results=(PluginResult(plugin_name=handler.type, success=True, result=result),),
         )
 
 
 def _builder_failed(exc: PluginError) -> PhaseOutcome:
-    return PhaseOutcome(
-        success=False,
-        failure_code=FailureCode.BUILDER_FAILED,
-        retryable=exc.retryable,
-        message=exc.message,
+    return PhaseFailed(
+        failure=Failure.of(FailureCode.BUILDER_FAILED, exc.message, retryable=exc.retryable)
     )

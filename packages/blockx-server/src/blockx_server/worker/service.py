@@ -6,15 +6,15 @@ Admission errors become gRPC statuses through ``blockx_server.runtime.status.WOR
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator
+from typing import assert_never
 
-import msgspec
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from blockx_core.errors import Refusal
-from blockx_core.ids import MAX_WATCH_TASK_IDS, task_id_problem
-from blockx_core.worker import CallProgress, TaskSnapshot
+from blockx_core.task import TaskState
+from blockx_core.worker import CallProgress, TaskSnapshot, UnknownTask, WatchedTask
 from blockx_proto import worker_v1
 from blockx_server.runtime.status import WORKER_STATUS
 from blockx_server.worker.convert import (
@@ -35,7 +35,13 @@ from blockx_server.worker.describe import (
     how_many,
 )
 from blockx_server.worker.orchestrator import Orchestrator
-from blockx_server.worker.subscriptions import TaskEvent
+from blockx_server.worker.subscriptions import (
+    Converged,
+    NotFound,
+    Progress,
+    SlotExpired,
+    TaskEvent,
+)
 
 
 def _raise(error: Refusal) -> GRPCError:
@@ -107,8 +113,7 @@ class WorkerService(worker_v1.WorkerServiceBase):
         query = query_from_pb(message)
         if isinstance(query, Refusal):
             raise _raise(query)
-        orchestrator = self._orchestrator
-        listing = orchestrator.core.handle_list_tasks(query, orchestrator.clock.now_ms())
+        listing = self._orchestrator.list_tasks(query)
         if isinstance(listing, Refusal):
             raise _raise(listing)
         return listing_to_pb(listing, self._addr)
@@ -133,55 +138,35 @@ class WorkerService(worker_v1.WorkerServiceBase):
         only when it differs from what this stream last saw of the task)."""
         orchestrator = self._orchestrator
         clock = orchestrator.clock
-        task_ids = list(dict.fromkeys(message.task_ids))
-        if len(task_ids) > MAX_WATCH_TASK_IDS:
-            raise GRPCError(
-                Status.INVALID_ARGUMENT,
-                f"{len(task_ids)} task_ids in one WatchTasks; at most {MAX_WATCH_TASK_IDS}",
-            )
-        for task_id in task_ids:
-            problem = task_id_problem(task_id)
-            if problem is not None:
-                raise GRPCError(Status.INVALID_ARGUMENT, f"task_ids: {problem}")
-        with_progress = message.progress
-        # Subscribe before the snapshots, so that no terminal update falls between.
-        subscription = orchestrator.subscriptions.subscribe(task_ids, progress=with_progress)
-        pending: set[str] = set()
-        seen: dict[str, CallProgress] = {}  # the progress this stream last sent per task
+        opened = orchestrator.open_watch(message.task_ids, progress=message.progress)
+        if isinstance(opened, Refusal):
+            raise _raise(opened)
+        stream, subscription = opened
         try:
-            for task_id in task_ids:
-                answer = orchestrator.get_task_result(task_id)
-                if isinstance(answer, Refusal):
-                    yield self._update(
-                        TaskEvent(task_id=task_id, error="not_found"), clock.now_ms()
-                    )
-                    continue
-                progress = orchestrator.core.call_progress(task_id) if with_progress else None
-                if progress is not None:
-                    seen[task_id] = progress
-                yield self._snapshot_update(answer, clock.now_ms(), progress)
-                if not answer.state.is_terminal:
-                    pending.add(task_id)
-                    orchestrator.watch_attached(task_id, progress=with_progress)
-            while pending:
+            for start in stream.first:
+                now_ms = clock.now_ms()
+                match start:
+                    case WatchedTask():
+                        yield self._snapshot_update(start.snapshot, now_ms, start.progress)
+                    case UnknownTask():
+                        yield self._update(
+                            NotFound(task_id=start.task_id, timestamp_ms=now_ms), now_ms
+                        )
+                    case _:
+                        assert_never(start)
+            while stream.waiting:
                 event = await subscription.queue.get()
-                if event.task_id not in pending:
-                    continue
-                if not event.is_terminal:
-                    if event.progress is None or seen.get(event.task_id) == event.progress:
-                        continue
-                    seen[event.task_id] = event.progress
-                    yield self._update(event, clock.now_ms())
-                    continue
-                pending.discard(event.task_id)
-                if not with_progress:
-                    event = msgspec.structs.replace(event, progress=None)
-                yield self._update(event, clock.now_ms())
+                match event:
+                    case Progress():
+                        send = stream.progress(event.task_id, event.progress)
+                    case Converged() | SlotExpired() | NotFound():
+                        send = stream.ended(event.task_id)
+                    case _:
+                        assert_never(event)
+                if send:
+                    yield self._update(event, clock.now_ms(), progress=stream.with_progress)
         finally:
-            orchestrator.subscriptions.unsubscribe(subscription)
-            for task_id in pending:
-                # The stream is gone before the task ended: maybe start the watch grace.
-                orchestrator.watch_detached(task_id, progress=with_progress)
+            orchestrator.close_watch(stream, subscription)
 
     def _snapshot_update(
         self, answer: TaskSnapshot, now_ms: int, progress: CallProgress | None = None
@@ -196,14 +181,34 @@ class WorkerService(worker_v1.WorkerServiceBase):
             progress=progress_to_pb(progress),
         )
 
-    def _update(self, event: TaskEvent, now_ms: int) -> worker_v1.TaskUpdate:
-        return worker_v1.TaskUpdate(
+    def _update(
+        self, event: TaskEvent, now_ms: int, *, progress: bool = False
+    ) -> worker_v1.TaskUpdate:
+        """``event`` encoded; a terminal update carries the task's last call counts
+        only to a stream that asked for ``progress``."""
+        update = functools.partial(
+            worker_v1.TaskUpdate,
             task_id=event.task_id,
-            state=state_to_pb(event.state),
-            is_terminal=event.is_terminal,
             worker_addr=self._addr,
             timestamp_ms=event.timestamp_ms or now_ms,
-            result=result_to_pb(event.result),
-            error=event.error,
-            progress=progress_to_pb(event.progress),
         )
+        match event:
+            case Converged():
+                return update(
+                    state=state_to_pb(event.state),
+                    is_terminal=True,
+                    result=result_to_pb(event.result),
+                    progress=progress_to_pb(event.progress if progress else None),
+                )
+            case SlotExpired():
+                return update(state=state_to_pb(None), is_terminal=True, error="slot_expired")
+            case NotFound():
+                return update(state=state_to_pb(None), is_terminal=True, error="not_found")
+            case Progress():
+                return update(
+                    state=state_to_pb(TaskState.RUNNING),
+                    is_terminal=False,
+                    progress=progress_to_pb(event.progress),
+                )
+            case _:
+                assert_never(event)

@@ -13,20 +13,41 @@ from blockx_core.task import TaskResult, TaskState
 from blockx_core.worker import CallProgress
 
 
-class TaskEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """A terminal update: a converged task (state + result) or an ``error``
-    ("not_found", "slot_expired") for a task that will never run here; or, with
-    ``is_terminal`` false, a running task's call progress."""
+class Converged(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The task converged: its terminal state and result, with the last counts of its
+    Calls phase (None when it never reached it)."""
 
     task_id: str
-    state: TaskState | None = None
-    result: TaskResult | None = None
-    error: str = ""
-    timestamp_ms: int = 0
-    # A progress update's counts, or a converged task's last ones (None when it
-    # never reached its Calls phase).
+    state: TaskState
+    result: TaskResult
+    timestamp_ms: int
     progress: CallProgress | None = None
-    is_terminal: bool = True
+
+
+class SlotExpired(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The task's slot expired before SubmitTask: it will never run here."""
+
+    task_id: str
+    timestamp_ms: int
+
+
+class NotFound(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The task is unknown here (never submitted, or its result expired)."""
+
+    task_id: str
+    timestamp_ms: int
+
+
+class Progress(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A running task's call counts (not terminal)."""
+
+    task_id: str
+    progress: CallProgress
+    timestamp_ms: int
+
+
+# What a Watch stream hears of a task: the three terminal updates, and progress.
+TaskEvent = Converged | SlotExpired | NotFound | Progress
 
 
 class Subscription:
@@ -58,11 +79,11 @@ class SubscriptionManager:
                 if not subs:
                     del self._by_task[task_id]
 
-    def publish(self, event: TaskEvent) -> None:
+    def publish(self, event: Converged | SlotExpired | NotFound) -> None:
         for subscription in self._by_task.get(event.task_id, ()):
             subscription.queue.put_nowait(event)
 
-    def publish_progress(self, event: TaskEvent) -> None:
+    def publish_progress(self, event: Progress) -> None:
         """Only to the streams that asked for progress; the others never see it."""
         for subscription in self._by_task.get(event.task_id, ()):
             if subscription.progress:

@@ -24,17 +24,21 @@ Coordinator's ReserveWorkerSlot), so one trace runs from the reservation to the 
 from __future__ import annotations
 
 import logging
-from typing import Final
+from typing import Final, assert_never
 
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Span, SpanKind, StatusCode
 
 from blockx_core.dispatch import CallFailure
+from blockx_core.failures import FailureKind
 from blockx_core.task import TaskInput, TaskState
 from blockx_core.worker import (
     CancelOutcome,
+    PhaseCrashed,
+    PhaseFailed,
     PhaseOutcome,
+    PhaseSucceeded,
     TaskConverged,
     TaskPhase,
     TaskSnapshot,
@@ -144,24 +148,35 @@ class TaskLog:
         failed_call = None
         if known is not None and phase is TaskPhase.CALLS:
             failed_call, known.failed_call = known.failed_call, None
-        code = outcome.failure_code
+        code: FailureKind | None = None
+        call_count: int | None = None
+        match outcome:
+            case PhaseSucceeded():
+                call_count = outcome.call_count
+            case PhaseFailed():
+                code = outcome.failure.kind
+            case PhaseCrashed():
+                pass  # the core gives it the phase's own code
+            case _:
+                assert_never(outcome)
+        success = isinstance(outcome, PhaseSucceeded)
         fields: dict[str, object] = {
             "phase": phase.value,
-            "success": outcome.success,
+            "success": success,
             "failure_code": None if code is None else code.value,
             "duration_ms": round(seconds * 1000, 3),
         }
-        if outcome.call_count is not None:
-            fields["call_count"] = outcome.call_count
+        if call_count is not None:
+            fields["call_count"] = call_count
         if failed_call is not None:
             # The root call that failed the task: its index in the Builder's list.
             fields["call_index"] = failed_call.index
             fields["call_failure_kind"] = failed_call.kind.value
             fields["call_attempts"] = failed_call.attempts
         if known is not None and known.phase_span is not None:
-            _end(known.phase_span, outcome.success, code.value if code else None)
+            _end(known.phase_span, success, code.value if code else None)
             known.phase_span = None
-        level = logging.DEBUG if outcome.success else logging.WARNING
+        level = logging.DEBUG if success else logging.WARNING
         self._event("phase_finished", task_id, known, level, **fields)
 
     def converged(self, command: TaskConverged, seconds: float | None) -> None:

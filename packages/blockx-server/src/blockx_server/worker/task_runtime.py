@@ -4,31 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Sequence
 
 from blockx_core.calls import RootOutput
 from blockx_core.task import TaskInput
-from blockx_core.worker import PhaseOutcome, TaskPhase
 from blockx_server.pipeline.builders import CallList, CallStream
 from blockx_server.pipeline.context import TaskContext
-
-# The work of one phase, run by the task's job.
-PhaseBody = Callable[["TaskRuntime"], Awaitable[PhaseOutcome]]
 
 
 class TaskRuntime:
     """The adapter-side state of one task (the specification's taskRuntime)."""
 
     __slots__ = (
-        "aborted",
         "accepted",
         "calls",
         "ctx",
         "deadline_ms",
         "job",
-        "next_phase",
         "outputs",
         "task",
+        "token",
     )
 
     def __init__(self, task: TaskInput, deadline_ms: int) -> None:
@@ -41,8 +36,6 @@ class TaskRuntime:
         self.outputs: Sequence[RootOutput] = ()
         # The one asyncio task that runs the task's activation and phases in turn.
         self.job: asyncio.Task[None] | None = None
-        # The phase the core started from inside the job: the job runs it next.
-        self.next_phase: tuple[TaskPhase, PhaseBody] | None = None
-        # Set when the core already converged the task (timeout, lost watch): a
-        # cancelled phase then reports nothing.
-        self.aborted = False
+        # The token of the activation the job runs (the core's, handed back with
+        # each answer).
+        self.token = 0
