@@ -46,7 +46,7 @@ from blockx_chain.sink import open_sink
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
-from blockx_client import ChainNotServedError, Client
+from blockx_client import ChainNotServedError, Client, InvalidRequestError
 from blockx_client.backfill import BackfillDone, TaskFinished, TaskOutcome
 from blockx_client.follow import BlockWritten, follow
 from blockx_core.registry import RegistryKind, v2_registry_prefix
@@ -716,6 +716,15 @@ async def test_an_invoke_reads_the_chain_it_names(
             )
             with pytest.raises(ChainNotServedError, match=r"serves several chains \(base, eth\)"):
                 await here.debug()
+            # A name no chain can have is a bad request, and the answer does not echo it
+            # (a status message travels in a header, which the peer bounds).
+            with pytest.raises(InvalidRequestError) as bad:
+                await here.debug(chain="x" * 70_000)
+            assert bad.value.status is Status.INVALID_ARGUMENT
+            assert bad.value.message == (
+                "INVALID_ARGUMENT: chain must be a chain name: lowercase letters, digits, "
+                "'-' and '_', up to 63 (got 70000 characters)"
+            )
 
         def invoke(*argv: str) -> Any:
             cli = [*("--sync-invoker", invoker.addr, "invoke", "here"), *argv]

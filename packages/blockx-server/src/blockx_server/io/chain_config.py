@@ -24,7 +24,6 @@ a block database or node whose chain id is not its entry's.
 from __future__ import annotations
 
 import logging
-import re
 from pathlib import Path
 from typing import Final
 
@@ -32,7 +31,7 @@ import msgspec
 
 from blockx_chain.store import SchemaRefused
 from blockx_chain.url import InvalidBlockDbUrl, parse_blockdb_url
-from blockx_core.chains import DEFAULT_CHAIN, Chain
+from blockx_core.chains import CHAIN_NAME_RULE, DEFAULT_CHAIN, Chain, is_chain_name
 from blockx_server.io.backends.base import IoBackend
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.logical_types import LogicalTypesBackend
@@ -51,7 +50,6 @@ log = logging.getLogger(__name__)
 
 CHAINS_TABLE: Final = "chains"
 CHAIN_KEYS: Final = ("chain_id", "blockdb_url", "rpc_url")
-_NAME: Final = re.compile(r"[a-z0-9][a-z0-9_-]{0,62}")
 
 
 class ChainSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -132,8 +130,8 @@ def _read_table(
 ) -> ChainSettings | None:
     where = f"{CHAINS_TABLE}.{name}"
     ok = True
-    if not _NAME.fullmatch(name):
-        reader.report(where, "is no chain name: lowercase letters, digits, '-' and '_', up to 63")
+    if not is_chain_name(name):
+        reader.report(where, f"is no chain name: {CHAIN_NAME_RULE}")
         ok = False
     for key in table:
         if key not in CHAIN_KEYS:

@@ -28,6 +28,7 @@ import msgspec
 from grpclib.exceptions import GRPCError
 
 from blockx_core.calls import RootCall
+from blockx_core.chains import CHAIN_NAME_RULE, is_chain_name
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.errors import ErrorCode
 from blockx_core.failures import CallFailureKind, is_retryable
@@ -204,6 +205,11 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
                     "name one (chain)",
                 )
             return served[0] if served else None
+        if not is_chain_name(name):
+            raise _refuse(
+                ErrorCode.INVALID_ARGUMENT,
+                f"chain must be a chain name: {CHAIN_NAME_RULE} (got {len(name)} characters)",
+            )
         if name not in served:
             raise _refuse(
                 ErrorCode.CHAIN_NOT_SERVED,
