@@ -33,7 +33,6 @@ from blockx_client.errors import (
     SlotUncertainError,
     SlotWaitTimeoutError,
     SubmitUncertainError,
-    TaskInputDiffersError,
     TaskNotFoundError,
     UnavailableError,
 )
@@ -64,6 +63,7 @@ from blockx_client.models import (
     SubmitAnswer,
     Task,
     TaskHolders,
+    TaskInputDiffersError,
     TaskResult,
     TaskState,
     TaskUpdate,

@@ -16,7 +16,7 @@ from typing import Final, TypeVar
 import msgspec
 
 from blockx_client._worker_rpc import WorkerRpc
-from blockx_client.dev_config import LayeredEnviron, Setting, with_origin
+from blockx_client.dev_config import LayeredEnviron
 from blockx_client.errors import BlockxError, ConnectError, InvalidRequestError, TaskNotFoundError
 from blockx_client.models import (
     ClusterTasks,
@@ -27,6 +27,7 @@ from blockx_client.models import (
     UnreachableWorker,
 )
 from blockx_client.registry import EtcdAccess, WorkerInfo, list_workers
+from blockx_client.setting import Setting, with_origin
 
 DEFAULT_ETCD: Final = "127.0.0.1:2379"
 # The registry prefixes of the block and bundle clusters' Workers.

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, overload
 import msgspec
 
 from blockx_client._typed import as_type
+from blockx_client.errors import BlockxError
 from blockx_core.dispatch import CallsWaiting, RunningCall
 from blockx_core.load_series import LoadPoint
 from blockx_core.task import TaskState
@@ -45,6 +46,7 @@ __all__ = [
     "SubmitAnswer",
     "Task",
     "TaskHolders",
+    "TaskInputDiffersError",
     "TaskResult",
     "TaskState",
     "TaskUpdate",
@@ -299,6 +301,22 @@ class SubmitAnswer(msgspec.Struct, frozen=True, kw_only=True):
     # The worker already had this task_id with another input (builder and writer
     # types and configs): ``state`` and ``result`` are that earlier task's.
     input_differs: bool = False
+
+
+class TaskInputDiffersError(BlockxError):
+    """``run`` resubmitted a task_id that the worker already ran (or is running) with
+    another input; the worker answers such a submission with the earlier task's
+    state and never runs the new input. ``answer`` is that answer (its ``result``
+    the earlier task's, when it has ended). Submit the new input under a new
+    task_id (leave ``task_id`` empty to have one generated)."""
+
+    def __init__(self, answer: SubmitAnswer) -> None:
+        super().__init__(
+            f"task {answer.task_id!r} already ran on {answer.worker_addr} with another input "
+            f"({answer.state.value}); the worker never runs a task_id twice: submit the "
+            "changed task under a new task_id"
+        )
+        self.answer = answer
 
 
 class ListedTask(msgspec.Struct, frozen=True, kw_only=True):

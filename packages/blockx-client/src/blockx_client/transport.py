@@ -21,8 +21,8 @@ from grpclib.config import Configuration
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from blockx_client.dev_config import Setting, with_origin
 from blockx_client.errors import ConnectError, InvalidRequestError, UnavailableError, error_for
+from blockx_client.setting import Setting, with_origin
 from blockx_core.addr import InvalidAddress, split_host_port
 
 WORKER_ADDR_HEADER: Final = "x-blockx-worker-addr"
