@@ -92,8 +92,12 @@ def succeed(core: WorkerCore, task_id: str, now: int, size: int = 10) -> None:
 
 
 FAILURES = (
-    CallFailureSummary(root_index=0, function="echo", kind="USER_ERROR", message="a", retried=True),
-    CallFailureSummary(root_index=0, function="echo", kind="USER_ERROR", message="b", attempt=2),
+    CallFailureSummary(
+        root_index=0, function="echo", kind=CallFailureKind.USER_ERROR, message="a", retried=True
+    ),
+    CallFailureSummary(
+        root_index=0, function="echo", kind=CallFailureKind.USER_ERROR, message="b", attempt=2
+    ),
 )
 
 

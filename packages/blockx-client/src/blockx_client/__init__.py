@@ -39,7 +39,7 @@ from blockx_client.errors import (
 from blockx_client.functions import FunctionHandle
 from blockx_client.jobs import JobKind, JobProgress, JobState, list_jobs
 from blockx_client.models import (
-    CallFailureInfo,
+    CallFailureSummary,
     CallProgress,
     CallsWaiting,
     Cancellation,
@@ -83,7 +83,7 @@ __version__ = version("blockx-client")
 __all__ = [
     "Backoff",
     "BlockxError",
-    "CallFailureInfo",
+    "CallFailureSummary",
     "CallProgress",
     "CallsWaiting",
     "CancelOutcome",

@@ -1,9 +1,10 @@
 """Typed values the client takes and returns (msgspec Structs), free of wire types.
 
-``TaskState`` is the one the Worker uses (``blockx_core.task``), and so are the
-parts of a Worker's description that carry no address (``RunningCall``,
-``CallsWaiting``, ``LoadPoint``); ``_convert`` turns these values into protobuf
-messages and back.
+``TaskState`` is the one the Worker uses (``blockx_core.task``), and so are a
+failed call attempt's summary (``CallFailureSummary``), a task's call progress
+(``CallProgress``) and the parts of a Worker's description that carry no address
+(``RunningCall``, ``CallsWaiting``, ``LoadPoint``); ``_convert`` turns these
+values into protobuf messages and back.
 """
 
 from __future__ import annotations
@@ -20,12 +21,14 @@ from blockx_client._typed import as_type
 from blockx_client.errors import BlockxError
 from blockx_core.dispatch import CallsWaiting, RunningCall
 from blockx_core.load_series import LoadPoint
-from blockx_core.task import TaskState
+from blockx_core.task import CallFailureSummary, TaskState
+from blockx_core.worker import CallProgress
 
 T = TypeVar("T")
 
 __all__ = [
-    "CallFailureInfo",
+    "CallFailureSummary",
+    "CallProgress",
     "CallsWaiting",
     "CancelOutcome",
     "Cancellation",
@@ -121,19 +124,6 @@ class PluginOutput(msgspec.Struct, frozen=True, kw_only=True):
         return json.loads(self.result) if self.result else None
 
 
-class CallFailureInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """One failed call attempt of a task that failed in its Calls phase: the root
-    call's index (-1 for a sub-call), its function, kind (USER_ERROR, ...), the
-    start of its message, its attempt number and whether it was tried again."""
-
-    root_index: int
-    function: str
-    kind: str
-    message: str
-    attempt: int = 1
-    retried: bool = False
-
-
 class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     """Where a task ended. ``retryable`` says whether resubmitting (under a new
     task_id) may succeed; ``attempt`` / ``original_task_id`` record retries.
@@ -159,7 +149,7 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int = 1
     original_task_id: str = ""
     may_have_run: bool = False
-    call_failures: tuple[CallFailureInfo, ...] = ()
+    call_failures: tuple[CallFailureSummary, ...] = ()
     call_failures_omitted: int = 0
 
     @property
@@ -179,22 +169,6 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
         if result_type is None:
             return value
         return as_type(value, result_type, what=f"the outputs of task {self.task_id}")
-
-
-class CallProgress(msgspec.Struct, frozen=True, kw_only=True):
-    """How far a task's Calls phase is: root calls done of the ``calls_total`` known
-    so far (all of them once ``total_known``; a streaming Builder's total grows while
-    it reads) and failed call attempts so far (retried ones included)."""
-
-    calls_done: int = 0
-    calls_total: int = 0
-    total_known: bool = False
-    calls_failed: int = 0
-
-    def shown(self) -> str:
-        """``40/100``, or ``40/60 so far`` while the total is not known yet."""
-        text = f"{self.calls_done}/{self.calls_total}"
-        return text if self.total_known else f"{text} so far"
 
 
 # Called with a task's call progress while ``Client.run`` waits for it.

@@ -7,7 +7,7 @@ from typing import Final
 
 import msgspec
 
-from blockx_core.failures import FailureCode
+from blockx_core.failures import CallFailureKind, FailureCode
 
 
 class TaskState(enum.Enum):
@@ -68,12 +68,13 @@ CALL_FAILURE_MESSAGE_CHARS: Final = 1000
 
 class CallFailureSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One failed call attempt of a task: a root call (``root_index >= 0``) or a
-    sub-call (-1), its kind (``CallFailureKind``) and message, and whether it was
-    tried again after this attempt (``retried``)."""
+    sub-call (-1), its function, kind and message (the first
+    ``CALL_FAILURE_MESSAGE_CHARS``), its attempt number and whether it was tried
+    again after this attempt (``retried``). Clients read the same type."""
 
     root_index: int
     function: str
-    kind: str
+    kind: CallFailureKind
     message: str
     attempt: int = 1
     retried: bool = False
