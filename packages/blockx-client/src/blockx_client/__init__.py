@@ -71,7 +71,7 @@ from blockx_client.models import (
     WorkerDescription,
     WorkerEligibility,
 )
-from blockx_client.registry import EtcdAccess, WorkerInfo, list_workers
+from blockx_client.registry import EtcdAccess, RegisteredWorker, list_workers
 from blockx_client.routing import route
 from blockx_client.submission import SubmissionRefused
 from blockx_client.sync import SyncClient
@@ -117,6 +117,7 @@ __all__ = [
     "PluginOutput",
     "Precheck",
     "ProgressCallback",
+    "RegisteredWorker",
     "Registry",
     "Reservation",
     "ResultTypeError",
@@ -144,7 +145,6 @@ __all__ = [
     "UnreachableWorker",
     "WorkerDescription",
     "WorkerEligibility",
-    "WorkerInfo",
     "__version__",
     "list_jobs",
     "list_workers",
