@@ -22,8 +22,8 @@ from blockx_core.failures import FailureCode
 from blockx_core.ids import MAX_TASK_ID_BYTES
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,
+    PluginConfig,
     PluginResult,
-    PluginSpec,
     TaskInput,
     TaskResult,
     TaskState,
@@ -75,7 +75,7 @@ WRITER = TaskPhase.WRITER
 TERMINAL = TaskPhase.TERMINAL
 
 OK = PhaseOutcome(success=True)
-HANDLER = PluginSpec(type="ReturnValueResultHandler")
+HANDLER = PluginConfig(type="ReturnValueResultHandler")
 PLUGIN_OK = PluginResult(plugin_name="ReturnValueResultHandler", success=True, result=b'["ok"]')
 
 
@@ -89,11 +89,11 @@ def make_core(config: WorkerConfig = CFG, *, incarnation: str = "inc-a") -> Work
 
 
 def task_input(
-    task_id: str = "t1", *, timeout_ms: int = 0, handler: PluginSpec | None = HANDLER
+    task_id: str = "t1", *, timeout_ms: int = 0, handler: PluginConfig | None = HANDLER
 ) -> TaskInput:
     return TaskInput(
         task_id=task_id,
-        function_call_config=PluginSpec(
+        function_call_config=PluginConfig(
             type="CallListCallConfig", config='{"function": "f", "callList": [[1]]}'
         ),
         result_handler=handler,
@@ -132,7 +132,7 @@ def submit(
     slot_id: str | None = None,
     now: int = T0,
     timeout_ms: int = 0,
-    handler: PluginSpec | None = HANDLER,
+    handler: PluginConfig | None = HANDLER,
 ) -> str:
     """Reserve (unless given a slot_id) and submit a new task; returns the slot_id."""
     if slot_id is None:
@@ -752,7 +752,7 @@ def test_activation_answers_for_unknown_tasks_are_ignored() -> None:
 
 
 @pytest.mark.parametrize("handler", [HANDLER, None])
-def test_phases_succeed_in_order(handler: PluginSpec | None) -> None:
+def test_phases_succeed_in_order(handler: PluginConfig | None) -> None:
     core = make_core()
     slot_id = submit(core, handler=handler)
     assert core.handle_task_activation_prepared("t1", T0) == [StartBuilderPhase(task_id="t1")]

@@ -29,8 +29,8 @@ from blockx_core.task import (
     CALL_FAILURE_MESSAGE_CHARS,
     MAX_CALL_FAILURES,
     CallFailureSummary,
+    PluginConfig,
     PluginResult,
-    PluginSpec,
     TaskInput,
     TaskState,
 )
@@ -70,7 +70,7 @@ def make_core(
 def task_input(task_id: str, function: str = "echo") -> TaskInput:
     return TaskInput(
         task_id=task_id,
-        function_call_config=PluginSpec(type="CallListCallConfig"),
+        function_call_config=PluginConfig(type="CallListCallConfig"),
         function=function,
     )
 

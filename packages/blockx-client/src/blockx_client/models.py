@@ -21,7 +21,7 @@ from blockx_client._typed import as_type
 from blockx_client.errors import BlockxError
 from blockx_core.dispatch import CallsWaiting, RunningCall
 from blockx_core.load_series import LoadPoint
-from blockx_core.task import CallFailureSummary, TaskState
+from blockx_core.task import CallFailureSummary, PluginConfig, TaskState
 from blockx_core.worker import CallProgress
 
 T = TypeVar("T")
@@ -61,16 +61,6 @@ __all__ = [
 class Cluster(enum.Enum):
     BLOCK = "block"
     BUNDLE = "bundle"
-
-
-class PluginConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """A Call Builder or Writer Plugin: its ``type`` and its ``config`` (any JSON value)."""
-
-    type: str
-    config: Any = msgspec.field(default_factory=dict)
-
-    def config_text(self) -> str:
-        return self.config if isinstance(self.config, str) else json.dumps(self.config)
 
 
 class Task(msgspec.Struct, frozen=True, kw_only=True):
