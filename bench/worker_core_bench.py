@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 
 from blockx_core.errors import Refusal
-from blockx_core.task import PluginSpec, TaskInput
+from blockx_core.task import PluginConfig, TaskInput
 from blockx_core.worker import PrepareTaskActivation, SlotState, WorkerConfig, WorkerCore
 
 FAR_MS = 10**12  # leases and deadlines that never come due during the benchmark
@@ -61,7 +61,7 @@ def _loaded_core(slots: int, reserved: int, running: int) -> WorkerCore:
     for i in range(running):
         task = TaskInput(
             task_id=f"running-{i}",
-            function_call_config=PluginSpec(type="CallListCallConfig", config="{}"),
+            function_call_config=PluginConfig(type="CallListCallConfig", config="{}"),
         )
         answer = core.handle_submit_task(task, "", NOW_MS)
         assert not isinstance(answer, Refusal), answer

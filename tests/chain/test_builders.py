@@ -15,7 +15,7 @@ from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_core.calls import CallContext
 from blockx_core.code_view import CodeSnapshot
-from blockx_core.task import PluginSpec, TaskInput
+from blockx_core.task import PluginConfig, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.config import open_router
 from blockx_server.io.router import IoRouter
@@ -49,7 +49,7 @@ async def router(tmp_path: Path) -> AsyncIterator[IoRouter]:
 
 def context(router: IoRouter) -> TaskContext:
     return TaskContext(
-        task=TaskInput(task_id="t1", function_call_config=PluginSpec(type="x")),
+        task=TaskInput(task_id="t1", function_call_config=PluginConfig(type="x")),
         deadline_ms=0,
         code=CodeSnapshot(epoch=1, modules={}, functions={}, parse_errors={}),
         io=TaskIoScope(router, "t1"),

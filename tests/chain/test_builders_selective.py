@@ -16,7 +16,7 @@ from blockx_chain.schema import BlockRows, LogFilterRecord
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_core.code_view import CodeSnapshot
-from blockx_core.task import PluginSpec, TaskInput
+from blockx_core.task import PluginConfig, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.config import open_router
 from blockx_server.io.router import IoRouter
@@ -33,7 +33,7 @@ HELD = range(FIRST, HEAD + 1, 2)
 
 async def build(builder: Any, router: IoRouter, config: Any) -> tuple[CallList, TaskContext]:
     ctx = TaskContext(
-        task=TaskInput(task_id="t1", function_call_config=PluginSpec(type="x")),
+        task=TaskInput(task_id="t1", function_call_config=PluginConfig(type="x")),
         deadline_ms=0,
         code=CodeSnapshot(epoch=1, modules={}, functions={}, parse_errors={}),
         io=TaskIoScope(router, "t1"),

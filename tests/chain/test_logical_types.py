@@ -33,7 +33,7 @@ from blockx_chain.url import parse_blockdb_url
 from blockx_core.chains import Chain as ChainName
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.failures import IoErrorKind
-from blockx_core.task import PluginSpec, TaskInput
+from blockx_core.task import PluginConfig, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.chain_io import ChainIo
@@ -360,7 +360,7 @@ def test_abi_files_and_signatures_read_alike() -> None:
 
 def _context(router: IoRouter) -> TaskContext:
     return TaskContext(
-        task=TaskInput(task_id="t1", function_call_config=PluginSpec(type="x")),
+        task=TaskInput(task_id="t1", function_call_config=PluginConfig(type="x")),
         deadline_ms=0,
         code=CodeSnapshot(epoch=1, modules={}, functions={}, parse_errors={}),
         io=TaskIoScope(router, "t1"),

@@ -21,8 +21,6 @@ from blockx_client.dev_config import (
     DEV_VARIABLES,
     DevUpRunning,
     LayeredEnviron,
-    Origin,
-    Setting,
     claim_dev_config,
     dev_config_path,
     dev_lock_path,
@@ -30,6 +28,7 @@ from blockx_client.dev_config import (
     remove_dev_config,
     write_dev_config,
 )
+from blockx_client.setting import Origin, Setting
 
 VALUES = {
     "ETCD_ENDPOINTS": "127.0.0.1:41001",

@@ -6,6 +6,7 @@ scripted gRPC servers on real sockets: the tests are about the client's side."""
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -65,13 +66,15 @@ def test_connect_errors_say_whether_the_request_can_have_arrived(
 
 def test_unavailable_is_retried_at_once_then_with_back_off() -> None:
     policy = RetryPolicy()
-    assert policy.unavailable_delay(1) == 0.0
+    rng = random.Random(1)
+    assert policy.unavailable_delay(1, rng.random()) == 0.0
     for attempt in range(2, 12):
         cap = min(
             policy.unavailable.max_s,
             policy.unavailable.initial_s * policy.unavailable.multiplier ** (attempt - 2),
         )
-        assert cap / 10 <= policy.unavailable_delay(attempt) <= cap
+        # Equal jitter: at least half the ceiling, never the whole of it.
+        assert cap / 2 <= policy.unavailable_delay(attempt, rng.random()) < cap
 
 
 # ---- the client's own outcomes ----------------------------------------------------------

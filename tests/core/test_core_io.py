@@ -11,12 +11,12 @@ from blockx_core.io import (
     CacheKey,
     FixedLimit,
     GiveUp,
+    IoRetryPolicy,
     IoWindow,
     QueueTimedOut,
     ReadCache,
     RetryAfter,
     RetryDecision,
-    RetryPolicy,
     Singleflight,
     canonical_arguments,
 )
@@ -250,19 +250,19 @@ RETRY_CASES: list[tuple[int, bool, float, RetryDecision]] = [
 def test_retry_policy(
     attempts: int, retryable: bool, jitter: float, expected: RetryDecision
 ) -> None:
-    policy = RetryPolicy(max_attempts=3, backoff_ms=100, backoff_max_ms=1000)
+    policy = IoRetryPolicy(max_attempts=3, backoff_ms=100, backoff_max_ms=1000)
     assert policy.decide(attempts=attempts, retryable=retryable, jitter=jitter) == expected
 
 
 def test_the_back_off_is_capped() -> None:
-    policy = RetryPolicy(max_attempts=20, backoff_ms=100, backoff_max_ms=400)
+    policy = IoRetryPolicy(max_attempts=20, backoff_ms=100, backoff_max_ms=400)
     decision = policy.decide(attempts=10, retryable=True, jitter=1.0)
     assert decision == RetryAfter(delay_ms=400)
 
 
 def test_a_policy_without_attempts_is_misuse() -> None:
     with pytest.raises(ValueError, match="max_attempts"):
-        RetryPolicy(max_attempts=0)
+        IoRetryPolicy(max_attempts=0)
 
 
 def test_aimd_settles_near_the_knee_of_a_backend_that_queues() -> None:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from blockx_core.task import PluginSpec, TaskInput, TaskState
+from blockx_core.task import PluginConfig, TaskInput, TaskState
 from blockx_core.worker import (
     PROGRESS_INTERVAL_MS,
     CallProgress,
@@ -163,7 +163,7 @@ def test_board_last_watcher_gone_drops_the_held_counts() -> None:
 
 # ---- through WorkerCore ------------------------------------------------------------------
 
-HANDLER = PluginSpec(type="ReturnValueResultHandler")
+HANDLER = PluginConfig(type="ReturnValueResultHandler")
 
 
 def core_in_calls(task_id: str = "t1", *, watch: bool | None = True) -> WorkerCore:
@@ -173,7 +173,7 @@ def core_in_calls(task_id: str = "t1", *, watch: bool | None = True) -> WorkerCo
     core.set_ready(True)
     task = TaskInput(
         task_id=task_id,
-        function_call_config=PluginSpec(type="CallListCallConfig", config="{}"),
+        function_call_config=PluginConfig(type="CallListCallConfig", config="{}"),
         result_handler=HANDLER,
     )
     assert isinstance(core.handle_submit_task(task, "", T0), tuple)

@@ -24,8 +24,8 @@ from blockx_core.failures import CallFailureKind, Failure, FailureCode
 from blockx_core.ids import MAX_TASK_ID_BYTES
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,
+    PluginConfig,
     PluginResult,
-    PluginSpec,
     TaskInput,
     TaskResult,
     TaskState,
@@ -116,7 +116,7 @@ WRITER = TaskPhase.WRITER
 TERMINAL = TaskPhase.TERMINAL
 
 OK = PhaseSucceeded()
-HANDLER = PluginSpec(type="ReturnValueResultHandler")
+HANDLER = PluginConfig(type="ReturnValueResultHandler")
 PLUGIN_OK = PluginResult(plugin_name="ReturnValueResultHandler", success=True, result=b'["ok"]')
 
 
@@ -130,11 +130,11 @@ def make_core(config: WorkerConfig = CFG, *, incarnation: str = "inc-a") -> Work
 
 
 def task_input(
-    task_id: str = "t1", *, timeout_ms: int = 0, handler: PluginSpec | None = HANDLER
+    task_id: str = "t1", *, timeout_ms: int = 0, handler: PluginConfig | None = HANDLER
 ) -> TaskInput:
     return TaskInput(
         task_id=task_id,
-        function_call_config=PluginSpec(
+        function_call_config=PluginConfig(
             type="CallListCallConfig", config='{"function": "f", "callList": [[1]]}'
         ),
         result_handler=handler,
@@ -173,7 +173,7 @@ def submit(
     slot_id: str | None = None,
     now: int = T0,
     timeout_ms: int = 0,
-    handler: PluginSpec | None = HANDLER,
+    handler: PluginConfig | None = HANDLER,
 ) -> str:
     """Reserve (unless given a slot_id) and submit a new task; returns the slot_id."""
     if slot_id is None:
@@ -976,7 +976,7 @@ def test_activation_answers_for_unknown_tasks_are_ignored() -> None:
 
 
 @pytest.mark.parametrize("handler", [HANDLER, None])
-def test_phases_succeed_in_order(handler: PluginSpec | None) -> None:
+def test_phases_succeed_in_order(handler: PluginConfig | None) -> None:
     core = make_core()
     slot_id = submit(core, handler=handler)
     assert core.handle_task_activation_prepared("t1", token(core, "t1", PREPARING), T0) == [

@@ -29,8 +29,8 @@ from blockx_core.task import (
     CALL_FAILURE_MESSAGE_CHARS,
     MAX_CALL_FAILURES,
     CallFailureSummary,
+    PluginConfig,
     PluginResult,
-    PluginSpec,
     TaskInput,
     TaskState,
 )
@@ -81,7 +81,7 @@ def make_core(
 def task_input(task_id: str, function: str = "echo") -> TaskInput:
     return TaskInput(
         task_id=task_id,
-        function_call_config=PluginSpec(type="CallListCallConfig"),
+        function_call_config=PluginConfig(type="CallListCallConfig"),
         function=function,
     )
 
@@ -106,8 +106,12 @@ def succeed(core: WorkerCore, task_id: str, now: int, size: int = 10) -> None:
 
 
 FAILURES = (
-    CallFailureSummary(root_index=0, function="echo", kind="USER_ERROR", message="a", retried=True),
-    CallFailureSummary(root_index=0, function="echo", kind="USER_ERROR", message="b", attempt=2),
+    CallFailureSummary(
+        root_index=0, function="echo", kind=CallFailureKind.USER_ERROR, message="a", retried=True
+    ),
+    CallFailureSummary(
+        root_index=0, function="echo", kind=CallFailureKind.USER_ERROR, message="b", attempt=2
+    ),
 )
 
 

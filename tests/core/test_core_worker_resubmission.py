@@ -5,7 +5,7 @@ that the input differs."""
 from __future__ import annotations
 
 from blockx_core.errors import Refusal
-from blockx_core.task import PluginResult, PluginSpec, TaskInput, TaskState
+from blockx_core.task import PluginConfig, PluginResult, TaskInput, TaskState
 from blockx_core.worker import (
     PhaseSucceeded,
     PrepareTaskActivation,
@@ -42,8 +42,8 @@ def make_core(max_bytes: int = 1 << 20) -> WorkerCore:
 def task(config: str, handler: str = "ReturnValueResultHandler") -> TaskInput:
     return TaskInput(
         task_id="t1",
-        function_call_config=PluginSpec(type="CallListCallConfig", config=config),
-        result_handler=PluginSpec(type=handler),
+        function_call_config=PluginConfig(type="CallListCallConfig", config=config),
+        result_handler=PluginConfig(type=handler),
     )
 
 

@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from blockx_core.errors import ErrorCode, InvalidConfig, Refusal
 from blockx_core.failures import FailureCode
-from blockx_core.task import PluginResult, PluginSpec, TaskInput, TaskResult, TaskState
+from blockx_core.task import PluginConfig, PluginResult, TaskInput, TaskResult, TaskState
 from blockx_core.worker import (
     PhaseCrashed,
     PhaseSucceeded,
@@ -65,8 +65,8 @@ def make_core(max_bytes: int, *, tombstones: int = 100, slots: int = 4) -> Worke
 def task_input(task_id: str, config: str = CONFIG_TEXT) -> TaskInput:
     return TaskInput(
         task_id=task_id,
-        function_call_config=PluginSpec(type="CallListCallConfig", config=config),
-        result_handler=PluginSpec(type=PLUGIN),
+        function_call_config=PluginConfig(type="CallListCallConfig", config=config),
+        result_handler=PluginConfig(type=PLUGIN),
     )
 
 
@@ -262,7 +262,7 @@ def test_the_digest_covers_builder_writer_and_configs() -> None:
         TaskInput(task_id="t1", function_call_config=base.function_call_config),
         TaskInput(
             task_id="t1",
-            function_call_config=PluginSpec(type="InputsCallConfig", config=CONFIG_TEXT),
+            function_call_config=PluginConfig(type="InputsCallConfig", config=CONFIG_TEXT),
             result_handler=base.result_handler,
         ),
     ]

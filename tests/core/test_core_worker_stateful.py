@@ -41,8 +41,8 @@ from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.failures import Failure, FailureCode, is_retryable
 from blockx_core.task import (
     CANCELLED_BY_CLIENT,
+    PluginConfig,
     PluginResult,
-    PluginSpec,
     TaskInput,
     TaskResult,
     TaskState,
@@ -362,8 +362,8 @@ class WorkerMachine(RuleBasedStateMachine):
         )
         task = TaskInput(
             task_id=task_id,
-            function_call_config=PluginSpec(type="CallListCallConfig", config='{"n": 1}'),
-            result_handler=PluginSpec(type="ReturnValueResultHandler") if handler else None,
+            function_call_config=PluginConfig(type="CallListCallConfig", config='{"n": 1}'),
+            result_handler=PluginConfig(type="ReturnValueResultHandler") if handler else None,
             task_timeout_ms=timeout,
         )
         answer = self.core.handle_submit_task(task, slot_id, self.now)

@@ -10,7 +10,7 @@ import pytest
 from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.failures import FailureCode
 from blockx_core.ids import MAX_TASK_ID_BYTES, MAX_WATCH_TASK_IDS
-from blockx_core.task import CANCELLED_BY_CLIENT, PluginSpec, TaskInput, TaskResult, TaskState
+from blockx_core.task import CANCELLED_BY_CLIENT, PluginConfig, TaskInput, TaskResult, TaskState
 from blockx_core.worker import (
     WORKER_FAULTS,
     CallProgress,
@@ -41,7 +41,7 @@ def make_core() -> WorkerCore:
 
 
 def submit(core: WorkerCore, task_id: str, now: int = T0) -> None:
-    task = TaskInput(task_id=task_id, function_call_config=PluginSpec(type="B"))
+    task = TaskInput(task_id=task_id, function_call_config=PluginConfig(type="B"))
     answer = core.handle_submit_task(task, "", now)
     assert not isinstance(answer, Refusal)
     [prepare] = answer[1]

@@ -172,7 +172,7 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
 
             await wait_until(eligible, "the worker eligible at the coordinator", timeout=30)
             [registered] = await list_workers([etcd.endpoint], [PREFIX])
-            yield Cluster(etcd, coordinator, worker, stub, registered.task_slots)
+            yield Cluster(etcd, coordinator, worker, stub, registered.heartbeat.task_slots)
         finally:
             if channel is not None:
                 channel.close()

@@ -105,7 +105,7 @@ async def cluster(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Clu
 
             async def both_registered() -> bool:
                 found = await list_workers([etcd.endpoint], [PREFIX])
-                return {w.worker_addr for w in found} == {w.addr for w in workers}
+                return {w.heartbeat.worker_addr for w in found} == {w.addr for w in workers}
 
             await wait_until(both_registered, "both workers registered", timeout=30)
             channels = [w.channel() for w in workers]

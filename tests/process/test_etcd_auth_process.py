@@ -169,7 +169,7 @@ async def test_a_worker_and_a_coordinator_place_a_task_over_tls_and_auth(
             password=PASSWORDS["coordinator"],
         )
         found = await list_workers([secure_etcd.server.endpoint], [PREFIX], access=access)
-        assert [w.worker_addr for w in found] == [worker.addr]
+        assert [w.heartbeat.worker_addr for w in found] == [worker.addr]
     finally:
         assert coordinator.stop() == 0
         assert worker.stop() == 0

@@ -21,11 +21,10 @@ from grpclib.exceptions import GRPCError
 from processes import ConsoleProcess, CoordinatorProcess, WorkerProcess
 from support import free_port, wait_until
 
+from blockx_core.addr import WORKER_ADDR_HEADER
 from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
 from blockx_server.etcd.local import EtcdServer
 from blockx_server.proxy.allowed import NOT_A_WORKER
-
-WORKER_ADDR_HEADER = "x-blockx-worker-addr"
 
 
 @pytest.fixture

@@ -28,11 +28,10 @@ from processes import ConsoleProcess, CoordinatorProcess, WorkerProcess
 from support import free_port, heartbeat, wait_until
 
 from blockx_client import Client, ConnectError, GrpcTls, Task, TaskState
+from blockx_core.addr import WORKER_ADDR_HEADER
 from blockx_core.heartbeat import encode_heartbeat
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
-
-WORKER_ADDR_HEADER = "x-blockx-worker-addr"
 
 
 @pytest.fixture

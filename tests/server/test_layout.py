@@ -5,6 +5,7 @@ itself back through a cycle (in any package of the workspace)."""
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,27 @@ SERVER = PACKAGES / "blockx-server" / "src" / "blockx_server"
 PROCESSES = ("coordinator", "worker", "syncinvoker", "proxy")
 SUBSYSTEMS = ("runtime", "etcd", "calls", "io", "pipeline")
 
+# Import circles known today, each sorted: the client's drivers and the client
+# (backfill, follow and their resubmission leave it for a package of their own),
+# the IO router and the chain backend, the Sync Invoker's metrics and servicer.
+# Nothing may join this list; it shrinks to empty.
+EXPECTED_CIRCLES: list[list[str]] = [
+    [
+        "blockx_client.backfill",
+        "blockx_client.backfill.driver",
+        "blockx_client.client",
+        "blockx_client.follow",
+        "blockx_client.follow.events",
+        "blockx_client.follow.follower",
+        "blockx_client.follow.record",
+        "blockx_client.follow.spec",
+        "blockx_client.follow.watch",
+        "blockx_client.resubmit",
+        "blockx_client.submission",
+    ],
+    ["blockx_server.syncinvoker.metrics", "blockx_server.syncinvoker.service"],
+]
+
 
 def _module_name(path: Path) -> str:
     src = next(parent for parent in path.parents if parent.name == "src")
@@ -21,6 +43,11 @@ def _module_name(path: Path) -> str:
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
+
+
+def _modules() -> dict[str, Path]:
+    paths = [p for p in PACKAGES.glob("*/src/blockx_*/**/*.py") if "_gen" not in p.parts]
+    return {_module_name(p): p for p in paths}
 
 
 def _runtime_imports(path: Path) -> set[str]:
@@ -43,9 +70,69 @@ def _runtime_imports(path: Path) -> set[str]:
 
 
 def _graph() -> dict[str, set[str]]:
-    paths = [p for p in PACKAGES.glob("*/src/blockx_*/**/*.py") if "_gen" not in p.parts]
-    modules = {_module_name(p): p for p in paths}
+    modules = _modules()
     return {name: _runtime_imports(path) & modules.keys() for name, path in modules.items()}
+
+
+def _every_import(module: str, path: Path, modules: Mapping[str, Path]) -> set[str]:
+    """The workspace modules ``module`` imports, as a reader counts them: at the top,
+    under ``TYPE_CHECKING`` and inside functions alike, relative imports resolved.
+    ``from X import name`` imports ``X.name`` when that is a module, else ``X``
+    (a package's ``__init__``)."""
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                parts = package.split(".")
+                base = ".".join(parts[: len(parts) - node.level + 1])
+                base = f"{base}.{node.module}" if node.module else base
+            else:
+                base = node.module or ""
+            for alias in node.names:
+                name = f"{base}.{alias.name}"
+                found.add(name if name in modules else base)
+    return (found & modules.keys()) - {module}
+
+
+def import_circles() -> list[list[str]]:
+    """Every strongly connected component (Tarjan) of more than one module in the
+    graph of ``_every_import``, each sorted, in order."""
+    modules = _modules()
+    edges = {name: sorted(_every_import(name, path, modules)) for name, path in modules.items()}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in edges[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(edges):
+        if node not in index:
+            visit(node)
+    return sorted(circles)
 
 
 def _folder(module: str) -> str | None:
@@ -79,45 +166,38 @@ def test_the_top_level_of_blockx_server_lists_subsystems() -> None:
     assert folders == sorted(SUBSYSTEMS + PROCESSES)
 
 
-def test_no_import_cycles() -> None:
-    """Tarjan's strongly connected components over module-level imports; a package's
-    ``__init__`` re-exporting its own modules is not a cycle."""
-    graph = _graph()
-    edges = {
-        module: {
-            name for name in imports if not (module + ".").startswith(name + ".") or name == module
-        }
-        - {module}
-        for module, imports in graph.items()
+def test_no_import_circles() -> None:
+    """No module imports itself back, counting every import a reader sees. The
+    circles still listed in ``EXPECTED_CIRCLES`` are known and being taken apart;
+    the list must end empty, and a circle that is gone must leave it."""
+    assert import_circles() == EXPECTED_CIRCLES
+
+
+IMPORT_CASES = [
+    # (source of blockx_x/pkg/mod.py, the modules it imports)
+    ("import blockx_x.a", {"blockx_x.a"}),
+    ("from blockx_x import a", {"blockx_x.a"}),
+    ("from blockx_x import A", {"blockx_x"}),
+    ("from blockx_x.pkg import A", {"blockx_x.pkg"}),
+    ("from . import b", {"blockx_x.pkg.b"}),
+    ("from .b import B", {"blockx_x.pkg.b"}),
+    ("from .. import a", {"blockx_x.a"}),
+    ("from ..a import A", {"blockx_x.a"}),
+    ("if TYPE_CHECKING:\n    from blockx_x.a import A", {"blockx_x.a"}),
+    ("def f() -> None:\n    from blockx_x.pkg.b import B", {"blockx_x.pkg.b"}),
+    ("import os\nfrom blockx_x.pkg import mod", set()),
+]
+
+
+@pytest.mark.parametrize(("source", "expected"), IMPORT_CASES)
+def test_every_import_counts_what_a_reader_sees(
+    tmp_path: Path, source: str, expected: set[str]
+) -> None:
+    path = tmp_path / "mod.py"
+    path.write_text(source)
+    modules = {
+        name: tmp_path / f"{name}.py"
+        for name in ("blockx_x", "blockx_x.a", "blockx_x.pkg", "blockx_x.pkg.b")
     }
-    index: dict[str, int] = {}
-    low: dict[str, int] = {}
-    stack: list[str] = []
-    on_stack: set[str] = set()
-    cycles: list[list[str]] = []
-
-    def visit(node: str) -> None:
-        index[node] = low[node] = len(index)
-        stack.append(node)
-        on_stack.add(node)
-        for nxt in edges[node]:
-            if nxt not in index:
-                visit(nxt)
-                low[node] = min(low[node], low[nxt])
-            elif nxt in on_stack:
-                low[node] = min(low[node], index[nxt])
-        if low[node] == index[node]:
-            component = []
-            while True:
-                member = stack.pop()
-                on_stack.discard(member)
-                component.append(member)
-                if member == node:
-                    break
-            if len(component) > 1:
-                cycles.append(sorted(component))
-
-    for node in sorted(edges):
-        if node not in index:
-            visit(node)
-    assert cycles == []
+    modules["blockx_x.pkg.mod"] = path
+    assert _every_import("blockx_x.pkg.mod", path, modules) == expected

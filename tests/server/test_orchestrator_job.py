@@ -10,7 +10,7 @@ from typing import Any
 
 from blockx_core.calls import RootOutput
 from blockx_core.code_view import FunctionCodeView
-from blockx_core.task import CANCELLED_BY_CLIENT, PluginSpec, TaskInput, TaskState
+from blockx_core.task import CANCELLED_BY_CLIENT, PluginConfig, TaskInput, TaskState
 from blockx_core.worker import CancelAnswer, CancelOutcome, TaskSnapshot, WorkerConfig, WorkerCore
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.io.backends.memory import MemoryBackend
@@ -103,8 +103,8 @@ def submit(orchestrator: Orchestrator, task_id: str) -> asyncio.Queue[Any]:
     """Submit a task of builder B and writer W; the queue of its Watch events."""
     task = TaskInput(
         task_id=task_id,
-        function_call_config=PluginSpec(type="B"),
-        result_handler=PluginSpec(type="W"),
+        function_call_config=PluginConfig(type="B"),
+        result_handler=PluginConfig(type="W"),
     )
     slot = orchestrator.request_task_slot(task.task_id, 5_000)
     assert isinstance(slot, TaskSnapshot)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot
-from blockx_core.task import PluginSpec, TaskInput
+from blockx_core.task import PluginConfig, TaskInput
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.pipeline.builders import PluginError, count_listed, feed_calls
@@ -51,7 +51,7 @@ def test_count_listed(config: str, field: str, at_most: int, count: int) -> None
 
 def context() -> TaskContext:
     return TaskContext(
-        task=TaskInput(task_id="t1", function_call_config=PluginSpec(type="x")),
+        task=TaskInput(task_id="t1", function_call_config=PluginConfig(type="x")),
         deadline_ms=0,
         code=CodeSnapshot(epoch=1, modules={}, functions={}, parse_errors={}),
         io=TaskIoScope(IoRouter(), "t1"),

@@ -20,7 +20,7 @@ from blockx_chain.url import parse_blockdb_url
 from blockx_core.calls import CallContext, RootOutput
 from blockx_core.chains import DEFAULT_CHAIN, Chain
 from blockx_core.code_view import CodeSnapshot
-from blockx_core.task import PluginSpec, TaskInput
+from blockx_core.task import PluginConfig, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.sink import SinkBackend
 from blockx_server.io.config import open_router
@@ -88,7 +88,7 @@ async def stack(db_url: str) -> AsyncIterator[Stack]:
 
 
 def _ctx(router: IoRouter, *, writes: bool = True, chain: Chain | None = DEVNET) -> TaskContext:
-    task = TaskInput(task_id="task-1", function_call_config=PluginSpec(type="CallListCallConfig"))
+    task = TaskInput(task_id="task-1", function_call_config=PluginConfig(type="CallListCallConfig"))
     scope = TaskIoScope(router, "task-1")
     return TaskContext(
         task=task,

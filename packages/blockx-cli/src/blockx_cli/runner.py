@@ -23,7 +23,8 @@ from blockx_client import (
     UnavailableError,
     listen_to_placement,
 )
-from blockx_client.dev_config import LayeredEnviron, Origin
+from blockx_client.dev_config import LayeredEnviron
+from blockx_client.setting import Origin
 
 T = TypeVar("T")
 

@@ -19,7 +19,8 @@ from typing import Final
 import typer
 
 from blockx_client import Client, EtcdAccess, InvalidRequestError
-from blockx_client.dev_config import LayeredEnviron, Origin, Setting
+from blockx_client.dev_config import LayeredEnviron
+from blockx_client.setting import Origin, Setting
 
 DEFAULT_ETCD = "localhost:2379"
 

@@ -33,14 +33,13 @@ from blockx_client.errors import (
     SlotUncertainError,
     SlotWaitTimeoutError,
     SubmitUncertainError,
-    TaskInputDiffersError,
     TaskNotFoundError,
     UnavailableError,
 )
 from blockx_client.functions import FunctionHandle
 from blockx_client.jobs import JobKind, JobProgress, JobState, list_jobs
 from blockx_client.models import (
-    CallFailureInfo,
+    CallFailureSummary,
     CallProgress,
     CallsWaiting,
     Cancellation,
@@ -64,6 +63,7 @@ from blockx_client.models import (
     SubmitAnswer,
     Task,
     TaskHolders,
+    TaskInputDiffersError,
     TaskResult,
     TaskState,
     TaskUpdate,
@@ -71,7 +71,7 @@ from blockx_client.models import (
     WorkerDescription,
     WorkerEligibility,
 )
-from blockx_client.registry import EtcdAccess, WorkerInfo, list_workers
+from blockx_client.registry import EtcdAccess, RegisteredWorker, list_workers
 from blockx_client.routing import route
 from blockx_client.submission import SubmissionRefused
 from blockx_client.sync import SyncClient
@@ -83,7 +83,7 @@ __version__ = version("blockx-client")
 __all__ = [
     "Backoff",
     "BlockxError",
-    "CallFailureInfo",
+    "CallFailureSummary",
     "CallProgress",
     "CallsWaiting",
     "CancelOutcome",
@@ -117,6 +117,7 @@ __all__ = [
     "PluginOutput",
     "Precheck",
     "ProgressCallback",
+    "RegisteredWorker",
     "Registry",
     "Reservation",
     "ResultTypeError",
@@ -144,7 +145,6 @@ __all__ = [
     "UnreachableWorker",
     "WorkerDescription",
     "WorkerEligibility",
-    "WorkerInfo",
     "__version__",
     "list_jobs",
     "list_workers",

@@ -10,7 +10,7 @@ from msgspec.structs import replace
 
 from blockx_client.errors import BlockxError
 from blockx_client.models import (
-    CallFailureInfo,
+    CallFailureSummary,
     CallProgress,
     CallsWaiting,
     Cancellation,
@@ -35,6 +35,7 @@ from blockx_client.models import (
     WorkerDescription,
     WorkerEligibility,
 )
+from blockx_core.failures import call_failure_kind
 from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
 
 _STATES: Final[dict[worker_v1.TaskState, TaskState]] = {
@@ -134,10 +135,10 @@ def result_from_pb(
         error=error,
         may_have_run=client_state in _ACCEPTED,
         call_failures=tuple(
-            CallFailureInfo(
+            CallFailureSummary(
                 root_index=f.root_index,
                 function=f.function,
-                kind=f.kind,
+                kind=call_failure_kind(f.kind),
                 message=f.message,
                 attempt=f.attempt,
                 retried=f.retried,

@@ -161,7 +161,7 @@ class Placement:
                     no_slot += 1
                     unavailable = unreachable = 0
                     attempts = no_slot
-                    delay = retry.no_slot.delay(no_slot, self._rng)
+                    delay = retry.no_slot.delay(no_slot, self._rng.random())
                     if deadline is not None and time.monotonic() + delay > deadline:
                         raise _gave_up(exc, task_id, deadline_s, no_slot) from None
                 except UnavailableError as exc:
@@ -172,7 +172,7 @@ class Placement:
                     attempts = unavailable
                     if deadline is None and unavailable >= retry.unavailable_attempts:
                         raise
-                    delay = retry.unavailable_delay(unavailable, self._rng)
+                    delay = retry.unavailable_delay(unavailable, self._rng.random())
                     if deadline is not None and time.monotonic() + delay > deadline:
                         if refused is not None and _cut_by(exc, deadline):
                             # The coordinator's last answer was "no slot"; this attempt
@@ -192,7 +192,7 @@ class Placement:
                     unreachable += 1
                     unavailable = 0
                     attempts = unreachable
-                    delay = retry.unavailable_delay(unreachable, self._rng)
+                    delay = retry.unavailable_delay(unreachable, self._rng.random())
                     give_up_at = (
                         deadline
                         if deadline is not None
@@ -306,11 +306,11 @@ class Placement:
                 if attempt == retry.resubmit_attempts:
                     raise
                 if worker_addr is not None or not isinstance(exc, SlotInvalidError):
-                    await asyncio.sleep(retry.unavailable_delay(attempt, self._rng))
+                    await asyncio.sleep(retry.unavailable_delay(attempt, self._rng.random()))
             except NoSlotError:
                 if worker_addr is None:
                     raise
-                await asyncio.sleep(retry.no_slot.delay(attempt, self._rng))
+                await asyncio.sleep(retry.no_slot.delay(attempt, self._rng.random()))
         raise AssertionError("unreachable")
 
     def _timeout(self, deadline: float | None) -> float:

@@ -158,13 +158,13 @@ class WatchBatcher:
                         self._resolve(task_id, worker_lost(task_id, self._addr, why))
                     return
                 asked_in_vain += 1
-                await asyncio.sleep(retry.worker_recheck.delay(asked_in_vain, self._rng))
+                await asyncio.sleep(retry.worker_recheck.delay(asked_in_vain, self._rng.random()))
                 continue
             unreachable_since, asked_in_vain = None, 0
             if stream_broke and waiting:
                 # A live worker whose stream broke: reopen it, without spinning.
                 broken += 1
-                await asyncio.sleep(retry.worker_recheck.delay(broken, self._rng))
+                await asyncio.sleep(retry.worker_recheck.delay(broken, self._rng.random()))
             else:
                 broken = 0
 

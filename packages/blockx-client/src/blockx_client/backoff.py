@@ -1,23 +1,15 @@
-"""Jittered exponential back-off (full jitter), with the randomness injectable, and
-the client's retry policy: the one place that says how long and how often the
-client retries placement and re-checks a task whose worker went quiet."""
+"""The client's retry policy: the one place that says how long and how often the
+client retries placement and re-checks a task whose worker went quiet. Its waits
+follow ``blockx_core.backoff.Backoff`` (exponential, equal jitter), the formula
+every retry loop of the project uses; the caller draws the randomness."""
 
 from __future__ import annotations
 
-import random
-
 import msgspec
 
+from blockx_core.backoff import Backoff
 
-class Backoff(msgspec.Struct, frozen=True, kw_only=True):
-    initial_s: float = 0.05
-    max_s: float = 2.0
-    multiplier: float = 2.0
-
-    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
-        """A delay for the ``attempt``-th retry (1-based), uniformly in (0, cap]."""
-        cap = min(self.max_s, self.initial_s * self.multiplier ** max(0, attempt - 1))
-        return (rng or random).uniform(cap / 10, cap)
+__all__ = ["Backoff", "RetryPolicy"]
 
 
 class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
@@ -46,7 +38,8 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     worker_recheck: Backoff = Backoff(initial_s=0.1, max_s=1.0)
     worker_unreachable_s: float = 5.0
 
-    def unavailable_delay(self, attempt: int, rng: random.Random | None = None) -> float:
+    def unavailable_delay(self, attempt: int, draw: float) -> float:
         """The wait before the ``attempt``-th retry (1-based) of an unavailable or
-        unreachable coordinator: none for the first, then back-off."""
-        return 0.0 if attempt <= 1 else self.unavailable.delay(attempt - 1, rng)
+        unreachable coordinator: none for the first, then back-off (``draw`` in
+        [0, 1), as ``Backoff.delay`` takes it)."""
+        return 0.0 if attempt <= 1 else self.unavailable.delay(attempt - 1, draw)

@@ -50,7 +50,6 @@ from blockx_client.errors import (
     BlockxError,
     InvalidRequestError,
     SubmitUncertainError,
-    TaskInputDiffersError,
     TaskNotFoundError,
 )
 from blockx_client.explain import explain_placement
@@ -65,6 +64,7 @@ from blockx_client.models import (
     SubmitAnswer,
     Task,
     TaskHolders,
+    TaskInputDiffersError,
     TaskResult,
     TaskUpdate,
     WorkerDescription,
@@ -569,7 +569,7 @@ class Client:
 
     def function(self, name: str) -> FunctionHandle:
         """A handle to call one function through the Sync Invoker (outside executors)."""
-        return FunctionHandle(self, name)
+        return FunctionHandle(name, options=self._options, transport=self._transport)
 
     # ---- driving the chain clusters (imported on use: they need blockx_chain) ---------
 

@@ -16,7 +16,7 @@ from typing import Final, TypeVar
 import msgspec
 
 from blockx_client._worker_rpc import WorkerRpc
-from blockx_client.dev_config import LayeredEnviron, Setting, with_origin
+from blockx_client.dev_config import LayeredEnviron
 from blockx_client.errors import BlockxError, ConnectError, InvalidRequestError, TaskNotFoundError
 from blockx_client.models import (
     ClusterTasks,
@@ -26,11 +26,12 @@ from blockx_client.models import (
     TaskState,
     UnreachableWorker,
 )
-from blockx_client.registry import EtcdAccess, WorkerInfo, list_workers
+from blockx_client.registry import EtcdAccess, RegisteredWorker, list_workers
+from blockx_client.setting import Setting, with_origin
+from blockx_core.registry import DEFAULT_REGISTRY_PREFIXES
 
 DEFAULT_ETCD: Final = "127.0.0.1:2379"
 # The registry prefixes of the block and bundle clusters' Workers.
-DEFAULT_PREFIXES: Final = ("/blockx/workers/", "/blockx/bundle-workers/")
 DEFAULT_CONCURRENCY: Final = 16
 DEFAULT_WORKER_TIMEOUT_S: Final = 5.0
 # The most tasks taken from one Worker (its oldest first); the page size asked for.
@@ -47,7 +48,7 @@ class Registry(msgspec.Struct, frozen=True, kw_only=True):
     from, is named when etcd cannot be read."""
 
     endpoints: tuple[str, ...] = (DEFAULT_ETCD,)
-    prefixes: tuple[str, ...] = DEFAULT_PREFIXES
+    prefixes: tuple[str, ...] = DEFAULT_REGISTRY_PREFIXES
     access: EtcdAccess | None = None
     setting: Setting | None = None
 
@@ -65,7 +66,7 @@ class Registry(msgspec.Struct, frozen=True, kw_only=True):
             setting=setting,
         )
 
-    async def workers(self) -> list[WorkerInfo]:
+    async def workers(self) -> list[RegisteredWorker]:
         """Every registered Worker's heartbeat (ConnectError, naming where the
         endpoints came from, when etcd cannot be read)."""
         try:
@@ -79,7 +80,7 @@ class Registry(msgspec.Struct, frozen=True, kw_only=True):
 
     async def worker_addrs(self) -> list[str]:
         """Every registered Worker's address (ConnectError when etcd cannot be read)."""
-        return list(dict.fromkeys(w.worker_addr for w in await self.workers()))
+        return list(dict.fromkeys(w.heartbeat.worker_addr for w in await self.workers()))
 
 
 class TaskFilter(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,5 +1,8 @@
 """What the client raises. Task failures are not exceptions: they are results
-(``run_many`` and ``run_with_retries`` report placement failures as results too)."""
+(``run_many`` and ``run_with_retries`` report placement failures as results too).
+
+``TaskInputDiffersError`` carries a ``SubmitAnswer`` and so lives beside it, in
+``models``: this module imports no other of the client's."""
 
 from __future__ import annotations
 
@@ -10,8 +13,7 @@ from grpclib.const import Status
 from blockx_core.coordinator import PlacementExplanation, WorkerReason, describe_explanation
 
 if TYPE_CHECKING:
-    from blockx_client.dev_config import Setting
-    from blockx_client.models import SubmitAnswer
+    from blockx_client.setting import Setting
 
 # A placement error's message names this many workers; ``worker_reasons`` has all sent.
 MESSAGE_WORKERS = 5
@@ -161,19 +163,3 @@ def error_for(
 def describe_workers(placement: PlacementExplanation) -> str:
     """The first workers' reasons in words, as error messages show them."""
     return describe_explanation(placement, limit=MESSAGE_WORKERS)
-
-
-class TaskInputDiffersError(BlockxError):
-    """``run`` resubmitted a task_id that the worker already ran (or is running) with
-    another input; the worker answers such a submission with the earlier task's
-    state and never runs the new input. ``answer`` is that answer (its ``result``
-    the earlier task's, when it has ended). Submit the new input under a new
-    task_id (leave ``task_id`` empty to have one generated)."""
-
-    def __init__(self, answer: SubmitAnswer) -> None:
-        super().__init__(
-            f"task {answer.task_id!r} already ran on {answer.worker_addr} with another input "
-            f"({answer.state.value}); the worker never runs a task_id twice: submit the "
-            "changed task under a new task_id"
-        )
-        self.answer = answer

@@ -13,7 +13,7 @@ either handle runs in both places. Whether the code runs in a call is
 from __future__ import annotations
 
 from collections.abc import Awaitable
-from typing import TYPE_CHECKING, Any, TypeVar, overload
+from typing import Any, TypeVar, overload
 
 import blockx_executor
 from blockx_client._convert import (
@@ -30,9 +30,6 @@ from blockx_client.transport import Transport
 from blockx_executor import CallError, in_call
 from blockx_proto import syncinvoker_v1
 
-if TYPE_CHECKING:
-    from blockx_client.client import Client
-
 T = TypeVar("T")
 R = TypeVar("R")
 
@@ -43,10 +40,11 @@ class FunctionHandle(blockx_executor.FunctionHandle):
     code runs inside a BlockX function. ``invoke``, ``debug`` and ``precheck`` ask
     the Sync Invoker, so they are for programs only."""
 
-    def __init__(self, client: Client, name: str) -> None:
+    def __init__(self, name: str, *, options: ClientOptions, transport: Transport) -> None:
+        """``Client.function`` makes one, with the client's options and channels."""
         super().__init__(name)
-        self._options: ClientOptions = client._options
-        self._transport: Transport = client._transport
+        self._options = options
+        self._transport = transport
 
     def _stub(self) -> syncinvoker_v1.SyncInvokerServiceStub:
         return syncinvoker_v1.SyncInvokerServiceStub(

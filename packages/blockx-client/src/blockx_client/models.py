@@ -1,9 +1,10 @@
 """Typed values the client takes and returns (msgspec Structs), free of wire types.
 
-``TaskState`` is the one the Worker uses (``blockx_core.task``), and so are the
-parts of a Worker's description that carry no address (``RunningCall``,
-``CallsWaiting``, ``LoadPoint``); ``_convert`` turns these values into protobuf
-messages and back.
+``TaskState`` is the one the Worker uses (``blockx_core.task``), and so are a
+failed call attempt's summary (``CallFailureSummary``), a task's call progress
+(``CallProgress``) and the parts of a Worker's description that carry no address
+(``RunningCall``, ``CallsWaiting``, ``LoadPoint``); ``_convert`` turns these
+values into protobuf messages and back.
 """
 
 from __future__ import annotations
@@ -17,14 +18,17 @@ from typing import Any, TypeVar, overload
 import msgspec
 
 from blockx_client._typed import as_type
+from blockx_client.errors import BlockxError
 from blockx_core.dispatch import CallsWaiting, RunningCall
 from blockx_core.load_series import LoadPoint
-from blockx_core.task import TaskState
+from blockx_core.task import CallFailureSummary, PluginConfig, TaskState
+from blockx_core.worker import CallProgress
 
 T = TypeVar("T")
 
 __all__ = [
-    "CallFailureInfo",
+    "CallFailureSummary",
+    "CallProgress",
     "CallsWaiting",
     "CancelOutcome",
     "Cancellation",
@@ -45,6 +49,7 @@ __all__ = [
     "SubmitAnswer",
     "Task",
     "TaskHolders",
+    "TaskInputDiffersError",
     "TaskResult",
     "TaskState",
     "TaskUpdate",
@@ -56,16 +61,6 @@ __all__ = [
 class Cluster(enum.Enum):
     BLOCK = "block"
     BUNDLE = "bundle"
-
-
-class PluginConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """A Call Builder or Writer Plugin: its ``type`` and its ``config`` (any JSON value)."""
-
-    type: str
-    config: Any = msgspec.field(default_factory=dict)
-
-    def config_text(self) -> str:
-        return self.config if isinstance(self.config, str) else json.dumps(self.config)
 
 
 class Task(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,19 +114,6 @@ class PluginOutput(msgspec.Struct, frozen=True, kw_only=True):
         return json.loads(self.result) if self.result else None
 
 
-class CallFailureInfo(msgspec.Struct, frozen=True, kw_only=True):
-    """One failed call attempt of a task that failed in its Calls phase: the root
-    call's index (-1 for a sub-call), its function, kind (USER_ERROR, ...), the
-    start of its message, its attempt number and whether it was tried again."""
-
-    root_index: int
-    function: str
-    kind: str
-    message: str
-    attempt: int = 1
-    retried: bool = False
-
-
 class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     """Where a task ended. ``retryable`` says whether resubmitting (under a new
     task_id) may succeed; ``attempt`` / ``original_task_id`` record retries.
@@ -157,7 +139,7 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     attempt: int = 1
     original_task_id: str = ""
     may_have_run: bool = False
-    call_failures: tuple[CallFailureInfo, ...] = ()
+    call_failures: tuple[CallFailureSummary, ...] = ()
     call_failures_omitted: int = 0
 
     @property
@@ -177,22 +159,6 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
         if result_type is None:
             return value
         return as_type(value, result_type, what=f"the outputs of task {self.task_id}")
-
-
-class CallProgress(msgspec.Struct, frozen=True, kw_only=True):
-    """How far a task's Calls phase is: root calls done of the ``calls_total`` known
-    so far (all of them once ``total_known``; a streaming Builder's total grows while
-    it reads) and failed call attempts so far (retried ones included)."""
-
-    calls_done: int = 0
-    calls_total: int = 0
-    total_known: bool = False
-    calls_failed: int = 0
-
-    def shown(self) -> str:
-        """``40/100``, or ``40/60 so far`` while the total is not known yet."""
-        text = f"{self.calls_done}/{self.calls_total}"
-        return text if self.total_known else f"{text} so far"
 
 
 # Called with a task's call progress while ``Client.run`` waits for it.
@@ -299,6 +265,22 @@ class SubmitAnswer(msgspec.Struct, frozen=True, kw_only=True):
     # The worker already had this task_id with another input (builder and writer
     # types and configs): ``state`` and ``result`` are that earlier task's.
     input_differs: bool = False
+
+
+class TaskInputDiffersError(BlockxError):
+    """``run`` resubmitted a task_id that the worker already ran (or is running) with
+    another input; the worker answers such a submission with the earlier task's
+    state and never runs the new input. ``answer`` is that answer (its ``result``
+    the earlier task's, when it has ended). Submit the new input under a new
+    task_id (leave ``task_id`` empty to have one generated)."""
+
+    def __init__(self, answer: SubmitAnswer) -> None:
+        super().__init__(
+            f"task {answer.task_id!r} already ran on {answer.worker_addr} with another input "
+            f"({answer.state.value}); the worker never runs a task_id twice: submit the "
+            "changed task under a new task_id"
+        )
+        self.answer = answer
 
 
 class ListedTask(msgspec.Struct, frozen=True, kw_only=True):

@@ -7,41 +7,28 @@ import msgspec
 
 from blockx_client._etcd_gateway import EtcdAccess, Gateway, first_answer
 from blockx_client.errors import ConnectError
+from blockx_core.heartbeat import InvalidHeartbeat, WorkerHeartbeat, decode_heartbeat
 
-__all__ = ["EtcdAccess", "WorkerInfo", "list_workers"]
-
-
-class WorkerInfo(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
-    """A worker's heartbeat (the registry's JSON value) and where it was found."""
-
-    worker_addr: str
-    task_slots: int = 0
-    reserved_slots: int = 0
-    running_tasks: int = 0
-    # Fractions 0..1 despite their names (the heartbeat's cpuPercent and memoryPercent).
-    cpu_percent: float = 0.0
-    memory_percent: float = 0.0
-    memory_available_bytes: int = 0
-    memory_total_bytes: int = 0
-    process_rss_bytes: int = 0
-    error_rate: float = 0.0
-    last_heartbeat_ms: int = 0
-    prefix: str = ""
-
-    @property
-    def used_slots(self) -> int:
-        return self.reserved_slots + self.running_tasks
+__all__ = ["EtcdAccess", "RegisteredWorker", "list_workers"]
 
 
-def _fetch(gateway: Gateway, prefixes: list[str]) -> list[WorkerInfo]:
+class RegisteredWorker(msgspec.Struct, frozen=True, kw_only=True):
+    """A worker's heartbeat, as the Coordinators read it, and the registry prefix it
+    was found under."""
+
+    prefix: str
+    heartbeat: WorkerHeartbeat
+
+
+def _fetch(gateway: Gateway, prefixes: list[str]) -> list[RegisteredWorker]:
     workers = []
     for prefix in prefixes:
         for _key, value in gateway.range_prefix(prefix):
             try:
-                info = msgspec.json.decode(value, type=WorkerInfo)
-            except msgspec.DecodeError:
+                heartbeat = decode_heartbeat(value)
+            except InvalidHeartbeat:
                 continue  # not a heartbeat: the coordinators skip it too
-            workers.append(msgspec.structs.replace(info, prefix=prefix))
+            workers.append(RegisteredWorker(prefix=prefix, heartbeat=heartbeat))
     return workers
 
 
@@ -51,7 +38,7 @@ async def list_workers(
     *,
     timeout_s: float = 5.0,
     access: EtcdAccess | None = None,
-) -> list[WorkerInfo]:
+) -> list[RegisteredWorker]:
     """Every worker registered under ``prefixes``, from the first endpoint that answers.
 
     ``access`` (TLS and credentials) defaults to ``EtcdAccess.from_environ()``."""
@@ -61,4 +48,4 @@ async def list_workers(
         )
     except ConnectError as exc:
         raise ConnectError(f"cannot read the registry from etcd ({exc})") from None
-    return sorted(found, key=lambda w: (w.prefix, w.worker_addr))
+    return sorted(found, key=lambda w: (w.prefix, w.heartbeat.worker_addr))

@@ -21,11 +21,10 @@ from grpclib.config import Configuration
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from blockx_client.dev_config import Setting, with_origin
 from blockx_client.errors import ConnectError, InvalidRequestError, UnavailableError, error_for
-from blockx_core.addr import InvalidAddress, split_host_port
+from blockx_client.setting import Setting, with_origin
+from blockx_core.addr import WORKER_ADDR_HEADER, InvalidAddress, split_host_port
 
-WORKER_ADDR_HEADER: Final = "x-blockx-worker-addr"
 _POOL_SIZE: Final = 256
 # How long a silent peer may hold an open call or stream: ping interval and timeout.
 DEFAULT_KEEPALIVE_S: Final = 5.0

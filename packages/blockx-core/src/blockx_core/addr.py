@@ -6,6 +6,9 @@ from typing import Final
 
 # etcd's client port, for an endpoint that names none.
 DEFAULT_ETCD_PORT: Final = 2379
+# The request header naming the Worker (its ``host:port``) a worker.v1 call sent
+# through a proxy is for: the client sets it, ``blockx-proxy`` routes by it.
+WORKER_ADDR_HEADER: Final = "x-blockx-worker-addr"
 _HTTP_SCHEMES: Final = ("http://", "https://")
 
 

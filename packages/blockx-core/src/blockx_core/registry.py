@@ -32,6 +32,13 @@ PROD_DEFAULT_BLOCK_WORKER_REGISTRY_PREFIX: Final = "/blockx/prod/lanes/default/w
 PROD_DEFAULT_BUNDLE_WORKER_REGISTRY_PREFIX: Final = "/blockx/prod/lanes/default/bundle-workers/"
 TEST_DEFAULT_BLOCK_WORKER_REGISTRY_PREFIX: Final = "/blockx/test/lanes/default/workers/"
 TEST_DEFAULT_BUNDLE_WORKER_REGISTRY_PREFIX: Final = "/blockx/test/lanes/default/bundle-workers/"
+# The registries the operator's tools (``blockx workers``, ``tasks``, ``dashboard``)
+# read when given none: the block and bundle clusters' legacy prefixes, which the
+# servers' default profiles and ``blockx dev up`` register under.
+DEFAULT_REGISTRY_PREFIXES: Final = (
+    LEGACY_BLOCK_WORKER_REGISTRY_PREFIX,
+    LEGACY_BUNDLE_WORKER_REGISTRY_PREFIX,
+)
 
 _LEGACY: Final[dict[str, RegistryKind]] = {
     LEGACY_BLOCK_WORKER_REGISTRY_PREFIX: RegistryKind.BLOCK,

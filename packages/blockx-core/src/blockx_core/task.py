@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import enum
-from typing import Final
+import json
+from typing import Any, Final
 
 import msgspec
 
-from blockx_core.failures import FailureCode
+from blockx_core.failures import CallFailureKind, FailureCode
 
 
 class TaskState(enum.Enum):
@@ -28,18 +29,24 @@ class TaskState(enum.Enum):
         return self in (TaskState.SUCCEEDED, TaskState.FAILED, TaskState.NOT_FOUND)
 
 
-class PluginSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """``{type, config}`` of a Call Builder or a Writer Plugin; ``config`` is JSON text."""
+class PluginConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """``{type, config}`` of a Call Builder or a Writer Plugin. ``config`` is any JSON
+    value, and a ``str`` is JSON text already: a client writes a value and sends
+    ``config_text()``; the Worker keeps the wire's text as it came, and its Builder
+    and Writer phases decode it under their own bounds."""
 
     type: str
-    config: str = "{}"
+    config: Any = "{}"
+
+    def config_text(self) -> str:
+        return self.config if isinstance(self.config, str) else json.dumps(self.config)
 
 
 class TaskInput(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str
-    function_call_config: PluginSpec
+    function_call_config: PluginConfig
     # At most one Writer Plugin per task; None = none.
-    result_handler: PluginSpec | None = None
+    result_handler: PluginConfig | None = None
     # 0 = the Worker default (TASK_DEADLINE_MS).
     task_timeout_ms: int = 0
     # The root function the builder's config names (its "function" key), as the
@@ -68,12 +75,13 @@ CALL_FAILURE_MESSAGE_CHARS: Final = 1000
 
 class CallFailureSummary(msgspec.Struct, frozen=True, kw_only=True):
     """One failed call attempt of a task: a root call (``root_index >= 0``) or a
-    sub-call (-1), its kind (``CallFailureKind``) and message, and whether it was
-    tried again after this attempt (``retried``)."""
+    sub-call (-1), its function, kind and message (the first
+    ``CALL_FAILURE_MESSAGE_CHARS``), its attempt number and whether it was tried
+    again after this attempt (``retried``). Clients read the same type."""
 
     root_index: int
     function: str
-    kind: str
+    kind: CallFailureKind
     message: str
     attempt: int = 1
     retried: bool = False

@@ -17,16 +17,15 @@ from blockx_chain.ingest.rows import Inconsistent, Traced, block_rows
 from blockx_chain.ingest.traces import TraceMethod, params
 from blockx_chain.rpc import EthRpc, RpcError, RpcErrorKind, parse_quantity
 from blockx_chain.schema import BlockRows
+from blockx_core.backoff import Backoff
 
 RETRY_ATTEMPTS: Final = 6
-RETRY_BASE_S: Final = 0.1
-RETRY_MAX_S: Final = 3.0
+RETRY_BACKOFF: Final = Backoff(initial_s=0.1, max_s=3.0)
 
 
 def backoff_s(attempt: int) -> float:
-    """Jittered exponential back-off before retry ``attempt`` (1, 2, ...)."""
-    ceiling: float = min(RETRY_MAX_S, RETRY_BASE_S * 2 ** (attempt - 1))
-    return random.uniform(ceiling / 2, ceiling)
+    """The wait before retry ``attempt`` (1, 2, ...): ``RETRY_BACKOFF``, equal jitter."""
+    return RETRY_BACKOFF.delay(attempt, random.random())
 
 
 class NodeShortened(Exception):

@@ -40,6 +40,8 @@ from typing import Final
 
 import msgspec
 
+from blockx_core.backoff import Backoff
+
 DEFAULT_WIDTH: Final = 10_000  # the first request's blocks: start wide
 DEFAULT_MAX_WIDTH: Final = 50_000
 DEFAULT_TARGET_LOGS: Final = 5_000  # half the 10,000 results many providers allow
@@ -47,6 +49,9 @@ GROWTH: Final = 4  # the most a width grows after one answer
 SOFT_LIMIT_SUCCESSES: Final = 16
 FIRST_WAIT_MS: Final = 500
 MAX_WAIT_MS: Final = 60_000
+# A rate limit without Retry-After: the back-off schedule's ceiling (this core draws
+# no randomness, and one ingest asks one node: nothing to spread apart).
+RATE_LIMIT_BACKOFF: Final = Backoff(initial_s=FIRST_WAIT_MS, max_s=MAX_WAIT_MS)
 MAX_RATE_LIMITED: Final = 12
 
 
@@ -248,7 +253,7 @@ class LogRanges:
                 self.rate_limited += 1
                 wait = refused.retry_after_ms
                 if wait is None:
-                    wait = min(MAX_WAIT_MS, FIRST_WAIT_MS * 2 ** (self.rate_limited - 1))
+                    wait = int(RATE_LIMIT_BACKOFF.ceiling(self.rate_limited))
                 self.not_before_ms = max(self.not_before_ms, now_ms + wait)
                 return
             case Refusal.TOO_MANY_LOGS:

@@ -19,8 +19,8 @@ from blockx_cli.databases import SinkDbOpt, find_database
 from blockx_cli.output import EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.settings import settings_of
 from blockx_client import BlockxError
-from blockx_client.cluster_tasks import DEFAULT_PREFIXES
 from blockx_client.submission import url_text
+from blockx_core.registry import DEFAULT_REGISTRY_PREFIXES
 
 app = typer.Typer()
 
@@ -59,7 +59,7 @@ def dashboard(
         list[str] | None,
         typer.Option(
             help="Worker registry prefixes; repeat for more.",
-            show_default=" and ".join(DEFAULT_PREFIXES),
+            show_default=" and ".join(DEFAULT_REGISTRY_PREFIXES),
         ),
     ] = None,
     sink_db: SinkDbOpt = None,
@@ -95,7 +95,7 @@ def dashboard(
     try:
         config = DashboardConfig(
             etcd_endpoints=tuple(settings.etcd_endpoints()),
-            prefixes=tuple(prefix or DEFAULT_PREFIXES),
+            prefixes=tuple(prefix or DEFAULT_REGISTRY_PREFIXES),
             sink_db_url=None if sink is None else url_text(sink[0]),
             blockdb_url=None if block_db is None else url_text(block_db[0]),
             coordinator=settings.coordinator,

@@ -28,13 +28,13 @@ from blockx_client import (
     TaskState,
     UnreachableWorker,
 )
+from blockx_core.registry import DEFAULT_REGISTRY_PREFIXES
 
 app = typer.Typer()
 
 _LISTED_STATES: Final = [s.value for s in TaskState if s is not TaskState.NOT_FOUND]
 _UNITS_MS: Final = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _DURATION: Final = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
-DEFAULT_PREFIXES: Final = ["/blockx/workers/", "/blockx/bundle-workers/"]
 
 
 def parse_duration_ms(text: str, flag: str) -> int:
@@ -103,15 +103,13 @@ def tasks(
     if task_filter.max_age_ms and task_filter.min_age_ms > task_filter.max_age_ms:
         fail("--older-than is longer than --newer-than: no task can be both", EXIT_USAGE)
     settings = settings_of(ctx)
-    raise typer.Exit(
-        run(_tasks(settings, out, task_filter, worker, prefix or DEFAULT_PREFIXES, limit, timeout))
-    )
+    raise typer.Exit(run(_tasks(settings, out, task_filter, worker, prefix or [], limit, timeout)))
 
 
 def registry_of(settings: Settings, prefixes: list[str] | None = None) -> Registry:
     return Registry(
         endpoints=tuple(settings.etcd_endpoints()),
-        prefixes=tuple(prefixes or DEFAULT_PREFIXES),
+        prefixes=tuple(prefixes or DEFAULT_REGISTRY_PREFIXES),
         access=settings.etcd_access(),
         setting=settings.etcd_setting(),
     )

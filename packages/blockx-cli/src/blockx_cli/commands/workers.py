@@ -14,6 +14,7 @@ from blockx_cli.output import EXIT_OK, Output, console
 from blockx_cli.runner import run
 from blockx_cli.settings import Settings, settings_of
 from blockx_cli.tables import Column, fitted_table
+from blockx_core.registry import DEFAULT_REGISTRY_PREFIXES
 
 app = typer.Typer()
 
@@ -35,7 +36,7 @@ def workers(
     prefix: Annotated[
         list[str] | None,
         typer.Option(
-            help="Registry prefixes.", show_default="/blockx/workers/ and /blockx/bundle-workers/"
+            help="Registry prefixes.", show_default=" and ".join(DEFAULT_REGISTRY_PREFIXES)
         ),
     ] = None,
     json_: JsonOpt = False,
@@ -46,7 +47,7 @@ def workers(
     fractions; --json gives the fractions themselves (cpu_fraction, memory_fraction,
     error_rate, each 0..1)."""
     out = Output(console, json_)
-    prefixes = prefix or ["/blockx/workers/", "/blockx/bundle-workers/"]
+    prefixes = prefix or list(DEFAULT_REGISTRY_PREFIXES)
     raise typer.Exit(run(_workers(settings_of(ctx), out, prefixes)))
 
 
@@ -57,32 +58,34 @@ async def _workers(settings: Settings, out: Output, prefixes: list[str]) -> int:
         out.emit(
             [
                 {
-                    "worker_addr": w.worker_addr,
+                    "worker_addr": hb.worker_addr,
                     "prefix": w.prefix,
-                    "task_slots": w.task_slots,
-                    "reserved_slots": w.reserved_slots,
-                    "running_tasks": w.running_tasks,
+                    "task_slots": hb.task_slots,
+                    "reserved_slots": hb.reserved_slots,
+                    "running_tasks": hb.running_tasks,
                     # The heartbeat's cpuPercent and memoryPercent are fractions
                     # (0..1, what the coordinator's red lines compare against):
                     # named for what they hold, not for the wire field.
-                    "cpu_fraction": w.cpu_percent,
-                    "memory_fraction": w.memory_percent,
-                    "error_rate": w.error_rate,
-                    "heartbeat_age_ms": now_ms - w.last_heartbeat_ms,
+                    "cpu_fraction": hb.cpu_percent,
+                    "memory_fraction": hb.memory_percent,
+                    "error_rate": hb.error_rate,
+                    "heartbeat_age_ms": now_ms - hb.last_heartbeat_ms,
                 }
                 for w in found
+                for hb in (w.heartbeat,)
             ]
         )
         return EXIT_OK
     rows = [
         [
-            Text(w.worker_addr),
+            Text(hb.worker_addr),
             Text(w.prefix),
-            Text(f"{_bar(w.used_slots, w.task_slots)} {w.used_slots}/{w.task_slots}"),
-            *load_cells(w.cpu_percent, w.memory_percent, w.error_rate),
-            Text(f"{(now_ms - w.last_heartbeat_ms) / 1000:.1f} s ago"),
+            Text(f"{_bar(hb.used_total, hb.task_slots)} {hb.used_total}/{hb.task_slots}"),
+            *load_cells(hb.cpu_percent, hb.memory_percent, hb.error_rate),
+            Text(f"{(now_ms - hb.last_heartbeat_ms) / 1000:.1f} s ago"),
         ]
         for w in found
+        for hb in (w.heartbeat,)
     ]
     table = fitted_table(
         out.console, _COLUMNS, rows, title=f"{len(found)} worker(s) in {', '.join(prefixes)}"

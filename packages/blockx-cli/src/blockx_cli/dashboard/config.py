@@ -12,7 +12,7 @@ from typing import Final
 import msgspec
 
 from blockx_client import EtcdAccess
-from blockx_client.cluster_tasks import DEFAULT_PREFIXES
+from blockx_core.registry import DEFAULT_REGISTRY_PREFIXES
 
 # Loopback unless configured: the dashboard shows task ids, failure messages and
 # addresses, and has no login of its own.
@@ -34,7 +34,7 @@ class DashboardConfig(msgspec.Struct, frozen=True, kw_only=True):
     answer a page waits for (etcd, each Worker, the Coordinator, the sink)."""
 
     etcd_endpoints: tuple[str, ...]
-    prefixes: tuple[str, ...] = DEFAULT_PREFIXES
+    prefixes: tuple[str, ...] = DEFAULT_REGISTRY_PREFIXES
     sink_db_url: str | None = None
     blockdb_url: str | None = None
     coordinator: str | None = None

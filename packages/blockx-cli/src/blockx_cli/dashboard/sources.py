@@ -34,20 +34,30 @@ from blockx_client import (
     Client,
     Cluster,
     ListedTask,
+    RegisteredWorker,
     Registry,
     TaskFilter,
     TaskResult,
     TaskState,
     UnreachableWorker,
     WorkerDescription,
-    WorkerInfo,
     list_workers,
 )
+from blockx_core.registry import InvalidRegistryPrefix, parse_registry_prefix
 
 # Tasks one listing takes from each Worker (ListTasks' own page bound).
 LIST_LIMIT_PER_WORKER: Final = 10_000
 _PREVIEW_BYTES: Final = 2_000
-_CLUSTERS: Final = {"/blockx/workers/": "block", "/blockx/bundle-workers/": "bundle"}
+
+
+def _cluster(prefix: str) -> str:
+    """The cluster a registry prefix belongs to ("block" or "bundle"), else the prefix."""
+    try:
+        return parse_registry_prefix(prefix).kind.value
+    except InvalidRegistryPrefix:
+        return prefix
+
+
 CODE_EPOCH_NOTE: Final = (
     "The heartbeat does not carry the code epoch: each Worker's page shows it (and its "
     "executors, running tasks and recent failures), from the Worker itself."
@@ -157,7 +167,7 @@ class ClusterSource:
             endpoints=config.etcd_endpoints, prefixes=config.prefixes, access=config.access
         )
 
-    async def _registered(self) -> list[WorkerInfo]:
+    async def _registered(self) -> list[RegisteredWorker]:
         """The registry's heartbeats (BlockxError when etcd cannot be read)."""
         return await list_workers(
             list(self.config.etcd_endpoints),
@@ -179,22 +189,23 @@ class ClusterSource:
             )
         rows = tuple(
             WorkerRow(
-                worker_addr=w.worker_addr,
-                cluster=_CLUSTERS.get(w.prefix, w.prefix),
+                worker_addr=hb.worker_addr,
+                cluster=_cluster(w.prefix),
                 registry_prefix=w.prefix,
-                task_slots=w.task_slots,
-                reserved_slots=w.reserved_slots,
-                running_tasks=w.running_tasks,
-                used_slots=w.used_slots,
-                cpu_fraction=w.cpu_percent,
-                memory_fraction=w.memory_percent,
-                error_rate=w.error_rate,
-                memory_total_bytes=w.memory_total_bytes,
-                memory_available_bytes=w.memory_available_bytes,
-                process_rss_bytes=w.process_rss_bytes,
-                heartbeat_age_ms=max(0, at - w.last_heartbeat_ms),
+                task_slots=hb.task_slots,
+                reserved_slots=hb.reserved_slots,
+                running_tasks=hb.running_tasks,
+                used_slots=hb.used_total,
+                cpu_fraction=hb.cpu_percent,
+                memory_fraction=hb.memory_percent,
+                error_rate=hb.error_rate,
+                memory_total_bytes=hb.memory_total_bytes,
+                memory_available_bytes=hb.memory_available_bytes,
+                process_rss_bytes=hb.process_rss_bytes,
+                heartbeat_age_ms=max(0, at - hb.last_heartbeat_ms),
             )
             for w in found
+            for hb in (w.heartbeat,)
         )
         return WorkersPage(now_ms=at, workers=rows, code_epoch_note=CODE_EPOCH_NOTE)
 
@@ -270,7 +281,7 @@ class ClusterSource:
             found = await self._registered()
         except BlockxError as exc:
             return WorkerPage(now_ms=now_ms(), worker_addr=addr, problems=(_problem("etcd", exc),))
-        registered = next((w for w in found if w.worker_addr == addr), None)
+        registered = next((w for w in found if w.heartbeat.worker_addr == addr), None)
         if registered is None:
             problem = Problem(
                 source=f"worker {addr}",
@@ -286,7 +297,7 @@ class ClusterSource:
         except (BlockxError, OSError, TimeoutError) as exc:
             problem = _problem(f"worker {addr}", exc)
             return WorkerPage(now_ms=now_ms(), worker_addr=addr, problems=(problem,))
-        cluster = _CLUSTERS.get(registered.prefix, registered.prefix)
+        cluster = _cluster(registered.prefix)
         return worker_page(described, cluster, now_ms())
 
     async def task(self, task_id: str) -> TaskPage:

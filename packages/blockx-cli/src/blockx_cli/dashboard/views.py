@@ -10,7 +10,7 @@ from __future__ import annotations
 import msgspec
 
 from blockx_client import (
-    CallFailureInfo,
+    CallFailureSummary,
     CallsWaiting,
     ExecutorState,
     LoadPoint,
@@ -131,7 +131,7 @@ class TaskDetail(msgspec.Struct, frozen=True, kw_only=True):
     original_task_id: str
     may_have_run: bool
     plugin_results: tuple[PluginRow, ...]
-    call_failures: tuple[CallFailureInfo, ...]
+    call_failures: tuple[CallFailureSummary, ...]
     call_failures_omitted: int
 
 

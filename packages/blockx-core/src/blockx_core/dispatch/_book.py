@@ -176,7 +176,7 @@ class CallBook:
         self._cancel_children(call, out, now_ms)
         policy = self._config.retry
         retry = retryable and kind in policy.retry_on and call.attempt < policy.max_attempts
-        call.task.record_failure(call, kind.value, message, retry)
+        call.task.record_failure(call, kind, message, retry)
         if retry:
             due = now_ms + policy.backoff_for(call.attempt)
             call.attempt += 1

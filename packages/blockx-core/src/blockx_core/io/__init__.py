@@ -5,7 +5,7 @@ windows, per-backend adaptive admission and the retry policy. The adapter
 from blockx_core.io._admission import AdmissionCommand, Admit, BackendAdmission, QueueTimedOut
 from blockx_core.io._cache import CacheKey, ReadCache, canonical_arguments
 from blockx_core.io._limits import AimdLimit, ConcurrencyLimit, FixedLimit
-from blockx_core.io._retry import GiveUp, RetryAfter, RetryDecision, RetryPolicy
+from blockx_core.io._retry import GiveUp, IoRetryPolicy, RetryAfter, RetryDecision
 from blockx_core.io._singleflight import Singleflight
 from blockx_core.io._window import IoWindow
 
@@ -18,12 +18,12 @@ __all__ = [
     "ConcurrencyLimit",
     "FixedLimit",
     "GiveUp",
+    "IoRetryPolicy",
     "IoWindow",
     "QueueTimedOut",
     "ReadCache",
     "RetryAfter",
     "RetryDecision",
-    "RetryPolicy",
     "Singleflight",
     "canonical_arguments",
 ]

@@ -1,14 +1,17 @@
-"""RetryPolicy: whether a Builder's read or a Writer's write is tried again, and when.
+"""IoRetryPolicy: whether a Builder's read or a Writer's write is tried again, and when.
 
 Only a retryable failure is retried, at most ``max_attempts`` attempts in all. The
-back-off doubles per attempt from ``backoff_ms`` up to ``backoff_max_ms``, with
-equal jitter: half of it fixed, half scaled by ``jitter`` (a number in [0, 1) the
-caller draws), so retries of many tasks spread out but never come back at once.
+wait is ``blockx_core.backoff.Backoff``'s: doubling per attempt from ``backoff_ms``
+up to ``backoff_max_ms``, with equal jitter: half of it fixed, half scaled by
+``jitter`` (a number in [0, 1) the caller draws), so retries of many tasks spread
+out but never come back at once.
 """
 
 from __future__ import annotations
 
 import msgspec
+
+from blockx_core.backoff import Backoff
 
 
 class RetryAfter(msgspec.Struct, frozen=True, kw_only=True, tag=True):
@@ -22,7 +25,7 @@ class GiveUp(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 RetryDecision = RetryAfter | GiveUp
 
 
-class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
+class IoRetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     max_attempts: int = 3
     backoff_ms: int = 50
     backoff_max_ms: int = 1000
@@ -35,6 +38,5 @@ class RetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
         """After ``attempts`` failed attempts (the last one ``retryable`` or not)."""
         if not retryable or attempts >= self.max_attempts:
             return GiveUp()
-        ceiling = min(self.backoff_max_ms, self.backoff_ms * 2 ** max(attempts - 1, 0))
-        jitter = min(max(jitter, 0.0), 1.0)
-        return RetryAfter(delay_ms=int(ceiling / 2 + ceiling / 2 * jitter))
+        backoff = Backoff(initial_s=self.backoff_ms, max_s=self.backoff_max_ms, multiplier=2.0)
+        return RetryAfter(delay_ms=int(backoff.delay(attempts, jitter)))

@@ -38,13 +38,19 @@ PROGRESS_INTERVAL_MS: Final = 200
 
 
 class CallProgress(msgspec.Struct, frozen=True, kw_only=True):
-    """Root calls done and known so far; ``total_known`` once the Builder has given
-    them all; ``calls_failed`` counts failed attempts (retried ones included)."""
+    """How far a task's Calls phase is: root calls done of the ``calls_total`` known
+    so far (all of them once ``total_known``; a streaming Builder's total grows while
+    it reads) and failed call attempts so far (retried ones included)."""
 
     calls_done: int = 0
     calls_total: int = 0
     total_known: bool = False
     calls_failed: int = 0
+
+    def shown(self) -> str:
+        """``40/100``, or ``40/60 so far`` while the total is not known yet."""
+        text = f"{self.calls_done}/{self.calls_total}"
+        return text if self.total_known else f"{text} so far"
 
 
 class _Published:

@@ -7,8 +7,6 @@ themselves.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
@@ -26,10 +24,8 @@ from blockx_core.coordinator import (
 from blockx_core.errors import Refusal
 from blockx_core.ids import TaskId
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, worker_v1
+from blockx_server.coordinator.placement import PlacementSnapshot, RecentRefusal
 from blockx_server.runtime.status import COORDINATOR_STATUS
-
-if TYPE_CHECKING:
-    from blockx_server.coordinator.reservation import PlacementSnapshot, RecentRefusal
 
 
 def request_task_slot_request(task_id: TaskId, ttl_ms: int) -> worker_v1.RequestTaskSlotRequest:

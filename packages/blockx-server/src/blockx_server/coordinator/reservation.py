@@ -13,7 +13,6 @@ needed around them.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import time
 from typing import Final, Protocol, assert_never
@@ -30,13 +29,11 @@ from blockx_core.coordinator import (
     ReserveOutcome,
     SlotAttemptResult,
     TrySlot,
-    WorkerReason,
-    WorkerView,
     classify_slot_answer,
     describe_slot_answer,
 )
-from blockx_core.errors import Refusal
 from blockx_core.ids import TaskId, WorkerAddr
+from blockx_server.coordinator.placement import RECENT_REFUSALS, PlacementSnapshot, RecentRefusal
 from blockx_server.coordinator.slot_reserver import SlotReserver
 from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.tracing import TRACER, incoming_context
@@ -47,31 +44,6 @@ log = logging.getLogger(__name__)
 class HandlerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # Same-worker retries after an uncertain outcome; 0 allowed.
     max_timeout_retries: int = 1
-
-
-# Refusals ExplainPlacement recalls, newest first; kept in memory only.
-RECENT_REFUSALS: Final = 20
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class RecentRefusal:
-    """A refused ReserveWorkerSlot past validation, with the explanation it carried."""
-
-    task_id: str
-    at_ms: int
-    refusal: ReserveFailure
-    explanation: PlacementExplanation | None
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class PlacementSnapshot:
-    """What ExplainPlacement answers: each reason with the view it was judged on,
-    and the most recent refusals (newest first)."""
-
-    now_ms: int
-    not_ready: Refusal | None
-    workers: list[tuple[WorkerReason, WorkerView]]
-    recent_refusals: tuple[RecentRefusal, ...] = ()
 
 
 class ReserveObserver(Protocol):

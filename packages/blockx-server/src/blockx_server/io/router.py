@@ -32,8 +32,8 @@ from blockx_core.io import (
     AimdLimit,
     CacheKey,
     ConcurrencyLimit,
+    IoRetryPolicy,
     ReadCache,
-    RetryPolicy,
     canonical_arguments,
 )
 from blockx_server.io.admission import BackendGate
@@ -117,7 +117,7 @@ class IoRouter:
         self.settings = settings or IoSettings()
         self.finality = finality
         self.cache = ReadCache(self.settings.cache_max_bytes)
-        self.retry_policy = RetryPolicy(max_attempts=self.settings.retry_max_attempts)
+        self.retry_policy = IoRetryPolicy(max_attempts=self.settings.retry_max_attempts)
         self.shared_total = 0
         self._limits = limits or self._adaptive_limit
         self._clock = clock

@@ -32,7 +32,7 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 from grpclib.metadata import encode_metadata
 from grpclib.server import Stream as CallerStream
 
-from blockx_core.addr import InvalidAddress
+from blockx_core.addr import WORKER_ADDR_HEADER, InvalidAddress
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
 from blockx_server.proxy.allowed import NOT_A_WORKER, AllowedWorkers
 from blockx_server.proxy.config import ProxyConfig, validate_upstream_addr
@@ -40,7 +40,6 @@ from blockx_server.proxy.pool import ChannelPool
 
 log = logging.getLogger(__name__)
 
-WORKER_ADDR_HEADER: Final = "x-blockx-worker-addr"
 MISSING_WORKER_ADDR: Final = (
     f"worker.v1 calls need the {WORKER_ADDR_HEADER} header naming the worker (host:port)"
 )

@@ -7,7 +7,7 @@ from typing import Final
 import msgspec
 
 from blockx_core.errors import ErrorCode, Refusal
-from blockx_core.task import PluginSpec, TaskInput, TaskResult, TaskState
+from blockx_core.task import PluginConfig, TaskInput, TaskResult, TaskState
 from blockx_core.worker import (
     CallProgress,
     CancelAnswer,
@@ -257,16 +257,16 @@ def task_from_pb(request: worker_v1.SubmitTaskRequest) -> TaskInput | Refusal:
     bad = _check_json(fcc.config, "task.function_call_config.config")
     if bad is not None:
         return bad
-    handler: PluginSpec | None = None
+    handler: PluginConfig | None = None
     if pb.result_handler is not None and pb.result_handler.type:
         bad = _check_json(pb.result_handler.config, "task.result_handler.config")
         if bad is not None:
             return bad
-        handler = PluginSpec(type=pb.result_handler.type, config=pb.result_handler.config or "{}")
+        handler = PluginConfig(type=pb.result_handler.type, config=pb.result_handler.config or "{}")
     function, chain = _function_of(fcc.config or "{}")
     return TaskInput(
         task_id=pb.task_id,
-        function_call_config=PluginSpec(type=fcc.type, config=fcc.config or "{}"),
+        function_call_config=PluginConfig(type=fcc.type, config=fcc.config or "{}"),
         result_handler=handler,
         task_timeout_ms=pb.task_timeout_ms,
         function=function,
