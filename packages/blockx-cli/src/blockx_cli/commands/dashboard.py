@@ -20,7 +20,7 @@ from blockx_cli.output import EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.settings import settings_of
 from blockx_client import BlockxError
 from blockx_client.cluster_tasks import DEFAULT_PREFIXES
-from blockx_client.submission import url_text
+from blockx_drive.submission import url_text
 
 app = typer.Typer()
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from blockx_client.job_progress import task_prefix
 from blockx_client.models import PluginConfig, Task
-from blockx_client.resubmit import OnFailure
+from blockx_drive.attempts import OnFailure
+from blockx_drive.job_progress import task_prefix
 
 
 class FollowSpec:
@@ -34,7 +34,7 @@ class FollowSpec:
         self.function = function
         self.source_table = source_table
         self.where = dict(where) if where else None
-        # The Builder config's unit keys (``blockx_client.call_unit.unit_config``).
+        # The Builder config's unit keys (``blockx_drive.call_unit.unit_config``).
         self.unit = dict(unit)
         self.sink_table = sink_table
         self.writer = writer
