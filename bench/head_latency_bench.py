@@ -78,15 +78,15 @@ from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.ingest.plan import DEFAULT_POLL_INTERVAL_S as INGEST_POLL_S
 from blockx_chain.rpc import JsonRpcClient, quantity
 from blockx_core.registry import RegistryKind
-from blockx_drive import JobSpec
-from blockx_drive.follow import (
-    DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
+from blockx_drive import DEFAULT_POLL_INTERVAL_S as FOLLOW_POLL_S
+from blockx_drive import (
+    DEFAULT_TASKS_IN_FLIGHT,
     BlockFailed,
     BlockRetrying,
     BlockWritten,
+    JobSpec,
     follow,
 )
-from blockx_drive.follow import DEFAULT_POLL_INTERVAL_S as FOLLOW_POLL_S
 from blockx_server.etcd.local import EtcdServer
 
 SINK_TABLE = "token_volume"
@@ -436,7 +436,7 @@ def main() -> None:
         "transfers_per_block": args.transfers,
         "ingest_poll_ms": args.ingest_poll_ms,
         "follow_poll_ms": args.follow_poll_ms,
-        "follow_tasks_in_flight": DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
+        "follow_tasks_in_flight": DEFAULT_TASKS_IN_FLIGHT,
         "executors": 2,
         "probe_ms": args.probe_ms,
         "warm_up": args.warm_up,

@@ -14,8 +14,7 @@ import pytest
 from blockx_client import TaskResult, TaskState
 from blockx_client.attempts import RETRY_BACKOFF, Attempt, AttemptBook, Retrying, Verdict, verdict
 from blockx_client.models import PluginConfig, Task
-from blockx_drive.attempts import MAX_ATTEMPTS_LIMIT, OnFailure, check_attempts
-from blockx_drive.backfill import (
+from blockx_drive._backfill import (
     BackfillDone,
     BackfillPlanned,
     TaskFinished,
@@ -24,15 +23,17 @@ from blockx_drive.backfill import (
     plan,
     split,
 )
-from blockx_drive.backfill.plan import bundle_task, missing_block
-from blockx_drive.backfill.progress import Tally
+from blockx_drive._backfill.plan import bundle_task, missing_block
+from blockx_drive._backfill.progress import Tally
+from blockx_drive._follow import BlockWritten, GapReason, LedgerReconciled, ReorgReconciled
+from blockx_drive._follow.follower import Follower
+from blockx_drive._follow.spec import FollowSpec
+from blockx_drive._follow.watch import PAUSE_MS, Watch
+from blockx_drive.attempts import MAX_ATTEMPTS_LIMIT, OnFailure, check_attempts
 from blockx_drive.call_unit import unit_config
-from blockx_drive.follow import BlockWritten, GapReason, LedgerReconciled, ReorgReconciled
-from blockx_drive.follow.follower import Follower
-from blockx_drive.follow.spec import FollowSpec
-from blockx_drive.follow.watch import PAUSE_MS, Watch
 from blockx_drive.jobs import LagFrom
 from blockx_drive.ledger import Reconciliation, reach, reconcile
+from blockx_drive.spec import JobSpec, check
 from blockx_drive.submission import writer_config_for
 
 CANONICAL = {n: f"0x{n:02x}" for n in range(10)}
@@ -113,21 +114,26 @@ def test_the_event_unit_names_its_abi_and_event_in_both_drivers_tasks() -> None:
         writer="BlockBundleWriteResultHandler",
         writer_config={"table": "swaps"},
     ).function_call_config.config
+    job = JobSpec(
+        function="swap",
+        source_table="logs",
+        unit="event",
+        abi="pair",
+        event="Swap",
+        sink_table="swaps",
+        db_url="sqlite:///blocks.db",
+        sink_db_url="sqlite:///sink.db",
+        tasks_in_flight=1,
+        max_attempts=1,
+        on_failure=OnFailure.CONTINUE,
+    )
     follow_config = (
         FollowSpec(
-            function="swap",
-            source_table="logs",
-            where=None,
-            unit=unit,
-            sink_table="swaps",
-            writer="BlockWriteResultHandler",
-            writer_config={"table": "swaps"},
-            tasks_in_flight=1,
-            max_attempts=1,
-            on_failure=OnFailure.CONTINUE,
+            job,
+            check(job, writer="BlockWriteResultHandler"),
+            job_id="follow-x",
             reorg_window=8,
             poll_interval_s=1.0,
-            job_id="follow-x",
         )
         .task(7, "0x" + "07" * 32)
         .function_call_config.config

@@ -16,15 +16,15 @@ from support import wait_until
 
 from blockx_chain.sink import JobEntry, SinkStore, open_sink
 from blockx_chain.url import parse_blockdb_url
-from blockx_drive.backfill.progress import (
+from blockx_drive._backfill.progress import (
     BackfillDone,
     BackfillPlanned,
     TaskFinished,
     TaskOutcome,
 )
-from blockx_drive.backfill.record import backfill_progress
-from blockx_drive.follow.events import BlockFailed, BlockWritten, FollowEvent, FollowStarted
-from blockx_drive.follow.record import FollowProgress
+from blockx_drive._backfill.record import backfill_progress
+from blockx_drive._follow.events import BlockFailed, BlockWritten, FollowEvent, FollowStarted
+from blockx_drive._follow.record import FollowProgress
 from blockx_drive.job_progress import new_record
 from blockx_drive.jobs import (
     MAX_FAILURES,

@@ -30,9 +30,8 @@ from blockx_cli.app import app
 from blockx_client import Client, RetryPolicy, TaskFilter, TaskState
 from blockx_core.chains import DEFAULT_CHAIN
 from blockx_core.registry import RegistryKind
-from blockx_drive import JobSpec, backfill
+from blockx_drive import BackfillDone, BackfillPlanned, JobSpec, TaskFinished, TaskOutcome, backfill
 from blockx_drive.attempts import ClusterUnreachable
-from blockx_drive.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
 from blockx_drive.jobs import JobKind, JobProgress, JobState, list_jobs
 from blockx_server.etcd.local import EtcdServer
 

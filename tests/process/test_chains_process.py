@@ -48,9 +48,15 @@ from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
 from blockx_client import ChainNotServedError, Client
 from blockx_core.registry import RegistryKind, v2_registry_prefix
-from blockx_drive import JobSpec, backfill
-from blockx_drive.backfill import BackfillDone, TaskFinished, TaskOutcome
-from blockx_drive.follow import BlockWritten, follow
+from blockx_drive import (
+    BackfillDone,
+    BlockWritten,
+    JobSpec,
+    TaskFinished,
+    TaskOutcome,
+    backfill,
+    follow,
+)
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
 

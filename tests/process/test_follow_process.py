@@ -34,20 +34,20 @@ from blockx_chain.url import parse_blockdb_url
 from blockx_client import Client, RetryPolicy, TaskFilter, TaskState
 from blockx_core.chains import DEFAULT_CHAIN
 from blockx_core.registry import RegistryKind
-from blockx_drive import JobSpec
-from blockx_drive.attempts import ClusterUnreachable
-from blockx_drive.follow import (
+from blockx_drive import (
     BlockFailed,
     BlockRetrying,
     BlockWritten,
     FollowEvent,
     FollowStarted,
     GapReason,
+    JobSpec,
     LedgerReconciled,
     ReorgReconciled,
     WatchInterrupted,
     follow,
 )
+from blockx_drive.attempts import ClusterUnreachable
 from blockx_drive.jobs import STALE_AFTER_MS, JobKind, JobState, LagFrom, list_jobs
 from blockx_server.etcd.local import EtcdServer
 

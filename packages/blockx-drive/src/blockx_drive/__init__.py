@@ -11,9 +11,9 @@
         async for event in follow(client, job, stop=stop):
             print(event)
 
-``backfill`` (``blockx_drive.backfill``) runs a block range, resumable: the sink's
+``backfill`` (``blockx_drive._backfill``) runs a block range, resumable: the sink's
 ledger (``ledger``) says what is written already. ``follow``
-(``blockx_drive.follow``) keeps the table computed for every new block, reorgs
+(``blockx_drive._follow``) keeps the table computed for every new block, reorgs
 reconciled. Both run their tasks' attempts on the client's attempt book and pump
 (``blockx_client.attempts``), check what they can before any task goes out
 (``submission``) and keep a job record in the sink (``jobs``: ``list_jobs``
@@ -26,13 +26,9 @@ clusters.
 
 from importlib.metadata import version
 
-from blockx_drive.attempts import (
-    DEFAULT_MAX_ATTEMPTS,
-    MAX_ATTEMPTS_LIMIT,
-    ClusterUnreachable,
-    OnFailure,
-)
-from blockx_drive.backfill import (
+from blockx_drive._backfill import (
+    DEFAULT_BACKFILL_WRITER,
+    DEFAULT_BLOCKS_PER_TASK,
     BackfillDone,
     BackfillError,
     BackfillEvent,
@@ -41,7 +37,12 @@ from blockx_drive.backfill import (
     TaskOutcome,
     backfill,
 )
-from blockx_drive.follow import (
+from blockx_drive._follow import (
+    DEFAULT_FOLLOW_WRITER,
+    DEFAULT_POLL_INTERVAL_S,
+    DEFAULT_REORG_WINDOW,
+    REORG_WINDOW_LIMIT,
+    RESUME_WINDOW,
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
@@ -54,6 +55,12 @@ from blockx_drive.follow import (
     WatchInterrupted,
     follow,
 )
+from blockx_drive.attempts import (
+    DEFAULT_MAX_ATTEMPTS,
+    MAX_ATTEMPTS_LIMIT,
+    ClusterUnreachable,
+    OnFailure,
+)
 from blockx_drive.jobs import JobKind, JobProgress, JobState, LagFrom, list_jobs
 from blockx_drive.spec import DEFAULT_TASKS_IN_FLIGHT, JobSpec
 from blockx_drive.submission import SubmissionRefused
@@ -61,9 +68,16 @@ from blockx_drive.submission import SubmissionRefused
 __version__ = version("blockx-drive")
 
 __all__ = [
+    "DEFAULT_BACKFILL_WRITER",
+    "DEFAULT_BLOCKS_PER_TASK",
+    "DEFAULT_FOLLOW_WRITER",
     "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_POLL_INTERVAL_S",
+    "DEFAULT_REORG_WINDOW",
     "DEFAULT_TASKS_IN_FLIGHT",
     "MAX_ATTEMPTS_LIMIT",
+    "REORG_WINDOW_LIMIT",
+    "RESUME_WINDOW",
     "BackfillDone",
     "BackfillError",
     "BackfillEvent",

@@ -1,6 +1,6 @@
 """What a backfill's and a follow's job records share: a run's first record, the
-bounded list of its failures. ``blockx_drive.backfill.record`` and
-``blockx_drive.follow.record`` fold each driver's events into its record; the
+bounded list of its failures. ``blockx_drive._backfill.record`` and
+``blockx_drive._follow.record`` fold each driver's events into its record; the
 drivers hand it to their ``JobRecorder`` (``blockx_drive.jobs``).
 """
 

@@ -56,9 +56,15 @@ from blockx_cli.settings import Settings, settings_of
 from blockx_client import BlockxError, Client, InvalidRequestError
 from blockx_client.dev_config import dev_config_path
 from blockx_drive import (
+    DEFAULT_BACKFILL_WRITER,
+    DEFAULT_BLOCKS_PER_TASK,
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_POLL_INTERVAL_S,
+    DEFAULT_REORG_WINDOW,
     DEFAULT_TASKS_IN_FLIGHT,
     MAX_ATTEMPTS_LIMIT,
+    REORG_WINDOW_LIMIT,
+    RESUME_WINDOW,
     BackfillDone,
     BackfillError,
     BackfillEvent,
@@ -80,14 +86,7 @@ from blockx_drive import (
     backfill,
     follow,
 )
-from blockx_drive.backfill import DEFAULT_BACKFILL_WRITER, DEFAULT_BLOCKS_PER_TASK
 from blockx_drive.call_unit import unit_config
-from blockx_drive.follow import (
-    DEFAULT_POLL_INTERVAL_S,
-    DEFAULT_REORG_WINDOW,
-    REORG_WINDOW_LIMIT,
-    RESUME_WINDOW,
-)
 
 app = typer.Typer()
 T = TypeVar("T")

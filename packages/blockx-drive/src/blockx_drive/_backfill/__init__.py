@@ -10,9 +10,8 @@ current block hashes; ``driver`` runs the tasks with bounded concurrency and
 resubmits with lineage; ``progress`` holds the events.
 """
 
-from blockx_drive.attempts import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
-from blockx_drive.backfill.driver import DEFAULT_BACKFILL_WRITER, backfill
-from blockx_drive.backfill.plan import (
+from blockx_drive._backfill.driver import DEFAULT_BACKFILL_WRITER, backfill
+from blockx_drive._backfill.plan import (
     DEFAULT_BLOCKS_PER_TASK,
     BackfillError,
     BackfillPlan,
@@ -20,13 +19,14 @@ from blockx_drive.backfill.plan import (
     plan,
     split,
 )
-from blockx_drive.backfill.progress import (
+from blockx_drive._backfill.progress import (
     BackfillDone,
     BackfillEvent,
     BackfillPlanned,
     TaskFinished,
     TaskOutcome,
 )
+from blockx_drive.attempts import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
 from blockx_drive.spec import DEFAULT_TASKS_IN_FLIGHT, JobSpec
 
 __all__ = [

@@ -9,7 +9,7 @@ Follow polls the block database (kept fresh by ``blockx chain ingest --follow``)
   attempts; a block that failed for good is reported, and follow goes on or
   stops as ``on_failure`` says;
 * on every start, and after every gap in its watching (a database it could not
-  read for a while, a pause: ``blockx_drive.follow.watch``), the ledger is
+  read for a while, a pause: ``blockx_drive._follow.watch``), the ledger is
   compared with the canonical chain over the window a reorg can reach
   (``blockx_drive.ledger.reach``: every ledger block above the finalized height,
   and at least ``reorg_window`` blocks below the head): blocks written under
@@ -61,16 +61,7 @@ from blockx_client.attempts import (
     verdict,
 )
 from blockx_client.models import TaskResult
-from blockx_drive.attempts import (
-    ClusterUnreachable,
-    OnFailure,
-    cancelled_by_client,
-    check_bounded,
-    out_of_reach,
-    run_attempt,
-    unanswered,
-)
-from blockx_drive.follow.events import (
+from blockx_drive._follow.events import (
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
@@ -81,9 +72,18 @@ from blockx_drive.follow.events import (
     ReorgReconciled,
     WatchInterrupted,
 )
-from blockx_drive.follow.record import FollowProgress
-from blockx_drive.follow.spec import FollowSpec
-from blockx_drive.follow.watch import GapReason, Watch
+from blockx_drive._follow.record import FollowProgress
+from blockx_drive._follow.spec import FollowSpec
+from blockx_drive._follow.watch import GapReason, Watch
+from blockx_drive.attempts import (
+    ClusterUnreachable,
+    OnFailure,
+    cancelled_by_client,
+    check_bounded,
+    out_of_reach,
+    run_attempt,
+    unanswered,
+)
 from blockx_drive.job_progress import new_record
 from blockx_drive.jobs import JobKind, JobRecorder, LagFrom, new_job_id, now_ms
 from blockx_drive.ledger import (
@@ -468,7 +468,6 @@ def _rows_of(result: TaskResult) -> int:
 
 # A head query costs well under a millisecond; this wait is most of a block's lag.
 DEFAULT_POLL_INTERVAL_S: Final = 0.1
-DEFAULT_FOLLOW_TASKS_IN_FLIGHT: Final = 4
 DEFAULT_FOLLOW_WRITER: Final = "BlockWriteResultHandler"
 
 
@@ -513,20 +512,7 @@ async def follow(
     function, source_table, sink_table = job.function, job.source_table, job.sink_table
     job_id = new_job_id(JobKind.FOLLOW)
     spec = FollowSpec(
-        function=function,
-        source_table=source_table,
-        where=job.where,
-        unit=checked.unit,
-        sink_table=sink_table,
-        writer=checked.writer,
-        writer_config=checked.writer_config,
-        tasks_in_flight=job.tasks_in_flight,
-        max_attempts=job.max_attempts,
-        on_failure=checked.on_failure,
-        reorg_window=reorg_window,
-        poll_interval_s=poll_interval_s,
-        job_id=job_id,
-        chain=job.chain,
+        job, checked, job_id=job_id, reorg_window=reorg_window, poll_interval_s=poll_interval_s
     )
     command = command_of(
         job,

@@ -6,7 +6,7 @@ from typing import assert_never
 
 import msgspec
 
-from blockx_drive.backfill.progress import (
+from blockx_drive._backfill.progress import (
     BackfillDone,
     BackfillEvent,
     BackfillPlanned,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
-from blockx_drive.follow.watch import GapReason
+from blockx_drive._follow.watch import GapReason
 from blockx_drive.jobs import LagFrom
 
 

@@ -45,8 +45,7 @@ from blockx_client.attempts import (
     Succeeded,
 )
 from blockx_client.models import TaskResult
-from blockx_drive.attempts import OnFailure, out_of_reach, run_attempt, unanswered
-from blockx_drive.backfill.plan import (
+from blockx_drive._backfill.plan import (
     DEFAULT_BLOCKS_PER_TASK,
     BackfillError,
     BackfillPlan,
@@ -56,14 +55,15 @@ from blockx_drive.backfill.plan import (
     plan,
     split,
 )
-from blockx_drive.backfill.progress import (
+from blockx_drive._backfill.progress import (
     BackfillEvent,
     BackfillPlanned,
     Tally,
     TaskFinished,
     TaskOutcome,
 )
-from blockx_drive.backfill.record import backfill_progress
+from blockx_drive._backfill.record import backfill_progress
+from blockx_drive.attempts import OnFailure, out_of_reach, run_attempt, unanswered
 from blockx_drive.job_progress import new_record, task_prefix
 from blockx_drive.jobs import JobKind, JobRecorder, new_job_id, now_ms
 from blockx_drive.ledger import canonical_hashes, planning_chain, written_hashes

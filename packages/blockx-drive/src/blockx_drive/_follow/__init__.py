@@ -1,6 +1,6 @@
 """Follow: keep a sink table computed for every new block of the block database,
 with reorgs reconciled, and the ledger compared with the chain on every start
-and after every gap in its watching (see ``blockx_drive.follow.follower``).
+and after every gap in its watching (see ``blockx_drive._follow.follower``).
 
     stop = asyncio.Event()
     job = JobSpec(function="volume", source_table="erc20_transfers", sink_table="volume",
@@ -9,8 +9,7 @@ and after every gap in its watching (see ``blockx_drive.follow.follower``).
         print(event)
 """
 
-from blockx_drive.attempts import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
-from blockx_drive.follow.events import (
+from blockx_drive._follow.events import (
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
@@ -21,8 +20,7 @@ from blockx_drive.follow.events import (
     ReorgReconciled,
     WatchInterrupted,
 )
-from blockx_drive.follow.follower import (
-    DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
+from blockx_drive._follow.follower import (
     DEFAULT_FOLLOW_WRITER,
     DEFAULT_POLL_INTERVAL_S,
     DEFAULT_REORG_WINDOW,
@@ -30,11 +28,11 @@ from blockx_drive.follow.follower import (
     RESUME_WINDOW,
     follow,
 )
-from blockx_drive.follow.watch import GapReason
+from blockx_drive._follow.watch import GapReason
+from blockx_drive.attempts import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
 from blockx_drive.spec import JobSpec
 
 __all__ = [
-    "DEFAULT_FOLLOW_TASKS_IN_FLIGHT",
     "DEFAULT_FOLLOW_WRITER",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_POLL_INTERVAL_S",

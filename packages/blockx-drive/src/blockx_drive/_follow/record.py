@@ -7,7 +7,7 @@ from typing import Final, assert_never
 
 import msgspec
 
-from blockx_drive.follow.events import (
+from blockx_drive._follow.events import (
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
