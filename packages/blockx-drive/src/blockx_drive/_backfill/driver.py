@@ -4,8 +4,10 @@ The range is cut into BlockBundleCallConfig tasks of ``blocks_per_task`` blocks
 (``plan``), of which at most ``tasks_in_flight`` run at a time. A task whose
 attempt fails retryably (or whose fate the client could not learn: a Worker
 killed, a connection cut) runs again under a new task_id of its lineage, after a
-back-off (``blockx_drive.attempts``), up to ``max_attempts`` attempts. Every
-finished attempt is reported as it ends; the iteration ends with the summary. A
+back-off, up to ``max_attempts`` attempts: the attempt book and pump of
+``blockx_client.attempts`` decide and run them, ``blockx_drive.attempts`` says
+what a driver does after a failure. Every finished attempt is reported as it
+ends; the iteration ends with the summary. A
 task that failed for good is reported, and the backfill goes on with the other
 tasks or (``on_failure="stop"``) ends there, the waits of the attempts under way
 cancelled. A task whose attempts all went without an answer from the cluster
