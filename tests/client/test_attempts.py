@@ -228,3 +228,13 @@ async def test_the_pump_waits_for_another_future_or_a_timeout() -> None:
         assert await pump.wait(also={stop}) == []
         assert await pump.wait(timeout_s=0) == []
     assert script.cancelled == [["t"]]
+
+
+async def test_without_cancel_closing_only_drops_the_waits() -> None:
+    script = Script()
+    pump = AttemptPump[None](AttemptBook(max_attempts=1), run=script.run)
+    pump.start(None, pump.open(0, TASK, "t"))
+    await script.wait_started(1)
+    await pump.aclose()
+    assert (len(pump), script.cancelled) == (0, [])
+    assert script.ends["t"].cancelled()

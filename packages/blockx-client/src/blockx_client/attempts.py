@@ -202,14 +202,15 @@ class AttemptPump(Generic[T]):
 
     ``run`` runs one task (its client errors already turned into results or raised,
     as the caller decides); ``cancel`` stops task_ids on their Workers, best effort
-    (``Client.cancel_in_flight``). ``item`` travels with an attempt, for the caller."""
+    (``Client.cancel_in_flight``; None: closing only drops the waits, as cancelling
+    ``Client.run`` does). ``item`` travels with an attempt, for the caller."""
 
     def __init__(
         self,
         book: AttemptBook,
         *,
         run: RunAttempt,
-        cancel: CancelAttempts,
+        cancel: CancelAttempts | None = None,
         in_flight: int = 1,
         rng: random.Random | None = None,
     ) -> None:
@@ -286,11 +287,13 @@ class AttemptPump(Generic[T]):
         return out
 
     async def aclose(self) -> None:
-        """Cancel the attempts under way on their Workers, then their waits."""
+        """Cancel the attempts under way on their Workers (with ``cancel``), then
+        their waits."""
         if not self._running:
             return
-        # Nobody will wait for these: stop them on their Workers first.
-        await self._cancel(attempt.task_id for _, attempt in self._running.values())
+        if self._cancel is not None:
+            # Nobody will wait for these: stop them on their Workers first.
+            await self._cancel(attempt.task_id for _, attempt in self._running.values())
         for task in self._running:
             task.cancel()
         await asyncio.gather(*self._running, return_exceptions=True)

@@ -560,7 +560,7 @@ class Client:
 
         book = AttemptBook(max_attempts=max_attempts)
         attempts: list[TaskResult] = []
-        async with AttemptPump[None](book, run=run, cancel=self.cancel_in_flight) as pump:
+        async with AttemptPump[None](book, run=run) as pump:
             attempt: Attempt | None = pump.open(0, task, task.task_id)
             while attempt is not None:
                 pump.start(None, attempt)
