@@ -12,7 +12,7 @@ keyword argument of that driver.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import msgspec
@@ -94,10 +94,15 @@ def check(job: JobSpec, *, writer: str) -> Checked:
     )
 
 
-def command_of(job: JobSpec, checked: Checked, driver: str, arguments: Mapping[str, Any]) -> str:
+def command_of(
+    job: JobSpec,
+    checked: Checked,
+    driver: str,
+    names: Iterable[str],
+    own: Mapping[str, Any],
+) -> str:
     """What started the run: ``job.command``, or the driver's Python call with the
-    job's arguments and the driver's own (``arguments``: name → value, in order; a
-    name the job has takes the job's value)."""
+    arguments ``names`` in that order, a driver's ``own`` value or else the job's."""
     if job.command is not None:
         return job.command
     values: dict[str, Any] = {
@@ -112,7 +117,6 @@ def command_of(job: JobSpec, checked: Checked, driver: str, arguments: Mapping[s
         "chain": job.chain,
         "abi": job.abi,
         "event": job.event,
+        **own,
     }
-    return call_command(
-        driver, {name: values.get(name, value) for name, value in arguments.items()}
-    )
+    return call_command(driver, {name: values[name] for name in names})

@@ -206,22 +206,12 @@ async def backfill(
             job,
             checked,
             "backfill",
-            {
-                "function": None,
-                "source_table": None,
-                "where": None,
-                "unit": None,
-                "from_block": from_block,
-                "to_block": to_block,
-                "sink_table": None,
-                "db_url": None,
-                "sink_db_url": None,
-                "writer_config": None,
-                "force": force or None,
-                "chain": None,
-                "abi": None,
-                "event": None,
-            },
+            (
+                *("function", "source_table", "where", "unit", "from_block", "to_block"),
+                *("sink_table", "db_url", "sink_db_url", "writer_config", "force"),
+                *("chain", "abi", "event"),
+            ),
+            {"from_block": from_block, "to_block": to_block, "force": force or None},
         )
         job_id = new_job_id(JobKind.BACKFILL)
         first = new_record(

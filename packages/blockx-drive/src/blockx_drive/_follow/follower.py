@@ -518,20 +518,11 @@ async def follow(
         job,
         checked,
         "follow",
-        {
-            "function": None,
-            "source_table": None,
-            "where": None,
-            "unit": None,
-            "sink_table": None,
-            "from_block": from_block,
-            "db_url": None,
-            "sink_db_url": None,
-            "writer_config": None,
-            "chain": None,
-            "abi": None,
-            "event": None,
-        },
+        (
+            *("function", "source_table", "where", "unit", "sink_table", "from_block"),
+            *("db_url", "sink_db_url", "writer_config", "chain", "abi", "event"),
+        ),
+        {"from_block": from_block},
     )
     store = await open_store(block_db, read_only=True)
     try:
