@@ -246,6 +246,37 @@ def _unit(unit: Unit, source_table: str, abi: str | None, event: str | None) -> 
     return {"unit": unit.value, "abi": abi, "event": event}
 
 
+class _Flags(msgspec.Struct, frozen=True, kw_only=True):
+    """The flags both drivers take that become JobSpec fields once read."""
+
+    where: str | None
+    unit: Unit
+    abi: str | None
+    event: str | None
+    db: str | None
+    sink_db: str | None
+    column: list[str] | None
+
+
+def _job(json_mode: bool, flags: _Flags, **fields: Any) -> JobSpec:
+    """The drivers' JobSpec: ``fields`` as given, and ``flags`` read and checked (a
+    usage error exits 2 before any database is named)."""
+    where, units = (
+        _where(flags.where),
+        _unit(flags.unit, fields["source_table"], flags.abi, flags.event),
+    )
+    db_url, sink_db_url = _databases(flags.db, flags.sink_db, json_mode)
+    return JobSpec(
+        **fields,
+        where=where,
+        **units,
+        db_url=db_url,
+        sink_db_url=sink_db_url,
+        writer_config=_columns(flags.column),
+        command=_command_line(),
+    )
+
+
 def _where(raw: str | None) -> dict[str, Any] | None:
     if raw is None:
         return None
@@ -465,23 +496,17 @@ def backfill_command(
     """Run a block range through the bundle cluster into a sink table, resumably."""
     if to_block < from_block:
         fail(f"--to ({to_block}) is below --from ({from_block})", EXIT_USAGE)
-    where_value, units = _where(where), _unit(unit, source_table, abi, event)
-    db_url, sink_db_url = _databases(db, sink_db, json_output)
-    job = JobSpec(
+    job = _job(
+        json_output,
+        _Flags(where=where, unit=unit, abi=abi, event=event, db=db, sink_db=sink_db, column=column),
         function=function,
         source_table=source_table,
-        where=where_value,
-        **units,
         tasks_in_flight=tasks_in_flight,
         sink_table=sink_table,
         writer=writer,
-        db_url=db_url,
-        sink_db_url=sink_db_url,
         chain=chain,
         max_attempts=max_attempts,
         on_failure=on_failure,
-        writer_config=_columns(column),
-        command=_command_line(),
     )
     options: dict[str, Any] = {
         "from_block": from_block,
@@ -661,21 +686,15 @@ def follow_command(
 ) -> None:
     """Compute every new block on the block cluster into a sink table, reorgs included,
     until SIGINT/SIGTERM."""
-    where_value, units = _where(where), _unit(unit, source_table, abi, event)
-    db_url, sink_db_url = _databases(db, sink_db, json_output)
-    job = JobSpec(
+    job = _job(
+        json_output,
+        _Flags(where=where, unit=unit, abi=abi, event=event, db=db, sink_db=sink_db, column=column),
         function=function,
         source_table=source_table,
-        where=where_value,
-        **units,
         sink_table=sink_table,
-        db_url=db_url,
-        sink_db_url=sink_db_url,
         chain=chain,
         max_attempts=max_attempts,
         on_failure=on_failure,
-        writer_config=_columns(column),
-        command=_command_line(),
     )
     options: dict[str, Any] = {
         "from_block": from_block,
