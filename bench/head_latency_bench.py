@@ -14,7 +14,7 @@ The stack, all on this host:
 * the ingest follower, a process of its own, as a user runs it: ``blockx chain
   ingest --follow --poll-interval`` (``--ingest-poll-ms``; by default the CLI's
   default);
-* ``blockx_client.follow`` in this process (``poll_interval_s`` =
+* ``blockx_drive.follow`` in this process (``poll_interval_s`` =
   ``--follow-poll-ms``, by default ``blockx follow``'s default), running the
   example ``token_volume`` (``examples/functions``) over ``erc20_transfers`` with
   ``unit="block"`` (one sink row per token per block) into a sink table through
@@ -77,15 +77,16 @@ from blockx_chain.contracts import transfer_data
 from blockx_chain.devnet import Anvil, Devnet
 from blockx_chain.ingest.plan import DEFAULT_POLL_INTERVAL_S as INGEST_POLL_S
 from blockx_chain.rpc import JsonRpcClient, quantity
-from blockx_client.follow import (
-    DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
+from blockx_core.registry import RegistryKind
+from blockx_drive import DEFAULT_POLL_INTERVAL_S as FOLLOW_POLL_S
+from blockx_drive import (
+    DEFAULT_TASKS_IN_FLIGHT,
     BlockFailed,
     BlockRetrying,
     BlockWritten,
+    JobSpec,
     follow,
 )
-from blockx_client.follow import DEFAULT_POLL_INTERVAL_S as FOLLOW_POLL_S
-from blockx_core.registry import RegistryKind
 from blockx_server.etcd.local import EtcdServer
 
 SINK_TABLE = "token_volume"
@@ -314,15 +315,17 @@ async def run(args: argparse.Namespace, anvil: Anvil, root: Path) -> dict[str, A
                 async def collect() -> None:
                     async for event in follow(
                         client,
-                        function="token_volume",
-                        source_table="erc20_transfers",
-                        unit="block",
-                        sink_table=SINK_TABLE,
-                        db_url=chain_url,
-                        sink_db_url=sink_url,
+                        JobSpec(
+                            function="token_volume",
+                            source_table="erc20_transfers",
+                            unit="block",
+                            sink_table=SINK_TABLE,
+                            db_url=chain_url,
+                            sink_db_url=sink_url,
+                            writer_config={"columns": COLUMNS},
+                        ),
                         from_block=head + 1,
                         poll_interval_s=args.follow_poll_ms / 1000,
-                        writer_config={"columns": COLUMNS},
                         stop=stop,
                     ):
                         at = now_ms()
@@ -433,7 +436,7 @@ def main() -> None:
         "transfers_per_block": args.transfers,
         "ingest_poll_ms": args.ingest_poll_ms,
         "follow_poll_ms": args.follow_poll_ms,
-        "follow_tasks_in_flight": DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
+        "follow_tasks_in_flight": DEFAULT_TASKS_IN_FLIGHT,
         "executors": 2,
         "probe_ms": args.probe_ms,
         "warm_up": args.warm_up,

@@ -32,8 +32,8 @@ def blockx_binary() -> str:
 
 def test_demo_end_to_end() -> None:
     """`blockx demo`, the README's main command, as a newcomer runs it: every stage
-    timed, backfill and live through client.backfill and client.follow, the token
-    table read back from the sink, and the checks against the chain (coverage,
+    timed, backfill and live through blockx_drive.backfill and blockx_drive.follow, the
+    token table read back from the sink, and the checks against the chain (coverage,
     totals, the reorg) passed."""
     started = time.monotonic()
     result = subprocess.run(
@@ -86,9 +86,9 @@ def test_demo_end_to_end() -> None:
     assert "✓ reorg corrected: 3 blocks rewritten, sink matches chain" in out
     # The pair's Swaps, decoded by the Worker (unit: event), match their logs.
     assert re.search(r"✓ swap volume of each of [\d,]+ blocks equals the pair's [\d,]+ Swap", out)
-    # The stages run the SDK's drivers, and follow reported the reorg it reconciled.
-    assert "backfill — client.backfill:" in out
-    assert re.search(r"client\.follow writing each block", out)
+    # The stages run the drivers of blockx_drive, and follow reported the reorg it reconciled.
+    assert "backfill — blockx_drive.backfill:" in out
+    assert re.search(r"blockx_drive\.follow writing each block", out)
     assert re.search(r"reorg of depth 3 above block \d+: follow rewrites \d+ blocks", out), out
     assert re.search(r"head lag \(mined → rows committed\) +│ +p50 \d+ ms", out)
     assert "done in" in out

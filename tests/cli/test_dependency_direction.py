@@ -1,8 +1,8 @@
-"""Dependencies point one way: cli → client + server + chain, client → core + proto + chain
-(backfill and follow read the block database and the sink ledger) + executor (a
-function handle makes sub-calls inside a BlockX function),
-server → core + proto + executor + chain, chain → core; core and executor depend
-on nothing here."""
+"""Dependencies point one way: cli → client + drive + server + chain, client → core +
+proto + executor (a function handle makes sub-calls inside a BlockX function;
+the executor depends on nothing), drive → client + core + proto + chain (backfill
+and follow read the block database and the sink ledger), server → core + proto +
+executor + chain, chain → core; core and executor depend on nothing here."""
 
 from __future__ import annotations
 
@@ -17,13 +17,15 @@ OURS = {
     "blockx_cli",
     "blockx_client",
     "blockx_core",
+    "blockx_drive",
     "blockx_executor",
     "blockx_proto",
     "blockx_server",
 }
 ALLOWED = {
-    "blockx_cli": {"blockx_client", "blockx_server", "blockx_core", "blockx_chain"},
-    "blockx_client": {"blockx_core", "blockx_proto", "blockx_chain", "blockx_executor"},
+    "blockx_cli": {"blockx_client", "blockx_drive", "blockx_server", "blockx_core", "blockx_chain"},
+    "blockx_client": {"blockx_core", "blockx_proto", "blockx_executor"},
+    "blockx_drive": {"blockx_client", "blockx_core", "blockx_proto", "blockx_chain"},
     "blockx_server": {"blockx_core", "blockx_proto", "blockx_executor", "blockx_chain"},
     "blockx_chain": {"blockx_core"},
     "blockx_core": set(),

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from blockx_chain.sink import open_sink
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
-from blockx_client.jobs import (
+from blockx_drive.jobs import (
     STALE_AFTER_MS,
     JobFailure,
     JobKind,

@@ -40,8 +40,8 @@ from support import free_port, heartbeat, wait_until
 from blockx_chain.sink import JobEntry, open_sink
 from blockx_chain.url import parse_blockdb_url
 from blockx_client import Client, list_workers
-from blockx_client.jobs import JobKind, JobProgress, JobRecorder, JobState, list_jobs
 from blockx_core.heartbeat import encode_heartbeat
+from blockx_drive.jobs import JobKind, JobProgress, JobRecorder, JobState, list_jobs
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
 from blockx_server.runtime.clock import SYSTEM_CLOCK

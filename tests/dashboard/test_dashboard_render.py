@@ -21,14 +21,14 @@ from blockx_client import (
     CallsWaiting,
     Client,
     ExecutorState,
-    JobProgress,
     ListedTask,
     RunningCall,
     TaskState,
     WorkerDescription,
 )
-from blockx_client.jobs import STALE_AFTER_MS, decode_job
-from blockx_client.jobs import BadJobRecord as BadRecord
+from blockx_drive import JobProgress
+from blockx_drive.jobs import STALE_AFTER_MS, decode_job
+from blockx_drive.jobs import BadJobRecord as BadRecord
 
 NOW_MS = 1_764_619_564_120
 

@@ -28,11 +28,11 @@ from blockx_chain.sink import open_sink, read_identity
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
 from blockx_client import Client, RetryPolicy, TaskFilter, TaskState
-from blockx_client.backfill import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome
-from blockx_client.jobs import JobKind, JobProgress, JobState, list_jobs
-from blockx_client.resubmit import ClusterUnreachable
 from blockx_core.chains import DEFAULT_CHAIN
 from blockx_core.registry import RegistryKind
+from blockx_drive import BackfillDone, BackfillPlanned, JobSpec, TaskFinished, TaskOutcome, backfill
+from blockx_drive.attempts import ClusterUnreachable
+from blockx_drive.jobs import JobKind, JobProgress, JobState, list_jobs
 from blockx_server.etcd.local import EtcdServer
 
 FUNCTIONS = """
@@ -278,17 +278,20 @@ async def test_a_rerun_skips_what_is_written_and_force_rewrites_it(setup: Setup)
     async with setup.cluster.client() as client:
         first = [
             e
-            async for e in client.backfill(
-                function="transfer",
-                source_table="logs",
-                where={"topic0": TRANSFER_TOPIC},
+            async for e in backfill(
+                client,
+                JobSpec(
+                    function="transfer",
+                    source_table="logs",
+                    where={"topic0": TRANSFER_TOPIC},
+                    tasks_in_flight=2,
+                    sink_table="again",
+                    db_url=setup.chain_url,
+                    sink_db_url=setup.sink_url,
+                ),
                 from_block=0,
                 to_block=last,
                 blocks_per_task=PER_TASK,
-                tasks_in_flight=2,
-                sink_table="again",
-                db_url=setup.chain_url,
-                sink_db_url=setup.sink_url,
             )
         ]
         assert isinstance(first[0], BackfillPlanned)
@@ -344,16 +347,19 @@ async def test_a_backfill_into_a_postgresql_sink(
         async with cluster.client() as client:
             events = [
                 e
-                async for e in client.backfill(
-                    function="transfer",
-                    source_table="logs",
-                    where={"topic0": TRANSFER_TOPIC},
+                async for e in backfill(
+                    client,
+                    JobSpec(
+                        function="transfer",
+                        source_table="logs",
+                        where={"topic0": TRANSFER_TOPIC},
+                        sink_table="transfers",
+                        db_url=setup.chain_url,
+                        sink_db_url=postgres_url,
+                    ),
                     from_block=0,
                     to_block=last,
                     blocks_per_task=PER_TASK,
-                    sink_table="transfers",
-                    db_url=setup.chain_url,
-                    sink_db_url=postgres_url,
                 )
             ]
     finally:
@@ -378,15 +384,18 @@ async def test_a_backfill_given_another_sink_than_the_workers_fails_and_writes_n
     async with setup.cluster.client() as client:
         events = [
             e
-            async for e in client.backfill(
-                function="transfer",
-                source_table="logs",
+            async for e in backfill(
+                client,
+                JobSpec(
+                    function="transfer",
+                    source_table="logs",
+                    sink_table="elsewhere",
+                    db_url=setup.chain_url,
+                    sink_db_url=given,
+                    max_attempts=3,
+                ),
                 from_block=0,
                 to_block=PER_TASK - 1,
-                sink_table="elsewhere",
-                db_url=setup.chain_url,
-                sink_db_url=given,
-                max_attempts=3,
             )
         ]
     finished = [e for e in events if isinstance(e, TaskFinished)]
@@ -407,15 +416,18 @@ async def test_a_cluster_out_of_reach_ends_the_backfill(setup: Setup) -> None:
     # Each attempt gives up on the unreachable coordinator after 0.5 s, not 10.
     nowhere, patience = f"127.0.0.1:{free_port()}", RetryPolicy(unreachable_s=0.5)
     async with Client(bundle_coordinator=nowhere, retry=patience) as client:
-        events = client.backfill(
-            function="transfer",
-            source_table="logs",
+        events = backfill(
+            client,
+            JobSpec(
+                function="transfer",
+                source_table="logs",
+                sink_table="unreached",
+                db_url=setup.chain_url,
+                sink_db_url=setup.sink_url,
+                max_attempts=2,
+            ),
             from_block=0,
             to_block=PER_TASK - 1,
-            sink_table="unreached",
-            db_url=setup.chain_url,
-            sink_db_url=setup.sink_url,
-            max_attempts=2,
         )
         seen: list[Any] = []
 

@@ -47,9 +47,16 @@ from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_cli.app import app
 from blockx_client import ChainNotServedError, Client, InvalidRequestError
-from blockx_client.backfill import BackfillDone, TaskFinished, TaskOutcome
-from blockx_client.follow import BlockWritten, follow
 from blockx_core.registry import RegistryKind, v2_registry_prefix
+from blockx_drive import (
+    BackfillDone,
+    BlockWritten,
+    JobSpec,
+    TaskFinished,
+    TaskOutcome,
+    backfill,
+    follow,
+)
 from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
 
@@ -422,14 +429,16 @@ async def test_two_chains_follows_write_one_sink_table_without_touching_each_oth
         async with Client(coordinator=f"127.0.0.1:{coordinator.port}") as client:
             async for event in follow(
                 client,
-                function="per_block",
-                source_table="transactions",
-                unit="block",
-                sink_table="per_block",
-                db_url=chain.db_url,
-                sink_db_url=sink_url,
+                JobSpec(
+                    function="per_block",
+                    source_table="transactions",
+                    unit="block",
+                    sink_table="per_block",
+                    db_url=chain.db_url,
+                    sink_db_url=sink_url,
+                    chain=chain.name,
+                ),
                 from_block=0,
-                chain=chain.name,
                 stop=stop,
             ):
                 if isinstance(event, BlockWritten):
@@ -621,18 +630,21 @@ async def test_a_backfill_of_the_event_unit_writes_one_row_per_event_the_pair_em
     # attempted again, naming the ABI's events.
     finished: list[TaskFinished] = []
     async with Client(bundle_coordinator=cluster.coordinator_addr) as client:
-        async for happened in client.backfill(
-            function="swap",
-            source_table="logs",
-            unit="event",
-            abi="pair",
-            event="Mint",
+        async for happened in backfill(
+            client,
+            JobSpec(
+                function="swap",
+                source_table="logs",
+                unit="event",
+                abi="pair",
+                event="Mint",
+                sink_table="mints",
+                db_url=base.db_url,
+                sink_db_url=sink_db,
+            ),
             from_block=0,
             to_block=base.head,
             blocks_per_task=base.head + 1,
-            sink_table="mints",
-            db_url=base.db_url,
-            sink_db_url=sink_db,
         ):
             if isinstance(happened, TaskFinished):
                 finished.append(happened)

@@ -32,22 +32,23 @@ from blockx_chain.sink import open_sink
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_client import Client, RetryPolicy, TaskFilter, TaskState
-from blockx_client.follow import (
+from blockx_core.chains import DEFAULT_CHAIN
+from blockx_core.registry import RegistryKind
+from blockx_drive import (
     BlockFailed,
     BlockRetrying,
     BlockWritten,
     FollowEvent,
     FollowStarted,
     GapReason,
+    JobSpec,
     LedgerReconciled,
     ReorgReconciled,
     WatchInterrupted,
     follow,
 )
-from blockx_client.jobs import STALE_AFTER_MS, JobKind, JobState, LagFrom, list_jobs
-from blockx_client.resubmit import ClusterUnreachable
-from blockx_core.chains import DEFAULT_CHAIN
-from blockx_core.registry import RegistryKind
+from blockx_drive.attempts import ClusterUnreachable
+from blockx_drive.jobs import STALE_AFTER_MS, JobKind, JobState, LagFrom, list_jobs
 from blockx_server.etcd.local import EtcdServer
 
 # Another chain writing the same sink tables.
@@ -166,12 +167,14 @@ class Following:
         self.stop = asyncio.Event()
         events = follow(
             client,
-            function="volume",
-            source_table="erc20_transfers",
-            unit="block",
-            sink_table=table,
-            db_url=setup.chain_url,
-            sink_db_url=setup.sink_url,
+            JobSpec(
+                function="volume",
+                source_table="erc20_transfers",
+                unit="block",
+                sink_table=table,
+                db_url=setup.chain_url,
+                sink_db_url=setup.sink_url,
+            ),
             stop=self.stop,
         )
         self._task = asyncio.create_task(self._collect(events))
@@ -588,13 +591,15 @@ async def test_a_block_whose_attempts_never_reach_the_cluster_ends_follow(setup:
     async with Client(coordinator=nowhere, retry=patience) as client:
         events = follow(
             client,
-            function="volume",
-            source_table="erc20_transfers",
-            sink_table="unreached",
-            db_url=setup.chain_url,
-            sink_db_url=setup.sink_url,
+            JobSpec(
+                function="volume",
+                source_table="erc20_transfers",
+                sink_table="unreached",
+                db_url=setup.chain_url,
+                sink_db_url=setup.sink_url,
+                max_attempts=2,
+            ),
             from_block=top,
-            max_attempts=2,
         )
 
         async def consume() -> None:
@@ -635,11 +640,13 @@ async def test_a_block_database_that_goes_away_is_waited_for_then_the_ledger_rec
         async with Client(coordinator="127.0.0.1:1") as client:
             events = follow(
                 client,
-                function="volume",
-                source_table="erc20_transfers",
-                sink_table="gap",
-                db_url=server.url(),
-                sink_db_url=sink_url,
+                JobSpec(
+                    function="volume",
+                    source_table="erc20_transfers",
+                    sink_table="gap",
+                    db_url=server.url(),
+                    sink_db_url=sink_url,
+                ),
             )
             seen: list[FollowEvent] = []
 

@@ -15,24 +15,9 @@ SERVER = PACKAGES / "blockx-server" / "src" / "blockx_server"
 PROCESSES = ("coordinator", "worker", "syncinvoker", "proxy")
 SUBSYSTEMS = ("runtime", "etcd", "calls", "io", "pipeline")
 
-# Import circles known today, each sorted: the client's drivers and the client
-# (backfill, follow and their resubmission leave it for a package of their own),
-# the IO router and the chain backend, the Sync Invoker's metrics and servicer.
+# Import circles known today, each sorted: the Sync Invoker's metrics and servicer.
 # Nothing may join this list; it shrinks to empty.
 EXPECTED_CIRCLES: list[list[str]] = [
-    [
-        "blockx_client.backfill",
-        "blockx_client.backfill.driver",
-        "blockx_client.client",
-        "blockx_client.follow",
-        "blockx_client.follow.events",
-        "blockx_client.follow.follower",
-        "blockx_client.follow.record",
-        "blockx_client.follow.spec",
-        "blockx_client.follow.watch",
-        "blockx_client.resubmit",
-        "blockx_client.submission",
-    ],
     ["blockx_server.syncinvoker.metrics", "blockx_server.syncinvoker.service"],
 ]
 

@@ -9,7 +9,9 @@
 ``SyncClient`` offers the same operations for scripts and notebooks. With
 ``PROXY_SOCKET_PATH`` set, every RPC goes through the blockx-proxy Unix socket.
 ``TaskState`` is the Worker's own (``blockx_core.task.TaskState``), re-exported; a
-task a worker does not know reads as ``TaskState.NOT_FOUND``.
+task a worker does not know reads as ``TaskState.NOT_FOUND``. The drivers that run
+block ranges through the clusters (backfill, follow) are the ``blockx_drive``
+package's: ``blockx_drive.backfill(client, ...)``.
 """
 
 from importlib.metadata import version
@@ -37,7 +39,6 @@ from blockx_client.errors import (
     UnavailableError,
 )
 from blockx_client.functions import FunctionHandle
-from blockx_client.jobs import JobKind, JobProgress, JobState, list_jobs
 from blockx_client.models import (
     CallFailureSummary,
     CallProgress,
@@ -73,7 +74,6 @@ from blockx_client.models import (
 )
 from blockx_client.registry import EtcdAccess, RegisteredWorker, list_workers
 from blockx_client.routing import route
-from blockx_client.submission import SubmissionRefused
 from blockx_client.sync import SyncClient
 from blockx_client.task_file import TaskFileError, load_task_file, task_from_dict
 from blockx_core.failures import ClientFailureCode
@@ -105,9 +105,6 @@ __all__ = [
     "InvalidRequestError",
     "Invocation",
     "IoTrace",
-    "JobKind",
-    "JobProgress",
-    "JobState",
     "ListedTask",
     "LoadPoint",
     "NoSlotError",
@@ -128,7 +125,6 @@ __all__ = [
     "SlotUncertainError",
     "SlotWait",
     "SlotWaitTimeoutError",
-    "SubmissionRefused",
     "SubmitAnswer",
     "SubmitUncertainError",
     "SyncClient",
@@ -146,7 +142,6 @@ __all__ = [
     "WorkerDescription",
     "WorkerEligibility",
     "__version__",
-    "list_jobs",
     "list_workers",
     "listen_to_placement",
     "load_task_file",

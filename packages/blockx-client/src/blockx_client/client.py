@@ -26,9 +26,7 @@ import contextlib
 import random
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import Any, Final
-
-from msgspec.structs import replace
+from typing import Final
 
 from blockx_client._options import ClientOptions, GrpcTls, client_environ, proxy_socket_of
 from blockx_client._outcomes import outcome_of_error
@@ -36,6 +34,7 @@ from blockx_client._placement import Placement
 from blockx_client._run_many import run_many as _run_many
 from blockx_client._watch import Watchers
 from blockx_client._worker_rpc import WorkerRpc
+from blockx_client.attempts import Attempt, AttemptBook, AttemptPump, Retrying
 from blockx_client.backoff import RetryPolicy
 from blockx_client.cluster_tasks import (
     DEFAULT_CONCURRENCY,
@@ -544,25 +543,31 @@ class Client:
         deadline_s: float | None = None,
     ) -> list[TaskResult]:
         """Run, and re-run retryable failures under a NEW task_id each time (a worker
-        answers a resubmitted task_id with its retained result, never a new run).
-        WORKER_LOST and transient placement failures (no slot, an unreachable or
-        unavailable coordinator) are retryable results here, not exceptions.
-        Returns every attempt, the last one last; each records its lineage."""
+        answers a resubmitted task_id with its retained result, never a new run),
+        after a back-off (``blockx_client.attempts``). WORKER_LOST and transient
+        placement failures (no slot, an unreachable or unavailable coordinator) are
+        retryable results here, not exceptions. Returns every attempt, the last one
+        last; each records its lineage."""
         task = task.with_id()
-        original = task.task_id
-        attempts: list[TaskResult] = []
-        for n in range(1, max_attempts + 1):
-            this = task if n == 1 else replace(task, task_id=f"{original}.retry-{n}")
+
+        async def run(this: Task) -> TaskResult:
             try:
-                result = await self.run(
+                return await self.run(
                     this, cluster=cluster, worker_addr=worker_addr, deadline_s=deadline_s
                 )
             except BlockxError as exc:
-                result = outcome_of_error(this.task_id, exc)
-            result = replace(result, attempt=n, original_task_id=original)
-            attempts.append(result)
-            if result.ok or not result.retryable:
-                break
+                return outcome_of_error(this.task_id, exc)
+
+        book = AttemptBook(max_attempts=max_attempts)
+        attempts: list[TaskResult] = []
+        async with AttemptPump[None](book, run=run) as pump:
+            attempt: Attempt | None = pump.open(0, task, task.task_id)
+            while attempt is not None:
+                pump.start(None, attempt)
+                for finished in await pump.wait():
+                    attempts.append(finished.result)
+                    judged = pump.judge(finished.attempt, finished.result)
+                    attempt = judged.next if isinstance(judged, Retrying) else None
         return attempts
 
     # ---- the Sync Invoker ---------------------------------------------------------------
@@ -570,20 +575,3 @@ class Client:
     def function(self, name: str) -> FunctionHandle:
         """A handle to call one function through the Sync Invoker (outside executors)."""
         return FunctionHandle(name, options=self._options, transport=self._transport)
-
-    # ---- driving the chain clusters (imported on use: they need blockx_chain) ---------
-
-    def backfill(self, **kwargs: Any) -> AsyncIterator[Any]:
-        """``blockx_client.backfill.backfill(self, **kwargs)``: a block range through
-        the bundle cluster into a sink table; an async iterator of BackfillEvent."""
-        from blockx_client.backfill import backfill
-
-        return backfill(self, **kwargs)
-
-    def follow(self, **kwargs: Any) -> AsyncIterator[Any]:
-        """``blockx_client.follow.follow(self, **kwargs)``: each new block through the
-        block cluster into a sink table, reorgs reconciled; an async iterator of
-        FollowEvent."""
-        from blockx_client.follow import follow
-
-        return follow(self, **kwargs)

@@ -19,8 +19,8 @@ from blockx_cli.databases import SinkDbOpt, find_database
 from blockx_cli.output import EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.settings import settings_of
 from blockx_client import BlockxError
-from blockx_client.submission import url_text
 from blockx_core.registry import DEFAULT_REGISTRY_PREFIXES
+from blockx_drive.submission import url_text
 
 app = typer.Typer()
 

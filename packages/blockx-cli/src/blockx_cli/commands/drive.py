@@ -13,7 +13,7 @@ effort, within a few seconds) and says so on stderr: ``backfill`` stops at once,
 the next run).
 
 Before any task goes out, the source table, the sink's declared column types and
-the function are checked once (``blockx_client.submission``): a failed check is
+the function are checked once (``blockx_drive.submission``): a failed check is
 one line and exit 2, and nothing is submitted. Each run keeps its job record in
 the sink (``blockx jobs``), naming this command line.
 
@@ -54,40 +54,39 @@ from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, console, fa
 from blockx_cli.runner import hint_for
 from blockx_cli.settings import Settings, settings_of
 from blockx_client import BlockxError, Client, InvalidRequestError
-from blockx_client.backfill import (
+from blockx_client.dev_config import dev_config_path
+from blockx_drive import (
     DEFAULT_BACKFILL_WRITER,
     DEFAULT_BLOCKS_PER_TASK,
     DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_POLL_INTERVAL_S,
+    DEFAULT_REORG_WINDOW,
     DEFAULT_TASKS_IN_FLIGHT,
     MAX_ATTEMPTS_LIMIT,
+    REORG_WINDOW_LIMIT,
+    RESUME_WINDOW,
     BackfillDone,
     BackfillError,
     BackfillEvent,
     BackfillPlanned,
-    OnFailure,
-    TaskFinished,
-    TaskOutcome,
-    backfill,
-)
-from blockx_client.call_unit import unit_config
-from blockx_client.dev_config import dev_config_path
-from blockx_client.follow import (
-    DEFAULT_POLL_INTERVAL_S,
-    DEFAULT_REORG_WINDOW,
-    REORG_WINDOW_LIMIT,
-    RESUME_WINDOW,
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
     BlockWritten,
     FollowEvent,
     FollowStarted,
+    JobSpec,
+    LagFrom,
     LedgerReconciled,
+    OnFailure,
     ReorgReconciled,
+    TaskFinished,
+    TaskOutcome,
     WatchInterrupted,
+    backfill,
     follow,
 )
-from blockx_client.jobs import LagFrom
+from blockx_drive.call_unit import unit_config
 
 app = typer.Typer()
 T = TypeVar("T")
@@ -196,7 +195,9 @@ ColumnOpt = Annotated[
 ]
 
 
-def _databases(db: str | None, sink_db: str | None, json_mode: bool) -> dict[str, BlockDbUrl]:
+def _databases(
+    db: str | None, sink_db: str | None, json_mode: bool
+) -> tuple[BlockDbUrl, BlockDbUrl]:
     """The block database and the sink, as the drivers take them; a line saying so
     when they are the running ``blockx dev up``'s."""
     db_url, db_from_dev = database_url(db, "--db", "BLOCKDB_URL", "block database")
@@ -208,7 +209,7 @@ def _databases(db: str | None, sink_db: str | None, json_mode: bool) -> dict[str
             f"{escape(' and '.join(shown))}[/]",
             highlight=False,
         )
-    return {"db_url": db_url, "sink_db_url": sink_url}
+    return db_url, sink_url
 
 
 def _columns(pairs: list[str] | None) -> dict[str, Any] | None:
@@ -243,6 +244,37 @@ def _unit(unit: Unit, source_table: str, abi: str | None, event: str | None) -> 
     except ValueError as exc:
         fail(str(exc), EXIT_USAGE)
     return {"unit": unit.value, "abi": abi, "event": event}
+
+
+class _Flags(msgspec.Struct, frozen=True, kw_only=True):
+    """The flags both drivers take that become JobSpec fields once read."""
+
+    where: str | None
+    unit: Unit
+    abi: str | None
+    event: str | None
+    db: str | None
+    sink_db: str | None
+    column: list[str] | None
+
+
+def _job(json_mode: bool, flags: _Flags, **fields: Any) -> JobSpec:
+    """The drivers' JobSpec: ``fields`` as given, and ``flags`` read and checked (a
+    usage error exits 2 before any database is named)."""
+    where, units = (
+        _where(flags.where),
+        _unit(flags.unit, fields["source_table"], flags.abi, flags.event),
+    )
+    db_url, sink_db_url = _databases(flags.db, flags.sink_db, json_mode)
+    return JobSpec(
+        **fields,
+        where=where,
+        **units,
+        db_url=db_url,
+        sink_db_url=sink_db_url,
+        writer_config=_columns(flags.column),
+        command=_command_line(),
+    )
 
 
 def _where(raw: str | None) -> dict[str, Any] | None:
@@ -359,7 +391,7 @@ def _command_line() -> str:
 
 
 async def _backfill(
-    settings: Settings, json_mode: bool, kwargs: dict[str, Any]
+    settings: Settings, json_mode: bool, job: JobSpec, options: dict[str, Any]
 ) -> tuple[BackfillDone | None, list[TaskFinished]]:
     failures: list[TaskFinished] = []
     view = _View()
@@ -375,7 +407,7 @@ async def _backfill(
         nonlocal summary
         async with settings.client() as client:
             clients.append(client)
-            events: AsyncIterator[BackfillEvent] = backfill(client, **kwargs)
+            events: AsyncIterator[BackfillEvent] = backfill(client, job, **options)
             async for event in events:
                 if json_mode:
                     _print_json(event)
@@ -464,27 +496,26 @@ def backfill_command(
     """Run a block range through the bundle cluster into a sink table, resumably."""
     if to_block < from_block:
         fail(f"--to ({to_block}) is below --from ({from_block})", EXIT_USAGE)
-    kwargs: dict[str, Any] = {
-        "function": function,
-        "source_table": source_table,
-        "where": _where(where),
-        **_unit(unit, source_table, abi, event),
+    job = _job(
+        json_output,
+        _Flags(where=where, unit=unit, abi=abi, event=event, db=db, sink_db=sink_db, column=column),
+        function=function,
+        source_table=source_table,
+        tasks_in_flight=tasks_in_flight,
+        sink_table=sink_table,
+        writer=writer,
+        chain=chain,
+        max_attempts=max_attempts,
+        on_failure=on_failure,
+    )
+    options: dict[str, Any] = {
         "from_block": from_block,
         "to_block": to_block,
         "blocks_per_task": blocks_per_task,
         "bundle_size": bundle_size,
-        "tasks_in_flight": tasks_in_flight,
-        "sink_table": sink_table,
-        "writer": writer,
-        **_databases(db, sink_db, json_output),
         "force": force,
-        "chain": chain,
-        "max_attempts": max_attempts,
-        "on_failure": on_failure,
-        "writer_config": _columns(column),
-        "command": _command_line(),
     }
-    summary, failures = _run(_backfill(settings_of(ctx), json_output, kwargs))
+    summary, failures = _run(_backfill(settings_of(ctx), json_output, job, options))
     if summary is None:
         if not json_output:
             console.print("stopped: what was written stays; run again to resume", highlight=False)
@@ -567,7 +598,7 @@ def _numbers(numbers: tuple[int, ...]) -> str:
 
 
 async def _follow(
-    settings: Settings, json_mode: bool, kwargs: dict[str, Any]
+    settings: Settings, json_mode: bool, job: JobSpec, options: dict[str, Any]
 ) -> dict[int, BlockFailed]:
     """Run follow until it stops; the blocks that failed for good and were not
     written after all, by number."""
@@ -586,7 +617,7 @@ async def _follow(
     with _on_signals(interrupt):
         async with settings.client() as client:
             clients.append(client)
-            events: AsyncIterator[FollowEvent] = follow(client, stop=stop, **kwargs)
+            events: AsyncIterator[FollowEvent] = follow(client, job, stop=stop, **options)
             async for event in events:
                 if json_mode:
                     _print_json(event)
@@ -655,23 +686,22 @@ def follow_command(
 ) -> None:
     """Compute every new block on the block cluster into a sink table, reorgs included,
     until SIGINT/SIGTERM."""
-    kwargs: dict[str, Any] = {
-        "function": function,
-        "source_table": source_table,
-        "where": _where(where),
-        **_unit(unit, source_table, abi, event),
-        "sink_table": sink_table,
+    job = _job(
+        json_output,
+        _Flags(where=where, unit=unit, abi=abi, event=event, db=db, sink_db=sink_db, column=column),
+        function=function,
+        source_table=source_table,
+        sink_table=sink_table,
+        chain=chain,
+        max_attempts=max_attempts,
+        on_failure=on_failure,
+    )
+    options: dict[str, Any] = {
         "from_block": from_block,
-        **_databases(db, sink_db, json_output),
         "poll_interval_s": poll_interval,
         "reorg_window": reorg_window,
-        "chain": chain,
-        "max_attempts": max_attempts,
-        "on_failure": on_failure,
-        "writer_config": _columns(column),
-        "command": _command_line(),
     }
-    unwritten = _run(_follow(settings_of(ctx), json_output, kwargs))
+    unwritten = _run(_follow(settings_of(ctx), json_output, job, options))
     if unwritten:
         last = list(unwritten.values())[-1]
         fail(

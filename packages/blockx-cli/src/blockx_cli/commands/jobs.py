@@ -1,7 +1,7 @@
 """The backfill and follow jobs recorded in a sink: ``jobs``.
 
-Each run of ``blockx backfill`` / ``blockx follow`` (and ``Client.backfill`` /
-``Client.follow``) keeps a record in the sink it writes (``blockx_client.jobs``);
+Each run of ``blockx backfill`` / ``blockx follow`` (and ``blockx_drive.backfill`` /
+``blockx_drive.follow``) keeps a record in the sink it writes (``blockx_drive.jobs``);
 this command reads them there, opening the sink read-only: it makes nothing.
 
 Exit codes: 0 shown; 1 no such job; 2 a bad flag or URL; 3 the sink cannot be
@@ -26,7 +26,7 @@ from blockx_cli.dashboard.formatting import age
 from blockx_cli.databases import SinkDbOpt, database_url
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_SERVICE, Output, console, fail
-from blockx_client.jobs import (
+from blockx_drive.jobs import (
     DEFAULT_LIST_LIMIT,
     MAX_LIST_LIMIT,
     STALE_AFTER_MS,

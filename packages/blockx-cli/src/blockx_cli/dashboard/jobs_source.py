@@ -1,5 +1,5 @@
 """The jobs page's data: the backfill and follow jobs' records, read from the
-sink database they write (``blockx_client.jobs``).
+sink database they write (``blockx_drive.jobs``).
 
 A job record is written by whatever process runs the job, or by anyone who can
 write the sink: the dashboard trusts none of it. Each record is decoded as a
@@ -24,8 +24,8 @@ from blockx_chain.url import describe, parse_blockdb_url
 from blockx_cli.dashboard.config import DashboardConfig
 from blockx_cli.dashboard.sources import now_ms
 from blockx_cli.dashboard.views import BadJobRecord, BlockDbState, JobRow, JobsPage, Problem
-from blockx_client.jobs import BadJobRecord as BadRecord
-from blockx_client.jobs import JobProgress, JobState, read_jobs
+from blockx_drive.jobs import BadJobRecord as BadRecord
+from blockx_drive.jobs import JobProgress, JobState, read_jobs
 
 # The jobs a page shows: the most recently updated.
 JOBS_SHOWN: Final = 200

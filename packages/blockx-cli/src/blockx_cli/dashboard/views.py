@@ -16,8 +16,8 @@ from blockx_client import (
     LoadPoint,
     WorkerEligibility,
 )
-from blockx_client.jobs import JobFailure
 from blockx_client.models import RecentRefusal
+from blockx_drive.jobs import JobFailure
 
 
 class Problem(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,5 +1,5 @@
 """The demo's backfill stage: the block range through the bundle cluster into the sink,
-with ``client.backfill`` as a user runs it.
+with ``blockx_drive.backfill`` as a user runs it.
 
 The driver cuts the range into ``BlockBundleCallConfig`` tasks, runs at most
 ``tasks_in_flight`` at a time with ``BlockBundleWriteResultHandler`` into the sink
@@ -19,12 +19,13 @@ from rich.console import Console
 from blockx_cli.devcluster.demo.chain import progress_bar
 from blockx_cli.devcluster.demo.job import ChainJob
 from blockx_client import Client
-from blockx_client.backfill import (
+from blockx_drive import (
     BackfillDone,
     BackfillEvent,
     BackfillPlanned,
     TaskFinished,
     TaskOutcome,
+    backfill,
 )
 
 
@@ -57,19 +58,13 @@ async def backfill_stage(
     bundle_size: int = 50,
 ) -> BackfillFigures:
     """Blocks ``first``..``last`` of ``job`` in about ``tasks`` tasks, with progress."""
-    events: AsyncIterator[BackfillEvent] = client.backfill(
-        function=job.function,
-        source_table=job.source_table,
-        unit=job.unit,
+    events: AsyncIterator[BackfillEvent] = backfill(
+        client,
+        job.spec(db_url=block_db_url, sink_db_url=sink_db_url, tasks_in_flight=tasks_in_flight),
         from_block=first,
         to_block=last,
-        sink_table=job.sink_table,
-        writer_config=job.writer_config(),
-        db_url=block_db_url,
-        sink_db_url=sink_db_url,
         blocks_per_task=-(-(last - first + 1) // max(tasks, 1)),
         bundle_size=bundle_size,
-        tasks_in_flight=tasks_in_flight,
     )
     failed: list[str] = []
     done: BackfillDone | None = None

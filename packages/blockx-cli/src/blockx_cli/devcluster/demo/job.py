@@ -5,9 +5,9 @@
 with ``unit: "event"`` (the Worker decodes each log with the ABI registered as
 ``pair``), keyed by block and log index.
 
-Backfill (``client.backfill``, the bundle cluster) and live (``client.follow``, the
-block cluster) run the same function into the same sink table, keyed by block and
-token, so live blocks extend the backfilled ones. ``bundle_task`` and
+Backfill (``blockx_drive.backfill``, the bundle cluster) and live
+(``blockx_drive.follow``, the block cluster) run the same function into the same
+sink table, keyed by block and token, so live blocks extend the backfilled ones. ``bundle_task`` and
 ``block_task`` are the single tasks of the two shapes the drivers submit, for
 running one range or one block by hand (the local cluster's tests do).
 """
@@ -19,6 +19,7 @@ from typing import Any
 import msgspec
 
 from blockx_client import PluginConfig, Task
+from blockx_drive import JobSpec
 
 
 class ChainJob(msgspec.Struct, frozen=True, kw_only=True):
@@ -55,6 +56,22 @@ class ChainJob(msgspec.Struct, frozen=True, kw_only=True):
     def writer_config(self) -> dict[str, Any]:
         """The writers' options besides the table (the drivers add ``table``)."""
         return {"key": list(self.key), "columns": self.columns}
+
+    def spec(self, *, db_url: str, sink_db_url: str, tasks_in_flight: int = 4) -> JobSpec:
+        """What the drivers run: this job from the block database ``db_url`` into the
+        sink ``sink_db_url``."""
+        return JobSpec(
+            function=self.function,
+            source_table=self.source_table,
+            unit=self.unit,
+            abi=self.abi,
+            event=self.event,
+            sink_table=self.sink_table,
+            writer_config=self.writer_config(),
+            db_url=db_url,
+            sink_db_url=sink_db_url,
+            tasks_in_flight=tasks_in_flight,
+        )
 
     def _writer(self, name: str) -> PluginConfig:
         return PluginConfig(type=name, config={"table": self.sink_table, **self.writer_config()})

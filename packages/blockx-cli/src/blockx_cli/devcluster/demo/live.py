@@ -1,4 +1,4 @@
-"""The demo's live stage: anvil mines, ingest follows, ``client.follow`` writes each block.
+"""The demo's live stage: anvil mines, ingest follows, ``blockx_drive.follow`` writes each block.
 
 Three loops run side by side for ``seconds``:
 
@@ -7,7 +7,7 @@ Three loops run side by side for ``seconds``:
   written every block so far, abandons the top ``reorg_depth`` blocks for a new
   branch of as many;
 * an ingest follows the node's head into the block database;
-* ``Following`` runs ``client.follow`` from the first live block, as a user runs
+* ``Following`` runs ``blockx_drive.follow`` from the first live block, as a user runs
   it: one ``BlockTableCallConfig`` task per new block on the block cluster,
   pinned to the block's hash, and the reorg that ingest records reconciled (the
   blocks written on the abandoned branch run again on the new one). Its events
@@ -38,18 +38,19 @@ from blockx_chain.url import parse_blockdb_url
 from blockx_cli.devcluster.demo.chain import Transfers
 from blockx_cli.devcluster.demo.job import ChainJob
 from blockx_client import Client
-from blockx_client.follow import (
+from blockx_drive import (
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
     BlockWritten,
     FollowEvent,
     FollowStarted,
+    LagFrom,
     LedgerReconciled,
     ReorgReconciled,
     WatchInterrupted,
+    follow,
 )
-from blockx_client.jobs import LagFrom
 
 _POLL_S: Final = 0.05
 # How long, once mining stops, follow gets to write the last blocks.
@@ -134,7 +135,7 @@ class LiveChain:
 
 
 class Following:
-    """The client side: ``client.follow`` from ``figures.first_block``, its events
+    """The client side: ``blockx_drive.follow`` from ``figures.first_block``, its events
     recorded for the screen and the figures."""
 
     def __init__(
@@ -161,14 +162,9 @@ class Following:
         self.notes: list[str] = []
 
     async def run(self) -> None:
-        events: AsyncIterator[FollowEvent] = self.client.follow(
-            function=self.job.function,
-            source_table=self.job.source_table,
-            unit=self.job.unit,
-            sink_table=self.job.sink_table,
-            writer_config=self.job.writer_config(),
-            db_url=self.block_db_url,
-            sink_db_url=self.sink_db_url,
+        events: AsyncIterator[FollowEvent] = follow(
+            self.client,
+            self.job.spec(db_url=self.block_db_url, sink_db_url=self.sink_db_url),
             from_block=self.figures.first_block,
             poll_interval_s=_POLL_S,
             stop=self.stop,
@@ -235,7 +231,7 @@ class Following:
 
 
 def _view(chain: LiveChain, following: Following, started: float) -> Group:
-    table = Table(title="live blocks (client.follow on the block cluster)", expand=False)
+    table = Table(title="live blocks (blockx_drive.follow on the block cluster)", expand=False)
     for column in ("block", "hash", "follow", "mined → written"):
         table.add_column(column, justify="right" if column == "block" else "left")
     for number, block_hash, outcome, lag in following.recent:
@@ -275,7 +271,7 @@ async def live_stage(
     reorg_depth: int = 3,
     transfers: Transfers | None = None,
 ) -> LiveFigures:
-    """Mine for ``seconds`` with ingest following and ``client.follow`` writing each
+    """Mine for ``seconds`` with ingest following and ``blockx_drive.follow`` writing each
     new block of ``job`` from ``first_block`` on; one reorg of ``reorg_depth``."""
     started = time.monotonic()
     figures = LiveFigures(first_block=first_block)

@@ -3,9 +3,9 @@
 Stages, each timed: start the cluster (``blockx-dev`` in the background, with
 anvil, the block and sink databases and both clusters) → generate blocks of ERC-20
 transfers on anvil → ingest them into the block database → backfill per-block
-token volume through the bundle cluster with ``client.backfill`` → run ``swap`` over
+token volume through the bundle cluster with ``blockx_drive.backfill`` → run ``swap`` over
 the pair's Swap events, decoded by the Worker (``unit: "event"``) → go live (anvil
-mining, ingest following, ``client.follow`` writing each new block through the
+mining, ingest following, ``blockx_drive.follow`` writing each new block through the
 block cluster, one reorg) → read the results back from the sink and check them
 against the chain.
 
@@ -224,7 +224,7 @@ async def _cluster_stages(
     decoded = asyncio.ensure_future(swaps_stage(client, head, o.bundle_size))
     with stages.stage(
         "backfill",
-        f"client.backfill: {job.function} per block and token through the bundle "
+        f"blockx_drive.backfill: {job.function} per block and token through the bundle "
         f"cluster into sink table {job.sink_table!r}",
     ):
         backfill = await backfill_stage(
@@ -255,7 +255,7 @@ async def _cluster_stages(
     with stages.stage(
         "live",
         f"{o.live_seconds:g} s of a block every {o.block_time_s:g} s, ingest following, "
-        f"client.follow writing each block through the block cluster, a reorg of depth "
+        f"blockx_drive.follow writing each block through the block cluster, a reorg of depth "
         f"{o.reorg_depth}",
     ):
         live = await live_stage(
@@ -303,7 +303,7 @@ def _print_figures(
     figures.add_column("what")
     figures.add_column("value", justify="right")
     done = backfill.done
-    figures.add_row("backfill (client.backfill)", f"{done.blocks_per_s:,.0f} blocks/s")
+    figures.add_row("backfill (blockx_drive.backfill)", f"{done.blocks_per_s:,.0f} blocks/s")
     figures.add_row("backfill rows", f"{done.rows_per_s:,.0f} rows/s")
     live_blocks = live.head - live.first_block + 1
     reorgs = ", ".join(
@@ -311,7 +311,7 @@ def _print_figures(
         for r in live.reorgs
     )
     figures.add_row(
-        "live blocks (client.follow)",
+        "live blocks (blockx_drive.follow)",
         f"{live_blocks} ({live.written} writes, {live.retries} retries; {reorgs or 'no reorg'})",
     )
     lags = report.lags_ms

@@ -1,8 +1,8 @@
 """Backfill: a block range through the bundle cluster into a sink table, resumable.
 
-    async for event in backfill(client, function="volume", source_table="erc20_transfers",
-                                from_block=0, to_block=9_999, sink_table="volume",
-                                db_url=BLOCKDB_URL, sink_db_url=SINK_DB_URL):
+    job = JobSpec(function="volume", source_table="erc20_transfers", sink_table="volume",
+                  db_url=BLOCKDB_URL, sink_db_url=SINK_DB_URL)
+    async for event in backfill(client, job, from_block=0, to_block=9_999):
         print(event)
 
 ``plan`` cuts the range and skips what the sink's ledger already holds for the
@@ -10,12 +10,8 @@ current block hashes; ``driver`` runs the tasks with bounded concurrency and
 resubmits with lineage; ``progress`` holds the events.
 """
 
-from blockx_client.backfill.driver import (
-    DEFAULT_BACKFILL_WRITER,
-    DEFAULT_TASKS_IN_FLIGHT,
-    backfill,
-)
-from blockx_client.backfill.plan import (
+from blockx_drive._backfill.driver import DEFAULT_BACKFILL_WRITER, backfill
+from blockx_drive._backfill.plan import (
     DEFAULT_BLOCKS_PER_TASK,
     BackfillError,
     BackfillPlan,
@@ -23,14 +19,15 @@ from blockx_client.backfill.plan import (
     plan,
     split,
 )
-from blockx_client.backfill.progress import (
+from blockx_drive._backfill.progress import (
     BackfillDone,
     BackfillEvent,
     BackfillPlanned,
     TaskFinished,
     TaskOutcome,
 )
-from blockx_client.resubmit import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
+from blockx_drive.attempts import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
+from blockx_drive.spec import DEFAULT_TASKS_IN_FLIGHT, JobSpec
 
 __all__ = [
     "DEFAULT_BACKFILL_WRITER",
@@ -43,6 +40,7 @@ __all__ = [
     "BackfillEvent",
     "BackfillPlan",
     "BackfillPlanned",
+    "JobSpec",
     "OnFailure",
     "TaskFinished",
     "TaskOutcome",

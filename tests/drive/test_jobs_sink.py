@@ -16,17 +16,17 @@ from support import wait_until
 
 from blockx_chain.sink import JobEntry, SinkStore, open_sink
 from blockx_chain.url import parse_blockdb_url
-from blockx_client.backfill.progress import (
+from blockx_drive._backfill.progress import (
     BackfillDone,
     BackfillPlanned,
     TaskFinished,
     TaskOutcome,
 )
-from blockx_client.backfill.record import backfill_progress
-from blockx_client.follow.events import BlockFailed, BlockWritten, FollowEvent, FollowStarted
-from blockx_client.follow.record import FollowProgress
-from blockx_client.job_progress import new_record
-from blockx_client.jobs import (
+from blockx_drive._backfill.record import backfill_progress
+from blockx_drive._follow.events import BlockFailed, BlockWritten, FollowEvent, FollowStarted
+from blockx_drive._follow.record import FollowProgress
+from blockx_drive.job_progress import new_record
+from blockx_drive.jobs import (
     MAX_FAILURES,
     STALE_AFTER_MS,
     BadJobRecord,
@@ -156,7 +156,7 @@ async def test_a_sink_that_cannot_be_written_neither_blocks_nor_fails_the_job(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     sink = await open_sink(parse_blockdb_url(f"sqlite:///{tmp_path}/sink.db"))
-    with caplog.at_level(logging.WARNING, logger="blockx_client.jobs"):
+    with caplog.at_level(logging.WARNING, logger="blockx_drive.jobs"):
         async with JobRecorder(sink, _record(), interval_s=0.01) as recorder:
             await sink.close()  # gone under the running job
             for blocks in range(50):

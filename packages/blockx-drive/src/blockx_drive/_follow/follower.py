@@ -5,13 +5,13 @@ Follow polls the block database (kept fresh by ``blockx chain ingest --follow``)
 * every new block gets one BlockTableCallConfig task on the block cluster, pinned
   to the block's hash (``{"number", "hash"}``), submitted in block order with at
   most ``tasks_in_flight`` under way; a retryable failure runs again under a new
-  task_id of its lineage (``blockx_client.resubmit``), up to ``max_attempts``
+  task_id of its lineage (``blockx_drive.attempts``), up to ``max_attempts``
   attempts; a block that failed for good is reported, and follow goes on or
   stops as ``on_failure`` says;
 * on every start, and after every gap in its watching (a database it could not
-  read for a while, a pause: ``blockx_client.follow.watch``), the ledger is
+  read for a while, a pause: ``blockx_drive._follow.watch``), the ledger is
   compared with the canonical chain over the window a reorg can reach
-  (``blockx_client.ledger.reach``: every ledger block above the finalized height,
+  (``blockx_drive.ledger.reach``: every ledger block above the finalized height,
   and at least ``reorg_window`` blocks below the head): blocks written under
   another hash run again, blocks the chain no longer holds have their rows and
   ledger entries deleted;
@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import random
 import time
 import uuid
 from collections import deque
@@ -49,9 +51,17 @@ import msgspec
 from blockx_chain.ingest.plan import DEFAULT_MAX_REORG_DEPTH
 from blockx_chain.sink import SinkStore, SinkUnavailable, open_sink
 from blockx_chain.store import BlockStore, StoreUnavailable, open_store
-from blockx_chain.url import BlockDbUrl
-from blockx_client.call_unit import unit_config
-from blockx_client.follow.events import (
+from blockx_client.attempts import (
+    Attempt,
+    AttemptBook,
+    AttemptPump,
+    Retrying,
+    Succeeded,
+    Verdict,
+    verdict,
+)
+from blockx_client.models import TaskResult
+from blockx_drive._follow.events import (
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
@@ -62,12 +72,21 @@ from blockx_client.follow.events import (
     ReorgReconciled,
     WatchInterrupted,
 )
-from blockx_client.follow.record import FollowProgress
-from blockx_client.follow.spec import FollowSpec
-from blockx_client.follow.watch import GapReason, Watch
-from blockx_client.job_progress import new_record
-from blockx_client.jobs import JobKind, JobRecorder, LagFrom, new_job_id, now_ms
-from blockx_client.ledger import (
+from blockx_drive._follow.record import FollowProgress
+from blockx_drive._follow.spec import FollowSpec
+from blockx_drive._follow.watch import GapReason, Watch
+from blockx_drive.attempts import (
+    ClusterUnreachable,
+    OnFailure,
+    cancelled_by_client,
+    check_bounded,
+    out_of_reach,
+    run_attempt,
+    unanswered,
+)
+from blockx_drive.job_progress import new_record
+from blockx_drive.jobs import JobKind, JobRecorder, LagFrom, new_job_id, now_ms
+from blockx_drive.ledger import (
     Reconciliation,
     canonical_blocks,
     planning_chain,
@@ -75,33 +94,11 @@ from blockx_client.ledger import (
     reconcile,
     written_hashes,
 )
-from blockx_client.models import TaskResult
-from blockx_client.resubmit import (
-    DEFAULT_MAX_ATTEMPTS,
-    ClusterUnreachable,
-    OnFailure,
-    Verdict,
-    attempt_task_id,
-    cancelled_by_client,
-    check_attempts,
-    check_bounded,
-    out_of_reach,
-    retry_delay_s,
-    run_attempt,
-    unanswered,
-    verdict,
-)
-from blockx_client.submission import (
-    as_url,
-    call_command,
-    check_function,
-    check_sink,
-    check_source,
-    writer_config_for,
-)
+from blockx_drive.spec import JobSpec, check, command_of
+from blockx_drive.submission import check_function, check_sink
 
 if TYPE_CHECKING:
-    from blockx_client.client import Client
+    from blockx_client import Client
 
 RESUME_WINDOW: Final = 1000
 # Reconciled below follow's head: as deep as ingest applies a reorg by default.
@@ -118,23 +115,17 @@ _LEDGER_PAGE: Final = 10_000
 class _Job:
     """One block on one hash, and the attempt it is at."""
 
-    __slots__ = ("attempt", "hash", "number", "original", "seen_ms", "stored_ms", "task")
+    __slots__ = ("attempt", "hash", "number", "seen_ms", "stored_ms")
 
     def __init__(
-        self, spec: FollowSpec, number: int, block_hash: str, stored_ms: int | None, seen_ms: int
+        self, number: int, block_hash: str, stored_ms: int | None, seen_ms: int, attempt: Attempt
     ) -> None:
         self.number = number
         self.hash = block_hash
         # When ingest stored the block (None: not recorded), and when follow saw it.
         self.stored_ms = stored_ms
         self.seen_ms = seen_ms
-        self.task = spec.task(number, block_hash)
-        self.original = f"{spec.task_prefix}{number}-{uuid.uuid4().hex[:12]}"
-        self.attempt = 1
-
-    def again(self) -> _Job:
-        self.attempt += 1
-        return self
+        self.attempt = attempt
 
 
 class Follower:
@@ -143,7 +134,6 @@ class Follower:
     def __init__(
         self, client: Client, store: BlockStore, sink: SinkStore, spec: FollowSpec
     ) -> None:
-        self._client = client
         self._store = store
         self._sink = sink
         self._spec = spec
@@ -153,8 +143,13 @@ class Follower:
         self._cursor = 0
         # The ledger as this run knows it, for blocks from ``_start``.
         self._written: dict[int, str] = {}
-        self._running: dict[asyncio.Task[TaskResult], _Job] = {}
-        self._running_numbers: set[int] = set()
+        # The attempts under way, a block's lineage under its number.
+        self._pump = AttemptPump[_Job](
+            AttemptBook(max_attempts=spec.max_attempts),
+            run=functools.partial(run_attempt, client),
+            cancel=client.cancel_in_flight,
+            in_flight=spec.tasks_in_flight,
+        )
         # Resubmissions waiting for a free place, by block number.
         self._queued: dict[int, _Job] = {}
         # Finished attempts not judged yet (a database could not be read).
@@ -230,7 +225,7 @@ class Follower:
                     if not (stop.is_set() or self._halted):
                         await self._look()
                 except (StoreUnavailable, SinkUnavailable) as exc:
-                    wait_s = self._watch.lost()
+                    wait_s = self._watch.lost(random.random())
                     self._outbox.append(WatchInterrupted(message=str(exc), retry_in_s=wait_s))
                 while self._outbox:
                     yield self._outbox.popleft()
@@ -239,34 +234,19 @@ class Follower:
                 if stop.is_set() or self._halted:  # (stop may have been set meanwhile)
                     if give_up_at is None:
                         give_up_at = time.monotonic() + STOP_GRACE_S
-                    if not self._running or time.monotonic() > give_up_at:
+                    if not len(self._pump) or time.monotonic() > give_up_at:
                         return  # what still runs is cancelled below; a restart resumes it
-                waiting: set[asyncio.Future[Any]] = set(self._running)
-                if not stop.is_set():
-                    waiting.add(stopper)
-                done, _ = await asyncio.wait(
-                    waiting, timeout=wait_s, return_when=asyncio.FIRST_COMPLETED
-                )
-                finished = [t for t in self._running if t in done]
-                for task in sorted(finished, key=lambda t: self._running[t].number):
-                    job = self._running.pop(task)
-                    self._running_numbers.discard(job.number)
-                    # InvalidRequestError (the task itself refused) ends follow here.
-                    result = task.result()
-                    if stop.is_set() and cancelled_by_client(result):
-                        continue  # stopped by Ctrl-C: the block is left for the next run
-                    self._finished.append((job, result))
+                also: set[asyncio.Future[Any]] = set() if stop.is_set() else {stopper}
+                for finished in await self._pump.wait(timeout_s=wait_s, also=also):
+                    # InvalidRequestError (the task itself refused) ends follow there.
+                    if stop.is_set() and cancelled_by_client(finished.result):
+                        # Stopped by Ctrl-C: the block is left for the next run.
+                        self._pump.book.close(finished.item.number)
+                        continue
+                    self._finished.append((finished.item, finished.result))
         finally:
             stopper.cancel()
-            if self._running:
-                # Nobody will wait for these: stop them on their Workers first.
-                await self._client.cancel_in_flight(
-                    attempt_task_id(j.original, j.attempt) for j in self._running.values()
-                )
-            for task in self._running:
-                task.cancel()
-            if self._running:
-                await asyncio.gather(*self._running, return_exceptions=True)
+            await self._pump.aclose()
 
     async def _judge(self) -> None:
         """Judge the finished attempts, in order; one whose judging cannot read a
@@ -278,7 +258,7 @@ class Follower:
             if event is not None:
                 self._outbox.append(event)
             if isinstance(event, BlockFailed) and unanswered(result):
-                self._unreachable = out_of_reach(f"block {job.number}", job.attempt, result)
+                self._unreachable = out_of_reach(f"block {job.number}", job.attempt.number, result)
 
     async def _look(self) -> None:
         """One look at the chain: the ledger reconciled after a gap, new reorgs,
@@ -295,20 +275,20 @@ class Follower:
     async def _fill(self) -> None:
         """Start resubmissions first, then the blocks from ``_next`` up to the head,
         while there is room."""
-        room = self._spec.tasks_in_flight
         for number in sorted(self._queued):
-            if len(self._running) >= room:
+            if self._pump.room <= 0:
                 return
             self._launch(self._queued.pop(number))
         head = await self._store.head()
         if head is None:
             return
-        while len(self._running) < room and self._next <= head["number"]:
+        while self._pump.room > 0 and self._next <= head["number"]:
             top = min(head["number"], self._next + SCAN_AHEAD - 1)
             blocks = await canonical_blocks(self._store, self._next, top)
             stored = await self._store.seen_at(self._next, top)
+            running = self._pump.running_keys()
             for number in range(self._next, top + 1):
-                if len(self._running) >= room:
+                if self._pump.room <= 0:
                     return
                 row = blocks.get(number)
                 if row is None:
@@ -316,21 +296,20 @@ class Follower:
                 self._next = number + 1
                 if self._written.get(number) == row["block_hash"]:
                     continue
-                if number in self._running_numbers or number in self._queued:
+                if number in running or number in self._queued:
                     continue  # checked against the chain when it finishes
                 self._launch(self._job(number, row, stored))
 
     def _job(self, number: int, row: Mapping[str, Any], stored: Mapping[int, int | None]) -> _Job:
-        """A job for block ``number`` (``row``); ``stored``: when ingest stored blocks."""
-        return _Job(self._spec, number, row["block_hash"], stored.get(number), now_ms())
+        """A job for block ``number`` (``row``), a new lineage of attempts; ``stored``:
+        when ingest stored blocks."""
+        block_hash = row["block_hash"]
+        original = f"{self._spec.task_prefix}{number}-{uuid.uuid4().hex[:12]}"
+        attempt = self._pump.open(number, self._spec.task(number, block_hash), original)
+        return _Job(number, block_hash, stored.get(number), now_ms(), attempt)
 
     def _launch(self, job: _Job) -> None:
-        async def run() -> TaskResult:
-            await asyncio.sleep(retry_delay_s(job.attempt))
-            return await run_attempt(self._client, job.task, job.original, job.attempt)
-
-        self._running[asyncio.create_task(run())] = job
-        self._running_numbers.add(job.number)
+        self._pump.start(job, job.attempt)
 
     def _rewind(self, number: int) -> None:
         """Look at ``number`` again when the chain holds it (again)."""
@@ -340,7 +319,6 @@ class Follower:
     # ---- outcomes ------------------------------------------------------------------
 
     async def _completed(self, job: _Job, result: TaskResult) -> FollowEvent | None:
-        judged = verdict(result)
         row = await self._store.block(job.number)
         current = None if row is None else row["block_hash"]
         if current != job.hash:
@@ -351,12 +329,14 @@ class Follower:
                 stored = await self._store.seen_at(job.number, job.number)
                 self._queued[job.number] = self._job(job.number, row, stored)
                 return None
-            if judged is Verdict.DONE:
+            self._pump.book.close(job.number)
+            if verdict(result) is Verdict.DONE:
                 await self._delete((job.number,))
                 return BlocksDeleted(numbers=(job.number,))
             self._rewind(job.number)
             return None
-        if judged is Verdict.DONE:
+        judged = self._pump.judge(job.attempt, result)
+        if isinstance(judged, Succeeded):
             self._written[job.number] = job.hash
             now = now_ms()
             since, lag_from = (
@@ -369,19 +349,20 @@ class Follower:
                 hash=job.hash,
                 rows=_rows_of(result),
                 task_id=result.task_id,
-                attempt=job.attempt,
+                attempt=job.attempt.number,
                 lag_ms=now - since,
                 lag_from=lag_from,
                 seen_lag_ms=now - job.seen_ms,
             )
         failure = result.failure_message or result.error
-        if judged is Verdict.RETRY and job.attempt < self._spec.max_attempts:
-            self._queued[job.number] = job.again()
+        if isinstance(judged, Retrying):
+            job.attempt = judged.next
+            self._queued[job.number] = job
             return BlockRetrying(
                 number=job.number,
                 hash=job.hash,
                 task_id=result.task_id,
-                attempt=job.attempt,
+                attempt=judged.attempt.number,
                 failure_code=result.failure_code,
                 failure_message=failure,
             )
@@ -391,7 +372,7 @@ class Follower:
             number=job.number,
             hash=job.hash,
             task_id=result.task_id,
-            attempt=job.attempt,
+            attempt=judged.attempt.number,
             failure_code=result.failure_code,
             failure_message=failure,
         )
@@ -461,7 +442,7 @@ class Follower:
         for number, block_hash in decision.rewrite.items():
             self._written.pop(number, None)
             queued = self._queued.get(number)
-            if number not in self._running_numbers and (
+            if number not in self._pump.running_keys() and (
                 queued is None or queued.hash != block_hash
             ):
                 self._queued[number] = self._job(number, blocks[number], stored)
@@ -487,104 +468,62 @@ def _rows_of(result: TaskResult) -> int:
 
 # A head query costs well under a millisecond; this wait is most of a block's lag.
 DEFAULT_POLL_INTERVAL_S: Final = 0.1
-DEFAULT_FOLLOW_TASKS_IN_FLIGHT: Final = 4
 DEFAULT_FOLLOW_WRITER: Final = "BlockWriteResultHandler"
 
 
 async def follow(
     client: Client,
+    job: JobSpec,
     *,
-    function: str,
-    source_table: str,
-    sink_table: str,
-    db_url: str | BlockDbUrl,
-    sink_db_url: str | BlockDbUrl,
-    where: Mapping[str, Any] | None = None,
-    unit: str = "row",
     from_block: int | None = None,
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
-    writer: str = DEFAULT_FOLLOW_WRITER,
-    writer_config: Mapping[str, Any] | None = None,
-    tasks_in_flight: int = DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    on_failure: OnFailure | str = OnFailure.CONTINUE,
     reorg_window: int = DEFAULT_REORG_WINDOW,
     stop: asyncio.Event | None = None,
-    command: str | None = None,
-    chain: str | None = None,
-    abi: str | None = None,
-    event: str | None = None,
 ) -> AsyncIterator[FollowEvent]:
-    """Follow the block database's head: ``function`` over ``source_table`` for each
-    new block, written into ``sink_table`` of the sink (``sink_db_url``, the one the
-    block Workers write, SINK_DB_URL) by ``writer``, reorgs reconciled. Yields a
-    FollowStarted and the LedgerReconciled of the start, then BlockWritten /
-    BlockRetrying / BlockFailed / ReorgReconciled / BlocksDeleted /
-    LedgerReconciled / WatchInterrupted as they happen, until ``stop`` is set and
-    the tasks under way have finished, or (``on_failure="stop"``) a block failed.
+    """Follow the block database's head: ``job`` (``blockx_drive.JobSpec``: the
+    function over the source table for each new block, written into the sink
+    table by its writer) with reorgs reconciled. Yields a FollowStarted and the
+    LedgerReconciled of the start, then BlockWritten / BlockRetrying / BlockFailed
+    / ReorgReconciled / BlocksDeleted / LedgerReconciled / WatchInterrupted as they
+    happen, until ``stop`` is set and the tasks under way have finished, or
+    (``on_failure="stop"``) a block failed.
 
-    A block is attempted at most ``max_attempts`` times; ``reorg_window`` is how
-    far below its head follow compares the ledger with the chain on every start
-    and after a gap. Before any task goes out, the source table, the sink's column
-    types and the function are checked (``blockx_client.submission``). The run
-    keeps its job record in the sink (``blockx_client.jobs``), naming ``command``
-    (default: this call) as what started it; its tasks' ids start with the
-    record's ``task_prefix``. ``chain``: the name of the chain the tasks read
-    (None: the Workers' only chain), ``db_url`` being its block database; follow
-    reads, reconciles and deletes that chain's ledger entries and rows only.
-    ``unit``, ``abi`` and ``event``: as ``backfill``'s (``unit="event"``: a call per
-    decoded event of ``abi``'s ``event`` in the block's logs).
+    ``from_block``: where to start (None: where the ledger says, see the module);
+    ``poll_interval_s``: how often the block database is looked at;
+    ``reorg_window``: how far below its head follow compares the ledger with the
+    chain on every start and after a gap. Before any task goes out, the source
+    table, the sink's column types and the function are checked
+    (``blockx_drive.submission``). The run keeps its job record in the sink
+    (``blockx_drive.jobs``), naming ``job.command`` (default: this call) as what
+    started it; its tasks' ids start with the record's ``task_prefix``. Follow
+    reads, reconciles and deletes ``job.chain``'s ledger entries and rows only.
 
     Raises ValueError for arguments it cannot use (SubmissionRefused for a failed
     check), the stores' unavailable errors when a database cannot be reached at start,
     ClusterUnreachable (a ConnectError) when a block's attempts never reached the
     cluster, and InvalidRequestError when the cluster refuses the task."""
-    units = unit_config(unit, source_table, abi, event)
-    if tasks_in_flight < 1:
-        raise ValueError(f"tasks_in_flight must be >= 1, got {tasks_in_flight}")
-    after_failure = check_attempts(max_attempts, on_failure)
+    checked = check(job, writer=DEFAULT_FOLLOW_WRITER)
     if poll_interval_s <= 0:
         raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
     if from_block is not None and (isinstance(from_block, bool) or from_block < 0):
         raise ValueError(f"from_block must be a block number, got {from_block!r}")
     check_bounded("reorg_window", reorg_window, REORG_WINDOW_LIMIT)
-    check_source(source_table, where)
-    block_db, sink_db = as_url(db_url, "db_url"), as_url(sink_db_url, "sink_db_url")
+    block_db, sink_db = checked.block_db, checked.sink_db
+    function, source_table, sink_table = job.function, job.source_table, job.sink_table
     job_id = new_job_id(JobKind.FOLLOW)
     spec = FollowSpec(
-        function=function,
-        source_table=source_table,
-        where=where,
-        unit=units,
-        sink_table=sink_table,
-        writer=writer,
-        writer_config=writer_config_for(writer_config, sink_table),
-        tasks_in_flight=tasks_in_flight,
-        max_attempts=max_attempts,
-        on_failure=after_failure,
-        reorg_window=reorg_window,
-        poll_interval_s=poll_interval_s,
-        job_id=job_id,
-        chain=chain,
+        job, checked, job_id=job_id, reorg_window=reorg_window, poll_interval_s=poll_interval_s
     )
-    if command is None:
-        command = call_command(
-            "follow",
-            {
-                "function": function,
-                "source_table": source_table,
-                "where": where,
-                "unit": unit,
-                "sink_table": sink_table,
-                "from_block": from_block,
-                "db_url": block_db,
-                "sink_db_url": sink_db,
-                "writer_config": writer_config,
-                "chain": chain,
-                "abi": abi,
-                "event": event,
-            },
-        )
+    command = command_of(
+        job,
+        checked,
+        "follow",
+        (
+            *("function", "source_table", "where", "unit", "sink_table", "from_block"),
+            *("db_url", "sink_db_url", "writer_config", "chain", "abi", "event"),
+        ),
+        {"from_block": from_block},
+    )
     store = await open_store(block_db, read_only=True)
     try:
         sink = await open_sink(sink_db)
@@ -606,7 +545,7 @@ async def follow(
                 function=function,
                 source_table=source_table,
                 sink_table=sink_table,
-                chain=chain,
+                chain=job.chain,
                 chain_id=spec.chain_id,
                 now_ms=now_ms(),
             )

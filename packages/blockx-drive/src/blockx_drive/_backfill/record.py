@@ -1,4 +1,4 @@
-"""A backfill's events folded into its job record (``blockx_client.jobs``)."""
+"""A backfill's events folded into its job record (``blockx_drive.jobs``)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ from typing import assert_never
 
 import msgspec
 
-from blockx_client.backfill.progress import (
+from blockx_drive._backfill.progress import (
     BackfillDone,
     BackfillEvent,
     BackfillPlanned,
     TaskFinished,
     TaskOutcome,
 )
-from blockx_client.job_progress import highest, with_failure
-from blockx_client.jobs import MAX_MESSAGE, JobProgress, JobState
+from blockx_drive.job_progress import highest, with_failure
+from blockx_drive.jobs import MAX_MESSAGE, JobProgress, JobState
 
 
 def backfill_progress(job: JobProgress, event: BackfillEvent, now_ms: int) -> JobProgress:

@@ -13,7 +13,7 @@ from sink_layouts import TABLE, make_sink_at
 from blockx_chain.sink import SinkRejected, open_sink
 from blockx_chain.store import StoreError, open_store
 from blockx_chain.url import parse_blockdb_url
-from blockx_client.ledger import planning_chain
+from blockx_drive.ledger import planning_chain
 
 
 async def test_an_older_sink_is_marked_as_the_planning_chain_only_by_its_hashes(

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import msgspec
 
-from blockx_client.follow.watch import GapReason
-from blockx_client.jobs import LagFrom
+from blockx_drive._follow.watch import GapReason
+from blockx_drive.jobs import LagFrom
 
 
 class FollowStarted(msgspec.Struct, frozen=True, kw_only=True, tag="start", tag_field="event"):

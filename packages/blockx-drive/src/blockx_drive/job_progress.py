@@ -1,14 +1,14 @@
 """What a backfill's and a follow's job records share: a run's first record, the
-bounded list of its failures. ``blockx_client.backfill.record`` and
-``blockx_client.follow.record`` fold each driver's events into its record; the
-drivers hand it to their ``JobRecorder`` (``blockx_client.jobs``).
+bounded list of its failures. ``blockx_drive._backfill.record`` and
+``blockx_drive._follow.record`` fold each driver's events into its record; the
+drivers hand it to their ``JobRecorder`` (``blockx_drive.jobs``).
 """
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from blockx_client.jobs import (
+from blockx_drive.jobs import (
     MAX_FAILURES,
     MAX_MESSAGE,
     JobFailure,

@@ -14,8 +14,8 @@ from typing import Any, Final
 
 import msgspec
 
-from blockx_client.ledger import up_to_date
 from blockx_client.models import PluginConfig, Task
+from blockx_drive.ledger import up_to_date
 
 DEFAULT_BLOCKS_PER_TASK: Final = 1000
 
@@ -108,7 +108,7 @@ def bundle_task(
 ) -> Task:
     """The BlockBundleCallConfig task of one range (its task_id is set per attempt),
     of the chain named ``chain`` (None: the Workers' only chain); ``unit`` is the
-    Builder config's unit keys (``blockx_client.call_unit.unit_config``)."""
+    Builder config's unit keys (``blockx_drive.call_unit.unit_config``)."""
     config: dict[str, Any] = {
         "function": function,
         "table": source_table,

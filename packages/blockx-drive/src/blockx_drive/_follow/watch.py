@@ -1,11 +1,12 @@
 """When follow last looked at the chain, and whether it may have missed part of it.
 
 Follow compares its ledger with the chain over the window a reorg can reach
-(``blockx_client.ledger.reach``) on every start and after every gap in its
+(``blockx_drive.ledger.reach``) on every start and after every gap in its
 watching; this core says when a gap happened:
 
 * ``UNREACHABLE``: the block database or the sink could not be read, then could
-  again (follow waits with a back-off, 0.5 s doubling to 5 s, instead of ending);
+  again (follow waits with the attempts' back-off, ``RETRY_BACKOFF``, instead of
+  ending);
 * ``PAUSED``: two looks further apart than the pause bound (the process was
   stopped, the machine suspended, the event loop starved).
 
@@ -18,7 +19,7 @@ from __future__ import annotations
 import enum
 from typing import Final
 
-from blockx_client.resubmit import retry_delay_s
+from blockx_client.attempts import RETRY_BACKOFF
 
 # Looks are at most a poll interval apart (plus the work between them): a gap this
 # much longer than the poll interval is a pause.
@@ -54,9 +55,9 @@ class Watch:
         self._gap = None
         self._failures = 0
 
-    def lost(self) -> float:
+    def lost(self, draw: float) -> float:
         """A look failed (a database could not be read): the seconds to wait before
-        the next one."""
+        the next one, for ``draw`` (in [0, 1))."""
         self._gap = GapReason.UNREACHABLE
         self._failures += 1
-        return retry_delay_s(self._failures + 1)
+        return RETRY_BACKOFF.delay(self._failures, draw)

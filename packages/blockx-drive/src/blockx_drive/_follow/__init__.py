@@ -1,15 +1,15 @@
 """Follow: keep a sink table computed for every new block of the block database,
 with reorgs reconciled, and the ledger compared with the chain on every start
-and after every gap in its watching (see ``blockx_client.follow.follower``).
+and after every gap in its watching (see ``blockx_drive._follow.follower``).
 
     stop = asyncio.Event()
-    async for event in follow(client, function="volume", source_table="erc20_transfers",
-                              sink_table="volume", db_url=BLOCKDB_URL,
-                              sink_db_url=SINK_DB_URL, stop=stop):
+    job = JobSpec(function="volume", source_table="erc20_transfers", sink_table="volume",
+                  db_url=BLOCKDB_URL, sink_db_url=SINK_DB_URL)
+    async for event in follow(client, job, stop=stop):
         print(event)
 """
 
-from blockx_client.follow.events import (
+from blockx_drive._follow.events import (
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
@@ -20,8 +20,7 @@ from blockx_client.follow.events import (
     ReorgReconciled,
     WatchInterrupted,
 )
-from blockx_client.follow.follower import (
-    DEFAULT_FOLLOW_TASKS_IN_FLIGHT,
+from blockx_drive._follow.follower import (
     DEFAULT_FOLLOW_WRITER,
     DEFAULT_POLL_INTERVAL_S,
     DEFAULT_REORG_WINDOW,
@@ -29,11 +28,11 @@ from blockx_client.follow.follower import (
     RESUME_WINDOW,
     follow,
 )
-from blockx_client.follow.watch import GapReason
-from blockx_client.resubmit import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
+from blockx_drive._follow.watch import GapReason
+from blockx_drive.attempts import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
+from blockx_drive.spec import JobSpec
 
 __all__ = [
-    "DEFAULT_FOLLOW_TASKS_IN_FLIGHT",
     "DEFAULT_FOLLOW_WRITER",
     "DEFAULT_MAX_ATTEMPTS",
     "DEFAULT_POLL_INTERVAL_S",
@@ -48,6 +47,7 @@ __all__ = [
     "FollowEvent",
     "FollowStarted",
     "GapReason",
+    "JobSpec",
     "LedgerReconciled",
     "OnFailure",
     "ReorgReconciled",

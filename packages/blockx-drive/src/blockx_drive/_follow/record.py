@@ -1,4 +1,4 @@
-"""A follow's events folded into its job record (``blockx_client.jobs``)."""
+"""A follow's events folded into its job record (``blockx_drive.jobs``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Final, assert_never
 
 import msgspec
 
-from blockx_client.follow.events import (
+from blockx_drive._follow.events import (
     BlockFailed,
     BlockRetrying,
     BlocksDeleted,
@@ -18,8 +18,8 @@ from blockx_client.follow.events import (
     ReorgReconciled,
     WatchInterrupted,
 )
-from blockx_client.job_progress import highest, with_failure
-from blockx_client.jobs import MAX_MESSAGE, JobProgress
+from blockx_drive.job_progress import highest, with_failure
+from blockx_drive.jobs import MAX_MESSAGE, JobProgress
 
 # Blocks/s: the blocks written over the last minute.
 RATE_WINDOW_MS: Final = 60_000

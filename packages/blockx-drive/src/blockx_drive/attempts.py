@@ -1,22 +1,21 @@
-"""One attempt of a task, and whether to resubmit it: what backfill and follow share.
+"""What the drivers do with a task's attempts, on top of the client's attempt book.
 
-A resubmission runs under a NEW task_id (a Worker answers a task_id it has seen
-with its retained result and never runs it twice), named the way
-``Client.run_with_retries`` names it: ``<original>.retry-<attempt>``. The block
-writers replace a block's rows in one transaction, so running a block again after
-an attempt that may have written it leaves the same rows.
+A task runs again under a NEW task_id of its lineage, after a back-off
+(``blockx_client.attempts``: the book that judges attempts and the pump that runs
+them, shared with ``Client.run_with_retries``). The block writers replace a
+block's rows in one transaction, so running a block again after an attempt that
+may have written it leaves the same rows.
 
 A task a client cancelled (``blockx cancel``, ``Client.cancel``) fails CANCELLED,
 not retryable: it is never resubmitted. A driver that stops before its attempts
 under way have ended (an interruption, a stop after a failure) cancels them on
-their Workers, best effort (``Client.cancel_in_flight``).
+their Workers, best effort (``AttemptPump.aclose``).
 
-An attempt is worth resubmitting when its result says ``retryable``, when it was
-lost with its Worker (``WORKER_LOST``, or a state other than SUCCEEDED/FAILED),
-or when the client could not learn its fate (a connection refused or cut, no slot
-in time, the Worker no longer knowing the task). A request the cluster refuses as
-malformed or misconfigured (``InvalidRequestError``, e.g. no bundle coordinator
-configured) is raised: no attempt would fare better.
+For a driver, an attempt whose fate the client could not learn (a connection
+refused or cut, no slot in time, the Worker no longer knowing the task) is worth
+another attempt too (``run_attempt``). A request the cluster refuses as malformed
+or misconfigured (``InvalidRequestError``, e.g. no bundle coordinator configured)
+is raised: no attempt would fare better.
 
 Attempts are bounded (``max_attempts``, at most ``MAX_ATTEMPTS_LIMIT``): a task
 out of attempts, or failed with a failure that is not retryable, has failed for
@@ -30,22 +29,18 @@ from typing import TYPE_CHECKING, Final
 
 from msgspec.structs import replace
 
-from blockx_client._outcomes import outcome_of_error
+from blockx_client.attempts import outcome_of_error
 from blockx_client.errors import BlockxError, ConnectError, InvalidRequestError
-from blockx_client.models import Task, TaskResult, TaskState
+from blockx_client.models import Task, TaskResult
 from blockx_core.failures import ClientFailureCode, FailureCode
 
-if TYPE_CHECKING:  # the Client's own backfill/follow methods import this module
-    from blockx_client.client import Client
+if TYPE_CHECKING:
+    from blockx_client import Client
 
 DEFAULT_MAX_ATTEMPTS: Final = 8
 # Past this many attempts (about 8 minutes of back-off) an outage is no longer
 # "for a while": a bound, so that no block is retried for ever.
 MAX_ATTEMPTS_LIMIT: Final = 100
-# Waits before attempt 2, 3, ...: doubling from BASE up to CAP, long enough for a
-# killed Worker to be restarted or dropped from the coordinator's view.
-RETRY_BASE_S: Final = 0.5
-RETRY_CAP_S: Final = 5.0
 _CLIENT_CODES: Final = frozenset(code.value for code in ClientFailureCode)
 
 
@@ -78,58 +73,22 @@ def check_attempts(max_attempts: int, on_failure: OnFailure | str) -> OnFailure:
         raise ValueError(f"on_failure must be {allowed}, got {on_failure!r}") from None
 
 
-class Verdict(enum.Enum):
-    DONE = "done"
-    RETRY = "retry"
-    FAILED = "failed"
-
-
-def attempt_task_id(original_task_id: str, attempt: int) -> str:
-    """The task_id of attempt number ``attempt`` of the lineage ``original_task_id``."""
-    return original_task_id if attempt == 1 else f"{original_task_id}.retry-{attempt}"
-
-
-def attempt_task(task: Task, original_task_id: str, attempt: int) -> Task:
-    """``task`` as attempt number ``attempt`` of the lineage ``original_task_id``."""
-    return replace(task, task_id=attempt_task_id(original_task_id, attempt))
-
-
 def cancelled_by_client(result: TaskResult) -> bool:
     """The attempt was cancelled by a client (CancelTask): FAILED, not retryable. A
     Worker's own shutdown cancels tasks retryably."""
     return result.failure_code == FailureCode.CANCELLED and not result.retryable
 
 
-def retry_delay_s(attempt: int) -> float:
-    """How long to wait before ``attempt`` (0 before the first)."""
-    if attempt <= 1:
-        return 0.0
-    return float(min(RETRY_CAP_S, RETRY_BASE_S * 2 ** (attempt - 2)))
-
-
-def verdict(result: TaskResult) -> Verdict:
-    if result.ok:
-        return Verdict.DONE
-    lost = (
-        result.state is not TaskState.FAILED or result.failure_code == ClientFailureCode.WORKER_LOST
-    )
-    return Verdict.RETRY if result.retryable or lost else Verdict.FAILED
-
-
-async def run_attempt(
-    client: Client, task: Task, original_task_id: str, attempt: int
-) -> TaskResult:
-    """Run attempt ``attempt`` of ``task`` (named by ``attempt_task``); a transient
-    client error comes back as a retryable result instead of an exception."""
-    this = attempt_task(task, original_task_id, attempt)
+async def run_attempt(client: Client, task: Task) -> TaskResult:
+    """Run one attempt of a driver's task; a transient client error comes back as a
+    retryable result instead of an exception."""
     try:
-        result = await client.run(this)
+        return await client.run(task)
     except InvalidRequestError:
         raise
     except BlockxError as exc:
         # Any other refusal of the client may pass: a later attempt is worth it.
-        result = replace(outcome_of_error(this.task_id, exc), retryable=True)
-    return replace(result, attempt=attempt, original_task_id=original_task_id)
+        return replace(outcome_of_error(task.task_id, exc), retryable=True)
 
 
 def out_of_reach(what: str, attempts: int, result: TaskResult) -> ClusterUnreachable:

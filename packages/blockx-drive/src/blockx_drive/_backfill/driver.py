@@ -4,16 +4,18 @@ The range is cut into BlockBundleCallConfig tasks of ``blocks_per_task`` blocks
 (``plan``), of which at most ``tasks_in_flight`` run at a time. A task whose
 attempt fails retryably (or whose fate the client could not learn: a Worker
 killed, a connection cut) runs again under a new task_id of its lineage, after a
-back-off (``blockx_client.resubmit``), up to ``max_attempts`` attempts. Every
-finished attempt is reported as it ends; the iteration ends with the summary. A
+back-off, up to ``max_attempts`` attempts: the attempt book and pump of
+``blockx_client.attempts`` decide and run them, ``blockx_drive.attempts`` says
+what a driver does after a failure. Every finished attempt is reported as it
+ends; the iteration ends with the summary. A
 task that failed for good is reported, and the backfill goes on with the other
 tasks or (``on_failure="stop"``) ends there, the waits of the attempts under way
 cancelled. A task whose attempts all went without an answer from the cluster
 ends the backfill with ClusterUnreachable: the other tasks would fare no better.
 
 Before any task goes out, the source table, the sink's declared column types and
-the function are checked once (``blockx_client.submission``); the run then keeps
-its job record in the sink (``blockx_client.jobs``), and its tasks' ids start with
+the function are checked once (``blockx_drive.submission``); the run then keeps
+its job record in the sink (``blockx_drive.jobs``), and its tasks' ids start with
 the record's ``task_prefix`` (``<job_id>-<first block>``, retries
 ``.retry-<attempt>`` after it).
 
@@ -26,17 +28,26 @@ written and a re-run skips it.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
+import functools
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator
+from typing import TYPE_CHECKING, Any, assert_never
 
 from blockx_chain.sink import SinkStore, open_sink
 from blockx_chain.store import BlockStore, open_store
-from blockx_chain.url import BlockDbUrl
-from blockx_client.backfill.plan import (
+from blockx_client.attempts import (
+    Attempt,
+    AttemptBook,
+    AttemptPump,
+    Failed,
+    Judgement,
+    Retrying,
+    Succeeded,
+)
+from blockx_client.models import TaskResult
+from blockx_drive._backfill.plan import (
     DEFAULT_BLOCKS_PER_TASK,
     BackfillError,
     BackfillPlan,
@@ -46,44 +57,24 @@ from blockx_client.backfill.plan import (
     plan,
     split,
 )
-from blockx_client.backfill.progress import (
+from blockx_drive._backfill.progress import (
     BackfillEvent,
     BackfillPlanned,
     Tally,
     TaskFinished,
     TaskOutcome,
 )
-from blockx_client.backfill.record import backfill_progress
-from blockx_client.call_unit import unit_config
-from blockx_client.job_progress import new_record, task_prefix
-from blockx_client.jobs import JobKind, JobRecorder, new_job_id, now_ms
-from blockx_client.ledger import canonical_hashes, planning_chain, written_hashes
-from blockx_client.models import Task, TaskResult
-from blockx_client.resubmit import (
-    DEFAULT_MAX_ATTEMPTS,
-    OnFailure,
-    Verdict,
-    attempt_task_id,
-    check_attempts,
-    out_of_reach,
-    retry_delay_s,
-    run_attempt,
-    unanswered,
-    verdict,
-)
-from blockx_client.submission import (
-    as_url,
-    call_command,
-    check_function,
-    check_sink,
-    check_source,
-    writer_config_for,
-)
+from blockx_drive._backfill.record import backfill_progress
+from blockx_drive.attempts import OnFailure, out_of_reach, run_attempt, unanswered
+from blockx_drive.job_progress import new_record, task_prefix
+from blockx_drive.jobs import JobKind, JobRecorder, new_job_id, now_ms
+from blockx_drive.ledger import canonical_hashes, planning_chain, written_hashes
+from blockx_drive.spec import JobSpec, check, command_of
+from blockx_drive.submission import check_function, check_sink
 
 if TYPE_CHECKING:
-    from blockx_client.client import Client
+    from blockx_client import Client
 
-DEFAULT_TASKS_IN_FLIGHT = 4
 DEFAULT_BACKFILL_WRITER = "BlockBundleWriteResultHandler"
 
 
@@ -123,23 +114,6 @@ async def make_plan(
     )
 
 
-class _Attempt:
-    __slots__ = ("attempt", "original", "range", "started", "task")
-
-    def __init__(self, task_range: TaskRange, task: Task, original: str, attempt: int) -> None:
-        self.range = task_range
-        self.task = task
-        self.original = original
-        self.attempt = attempt
-        self.started = 0.0
-
-
-async def _run(client: Client, attempt: _Attempt) -> TaskResult:
-    await asyncio.sleep(retry_delay_s(attempt.attempt))
-    attempt.started = time.monotonic()
-    return await run_attempt(client, attempt.task, attempt.original, attempt.attempt)
-
-
 def _written_counts(result: TaskResult, task_range: TaskRange) -> tuple[int, int]:
     """Blocks and rows from the writer's output (``{"blocks", "rows", ...}``); a
     writer that reports no counts is taken to have written the range's blocks."""
@@ -161,53 +135,31 @@ def _written_counts(result: TaskResult, task_range: TaskRange) -> tuple[int, int
 
 async def backfill(
     client: Client,
+    job: JobSpec,
     *,
-    function: str,
-    source_table: str,
     from_block: int,
     to_block: int,
-    sink_table: str,
-    db_url: str | BlockDbUrl,
-    sink_db_url: str | BlockDbUrl,
-    where: Mapping[str, Any] | None = None,
-    unit: str = "row",
     blocks_per_task: int = DEFAULT_BLOCKS_PER_TASK,
     bundle_size: int | None = None,
-    tasks_in_flight: int = DEFAULT_TASKS_IN_FLIGHT,
-    writer: str = DEFAULT_BACKFILL_WRITER,
-    writer_config: Mapping[str, Any] | None = None,
     force: bool = False,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    on_failure: OnFailure | str = OnFailure.CONTINUE,
-    command: str | None = None,
-    chain: str | None = None,
-    abi: str | None = None,
-    event: str | None = None,
 ) -> AsyncIterator[BackfillEvent]:
-    """Backfill ``[from_block, to_block]``: ``function`` over ``source_table`` of the
-    block database (``db_url``) into ``sink_table`` of the sink (``sink_db_url``,
-    the one the bundle Workers write, SINK_DB_URL). Yields a BackfillPlanned, a
-    TaskFinished per finished attempt, and a BackfillDone last. ``writer_config``
-    adds writer options (``key``, ``columns``) to ``{"table": sink_table}``. A task
-    is attempted at most ``max_attempts`` times; after one failed for good the
-    backfill goes on (``on_failure="continue"``) or ends (``"stop"``).
+    """Backfill ``[from_block, to_block]`` of ``job`` (``blockx_drive.JobSpec``: the
+    function, the source table of the block database, the sink table and the
+    rest), ``blocks_per_task`` blocks a task (of ``bundle_size`` blocks a bundle).
+    Yields a BackfillPlanned, a TaskFinished per finished attempt, and a
+    BackfillDone last. Ranges the sink's ledger already holds under the block
+    database's current hashes are skipped, unless ``force``.
 
-    ``chain``: the name of the chain the tasks read (the Workers' ``[chains.NAME]``;
-    None: their only chain); ``db_url`` is that chain's block database. The plan
-    reads the ledger of its chain id only, the writers are told it (a Worker whose
-    chain has another chain id refuses the tasks), and the rows written are that
-    chain's, beside other chains' rows of the same table.
-
-    ``unit``: ``row`` (a call per row), ``block`` (a call per block) or ``event``
-    (a call per log of ``source_table`` ``logs`` that decodes as the event named
-    ``event`` of the registered ABI named ``abi``, with ``{"block", "log",
-    "event"}``). An ABI or event the block database's registry does not hold fails
-    the tasks, not retryable: they are reported failed, not attempted again.
+    The plan reads the ledger of ``job.chain``'s chain id only, the writers are
+    told it (a Worker whose chain has another chain id refuses the tasks), and the
+    rows written are that chain's, beside other chains' rows of the same table. An
+    ABI or event the block database's registry does not hold fails the tasks, not
+    retryable: they are reported failed, not attempted again.
 
     Before any task goes out, the source table, the sink's column types and the
-    function are checked (``blockx_client.submission``). The run keeps its job
-    record in the sink (``blockx_client.jobs``), naming ``command`` (default: this
-    call) as what started it; its tasks' ids start with the record's
+    function are checked (``blockx_drive.submission``). The run keeps its job
+    record in the sink (``blockx_drive.jobs``), naming ``job.command`` (default:
+    this call) as what started it; its tasks' ids start with the record's
     ``task_prefix``.
 
     Raises ValueError for arguments it cannot use (SubmissionRefused for a failed
@@ -216,15 +168,12 @@ async def backfill(
     ClusterUnreachable (a ConnectError) when a task's attempts never reached the
     cluster, and InvalidRequestError when the cluster refuses the task (no bundle
     coordinator configured)."""
-    units = unit_config(unit, source_table, abi, event)
-    if tasks_in_flight < 1:
-        raise ValueError(f"tasks_in_flight must be >= 1, got {tasks_in_flight}")
-    after_failure = check_attempts(max_attempts, on_failure)
+    checked = check(job, writer=DEFAULT_BACKFILL_WRITER)
     if bundle_size is not None and bundle_size < 1:
         raise ValueError(f"bundle_size must be >= 1, got {bundle_size}")
-    config = writer_config_for(writer_config, sink_table)
-    check_source(source_table, where)
-    block_db, sink_db = as_url(db_url, "db_url"), as_url(sink_db_url, "sink_db_url")
+    config = checked.writer_config
+    block_db, sink_db = checked.block_db, checked.sink_db
+    function, source_table, sink_table = job.function, job.source_table, job.sink_table
     started = time.monotonic()
     store = await open_store(block_db, read_only=True)
     try:
@@ -253,26 +202,17 @@ async def backfill(
             config["chainId"] = chain_id
         finally:
             await store.close()
-        if command is None:
-            command = call_command(
-                "backfill",
-                {
-                    "function": function,
-                    "source_table": source_table,
-                    "where": where,
-                    "unit": unit,
-                    "from_block": from_block,
-                    "to_block": to_block,
-                    "sink_table": sink_table,
-                    "db_url": block_db,
-                    "sink_db_url": sink_db,
-                    "writer_config": writer_config,
-                    "force": force or None,
-                    "chain": chain,
-                    "abi": abi,
-                    "event": event,
-                },
-            )
+        command = command_of(
+            job,
+            checked,
+            "backfill",
+            (
+                *("function", "source_table", "where", "unit", "from_block", "to_block"),
+                *("sink_table", "db_url", "sink_db_url", "writer_config", "force"),
+                *("chain", "abi", "event"),
+            ),
+            {"from_block": from_block, "to_block": to_block, "force": force or None},
+        )
         job_id = new_job_id(JobKind.BACKFILL)
         first = new_record(
             JobKind.BACKFILL,
@@ -281,7 +221,7 @@ async def backfill(
             function=function,
             source_table=source_table,
             sink_table=sink_table,
-            chain=chain,
+            chain=job.chain,
             chain_id=chain_id,
             now_ms=now_ms(),
         )
@@ -290,12 +230,12 @@ async def backfill(
                 task_range,
                 function=function,
                 source_table=source_table,
-                where=where,
-                unit=units,
+                where=job.where,
+                unit=checked.unit,
                 bundle_size=bundle_size,
-                writer=writer,
+                writer=checked.writer,
                 writer_config=config,
-                chain=chain,
+                chain=job.chain,
             )
             for task_range in planned.run
         ]
@@ -309,13 +249,25 @@ async def backfill(
             skipped_blocks=sum(r.blocks for r in planned.skipped),
             function_unchecked=unchecked,
         )
+        book = AttemptBook(max_attempts=job.max_attempts)
+        pump = AttemptPump[TaskRange](
+            book,
+            run=functools.partial(run_attempt, client),
+            cancel=client.cancel_in_flight,
+            in_flight=job.tasks_in_flight,
+        )
         pending = deque(
-            _Attempt(task_range, task, f"{task_prefix(job_id)}{task_range.from_block}", 1)
+            (
+                task_range,
+                pump.open(
+                    task_range.from_block, task, f"{task_prefix(job_id)}{task_range.from_block}"
+                ),
+            )
             for task_range, task in zip(planned.run, tasks, strict=True)
         )
         record = backfill_progress(first, header, now_ms())
         tally = Tally(header, started)
-        run = _backfill(client, tally, pending, tasks_in_flight, max_attempts, after_failure)
+        run = _backfill(pump, tally, pending, checked.on_failure)
         async with JobRecorder(sink, record) as recorder, contextlib.aclosing(run) as events:
             async for happened in events:
                 recorder.update(backfill_progress(recorder.record, happened, now_ms()))
@@ -325,75 +277,63 @@ async def backfill(
 
 
 async def _backfill(
-    client: Client,
+    pump: AttemptPump[TaskRange],
     tally: Tally,
-    pending: deque[_Attempt],
-    tasks_in_flight: int,
-    max_attempts: int,
+    pending: deque[tuple[TaskRange, Attempt]],
     after_failure: OnFailure,
 ) -> AsyncGenerator[BackfillEvent, None]:
-    """The plan, then the attempts, at most ``tasks_in_flight`` at a time, with
-    the retryable ones resubmitted; a TaskFinished per finished attempt, the
-    summary last."""
+    """The plan, then the attempts, as many at a time as the pump runs, with the
+    retryable ones resubmitted; a TaskFinished per finished attempt, the summary
+    last."""
     yield tally.planned
-    running: dict[asyncio.Task[TaskResult], _Attempt] = {}
     stopped = False  # a task failed for good and on_failure is STOP
     try:
-        while (pending or running) and not stopped:
-            while pending and len(running) < tasks_in_flight:
-                attempt = pending.popleft()
-                running[asyncio.create_task(_run(client, attempt))] = attempt
-            done, _ = await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
-            for finished in sorted(done, key=lambda t: running[t].range.from_block):
-                attempt = running.pop(finished)
-                result = finished.result()  # InvalidRequestError ends the backfill
-                event = _finished(attempt, result, max_attempts)
-                if event.outcome is TaskOutcome.RETRYING:
+        while (pending or len(pump)) and not stopped:
+            while pending and pump.room > 0:
+                pump.start(*pending.popleft())
+            # InvalidRequestError ends the backfill.
+            for finished in await pump.wait():
+                judged = pump.judge(finished.attempt, finished.result)
+                event = _finished(finished.item, judged, finished.seconds)
+                if isinstance(judged, Retrying):
                     # Next in line, so a range is not left behind the rest.
-                    pending.appendleft(
-                        _Attempt(attempt.range, attempt.task, attempt.original, attempt.attempt + 1)
-                    )
+                    pending.appendleft((finished.item, judged.next))
                 yield tally.record(event, time.monotonic())
-                if event.outcome is TaskOutcome.FAILED:
-                    if unanswered(result):
+                if isinstance(judged, Failed):
+                    if unanswered(judged.result):
                         what = f"blocks {event.from_block}..{event.to_block}"
-                        raise out_of_reach(what, event.attempt, result)
+                        raise out_of_reach(what, event.attempt, judged.result)
                     # The attempts under way are cancelled below; the summary
                     # counts the tasks this leaves unfinished.
                     stopped = after_failure is OnFailure.STOP
     finally:
-        if running:
-            # Nobody will wait for these: stop them on their Workers first.
-            await client.cancel_in_flight(
-                attempt_task_id(a.original, a.attempt) for a in running.values()
-            )
-        for waiting in running:
-            waiting.cancel()
-        if running:
-            await asyncio.gather(*running, return_exceptions=True)
+        await pump.aclose()
     yield tally.summary(time.monotonic())
 
 
-def _finished(attempt: _Attempt, result: TaskResult, max_attempts: int) -> TaskFinished:
-    judged = verdict(result)
+def _finished(task_range: TaskRange, judged: Judgement, seconds: float) -> TaskFinished:
     blocks = rows = 0
-    if judged is Verdict.DONE:
-        outcome = TaskOutcome.WRITTEN
-        blocks, rows = _written_counts(result, attempt.range)
-    elif judged is Verdict.RETRY and attempt.attempt < max_attempts:
-        outcome = TaskOutcome.RETRYING
-    else:
-        outcome = TaskOutcome.FAILED
+    match judged:
+        case Succeeded():
+            outcome = TaskOutcome.WRITTEN
+            blocks, rows = _written_counts(judged.result, task_range)
+        case Retrying():
+            outcome = TaskOutcome.RETRYING
+        case Failed():
+            outcome = TaskOutcome.FAILED
+        case unexpected:
+            assert_never(unexpected)
+    result = judged.result
     return TaskFinished(
         task_id=result.task_id,
-        original_task_id=attempt.original,
-        attempt=attempt.attempt,
-        from_block=attempt.range.from_block,
-        to_block=attempt.range.to_block,
+        original_task_id=judged.attempt.original_task_id,
+        attempt=judged.attempt.number,
+        from_block=task_range.from_block,
+        to_block=task_range.to_block,
         outcome=outcome,
         blocks=blocks,
         rows=rows,
         failure_code=result.failure_code,
         failure_message=result.failure_message or result.error,
-        seconds=time.monotonic() - attempt.started if attempt.started else 0.0,
+        seconds=seconds,
     )

@@ -12,7 +12,9 @@ import msgspec
 import pytest
 
 from blockx_client import TaskResult, TaskState
-from blockx_client.backfill import (
+from blockx_client.attempts import RETRY_BACKOFF, Attempt, AttemptBook, Retrying, Verdict, verdict
+from blockx_client.models import PluginConfig, Task
+from blockx_drive._backfill import (
     BackfillDone,
     BackfillPlanned,
     TaskFinished,
@@ -21,26 +23,18 @@ from blockx_client.backfill import (
     plan,
     split,
 )
-from blockx_client.backfill.plan import bundle_task, missing_block
-from blockx_client.backfill.progress import Tally
-from blockx_client.call_unit import unit_config
-from blockx_client.follow import BlockWritten, GapReason, LedgerReconciled, ReorgReconciled
-from blockx_client.follow.follower import Follower
-from blockx_client.follow.spec import FollowSpec
-from blockx_client.follow.watch import PAUSE_MS, Watch
-from blockx_client.jobs import LagFrom
-from blockx_client.ledger import Reconciliation, reach, reconcile
-from blockx_client.models import PluginConfig, Task
-from blockx_client.resubmit import (
-    MAX_ATTEMPTS_LIMIT,
-    OnFailure,
-    Verdict,
-    attempt_task,
-    check_attempts,
-    retry_delay_s,
-    verdict,
-)
-from blockx_client.submission import writer_config_for
+from blockx_drive._backfill.plan import bundle_task, missing_block
+from blockx_drive._backfill.progress import Tally
+from blockx_drive._follow import BlockWritten, GapReason, LedgerReconciled, ReorgReconciled
+from blockx_drive._follow.follower import Follower
+from blockx_drive._follow.spec import FollowSpec
+from blockx_drive._follow.watch import PAUSE_MS, Watch
+from blockx_drive.attempts import MAX_ATTEMPTS_LIMIT, OnFailure, check_attempts
+from blockx_drive.call_unit import unit_config
+from blockx_drive.jobs import LagFrom
+from blockx_drive.ledger import Reconciliation, reach, reconcile
+from blockx_drive.spec import JobSpec, check
+from blockx_drive.submission import writer_config_for
 
 CANONICAL = {n: f"0x{n:02x}" for n in range(10)}
 
@@ -120,21 +114,26 @@ def test_the_event_unit_names_its_abi_and_event_in_both_drivers_tasks() -> None:
         writer="BlockBundleWriteResultHandler",
         writer_config={"table": "swaps"},
     ).function_call_config.config
+    job = JobSpec(
+        function="swap",
+        source_table="logs",
+        unit="event",
+        abi="pair",
+        event="Swap",
+        sink_table="swaps",
+        db_url="sqlite:///blocks.db",
+        sink_db_url="sqlite:///sink.db",
+        tasks_in_flight=1,
+        max_attempts=1,
+        on_failure=OnFailure.CONTINUE,
+    )
     follow_config = (
         FollowSpec(
-            function="swap",
-            source_table="logs",
-            where=None,
-            unit=unit,
-            sink_table="swaps",
-            writer="BlockWriteResultHandler",
-            writer_config={"table": "swaps"},
-            tasks_in_flight=1,
-            max_attempts=1,
-            on_failure=OnFailure.CONTINUE,
+            job,
+            check(job, writer="BlockWriteResultHandler"),
+            job_id="follow-x",
             reorg_window=8,
             poll_interval_s=1.0,
-            job_id="follow-x",
         )
         .task(7, "0x" + "07" * 32)
         .function_call_config.config
@@ -230,15 +229,17 @@ def test_follow_knows_when_it_missed_part_of_the_chain(
             case "looked":
                 watch.looked(at_ms)
             case "lost":
-                watch.lost()
+                watch.lost(0.5)
         assert watch.due(at_ms) is expected
 
 
 def test_a_database_out_of_reach_is_tried_again_with_a_back_off() -> None:
     watch = Watch(0, poll_interval_ms=POLL_MS)
-    assert [watch.lost() for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
+    # The longest wait of each (the draw at its top end); half of it at least.
+    assert [watch.lost(1.0) for _ in range(6)] == [0.5, 1.0, 2.0, 4.0, 5.0, 5.0]
     watch.looked(1)
-    assert watch.lost() == 0.5
+    assert watch.lost(1.0) == 0.5
+    assert watch.lost(0.0) == 0.5
 
 
 def test_attempts_are_bounded_and_the_choice_after_a_failure_checked() -> None:
@@ -286,9 +287,24 @@ def test_which_outcomes_are_resubmitted(outcome: TaskResult, expected: Verdict) 
 
 def test_a_resubmission_has_a_new_task_id_of_its_lineage() -> None:
     task = Task(function_call_config=PluginConfig(type="BlockBundleCallConfig"))
-    assert attempt_task(task, "backfill-1", 1).task_id == "backfill-1"
-    assert attempt_task(task, "backfill-1", 3).task_id == "backfill-1.retry-3"
-    assert [retry_delay_s(n) for n in (1, 2, 3, 10)] == [0.0, 0.5, 1.0, 5.0]
+    first = Attempt(key=0, task=task, original_task_id="backfill-1")
+    assert first.as_task().task_id == "backfill-1"
+    assert Attempt(key=0, task=task, original_task_id="backfill-1", number=3).as_task().task_id == (
+        "backfill-1.retry-3"
+    )
+    # The first attempt is due at once; the longest waits before the next ones.
+    book = AttemptBook(max_attempts=10)
+    attempt = book.open(0, task, "backfill-1", now_ms=7)
+    assert attempt.due_ms == 7
+    lost = TaskResult(task_id="t", state=TaskState.FAILED, failure_code="WORKER_LOST")
+    waits = []
+    for _ in range(9):
+        judged = book.judge(attempt, lost, now_ms=0, draw=1.0)
+        assert isinstance(judged, Retrying)
+        attempt = judged.next
+        waits.append(attempt.due_ms / 1000)
+    assert [waits[n - 2] for n in (2, 3, 10)] == [0.5, 1.0, 5.0]
+    assert RETRY_BACKOFF.ceiling(1) == 0.5
 
 
 def finished(outcome: TaskOutcome, blocks: int, rows: int) -> TaskFinished:
