@@ -10,16 +10,9 @@ out is refused here.
 
 from __future__ import annotations
 
-import enum
-from typing import Any, Final
+from typing import Any
 
-EVENT_TABLE: Final = "logs"
-
-
-class CallUnit(enum.StrEnum):
-    ROW = "row"
-    BLOCK = "block"
-    EVENT = "event"
+from blockx_core.call_unit import EVENT_TABLE, CallUnit
 
 
 def unit_config(unit: str, source_table: str, abi: str | None, event: str | None) -> dict[str, Any]:

@@ -27,7 +27,6 @@ re-run resumes).
 from __future__ import annotations
 
 import asyncio
-import enum
 import json
 import logging
 import shlex
@@ -55,6 +54,7 @@ from blockx_cli.runner import hint_for
 from blockx_cli.settings import Settings, settings_of
 from blockx_client import BlockxError, Client, InvalidRequestError
 from blockx_client.dev_config import dev_config_path
+from blockx_core.call_unit import CallUnit
 from blockx_drive import (
     DEFAULT_BACKFILL_WRITER,
     DEFAULT_BLOCKS_PER_TASK,
@@ -92,12 +92,6 @@ app = typer.Typer()
 T = TypeVar("T")
 
 
-class Unit(enum.Enum):
-    ROW = "row"
-    BLOCK = "block"
-    EVENT = "event"
-
-
 FunctionOpt = Annotated[str, typer.Option("--function", help="The function to run.")]
 SourceTableOpt = Annotated[
     str,
@@ -113,7 +107,7 @@ WhereOpt = Annotated[
     ),
 ]
 UnitOpt = Annotated[
-    Unit,
+    CallUnit,
     typer.Option(
         "--unit",
         case_sensitive=False,
@@ -233,11 +227,11 @@ def _columns(pairs: list[str] | None) -> dict[str, Any] | None:
     return {"columns": columns}
 
 
-def _unit(unit: Unit, source_table: str, abi: str | None, event: str | None) -> dict[str, Any]:
+def _unit(unit: CallUnit, source_table: str, abi: str | None, event: str | None) -> dict[str, Any]:
     """The driver's unit arguments, checked before anything is opened (exit 2)."""
-    if unit is Unit.EVENT and (abi is None or event is None):
+    if unit is CallUnit.EVENT and (abi is None or event is None):
         fail("--unit event needs --abi NAME and --event NAME", EXIT_USAGE)
-    if unit is not Unit.EVENT and (abi is not None or event is not None):
+    if unit is not CallUnit.EVENT and (abi is not None or event is not None):
         fail("--abi and --event go with --unit event", EXIT_USAGE)
     try:
         unit_config(unit.value, source_table, abi, event)
@@ -250,7 +244,7 @@ class _Flags(msgspec.Struct, frozen=True, kw_only=True):
     """The flags both drivers take that become JobSpec fields once read."""
 
     where: str | None
-    unit: Unit
+    unit: CallUnit
     abi: str | None
     event: str | None
     db: str | None
@@ -464,7 +458,7 @@ def backfill_command(
     to_block: Annotated[int, typer.Option("--to", min=0, help="Last block.")],
     sink_table: SinkTableOpt,
     where: WhereOpt = None,
-    unit: UnitOpt = Unit.ROW,
+    unit: UnitOpt = CallUnit.ROW,
     abi: AbiOpt = None,
     event: EventOpt = None,
     blocks_per_task: Annotated[
@@ -645,7 +639,7 @@ def follow_command(
     source_table: SourceTableOpt,
     sink_table: SinkTableOpt,
     where: WhereOpt = None,
-    unit: UnitOpt = Unit.ROW,
+    unit: UnitOpt = CallUnit.ROW,
     abi: AbiOpt = None,
     event: EventOpt = None,
     from_block: Annotated[
