@@ -18,7 +18,7 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from support import free_port, wait_until
 
 from blockx_core.calls import RootOutput
-from blockx_core.dispatch import CallFailure, ConvergeTaskCalls
+from blockx_core.dispatch import CallFailure, CallsConverged, CallsFailed, ConvergeTaskCalls
 from blockx_core.failures import CallFailureKind, FailureCode, is_retryable
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.syncinvoker.app import serve
@@ -675,9 +675,8 @@ async def test_a_code_update_is_picked_up_without_a_restart(invoker: Invoker) ->
 
 def _failed(kind: str, message: str) -> ConvergeTaskCalls:
     failure_kind = CallFailureKind(kind)
-    return ConvergeTaskCalls(
+    return CallsFailed(
         task_id="t",
-        success=False,
         failure_code=FailureCode.CALL_FAILED,
         failure_message=f"call #0 f(1) failed: {kind}: {message}",
         failed_call=CallFailure(
@@ -686,7 +685,7 @@ def _failed(kind: str, message: str) -> ConvergeTaskCalls:
     )
 
 
-OK = ConvergeTaskCalls(task_id="t", success=True, outputs=[RootOutput(0, b"42")])
+OK = CallsConverged(task_id="t", outputs=[RootOutput(0, b"42")])
 OUTCOMES = [
     # (converged, (cpu_us, io_us) finished calls, wall_us, expected)
     (
@@ -731,9 +730,8 @@ OUTCOMES = [
         ),
     ),
     (
-        ConvergeTaskCalls(
+        CallsFailed(
             task_id="t",
-            success=False,
             failure_code=FailureCode.OUTPUT_BYTES_EXCEEDED,
             failure_message="outputs over 10 bytes",
         ),

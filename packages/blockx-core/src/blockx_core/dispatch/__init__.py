@@ -1,6 +1,8 @@
 """The Calls phase's sans-IO dispatcher: events in, commands out."""
 
 from blockx_core.dispatch._commands import (
+    CallsConverged,
+    CallsFailed,
     CancelCalls,
     ConvergeTaskCalls,
     DispatchCommand,
@@ -8,6 +10,9 @@ from blockx_core.dispatch._commands import (
     ResumeWithResult,
     RetireExecutor,
     SendCalls,
+    SubCallFailed,
+    SubCallResult,
+    SubCallReturned,
 )
 from blockx_core.dispatch._config import CallRetryPolicy, DispatchConfig
 from blockx_core.dispatch._core import DispatcherCore
@@ -19,6 +24,8 @@ __all__ = [
     "CallFailure",
     "CallRetryPolicy",
     "CallUsage",
+    "CallsConverged",
+    "CallsFailed",
     "CallsWaiting",
     "CancelCalls",
     "ConvergeTaskCalls",
@@ -31,4 +38,7 @@ __all__ = [
     "RetireExecutor",
     "RunningCall",
     "SendCalls",
+    "SubCallFailed",
+    "SubCallResult",
+    "SubCallReturned",
 ]

@@ -16,18 +16,21 @@ from typing import Any
 
 from blockx_core.calls import CallContext, RootCall
 from blockx_core.dispatch._commands import (
+    CallsConverged,
+    CallsFailed,
     CancelCalls,
-    ConvergeTaskCalls,
     DispatchCommand,
     KillExecutor,
     ResumeWithResult,
     RetireExecutor,
+    SubCallFailed,
+    SubCallResult,
 )
 from blockx_core.dispatch._config import DispatchConfig
 from blockx_core.dispatch._failures import CallFailure, failure_text
 from blockx_core.dispatch._placement import place
 from blockx_core.dispatch._state import Call, Executor, TaskCalls, detach, hold
-from blockx_core.failures import CallFailureKind, FailureCode, is_retryable
+from blockx_core.failures import CallFailureKind, Failure, FailureCode, is_retryable
 
 
 class CallBook:
@@ -135,9 +138,7 @@ class CallBook:
         if task.converged():
             del self.tasks[task.task_id]
             self.drop_calls(task, now_ms=now_ms)  # anything still live can no longer matter
-            self.outbox.append(
-                ConvergeTaskCalls(task_id=task.task_id, success=True, outputs=task.tagged_outputs())
-            )
+            self.outbox.append(CallsConverged(task_id=task.task_id, outputs=task.tagged_outputs()))
             return
         limit = self.config.task_max_inflight_calls
         if task.grown >= task.window and task.window < limit:
@@ -226,15 +227,8 @@ class CallBook:
         task = call.task
         task.live.discard(call.call_id)
         if call.parent:
-            self.resume_parent(
-                call,
-                ok=False,
-                value_json=b"null",
-                error_kind=kind.value,
-                error=message,
-                retryable=retryable,
-                now_ms=now_ms,
-            )
+            failure = Failure(kind, message, retryable)
+            self.resume_parent(call, result=SubCallFailed(failure=failure), now_ms=now_ms)
             return
         self.fail_task(
             task,
@@ -254,12 +248,8 @@ class CallBook:
         self,
         child: Call,
         *,
-        ok: bool,
-        value_json: bytes,
+        result: SubCallResult,
         now_ms: int,
-        error_kind: str = "",
-        error: str = "",
-        retryable: bool = False,
     ) -> None:
         parent = self.calls.get(child.parent)
         if parent is None or parent.executor_id is None:
@@ -270,15 +260,7 @@ class CallBook:
         if ex is not None:
             hold(ex, parent.call_id, now_ms, parent.parent)
         self.outbox.append(
-            ResumeWithResult(
-                executor_id=parent.executor_id,
-                call_id=parent.call_id,
-                ok=ok,
-                value_json=value_json,
-                error_kind=error_kind,
-                error=error,
-                retryable=retryable,
-            )
+            ResumeWithResult(executor_id=parent.executor_id, call_id=parent.call_id, result=result)
         )
 
     def cancel_children(self, call: Call, *, now_ms: int) -> None:
@@ -301,9 +283,8 @@ class CallBook:
         del self.tasks[task.task_id]
         self.drop_calls(task, now_ms=now_ms)
         self.outbox.append(
-            ConvergeTaskCalls(
+            CallsFailed(
                 task_id=task.task_id,
-                success=False,
                 failure_code=code,
                 failure_message=message,
                 failed_call=failed_call,

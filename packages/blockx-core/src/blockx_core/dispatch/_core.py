@@ -6,8 +6,8 @@ calls in flight and which executor holds each, bounded attempt retries, sub-call
 bound to their parents, and the executors' liveness. Its inputs are events (calls
 completed, failed, suspended or resumed, a call waiting on a sub-call, executor up
 / heartbeat / sampled / lost, ``tick``); its outputs are commands (``SendCalls``,
-``CancelCalls``, ``ResumeWithResult``, ``KillExecutor``, ``RetireExecutor``,
-``ConvergeTaskCalls``). It never reads a
+``CancelCalls``, ``ResumeWithResult``, ``KillExecutor``, ``RetireExecutor``, and
+``CallsConverged`` or ``CallsFailed`` once per task). It never reads a
 clock: every event takes ``now_ms``; ``next_deadline_ms`` tells the adapter when to
 call ``tick``.
 
@@ -54,7 +54,7 @@ from typing import Any
 
 from blockx_core.calls import RootCall
 from blockx_core.dispatch._book import CallBook
-from blockx_core.dispatch._commands import CancelCalls, DispatchCommand
+from blockx_core.dispatch._commands import CancelCalls, DispatchCommand, SubCallReturned
 from blockx_core.dispatch._config import DispatchConfig
 from blockx_core.dispatch._state import Call, CallUsage, Executor, TaskCalls, hold
 from blockx_core.dispatch._views import CallsWaiting, ExecutorView, calls_waiting, executor_view
@@ -343,7 +343,7 @@ class DispatcherCore:
             if call.children:
                 book.cancel_children(call, now_ms=now_ms)  # nothing can await them any more
             if call.parent:
-                book.resume_parent(call, ok=True, value_json=result, now_ms=now_ms)
+                book.resume_parent(call, result=SubCallReturned(value_json=result), now_ms=now_ms)
                 continue
             task.outputs[call.root_index] = _NULL if result == _NULL else result
             task.output_bytes += len(result)

@@ -33,6 +33,8 @@ import msgspec
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot, FunctionSource
 from blockx_core.dispatch import (
+    CallsConverged,
+    CallsFailed,
     CancelCalls,
     ConvergeTaskCalls,
     DispatchCommand,
@@ -408,7 +410,7 @@ class CallEngine:
                 case RetireExecutor():
                     self._forget_executor(command.executor_id)
                     self._pool.retire(command.executor_id, command.reason)
-                case ConvergeTaskCalls():
+                case CallsConverged() | CallsFailed():
                     run = self._runs.get(command.task_id)
                     self._spans.close_run(command.task_id)
                     if run is not None and not run.future.done():

@@ -16,7 +16,13 @@ from typing import Any, Protocol
 
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot
-from blockx_core.dispatch import CallFailure, CallUsage, ConvergeTaskCalls
+from blockx_core.dispatch import (
+    CallFailure,
+    CallsConverged,
+    CallsFailed,
+    CallUsage,
+    ConvergeTaskCalls,
+)
 from blockx_core.failures import CallFailureKind, FailureCode
 from blockx_executor import protocol as wire
 from blockx_server.io.errors import IoOutcome
@@ -95,9 +101,8 @@ class CallRun:
             return
         if self._missing is not None:
             self._run.future.set_result(
-                ConvergeTaskCalls(
+                CallsFailed(
                     task_id=self.task_id,
-                    success=False,
                     failure_code=FailureCode.CALL_FAILED,
                     failure_message=f"{CallFailureKind.FUNCTION_NOT_FOUND.value}: {self._missing}",
                     failed_call=CallFailure(
@@ -114,9 +119,7 @@ class CallRun:
         self._done = True
         if self._missing is not None:
             if not self._run.future.done():
-                self._run.future.set_result(
-                    ConvergeTaskCalls(task_id=self.task_id, success=True, outputs=[])
-                )
+                self._run.future.set_result(CallsConverged(task_id=self.task_id, outputs=[]))
             return
         self._engine.roots_done(self.task_id)
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 
-from blockx_core.dispatch import CallUsage, ConvergeTaskCalls
+from blockx_core.dispatch import CallsConverged, CallsFailed, CallUsage, ConvergeTaskCalls
 from blockx_executor import protocol as wire
 from blockx_server.io.errors import IoOutcome
 
@@ -127,18 +127,19 @@ def invoke_outcome(
 ) -> InvokeOutcome:
     """The answer to one finished run (pure: every input is an argument)."""
     cpu_us, io_us, held_us = observer.cpu_us, observer.io_us, observer.held_us
-    success, result, code, message, retryable = converged.success, b"", "", "", False
-    failed = converged.failed_call
-    if success:
-        result = converged.outputs[0].value_json
-    elif failed is not None:
-        # The call failed: answer with its own kind and message.
-        code, message, retryable = failed.kind.value, failed.message, failed.retryable
-    else:
-        # A failure of the run as a whole (e.g. OUTPUT_BYTES_EXCEEDED) keeps its code,
-        # and is not transient.
-        code = converged.failure_code.value if converged.failure_code else "CALL_FAILED"
-        message = converged.failure_message
+    success, result, code, message, retryable = False, b"", "", "", False
+    match converged:
+        case CallsConverged(outputs=outputs):
+            success, result = True, outputs[0].value_json
+        case CallsFailed(failed_call=failed) if failed is not None:
+            # The call failed: answer with its own kind and message.
+            code, message, retryable = failed.kind.value, failed.message, failed.retryable
+        case CallsFailed():
+            # A failure of the run as a whole (e.g. OUTPUT_BYTES_EXCEEDED) keeps its
+            # code, and is not transient.
+            code, message = converged.failure_code.value, converged.failure_message
+        case _:
+            assert_never(converged)
     return InvokeOutcome(
         call_id=call_id,
         success=success,

@@ -12,9 +12,11 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import assert_never
 
 import msgspec
 
+from blockx_core.dispatch import CallsConverged, CallsFailed
 from blockx_core.failures import FailureCode
 from blockx_core.task import PluginResult
 from blockx_core.worker import PhaseOutcome
@@ -124,17 +126,22 @@ class PhaseWork:
                 self.progress.forget(ctx.task_id)  # cancelled: no last counts
         if observer is not None:
             observer.calls_converged(converged, time.perf_counter() - started)
-        self.task_log.calls_converged(ctx.task_id, converged.failed_call)
-        if not converged.success:
-            return PhaseOutcome(
-                success=False,
-                failure_code=converged.failure_code,
-                message=converged.failure_message,
-                call_failures=converged.call_failures,
-                call_failures_omitted=converged.call_failures_omitted,
-            )
-        runtime.outputs = converged.outputs
-        return PhaseOutcome(success=True)
+        match converged:
+            case CallsConverged():
+                self.task_log.calls_converged(ctx.task_id, None)
+                runtime.outputs = converged.outputs
+                return PhaseOutcome(success=True)
+            case CallsFailed():
+                self.task_log.calls_converged(ctx.task_id, converged.failed_call)
+                return PhaseOutcome(
+                    success=False,
+                    failure_code=converged.failure_code,
+                    message=converged.failure_message,
+                    call_failures=converged.call_failures,
+                    call_failures_omitted=converged.call_failures_omitted,
+                )
+            case _:
+                assert_never(converged)
 
     async def writer(self, runtime: TaskRuntime, plugin: WriterPlugin | None) -> PhaseOutcome:
         handler = runtime.task.result_handler
