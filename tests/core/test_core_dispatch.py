@@ -19,6 +19,7 @@ import pytest
 
 from blockx_core.calls import CallContext, RootCall, RootOutput
 from blockx_core.dispatch import (
+    AbortCall,
     CallFailure,
     CallRetryPolicy,
     CallsConverged,
@@ -29,13 +30,14 @@ from blockx_core.dispatch import (
     DispatchConfig,
     DispatcherCore,
     KillExecutor,
+    ResumeWithIo,
     ResumeWithResult,
     SendCalls,
     SubCallFailed,
     SubCallReturned,
 )
 from blockx_core.errors import BlockxUsageError, InvalidConfig
-from blockx_core.failures import CallFailureKind, Failure, FailureCode, is_retryable
+from blockx_core.failures import CallFailureKind, Failure, FailureCode, IoErrorKind, is_retryable
 
 CODE = "code@1"
 FN = "score_block"
@@ -1337,3 +1339,85 @@ def test_an_attempt_that_cannot_succeed_on_retry_is_not_retried(
     failed = only_failure(out).failed_call
     assert failed is not None
     assert (failed.attempts, failed.retryable) == (attempts, retryable)
+
+
+# ---- what the adapter could not resolve or answered --------------------------------------
+
+
+def test_a_missing_function_fails_its_task_at_the_first_root_call() -> None:
+    core = make()
+    up(core, "e1")
+    assert core.open_task("t1", "", FN, 0) == []
+    assert core.function_missing("t1", "function 'f' is not defined", 0) == []
+    out = core.add_roots("t1", roots(3), 1)
+    assert out == [
+        CallsFailed(
+            task_id="t1",
+            failure_code=FailureCode.CALL_FAILED,
+            failure_message="FUNCTION_NOT_FOUND: function 'f' is not defined",
+            failed_call=CallFailure(
+                index=0,
+                kind=CallFailureKind.FUNCTION_NOT_FOUND,
+                message="function 'f' is not defined",
+                retryable=False,
+            ),
+        )
+    ]
+    assert not core.has_task("t1")
+    assert core.live_calls() == 0
+
+
+def test_a_missing_function_with_no_root_call_converges_empty() -> None:
+    core = make()
+    core.open_task("t1", "", FN, 0)
+    core.function_missing("t1", "not defined", 0)
+    assert core.roots_done("t1", 1) == [CallsConverged(task_id="t1")]
+    assert core.function_missing("gone", "not defined", 2) == []
+
+
+def test_an_unresolved_sub_call_resumes_its_parent_with_function_not_found() -> None:
+    core, root = one_root_on_e1()
+    core.call_suspended("e1", root, 1)
+    out = core.subcall_unresolved("e1", root, "function 'nope' is not defined", 2)
+    failure = Failure(CallFailureKind.FUNCTION_NOT_FOUND, "function 'nope' is not defined", False)
+    assert out == [
+        ResumeWithResult(executor_id="e1", call_id=root, result=SubCallFailed(failure=failure))
+    ]
+    assert core.holding_call("e1") == root  # the parent runs again
+    # From the wrong executor, or for a call no longer live: nothing.
+    assert core.subcall_unresolved("e2", root, "x", 3) == []
+    assert core.subcall_unresolved("e1", 999, "x", 3) == []
+
+
+def test_an_io_answer_resumes_the_call_and_charges_its_io_time() -> None:
+    core, root = one_root_on_e1()
+    core.call_suspended("e1", root, 1)
+    task_usage = core.usage("t1")
+    assert core.io_answered("e1", root, 2, io_us=700) == [
+        ResumeWithIo(executor_id="e1", call_id=root)
+    ]
+    assert task_usage.io_us == 700
+    failure = Failure.of(IoErrorKind.UNAVAILABLE, "node down")
+    core.call_suspended("e1", root, 3)
+    assert core.io_answered("e1", root, 4, io_us=5, failure=failure) == [
+        ResumeWithIo(executor_id="e1", call_id=root)
+    ]
+    assert core.io_answered("e2", root, 5, io_us=1) == []  # not the call's executor
+
+
+def test_a_forbidden_write_fails_the_call_and_aborts_it_on_its_executor() -> None:
+    core, root = one_root_on_e1()
+    core.call_suspended("e1", root, 1)
+    usage = core.usage("t1")
+    refused = Failure.of(IoErrorKind.WRITE_FORBIDDEN, "functions are read-only")
+    out = core.io_answered("e1", root, 2, io_us=100, failure=refused)
+    assert usage.io_us == 0  # the refused write is not charged
+    assert out[0] == AbortCall(
+        executor_id="e1",
+        call_id=root,
+        failure=Failure(CallFailureKind.WRITE_FORBIDDEN, "functions are read-only", False),
+    )
+    converge = only_failure(out)
+    assert converge.failed_call is not None
+    assert converge.failed_call.kind is CallFailureKind.WRITE_FORBIDDEN
+    assert core.io_answered("e1", root, 3, io_us=1, failure=refused) == []

@@ -1,12 +1,14 @@
 """The Calls phase's sans-IO dispatcher: events in, commands out."""
 
 from blockx_core.dispatch._commands import (
+    AbortCall,
     CallsConverged,
     CallsFailed,
     CancelCalls,
     ConvergeTaskCalls,
     DispatchCommand,
     KillExecutor,
+    ResumeWithIo,
     ResumeWithResult,
     RetireExecutor,
     SendCalls,
@@ -21,6 +23,7 @@ from blockx_core.dispatch._state import CallUsage
 from blockx_core.dispatch._views import CallsWaiting, ExecutorView, RunningCall
 
 __all__ = [
+    "AbortCall",
     "CallFailure",
     "CallRetryPolicy",
     "CallUsage",
@@ -34,6 +37,7 @@ __all__ = [
     "DispatcherCore",
     "ExecutorView",
     "KillExecutor",
+    "ResumeWithIo",
     "ResumeWithResult",
     "RetireExecutor",
     "RunningCall",

@@ -293,6 +293,23 @@ class CallBook:
             )
         )
 
+    def function_missing(self, task: TaskCalls, *, message: str, now_ms: int) -> None:
+        """A root call of a function the adapter cannot resolve: the task fails at
+        once, the root call charged FUNCTION_NOT_FOUND (it never ran)."""
+        kind = CallFailureKind.FUNCTION_NOT_FOUND
+        self.fail_task(
+            task,
+            code=FailureCode.CALL_FAILED,
+            message=f"{kind.value}: {message}",
+            now_ms=now_ms,
+            failed_call=CallFailure(
+                index=task.base + task.next_root,
+                kind=kind,
+                message=message,
+                retryable=is_retryable(kind),
+            ),
+        )
+
     def drop_calls(self, task: TaskCalls, *, now_ms: int) -> None:
         cancels = detach(self.calls, self.executors, list(task.live), now_ms)
         self.unassigned = [c for c in self.unassigned if c.task is not task]

@@ -63,6 +63,22 @@ class ResumeWithResult(msgspec.Struct, frozen=True, kw_only=True):
     result: SubCallResult
 
 
+class ResumeWithIo(msgspec.Struct, frozen=True, kw_only=True):
+    """Send the call its IO answer (the one the adapter has for it): it resumes."""
+
+    executor_id: str
+    call_id: int
+
+
+class AbortCall(msgspec.Struct, frozen=True, kw_only=True):
+    """The Worker failed this call's attempt itself (its IO request was a write): the
+    executor drops the suspended call; ``failure`` is how the attempt ended."""
+
+    executor_id: str
+    call_id: int
+    failure: Failure
+
+
 class KillExecutor(msgspec.Struct, frozen=True, kw_only=True):
     """Kill this executor process (its calls have already been rescheduled);
     ``over_budget_call_id``: the call it held that failed BUDGET_EXCEEDED, if one did
@@ -118,6 +134,8 @@ DispatchCommand = (
     SendCalls
     | CancelCalls
     | ResumeWithResult
+    | ResumeWithIo
+    | AbortCall
     | KillExecutor
     | RetireExecutor
     | CallsConverged

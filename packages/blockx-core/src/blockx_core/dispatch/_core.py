@@ -54,13 +54,21 @@ from typing import Any
 
 from blockx_core.calls import RootCall
 from blockx_core.dispatch._book import CallBook
-from blockx_core.dispatch._commands import CancelCalls, DispatchCommand, SubCallReturned
+from blockx_core.dispatch._commands import (
+    AbortCall,
+    CancelCalls,
+    DispatchCommand,
+    ResumeWithIo,
+    ResumeWithResult,
+    SubCallFailed,
+    SubCallReturned,
+)
 from blockx_core.dispatch._config import DispatchConfig
 from blockx_core.dispatch._state import Call, CallUsage, Executor, TaskCalls, hold
 from blockx_core.dispatch._views import CallsWaiting, ExecutorView, calls_waiting, executor_view
 from blockx_core.dispatch._watchdog import Watchdog
 from blockx_core.errors import BlockxUsageError
-from blockx_core.failures import CallFailureKind
+from blockx_core.failures import CallFailureKind, Failure, IoErrorKind
 
 # A function that returns None, as most table functions do for most rows: one
 # shared object for every such output instead of one per call.
@@ -260,6 +268,15 @@ class DispatcherCore:
         )
         return self._drain()
 
+    def function_missing(self, task_id: str, message: str, now_ms: int) -> list[DispatchCommand]:
+        """The adapter cannot resolve the open task's function (``message`` says why,
+        for people): its first root call fails the task FUNCTION_NOT_FOUND (CALL_FAILED),
+        and a task that gets none converges with no outputs, as any other."""
+        task = self._book.tasks.get(task_id)
+        if task is not None:
+            task.missing = message
+        return self._drain()
+
     def add_roots(
         self, task_id: str, roots: Sequence[RootCall | list[Any]], now_ms: int
     ) -> list[DispatchCommand]:
@@ -270,7 +287,9 @@ class DispatcherCore:
             return []
         if task.source_done:
             raise BlockxUsageError(f"task {task_id!r}: root calls added after roots_done")
-        if roots:
+        if roots and task.missing is not None:
+            self._book.function_missing(task, message=task.missing, now_ms=now_ms)
+        elif roots:
             task.add(list(roots))
             self._book.fill(task, now_ms=now_ms)
         return self._drain()
@@ -432,6 +451,74 @@ class DispatcherCore:
         call.task.usage.io_us += io_us
         hold(ex, call_id, now_ms, call.parent)
         return True
+
+    def io_answered(
+        self,
+        executor_id: str,
+        call_id: int,
+        now_ms: int,
+        *,
+        io_us: int,
+        failure: Failure | None = None,
+    ) -> list[DispatchCommand]:
+        """The Worker has the answer to the call's IO request: a value, or ``failure``
+        (an ``IoErrorKind``), after ``io_us`` of backend time charged to the call.
+
+        A write fails the call WRITE_FORBIDDEN (writes go through a Writer Plugin,
+        and a function that catches the refusal must not go on as if it wrote):
+        ``AbortCall``, the attempt failed as any other. Any other answer resumes the
+        call (``ResumeWithIo``; the function sees a failure as an ``IoError``),
+        unless the call is no longer wanted (nothing)."""
+        if failure is not None and failure.kind is IoErrorKind.WRITE_FORBIDDEN:
+            return self._worker_failed(
+                executor_id,
+                call_id,
+                kind=CallFailureKind.WRITE_FORBIDDEN,
+                message=failure.message,
+                now_ms=now_ms,
+            )
+        if not self.call_resuming(executor_id, call_id, io_us, now_ms):
+            return []
+        return [ResumeWithIo(executor_id=executor_id, call_id=call_id)]
+
+    def _worker_failed(
+        self, executor_id: str, call_id: int, *, kind: CallFailureKind, message: str, now_ms: int
+    ) -> list[DispatchCommand]:
+        """The Worker failed a suspended call's attempt itself: the executor drops
+        the call, and the attempt fails as any other (retried if the policy says so)."""
+        book = self._book
+        call = book.calls.get(call_id)
+        if call is None or call.executor_id != executor_id:
+            if book.retiring:
+                book.stop_retired()
+            return self._drain()
+        failure = Failure.of(kind, message)
+        self._outbox.append(AbortCall(executor_id=executor_id, call_id=call_id, failure=failure))
+        ex = book.executors.get(executor_id)
+        if ex is not None:
+            ex.calls.discard(call_id)
+        call.executor_id = None
+        book.attempt_failed(call, kind=kind, message=message, now_ms=now_ms)
+        if book.retiring:
+            book.stop_retired()
+        return self._drain()
+
+    def subcall_unresolved(
+        self, executor_id: str, parent_call_id: int, message: str, now_ms: int
+    ) -> list[DispatchCommand]:
+        """The parent awaits a sub-call of a function the adapter cannot resolve
+        (``message`` says why, for people): the parent resumes at once with a
+        FUNCTION_NOT_FOUND failure it may handle; no sub-call is made."""
+        if not self.call_resuming(executor_id, parent_call_id, 0, now_ms):
+            return []
+        failure = Failure.of(CallFailureKind.FUNCTION_NOT_FOUND, message)
+        return [
+            ResumeWithResult(
+                executor_id=executor_id,
+                call_id=parent_call_id,
+                result=SubCallFailed(failure=failure),
+            )
+        ]
 
     def subcall_requested(
         self,

@@ -47,6 +47,7 @@ class TaskCalls:
         "grown",
         "inflight_roots",
         "live",
+        "missing",
         "next_root",
         "output_bytes",
         "outputs",
@@ -83,6 +84,8 @@ class TaskCalls:
         # Every failed call attempt, up to MAX_CALL_FAILURES, and how many more.
         self.failures: list[CallFailureSummary] = []
         self.failures_omitted = 0
+        # Why the adapter cannot resolve the task's function (None: it can).
+        self.missing: str | None = None
 
     def record_failure(self, call: Call, kind: str, message: str, retried: bool) -> None:
         """Keep a summary of a failed attempt (the first MAX_CALL_FAILURES only)."""
