@@ -29,6 +29,7 @@ from blockx_core.dispatch import (
     RetireExecutor,
     SendCalls,
 )
+from blockx_core.dispatch._budget import Accounting, next_sample_ms, over_budget, used_us
 from blockx_core.errors import InvalidConfig
 from blockx_core.failures import CallFailureKind, FailureCode
 
@@ -617,3 +618,69 @@ def test_a_call_that_could_not_be_sent_fails_alone_and_holds_nothing() -> None:
     assert core.holding_call("e1") == b
     assert core.next_deadline_ms() == 60 + 300 + 1
     assert core.call_unsent("e1", a, CallFailureKind.BAD_ARGUMENTS, "again", 61) == []
+
+
+# ---- the budget rule, as a pure function ---------------------------------------------
+
+
+# (accounting, measured_us, reported_us, reported_ms, now_ms, used_us): measured, the
+# kernel's figure alone; reported, the executor's figure plus its silence since.
+USED_CASES = [
+    (Accounting.MEASURED, 700, 0, 0, 0, 700),
+    (Accounting.MEASURED, 700, 9_000, 0, 50, 700),
+    (Accounting.REPORTED, 9_999, 400, 10, 10, 400),
+    (Accounting.REPORTED, 0, 400, 10, 13, 3_400),
+    (Accounting.REPORTED, 0, 400, 10, 5, 400),  # a clock behind the report adds nothing
+]
+
+
+@pytest.mark.parametrize(
+    ("accounting", "measured_us", "reported_us", "reported_ms", "now_ms", "expected"), USED_CASES
+)
+def test_what_a_running_call_has_used_follows_its_executors_accounting(
+    accounting: Accounting,
+    measured_us: int,
+    reported_us: int,
+    reported_ms: int,
+    now_ms: int,
+    expected: int,
+) -> None:
+    used = used_us(
+        accounting,
+        measured_us=measured_us,
+        reported_us=reported_us,
+        reported_ms=reported_ms,
+        now_ms=now_ms,
+    )
+    assert used == expected
+
+
+def test_every_accounting_has_a_rule() -> None:
+    assert {case[0] for case in USED_CASES} == set(Accounting)
+
+
+@pytest.mark.parametrize(("used", "over"), [(999, False), (1_000, False), (1_001, True)])
+def test_a_call_is_over_its_budget_only_past_it(used: int, over: bool) -> None:
+    assert over_budget(used, 1_000) is over
+
+
+@pytest.mark.parametrize(
+    ("used", "due"), [(0, 100 + 1_001), (995_000, 100 + 10), (1_000_000, 100 + 10)]
+)
+def test_the_next_sample_is_when_the_budget_could_first_be_passed(used: int, due: int) -> None:
+    assert next_sample_ms(sampled_ms=100, used=used, budget_us=1_000_000) == due
+
+
+def test_an_executor_is_measured_from_its_first_cpu_sample_on() -> None:
+    # Reported: its own figure is what the call used (1 s budget).
+    core = make()
+    core.executor_up("e1", 0)
+    [call] = start(core, "t", 1)
+    assert of(core.executor_heartbeat("e1", call, 1_000_001, 0), KillExecutor)
+    # Measured: the same figure only says which call runs; the kernel says 1 ms.
+    core = make()
+    core.executor_up("e1", 0)
+    [call] = start(core, "t", 1)
+    assert core.executor_sample("e1", 0, cpu_ns=0) == []
+    assert core.executor_heartbeat("e1", call, 1_000_001, 0) == []
+    assert core.executor_sample("e1", 11, cpu_ns=1 * MS) == []

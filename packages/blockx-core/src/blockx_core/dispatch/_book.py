@@ -29,7 +29,7 @@ from blockx_core.dispatch._commands import (
 from blockx_core.dispatch._config import DispatchConfig
 from blockx_core.dispatch._failures import CallFailure, failure_text
 from blockx_core.dispatch._placement import place
-from blockx_core.dispatch._state import Call, Executor, TaskCalls, detach, hold
+from blockx_core.dispatch._state import Call, Executor, ExecutorState, TaskCalls, detach, hold
 from blockx_core.failures import CallFailureKind, Failure, FailureCode, is_retryable
 
 
@@ -172,7 +172,7 @@ class CallBook:
 
     def retire(self, ex: Executor, *, reason: str) -> None:
         """Send it no more calls; it is stopped once it holds none (``stop_retired``)."""
-        ex.retiring = True
+        ex.state = ExecutorState.RETIRING
         self.accepting.pop(ex.executor_id, None)
         self.retiring[ex.executor_id] = reason
 

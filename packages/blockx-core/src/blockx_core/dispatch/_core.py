@@ -54,6 +54,7 @@ from typing import Any
 
 from blockx_core.calls import RootCall
 from blockx_core.dispatch._book import CallBook
+from blockx_core.dispatch._budget import Accounting
 from blockx_core.dispatch._commands import (
     AbortCall,
     CancelCalls,
@@ -197,7 +198,7 @@ class DispatcherCore:
         ex.alive_ms = now_ms
         ex.running_call = running_call
         ex.running_us = running_us
-        if ex.measured:
+        if ex.accounting is Accounting.MEASURED:
             # The Worker measures this executor's CPU (``executor_sample``): the
             # figures it reports about itself only say which call it is on.
             self._watchdog.advance(ex, running_call, now_ms=now_ms)
@@ -571,7 +572,8 @@ class DispatcherCore:
         for ex in quiet:
             if ex.executor_id not in book.executors or watchdog.check_budget(ex, now_ms=now_ms):
                 continue
-            silent = "no heartbeat and no CPU progress" if ex.measured else "no heartbeat"
+            measured = ex.accounting is Accounting.MEASURED
+            silent = "no heartbeat and no CPU progress" if measured else "no heartbeat"
             book.kill(ex, reason=f"{silent} for {now_ms - ex.alive_ms} ms", now_ms=now_ms)
         book.send_restarts(now_ms=now_ms)
         ready: list[Call] = []

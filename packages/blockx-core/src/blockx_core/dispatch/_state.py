@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 from collections import defaultdict, deque
 from collections.abc import Iterable
 from typing import Any
 
 from blockx_core.calls import CallContext, RootCall, RootOutputs
+from blockx_core.dispatch._budget import Accounting
 from blockx_core.task import CALL_FAILURE_MESSAGE_CHARS, MAX_CALL_FAILURES, CallFailureSummary
 
 
@@ -187,6 +189,14 @@ class Call:
         self.children: list[int] | None = None
 
 
+class ExecutorState(enum.Enum):
+    """Whether an executor takes new calls."""
+
+    ACCEPTING = "ACCEPTING"
+    # Takes no new calls; stopped (``RetireExecutor``) once it holds none.
+    RETIRING = "RETIRING"
+
+
 class Executor:
     """One executor as the core sees it.
 
@@ -203,22 +213,22 @@ class Executor:
     """
 
     __slots__ = (
+        "accounting",
         "alive_ms",
         "calls",
         "cpu_ns",
         "executor_id",
         "head_cpu_ns",
         "head_since_ms",
-        "measured",
         "orphaned",
         "queue",
         "queued",
-        "retiring",
         "rss_bytes",
         "running_call",
         "running_us",
         "sampled_ms",
         "started",
+        "state",
     )
 
     def __init__(self, executor_id: str, now_ms: int) -> None:
@@ -235,11 +245,11 @@ class Executor:
         # The last sample of its call thread's CPU clock (None: never sampled), and when.
         self.cpu_ns: int | None = None
         self.sampled_ms = now_ms
-        # Sampled from outside at least once: the executor's own CPU figures are
-        # no longer trusted.
-        self.measured = False
+        # REPORTED until its CPU is first sampled from outside: then MEASURED, and
+        # the executor's own CPU figures are no longer trusted (``_budget.py``).
+        self.accounting = Accounting.REPORTED
         self.started = 0  # calls sent to it, every attempt
-        self.retiring = False
+        self.state = ExecutorState.ACCEPTING
         self.rss_bytes = 0  # the last sample of its resident memory
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
-from blockx_core.dispatch._state import Call, Executor, TaskCalls
+from blockx_core.dispatch._state import Call, Executor, ExecutorState, TaskCalls
 
 
 class RunningCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,7 +88,7 @@ def executor_view(ex: Executor, calls: dict[int, Call], now_ms: int) -> Executor
         suspended=max(0, len(ex.calls) - in_queue),
         calls_started=ex.started,
         rss_bytes=ex.rss_bytes,
-        retiring=ex.retiring,
+        retiring=ex.state is ExecutorState.RETIRING,
     )
 
 

@@ -9,9 +9,9 @@ of the executor's call-thread clock that the adapter reads from the kernel
 due, which includes the earliest moment the running call could pass its budget
 (its CPU cannot run ahead of the wall clock).
 
-One budget rule (``check_budget``): the call running on an executor that has
-used more CPU + IO than its budget gets the executor killed and fails
-BUDGET_EXCEEDED. A call that holds its executor past the wall limit fails
+One budget rule (``_budget.py``, applied by ``check_budget``): the call running
+on an executor that has used more CPU + IO than its budget gets the executor killed
+and fails BUDGET_EXCEEDED. A call that holds its executor past the wall limit fails
 BUDGET_EXCEEDED and is cancelled; a call still holding an executor
 ``cancel_grace_ms`` after it was cancelled (over the wall limit, or its task ended)
 gets the executor killed. An executor whose resident memory is over
@@ -26,16 +26,13 @@ again at once, without an attempt counted (``CallBook.reschedule_lost``).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import assert_never
 
 from blockx_core.dispatch._book import CallBook
+from blockx_core.dispatch._budget import Accounting, next_sample_ms, over_budget, used_us
 from blockx_core.dispatch._commands import CancelCalls
-from blockx_core.dispatch._state import Call, Executor
+from blockx_core.dispatch._state import Call, Executor, ExecutorState
 from blockx_core.failures import CallFailureKind
-
-# The soonest a running call's CPU is sampled again near its budget: a call starved
-# of CPU at 1 ms from its budget is not sampled every millisecond.
-_MIN_SAMPLE_GAP_MS: Final = 10
 
 
 class Watchdog:
@@ -135,7 +132,7 @@ class Watchdog:
         clock that moved since the last sample is a sign of life."""
         if ex.cpu_ns is not None and cpu_ns > ex.cpu_ns:
             ex.alive_ms = max(ex.alive_ms, now_ms)
-        ex.measured = True
+        ex.accounting = Accounting.MEASURED
         ex.cpu_ns = cpu_ns
         ex.sampled_ms = now_ms
         if ex.head_cpu_ns is None:
@@ -145,7 +142,7 @@ class Watchdog:
         """Retire an executor that runs nothing and is over the memory limit (what a
         call allocates while it runs does not count; what stays after it does)."""
         limit = self._book.config.executor_max_rss_bytes
-        if ex.rss_bytes > limit and not ex.queue and not ex.retiring:
+        if ex.rss_bytes > limit and not ex.queue and ex.state is ExecutorState.ACCEPTING:
             self._book.retire(
                 ex,
                 reason=f"its resident memory is {ex.rss_bytes} bytes between calls, over "
@@ -160,61 +157,68 @@ class Watchdog:
         return call if call is not None and call.executor_id == ex.executor_id else None
 
     def _running(self, ex: Executor, *, now_ms: int) -> tuple[Call | None, int, int] | None:
-        """The call running on ``ex`` (None for one the core let go), the CPU + IO it
-        has used this attempt and its budget, in µs; None when nothing runs there.
-
-        Measured: the kernel's CPU of its runs (the last sample) and the IO the Worker
-        charged. Otherwise what the executor last reported, plus its silence since
-        (a call cannot use more CPU than wall time)."""
-        if ex.measured:
-            if not ex.queue:
-                return None
-            call = self._held(ex, ex.queue[0])
-            running_us = self._head_segment(ex, now_ms=now_ms)[0] // 1000
-            if call is not None:
-                running_us += call.cpu_ns // 1000 + call.io_us
-        else:
-            if not ex.running_call:
-                return None
-            call = self._held(ex, ex.running_call)
-            running_us = ex.running_us + max(0, now_ms - ex.alive_ms) * 1000
+        """The call running on ``ex`` (None for one the core let go), what it has used
+        this attempt (``used_us``) and its budget, in µs; None when nothing runs
+        there. Measured, it is the head of the executor's queue; otherwise the call
+        the executor last reported."""
+        measured_us = reported_us = 0
+        match ex.accounting:
+            case Accounting.MEASURED:
+                if not ex.queue:
+                    return None
+                call = self._held(ex, ex.queue[0])
+                measured_us = self._head_segment(ex, now_ms=now_ms)[0] // 1000
+                if call is not None:
+                    measured_us += call.cpu_ns // 1000 + call.io_us
+            case Accounting.REPORTED:
+                if not ex.running_call:
+                    return None
+                call = self._held(ex, ex.running_call)
+                reported_us = ex.running_us
+            case _:
+                assert_never(ex.accounting)
+        used = used_us(
+            ex.accounting,
+            measured_us=measured_us,
+            reported_us=reported_us,
+            reported_ms=ex.alive_ms,
+            now_ms=now_ms,
+        )
         budget_us = self._book.budget_us if call is None else call.task.budget_ms * 1000
-        return call, running_us, budget_us
+        return call, used, budget_us
 
     def check_budget(self, ex: Executor, *, now_ms: int) -> bool:
-        """The one budget rule: the call running on ``ex`` is over its CPU + IO budget
-        (one the core let go: over the default budget): kill the executor, the call
-        fails BUDGET_EXCEEDED. True when it did."""
+        """The budget rule (``_budget.over_budget``) for the call running on ``ex``
+        (one the core let go: against the default budget): over it, the executor is
+        killed and the call fails BUDGET_EXCEEDED. True when it was."""
         running = self._running(ex, now_ms=now_ms)
-        if running is None or running[1] <= running[2]:
+        if running is None or not over_budget(running[1], running[2]):
             return False
-        call, used_us, _ = running
+        call, used, _ = running
         if call is None:
-            self._book.kill(
-                ex, reason="a cancelled call kept running", now_ms=now_ms, used_us=used_us
-            )
+            self._book.kill(ex, reason="a cancelled call kept running", now_ms=now_ms, used_us=used)
         else:
-            if ex.measured:
+            if ex.accounting is Accounting.MEASURED:
                 self._settle_head(ex, now_ms=now_ms)
             self._book.kill(
                 ex,
                 reason="a call exceeded its budget",
                 now_ms=now_ms,
                 over_budget=call,
-                used_us=used_us,
+                used_us=used,
             )
         return True
 
     def budget_deadline(self, ex: Executor) -> int | None:
         """When the running call could first be over its budget, counted from the
         last sample: the adapter samples again then (None: nothing to watch)."""
-        if not ex.measured:
+        if ex.accounting is not Accounting.MEASURED:
             return None
         running = self._running(ex, now_ms=ex.sampled_ms)
         if running is None:
             return None
-        _, used_us, budget_us = running
-        return ex.sampled_ms + max(_MIN_SAMPLE_GAP_MS, (budget_us - used_us) // 1000 + 1)
+        _, used, budget_us = running
+        return next_sample_ms(sampled_ms=ex.sampled_ms, used=used, budget_us=budget_us)
 
     # ---- time ---------------------------------------------------------------------------
 
