@@ -108,6 +108,10 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         return self._ready and not self._stopping
 
     @property
+    def executors_up(self) -> int:
+        return len(self.engine.pool.executor_ids())
+
+    @property
     def code_epoch(self) -> int:
         current = self._view.current
         return 0 if current is None else current.epoch
