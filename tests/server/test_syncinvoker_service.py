@@ -19,10 +19,11 @@ from support import free_port, wait_until
 
 from blockx_core.calls import RootOutput
 from blockx_core.dispatch import CallFailure, CallsConverged, CallsFailed, ConvergeTaskCalls
-from blockx_core.failures import CallFailureKind, FailureCode, is_retryable
+from blockx_core.failures import CallFailureKind, Failure, FailureCode, is_retryable
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.syncinvoker.app import serve
 from blockx_server.syncinvoker.config import load_syncinvoker_config
+from blockx_server.syncinvoker.outcome import InvokeFailed, InvokeSucceeded
 from blockx_server.syncinvoker.service import (
     InvokeObserver,
     InvokeOutcome,
@@ -692,27 +693,27 @@ OUTCOMES = [
         OK,
         [(300, 200)],
         2_000,
-        InvokeOutcome(
-            call_id="c", success=True, result=b"42", queue_us=1_500, cpu_us=300, io_us=200
-        ),
+        InvokeSucceeded(call_id="c", result=b"42", queue_us=1_500, cpu_us=300, io_us=200),
     ),
     # Waiting for sub-calls is not the caller's CPU: queue never goes negative.
     (
         OK,
         [(900, 0), (900, 0)],
         1_000,
-        InvokeOutcome(call_id="c", success=True, result=b"42", queue_us=0, cpu_us=1_800),
+        InvokeSucceeded(call_id="c", result=b"42", queue_us=0, cpu_us=1_800),
     ),
     # The executor or the dispatcher wrote the budget message: it passes through.
     (
         _failed("BUDGET_EXCEEDED", "the call used 2 ms of CPU and IO, over its budget of 1 ms"),
         [],
         3_000,
-        InvokeOutcome(
+        InvokeFailed(
             call_id="c",
-            success=False,
-            failure_code="BUDGET_EXCEEDED",
-            failure_message="the call used 2 ms of CPU and IO, over its budget of 1 ms",
+            failure=Failure(
+                CallFailureKind.BUDGET_EXCEEDED,
+                "the call used 2 ms of CPU and IO, over its budget of 1 ms",
+                False,
+            ),
             queue_us=3_000,
         ),
     ),
@@ -720,12 +721,13 @@ OUTCOMES = [
         _failed("EXECUTOR_LOST", "executor x0.1 lost: process exited with code -9"),
         [],
         10,
-        InvokeOutcome(
+        InvokeFailed(
             call_id="c",
-            success=False,
-            failure_code="EXECUTOR_LOST",
-            failure_message="executor x0.1 lost: process exited with code -9",
-            retryable=True,
+            failure=Failure(
+                CallFailureKind.EXECUTOR_LOST,
+                "executor x0.1 lost: process exited with code -9",
+                True,
+            ),
             queue_us=10,
         ),
     ),
@@ -737,11 +739,9 @@ OUTCOMES = [
         ),
         [(5, 0)],
         10,
-        InvokeOutcome(
+        InvokeFailed(
             call_id="c",
-            success=False,
-            failure_code="OUTPUT_BYTES_EXCEEDED",
-            failure_message="outputs over 10 bytes",
+            failure=Failure(FailureCode.OUTPUT_BYTES_EXCEEDED, "outputs over 10 bytes", False),
             queue_us=5,
             cpu_us=5,
         ),

@@ -4,7 +4,7 @@ and gauges read from the service when scraped."""
 from __future__ import annotations
 
 import logging
-from typing import Protocol
+from typing import Protocol, assert_never
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 from blockx_server.io.metrics import IoMetrics
 from blockx_server.io.router import IoRouter
 from blockx_server.runtime.logs import log_event
-from blockx_server.syncinvoker.outcome import InvokeOutcome
+from blockx_server.syncinvoker.outcome import InvokeFailed, InvokeOutcome, InvokeSucceeded
 
 # One DEBUG event per finished invoke, with the caller's call_id.
 log = logging.getLogger("blockx.invoke")
@@ -85,8 +85,15 @@ class SyncInvokerMetrics:
         self._requests.labels(rpc, outcome).inc()
 
     def invoked(self, rpc: str, outcome: InvokeOutcome, seconds: float, function: str) -> None:
-        self.outcome(rpc, "ok" if outcome.success else outcome.failure_code)
-        self._latency.labels(rpc, "true" if outcome.success else "false").observe(seconds)
+        match outcome:
+            case InvokeSucceeded():
+                success, failure_code = True, None
+            case InvokeFailed(failure=failure):
+                success, failure_code = False, failure.kind.value
+            case _:
+                assert_never(outcome)
+        self.outcome(rpc, failure_code or "ok")
+        self._latency.labels(rpc, "true" if success else "false").observe(seconds)
         log_event(
             log,
             f"{rpc} {outcome.call_id} of {function} finished",
@@ -96,8 +103,8 @@ class SyncInvokerMetrics:
                 "call_id": outcome.call_id,
                 "function": function,
                 "code_epoch": outcome.code_epoch,
-                "success": outcome.success,
-                "failure_code": outcome.failure_code or None,
+                "success": success,
+                "failure_code": failure_code,
                 "duration_ms": round(seconds * 1000, 3),
                 "cpu_us": outcome.cpu_us,
                 "io_us": outcome.io_us,
