@@ -198,7 +198,7 @@ class CallBook:
         self.cancel_children(call, now_ms=now_ms)
         policy = self.config.retry
         retry = retryable and kind in policy.retry_on and call.attempt < policy.max_attempts
-        call.task.record_failure(call, kind.value, message, retry)
+        call.task.record_failure(call, kind, message, retried=retry)
         if retry:
             due = now_ms + policy.backoff_for(call.attempt)
             call.attempt += 1

@@ -9,6 +9,7 @@ from typing import Any
 
 from blockx_core.calls import CallContext, RootCall, RootOutputs
 from blockx_core.dispatch._budget import Accounting
+from blockx_core.failures import CallFailureKind
 from blockx_core.task import CALL_FAILURE_MESSAGE_CHARS, MAX_CALL_FAILURES, CallFailureSummary
 
 
@@ -89,7 +90,9 @@ class TaskCalls:
         # Why the adapter cannot resolve the task's function (None: it can).
         self.missing: str | None = None
 
-    def record_failure(self, call: Call, kind: str, message: str, retried: bool) -> None:
+    def record_failure(
+        self, call: Call, kind: CallFailureKind, message: str, *, retried: bool
+    ) -> None:
         """Keep a summary of a failed attempt (the first MAX_CALL_FAILURES only)."""
         if len(self.failures) >= MAX_CALL_FAILURES:
             self.failures_omitted += 1
