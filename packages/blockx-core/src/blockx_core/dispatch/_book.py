@@ -165,7 +165,9 @@ class CallBook:
                 ex = accepting[send.executor_id]
                 ex.started += len(send.call_ids)
                 for call_id in send.call_ids:
-                    hold(ex, call_id, now_ms, parents.get(call_id, 0) if parents else 0)
+                    hold(
+                        ex, call_id, now_ms=now_ms, parent=parents.get(call_id, 0) if parents else 0
+                    )
                 self.outbox.append(send)
             for ex in [e for e in accepting.values() if e.started >= max_calls]:
                 self.retire(ex, reason=f"it has run {ex.started} calls (EXECUTOR_MAX_CALLS)")
@@ -258,7 +260,7 @@ class CallBook:
             parent.children.remove(child.call_id)
         ex = self.executors.get(parent.executor_id)
         if ex is not None:
-            hold(ex, parent.call_id, now_ms, parent.parent)
+            hold(ex, parent.call_id, now_ms=now_ms, parent=parent.parent)
         self.outbox.append(
             ResumeWithResult(executor_id=parent.executor_id, call_id=parent.call_id, result=result)
         )
@@ -268,7 +270,7 @@ class CallBook:
         if not call.children:
             return
         children, call.children = call.children, None
-        cancels = detach(self.calls, self.executors, children, now_ms)
+        cancels = detach(self.calls, self.executors, children, now_ms=now_ms)
         self.outbox.extend(CancelCalls(executor_id=e, call_ids=ids) for e, ids in cancels.items())
 
     def fail_task(
@@ -311,7 +313,7 @@ class CallBook:
         )
 
     def drop_calls(self, task: TaskCalls, *, now_ms: int) -> None:
-        cancels = detach(self.calls, self.executors, list(task.live), now_ms)
+        cancels = detach(self.calls, self.executors, list(task.live), now_ms=now_ms)
         self.unassigned = [c for c in self.unassigned if c.task is not task]
         self.outbox.extend(
             CancelCalls(executor_id=e, call_ids=sorted(ids)) for e, ids in cancels.items()

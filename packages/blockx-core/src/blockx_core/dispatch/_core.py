@@ -450,7 +450,7 @@ class DispatcherCore:
             return False
         call.io_us += io_us
         call.task.usage.io_us += io_us
-        hold(ex, call_id, now_ms, call.parent)
+        hold(ex, call_id, now_ms=now_ms, parent=call.parent)
         return True
 
     def io_answered(

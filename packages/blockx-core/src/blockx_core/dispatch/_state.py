@@ -257,7 +257,7 @@ class Executor:
 
 
 def detach(
-    calls: dict[int, Call], executors: dict[str, Executor], call_ids: Iterable[int], now_ms: int
+    calls: dict[int, Call], executors: dict[str, Executor], call_ids: Iterable[int], *, now_ms: int
 ) -> dict[str, list[int]]:
     """Forget these calls and their sub-calls, transitively; returns, per executor,
     the ids it still holds and must cancel. One still queued or running there
@@ -281,7 +281,7 @@ def detach(
     return cancels
 
 
-def hold(ex: Executor, call_id: int, now_ms: int, parent: int = 0) -> None:
+def hold(ex: Executor, call_id: int, *, now_ms: int, parent: int = 0) -> None:
     """An ExecuteCalls call or a ResumeCall goes to ``ex``: the call (a sub-call of
     ``parent``) joins its queue."""
     if call_id in ex.queued:
