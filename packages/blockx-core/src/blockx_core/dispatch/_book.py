@@ -29,7 +29,16 @@ from blockx_core.dispatch._commands import (
 from blockx_core.dispatch._config import DispatchConfig
 from blockx_core.dispatch._failures import CallFailure, failure_text
 from blockx_core.dispatch._placement import place
-from blockx_core.dispatch._state import Call, Executor, ExecutorState, TaskCalls, detach, hold
+from blockx_core.dispatch._state import (
+    Call,
+    CallMove,
+    CallState,
+    Executor,
+    ExecutorState,
+    TaskCalls,
+    detach,
+    hold,
+)
 from blockx_core.failures import CallFailureKind, Failure, FailureCode, is_retryable
 
 
@@ -204,7 +213,7 @@ class CallBook:
         if retry:
             due = now_ms + policy.backoff_for(call.attempt)
             call.attempt += 1
-            call.retry_due = True
+            call.move(CallMove.BACK_OFF)
             heapq.heappush(self.retries, (due, call.call_id))
             call.cpu_ns = call.io_us = call.held_ms = 0  # the budget is per attempt
             return
@@ -254,7 +263,7 @@ class CallBook:
         now_ms: int,
     ) -> None:
         parent = self.calls.get(child.parent)
-        if parent is None or parent.executor_id is None:
+        if parent is None or parent.executor_id is None or parent.state is not CallState.PLACED:
             return  # the parent is gone or being retried: it will ask again
         if parent.children is not None:
             parent.children.remove(child.call_id)
@@ -359,7 +368,7 @@ class CallBook:
         charged = self._responsible(ex, over_budget=over_budget)
         ex.calls.clear()
         for call in lost:
-            call.executor_id = None
+            call.move(CallMove.LEAVE)
         uncharged: list[Call] = []
         for call in lost:
             if call.call_id not in self.calls or call.task.task_id not in self.tasks:

@@ -65,7 +65,15 @@ from blockx_core.dispatch._commands import (
     SubCallReturned,
 )
 from blockx_core.dispatch._config import DispatchConfig
-from blockx_core.dispatch._state import Call, CallUsage, Executor, TaskCalls, hold
+from blockx_core.dispatch._state import (
+    Call,
+    CallMove,
+    CallState,
+    CallUsage,
+    Executor,
+    TaskCalls,
+    hold,
+)
 from blockx_core.dispatch._views import CallsWaiting, ExecutorView, calls_waiting, executor_view
 from blockx_core.dispatch._watchdog import Watchdog
 from blockx_core.errors import BlockxUsageError
@@ -406,7 +414,7 @@ class DispatcherCore:
             self._outbox.append(CancelCalls(executor_id=executor_id, call_ids=[call_id]))
         if ex is not None:
             ex.calls.discard(call_id)
-        call.executor_id = None
+        call.move(CallMove.LEAVE)
         book.attempt_failed(call, kind=kind, message=message, now_ms=now_ms, retryable=retryable)
         if book.retiring:
             book.stop_retired()
@@ -424,7 +432,7 @@ class DispatcherCore:
             self._watchdog.unhold(ex, call_id, now_ms=now_ms)
             ex.calls.discard(call_id)
         if call is not None and call.executor_id == executor_id:
-            call.executor_id = None
+            call.move(CallMove.LEAVE)
             book.attempt_failed(call, kind=kind, message=message, now_ms=now_ms, retryable=False)
         if book.retiring:
             book.stop_retired()
@@ -498,7 +506,7 @@ class DispatcherCore:
         ex = book.executors.get(executor_id)
         if ex is not None:
             ex.calls.discard(call_id)
-        call.executor_id = None
+        call.move(CallMove.LEAVE)
         book.attempt_failed(call, kind=kind, message=message, now_ms=now_ms)
         if book.retiring:
             book.stop_retired()
@@ -581,8 +589,8 @@ class DispatcherCore:
         while retries and retries[0][0] <= now_ms:
             _, call_id = heapq.heappop(retries)
             call = book.calls.get(call_id)
-            if call is not None and call.retry_due:
-                call.retry_due = False
+            if call is not None and call.state is CallState.BACKING_OFF:
+                call.move(CallMove.RETRY)
                 ready.append(call)
         if ready:
             book.send(ready, now_ms=now_ms)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import enum
 from collections import defaultdict, deque
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 from blockx_core.calls import CallContext, RootCall, RootOutputs
 from blockx_core.dispatch._budget import Accounting
@@ -138,9 +138,42 @@ class TaskCalls:
         return RootOutputs(self.outputs, contexts)
 
 
+class CallState(enum.Enum):
+    """Where a call in the core is, between its creation and its end (it completes,
+    fails for good or is dropped, and leaves the core from any state)."""
+
+    # Waiting for an executor: new, sent back uncharged by an executor that ended,
+    # or its retry is due.
+    WAITING = "WAITING"
+    # On an executor (``executor_id``): queued, running or suspended there.
+    PLACED = "PLACED"
+    # A failed attempt's retry waits out its back-off.
+    BACKING_OFF = "BACKING_OFF"
+
+
+class CallMove(enum.Enum):
+    PLACE = "PLACE"  # sent to an executor
+    LEAVE = "LEAVE"  # its attempt left the executor: it failed there, or the executor ended
+    BACK_OFF = "BACK_OFF"  # the failed attempt is to be retried after a back-off
+    RETRY = "RETRY"  # the back-off is over
+
+
+CALL_MOVES: Final[Mapping[tuple[CallState, CallMove], CallState]] = {
+    (CallState.WAITING, CallMove.PLACE): CallState.PLACED,
+    (CallState.PLACED, CallMove.LEAVE): CallState.WAITING,
+    (CallState.WAITING, CallMove.BACK_OFF): CallState.BACKING_OFF,
+    (CallState.BACKING_OFF, CallMove.RETRY): CallState.WAITING,
+}
+
+
+class InvalidCallMove(Exception):
+    """A (state, move) pair ``CALL_MOVES`` does not allow: a bug in the dispatcher."""
+
+
 class Call:
     """One call in the core: a root call (``root_index >= 0``) or a sub-call bound to
-    its ``parent``. Survives retries; ``executor_id`` is None between attempts."""
+    its ``parent``. Survives retries; ``state`` says where it is (``CALL_MOVES``), and
+    ``executor_id`` is set only while it is PLACED."""
 
     __slots__ = (
         "args",
@@ -156,8 +189,8 @@ class Call:
         "io_us",
         "kwargs",
         "parent",
-        "retry_due",
         "root_index",
+        "state",
         "task",
     )
 
@@ -188,8 +221,20 @@ class Call:
         self.io_us = 0
         self.held_ms = 0
         self.executor_id: str | None = None
-        self.retry_due = False
+        self.state = CallState.WAITING
         self.children: list[int] | None = None
+
+    def move(self, move: CallMove, *, executor_id: str | None = None) -> None:
+        """Move by ``CALL_MOVES`` (to an executor, for PLACE; off it, for LEAVE); an
+        illegal pair raises and changes nothing."""
+        target = CALL_MOVES.get((self.state, move))
+        if target is None:
+            raise InvalidCallMove(f"call {self.call_id}: {move.name} while {self.state.name}")
+        self.state = target
+        if move is CallMove.PLACE:
+            self.executor_id = executor_id
+        elif move is CallMove.LEAVE:
+            self.executor_id = None
 
 
 class ExecutorState(enum.Enum):

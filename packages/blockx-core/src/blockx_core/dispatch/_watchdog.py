@@ -31,7 +31,7 @@ from typing import assert_never
 from blockx_core.dispatch._book import CallBook
 from blockx_core.dispatch._budget import Accounting, next_sample_ms, over_budget, used_us
 from blockx_core.dispatch._commands import CancelCalls
-from blockx_core.dispatch._state import Call, Executor, ExecutorState
+from blockx_core.dispatch._state import Call, CallMove, Executor, ExecutorState
 from blockx_core.failures import CallFailureKind
 
 
@@ -252,7 +252,7 @@ class Watchdog:
             # call still holds it after the grace.
             ex.calls.discard(call.call_id)
             ex.orphaned[call.call_id] = now_ms
-            call.executor_id = None
+            call.move(CallMove.LEAVE)
             book.outbox.append(CancelCalls(executor_id=ex.executor_id, call_ids=[call.call_id]))
             book.attempt_failed(
                 call,
