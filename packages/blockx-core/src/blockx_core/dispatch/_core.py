@@ -4,12 +4,13 @@ It owns, per task, a TaskCalls record (root calls, a window that doubles from
 ``initial_window`` up to ``task_max_inflight_calls``, outputs in root order), the
 calls in flight and which executor holds each, bounded attempt retries, sub-calls
 bound to their parents, and the executors' liveness. Its inputs are events (calls
-completed, failed, suspended or resumed, a call waiting on a sub-call, executor up
-/ heartbeat / sampled / lost, ``tick``); its outputs are commands (``SendCalls``,
-``CancelCalls``, ``ResumeWithResult``, ``KillExecutor``, ``RetireExecutor``, and
-``CallsConverged`` or ``CallsFailed`` once per task). It never reads a
-clock: every event takes ``now_ms``; ``next_deadline_ms`` tells the adapter when to
-call ``tick``.
+completed, failed, suspended or resumed, an IO answer, a call waiting on a sub-call
+or on one of a function that cannot be resolved, a task's function missing,
+executor up / heartbeat / sampled / lost, ``tick``); its outputs are commands
+(``SendCalls``, ``CancelCalls``, ``ResumeWithResult``, ``ResumeWithIo``,
+``AbortCall``, ``KillExecutor``, ``RetireExecutor``, and ``CallsConverged`` or
+``CallsFailed`` once per task). It never reads a clock: every event takes
+``now_ms``; ``next_deadline_ms`` tells the adapter when to call ``tick``.
 
 Root calls come incrementally: ``open_task`` starts a task's Calls phase,
 ``add_roots`` gives it more root calls (any number of times), and ``roots_done``
@@ -450,7 +451,9 @@ class DispatcherCore:
     def call_resuming(self, executor_id: str, call_id: int, io_us: int, now_ms: int) -> bool:
         """The Worker is about to send the call's ResumeCall (an IO answer, ``io_us`` of
         backend time charged to it, or a sub-call it could not start); False when the
-        call is no longer wanted (send nothing)."""
+        call is no longer wanted (send nothing). ``io_answered`` and
+        ``subcall_unresolved`` use it and say what to send; an adapter needs it only
+        for a ResumeCall of its own."""
         book = self._book
         ex = book.executors.get(executor_id)
         call = book.calls.get(call_id)
