@@ -1303,6 +1303,16 @@ def test_a_fast_failure_names_the_failed_call() -> None:
     assert converge.failure_message == "call #1 score_block(1, 'k') failed: BAD_RESULT: no"
 
 
+def test_a_failed_phase_and_its_call_hand_on_their_failures() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    ids = root_ids(core.start_task("t1", CODE, FN, [[0]], 0))
+    converge = only_failure(core.call_failed("e1", ids[0], CallFailureKind.BAD_RESULT, "no", 1))
+    assert converge.failure == Failure(FailureCode.CALL_FAILED, converge.failure_message, False)
+    assert converge.failed_call is not None
+    assert converge.failed_call.failure == Failure(CallFailureKind.BAD_RESULT, "no", False)
+
+
 def test_kwargs_show_in_the_failure_message() -> None:
     core = make(executor_heartbeat_timeout_ms=NO_HB)
     up(core, "e1")
