@@ -29,7 +29,7 @@ from typing import Any
 
 from blockx_core.calls import CallContext, RootCall
 from blockx_core.code_view import build_snapshot
-from blockx_core.dispatch import DispatchConfig
+from blockx_core.dispatch import CallsConverged, DispatchConfig
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
 from blockx_server.io.backends.memory import MemoryBackend
@@ -115,8 +115,10 @@ async def engine_rates(n_trivial: int, n_sha: int, n_io: int) -> dict[str, float
             io = TaskIoScope(registry, task_id)
             result = await engine.run_calls(task_id, snapshot, io, function, calls)
             elapsed = time.perf_counter() - started
-            if not result.success or len(result.outputs) != len(calls):
+            if not isinstance(result, CallsConverged):
                 raise RuntimeError(f"{name}: {result.failure_message}")
+            if len(result.outputs) != len(calls):
+                raise RuntimeError(f"{name}: {len(result.outputs)} outputs for {len(calls)} calls")
             rates[name] = round(len(calls) / elapsed)
         return rates
     finally:

@@ -19,26 +19,32 @@ import pytest
 
 from blockx_core.calls import CallContext, RootCall, RootOutput
 from blockx_core.dispatch import (
+    AbortCall,
     CallFailure,
     CallRetryPolicy,
+    CallsConverged,
+    CallsFailed,
     CancelCalls,
     ConvergeTaskCalls,
     DispatchCommand,
     DispatchConfig,
     DispatcherCore,
     KillExecutor,
+    ResumeWithIo,
     ResumeWithResult,
     SendCalls,
+    SubCallFailed,
+    SubCallReturned,
 )
 from blockx_core.errors import BlockxUsageError, InvalidConfig
-from blockx_core.failures import CallFailureKind, FailureCode, is_retryable
+from blockx_core.failures import CallFailureKind, Failure, FailureCode, IoErrorKind, is_retryable
 
 CODE = "code@1"
 FN = "score_block"
 # Heartbeat timeouts far away, for tests that are not about them.
 NO_HB = 10**12
 
-C = TypeVar("C", SendCalls, CancelCalls, ResumeWithResult, KillExecutor, ConvergeTaskCalls)
+C = TypeVar("C", SendCalls, CancelCalls, ResumeWithResult, KillExecutor)
 
 
 # The wall limit and the cancel grace are off unless a test is about them (the tests
@@ -88,7 +94,9 @@ def tagged(values: list[bytes]) -> list[RootOutput]:
 
 
 def values(converge: ConvergeTaskCalls) -> list[bytes]:
-    return [o.value_json for o in converge.outputs]
+    """The outputs' values (none for a failed phase)."""
+    outputs = converge.outputs if isinstance(converge, CallsConverged) else ()
+    return [o.value_json for o in outputs]
 
 
 def result(i: int) -> bytes:
@@ -99,10 +107,20 @@ def cancelled(cmds: Sequence[DispatchCommand]) -> set[tuple[str, int]]:
     return {(c.executor_id, cid) for c in of(cmds, CancelCalls) for cid in c.call_ids}
 
 
+def converges(cmds: Sequence[DispatchCommand]) -> list[ConvergeTaskCalls]:
+    return [c for c in cmds if isinstance(c, CallsConverged | CallsFailed)]
+
+
 def only_converge(cmds: Sequence[DispatchCommand]) -> ConvergeTaskCalls:
-    converges = of(cmds, ConvergeTaskCalls)
-    assert len(converges) == 1, cmds
-    return converges[0]
+    found = converges(cmds)
+    assert len(found) == 1, cmds
+    return found[0]
+
+
+def only_failure(cmds: Sequence[DispatchCommand]) -> CallsFailed:
+    converge = only_converge(cmds)
+    assert isinstance(converge, CallsFailed), converge
+    return converge
 
 
 # ---- configuration ----------------------------------------------------------------------
@@ -159,7 +177,7 @@ def test_empty_call_list_converges_at_once(executors: tuple[str, ...]) -> None:
     core = make()
     up(core, *executors)
     assert core.start_task("t1", CODE, FN, [], 0) == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([]))
+        CallsConverged(task_id="t1", outputs=tagged([]))
     ]
     assert not core.has_task("t1")
     assert core.live_calls() == 0
@@ -180,7 +198,9 @@ def test_a_converged_task_id_can_start_again() -> None:
     core = make()
     up(core, "e1")
     ids = root_ids(core.start_task("t1", CODE, FN, roots(1), 0))
-    assert only_converge(core.calls_completed("e1", [ids[0]], [result(0)], 1)).success
+    assert isinstance(
+        only_converge(core.calls_completed("e1", [ids[0]], [result(0)], 1)), CallsConverged
+    )
     assert len(placement(core.start_task("t1", CODE, FN, roots(1), 2))) == 1
 
 
@@ -373,7 +393,7 @@ def test_outputs_are_in_root_order_whatever_the_completion_order(batches: list[l
     up(core, "e1", "e2")
     cmds = core.start_task("t1", CODE, FN, roots(4), 0)
     ids, where = root_ids(cmds), placement(cmds)
-    converges: list[ConvergeTaskCalls] = []
+    seen: list[ConvergeTaskCalls] = []
     for now, batch in enumerate(batches, start=1):
         by_ex: dict[str, list[int]] = {}
         for i in batch:
@@ -382,11 +402,9 @@ def test_outputs_are_in_root_order_whatever_the_completion_order(batches: list[l
             out = core.calls_completed(
                 ex, [ids[i] for i in indexes], [result(i) for i in indexes], now
             )
-            converges += of(out, ConvergeTaskCalls)
+            seen += converges(out)
             assert of(out, SendCalls) == []
-    assert converges == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(i) for i in range(4)]))
-    ]
+    assert seen == [CallsConverged(task_id="t1", outputs=tagged([result(i) for i in range(4)]))]
     assert not core.has_task("t1")
     assert core.live_calls() == 0
     assert core.executor_load("e1") == core.executor_load("e2") == 0
@@ -415,14 +433,10 @@ def test_results_the_core_does_not_expect_are_ignored(case: str) -> None:
     assert core.has_task("t1")
     # The real results still converge the task, once, without the stale value.
     done = [] if case == "already completed" else [0]
-    converges: list[ConvergeTaskCalls] = []
+    seen: list[ConvergeTaskCalls] = []
     for i in [*done, 1]:
-        converges += of(
-            core.calls_completed(where[ids[i]], [ids[i]], [result(i)], 3), ConvergeTaskCalls
-        )
-    assert converges == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(0), result(1)]))
-    ]
+        seen += converges(core.calls_completed(where[ids[i]], [ids[i]], [result(i)], 3))
+    assert seen == [CallsConverged(task_id="t1", outputs=tagged([result(0), result(1)]))]
     assert core.calls_completed(where[ids[1]], [ids[1]], [result(1)], 4) == []
 
 
@@ -437,7 +451,7 @@ def test_result_of_an_attempt_on_a_lost_executor_is_ignored_even_if_it_returns()
     retry = core.tick(110)
     assert placement(retry) == {ids[0]: "e1"}
     assert core.calls_completed("e1", [ids[0]], [result(0)], 120) == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(0)]))
+        CallsConverged(task_id="t1", outputs=tagged([result(0)]))
     ]
 
 
@@ -463,9 +477,9 @@ def test_output_bytes_exceeded(limit: int, sizes: list[int], fails_at: int | Non
     for n, size in enumerate(sizes, start=1):
         out = core.calls_completed(where[ids[n - 1]], [ids[n - 1]], [b"x" * size], n)
         if n == fails_at:
-            converge = only_converge(out)
+            converge = only_failure(out)
             assert converge.task_id == "t1"
-            assert not converge.success
+            assert isinstance(converge, CallsFailed)
             assert converge.failure_code is FailureCode.OUTPUT_BYTES_EXCEEDED
             assert str(limit) in converge.failure_message
             assert values(converge) == []
@@ -490,7 +504,9 @@ def test_sub_call_results_do_not_count_towards_output_bytes() -> None:
     [cid] = child
     big = b'"' + b"x" * 100 + b'"'
     assert of(core.calls_completed("e1", [cid], [big], 2), ResumeWithResult)
-    assert only_converge(core.calls_completed("e1", [ids[0]], [b"1234"], 3)).success
+    assert isinstance(
+        only_converge(core.calls_completed("e1", [ids[0]], [b"1234"], 3)), CallsConverged
+    )
 
 
 # ---- call_failed: fastFail and retries -------------------------------------------------------
@@ -508,10 +524,10 @@ def test_non_retryable_failure_fast_fails_the_task(kind: CallFailureKind) -> Non
     ids, where = root_ids(cmds), placement(cmds)
     assert core.calls_completed(where[ids[5]], [ids[5]], [result(5)], 1) == []
     out = core.call_failed(where[ids[2]], ids[2], kind, TRACEBACK, 2)
-    converge = only_converge(out)
+    converge = only_failure(out)
     assert out[-1] == converge
     assert converge.task_id == "t1"
-    assert not converge.success
+    assert isinstance(converge, CallsFailed)
     assert converge.failure_code is FailureCode.CALL_FAILED
     assert values(converge) == []
     for part in ("#2", FN, "blk2", kind.value, TRACEBACK):
@@ -521,7 +537,7 @@ def test_non_retryable_failure_fast_fails_the_task(kind: CallFailureKind) -> Non
     cancels = of(out, CancelCalls)
     assert len({c.executor_id for c in cancels}) == len(cancels)
     assert cancelled(out) == {(where[ids[i]], ids[i]) for i in (0, 1, 3, 4)}
-    assert {type(c) for c in out} == {CancelCalls, ConvergeTaskCalls}
+    assert {type(c) for c in out} == {CancelCalls, CallsFailed}
     # Nothing about the task is reported again.
     assert core.calls_completed(where[ids[0]], [ids[0]], [result(0)], 3) == []
     assert core.call_failed(where[ids[1]], ids[1], kind, "again", 3) == []
@@ -536,7 +552,7 @@ def test_fast_fail_also_stops_roots_not_yet_dispatched() -> None:
     assert sorted(ids) == [0, 1]
     out = core.call_failed("e1", ids[0], CallFailureKind.USER_ERROR, "boom", 1)
     assert cancelled(out) == {("e1", ids[1])}
-    assert only_converge(out).failure_code is FailureCode.CALL_FAILED
+    assert only_failure(out).failure_code is FailureCode.CALL_FAILED
     assert core.calls_completed("e1", [ids[1]], [result(1)], 2) == []
     assert core.live_calls() == 0
 
@@ -550,7 +566,7 @@ def test_fast_fail_spares_other_tasks() -> None:
     assert cancelled(out) == {("e1", a[1])}
     assert only_converge(out).task_id == "a"
     assert core.calls_completed("e1", [b[0]], [result(0)], 2) == [
-        ConvergeTaskCalls(task_id="b", success=True, outputs=tagged([result(0)]))
+        CallsConverged(task_id="b", outputs=tagged([result(0)]))
     ]
 
 
@@ -592,7 +608,7 @@ def test_retryable_failure_is_retried_after_backoff_then_fails_for_good() -> Non
         ]
         assert core.tick(due + 10_000) == []
     out = core.call_failed("e1", ids[0], lost, "pipe closed", 4_000)
-    converge = only_converge(out)
+    converge = only_failure(out)
     assert converge.failure_code is FailureCode.CALL_FAILED
     for part in ("#0", FN, "after 4 attempts", "EXECUTOR_LOST", "pipe closed"):
         assert part in converge.failure_message
@@ -626,7 +642,7 @@ def test_retry_policy_decides_which_kinds_are_retried(
         assert out == []
         assert placement(core.tick(100)) == {ids[0]: "e1"}
     else:
-        assert only_converge(out).failure_code is FailureCode.CALL_FAILED
+        assert only_failure(out).failure_code is FailureCode.CALL_FAILED
         assert core.tick(100) == []
 
 
@@ -635,7 +651,7 @@ def test_max_attempts_one_means_no_retry() -> None:
     up(core, "e1")
     ids = root_ids(core.start_task("t1", CODE, FN, roots(1), 0))
     out = core.call_failed("e1", ids[0], CallFailureKind.EXECUTOR_LOST, "gone", 0)
-    message = only_converge(out).failure_message
+    message = only_failure(out).failure_message
     assert "EXECUTOR_LOST" in message
     assert "attempts" not in message
 
@@ -651,8 +667,8 @@ def test_cancel_on_executor_cancels_the_failed_call_there(kind: CallFailureKind)
         assert out == [CancelCalls(executor_id="e1", call_ids=[ids[0]])]
         assert placement(core.tick(105)) == {ids[0]: "e1"}
     else:
-        assert only_converge(out).failure_code is FailureCode.CALL_FAILED
-        assert "WRITE_FORBIDDEN" in only_converge(out).failure_message
+        assert only_failure(out).failure_code is FailureCode.CALL_FAILED
+        assert "WRITE_FORBIDDEN" in only_failure(out).failure_message
 
 
 def test_without_cancel_on_executor_no_cancel_is_sent_for_the_failed_call() -> None:
@@ -709,11 +725,13 @@ def test_child_result_resumes_the_parent_on_the_parents_executor() -> None:
     assert child_ex == "e2"  # the emptier executor
     out = core.calls_completed("e2", [child], [b'{"v": 42}'], 2)
     assert out == [
-        ResumeWithResult(executor_id="e1", call_id=root, ok=True, value_json=b'{"v": 42}')
+        ResumeWithResult(
+            executor_id="e1", call_id=root, result=SubCallReturned(value_json=b'{"v": 42}')
+        )
     ]
     # The parent's own result is the only output.
     assert core.calls_completed("e1", [root], [result(0)], 3) == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([result(0)]))
+        CallsConverged(task_id="t1", outputs=tagged([result(0)]))
     ]
     assert core.live_calls() == 0
 
@@ -723,10 +741,12 @@ def test_nested_subcalls_resume_each_parent_in_turn() -> None:
     child, child_ex = subcall(core, "e1", root)
     grandchild, grand_ex = subcall(core, child_ex, child, "leaf")
     assert core.calls_completed(grand_ex, [grandchild], [b"7"], 2) == [
-        ResumeWithResult(executor_id=child_ex, call_id=child, ok=True, value_json=b"7")
+        ResumeWithResult(
+            executor_id=child_ex, call_id=child, result=SubCallReturned(value_json=b"7")
+        )
     ]
     assert core.calls_completed(child_ex, [child], [b"8"], 3) == [
-        ResumeWithResult(executor_id="e1", call_id=root, ok=True, value_json=b"8")
+        ResumeWithResult(executor_id="e1", call_id=root, result=SubCallReturned(value_json=b"8"))
     ]
     assert values(only_converge(core.calls_completed("e1", [root], [b"9"], 4))) == [b"9"]
 
@@ -740,15 +760,14 @@ def test_child_terminal_failure_resumes_the_parent_with_the_error(kind: CallFail
         ResumeWithResult(
             executor_id="e1",
             call_id=root,
-            ok=False,
-            error_kind=kind.value,
-            error=TRACEBACK,
-            retryable=is_retryable(kind),
+            result=SubCallFailed(failure=Failure(kind, TRACEBACK, is_retryable(kind))),
         )
     ]
     # The parent may handle it: the task is still alive and can succeed.
     assert core.has_task("t1")
-    assert only_converge(core.calls_completed("e1", [root], [result(0)], 3)).success
+    assert isinstance(
+        only_converge(core.calls_completed("e1", [root], [result(0)], 3)), CallsConverged
+    )
 
 
 def test_child_retryable_failure_is_retried_and_resumes_only_when_terminal() -> None:
@@ -763,10 +782,9 @@ def test_child_retryable_failure_is_retried_and_resumes_only_when_terminal() -> 
         ResumeWithResult(
             executor_id="e1",
             call_id=root,
-            ok=False,
-            error_kind="EXECUTOR_LOST",
-            error="died again",
-            retryable=True,
+            result=SubCallFailed(
+                failure=Failure(CallFailureKind.EXECUTOR_LOST, "died again", retryable=True)
+            ),
         )
     ]
     assert core.has_task("t1")
@@ -819,7 +837,7 @@ def test_child_on_a_lost_executor_is_retried_while_its_parent_waits() -> None:
     assert core.executor_lost(child_ex, "oom", 10) == []
     assert placement(core.tick(60)) == {child: "e1"}
     assert core.calls_completed("e1", [child], [b"5"], 61) == [
-        ResumeWithResult(executor_id="e1", call_id=root, ok=True, value_json=b"5")
+        ResumeWithResult(executor_id="e1", call_id=root, result=SubCallReturned(value_json=b"5"))
     ]
 
 
@@ -827,7 +845,7 @@ def test_parent_completing_cancels_its_pending_subcalls() -> None:
     core, root = one_root_on_e1(retry=CallRetryPolicy(backoff_ms=50))
     child, child_ex = subcall(core, "e1", root)
     out = core.calls_completed("e1", [root], [result(0)], 2)
-    assert only_converge(out).success
+    assert isinstance(only_converge(out), CallsConverged)
     # Regression: the parent's attempt ended, so its pending sub-calls are cancelled and
     # nothing of the converged task stays in the core (it used to keep the child live,
     # in e2's load, and re-send it after a retryable failure).
@@ -846,7 +864,7 @@ def test_sub_call_completing_cancels_its_own_pending_sub_calls() -> None:
     out = core.calls_completed(child_ex, [child], [b"3"], 2)
     assert out == [
         CancelCalls(executor_id=grand_ex, call_ids=[grandchild]),
-        ResumeWithResult(executor_id="e1", call_id=root, ok=True, value_json=b"3"),
+        ResumeWithResult(executor_id="e1", call_id=root, result=SubCallReturned(value_json=b"3")),
     ]
     assert core.calls_completed(grand_ex, [grandchild], [b"4"], 3) == []
     assert core.live_calls() == 1
@@ -904,7 +922,7 @@ def test_executor_lost_counts_an_attempt() -> None:
     up(core, "e2")
     assert placement(core.tick(10)) == {ids[0]: "e2"}
     out = core.executor_lost("e2", "second", 20)
-    converge = only_converge(out)
+    converge = only_failure(out)
     assert converge.failure_code is FailureCode.CALL_FAILED
     for part in ("after 2 attempts", "EXECUTOR_LOST", "e2", "second"):
         assert part in converge.failure_message
@@ -946,7 +964,7 @@ def test_heartbeat_over_budget_kills_the_executor_and_fails_the_call() -> None:
     kills = of(out, KillExecutor)
     assert [k.executor_id for k in kills] == [ex]
     assert out[0] == kills[0]
-    converge = only_converge(out)
+    converge = only_failure(out)
     assert converge.task_id == "a"
     assert converge.failure_code is FailureCode.CALL_FAILED
     for part in ("#0", "BUDGET_EXCEEDED", "1000 ms"):
@@ -1003,7 +1021,7 @@ def test_heartbeat_over_budget_for_a_call_it_does_not_hold_kills_it_blaming_nobo
     other = "e2" if where[a[0]] == "e1" else "e1"
     out = core.executor_heartbeat(other, a[0], 10**9, 100)
     assert [k.executor_id for k in of(out, KillExecutor)] == [other]
-    assert not of(out, ConvergeTaskCalls)  # a[0] is not blamed: its task goes on
+    assert not converges(out)  # a[0] is not blamed: its task goes on
     assert core.executor_ids() == [where[a[0]]]
     assert core.executor_heartbeat("ghost", a[0], 10**9, 100) == []
 
@@ -1028,7 +1046,8 @@ def test_a_task_budget_overrides_the_default() -> None:
     [call] = send.call_ids
     assert core.executor_heartbeat("e1", call, 200_000, 10) == []
     out = core.executor_heartbeat("e1", call, 200_001, 20)
-    [converged] = of(out, ConvergeTaskCalls)
+    [converged] = converges(out)
+    assert isinstance(converged, CallsFailed)
     assert "BUDGET_EXCEEDED" in converged.failure_message
     assert "budget of 200 ms" in converged.failure_message
 
@@ -1073,7 +1092,7 @@ def test_silent_executor_is_killed_after_the_heartbeat_timeout(
         ]
     )
     if charged:
-        converge = only_converge(out)
+        converge = only_failure(out)
         assert converge.failure_code is FailureCode.CALL_FAILED
         assert "BUDGET_EXCEEDED" in converge.failure_message
         assert cancelled(out) == {("e2", a[1])}
@@ -1183,13 +1202,13 @@ def test_an_open_task_converges_only_when_its_source_is_done() -> None:
     up(core, "e1")
     assert core.open_task("t1", CODE, FN, 0) == []
     first = complete_all(core, core.add_roots("t1", [[0], [1]], 1), 1)
-    assert of(first, ConvergeTaskCalls) == []
+    assert converges(first) == []
     assert core.has_task("t1")
     assert core.add_roots("t1", [], 2) == []
     more = complete_all(core, core.add_roots("t1", [[2]], 3), 3)
-    assert of(more, ConvergeTaskCalls) == []
+    assert converges(more) == []
     assert core.roots_done("t1", 4) == [
-        ConvergeTaskCalls(task_id="t1", success=True, outputs=tagged([b"0", b"1", b"2"]))
+        CallsConverged(task_id="t1", outputs=tagged([b"0", b"1", b"2"]))
     ]
     assert not core.has_task("t1")
 
@@ -1206,7 +1225,7 @@ def test_roots_done_before_the_roots_finish_converges_at_the_last_result() -> No
 def test_an_empty_source_converges_with_no_outputs() -> None:
     core = make()
     core.open_task("t1", CODE, FN, 0)
-    assert core.roots_done("t1", 0) == [ConvergeTaskCalls(task_id="t1", success=True)]
+    assert core.roots_done("t1", 0) == [CallsConverged(task_id="t1")]
 
 
 def test_roots_added_after_the_source_is_done_are_a_caller_bug() -> None:
@@ -1225,7 +1244,7 @@ def test_roots_added_to_a_failed_task_are_ignored() -> None:
     core.open_task("t1", CODE, FN, 0)
     [root] = placement(core.add_roots("t1", [[0]], 0))
     failed = core.call_failed("e1", root, CallFailureKind.USER_ERROR, "boom", 1)
-    assert only_converge(failed).failure_code is FailureCode.CALL_FAILED
+    assert only_failure(failed).failure_code is FailureCode.CALL_FAILED
     assert core.add_roots("t1", [[1]], 2) == []
     assert core.roots_done("t1", 2) == []
 
@@ -1255,6 +1274,7 @@ def test_batches_carry_kwargs_and_contexts_only_when_some_call_has_them() -> Non
     assert send.kwargs == [{"x": 1}, {}, {}]
     assert send.contexts == [None, BLOCK, None]
     converge = only_converge(complete_all(core, [send], 1))
+    assert isinstance(converge, CallsConverged)
     assert converge.outputs == [
         RootOutput(0, b"0"),
         RootOutput(1, b"1", BLOCK),
@@ -1276,18 +1296,28 @@ def test_a_fast_failure_names_the_failed_call() -> None:
     core = make(executor_heartbeat_timeout_ms=NO_HB)
     up(core, "e1")
     ids = root_ids(core.start_task("t1", CODE, FN, [[0], [1, "k"]], 0))
-    converge = only_converge(core.call_failed("e1", ids[1], CallFailureKind.BAD_RESULT, "no", 1))
+    converge = only_failure(core.call_failed("e1", ids[1], CallFailureKind.BAD_RESULT, "no", 1))
     assert converge.failed_call == CallFailure(
         index=1, kind=CallFailureKind.BAD_RESULT, message="no", attempts=1, retryable=False
     )
     assert converge.failure_message == "call #1 score_block(1, 'k') failed: BAD_RESULT: no"
 
 
+def test_a_failed_phase_and_its_call_hand_on_their_failures() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    ids = root_ids(core.start_task("t1", CODE, FN, [[0]], 0))
+    converge = only_failure(core.call_failed("e1", ids[0], CallFailureKind.BAD_RESULT, "no", 1))
+    assert converge.failure == Failure(FailureCode.CALL_FAILED, converge.failure_message, False)
+    assert converge.failed_call is not None
+    assert converge.failed_call.failure == Failure(CallFailureKind.BAD_RESULT, "no", False)
+
+
 def test_kwargs_show_in_the_failure_message() -> None:
     core = make(executor_heartbeat_timeout_ms=NO_HB)
     up(core, "e1")
     [root] = placement(core.start_task("t1", CODE, FN, [RootCall([0], {"to": 9})], 0))
-    converge = only_converge(core.call_failed("e1", root, CallFailureKind.USER_ERROR, "x", 1))
+    converge = only_failure(core.call_failed("e1", root, CallFailureKind.USER_ERROR, "x", 1))
     assert converge.failure_message == "call #0 score_block(0, to=9) failed: USER_ERROR: x"
 
 
@@ -1316,6 +1346,88 @@ def test_an_attempt_that_cannot_succeed_on_retry_is_not_retried(
         now += 10_000
         assert list(placement(core.tick(now))) == [root]
     out = core.call_failed("e1", root, CallFailureKind.IO_ERROR, "down", now, retryable=retryable)
-    failed = only_converge(out).failed_call
+    failed = only_failure(out).failed_call
     assert failed is not None
     assert (failed.attempts, failed.retryable) == (attempts, retryable)
+
+
+# ---- what the adapter could not resolve or answered --------------------------------------
+
+
+def test_a_missing_function_fails_its_task_at_the_first_root_call() -> None:
+    core = make()
+    up(core, "e1")
+    assert core.open_task("t1", "", FN, 0) == []
+    assert core.function_missing("t1", "function 'f' is not defined", 0) == []
+    out = core.add_roots("t1", roots(3), 1)
+    assert out == [
+        CallsFailed(
+            task_id="t1",
+            failure_code=FailureCode.CALL_FAILED,
+            failure_message="FUNCTION_NOT_FOUND: function 'f' is not defined",
+            failed_call=CallFailure(
+                index=0,
+                kind=CallFailureKind.FUNCTION_NOT_FOUND,
+                message="function 'f' is not defined",
+                retryable=False,
+            ),
+        )
+    ]
+    assert not core.has_task("t1")
+    assert core.live_calls() == 0
+
+
+def test_a_missing_function_with_no_root_call_converges_empty() -> None:
+    core = make()
+    core.open_task("t1", "", FN, 0)
+    core.function_missing("t1", "not defined", 0)
+    assert core.roots_done("t1", 1) == [CallsConverged(task_id="t1")]
+    assert core.function_missing("gone", "not defined", 2) == []
+
+
+def test_an_unresolved_sub_call_resumes_its_parent_with_function_not_found() -> None:
+    core, root = one_root_on_e1()
+    core.call_suspended("e1", root, 1)
+    out = core.subcall_unresolved("e1", root, "function 'nope' is not defined", 2)
+    failure = Failure(CallFailureKind.FUNCTION_NOT_FOUND, "function 'nope' is not defined", False)
+    assert out == [
+        ResumeWithResult(executor_id="e1", call_id=root, result=SubCallFailed(failure=failure))
+    ]
+    assert core.holding_call("e1") == root  # the parent runs again
+    # From the wrong executor, or for a call no longer live: nothing.
+    assert core.subcall_unresolved("e2", root, "x", 3) == []
+    assert core.subcall_unresolved("e1", 999, "x", 3) == []
+
+
+def test_an_io_answer_resumes_the_call_and_charges_its_io_time() -> None:
+    core, root = one_root_on_e1()
+    core.call_suspended("e1", root, 1)
+    task_usage = core.usage("t1")
+    assert core.io_answered("e1", root, 2, io_us=700) == [
+        ResumeWithIo(executor_id="e1", call_id=root)
+    ]
+    assert task_usage.io_us == 700
+    failure = Failure.of(IoErrorKind.UNAVAILABLE, "node down")
+    core.call_suspended("e1", root, 3)
+    assert core.io_answered("e1", root, 4, io_us=5, failure=failure) == [
+        ResumeWithIo(executor_id="e1", call_id=root)
+    ]
+    assert core.io_answered("e2", root, 5, io_us=1) == []  # not the call's executor
+
+
+def test_a_forbidden_write_fails_the_call_and_aborts_it_on_its_executor() -> None:
+    core, root = one_root_on_e1()
+    core.call_suspended("e1", root, 1)
+    usage = core.usage("t1")
+    refused = Failure.of(IoErrorKind.WRITE_FORBIDDEN, "functions are read-only")
+    out = core.io_answered("e1", root, 2, io_us=100, failure=refused)
+    assert usage.io_us == 0  # the refused write is not charged
+    assert out[0] == AbortCall(
+        executor_id="e1",
+        call_id=root,
+        failure=Failure(CallFailureKind.WRITE_FORBIDDEN, "functions are read-only", False),
+    )
+    converge = only_failure(out)
+    assert converge.failed_call is not None
+    assert converge.failed_call.kind is CallFailureKind.WRITE_FORBIDDEN
+    assert core.io_answered("e1", root, 3, io_us=1, failure=refused) == []

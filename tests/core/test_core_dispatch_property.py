@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, assert_never
 
 import pytest
 from hypothesis import given, settings
@@ -38,6 +38,8 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 from blockx_core.calls import CallContext, RootCall
 from blockx_core.dispatch import (
     CallRetryPolicy,
+    CallsConverged,
+    CallsFailed,
     CancelCalls,
     ConvergeTaskCalls,
     DispatchCommand,
@@ -46,6 +48,8 @@ from blockx_core.dispatch import (
     KillExecutor,
     ResumeWithResult,
     SendCalls,
+    SubCallFailed,
+    SubCallReturned,
 )
 from blockx_core.errors import BlockxUsageError
 from blockx_core.failures import CallFailureKind, FailureCode
@@ -63,22 +67,24 @@ def chunk_root(i: int) -> RootCall | list[Any]:
 
 def drive_chunks(
     cfg: DispatchConfig, chunks: list[list[RootCall | list[Any]]], data: st.DataObject
-) -> ConvergeTaskCalls:
+) -> CallsConverged:
     """Feed the chunks, completing a random share of the held calls (in random order)
     between chunks, then say done and complete the rest; return the convergence."""
     core = DispatcherCore(cfg)
     for ex in ("e1", "e2"):
         core.executor_up(ex, 0)
     held: dict[int, tuple[str, list[Any]]] = {}
-    converged: list[ConvergeTaskCalls] = []
+    converged: list[CallsConverged] = []
 
     def absorb(cmds: list[DispatchCommand]) -> None:
         for c in cmds:
             if isinstance(c, SendCalls):
                 for cid, args in zip(c.call_ids, c.args, strict=True):
                     held[cid] = (c.executor_id, args)
-            elif isinstance(c, ConvergeTaskCalls):
+            elif isinstance(c, CallsConverged):
                 converged.append(c)
+            else:
+                assert not isinstance(c, CallsFailed), c
 
     def complete(how_many: int) -> None:
         for _ in range(min(how_many, len(held))):
@@ -274,6 +280,16 @@ class Converged:
 ResumeKey = tuple[str, int, bool, bytes, str, str | None]
 
 
+def resume_key(r: ResumeWithResult) -> tuple[str, int, bool, bytes, str, str]:
+    match r.result:
+        case SubCallReturned(value_json=value_json):
+            return (r.executor_id, r.call_id, True, value_json, "", "")
+        case SubCallFailed(failure=failure):
+            return (r.executor_id, r.call_id, False, b"null", failure.kind.value, failure.message)
+        case _:
+            assert_never(r.result)
+
+
 @dataclass
 class Expect:
     kills: list[str] = field(default_factory=list)
@@ -438,11 +454,7 @@ class DispatchMachine(RuleBasedStateMachine):
         assert len(pairs) == len(set(pairs)), out
         assert set(pairs) == exp.cancels, out
 
-        resumes = sorted(
-            (r.executor_id, r.call_id, r.ok, r.value_json, r.error_kind, r.error)
-            for r in out
-            if isinstance(r, ResumeWithResult)
-        )
+        resumes = sorted(resume_key(r) for r in out if isinstance(r, ResumeWithResult))
         expected_resumes = sorted(exp.resumes, key=lambda r: r[:5])
         assert len(resumes) == len(expected_resumes), out
         for got, want in zip(resumes, expected_resumes, strict=True):
@@ -456,12 +468,18 @@ class DispatchMachine(RuleBasedStateMachine):
             want_c = exp.converges[c.task_id]
             assert c.task_id not in self.converged, f"{c.task_id} converged twice"
             self.converged.add(c.task_id)
-            assert (c.success, c.failure_code, [o.value_json for o in c.outputs]) == (
+            got_c = (
+                (True, None, [o.value_json for o in c.outputs])
+                if isinstance(c, CallsConverged)
+                else (False, c.failure_code, [])
+            )
+            assert got_c == (
                 want_c.success,
                 want_c.code,
                 want_c.outputs,
             ), c
             for part in want_c.message_parts:
+                assert isinstance(c, CallsFailed), c
                 assert part in c.failure_message, (part, c)
 
         new_roots: dict[str, list[int]] = {}
@@ -659,7 +677,7 @@ class DispatchMachine(RuleBasedStateMachine):
         args = [[task, i] for i in range(n)]
         out = self.core.start_task(task, f"code-{task}", "f", args, self.now)
         if n == 0:
-            assert out == [ConvergeTaskCalls(task_id=task, success=True, outputs=[])]
+            assert out == [CallsConverged(task_id=task, outputs=[])]
             assert not self.core.has_task(task)
             return
         window = min(self.cfg.initial_window, self.cfg.task_max_inflight_calls)

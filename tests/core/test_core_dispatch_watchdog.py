@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from blockx_core.dispatch import (
     CallRetryPolicy,
+    CallsConverged,
+    CallsFailed,
     CancelCalls,
     ConvergeTaskCalls,
     DispatchCommand,
@@ -27,6 +29,7 @@ from blockx_core.dispatch import (
     RetireExecutor,
     SendCalls,
 )
+from blockx_core.dispatch._budget import Accounting, next_sample_ms, over_budget, used_us
 from blockx_core.errors import InvalidConfig
 from blockx_core.failures import CallFailureKind, FailureCode
 
@@ -35,7 +38,7 @@ FN = "f"
 FAR = 10**12
 MS = 1_000_000  # ns
 
-C = TypeVar("C", SendCalls, CancelCalls, KillExecutor, RetireExecutor, ConvergeTaskCalls)
+C = TypeVar("C", SendCalls, CancelCalls, KillExecutor, RetireExecutor, CallsFailed)
 
 
 def make(**fields: Any) -> DispatcherCore:
@@ -50,6 +53,10 @@ def make(**fields: Any) -> DispatcherCore:
 
 def of(cmds: Sequence[DispatchCommand], kind: type[C]) -> list[C]:
     return [c for c in cmds if isinstance(c, kind)]
+
+
+def converges(cmds: Sequence[DispatchCommand]) -> list[ConvergeTaskCalls]:
+    return [c for c in cmds if isinstance(c, CallsConverged | CallsFailed)]
 
 
 def sent(cmds: Sequence[DispatchCommand]) -> list[int]:
@@ -71,7 +78,8 @@ def test_a_call_over_the_wall_limit_fails_is_cancelled_then_its_executor_killed(
     assert core.tick(300) == []
     out = core.tick(301)
     assert out[0] == CancelCalls(executor_id="e1", call_ids=[call])
-    [converged] = of(out, ConvergeTaskCalls)
+    [converged] = converges(out)
+    assert isinstance(converged, CallsFailed)
     assert converged.failure_code is FailureCode.CALL_FAILED
     for part in ("BUDGET_EXCEEDED", "held its executor 301 ms of wall time", "CALL_WALL_LIMIT_MS"):
         assert part in converged.failure_message
@@ -89,7 +97,7 @@ def test_a_call_that_stops_within_the_grace_keeps_its_executor() -> None:
     core = make()
     core.executor_up("e1", 0)
     [call] = start(core, "t", 1)
-    assert of(core.tick(301), ConvergeTaskCalls)
+    assert converges(core.tick(301))
     # Its late frame arrives: it no longer holds the executor, nothing is killed.
     assert core.calls_completed("e1", [call], [b"1"], 350) == []
     assert core.tick(10_000) == []
@@ -115,7 +123,7 @@ def test_only_time_holding_the_executor_counts(held: int, away: int, deadline: i
     assert core.call_resuming("e1", call, 0, held + away)
     assert core.next_deadline_ms() == deadline
     assert core.tick(deadline - 1) == []
-    assert of(core.tick(deadline), ConvergeTaskCalls)
+    assert converges(core.tick(deadline))
 
 
 def test_a_call_queued_behind_another_starts_its_wall_time_when_that_one_ends() -> None:
@@ -140,7 +148,7 @@ def test_the_executors_word_on_its_running_call_moves_the_head_forward() -> None
     out = core.tick(501)
     # The second fails; the first (its completion still on the way) goes with its task.
     assert of(out, CancelCalls)[0] == CancelCalls(executor_id="e1", call_ids=[second])
-    assert "#1" in of(out, ConvergeTaskCalls)[0].failure_message
+    assert "#1" in of(out, CallsFailed)[0].failure_message
     # A heartbeat never moves it back.
     core2 = make()
     core2.executor_up("e1", 0)
@@ -168,13 +176,13 @@ def test_other_calls_on_an_executor_killed_for_a_call_are_retried_uncharged() ->
     core.executor_up("e1", 0)
     [a] = start(core, "a", 1)
     [b] = start(core, "b", 1)
-    assert of(core.tick(301), ConvergeTaskCalls)[0].task_id == "a"
+    assert converges(core.tick(301))[0].task_id == "a"
     out = core.tick(401)
     assert of(out, KillExecutor)
     assert core.has_task("b")
-    assert not of(out, ConvergeTaskCalls)
+    assert not converges(out)
     assert sent(core.executor_up("e2", 401)) == [b]
-    assert of(core.calls_completed("e2", [b], [b"1"], 402), ConvergeTaskCalls)[0].success
+    assert isinstance(converges(core.calls_completed("e2", [b], [b"1"], 402))[0], CallsConverged)
     assert a != b
 
 
@@ -209,7 +217,8 @@ def test_the_cpu_budget_uses_the_samples_not_the_executors_word(
         assert out[0] == KillExecutor(
             executor_id="e1", reason="a call exceeded its budget", over_budget_call_id=call
         )
-        [converged] = of(out, ConvergeTaskCalls)
+        [converged] = converges(out)
+        assert isinstance(converged, CallsFailed)
         assert "BUDGET_EXCEEDED" in converged.failure_message
     else:
         assert out == []
@@ -233,8 +242,8 @@ def test_usage_is_what_was_measured() -> None:
     core.call_suspended("e1", call, 40)
     assert core.call_resuming("e1", call, 2_500, 1_000)
     core.executor_sample("e1", 1_020, cpu_ns=110 * MS)
-    [converged] = of(core.calls_completed("e1", [call], [b"1"], 1_020), ConvergeTaskCalls)
-    assert converged.success
+    [converged] = converges(core.calls_completed("e1", [call], [b"1"], 1_020))
+    assert isinstance(converged, CallsConverged)
     assert usage.cpu_ns == 10 * MS
     assert usage.io_us == 2_500
     assert usage.held_ms == 30 + 20  # 10..40 and 1000..1020; the IO wait is not held
@@ -270,8 +279,8 @@ def test_an_executor_is_retired_after_max_calls_and_its_calls_finish_first() -> 
     # Its replacement takes the rest; no call failed.
     rest = sent(core.executor_up("e2", 3))
     assert len(rest) == 2
-    [converged] = of(core.calls_completed("e2", rest, [b"3", b"4"], 4), ConvergeTaskCalls)
-    assert converged.success
+    [converged] = converges(core.calls_completed("e2", rest, [b"3", b"4"], 4))
+    assert isinstance(converged, CallsConverged)
     assert [o.value_json for o in converged.outputs] == [b"0", b"1", b"2", b"3", b"4"]
 
 
@@ -376,7 +385,7 @@ def test_recycling_loses_no_call_and_overfills_no_executor(
         del outstanding[call_id]
         pending += core.calls_completed(executor, [call_id], [str(root).encode()], now)
     [done] = converged
-    assert done.success
+    assert isinstance(done, CallsConverged)
     assert [o.value_json for o in done.outputs] == [str(i).encode() for i in range(n)]
     assert all(count <= max_calls for count in per_executor.values())
 
@@ -417,7 +426,8 @@ def test_a_silent_executor_is_lost_only_when_its_cpu_stands_still(
         assert out == []
         assert core.holding_call("e1") == call
         return
-    [converged] = of(out, ConvergeTaskCalls)
+    [converged] = converges(out)
+    assert isinstance(converged, CallsFailed)
     assert converged.failed_call is not None
     if outcome == "lost":
         assert kills == [
@@ -556,12 +566,13 @@ def test_a_sub_call_over_its_budget_charges_the_parent_awaiting_it_there() -> No
     assert out[0] == KillExecutor(
         executor_id="e1", reason="a call exceeded its budget", over_budget_call_id=child
     )
-    [converged] = of(out, ConvergeTaskCalls)
+    [converged] = converges(out)
+    assert isinstance(converged, CallsFailed)
     assert converged.task_id == "a"
     assert converged.failed_call is not None
     assert converged.failed_call.kind is CallFailureKind.EXECUTOR_LOST
     assert sent(out) == [neighbour]
-    assert of(core.calls_completed("e2", [neighbour], [b"1"], 1_101), ConvergeTaskCalls)
+    assert converges(core.calls_completed("e2", [neighbour], [b"1"], 1_101))
 
 
 def test_a_parent_queued_behind_its_stuck_child_is_charged_when_the_executor_is_killed() -> None:
@@ -578,7 +589,8 @@ def test_a_parent_queued_behind_its_stuck_child_is_charged_when_the_executor_is_
     assert core.holding_call("e1") == child
     out = core.tick(401)
     assert of(out, KillExecutor)
-    [converged] = of(out, ConvergeTaskCalls)
+    [converged] = converges(out)
+    assert isinstance(converged, CallsFailed)
     assert converged.failed_call is not None
     assert converged.failed_call.kind is CallFailureKind.EXECUTOR_LOST
 
@@ -592,7 +604,8 @@ def test_a_call_that_could_not_be_sent_fails_alone_and_holds_nothing() -> None:
     [a] = start(core, "a", 1)
     [b] = start(core, "b", 1, now_ms=50)
     out = core.call_unsent("e1", a, CallFailureKind.BAD_ARGUMENTS, "no msgpack type", 60)
-    [converged] = of(out, ConvergeTaskCalls)
+    [converged] = converges(out)
+    assert isinstance(converged, CallsFailed)
     assert converged.task_id == "a"
     assert converged.failed_call is not None
     failed = converged.failed_call
@@ -605,3 +618,69 @@ def test_a_call_that_could_not_be_sent_fails_alone_and_holds_nothing() -> None:
     assert core.holding_call("e1") == b
     assert core.next_deadline_ms() == 60 + 300 + 1
     assert core.call_unsent("e1", a, CallFailureKind.BAD_ARGUMENTS, "again", 61) == []
+
+
+# ---- the budget rule, as a pure function ---------------------------------------------
+
+
+# (accounting, measured_us, reported_us, reported_ms, now_ms, used_us): measured, the
+# kernel's figure alone; reported, the executor's figure plus its silence since.
+USED_CASES = [
+    (Accounting.MEASURED, 700, 0, 0, 0, 700),
+    (Accounting.MEASURED, 700, 9_000, 0, 50, 700),
+    (Accounting.REPORTED, 9_999, 400, 10, 10, 400),
+    (Accounting.REPORTED, 0, 400, 10, 13, 3_400),
+    (Accounting.REPORTED, 0, 400, 10, 5, 400),  # a clock behind the report adds nothing
+]
+
+
+@pytest.mark.parametrize(
+    ("accounting", "measured_us", "reported_us", "reported_ms", "now_ms", "expected"), USED_CASES
+)
+def test_what_a_running_call_has_used_follows_its_executors_accounting(
+    accounting: Accounting,
+    measured_us: int,
+    reported_us: int,
+    reported_ms: int,
+    now_ms: int,
+    expected: int,
+) -> None:
+    used = used_us(
+        accounting,
+        measured_us=measured_us,
+        reported_us=reported_us,
+        reported_ms=reported_ms,
+        now_ms=now_ms,
+    )
+    assert used == expected
+
+
+def test_every_accounting_has_a_rule() -> None:
+    assert {case[0] for case in USED_CASES} == set(Accounting)
+
+
+@pytest.mark.parametrize(("used", "over"), [(999, False), (1_000, False), (1_001, True)])
+def test_a_call_is_over_its_budget_only_past_it(used: int, over: bool) -> None:
+    assert over_budget(used, 1_000) is over
+
+
+@pytest.mark.parametrize(
+    ("used", "due"), [(0, 100 + 1_001), (995_000, 100 + 10), (1_000_000, 100 + 10)]
+)
+def test_the_next_sample_is_when_the_budget_could_first_be_passed(used: int, due: int) -> None:
+    assert next_sample_ms(sampled_ms=100, used=used, budget_us=1_000_000) == due
+
+
+def test_an_executor_is_measured_from_its_first_cpu_sample_on() -> None:
+    # Reported: its own figure is what the call used (1 s budget).
+    core = make()
+    core.executor_up("e1", 0)
+    [call] = start(core, "t", 1)
+    assert of(core.executor_heartbeat("e1", call, 1_000_001, 0), KillExecutor)
+    # Measured: the same figure only says which call runs; the kernel says 1 ms.
+    core = make()
+    core.executor_up("e1", 0)
+    [call] = start(core, "t", 1)
+    assert core.executor_sample("e1", 0, cpu_ns=0) == []
+    assert core.executor_heartbeat("e1", call, 1_000_001, 0) == []
+    assert core.executor_sample("e1", 11, cpu_ns=1 * MS) == []

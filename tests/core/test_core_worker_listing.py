@@ -18,6 +18,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from blockx_core.dispatch import (
     CallRetryPolicy,
+    CallsFailed,
     ConvergeTaskCalls,
     DispatchConfig,
     DispatcherCore,
@@ -527,6 +528,7 @@ def test_retried_attempts_and_failed_sub_calls_are_all_summarised() -> None:
     (again,) = sent_ids(core.tick(10))
     out = core.call_failed("e1", again, CallFailureKind.USER_ERROR, "second try", 11)
     (converged,) = [c for c in out if isinstance(c, ConvergeTaskCalls)]
+    assert isinstance(converged, CallsFailed)
     assert converged.failure_code is FailureCode.CALL_FAILED
     summary = [
         (f.root_index, f.function, f.kind, f.message, f.attempt, f.retried)
@@ -549,6 +551,7 @@ def test_failure_summaries_are_bounded_with_a_count_of_the_rest() -> None:
         core.call_failed("e1", child, CallFailureKind.USER_ERROR, "x" * 5_000, i)
     out = core.call_failed("e1", root, CallFailureKind.USER_ERROR, "gave up", 10**4)
     (converged,) = [c for c in out if isinstance(c, ConvergeTaskCalls)]
+    assert isinstance(converged, CallsFailed)
     assert len(converged.call_failures) == MAX_CALL_FAILURES
     assert converged.call_failures_omitted == extra + 1  # the root's own failure too
     assert {len(f.message) for f in converged.call_failures} == {CALL_FAILURE_MESSAGE_CHARS}

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from blockx_core.code_view import CodeSnapshot, build_snapshot
-from blockx_core.dispatch import ConvergeTaskCalls
+from blockx_core.dispatch import CallsConverged, CallsFailed, ConvergeTaskCalls
 from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
@@ -59,7 +59,7 @@ async def run(
 
 
 def value_of(result: ConvergeTaskCalls) -> Any:
-    assert result.success, result.failure_message
+    assert isinstance(result, CallsConverged), result
     (output,) = result.outputs
     return json.loads(output.value_json)
 
@@ -99,7 +99,7 @@ async def test_a_sibling_that_fails_to_load_fails_its_importer(engine: CallEngin
         1, {"main": "import broken\n\ndef f():\n    return 1\n", "broken": "1 / 0\n"}
     )
     result = await run(engine, snapshot, "f")
-    assert not result.success
+    assert isinstance(result, CallsFailed)
     assert "COMPILE_ERROR: main.py failed while loading: ImportError" in result.failure_message
     assert "broken.py failed while loading: ZeroDivisionError" in result.failure_message
 
@@ -116,5 +116,5 @@ async def test_imports_outside_the_directory_say_so(
 ) -> None:
     snapshot = build_snapshot(1, {"main": source + "\ndef f():\n    return 1\n"})
     result = await run(engine, snapshot, "f")
-    assert not result.success
+    assert isinstance(result, CallsFailed)
     assert words in result.failure_message

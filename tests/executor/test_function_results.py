@@ -10,7 +10,7 @@ import json
 import pytest
 
 from blockx_core.code_view import CodeSnapshot, build_snapshot
-from blockx_core.dispatch import ConvergeTaskCalls
+from blockx_core.dispatch import CallsConverged, CallsFailed, ConvergeTaskCalls
 from blockx_server.calls.engine import CallEngine
 from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.router import IoRouter
@@ -79,6 +79,11 @@ def snapshot() -> CodeSnapshot:
     return build_snapshot(1, {"fns": FUNCTIONS})
 
 
+def failed(result: ConvergeTaskCalls) -> CallsFailed:
+    assert isinstance(result, CallsFailed), result
+    return result
+
+
 async def run(engine: CallEngine, snapshot: CodeSnapshot, function: str) -> ConvergeTaskCalls:
     io = TaskIoScope(IoRouter([MemoryBackend({"a": 1})]), f"task-{function}")
     async with asyncio.timeout(30):
@@ -101,14 +106,14 @@ async def test_values_json_cannot_hold_fail_as_bad_result(
     engine: CallEngine, snapshot: CodeSnapshot, function: str, words: str
 ) -> None:
     result = await run(engine, snapshot, function)
-    assert not result.success
+    assert isinstance(result, CallsFailed)
     assert "BAD_RESULT: the return value is not JSON data: " in result.failure_message
     assert words in result.failure_message
 
 
 async def test_json_data_and_tuples_pass(engine: CallEngine, snapshot: CodeSnapshot) -> None:
     result = await run(engine, snapshot, "fine")
-    assert result.success, result.failure_message
+    assert isinstance(result, CallsConverged), result
     assert [json.loads(o.value_json) for o in result.outputs] == [
         {"t": [1, 2], "c": "red", "f": 1.5, "n": None, "big": 10**30}
     ]
@@ -125,7 +130,7 @@ async def test_json_data_and_tuples_pass(engine: CallEngine, snapshot: CodeSnaps
 async def test_asyncio_fails_with_a_type_error_that_says_what_to_await(
     engine: CallEngine, snapshot: CodeSnapshot, function: str, asked: str
 ) -> None:
-    message = (await run(engine, snapshot, function)).failure_message
+    message = failed(await run(engine, snapshot, function)).failure_message
     assert "USER_ERROR: TypeError: asyncio cannot be used in a BlockX function" in message
     assert f"event loop for {asked}" in message
     assert "Await io.<backend>.<op>(...) or call(...)" in message
@@ -136,14 +141,16 @@ async def test_a_plain_def_may_still_run_its_own_loop(
     engine: CallEngine, snapshot: CodeSnapshot
 ) -> None:
     result = await run(engine, snapshot, "runs_its_own_loop")
-    assert result.success, result.failure_message
+    assert isinstance(result, CallsConverged), result
     assert [json.loads(o.value_json) for o in result.outputs] == [7]
 
 
 async def test_a_plain_def_awaiting_a_sub_call_on_its_own_loop_is_told_why_not(
     engine: CallEngine, snapshot: CodeSnapshot
 ) -> None:
-    message = (await run(engine, snapshot, "awaits_a_sub_call_on_its_own_loop")).failure_message
+    message = failed(
+        await run(engine, snapshot, "awaits_a_sub_call_on_its_own_loop")
+    ).failure_message
     assert (
         "USER_ERROR: RuntimeError: call('fine') was awaited on an event loop of the "
         "function's own (asyncio.run in a plain def?): only an async def function can await"
@@ -156,5 +163,5 @@ async def test_asyncio_imported_in_the_middle_of_a_call_fails_the_same_way(
 ) -> None:
     # A fresh executor, and a module that imports asyncio only inside the call.
     late = "async def late():\n    import asyncio\n    await asyncio.sleep(1)\n"
-    message = (await run(engine, build_snapshot(1, {"late": late}), "late")).failure_message
+    message = failed(await run(engine, build_snapshot(1, {"late": late}), "late")).failure_message
     assert "TypeError: asyncio cannot be used in a BlockX function" in message

@@ -16,7 +16,13 @@ from support import wait_until
 
 from blockx_core.calls import CallContext, RootCall, RootOutput
 from blockx_core.code_view import CodeSnapshot, FunctionCodeView, build_snapshot
-from blockx_core.dispatch import CallRetryPolicy, ConvergeTaskCalls, DispatchConfig
+from blockx_core.dispatch import (
+    CallRetryPolicy,
+    CallsConverged,
+    CallsFailed,
+    ConvergeTaskCalls,
+    DispatchConfig,
+)
 from blockx_core.failures import CallFailureKind, FailureCode, IoErrorKind
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
@@ -233,7 +239,7 @@ class Gate:
 
 
 def outputs(result: ConvergeTaskCalls) -> list[Any]:
-    assert result.success, result.failure_message
+    assert isinstance(result, CallsConverged), result
     return [json.loads(o.value_json) for o in result.outputs]
 
 
@@ -311,7 +317,7 @@ async def run(
 
 
 def failure(result: ConvergeTaskCalls) -> str:
-    assert not result.success
+    assert isinstance(result, CallsFailed)
     assert result.failure_code is FailureCode.CALL_FAILED
     return result.failure_message
 
@@ -326,7 +332,7 @@ async def test_empty_call_list_converges_at_once(
     engine: CallEngine, snapshot: CodeSnapshot
 ) -> None:
     result = await run(engine, snapshot, "double", [])
-    assert result.success
+    assert isinstance(result, CallsConverged)
     assert result.outputs == []
 
 
@@ -469,9 +475,9 @@ async def test_environment_is_scrubbed(
 async def test_output_cap(gate: Gate, snapshot: CodeSnapshot) -> None:
     async with one_executor(DispatchConfig(max_collected_output_bytes=10_000)) as eng:
         ok = await run(eng, snapshot, "big", [[1000]] * 9)
-        assert ok.success
+        assert isinstance(ok, CallsConverged)
         capped = await run(eng, snapshot, "big", [[1000]] * 11)
-        assert not capped.success
+        assert isinstance(capped, CallsFailed)
         assert capped.failure_code is FailureCode.OUTPUT_BYTES_EXCEEDED
         assert "MAX_COLLECTED_OUTPUT_BYTES" in capped.failure_message
 
@@ -597,6 +603,7 @@ async def test_the_call_context_reaches_current_call_and_sub_calls_and_tags_the_
     for function in ("where", "where_in_sub_call"):
         task_id = f"ctx-{function}"
         result = await engine.run_calls(task_id, snapshot, scope(engine, task_id), function, calls)
+        assert isinstance(result, CallsConverged)
         assert result.outputs == [
             RootOutput(0, b'[17,"0xab"]', block),
             RootOutput(1, b"[null,null]"),
@@ -626,11 +633,12 @@ async def test_a_run_of_a_missing_function_fails_at_its_first_root_call(
 ) -> None:
     empty = engine.open_calls("none-yet", snapshot, scope(engine, "none-yet"), "doubel")
     empty.done()
-    assert (await empty.result()).success
+    assert isinstance(await empty.result(), CallsConverged)
     run = engine.open_calls("missing", snapshot, scope(engine, "missing"), "doubel")
     run.add([[1]])
     run.done()
     result = await run.result()
+    assert isinstance(result, CallsFailed)
     assert result.failed_call is not None
     assert result.failed_call.kind is CallFailureKind.FUNCTION_NOT_FOUND
 
@@ -639,6 +647,7 @@ async def test_a_failed_root_call_is_a_field_of_the_convergence(
     engine: CallEngine, snapshot: CodeSnapshot
 ) -> None:
     result = await run(engine, snapshot, "boom", [[42]])
+    assert isinstance(result, CallsFailed)
     failed = result.failed_call
     assert failed is not None
     assert (failed.index, failed.kind, failed.retryable) == (0, CallFailureKind.USER_ERROR, False)
@@ -697,6 +706,7 @@ async def test_an_io_error_that_cannot_succeed_on_retry_is_not_retried(
 
             assert outputs(await go("unknown_backend_retryable")) == [["UNKNOWN_BACKEND", False]]
             permanent = await go("escapes_unknown_backend")
+            assert isinstance(permanent, CallsFailed)
             assert permanent.failed_call is not None
             assert permanent.failed_call.kind is CallFailureKind.IO_ERROR
             assert (permanent.failed_call.attempts, permanent.failed_call.retryable) == (1, False)
@@ -776,6 +786,7 @@ async def test_arguments_that_cannot_reach_an_executor_fail_only_their_own_call(
             )
         assert outputs(fine) == [2, 4]
         for failed in (unsendable, lone_surrogate):
+            assert isinstance(failed, CallsFailed)
             call = failed.failed_call
             assert call is not None
             assert call.kind is CallFailureKind.BAD_ARGUMENTS
@@ -783,6 +794,7 @@ async def test_arguments_that_cannot_reach_an_executor_fail_only_their_own_call(
             assert "cannot be sent to an executor" in call.message
         # From the executor: a sub-call of an object fails that call alone.
         sub = await run(eng, snapshot, "sub_call_with_an_object", [[]])
+        assert isinstance(sub, CallsFailed)
         assert sub.failed_call is not None
         assert sub.failed_call.kind is CallFailureKind.BAD_ARGUMENTS
         assert "call('half', <object object at" in sub.failed_call.message
@@ -828,6 +840,7 @@ async def test_a_call_holding_the_gil_is_judged_by_its_cpu_not_by_missed_heartbe
             over, neighbour = await asyncio.gather(
                 go("over", "hold_gil", 600_000, budget_ms=1_000), go("neighbour-2", "double", 2)
             )
+        assert isinstance(over, CallsFailed)
         failed = over.failed_call
         assert failed is not None
         assert (failed.kind, failed.attempts) == (CallFailureKind.BUDGET_EXCEEDED, 1)

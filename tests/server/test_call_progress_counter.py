@@ -15,6 +15,7 @@ from engines import windowed_engine
 
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot, build_snapshot
+from blockx_core.dispatch import CallsConverged, CallsFailed
 from blockx_core.worker import CallProgress
 from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
@@ -84,7 +85,7 @@ async def test_a_listed_run_reports_its_total_at_once_then_its_calls_as_they_fin
     async with asyncio.timeout(30):
         converged = await run.result()
     counter.converged("listed", converged)
-    assert converged.success
+    assert isinstance(converged, CallsConverged)
     rising(reported)
     assert any(0 < p.calls_done < 20 for p in reported), reported  # counted along the way
     assert reported[-1] == CallProgress(calls_done=20, calls_total=20, total_known=True)
@@ -106,7 +107,7 @@ async def test_a_streamed_feed_reports_the_total_so_far_until_it_is_done(
         await feed_calls(Chunks([4, 4, 4, 4]), counter.sink(run))
         converged = await run.result()
     counter.converged("streamed", converged)
-    assert converged.success
+    assert isinstance(converged, CallsConverged)
     assert [json.loads(o.value_json) for o in converged.outputs] == list(range(16))
     rising(reported)
     so_far = [p for p in reported if not p.total_known]
@@ -129,7 +130,7 @@ async def test_a_failed_run_keeps_its_counts_and_counts_its_failed_attempts(
     async with asyncio.timeout(30):
         converged = await run.result()
     counter.converged("fails", converged)
-    assert not converged.success
+    assert isinstance(converged, CallsFailed)
     last = reported[-1]
     assert (last.calls_done, last.calls_total, last.total_known) == (0, 2, True)
     assert last.calls_failed == len(converged.call_failures) + converged.call_failures_omitted

@@ -23,7 +23,7 @@ from opentelemetry.trace import StatusCode
 from support import wait_until
 
 from blockx_core.code_view import CodeSnapshot, build_snapshot
-from blockx_core.dispatch import ConvergeTaskCalls, SendCalls
+from blockx_core.dispatch import CallsConverged, CallsFailed, ConvergeTaskCalls, SendCalls
 from blockx_executor import protocol as wire
 from blockx_server.calls.call_spans import CallSpans
 from blockx_server.calls.config import load_call_settings
@@ -113,12 +113,12 @@ async def _run(
 
 async def test_untraced_runs_send_no_trace_context(traced: tuple[CallEngine, Traced]) -> None:
     engine, seen = traced
-    assert (await _run(engine, "plain", "double", 5)).success
+    assert isinstance(await _run(engine, "plain", "double", 5), CallsConverged)
     assert seen.sent
     assert all(batch.traces is None for batch in seen.sent)
     # A phase span that does not record (tracing off, or the trace not sampled).
     with trace.use_span(trace.INVALID_SPAN):
-        assert (await _run(engine, "unsampled", "double", 5)).success
+        assert isinstance(await _run(engine, "unsampled", "double", 5), CallsConverged)
     assert all(batch.traces is None for batch in seen.sent)
     assert seen.exporter.get_finished_spans() == ()
 
@@ -128,7 +128,7 @@ async def test_the_first_calls_of_a_traced_run_get_spans_in_both_processes(
 ) -> None:
     engine, seen = traced
     with seen.tracer.start_as_current_span("CALLS") as phase:
-        assert (await _run(engine, "traced", "double", 5)).success
+        assert isinstance(await _run(engine, "traced", "double", 5), CallsConverged)
     contexts = [t for batch in seen.sent for t in batch.traces or [] if t is not None]
     assert len(contexts) == 2  # the first two dispatched, of five
     calls = seen.spans("call")
@@ -171,7 +171,7 @@ async def test_a_failed_call_span_names_its_failure_kind(
     engine, seen = traced
     with seen.tracer.start_as_current_span("CALLS"):
         result = await _run(engine, "failing", "boom", 1)
-    assert not result.success
+    assert isinstance(result, CallsFailed)
     (call,) = seen.spans("call")
     (run,) = seen.spans("run")
     assert call.attributes is not None
@@ -198,7 +198,7 @@ async def test_each_attempt_of_a_traced_call_gets_its_own_span(
         pid = engine.pool.pid(executor_id)
         assert pid is not None
         os.kill(pid, signal.SIGKILL)  # the attempt is lost with its executor, then retried
-        assert (await run).success
+        assert isinstance(await run, CallsConverged)
     first, second = sorted(seen.spans("call"), key=_attempt)
     assert first.attributes is not None
     assert second.attributes is not None
@@ -275,7 +275,7 @@ async def test_a_call_killed_over_its_budget_says_so(traced: tuple[CallEngine, T
     engine, seen = traced
     with seen.tracer.start_as_current_span("CALLS"):
         result = await _run(engine, "spinning", "spin", 1, budget_ms=200)
-    assert not result.success
+    assert isinstance(result, CallsFailed)
     assert result.failed_call is not None
     assert result.failed_call.kind == "BUDGET_EXCEEDED"
     (call,) = seen.spans("call")
@@ -291,7 +291,7 @@ async def test_a_sub_call_span_is_a_child_of_its_parent_calls(
     engine, seen = traced
     with seen.tracer.start_as_current_span("CALLS") as phase:
         result = await _run(engine, "nested", "outer", 1)
-    assert result.success
+    assert isinstance(result, CallsConverged)
     spans = {s.attributes["blockx.function"]: s for s in seen.spans("call") if s.attributes}
     outer, inner = spans["outer"], spans["double"]
     assert outer.parent is not None

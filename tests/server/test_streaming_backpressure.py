@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot, build_snapshot
+from blockx_core.dispatch import CallsConverged, CallsFailed
 from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
@@ -166,6 +167,7 @@ async def test_wait_room_returns_once_the_added_roots_fit_the_window(
     run.done()
     async with asyncio.timeout(20):
         result = await run.result()
+    assert isinstance(result, CallsConverged)
     assert [json.loads(o.value_json) for o in result.outputs] == [2 * i for i in range(500)]
 
 
@@ -178,7 +180,7 @@ async def test_wait_room_returns_when_the_run_fails_or_is_closed(
     async with asyncio.timeout(20):
         await failing.wait_room()
     assert failing.ended
-    assert not (await failing.result()).success
+    assert isinstance(await failing.result(), CallsFailed)
 
     closed = eng.open_calls("closed", snapshot, TaskIoScope(io, "closed"), "double")
     closed.add([[i] for i in range(10_000)])

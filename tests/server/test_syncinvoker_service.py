@@ -18,11 +18,12 @@ from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from support import free_port, wait_until
 
 from blockx_core.calls import RootOutput
-from blockx_core.dispatch import CallFailure, ConvergeTaskCalls
-from blockx_core.failures import CallFailureKind, FailureCode, is_retryable
+from blockx_core.dispatch import CallFailure, CallsConverged, CallsFailed, ConvergeTaskCalls
+from blockx_core.failures import CallFailureKind, Failure, FailureCode, is_retryable
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.syncinvoker.app import serve
 from blockx_server.syncinvoker.config import load_syncinvoker_config
+from blockx_server.syncinvoker.outcome import InvokeFailed, InvokeSucceeded
 from blockx_server.syncinvoker.service import (
     InvokeObserver,
     InvokeOutcome,
@@ -675,9 +676,8 @@ async def test_a_code_update_is_picked_up_without_a_restart(invoker: Invoker) ->
 
 def _failed(kind: str, message: str) -> ConvergeTaskCalls:
     failure_kind = CallFailureKind(kind)
-    return ConvergeTaskCalls(
+    return CallsFailed(
         task_id="t",
-        success=False,
         failure_code=FailureCode.CALL_FAILED,
         failure_message=f"call #0 f(1) failed: {kind}: {message}",
         failed_call=CallFailure(
@@ -686,34 +686,34 @@ def _failed(kind: str, message: str) -> ConvergeTaskCalls:
     )
 
 
-OK = ConvergeTaskCalls(task_id="t", success=True, outputs=[RootOutput(0, b"42")])
+OK = CallsConverged(task_id="t", outputs=[RootOutput(0, b"42")])
 OUTCOMES = [
     # (converged, (cpu_us, io_us) finished calls, wall_us, expected)
     (
         OK,
         [(300, 200)],
         2_000,
-        InvokeOutcome(
-            call_id="c", success=True, result=b"42", queue_us=1_500, cpu_us=300, io_us=200
-        ),
+        InvokeSucceeded(call_id="c", result=b"42", queue_us=1_500, cpu_us=300, io_us=200),
     ),
     # Waiting for sub-calls is not the caller's CPU: queue never goes negative.
     (
         OK,
         [(900, 0), (900, 0)],
         1_000,
-        InvokeOutcome(call_id="c", success=True, result=b"42", queue_us=0, cpu_us=1_800),
+        InvokeSucceeded(call_id="c", result=b"42", queue_us=0, cpu_us=1_800),
     ),
     # The executor or the dispatcher wrote the budget message: it passes through.
     (
         _failed("BUDGET_EXCEEDED", "the call used 2 ms of CPU and IO, over its budget of 1 ms"),
         [],
         3_000,
-        InvokeOutcome(
+        InvokeFailed(
             call_id="c",
-            success=False,
-            failure_code="BUDGET_EXCEEDED",
-            failure_message="the call used 2 ms of CPU and IO, over its budget of 1 ms",
+            failure=Failure(
+                CallFailureKind.BUDGET_EXCEEDED,
+                "the call used 2 ms of CPU and IO, over its budget of 1 ms",
+                False,
+            ),
             queue_us=3_000,
         ),
     ),
@@ -721,29 +721,27 @@ OUTCOMES = [
         _failed("EXECUTOR_LOST", "executor x0.1 lost: process exited with code -9"),
         [],
         10,
-        InvokeOutcome(
+        InvokeFailed(
             call_id="c",
-            success=False,
-            failure_code="EXECUTOR_LOST",
-            failure_message="executor x0.1 lost: process exited with code -9",
-            retryable=True,
+            failure=Failure(
+                CallFailureKind.EXECUTOR_LOST,
+                "executor x0.1 lost: process exited with code -9",
+                True,
+            ),
             queue_us=10,
         ),
     ),
     (
-        ConvergeTaskCalls(
+        CallsFailed(
             task_id="t",
-            success=False,
             failure_code=FailureCode.OUTPUT_BYTES_EXCEEDED,
             failure_message="outputs over 10 bytes",
         ),
         [(5, 0)],
         10,
-        InvokeOutcome(
+        InvokeFailed(
             call_id="c",
-            success=False,
-            failure_code="OUTPUT_BYTES_EXCEEDED",
-            failure_message="outputs over 10 bytes",
+            failure=Failure(FailureCode.OUTPUT_BYTES_EXCEEDED, "outputs over 10 bytes", False),
             queue_us=5,
             cpu_us=5,
         ),

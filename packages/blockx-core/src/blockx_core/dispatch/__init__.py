@@ -1,13 +1,20 @@
 """The Calls phase's sans-IO dispatcher: events in, commands out."""
 
 from blockx_core.dispatch._commands import (
+    AbortCall,
+    CallsConverged,
+    CallsFailed,
     CancelCalls,
     ConvergeTaskCalls,
     DispatchCommand,
     KillExecutor,
+    ResumeWithIo,
     ResumeWithResult,
     RetireExecutor,
     SendCalls,
+    SubCallFailed,
+    SubCallResult,
+    SubCallReturned,
 )
 from blockx_core.dispatch._config import CallRetryPolicy, DispatchConfig
 from blockx_core.dispatch._core import DispatcherCore
@@ -16,9 +23,12 @@ from blockx_core.dispatch._state import CallUsage
 from blockx_core.dispatch._views import CallsWaiting, ExecutorView, RunningCall
 
 __all__ = [
+    "AbortCall",
     "CallFailure",
     "CallRetryPolicy",
     "CallUsage",
+    "CallsConverged",
+    "CallsFailed",
     "CallsWaiting",
     "CancelCalls",
     "ConvergeTaskCalls",
@@ -27,8 +37,12 @@ __all__ = [
     "DispatcherCore",
     "ExecutorView",
     "KillExecutor",
+    "ResumeWithIo",
     "ResumeWithResult",
     "RetireExecutor",
     "RunningCall",
     "SendCalls",
+    "SubCallFailed",
+    "SubCallResult",
+    "SubCallReturned",
 ]

@@ -5,7 +5,8 @@ the executors that are up and what each holds, calls waiting for an executor, an
 the retry queue. The moves: dispatch root calls up to a task's window, place calls
 on executors, fail an attempt (retry or fail for good), resume a parent, cancel
 sub-calls, fail or converge a task, kill an executor and reschedule what it held.
-Every move appends the commands it implies to ``out``.
+Every move appends the commands it implies to ``outbox``, the list the
+``DispatcherCore`` holding the book drains at the end of each event.
 """
 
 from __future__ import annotations
@@ -15,42 +16,58 @@ from typing import Any
 
 from blockx_core.calls import CallContext, RootCall
 from blockx_core.dispatch._commands import (
+    CallsConverged,
+    CallsFailed,
     CancelCalls,
-    ConvergeTaskCalls,
     DispatchCommand,
     KillExecutor,
     ResumeWithResult,
     RetireExecutor,
+    SubCallFailed,
+    SubCallResult,
 )
 from blockx_core.dispatch._config import DispatchConfig
 from blockx_core.dispatch._failures import CallFailure, failure_text
 from blockx_core.dispatch._placement import place
-from blockx_core.dispatch._state import Call, Executor, TaskCalls, detach, hold
-from blockx_core.failures import CallFailureKind, FailureCode, is_retryable
+from blockx_core.dispatch._state import (
+    Call,
+    CallMove,
+    CallState,
+    Executor,
+    ExecutorState,
+    TaskCalls,
+    detach,
+    hold,
+)
+from blockx_core.failures import CallFailureKind, Failure, FailureCode, is_retryable
 
 
 class CallBook:
-    def __init__(self, config: DispatchConfig | None = None) -> None:
-        self._config = config or DispatchConfig()
-        self._config.validate()
-        self._budget_us = self._config.call_deadline_ms * 1000
-        self._executors: dict[str, Executor] = {}
+    """The records of one DispatcherCore and the moves on them; see the module
+    docstring. Its attributes are the core's and its watchdog's to read and change."""
+
+    def __init__(self, config: DispatchConfig, outbox: list[DispatchCommand]) -> None:
+        self.config = config
+        self.outbox = outbox
+        self.budget_us = config.call_deadline_ms * 1000
+        self.executors: dict[str, Executor] = {}
         # The executors new calls may go to (not retiring), and the retiring ones
         # with the reason why.
-        self._accepting: dict[str, Executor] = {}
-        self._retiring: dict[str, str] = {}
-        self._tasks: dict[str, TaskCalls] = {}
-        self._calls: dict[int, Call] = {}
+        self.accepting: dict[str, Executor] = {}
+        self.retiring: dict[str, str] = {}
+        self.tasks: dict[str, TaskCalls] = {}
+        self.calls: dict[int, Call] = {}
         self._next_call_id = 1
-        self._unassigned: list[Call] = []  # waiting for an executor to come up
-        self._retries: list[tuple[int, int]] = []  # (due_ms, call_id), lazily invalidated
+        self.unassigned: list[Call] = []  # waiting for an executor to come up
+        self.retries: list[tuple[int, int]] = []  # (due_ms, call_id), lazily invalidated
         # Calls of ended executors that did nothing wrong, sent again uncharged once
-        # the event that ended them is through (``_send_restarts``).
-        self._restarts: list[Call] = []
+        # the event that ended them is through (``send_restarts``).
+        self.restarts: list[Call] = []
 
-    def _new_call(
+    def new_call(
         self,
         task: TaskCalls,
+        *,
         root_index: int,
         parent: int,
         code: str,
@@ -62,11 +79,11 @@ class CallBook:
         call_id = self._next_call_id
         self._next_call_id = call_id + 1
         call = Call(call_id, task, root_index, parent, code, function, args, kwargs, context)
-        self._calls[call_id] = call
+        self.calls[call_id] = call
         task.live.add(call_id)
         return call
 
-    def _new_root(self, task: TaskCalls, index: int, root: RootCall | list[Any]) -> Call:
+    def _new_root(self, task: TaskCalls, *, index: int, root: RootCall | list[Any]) -> Call:
         assert isinstance(root, RootCall)
         context = root.context
         if context is not None:
@@ -74,9 +91,18 @@ class CallBook:
         kwargs = root.kwargs or None
         if kwargs is not None or context is not None:
             task.extras = True
-        return self._new_call(task, index, 0, task.code, task.function, root.args, kwargs, context)
+        return self.new_call(
+            task,
+            root_index=index,
+            parent=0,
+            code=task.code,
+            function=task.function,
+            args=root.args,
+            kwargs=kwargs,
+            context=context,
+        )
 
-    def _fill(self, task: TaskCalls, out: list[DispatchCommand], now_ms: int) -> None:
+    def fill(self, task: TaskCalls, *, now_ms: int) -> None:
         """Dispatch new root calls up to the task's window."""
         n = min(task.window - task.inflight_roots, task.undispatched())
         if n <= 0:
@@ -85,52 +111,58 @@ class CallBook:
         pending = task.pending
         base = task.base
         code, function = task.code, task.function
-        new_call = self._new_call
+        new_call = self.new_call
         new = [
             # The shorthand (a list of positional arguments) is the common case.
-            new_call(task, base + i, 0, code, function, root, None, None)
+            new_call(
+                task,
+                root_index=base + i,
+                parent=0,
+                code=code,
+                function=function,
+                args=root,
+                kwargs=None,
+                context=None,
+            )
             if type(root := pending[i]) is list
-            else self._new_root(task, base + i, root)
+            else self._new_root(task, index=base + i, root=root)
             for i in range(start, start + n)
         ]
         task.next_root = start + n
         task.inflight_roots += n
-        self._send(new, out, now_ms)
+        self.send(new, now_ms=now_ms)
 
-    def _after_progress(self, task: TaskCalls, out: list[DispatchCommand], now_ms: int) -> None:
-        if task.task_id not in self._tasks:
+    def after_progress(self, task: TaskCalls, *, now_ms: int) -> None:
+        if task.task_id not in self.tasks:
             return
-        if task.output_bytes > self._config.max_collected_output_bytes:
-            self._fail_task(
+        if task.output_bytes > self.config.max_collected_output_bytes:
+            self.fail_task(
                 task,
-                FailureCode.OUTPUT_BYTES_EXCEEDED,
-                f"the calls' outputs exceed MAX_COLLECTED_OUTPUT_BYTES "
-                f"({task.output_bytes} > {self._config.max_collected_output_bytes} bytes)",
-                out,
-                now_ms,
+                code=FailureCode.OUTPUT_BYTES_EXCEEDED,
+                message=f"the calls' outputs exceed MAX_COLLECTED_OUTPUT_BYTES "
+                f"({task.output_bytes} > {self.config.max_collected_output_bytes} bytes)",
+                now_ms=now_ms,
             )
             return
         if task.converged():
-            del self._tasks[task.task_id]
-            self._drop_calls(task, out, now_ms)  # anything still live can no longer matter
-            out.append(
-                ConvergeTaskCalls(task_id=task.task_id, success=True, outputs=task.tagged_outputs())
-            )
+            del self.tasks[task.task_id]
+            self.drop_calls(task, now_ms=now_ms)  # anything still live can no longer matter
+            self.outbox.append(CallsConverged(task_id=task.task_id, outputs=task.tagged_outputs()))
             return
-        limit = self._config.task_max_inflight_calls
+        limit = self.config.task_max_inflight_calls
         if task.grown >= task.window and task.window < limit:
             task.window = min(limit, task.window * 2)
             task.grown = 0
-        self._fill(task, out, now_ms)
+        self.fill(task, now_ms=now_ms)
 
-    def _send(self, calls: list[Call], out: list[DispatchCommand], now_ms: int) -> None:
+    def send(self, calls: list[Call], *, now_ms: int) -> None:
         """Assign calls to the executors that take new calls, spreading by load, in
         batches per function; none gets more than its EXECUTOR_MAX_CALLS."""
-        accepting = self._accepting
-        max_calls = self._config.executor_max_calls
+        accepting = self.accepting
+        max_calls = self.config.executor_max_calls
         while calls:
             if not accepting:
-                self._unassigned.extend(calls)
+                self.unassigned.extend(calls)
                 return
             # No executor can take more than the least room left: a chunk that size
             # never overfills one (the common case is one chunk of everything).
@@ -138,76 +170,83 @@ class CallBook:
             chunk, calls = calls[:room], calls[room:]
             # Sub-calls (rare next to root calls) are queued with their parent.
             parents = {c.call_id: c.parent for c in chunk if c.parent}
-            for send in place(chunk, accepting, self._config.max_batch_calls):
+            for send in place(chunk, accepting, self.config.max_batch_calls):
                 ex = accepting[send.executor_id]
                 ex.started += len(send.call_ids)
                 for call_id in send.call_ids:
-                    hold(ex, call_id, now_ms, parents.get(call_id, 0) if parents else 0)
-                out.append(send)
+                    hold(
+                        ex, call_id, now_ms=now_ms, parent=parents.get(call_id, 0) if parents else 0
+                    )
+                self.outbox.append(send)
             for ex in [e for e in accepting.values() if e.started >= max_calls]:
-                self._retire(ex, f"it has run {ex.started} calls (EXECUTOR_MAX_CALLS)")
+                self.retire(ex, reason=f"it has run {ex.started} calls (EXECUTOR_MAX_CALLS)")
 
-    def _retire(self, ex: Executor, reason: str) -> None:
-        """Send it no more calls; it is stopped once it holds none (``_stop_retired``)."""
-        ex.retiring = True
-        self._accepting.pop(ex.executor_id, None)
-        self._retiring[ex.executor_id] = reason
+    def retire(self, ex: Executor, *, reason: str) -> None:
+        """Send it no more calls; it is stopped once it holds none (``stop_retired``)."""
+        ex.state = ExecutorState.RETIRING
+        self.accepting.pop(ex.executor_id, None)
+        self.retiring[ex.executor_id] = reason
 
-    def _stop_retired(self, out: list[DispatchCommand]) -> None:
-        for executor_id in [e for e in self._retiring if self._idle(e)]:
-            reason = self._retiring.pop(executor_id)
-            del self._executors[executor_id]
-            out.append(RetireExecutor(executor_id=executor_id, reason=reason))
+    def stop_retired(self) -> None:
+        for executor_id in [e for e in self.retiring if self._idle(e)]:
+            reason = self.retiring.pop(executor_id)
+            del self.executors[executor_id]
+            self.outbox.append(RetireExecutor(executor_id=executor_id, reason=reason))
 
     def _idle(self, executor_id: str) -> bool:
-        ex = self._executors.get(executor_id)
+        ex = self.executors.get(executor_id)
         return ex is not None and not ex.calls and not ex.queue
 
-    def _attempt_failed(
+    def attempt_failed(
         self,
         call: Call,
+        *,
         kind: CallFailureKind,
         message: str,
         now_ms: int,
-        out: list[DispatchCommand],
-        *,
         retryable: bool = True,
     ) -> None:
-        self._cancel_children(call, out, now_ms)
-        policy = self._config.retry
+        self.cancel_children(call, now_ms=now_ms)
+        policy = self.config.retry
         retry = retryable and kind in policy.retry_on and call.attempt < policy.max_attempts
-        call.task.record_failure(call, kind, message, retry)
+        call.task.record_failure(call, kind, message, retried=retry)
         if retry:
             due = now_ms + policy.backoff_for(call.attempt)
             call.attempt += 1
-            call.retry_due = True
-            heapq.heappush(self._retries, (due, call.call_id))
+            call.move(CallMove.BACK_OFF)
+            heapq.heappush(self.retries, (due, call.call_id))
             call.cpu_ns = call.io_us = call.held_ms = 0  # the budget is per attempt
             return
-        self._terminal_failure(call, kind, message, retryable and is_retryable(kind), out, now_ms)
+        self._terminal_failure(
+            call,
+            kind=kind,
+            message=message,
+            retryable=retryable and is_retryable(kind),
+            now_ms=now_ms,
+        )
 
     def _terminal_failure(
         self,
         call: Call,
+        *,
         kind: CallFailureKind,
         message: str,
         retryable: bool,
-        out: list[DispatchCommand],
         now_ms: int,
     ) -> None:
-        del self._calls[call.call_id]
+        del self.calls[call.call_id]
         task = call.task
         task.live.discard(call.call_id)
         if call.parent:
-            self._resume_parent(call, False, b"null", kind.value, message, out, now_ms, retryable)
+            failure = Failure(kind, message, retryable)
+            self.resume_parent(call, result=SubCallFailed(failure=failure), now_ms=now_ms)
             return
-        self._fail_task(
+        self.fail_task(
             task,
-            FailureCode.CALL_FAILED,
-            failure_text(call, kind, message),
-            out,
-            now_ms,
-            CallFailure(
+            code=FailureCode.CALL_FAILED,
+            message=failure_text(call, kind, message),
+            now_ms=now_ms,
+            failed_call=CallFailure(
                 index=call.root_index,
                 kind=kind,
                 message=message,
@@ -216,60 +255,47 @@ class CallBook:
             ),
         )
 
-    def _resume_parent(
+    def resume_parent(
         self,
         child: Call,
-        ok: bool,
-        value_json: bytes,
-        error_kind: str,
-        error: str,
-        out: list[DispatchCommand],
+        *,
+        result: SubCallResult,
         now_ms: int,
-        retryable: bool = False,
     ) -> None:
-        parent = self._calls.get(child.parent)
-        if parent is None or parent.executor_id is None:
+        parent = self.calls.get(child.parent)
+        if parent is None or parent.executor_id is None or parent.state is not CallState.PLACED:
             return  # the parent is gone or being retried: it will ask again
         if parent.children is not None:
             parent.children.remove(child.call_id)
-        ex = self._executors.get(parent.executor_id)
+        ex = self.executors.get(parent.executor_id)
         if ex is not None:
-            hold(ex, parent.call_id, now_ms, parent.parent)
-        out.append(
-            ResumeWithResult(
-                executor_id=parent.executor_id,
-                call_id=parent.call_id,
-                ok=ok,
-                value_json=value_json,
-                error_kind=error_kind,
-                error=error,
-                retryable=retryable,
-            )
+            hold(ex, parent.call_id, now_ms=now_ms, parent=parent.parent)
+        self.outbox.append(
+            ResumeWithResult(executor_id=parent.executor_id, call_id=parent.call_id, result=result)
         )
 
-    def _cancel_children(self, call: Call, out: list[DispatchCommand], now_ms: int) -> None:
+    def cancel_children(self, call: Call, *, now_ms: int) -> None:
         """A parent attempt ended: its sub-calls (and theirs) are no longer wanted."""
         if not call.children:
             return
         children, call.children = call.children, None
-        cancels = detach(self._calls, self._executors, children, now_ms)
-        out.extend(CancelCalls(executor_id=e, call_ids=ids) for e, ids in cancels.items())
+        cancels = detach(self.calls, self.executors, children, now_ms=now_ms)
+        self.outbox.extend(CancelCalls(executor_id=e, call_ids=ids) for e, ids in cancels.items())
 
-    def _fail_task(
+    def fail_task(
         self,
         task: TaskCalls,
+        *,
         code: FailureCode,
         message: str,
-        out: list[DispatchCommand],
         now_ms: int,
         failed_call: CallFailure | None = None,
     ) -> None:
-        del self._tasks[task.task_id]
-        self._drop_calls(task, out, now_ms)
-        out.append(
-            ConvergeTaskCalls(
+        del self.tasks[task.task_id]
+        self.drop_calls(task, now_ms=now_ms)
+        self.outbox.append(
+            CallsFailed(
                 task_id=task.task_id,
-                success=False,
                 failure_code=code,
                 failure_message=message,
                 failed_call=failed_call,
@@ -278,81 +304,105 @@ class CallBook:
             )
         )
 
-    def _drop_calls(self, task: TaskCalls, out: list[DispatchCommand], now_ms: int) -> None:
-        cancels = detach(self._calls, self._executors, list(task.live), now_ms)
-        self._unassigned = [c for c in self._unassigned if c.task is not task]
-        out.extend(CancelCalls(executor_id=e, call_ids=sorted(ids)) for e, ids in cancels.items())
+    def function_missing(self, task: TaskCalls, *, message: str, now_ms: int) -> None:
+        """A root call of a function the adapter cannot resolve: the task fails at
+        once, the root call charged FUNCTION_NOT_FOUND (it never ran)."""
+        kind = CallFailureKind.FUNCTION_NOT_FOUND
+        self.fail_task(
+            task,
+            code=FailureCode.CALL_FAILED,
+            message=f"{kind.value}: {message}",
+            now_ms=now_ms,
+            failed_call=CallFailure(
+                index=task.base + task.next_root,
+                kind=kind,
+                message=message,
+                retryable=is_retryable(kind),
+            ),
+        )
 
-    def _kill(
+    def drop_calls(self, task: TaskCalls, *, now_ms: int) -> None:
+        cancels = detach(self.calls, self.executors, list(task.live), now_ms=now_ms)
+        self.unassigned = [c for c in self.unassigned if c.task is not task]
+        self.outbox.extend(
+            CancelCalls(executor_id=e, call_ids=sorted(ids)) for e, ids in cancels.items()
+        )
+
+    def kill(
         self,
         ex: Executor,
-        over_budget: Call | None,
-        used_us: int,
+        *,
         reason: str,
         now_ms: int,
-        out: list[DispatchCommand],
+        over_budget: Call | None = None,
+        used_us: int = 0,
     ) -> None:
-        del self._executors[ex.executor_id]
-        self._accepting.pop(ex.executor_id, None)
-        self._retiring.pop(ex.executor_id, None)
+        del self.executors[ex.executor_id]
+        self.accepting.pop(ex.executor_id, None)
+        self.retiring.pop(ex.executor_id, None)
         culprit = over_budget.call_id if over_budget and over_budget.call_id in ex.calls else None
-        out.append(
+        self.outbox.append(
             KillExecutor(executor_id=ex.executor_id, reason=reason, over_budget_call_id=culprit)
         )
-        self._reschedule_lost(
-            ex, over_budget, used_us, f"executor {ex.executor_id} killed: {reason}", now_ms, out
+        self.reschedule_lost(
+            ex,
+            reason=f"executor {ex.executor_id} killed: {reason}",
+            now_ms=now_ms,
+            over_budget=over_budget,
+            used_us=used_us,
         )
 
-    def _reschedule_lost(
+    def reschedule_lost(
         self,
         ex: Executor,
-        over_budget: Call | None,
-        used_us: int,
+        *,
         reason: str,
         now_ms: int,
-        out: list[DispatchCommand],
+        over_budget: Call | None = None,
+        used_us: int = 0,
     ) -> None:
         """Every call the executor held ends this attempt. The call responsible and
         the calls there awaiting it are charged (the culprit fails for good, the
         others as EXECUTOR_LOST); the rest are sent again at once, uncharged."""
-        lost = [self._calls[c] for c in sorted(ex.calls) if c in self._calls]
-        charged = self._responsible(ex, over_budget)
+        lost = [self.calls[c] for c in sorted(ex.calls) if c in self.calls]
+        charged = self._responsible(ex, over_budget=over_budget)
         ex.calls.clear()
         for call in lost:
-            call.executor_id = None
+            call.move(CallMove.LEAVE)
         uncharged: list[Call] = []
         for call in lost:
-            if call.call_id not in self._calls or call.task.task_id not in self._tasks:
+            if call.call_id not in self.calls or call.task.task_id not in self.tasks:
                 continue  # gone with a parent's attempt, or its task failed meanwhile
             if call is over_budget:
-                self._attempt_failed(
+                self.attempt_failed(
                     call,
-                    CallFailureKind.BUDGET_EXCEEDED,
-                    f"the call used {used_us // 1000} ms of CPU and IO time, over its budget "
-                    f"of {call.task.budget_ms} ms; its executor was killed",
-                    now_ms,
-                    out,
+                    kind=CallFailureKind.BUDGET_EXCEEDED,
+                    message=f"the call used {used_us // 1000} ms of CPU and IO time, over its "
+                    f"budget of {call.task.budget_ms} ms; its executor was killed",
+                    now_ms=now_ms,
                 )
             elif call.call_id in charged:
-                self._attempt_failed(call, CallFailureKind.EXECUTOR_LOST, reason, now_ms, out)
+                self.attempt_failed(
+                    call, kind=CallFailureKind.EXECUTOR_LOST, message=reason, now_ms=now_ms
+                )
             else:
                 uncharged.append(call)
         for call in uncharged:
-            if call.call_id in self._calls:
-                self._cancel_children(call, out, now_ms)  # it starts again from the top
+            if call.call_id in self.calls:
+                self.cancel_children(call, now_ms=now_ms)  # it starts again from the top
                 call.cpu_ns = call.io_us = call.held_ms = 0
-                self._restarts.append(call)
+                self.restarts.append(call)
 
-    def _send_restarts(self, out: list[DispatchCommand], now_ms: int) -> None:
+    def send_restarts(self, *, now_ms: int) -> None:
         """Send the uncharged calls of ended executors again (those still wanted),
         after every executor the event ended is gone: none goes to one of them, and
         none is sent and cancelled in the same step."""
-        calls, self._restarts = self._restarts, []
-        calls = [c for c in calls if c.call_id in self._calls and c.task.task_id in self._tasks]
+        calls, self.restarts = self.restarts, []
+        calls = [c for c in calls if c.call_id in self.calls and c.task.task_id in self.tasks]
         if calls:
-            self._send(calls, out, now_ms)
+            self.send(calls, now_ms=now_ms)
 
-    def _responsible(self, ex: Executor, over_budget: Call | None) -> set[int]:
+    def _responsible(self, ex: Executor, *, over_budget: Call | None) -> set[int]:
         """The calls an executor's end is charged to: the call over its budget, else
         the call holding the executor (for one no longer held there, the call that
         made it), with the calls on ``ex`` that await it, transitively."""
@@ -366,6 +416,6 @@ class CallBook:
         charged: set[int] = set()
         while call_id in ex.calls:
             charged.add(call_id)
-            call = self._calls.get(call_id)
+            call = self.calls.get(call_id)
             call_id = 0 if call is None else call.parent
         return charged

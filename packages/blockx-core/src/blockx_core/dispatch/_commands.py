@@ -9,7 +9,7 @@ import msgspec
 
 from blockx_core.calls import CallContext, RootOutput
 from blockx_core.dispatch._failures import CallFailure
-from blockx_core.failures import FailureCode
+from blockx_core.failures import Failure, FailureCode
 from blockx_core.task import CallFailureSummary
 
 
@@ -39,17 +39,44 @@ class CancelCalls(msgspec.Struct, frozen=True, kw_only=True):
     call_ids: list[int]
 
 
+class SubCallReturned(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A sub-call's value, as JSON."""
+
+    value_json: bytes
+
+
+class SubCallFailed(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """A sub-call failed for good: its kind (a ``CallFailureKind``), its message, and
+    whether running it again might succeed."""
+
+    failure: Failure
+
+
+SubCallResult = SubCallReturned | SubCallFailed
+
+
 class ResumeWithResult(msgspec.Struct, frozen=True, kw_only=True):
-    """A sub-call ended: resume its parent with the value (JSON) or the failure
-    (``retryable``: whether running the sub-call again might succeed)."""
+    """A sub-call ended: resume its parent with what it returned or how it failed."""
 
     executor_id: str
     call_id: int
-    ok: bool
-    value_json: bytes = b"null"
-    error_kind: str = ""
-    error: str = ""
-    retryable: bool = False
+    result: SubCallResult
+
+
+class ResumeWithIo(msgspec.Struct, frozen=True, kw_only=True):
+    """Send the call its IO answer (the one the adapter has for it): it resumes."""
+
+    executor_id: str
+    call_id: int
+
+
+class AbortCall(msgspec.Struct, frozen=True, kw_only=True):
+    """The Worker failed this call's attempt itself (its IO request was a write): the
+    executor drops the suspended call; ``failure`` is how the attempt ended."""
+
+    executor_id: str
+    call_id: int
+    failure: Failure
 
 
 class KillExecutor(msgspec.Struct, frozen=True, kw_only=True):
@@ -70,27 +97,47 @@ class RetireExecutor(msgspec.Struct, frozen=True, kw_only=True):
     reason: str
 
 
-class ConvergeTaskCalls(msgspec.Struct, frozen=True, kw_only=True):
-    """The Calls phase of a task ended.
+class CallsConverged(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The Calls phase of a task ended with every root call done: ``outputs`` are
+    their results in root order, each tagged with its index and context."""
 
-    ``outputs`` are the root calls' results in root order, each tagged with its
-    index and context (empty unless ``success``). A task that a root call failed
-    (CALL_FAILED) says which call and how in ``failed_call``; ``failure_message``
-    is the whole text for people. A failed phase also lists every failed call
-    attempt so far in ``call_failures`` (bounded; ``call_failures_omitted`` counts
-    the rest), the retried ones and failed sub-calls included.
+    task_id: str
+    outputs: Sequence[RootOutput] = ()
+
+
+class CallsFailed(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The Calls phase of a task failed.
+
+    ``failure_code`` says why (CALL_FAILED: a root call failed for good, and
+    ``failed_call`` says which and how; OUTPUT_BYTES_EXCEEDED: the outputs grew too
+    large); ``failure_message`` is the whole text for people. ``call_failures`` lists
+    every failed call attempt so far (bounded; ``call_failures_omitted`` counts the
+    rest), the retried ones and failed sub-calls included.
     """
 
     task_id: str
-    success: bool
-    failure_code: FailureCode | None = None
-    failure_message: str = ""
+    failure_code: FailureCode
+    failure_message: str
     failed_call: CallFailure | None = None
-    outputs: Sequence[RootOutput] = ()
     call_failures: tuple[CallFailureSummary, ...] = ()
     call_failures_omitted: int = 0
 
+    @property
+    def failure(self) -> Failure:
+        return Failure.of(self.failure_code, self.failure_message)
+
+
+ConvergeTaskCalls = CallsConverged | CallsFailed
+"""How the Calls phase of a task ended; match it (``assert_never`` the rest)."""
 
 DispatchCommand = (
-    SendCalls | CancelCalls | ResumeWithResult | KillExecutor | RetireExecutor | ConvergeTaskCalls
+    SendCalls
+    | CancelCalls
+    | ResumeWithResult
+    | ResumeWithIo
+    | AbortCall
+    | KillExecutor
+    | RetireExecutor
+    | CallsConverged
+    | CallsFailed
 )

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from blockx_core.failures import CallFailureKind
+from blockx_core.failures import CallFailureKind, Failure
 
 if TYPE_CHECKING:
     from blockx_core.dispatch._state import Call
@@ -23,6 +23,11 @@ class CallFailure(msgspec.Struct, frozen=True, kw_only=True):
     # May the same call succeed if run again (the kind's RETRYABLE entry, unless the
     # attempt said a retry cannot succeed).
     retryable: bool = False
+
+    @property
+    def failure(self) -> Failure:
+        """The failure as every layer hands it on."""
+        return Failure(self.kind, self.message, self.retryable)
 
 
 def failure_text(call: Call, kind: CallFailureKind, message: str) -> str:

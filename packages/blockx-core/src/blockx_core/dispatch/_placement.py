@@ -6,7 +6,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 
 from blockx_core.dispatch._commands import SendCalls
-from blockx_core.dispatch._state import Call, Executor
+from blockx_core.dispatch._state import Call, CallMove, Executor
 
 
 def place(calls: list[Call], executors: dict[str, Executor], max_batch: int) -> list[SendCalls]:
@@ -38,7 +38,7 @@ def place(calls: list[Call], executors: dict[str, Executor], max_batch: int) -> 
             for lo in range(offset, offset + share, max_batch):
                 batch = group[lo : min(lo + max_batch, offset + share)]
                 for call in batch:
-                    call.executor_id = ex_id
+                    call.move(CallMove.PLACE, executor_id=ex_id)
                     ex_calls.add(call.call_id)
                 out.append(
                     SendCalls(

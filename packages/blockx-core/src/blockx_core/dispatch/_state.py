@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 from collections import defaultdict, deque
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
 
 from blockx_core.calls import CallContext, RootCall, RootOutputs
+from blockx_core.dispatch._budget import Accounting
 from blockx_core.failures import CallFailureKind
 from blockx_core.task import CALL_FAILURE_MESSAGE_CHARS, MAX_CALL_FAILURES, CallFailureSummary
 
@@ -48,6 +50,7 @@ class TaskCalls:
         "grown",
         "inflight_roots",
         "live",
+        "missing",
         "next_root",
         "output_bytes",
         "outputs",
@@ -84,9 +87,11 @@ class TaskCalls:
         # Every failed call attempt, up to MAX_CALL_FAILURES, and how many more.
         self.failures: list[CallFailureSummary] = []
         self.failures_omitted = 0
+        # Why the adapter cannot resolve the task's function (None: it can).
+        self.missing: str | None = None
 
     def record_failure(
-        self, call: Call, kind: CallFailureKind, message: str, retried: bool
+        self, call: Call, kind: CallFailureKind, message: str, *, retried: bool
     ) -> None:
         """Keep a summary of a failed attempt (the first MAX_CALL_FAILURES only)."""
         if len(self.failures) >= MAX_CALL_FAILURES:
@@ -133,9 +138,42 @@ class TaskCalls:
         return RootOutputs(self.outputs, contexts)
 
 
+class CallState(enum.Enum):
+    """Where a call in the core is, between its creation and its end (it completes,
+    fails for good or is dropped, and leaves the core from any state)."""
+
+    # Waiting for an executor: new, sent back uncharged by an executor that ended,
+    # or its retry is due.
+    WAITING = "WAITING"
+    # On an executor (``executor_id``): queued, running or suspended there.
+    PLACED = "PLACED"
+    # A failed attempt's retry waits out its back-off.
+    BACKING_OFF = "BACKING_OFF"
+
+
+class CallMove(enum.Enum):
+    PLACE = "PLACE"  # sent to an executor
+    LEAVE = "LEAVE"  # its attempt left the executor: it failed there, or the executor ended
+    BACK_OFF = "BACK_OFF"  # the failed attempt is to be retried after a back-off
+    RETRY = "RETRY"  # the back-off is over
+
+
+CALL_MOVES: Final[Mapping[tuple[CallState, CallMove], CallState]] = {
+    (CallState.WAITING, CallMove.PLACE): CallState.PLACED,
+    (CallState.PLACED, CallMove.LEAVE): CallState.WAITING,
+    (CallState.WAITING, CallMove.BACK_OFF): CallState.BACKING_OFF,
+    (CallState.BACKING_OFF, CallMove.RETRY): CallState.WAITING,
+}
+
+
+class InvalidCallMove(Exception):
+    """A (state, move) pair ``CALL_MOVES`` does not allow: a bug in the dispatcher."""
+
+
 class Call:
     """One call in the core: a root call (``root_index >= 0``) or a sub-call bound to
-    its ``parent``. Survives retries; ``executor_id`` is None between attempts."""
+    its ``parent``. Survives retries; ``state`` says where it is (``CALL_MOVES``), and
+    ``executor_id`` is set only while it is PLACED."""
 
     __slots__ = (
         "args",
@@ -151,8 +189,8 @@ class Call:
         "io_us",
         "kwargs",
         "parent",
-        "retry_due",
         "root_index",
+        "state",
         "task",
     )
 
@@ -183,8 +221,28 @@ class Call:
         self.io_us = 0
         self.held_ms = 0
         self.executor_id: str | None = None
-        self.retry_due = False
+        self.state = CallState.WAITING
         self.children: list[int] | None = None
+
+    def move(self, move: CallMove, *, executor_id: str | None = None) -> None:
+        """Move by ``CALL_MOVES`` (to an executor, for PLACE; off it, for LEAVE); an
+        illegal pair raises and changes nothing."""
+        target = CALL_MOVES.get((self.state, move))
+        if target is None:
+            raise InvalidCallMove(f"call {self.call_id}: {move.name} while {self.state.name}")
+        self.state = target
+        if move is CallMove.PLACE:
+            self.executor_id = executor_id
+        elif move is CallMove.LEAVE:
+            self.executor_id = None
+
+
+class ExecutorState(enum.Enum):
+    """Whether an executor takes new calls."""
+
+    ACCEPTING = "ACCEPTING"
+    # Takes no new calls; stopped (``RetireExecutor``) once it holds none.
+    RETIRING = "RETIRING"
 
 
 class Executor:
@@ -203,22 +261,22 @@ class Executor:
     """
 
     __slots__ = (
+        "accounting",
         "alive_ms",
         "calls",
         "cpu_ns",
         "executor_id",
         "head_cpu_ns",
         "head_since_ms",
-        "measured",
         "orphaned",
         "queue",
         "queued",
-        "retiring",
         "rss_bytes",
         "running_call",
         "running_us",
         "sampled_ms",
         "started",
+        "state",
     )
 
     def __init__(self, executor_id: str, now_ms: int) -> None:
@@ -235,16 +293,16 @@ class Executor:
         # The last sample of its call thread's CPU clock (None: never sampled), and when.
         self.cpu_ns: int | None = None
         self.sampled_ms = now_ms
-        # Sampled from outside at least once: the executor's own CPU figures are
-        # no longer trusted.
-        self.measured = False
+        # REPORTED until its CPU is first sampled from outside: then MEASURED, and
+        # the executor's own CPU figures are no longer trusted (``_budget.py``).
+        self.accounting = Accounting.REPORTED
         self.started = 0  # calls sent to it, every attempt
-        self.retiring = False
+        self.state = ExecutorState.ACCEPTING
         self.rss_bytes = 0  # the last sample of its resident memory
 
 
 def detach(
-    calls: dict[int, Call], executors: dict[str, Executor], call_ids: Iterable[int], now_ms: int
+    calls: dict[int, Call], executors: dict[str, Executor], call_ids: Iterable[int], *, now_ms: int
 ) -> dict[str, list[int]]:
     """Forget these calls and their sub-calls, transitively; returns, per executor,
     the ids it still holds and must cancel. One still queued or running there
@@ -268,7 +326,7 @@ def detach(
     return cancels
 
 
-def hold(ex: Executor, call_id: int, now_ms: int, parent: int = 0) -> None:
+def hold(ex: Executor, call_id: int, *, now_ms: int, parent: int = 0) -> None:
     """An ExecuteCalls call or a ResumeCall goes to ``ex``: the call (a sub-call of
     ``parent``) joins its queue."""
     if call_id in ex.queued:

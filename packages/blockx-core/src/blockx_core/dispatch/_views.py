@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
-from blockx_core.dispatch._state import Call, Executor, TaskCalls
+from blockx_core.dispatch._state import Call, CallState, Executor, ExecutorState, TaskCalls
 
 
 class RunningCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -88,7 +88,7 @@ def executor_view(ex: Executor, calls: dict[int, Call], now_ms: int) -> Executor
         suspended=max(0, len(ex.calls) - in_queue),
         calls_started=ex.started,
         rss_bytes=ex.rss_bytes,
-        retiring=ex.retiring,
+        retiring=ex.state is ExecutorState.RETIRING,
     )
 
 
@@ -99,7 +99,13 @@ def calls_waiting(
     retries: list[tuple[int, int]],
     tasks: dict[str, TaskCalls],
 ) -> CallsWaiting:
-    backoff = len({call_id for _, call_id in retries if (c := calls.get(call_id)) and c.retry_due})
+    backoff = len(
+        {
+            call_id
+            for _, call_id in retries
+            if (c := calls.get(call_id)) and c.state is CallState.BACKING_OFF
+        }
+    )
     return CallsWaiting(
         queued_on_executors=sum(max(0, len(ex.queue) - 1) for ex in executors.values()),
         no_executor=sum(1 for c in unassigned if c.call_id in calls),

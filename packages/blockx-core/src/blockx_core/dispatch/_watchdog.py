@@ -9,9 +9,9 @@ of the executor's call-thread clock that the adapter reads from the kernel
 due, which includes the earliest moment the running call could pass its budget
 (its CPU cannot run ahead of the wall clock).
 
-One budget rule (``_check_budget``): the call running on an executor that has
-used more CPU + IO than its budget gets the executor killed and fails
-BUDGET_EXCEEDED. A call that holds its executor past the wall limit fails
+One budget rule (``_budget.py``, applied by ``check_budget``): the call running
+on an executor that has used more CPU + IO than its budget gets the executor killed
+and fails BUDGET_EXCEEDED. A call that holds its executor past the wall limit fails
 BUDGET_EXCEEDED and is cancelled; a call still holding an executor
 ``cancel_grace_ms`` after it was cancelled (over the wall limit, or its task ended)
 gets the executor killed. An executor whose resident memory is over
@@ -21,27 +21,30 @@ When an executor ends (killed, or gone by itself), the call responsible is
 charged: the one over its budget, else the one holding the executor (for a call
 the core already let go, the call that awaits it), together with the calls on the
 same executor awaiting it. Every other call there did nothing wrong: it is sent
-again at once, without an attempt counted (``_reschedule_lost``).
+again at once, without an attempt counted (``CallBook.reschedule_lost``).
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import assert_never
 
 from blockx_core.dispatch._book import CallBook
-from blockx_core.dispatch._commands import CancelCalls, DispatchCommand
-from blockx_core.dispatch._state import Call, Executor, hold
+from blockx_core.dispatch._budget import Accounting, next_sample_ms, over_budget, used_us
+from blockx_core.dispatch._commands import CancelCalls
+from blockx_core.dispatch._state import Call, CallMove, Executor, ExecutorState
 from blockx_core.failures import CallFailureKind
 
-# The soonest a running call's CPU is sampled again near its budget: a call starved
-# of CPU at 1 ms from its budget is not sampled every millisecond.
-_MIN_SAMPLE_GAP_MS: Final = 10
 
+class Watchdog:
+    """What holds each executor of ``book`` and what it costs; see the module
+    docstring. Its moves end calls and executors through the book."""
 
-class Watchdog(CallBook):
+    def __init__(self, book: CallBook) -> None:
+        self._book = book
+
     # ---- the queue ---------------------------------------------------------------------
 
-    def _release(self, ex: Executor, call_id: int, now_ms: int) -> None:
+    def release(self, ex: Executor, call_id: int, *, now_ms: int) -> None:
         """A frame of ``call_id`` arrived: it (and any entry before it, whose frame
         came in the same flush) no longer holds the executor."""
         if call_id not in ex.queued:
@@ -54,9 +57,9 @@ class Watchdog(CallBook):
             popped.append(head)
             if head == call_id:
                 break
-        self._credit(ex, popped, now_ms)
+        self._credit(ex, popped, now_ms=now_ms)
 
-    def _unhold(self, ex: Executor, call_id: int, now_ms: int) -> None:
+    def unhold(self, ex: Executor, call_id: int, *, now_ms: int) -> None:
         """``call_id`` never reached the executor: it leaves its queue and holds
         nothing (the entries before it still run)."""
         if call_id not in ex.queued:
@@ -69,7 +72,7 @@ class Watchdog(CallBook):
         else:
             ex.queue.remove(call_id)
 
-    def _advance(self, ex: Executor, running_call: int, now_ms: int) -> None:
+    def advance(self, ex: Executor, running_call: int, *, now_ms: int) -> None:
         """The executor says it runs ``running_call``: the entries before it are done
         (their frames are still in its buffer). Only ever moves forward."""
         if running_call not in ex.queued or ex.queue[0] == running_call:
@@ -79,129 +82,70 @@ class Watchdog(CallBook):
             head = ex.queue.popleft()
             del ex.queued[head]
             popped.append(head)
-        self._credit(ex, popped, now_ms)
+        self._credit(ex, popped, now_ms=now_ms)
 
-    def _credit(self, ex: Executor, popped: list[int], now_ms: int) -> None:
+    def _credit(self, ex: Executor, popped: list[int], *, now_ms: int) -> None:
         """Charge the head segment's CPU and wall time to the entries that shared it
         (evenly: the frame does not say how they split it) and start the next one."""
-        cpu_ns, held_ms = self._head_segment(ex, now_ms)
+        cpu_ns, held_ms = self._head_segment(ex, now_ms=now_ms)
         k = len(popped)
+        calls = self._book.calls
         for call_id in popped:
             ex.orphaned.pop(call_id, None)
-            call = self._calls.get(call_id)
+            call = calls.get(call_id)
             if call is not None and call.executor_id == ex.executor_id:
-                self._charge(call, cpu_ns // k, held_ms // k)
+                self._charge(call, cpu_ns=cpu_ns // k, held_ms=held_ms // k)
         ex.head_since_ms = now_ms
         ex.head_cpu_ns = ex.cpu_ns
 
-    def _head_segment(self, ex: Executor, now_ms: int) -> tuple[int, int]:
+    def _head_segment(self, ex: Executor, *, now_ms: int) -> tuple[int, int]:
         """CPU (ns) and wall time (ms) of the head's run so far."""
         cpu_ns = 0
         if ex.cpu_ns is not None and ex.head_cpu_ns is not None:
             cpu_ns = max(0, ex.cpu_ns - ex.head_cpu_ns)
         return cpu_ns, max(0, now_ms - ex.head_since_ms)
 
-    def _charge(self, call: Call, cpu_ns: int, held_ms: int) -> None:
+    def _charge(self, call: Call, *, cpu_ns: int, held_ms: int) -> None:
         call.cpu_ns += cpu_ns
         call.held_ms += held_ms
         usage = call.task.usage
         usage.cpu_ns += cpu_ns
         usage.held_ms += held_ms
 
-    def _settle_head(self, ex: Executor, now_ms: int) -> Call | None:
+    def _settle_head(self, ex: Executor, *, now_ms: int) -> Call | None:
         """Charge the running head what it used so far; return it if live here."""
         if not ex.queue:
             return None
-        call = self._calls.get(ex.queue[0])
+        call = self._book.calls.get(ex.queue[0])
         if call is None or call.executor_id != ex.executor_id:
             return None
-        self._charge(call, *self._head_segment(ex, now_ms))
+        cpu_ns, held_ms = self._head_segment(ex, now_ms=now_ms)
+        self._charge(call, cpu_ns=cpu_ns, held_ms=held_ms)
         ex.head_since_ms = now_ms
         ex.head_cpu_ns = ex.cpu_ns
         return call
 
-    # ---- suspension (the Worker answers reads itself) ---------------------------------
-
-    def call_suspended(self, executor_id: str, call_id: int, now_ms: int) -> None:
-        """A call suspended (IoRequested or SubCallRequested): it no longer holds the
-        executor."""
-        ex = self._executors.get(executor_id)
-        if ex is not None:
-            self._release(ex, call_id, now_ms)
-
-    def call_unsent(
-        self, executor_id: str, call_id: int, kind: CallFailureKind, message: str, now_ms: int
-    ) -> list[DispatchCommand]:
-        """The Worker could not send the call to ``executor_id`` (its arguments
-        cannot be encoded): the attempt fails and a retry cannot succeed."""
-        ex = self._executors.get(executor_id)
-        call = self._calls.get(call_id)
-        out: list[DispatchCommand] = []
-        if ex is not None:
-            self._unhold(ex, call_id, now_ms)
-            ex.calls.discard(call_id)
-        if call is not None and call.executor_id == executor_id:
-            call.executor_id = None
-            self._attempt_failed(call, kind, message, now_ms, out, retryable=False)
-        if self._retiring:
-            self._stop_retired(out)
-        return out
-
-    def call_resuming(self, executor_id: str, call_id: int, io_us: int, now_ms: int) -> bool:
-        """The Worker is about to send the call's ResumeCall (an IO answer, ``io_us`` of
-        backend time charged to it, or a sub-call it could not start); False when the
-        call is no longer wanted (send nothing)."""
-        ex = self._executors.get(executor_id)
-        call = self._calls.get(call_id)
-        if ex is None or call is None or call.executor_id != executor_id:
-            return False
-        call.io_us += io_us
-        call.task.usage.io_us += io_us
-        hold(ex, call_id, now_ms, call.parent)
-        return True
-
     # ---- samples ---------------------------------------------------------------------
 
-    def executor_sample(
-        self,
-        executor_id: str,
-        now_ms: int,
-        *,
-        cpu_ns: int | None,
-        rss_bytes: int | None = None,
-    ) -> list[DispatchCommand]:
-        """The executor's call thread has used ``cpu_ns`` of CPU in all (None: could
-        not be read) and its resident memory is ``rss_bytes``, as the kernel says.
-        A clock that moved since the last sample is a sign of life."""
-        ex = self._executors.get(executor_id)
-        out: list[DispatchCommand] = []
-        if ex is None:
-            return out
-        if cpu_ns is not None:
-            if ex.cpu_ns is not None and cpu_ns > ex.cpu_ns:
-                ex.alive_ms = max(ex.alive_ms, now_ms)
-            ex.measured = True
-            ex.cpu_ns = cpu_ns
-            ex.sampled_ms = now_ms
-            if ex.head_cpu_ns is None:
-                ex.head_cpu_ns = cpu_ns
-            if self._check_budget(ex, now_ms, out):
-                self._send_restarts(out, now_ms)
-                return out
-        if rss_bytes is not None:
-            ex.rss_bytes = rss_bytes
-        self._check_rss(ex)
-        self._stop_retired(out)
-        return out
+    def sampled(self, ex: Executor, *, cpu_ns: int, now_ms: int) -> None:
+        """The kernel says the executor's call thread has used ``cpu_ns`` in all. A
+        clock that moved since the last sample is a sign of life."""
+        if ex.cpu_ns is not None and cpu_ns > ex.cpu_ns:
+            ex.alive_ms = max(ex.alive_ms, now_ms)
+        ex.accounting = Accounting.MEASURED
+        ex.cpu_ns = cpu_ns
+        ex.sampled_ms = now_ms
+        if ex.head_cpu_ns is None:
+            ex.head_cpu_ns = cpu_ns
 
-    def _check_rss(self, ex: Executor) -> None:
+    def check_rss(self, ex: Executor) -> None:
         """Retire an executor that runs nothing and is over the memory limit (what a
         call allocates while it runs does not count; what stays after it does)."""
-        limit = self._config.executor_max_rss_bytes
-        if ex.rss_bytes > limit and not ex.queue and not ex.retiring:
-            self._retire(
+        limit = self._book.config.executor_max_rss_bytes
+        if ex.rss_bytes > limit and not ex.queue and ex.state is ExecutorState.ACCEPTING:
+            self._book.retire(
                 ex,
-                f"its resident memory is {ex.rss_bytes} bytes between calls, over "
+                reason=f"its resident memory is {ex.rss_bytes} bytes between calls, over "
                 f"EXECUTOR_MAX_RSS_BYTES ({limit})",
             )
 
@@ -209,98 +153,111 @@ class Watchdog(CallBook):
 
     def _held(self, ex: Executor, call_id: int) -> Call | None:
         """The call, if it is live and on ``ex`` (None: the core let it go)."""
-        call = self._calls.get(call_id)
+        call = self._book.calls.get(call_id)
         return call if call is not None and call.executor_id == ex.executor_id else None
 
-    def _running(self, ex: Executor, now_ms: int) -> tuple[Call | None, int, int] | None:
-        """The call running on ``ex`` (None for one the core let go), the CPU + IO it
-        has used this attempt and its budget, in µs; None when nothing runs there.
+    def _running(self, ex: Executor, *, now_ms: int) -> tuple[Call | None, int, int] | None:
+        """The call running on ``ex`` (None for one the core let go), what it has used
+        this attempt (``used_us``) and its budget, in µs; None when nothing runs
+        there. Measured, it is the head of the executor's queue; otherwise the call
+        the executor last reported."""
+        measured_us = reported_us = 0
+        match ex.accounting:
+            case Accounting.MEASURED:
+                if not ex.queue:
+                    return None
+                call = self._held(ex, ex.queue[0])
+                measured_us = self._head_segment(ex, now_ms=now_ms)[0] // 1000
+                if call is not None:
+                    measured_us += call.cpu_ns // 1000 + call.io_us
+            case Accounting.REPORTED:
+                if not ex.running_call:
+                    return None
+                call = self._held(ex, ex.running_call)
+                reported_us = ex.running_us
+            case _:
+                assert_never(ex.accounting)
+        used = used_us(
+            ex.accounting,
+            measured_us=measured_us,
+            reported_us=reported_us,
+            reported_ms=ex.alive_ms,
+            now_ms=now_ms,
+        )
+        budget_us = self._book.budget_us if call is None else call.task.budget_ms * 1000
+        return call, used, budget_us
 
-        Measured: the kernel's CPU of its runs (the last sample) and the IO the Worker
-        charged. Otherwise what the executor last reported, plus its silence since
-        (a call cannot use more CPU than wall time)."""
-        if ex.measured:
-            if not ex.queue:
-                return None
-            call = self._held(ex, ex.queue[0])
-            running_us = self._head_segment(ex, now_ms)[0] // 1000
-            if call is not None:
-                running_us += call.cpu_ns // 1000 + call.io_us
-        else:
-            if not ex.running_call:
-                return None
-            call = self._held(ex, ex.running_call)
-            running_us = ex.running_us + max(0, now_ms - ex.alive_ms) * 1000
-        budget_us = self._budget_us if call is None else call.task.budget_ms * 1000
-        return call, running_us, budget_us
-
-    def _check_budget(self, ex: Executor, now_ms: int, out: list[DispatchCommand]) -> bool:
-        """The one budget rule: the call running on ``ex`` is over its CPU + IO budget
-        (one the core let go: over the default budget): kill the executor, the call
-        fails BUDGET_EXCEEDED. True when it did."""
-        running = self._running(ex, now_ms)
-        if running is None or running[1] <= running[2]:
+    def check_budget(self, ex: Executor, *, now_ms: int) -> bool:
+        """The budget rule (``_budget.over_budget``) for the call running on ``ex``
+        (one the core let go: against the default budget): over it, the executor is
+        killed and the call fails BUDGET_EXCEEDED. True when it was."""
+        running = self._running(ex, now_ms=now_ms)
+        if running is None or not over_budget(running[1], running[2]):
             return False
-        call, used_us, _ = running
+        call, used, _ = running
         if call is None:
-            self._kill(ex, None, used_us, "a cancelled call kept running", now_ms, out)
+            self._book.kill(ex, reason="a cancelled call kept running", now_ms=now_ms, used_us=used)
         else:
-            if ex.measured:
-                self._settle_head(ex, now_ms)
-            self._kill(ex, call, used_us, "a call exceeded its budget", now_ms, out)
+            if ex.accounting is Accounting.MEASURED:
+                self._settle_head(ex, now_ms=now_ms)
+            self._book.kill(
+                ex,
+                reason="a call exceeded its budget",
+                now_ms=now_ms,
+                over_budget=call,
+                used_us=used,
+            )
         return True
 
-    def _budget_deadline(self, ex: Executor) -> int | None:
+    def budget_deadline(self, ex: Executor) -> int | None:
         """When the running call could first be over its budget, counted from the
         last sample: the adapter samples again then (None: nothing to watch)."""
-        if not ex.measured:
+        if ex.accounting is not Accounting.MEASURED:
             return None
-        running = self._running(ex, ex.sampled_ms)
+        running = self._running(ex, now_ms=ex.sampled_ms)
         if running is None:
             return None
-        _, used_us, budget_us = running
-        return ex.sampled_ms + max(_MIN_SAMPLE_GAP_MS, (budget_us - used_us) // 1000 + 1)
+        _, used, budget_us = running
+        return next_sample_ms(sampled_ms=ex.sampled_ms, used=used, budget_us=budget_us)
 
     # ---- time ---------------------------------------------------------------------------
 
-    def _hold_deadline(self, ex: Executor) -> int | None:
+    def hold_deadline(self, ex: Executor) -> int | None:
         """When the head's wall limit or its cancel grace runs out (None: idle)."""
         if not ex.queue:
             return None
         head = ex.queue[0]
-        call = self._calls.get(head)
+        call = self._book.calls.get(head)
         if call is not None and call.executor_id == ex.executor_id:
-            return ex.head_since_ms + self._config.wall_limit_ms - call.held_ms + 1
+            return ex.head_since_ms + self._book.config.wall_limit_ms - call.held_ms + 1
         since = max(ex.head_since_ms, ex.orphaned.get(head, ex.head_since_ms))
-        return since + self._config.cancel_grace_ms
+        return since + self._book.config.cancel_grace_ms
 
-    def _check_holds(self, now_ms: int, out: list[DispatchCommand]) -> None:
-        for ex in list(self._executors.values()):
-            deadline = self._hold_deadline(ex)
-            if deadline is None or now_ms < deadline or ex.executor_id not in self._executors:
+    def check_holds(self, *, now_ms: int) -> None:
+        book = self._book
+        config = book.config
+        for ex in list(book.executors.values()):
+            deadline = self.hold_deadline(ex)
+            if deadline is None or now_ms < deadline or ex.executor_id not in book.executors:
                 continue
-            call = self._settle_head(ex, now_ms)
+            call = self._settle_head(ex, now_ms=now_ms)
             if call is None:
-                self._kill(
+                book.kill(
                     ex,
-                    None,
-                    0,
-                    f"a cancelled call still held it {self._config.cancel_grace_ms} ms later",
-                    now_ms,
-                    out,
+                    reason=f"a cancelled call still held it {config.cancel_grace_ms} ms later",
+                    now_ms=now_ms,
                 )
                 continue
             # Over the wall limit: the call fails now; its executor is killed if the
             # call still holds it after the grace.
             ex.calls.discard(call.call_id)
             ex.orphaned[call.call_id] = now_ms
-            call.executor_id = None
-            out.append(CancelCalls(executor_id=ex.executor_id, call_ids=[call.call_id]))
-            self._attempt_failed(
+            call.move(CallMove.LEAVE)
+            book.outbox.append(CancelCalls(executor_id=ex.executor_id, call_ids=[call.call_id]))
+            book.attempt_failed(
                 call,
-                CallFailureKind.BUDGET_EXCEEDED,
-                f"the call held its executor {call.held_ms} ms of wall time, over "
-                f"CALL_WALL_LIMIT_MS ({self._config.wall_limit_ms} ms)",
-                now_ms,
-                out,
+                kind=CallFailureKind.BUDGET_EXCEEDED,
+                message=f"the call held its executor {call.held_ms} ms of wall time, over "
+                f"CALL_WALL_LIMIT_MS ({config.wall_limit_ms} ms)",
+                now_ms=now_ms,
             )

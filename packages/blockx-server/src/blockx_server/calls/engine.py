@@ -33,17 +33,21 @@ import msgspec
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot, FunctionSource
 from blockx_core.dispatch import (
+    AbortCall,
+    CallsConverged,
+    CallsFailed,
     CancelCalls,
     ConvergeTaskCalls,
     DispatchCommand,
     DispatchConfig,
     DispatcherCore,
     KillExecutor,
+    ResumeWithIo,
     ResumeWithResult,
     RetireExecutor,
     SendCalls,
 )
-from blockx_core.failures import CallFailureKind, IoErrorKind, call_failure_kind
+from blockx_core.failures import CallFailureKind, Failure, call_failure_kind
 from blockx_executor import protocol as wire
 from blockx_server.calls.call_logs import CallLogs
 from blockx_server.calls.call_spans import CallSpans
@@ -57,7 +61,7 @@ from blockx_server.calls.messages import (
     trace_message,
 )
 from blockx_server.calls.run import CallObserver, CallRun, RunState, observe
-from blockx_server.io.errors import IoFailed
+from blockx_server.io.errors import IoFailed, IoOutcome
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.timer import DeadlineTimer
@@ -99,6 +103,8 @@ class CallEngine:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._observed = 0  # runs with an observer: only then are calls mapped to runs
         self._room_waiters: dict[str, RunState] = {}  # producers waiting in wait_room()
+        # IO answers the core is deciding on: ResumeWithIo sends one (by call id).
+        self._io_answers: dict[int, wire.ResumeCall] = {}
 
     @property
     def core(self) -> DispatcherCore:
@@ -147,19 +153,19 @@ class CallEngine:
         loop = asyncio.get_running_loop()
         run = RunState(loop.create_future(), snapshot, io, observer, debug)
         source = snapshot.resolve(function)
-        if source is None:
-            return CallRun(self, task_id, run, missing=snapshot.describe_missing(function))
-        self._sources[source.digest] = source
+        if source is not None:
+            self._sources[source.digest] = source
         self._runs[task_id] = run
         self._spans.open_run(task_id)
         if observer is not None:
             self._observed += 1
-        self._apply(
-            self._core.open_task(
-                task_id, source.digest, function, self._clock.now_ms(), budget_ms=budget_ms
-            )
-        )
-        run.usage = self._core.usage(task_id)
+        core, now_ms = self._core, self._clock.now_ms()
+        digest = "" if source is None else source.digest
+        commands = core.open_task(task_id, digest, function, now_ms, budget_ms=budget_ms)
+        if source is None:
+            commands += core.function_missing(task_id, snapshot.describe_missing(function), now_ms)
+        self._apply(commands)
+        run.usage = core.usage(task_id)
         return CallRun(self, task_id, run)
 
     async def run_calls(
@@ -333,18 +339,8 @@ class CallEngine:
         # Sub-calls resolve in the parent task's pinned epoch.
         source = run.snapshot.resolve(message.function)
         if source is None:
-            if not self._core.call_resuming(executor_id, message.call_id, 0, now_ms):
-                return []
-            self._outbox[executor_id].append(
-                wire.ResumeCall(
-                    message.call_id,
-                    False,
-                    error_kind=CallFailureKind.FUNCTION_NOT_FOUND.value,
-                    error=run.snapshot.describe_missing(message.function),
-                )
-            )
-            self._schedule_flush()
-            return []
+            missing = run.snapshot.describe_missing(message.function)
+            return self._core.subcall_unresolved(executor_id, message.call_id, missing, now_ms)
         self._sources[source.digest] = source
         return self._core.subcall_requested(
             executor_id,
@@ -366,27 +362,20 @@ class CallEngine:
             observer = self._observer_of(request.call_id)
             if observer is not None:
                 observer.io_traced(request.call_id, request, outcome)
-        if isinstance(outcome, IoFailed) and outcome.kind is IoErrorKind.WRITE_FORBIDDEN:
-            if self._spans.live:
-                kind = CallFailureKind.WRITE_FORBIDDEN.value
-                self._spans.failed(request.call_id, kind, outcome.message)
+        # The core decides what the answer does (``ResumeWithIo`` sends it).
+        self._io_answers[request.call_id] = resume_with_io(request.call_id, outcome)
+        try:
             self._apply(
-                self._core.call_failed(
+                self._core.io_answered(
                     executor_id,
                     request.call_id,
-                    CallFailureKind.WRITE_FORBIDDEN,
-                    outcome.message,
                     self._clock.now_ms(),
-                    cancel_on_executor=True,
+                    io_us=outcome.io_us,
+                    failure=_io_failure(outcome),
                 )
             )
-            return
-        if not self._core.call_resuming(
-            executor_id, request.call_id, outcome.io_us, self._clock.now_ms()
-        ):
-            return  # the executor is gone (the call was rescheduled) or the call was let go
-        self._outbox[executor_id].append(resume_with_io(request.call_id, outcome))
-        self._schedule_flush()
+        finally:
+            self._io_answers.pop(request.call_id, None)
 
     def _apply(self, commands: list[DispatchCommand]) -> None:
         for command in commands:
@@ -401,6 +390,18 @@ class CallEngine:
                         self._spans.cancelled(command.call_ids)
                 case ResumeWithResult():
                     self._outbox[command.executor_id].append(resume_with_result(command))
+                case ResumeWithIo():
+                    answer = self._io_answers.pop(command.call_id, None)
+                    if answer is not None:
+                        self._outbox[command.executor_id].append(answer)
+                case AbortCall():
+                    call_ids = [command.call_id]
+                    self._outbox[command.executor_id].append(wire.CancelCalls(call_ids))
+                    if self._logs.open:
+                        self._logs.ended(call_ids)
+                    if self._spans.live:
+                        failure = command.failure
+                        self._spans.failed(command.call_id, failure.kind.value, failure.message)
                 case KillExecutor():
                     if self._spans.live:
                         self._spans.killed(command)
@@ -409,7 +410,7 @@ class CallEngine:
                 case RetireExecutor():
                     self._forget_executor(command.executor_id)
                     self._pool.retire(command.executor_id, command.reason)
-                case ConvergeTaskCalls():
+                case CallsConverged() | CallsFailed():
                     run = self._runs.get(command.task_id)
                     self._spans.close_run(command.task_id)
                     if run is not None and not run.future.done():
@@ -501,3 +502,8 @@ class CallEngine:
         for executor_id, gauge in list(self._gauges.items()):
             commands += core.executor_sample(executor_id, now_ms, cpu_ns=gauge.cpu_ns())
         self._apply(commands + core.tick(now_ms))
+
+
+def _io_failure(outcome: IoOutcome) -> Failure | None:
+    """The failure an IO answer is, for the core (None: a value)."""
+    return outcome.failure if isinstance(outcome, IoFailed) else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from blockx_core.dispatch import ResumeWithResult, SendCalls
+from blockx_core.dispatch import ResumeWithResult, SendCalls, SubCallFailed, SubCallReturned
 from blockx_core.failures import call_failure_kind
 from blockx_executor import protocol as wire
 from blockx_server.calls.call_spans import CallSpans
@@ -37,14 +37,20 @@ def execute_calls(
 
 def resume_with_result(command: ResumeWithResult) -> wire.ResumeCall:
     """A sub-call ended: its parent resumes with the value or the failure."""
-    return wire.ResumeCall(
-        command.call_id,
-        command.ok,
-        command.value_json,
-        command.error_kind,
-        command.error,
-        retryable=command.retryable,
-    )
+    match command.result:
+        case SubCallReturned(value_json=value_json):
+            return wire.ResumeCall(command.call_id, True, value_json)
+        case SubCallFailed(failure=failure):
+            return wire.ResumeCall(
+                command.call_id,
+                False,
+                b"null",
+                failure.kind.value,
+                failure.message,
+                retryable=failure.retryable,
+            )
+        case _:
+            assert_never(command.result)
 
 
 def resume_with_io(call_id: int, outcome: IoOutcome) -> wire.ResumeCall:

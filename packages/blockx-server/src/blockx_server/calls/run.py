@@ -16,8 +16,10 @@ from typing import Any, Protocol
 
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeSnapshot
-from blockx_core.dispatch import CallFailure, CallUsage, ConvergeTaskCalls
-from blockx_core.failures import CallFailureKind, FailureCode
+from blockx_core.dispatch import (
+    CallUsage,
+    ConvergeTaskCalls,
+)
 from blockx_executor import protocol as wire
 from blockx_server.io.errors import IoOutcome
 from blockx_server.io.scope import TaskIoScope
@@ -78,14 +80,10 @@ class CallRun:
     result()`` for the convergence. Adding to a run that has already failed
     (fastFail, output cap) does nothing."""
 
-    def __init__(
-        self, engine: RunOwner, task_id: str, run: RunState, *, missing: str | None = None
-    ) -> None:
+    def __init__(self, engine: RunOwner, task_id: str, run: RunState) -> None:
         self.task_id = task_id
         self._engine = engine
         self._run = run
-        # The function is not in the pinned snapshot: the first root call fails the run.
-        self._missing = missing
         self._done = False
 
     def add(self, roots: Sequence[RootCall | list[Any]]) -> None:
@@ -93,31 +91,12 @@ class CallRun:
             raise RuntimeError(f"task {self.task_id!r}: root calls added after done()")
         if not roots or self._run.future.done():
             return
-        if self._missing is not None:
-            self._run.future.set_result(
-                ConvergeTaskCalls(
-                    task_id=self.task_id,
-                    success=False,
-                    failure_code=FailureCode.CALL_FAILED,
-                    failure_message=f"{CallFailureKind.FUNCTION_NOT_FOUND.value}: {self._missing}",
-                    failed_call=CallFailure(
-                        index=0, kind=CallFailureKind.FUNCTION_NOT_FOUND, message=self._missing
-                    ),
-                )
-            )
-            return
         self._engine.add_roots(self.task_id, roots)
 
     def done(self) -> None:
         if self._done:
             return
         self._done = True
-        if self._missing is not None:
-            if not self._run.future.done():
-                self._run.future.set_result(
-                    ConvergeTaskCalls(task_id=self.task_id, success=True, outputs=[])
-                )
-            return
         self._engine.roots_done(self.task_id)
 
     @property
@@ -131,7 +110,7 @@ class CallRun:
         window (so every added root has been dispatched), or the run has ended.
         Bounds what a streaming producer holds: one window in flight plus the chunk
         it is reading."""
-        if self._missing is None and not self._done:
+        if not self._done:
             await self._engine.wait_room(self.task_id, self._run)
 
     def close(self) -> None:

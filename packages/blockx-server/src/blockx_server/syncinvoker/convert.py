@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 
 from blockx_core.signature import PrecheckResult
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.runtime.json_bounds import decode_json
-from blockx_server.syncinvoker.outcome import InvokeOutcome, IoTraceRecord
+from blockx_server.syncinvoker.outcome import (
+    InvokeFailed,
+    InvokeOutcome,
+    InvokeSucceeded,
+    IoTraceRecord,
+)
 
 _JSON_TYPES: Final[Mapping[type, str]] = {
     dict: "object",
@@ -42,13 +47,22 @@ def decode_args(text: str) -> list[Any] | str:
 
 
 def invoke_response(outcome: InvokeOutcome) -> pb.InvokeResponse:
+    match outcome:
+        case InvokeSucceeded(result=result):
+            success, failure_code, failure_message, retryable = True, "", "", False
+        case InvokeFailed(failure=failure):
+            result, success = b"", False
+            failure_code, failure_message = failure.kind.value, failure.message
+            retryable = failure.retryable
+        case _:
+            assert_never(outcome)
     return pb.InvokeResponse(
         call_id=outcome.call_id,
-        success=outcome.success,
-        result=outcome.result,
-        failure_code=outcome.failure_code,
-        failure_message=outcome.failure_message,
-        retryable=outcome.retryable,
+        success=success,
+        result=result,
+        failure_code=failure_code,
+        failure_message=failure_message,
+        retryable=retryable,
         durations=pb.CallDurations(
             queue_us=outcome.queue_us, cpu_us=outcome.cpu_us, io_us=outcome.io_us
         ),

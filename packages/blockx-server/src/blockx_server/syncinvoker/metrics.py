@@ -4,7 +4,7 @@ and gauges read from the service when scraped."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from typing import Protocol, assert_never
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -13,17 +13,27 @@ from prometheus_client.registry import Collector
 from blockx_server.io.metrics import IoMetrics
 from blockx_server.io.router import IoRouter
 from blockx_server.runtime.logs import log_event
-from blockx_server.syncinvoker.outcome import InvokeOutcome
-
-if TYPE_CHECKING:
-    from blockx_server.syncinvoker.service import SyncInvokerService
+from blockx_server.syncinvoker.outcome import InvokeFailed, InvokeOutcome, InvokeSucceeded
 
 # One DEBUG event per finished invoke, with the caller's call_id.
 log = logging.getLogger("blockx.invoke")
 
 
+class InvokerState(Protocol):
+    """What the gauges read from the Sync Invoker when scraped (its service)."""
+
+    @property
+    def in_flight(self) -> int: ...
+    @property
+    def executors_up(self) -> int: ...
+    @property
+    def code_epoch(self) -> int: ...
+    @property
+    def ready(self) -> bool: ...
+
+
 class _StateCollector(Collector):
-    def __init__(self, service: SyncInvokerService) -> None:
+    def __init__(self, service: InvokerState) -> None:
         self._service = service
 
     def collect(self) -> list[GaugeMetricFamily]:
@@ -37,7 +47,7 @@ class _StateCollector(Collector):
             GaugeMetricFamily(
                 "blockx_syncinvoker_executors_up",
                 "Python Executor processes connected to this Sync Invoker.",
-                value=len(service.engine.pool.executor_ids()),
+                value=service.executors_up,
             ),
             GaugeMetricFamily(
                 "blockx_syncinvoker_code_epoch",
@@ -68,15 +78,22 @@ class SyncInvokerMetrics:
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 60),
         )
 
-    def watch(self, service: SyncInvokerService) -> None:
+    def watch(self, service: InvokerState) -> None:
         self.registry.register(_StateCollector(service))
 
     def outcome(self, rpc: str, outcome: str) -> None:
         self._requests.labels(rpc, outcome).inc()
 
     def invoked(self, rpc: str, outcome: InvokeOutcome, seconds: float, function: str) -> None:
-        self.outcome(rpc, "ok" if outcome.success else outcome.failure_code)
-        self._latency.labels(rpc, "true" if outcome.success else "false").observe(seconds)
+        match outcome:
+            case InvokeSucceeded():
+                success, failure_code = True, None
+            case InvokeFailed(failure=failure):
+                success, failure_code = False, failure.kind.value
+            case _:
+                assert_never(outcome)
+        self.outcome(rpc, failure_code or "ok")
+        self._latency.labels(rpc, "true" if success else "false").observe(seconds)
         log_event(
             log,
             f"{rpc} {outcome.call_id} of {function} finished",
@@ -86,8 +103,8 @@ class SyncInvokerMetrics:
                 "call_id": outcome.call_id,
                 "function": function,
                 "code_epoch": outcome.code_epoch,
-                "success": outcome.success,
-                "failure_code": outcome.failure_code or None,
+                "success": success,
+                "failure_code": failure_code,
                 "duration_ms": round(seconds * 1000, 3),
                 "cpu_us": outcome.cpu_us,
                 "io_us": outcome.io_us,

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Final, assert_never
+from typing import Any, Final, TypeAlias, assert_never
 
 import msgspec
 
-from blockx_core.dispatch import CallUsage, ConvergeTaskCalls
+from blockx_core.dispatch import CallsConverged, CallsFailed, CallUsage, ConvergeTaskCalls
+from blockx_core.failures import Failure
 from blockx_executor import protocol as wire
 from blockx_server.io.errors import IoFailed, IoOk, IoOutcome
 
@@ -111,17 +112,30 @@ class InvokeObserver:
         return text
 
 
-class InvokeOutcome(msgspec.Struct, frozen=True, kw_only=True):
+class InvokeSucceeded(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The call returned: ``result`` is its value as JSON."""
+
     call_id: str
-    success: bool
-    result: bytes = b""
-    failure_code: str = ""
-    failure_message: str = ""
-    retryable: bool = False
+    result: bytes
     queue_us: int = 0
     cpu_us: int = 0
     io_us: int = 0
     code_epoch: int = 0
+
+
+class InvokeFailed(msgspec.Struct, frozen=True, kw_only=True, tag=True):
+    """The call failed: ``failure`` is its own kind (a ``CallFailureKind``), or the
+    run's ``FailureCode`` where no call is to blame (OUTPUT_BYTES_EXCEEDED)."""
+
+    call_id: str
+    failure: Failure
+    queue_us: int = 0
+    cpu_us: int = 0
+    io_us: int = 0
+    code_epoch: int = 0
+
+
+InvokeOutcome: TypeAlias = InvokeSucceeded | InvokeFailed
 
 
 def invoke_outcome(
@@ -134,29 +148,35 @@ def invoke_outcome(
 ) -> InvokeOutcome:
     """The answer to one finished run (pure: every input is an argument)."""
     cpu_us, io_us, held_us = observer.cpu_us, observer.io_us, observer.held_us
-    success, result, code, message, retryable = converged.success, b"", "", "", False
-    failed = converged.failed_call
-    if success:
-        result = converged.outputs[0].value_json
-    elif failed is not None:
-        # The call failed: answer with its own kind and message.
-        code, message, retryable = failed.kind.value, failed.message, failed.retryable
-    else:
-        # A failure of the run as a whole (e.g. OUTPUT_BYTES_EXCEEDED) keeps its code,
-        # and is not transient.
-        code = converged.failure_code.value if converged.failure_code else "CALL_FAILED"
-        message = converged.failure_message
-    return InvokeOutcome(
-        call_id=call_id,
-        success=success,
-        result=result,
-        failure_code=code,
-        failure_message=message,
-        retryable=retryable,
-        # Everything that was not holding an executor (running, sleeping) or IO:
-        # queueing for an executor, transport.
-        queue_us=max(0, wall_us - max(held_us, cpu_us) - io_us),
-        cpu_us=cpu_us,
-        io_us=io_us,
-        code_epoch=epoch,
-    )
+    # Everything that was not holding an executor (running, sleeping) or IO:
+    # queueing for an executor, transport.
+    queue_us = max(0, wall_us - max(held_us, cpu_us) - io_us)
+    match converged:
+        case CallsConverged(outputs=outputs):
+            return InvokeSucceeded(
+                call_id=call_id,
+                result=outputs[0].value_json,
+                queue_us=queue_us,
+                cpu_us=cpu_us,
+                io_us=io_us,
+                code_epoch=epoch,
+            )
+        case CallsFailed(failed_call=failed):
+            # The call failed: answer with its own kind and message. A failure of the
+            # run as a whole (e.g. OUTPUT_BYTES_EXCEEDED) keeps its code, and is not
+            # transient.
+            failure = (
+                Failure(converged.failure_code, converged.failure_message, False)
+                if failed is None
+                else failed.failure
+            )
+            return InvokeFailed(
+                call_id=call_id,
+                failure=failure,
+                queue_us=queue_us,
+                cpu_us=cpu_us,
+                io_us=io_us,
+                code_epoch=epoch,
+            )
+        case _:
+            assert_never(converged)

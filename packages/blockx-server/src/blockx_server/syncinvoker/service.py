@@ -31,7 +31,6 @@ from blockx_core.calls import RootCall
 from blockx_core.chains import CHAIN_NAME_RULE, is_chain_name
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.errors import ErrorCode
-from blockx_core.failures import CallFailureKind, is_retryable
 from blockx_core.signature import precheck
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.calls.engine import CallEngine
@@ -108,6 +107,10 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
     @property
     def ready(self) -> bool:
         return self._ready and not self._stopping
+
+    @property
+    def executors_up(self) -> int:
+        return len(self.engine.pool.executor_ids())
 
     @property
     def code_epoch(self) -> int:
@@ -304,17 +307,8 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         # reads its chain (others through io.router.chain(name)).
         scope = TaskIoScope(self._io, task_id, chain=request.chain, code_epoch=snapshot.epoch)
         try:
-            if snapshot.resolve(request.function) is None:
-                wall_us = (time.perf_counter_ns() - started_ns) // 1000
-                return InvokeOutcome(
-                    call_id=request.call_id,
-                    success=False,
-                    failure_code=CallFailureKind.FUNCTION_NOT_FOUND.value,
-                    failure_message=snapshot.describe_missing(request.function),
-                    retryable=is_retryable(CallFailureKind.FUNCTION_NOT_FOUND),
-                    queue_us=wall_us,
-                    code_epoch=snapshot.epoch,
-                ), None
+            # A function the snapshot lacks fails its call FUNCTION_NOT_FOUND in the
+            # engine, as any other answer.
             observer = InvokeObserver(request.budget_ms * 1000, debug)
             converged = await self.engine.run_calls(
                 task_id,

@@ -14,9 +14,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
+from typing import assert_never
 
 from blockx_core.calls import RootCall
-from blockx_core.dispatch import CallUsage, ConvergeTaskCalls
+from blockx_core.dispatch import CallsConverged, CallsFailed, CallUsage, ConvergeTaskCalls
 from blockx_core.worker import CallProgress
 from blockx_executor import protocol as wire
 from blockx_server.calls.engine import CallEngine
@@ -68,24 +69,27 @@ class ProgressCounter:
         it was given; a failure keeps the last counts, with every failed attempt."""
         last = self._last.pop(task_id, None) or CallProgress()
         self._marked.discard(task_id)
-        if converged.success:
-            total = len(converged.outputs)
-            progress = CallProgress(
-                calls_done=total,
-                calls_total=total,
-                total_known=True,
-                calls_failed=last.calls_failed,
-            )
-        else:
-            progress = CallProgress(
-                calls_done=last.calls_done,
-                calls_total=last.calls_total,
-                total_known=last.total_known,
-                calls_failed=max(
-                    last.calls_failed,
-                    len(converged.call_failures) + converged.call_failures_omitted,
-                ),
-            )
+        match converged:
+            case CallsConverged(outputs=outputs):
+                total = len(outputs)
+                progress = CallProgress(
+                    calls_done=total,
+                    calls_total=total,
+                    total_known=True,
+                    calls_failed=last.calls_failed,
+                )
+            case CallsFailed():
+                progress = CallProgress(
+                    calls_done=last.calls_done,
+                    calls_total=last.calls_total,
+                    total_known=last.total_known,
+                    calls_failed=max(
+                        last.calls_failed,
+                        len(converged.call_failures) + converged.call_failures_omitted,
+                    ),
+                )
+            case _:
+                assert_never(converged)
         self._report(task_id, progress)
 
     def forget(self, task_id: str) -> None:

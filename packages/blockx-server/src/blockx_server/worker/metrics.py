@@ -9,14 +9,14 @@ the calls' CPU, IO and executor time. docs/observability.md lists them all.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, assert_never
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from blockx_core.code_view import FunctionCodeView
-from blockx_core.dispatch import CallUsage, ConvergeTaskCalls
+from blockx_core.dispatch import CallsConverged, CallsFailed, CallUsage, ConvergeTaskCalls
 from blockx_core.load_series import LoadTotals
 from blockx_core.task import TaskState
 from blockx_core.worker import TaskConverged, WorkerCore
@@ -128,14 +128,14 @@ class FunctionCalls:
     def calls_converged(self, converged: ConvergeTaskCalls, seconds: float) -> None:
         """One task's Calls phase of this function ended after ``seconds``."""
         self._latency.observe(seconds)
-        if converged.success:
-            return
-        failed = converged.failed_call
-        if failed is not None:
-            kind = failed.kind.value
-        else:
-            kind = converged.failure_code.value if converged.failure_code else "UNKNOWN"
-        self._failures.labels(self._function, kind).inc()
+        match converged:
+            case CallsConverged():
+                return
+            case CallsFailed(failed_call=failed):
+                kind = converged.failure_code if failed is None else failed.kind
+                self._failures.labels(self._function, kind.value).inc()
+            case _:
+                assert_never(converged)
 
 
 class FunctionMetrics:

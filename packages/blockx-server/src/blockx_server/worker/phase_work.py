@@ -13,9 +13,11 @@ import asyncio
 import dataclasses
 import time
 from collections.abc import Callable
+from typing import assert_never
 
 import msgspec
 
+from blockx_core.dispatch import CallsConverged, CallsFailed
 from blockx_core.failures import Failure, FailureCode
 from blockx_core.task import PluginResult
 from blockx_core.worker import PhaseFailed, PhaseOutcome, PhaseSucceeded
@@ -125,16 +127,20 @@ class PhaseWork:
                 self.progress.forget(ctx.task_id)  # cancelled: no last counts
         if observer is not None:
             observer.calls_converged(converged, time.perf_counter() - started)
-        self.task_log.calls_converged(ctx.task_id, converged.failed_call)
-        if not converged.success:
-            code = converged.failure_code or FailureCode.CALL_FAILED
-            return PhaseFailed(
-                failure=Failure.of(code, converged.failure_message),
-                call_failures=converged.call_failures,
-                call_failures_omitted=converged.call_failures_omitted,
-            )
-        runtime.outputs = converged.outputs
-        return PhaseSucceeded()
+        match converged:
+            case CallsConverged():
+                self.task_log.calls_converged(ctx.task_id, None)
+                runtime.outputs = converged.outputs
+                return PhaseSucceeded()
+            case CallsFailed():
+                self.task_log.calls_converged(ctx.task_id, converged.failed_call)
+                return PhaseFailed(
+                    failure=converged.failure,
+                    call_failures=converged.call_failures,
+                    call_failures_omitted=converged.call_failures_omitted,
+                )
+            case _:
+                assert_never(converged)
 
     async def writer(self, runtime: TaskRuntime, plugin: WriterPlugin | None) -> PhaseOutcome:
         handler = runtime.task.result_handler
