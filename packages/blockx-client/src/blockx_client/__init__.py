@@ -76,7 +76,7 @@ from blockx_client.registry import EtcdAccess, RegisteredWorker, list_workers
 from blockx_client.routing import route
 from blockx_client.sync import SyncClient
 from blockx_client.task_file import TaskFileError, load_task_file, task_from_dict
-from blockx_core.failures import ClientFailureCode
+from blockx_core.failures import ClientFailureCode, FailureCode
 
 __version__ = version("blockx-client")
 
@@ -99,6 +99,7 @@ __all__ = [
     "Durations",
     "EtcdAccess",
     "ExecutorState",
+    "FailureCode",
     "FunctionError",
     "FunctionHandle",
     "GrpcTls",

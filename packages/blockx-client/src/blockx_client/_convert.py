@@ -35,7 +35,7 @@ from blockx_client.models import (
     WorkerDescription,
     WorkerEligibility,
 )
-from blockx_core.failures import call_failure_kind
+from blockx_core.failures import FailureCode, call_failure_kind
 from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
 
 _STATES: Final[dict[worker_v1.TaskState, TaskState]] = {
@@ -149,6 +149,15 @@ def result_from_pb(
     )
 
 
+def _failure_code(wire: str) -> FailureCode | None:
+    """A listed task's failure code; "" is none. A code this client does not know
+    (a newer Worker's) is read as none: the failure summary still says what failed."""
+    try:
+        return FailureCode(wire) if wire else None
+    except ValueError:
+        return None
+
+
 def listed_from_pb(pb: worker_v1.ListedTask, worker_addr: str) -> ListedTask:
     return ListedTask(
         task_id=pb.task_id,
@@ -159,7 +168,7 @@ def listed_from_pb(pb: worker_v1.ListedTask, worker_addr: str) -> ListedTask:
         slot_id=pb.slot_id,
         created_ms=pb.created_ms,
         converged_ms=pb.converged_ms,
-        failure_code=pb.failure_code,
+        failure_code=_failure_code(pb.failure_code),
         failure_summary=pb.failure_summary,
         tombstone=pb.tombstone,
         call_failures=pb.call_failures,

@@ -2,9 +2,10 @@
 
 ``TaskState`` is the one the Worker uses (``blockx_core.task``), and so are a
 failed call attempt's summary (``CallFailureSummary``), a task's call progress
-(``CallProgress``) and the parts of a Worker's description that carry no address
-(``RunningCall``, ``CallsWaiting``, ``LoadPoint``); ``_convert`` turns these
-values into protobuf messages and back.
+(``CallProgress``), a task as ListTasks shows it (``ListedTask``) and the parts
+of a Worker's description that carry no address (``RunningCall``,
+``CallsWaiting``, ``LoadPoint``); ``_convert`` turns these values into protobuf
+messages and back.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from blockx_client.errors import BlockxError
 from blockx_core.dispatch import CallsWaiting, RunningCall
 from blockx_core.load_series import LoadPoint
 from blockx_core.task import CallFailureSummary, PluginConfig, TaskState
-from blockx_core.worker import CallProgress
+from blockx_core.worker import CallProgress, ListedTask
 
 T = TypeVar("T")
 
@@ -281,49 +282,6 @@ class TaskInputDiffersError(BlockxError):
             "changed task under a new task_id"
         )
         self.answer = answer
-
-
-class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
-    """A task as a Worker's ListTasks shows it: ``created_ms`` is when that Worker
-    first saw it (reserved or submitted), ``converged_ms`` when it ended (0 while
-    not terminal); ``tombstone`` says only its outcome is kept, not its outputs;
-    ``call_failures`` counts the failed call attempts its result records;
-    ``expired``: a failed task whose result has expired, of which the Worker keeps
-    only this summary (GetTaskResult answers NOT_FOUND, the id may run again)."""
-
-    task_id: str
-    state: TaskState
-    worker_addr: str
-    function: str = ""
-    call_builder: str = ""
-    slot_id: str = ""
-    created_ms: int = 0
-    converged_ms: int = 0
-    failure_code: str = ""
-    failure_summary: str = ""
-    tombstone: bool = False
-    call_failures: int = 0
-    # Its calls as the Worker last counted them (see CallProgress); 0 before its
-    # Calls phase.
-    calls_done: int = 0
-    calls_total: int = 0
-    calls_total_known: bool = False
-    # A failed task: whether resubmitting the same work may succeed.
-    retryable: bool = False
-    expired: bool = False
-    # The chain its Builder config names ("chain"); "" when it names none.
-    chain: str = ""
-
-    @property
-    def progress(self) -> CallProgress | None:
-        """The counts as a CallProgress; None for a task that has made no calls."""
-        if not self.calls_total and not self.calls_done:
-            return None
-        return CallProgress(
-            calls_done=self.calls_done,
-            calls_total=self.calls_total,
-            total_known=self.calls_total_known,
-        )
 
 
 class UnreachableWorker(msgspec.Struct, frozen=True, kw_only=True):

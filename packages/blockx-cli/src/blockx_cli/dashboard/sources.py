@@ -99,7 +99,7 @@ def task_row(t: ListedTask, at_ms: int) -> TaskRow:
         created_ms=t.created_ms,
         converged_ms=t.converged_ms,
         age_ms=max(0, at_ms - t.created_ms),
-        failure_code=t.failure_code,
+        failure_code=t.failure_code or "",
         failure_summary=t.failure_summary,
         tombstone=t.tombstone,
         call_failures=t.call_failures,
