@@ -29,6 +29,7 @@ from blockx_client.models import (
     RunningCall,
     RunningTask,
     Task,
+    TaskPhase,
     TaskResult,
     TaskState,
     TaskUpdate,
@@ -205,6 +206,14 @@ def _executor_from_pb(pb: worker_v1.ExecutorState) -> ExecutorState:
     )
 
 
+def _phase(wire: str, worker_addr: str) -> TaskPhase:
+    try:
+        return TaskPhase(wire)
+    except ValueError:
+        # A Worker newer than this client: say what it answered rather than guess.
+        raise BlockxError(f"{worker_addr} described a task in an unknown phase {wire!r}") from None
+
+
 def description_from_pb(
     reply: worker_v1.DescribeWorkerResponse, worker_addr: str
 ) -> WorkerDescription:
@@ -237,7 +246,7 @@ def description_from_pb(
         running=tuple(
             RunningTask(
                 task=listed_from_pb(r.task or worker_v1.ListedTask(), addr),
-                phase=r.phase,
+                phase=_phase(r.phase, addr),
                 deadline_ms=r.deadline_ms,
             )
             for r in reply.running

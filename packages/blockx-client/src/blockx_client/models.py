@@ -2,10 +2,10 @@
 
 ``TaskState`` is the one the Worker uses (``blockx_core.task``), and so are a
 failed call attempt's summary (``CallFailureSummary``), a task's call progress
-(``CallProgress``), a task as ListTasks shows it (``ListedTask``) and the parts
-of a Worker's description that carry no address (``RunningCall``,
-``CallsWaiting``, ``LoadPoint``); ``_convert`` turns these values into protobuf
-messages and back.
+(``CallProgress``), a task as ListTasks shows it (``ListedTask``) and a
+Worker's description (``WorkerDescription`` with its ``ExecutorState``,
+``RunningCall``, ``RunningTask``, ``CallsWaiting`` and ``LoadPoint``);
+``_convert`` turns these values into protobuf messages and back.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ import msgspec
 
 from blockx_client._typed import as_type
 from blockx_client.errors import BlockxError
-from blockx_core.dispatch import CallsWaiting, RunningCall
+from blockx_core.dispatch import CallsWaiting, ExecutorState, RunningCall
 from blockx_core.load_series import LoadPoint
 from blockx_core.task import CallFailureSummary, PluginConfig, TaskState
-from blockx_core.worker import CallProgress, ListedTask
+from blockx_core.worker import CallProgress, ListedTask, RunningTask, TaskPhase, WorkerDescription
 
 T = TypeVar("T")
 
@@ -51,6 +51,7 @@ __all__ = [
     "Task",
     "TaskHolders",
     "TaskInputDiffersError",
+    "TaskPhase",
     "TaskResult",
     "TaskState",
     "TaskUpdate",
@@ -363,62 +364,3 @@ class PlacementReport(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def eligible(self) -> tuple[WorkerEligibility, ...]:
         return tuple(w for w in self.workers if w.eligible)
-
-
-class ExecutorState(msgspec.Struct, frozen=True, kw_only=True):
-    """One executor process of a Worker; ``running`` is None when it is idle."""
-
-    executor_id: str
-    pid: int
-    running: RunningCall | None
-    calls_queued: int
-    calls_suspended: int
-    calls_started: int
-    rss_bytes: int
-    retiring: bool = False
-
-    @property
-    def busy(self) -> bool:
-        return self.running is not None
-
-
-class RunningTask(msgspec.Struct, frozen=True, kw_only=True):
-    """A task still running on the Worker: its listing, the phase it is in
-    (PREPARING, BUILDER, CALLS or WRITER) and when it times out."""
-
-    task: ListedTask
-    phase: str
-    deadline_ms: int
-
-
-class WorkerDescription(msgspec.Struct, frozen=True, kw_only=True):
-    """What a Worker is doing now (DescribeWorker): see docs/worker.md."""
-
-    worker_addr: str
-    program: str
-    now_ms: int
-    started_ms: int
-    ready: bool
-    draining: bool
-    task_slots: int
-    reserved_slots: int
-    running_tasks: int
-    executors_configured: int
-    executors: tuple[ExecutorState, ...]
-    executor_restarts: int
-    calls_waiting: CallsWaiting
-    calls_in_flight: int
-    code_epoch: int
-    process_rss_bytes: int
-    call_deadline_ms: int
-    call_wall_limit_ms: int
-    running: tuple[RunningTask, ...]
-    recent_failures: tuple[ListedTask, ...]
-    failed_tasks_kept: int
-    result_retention_ms: int
-    load_interval_ms: int
-    load: tuple[LoadPoint, ...]
-
-    @property
-    def executors_busy(self) -> int:
-        return sum(1 for e in self.executors if e.busy)

@@ -144,7 +144,7 @@ def worker_page(d: WorkerDescription, cluster: str, at_ms: int) -> WorkerPage:
         running=tuple(
             RunningTaskRow(
                 task=task_row(r.task, d.now_ms),
-                phase=r.phase,
+                phase=r.phase.value,
                 deadline_in_ms=r.deadline_ms - d.now_ms,
             )
             for r in d.running

@@ -59,7 +59,7 @@ from blockx_core.dispatch._commands import (
 )
 from blockx_core.dispatch._config import DispatchConfig
 from blockx_core.dispatch._state import Call, CallUsage, Executor, TaskCalls
-from blockx_core.dispatch._views import CallsWaiting, ExecutorView, calls_waiting, executor_view
+from blockx_core.dispatch._views import CallsWaiting, ExecutorState, calls_waiting, executor_state
 from blockx_core.dispatch._watchdog import Watchdog
 from blockx_core.errors import BlockxUsageError
 from blockx_core.failures import CallFailureKind
@@ -140,10 +140,10 @@ class DispatcherCore(Watchdog):
     def executor_retiring(self, executor_id: str) -> bool:
         return executor_id in self._retiring
 
-    def executor_views(self, now_ms: int) -> list[ExecutorView]:
+    def executor_states(self, now_ms: int) -> list[ExecutorState]:
         """Each executor up: the call it runs (for how long), its queue, its memory.
         O(calls held), for a page that asks now and then."""
-        return [executor_view(ex, self._calls, now_ms) for ex in self._executors.values()]
+        return [executor_state(ex, self._calls, now_ms) for ex in self._executors.values()]
 
     def calls_waiting(self) -> CallsWaiting:
         """The calls not running, by what they wait for. O(executors + tasks + retries)."""

@@ -138,7 +138,7 @@ class RunningTask(msgspec.Struct, frozen=True, kw_only=True):
     """A submitted task that has not converged: as a listing shows it, with the phase
     it is in (PREPARING to WRITER) and when it times out."""
 
-    listed: ListedTask
+    task: ListedTask
     phase: TaskPhase
     deadline_ms: int
 
