@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.console import Console
 
 from blockx_cli.commands.tasks import _table, listed_dict
-from blockx_client import ClusterTasks, ListedTask, TaskState
+from blockx_client import ClusterTasks, FailureCode, ListedTask, TaskState
 
 NOW_MS = 1_764_619_564_120
 
@@ -19,7 +19,7 @@ def test_an_expired_failure_is_marked_in_the_table_and_the_json() -> None:
         function="boom",
         created_ms=NOW_MS - 3_600_000,
         converged_ms=NOW_MS - 3_599_000,
-        failure_code="CALL_FAILED",
+        failure_code=FailureCode.CALL_FAILED,
         failure_summary="ValueError: boom",
         expired=True,
     )

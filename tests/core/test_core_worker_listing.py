@@ -473,11 +473,11 @@ def test_running_tasks_oldest_first_with_their_phase() -> None:
         "later", token(core, "later", TaskPhase.BUILDER), PhaseSucceeded(), T0 + 51
     )
     running = core.running_tasks(10, T0 + 60)
-    assert [(r.listed.task_id, r.phase, r.listed.created_ms) for r in running] == [
+    assert [(r.task.task_id, r.phase, r.task.created_ms) for r in running] == [
         ("running", TaskPhase.BUILDER, T0 + 10),
         ("later", TaskPhase.CALLS, T0 + 50),
     ]
-    assert [r.listed.task_id for r in core.running_tasks(1, T0 + 60)] == ["running"]
+    assert [r.task.task_id for r in core.running_tasks(1, T0 + 60)] == ["running"]
 
 
 def test_the_slot_peak_is_the_most_in_use_since_the_last_take() -> None:

@@ -16,7 +16,7 @@ from blockx_core.dispatch import (
     CallsWaiting,
     DispatchConfig,
     DispatcherCore,
-    ExecutorView,
+    ExecutorState,
     RunningCall,
     SendCalls,
 )
@@ -52,14 +52,14 @@ def test_an_executor_shows_the_call_on_its_cpu_and_for_how_long() -> None:
     core = make()
     core.executor_up("e1", 0)
     [[first, second]] = sent(core.start_task("t", CODE, "slow", [[1], [2], [3]], 100)).values()
-    [view] = core.executor_views(12_100)
-    assert view == ExecutorView(
+    [view] = core.executor_states(12_100)
+    assert view == ExecutorState(
         executor_id="e1",
         running=RunningCall(
             call_id=first, task_id="t", function="slow", root_index=0, attempt=1, held_ms=12_000
         ),
-        queued=1,
-        suspended=0,
+        calls_queued=1,
+        calls_suspended=0,
         calls_started=2,
         rss_bytes=0,
         retiring=False,
@@ -69,10 +69,10 @@ def test_an_executor_shows_the_call_on_its_cpu_and_for_how_long() -> None:
     )
     # The first suspends on IO: the second runs, the first is held but off the CPU.
     core.call_suspended("e1", first, 12_500)
-    [view] = core.executor_views(13_000)
+    [view] = core.executor_states(13_000)
     assert view.running is not None
     assert (view.running.call_id, view.running.held_ms) == (second, 500)
-    assert (view.queued, view.suspended) == (0, 1)
+    assert (view.calls_queued, view.calls_suspended) == (0, 1)
 
 
 def test_an_idle_executor_and_a_cancelled_call_still_stopping() -> None:
@@ -82,7 +82,7 @@ def test_an_idle_executor_and_a_cancelled_call_still_stopping() -> None:
     calls = sent(core.start_task("t", CODE, "slow", [[1]], 0))
     [busy] = calls
     core.cancel_task("t", 1_000)
-    views = {v.executor_id: v for v in core.executor_views(1_400)}
+    views = {v.executor_id: v for v in core.executor_states(1_400)}
     assert views[busy].running == RunningCall(
         call_id=calls[busy][0],
         task_id="",
@@ -106,7 +106,7 @@ def test_calls_with_no_executor_or_in_a_retry_back_off_are_waiting() -> None:
     )
     core.call_failed("e1", call, CallFailureKind.USER_ERROR, "boom", 20)
     assert core.calls_waiting().retry_backoff == 1
-    assert core.executor_views(30)[0].running is None
+    assert core.executor_states(30)[0].running is None
 
 
 # ---- the load series ---------------------------------------------------------------------

@@ -21,6 +21,7 @@ from blockx_client import (
     CallsWaiting,
     Client,
     ExecutorState,
+    FailureCode,
     ListedTask,
     RunningCall,
     TaskState,
@@ -164,7 +165,7 @@ EXPIRED = ListedTask(
     function="boom",
     created_ms=NOW_MS - 3_600_000,
     converged_ms=NOW_MS - 3_599_000,
-    failure_code="CALL_FAILED",
+    failure_code=FailureCode.CALL_FAILED,
     failure_summary="ValueError: boom",
     expired=True,
 )

@@ -15,6 +15,7 @@ SERVER = PACKAGES / "blockx-server" / "src" / "blockx_server"
 PROCESSES = ("coordinator", "worker", "syncinvoker", "proxy")
 SUBSYSTEMS = ("runtime", "etcd", "calls", "io", "pipeline")
 
+
 def _module_name(path: Path) -> str:
     src = next(parent for parent in path.parents if parent.name == "src")
     parts = list(path.relative_to(src).with_suffix("").parts)

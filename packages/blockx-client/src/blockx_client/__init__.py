@@ -65,6 +65,7 @@ from blockx_client.models import (
     Task,
     TaskHolders,
     TaskInputDiffersError,
+    TaskPhase,
     TaskResult,
     TaskState,
     TaskUpdate,
@@ -76,7 +77,7 @@ from blockx_client.registry import EtcdAccess, RegisteredWorker, list_workers
 from blockx_client.routing import route
 from blockx_client.sync import SyncClient
 from blockx_client.task_file import TaskFileError, load_task_file, task_from_dict
-from blockx_core.failures import ClientFailureCode
+from blockx_core.failures import ClientFailureCode, FailureCode
 
 __version__ = version("blockx-client")
 
@@ -99,6 +100,7 @@ __all__ = [
     "Durations",
     "EtcdAccess",
     "ExecutorState",
+    "FailureCode",
     "FunctionError",
     "FunctionHandle",
     "GrpcTls",
@@ -134,6 +136,7 @@ __all__ = [
     "TaskHolders",
     "TaskInputDiffersError",
     "TaskNotFoundError",
+    "TaskPhase",
     "TaskResult",
     "TaskState",
     "TaskUpdate",

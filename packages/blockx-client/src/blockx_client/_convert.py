@@ -29,13 +29,14 @@ from blockx_client.models import (
     RunningCall,
     RunningTask,
     Task,
+    TaskPhase,
     TaskResult,
     TaskState,
     TaskUpdate,
     WorkerDescription,
     WorkerEligibility,
 )
-from blockx_core.failures import call_failure_kind
+from blockx_core.failures import FailureCode, call_failure_kind
 from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
 
 _STATES: Final[dict[worker_v1.TaskState, TaskState]] = {
@@ -149,6 +150,15 @@ def result_from_pb(
     )
 
 
+def _failure_code(wire: str) -> FailureCode | None:
+    """A listed task's failure code; "" is none. A code this client does not know
+    (a newer Worker's) is read as none: the failure summary still says what failed."""
+    try:
+        return FailureCode(wire) if wire else None
+    except ValueError:
+        return None
+
+
 def listed_from_pb(pb: worker_v1.ListedTask, worker_addr: str) -> ListedTask:
     return ListedTask(
         task_id=pb.task_id,
@@ -159,7 +169,7 @@ def listed_from_pb(pb: worker_v1.ListedTask, worker_addr: str) -> ListedTask:
         slot_id=pb.slot_id,
         created_ms=pb.created_ms,
         converged_ms=pb.converged_ms,
-        failure_code=pb.failure_code,
+        failure_code=_failure_code(pb.failure_code),
         failure_summary=pb.failure_summary,
         tombstone=pb.tombstone,
         call_failures=pb.call_failures,
@@ -196,6 +206,14 @@ def _executor_from_pb(pb: worker_v1.ExecutorState) -> ExecutorState:
     )
 
 
+def _phase(wire: str, worker_addr: str) -> TaskPhase:
+    try:
+        return TaskPhase(wire)
+    except ValueError:
+        # A Worker newer than this client: say what it answered rather than guess.
+        raise BlockxError(f"{worker_addr} described a task in an unknown phase {wire!r}") from None
+
+
 def description_from_pb(
     reply: worker_v1.DescribeWorkerResponse, worker_addr: str
 ) -> WorkerDescription:
@@ -228,7 +246,7 @@ def description_from_pb(
         running=tuple(
             RunningTask(
                 task=listed_from_pb(r.task or worker_v1.ListedTask(), addr),
-                phase=r.phase,
+                phase=_phase(r.phase, addr),
                 deadline_ms=r.deadline_ms,
             )
             for r in reply.running

@@ -2,9 +2,10 @@
 
 ``TaskState`` is the one the Worker uses (``blockx_core.task``), and so are a
 failed call attempt's summary (``CallFailureSummary``), a task's call progress
-(``CallProgress``) and the parts of a Worker's description that carry no address
-(``RunningCall``, ``CallsWaiting``, ``LoadPoint``); ``_convert`` turns these
-values into protobuf messages and back.
+(``CallProgress``), a task as ListTasks shows it (``ListedTask``) and a
+Worker's description (``WorkerDescription`` with its ``ExecutorState``,
+``RunningCall``, ``RunningTask``, ``CallsWaiting`` and ``LoadPoint``);
+``_convert`` turns these values into protobuf messages and back.
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import msgspec
 
 from blockx_client._typed import as_type
 from blockx_client.errors import BlockxError
-from blockx_core.dispatch import CallsWaiting, RunningCall
+from blockx_core.dispatch import CallsWaiting, ExecutorState, RunningCall
 from blockx_core.load_series import LoadPoint
 from blockx_core.task import CallFailureSummary, PluginConfig, TaskState
-from blockx_core.worker import CallProgress
+from blockx_core.worker import CallProgress, ListedTask, RunningTask, TaskPhase, WorkerDescription
 
 T = TypeVar("T")
 
@@ -50,6 +51,7 @@ __all__ = [
     "Task",
     "TaskHolders",
     "TaskInputDiffersError",
+    "TaskPhase",
     "TaskResult",
     "TaskState",
     "TaskUpdate",
@@ -283,49 +285,6 @@ class TaskInputDiffersError(BlockxError):
         self.answer = answer
 
 
-class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
-    """A task as a Worker's ListTasks shows it: ``created_ms`` is when that Worker
-    first saw it (reserved or submitted), ``converged_ms`` when it ended (0 while
-    not terminal); ``tombstone`` says only its outcome is kept, not its outputs;
-    ``call_failures`` counts the failed call attempts its result records;
-    ``expired``: a failed task whose result has expired, of which the Worker keeps
-    only this summary (GetTaskResult answers NOT_FOUND, the id may run again)."""
-
-    task_id: str
-    state: TaskState
-    worker_addr: str
-    function: str = ""
-    call_builder: str = ""
-    slot_id: str = ""
-    created_ms: int = 0
-    converged_ms: int = 0
-    failure_code: str = ""
-    failure_summary: str = ""
-    tombstone: bool = False
-    call_failures: int = 0
-    # Its calls as the Worker last counted them (see CallProgress); 0 before its
-    # Calls phase.
-    calls_done: int = 0
-    calls_total: int = 0
-    calls_total_known: bool = False
-    # A failed task: whether resubmitting the same work may succeed.
-    retryable: bool = False
-    expired: bool = False
-    # The chain its Builder config names ("chain"); "" when it names none.
-    chain: str = ""
-
-    @property
-    def progress(self) -> CallProgress | None:
-        """The counts as a CallProgress; None for a task that has made no calls."""
-        if not self.calls_total and not self.calls_done:
-            return None
-        return CallProgress(
-            calls_done=self.calls_done,
-            calls_total=self.calls_total,
-            total_known=self.calls_total_known,
-        )
-
-
 class UnreachableWorker(msgspec.Struct, frozen=True, kw_only=True):
     """A registered Worker that did not answer (in time); ``error`` says how."""
 
@@ -405,62 +364,3 @@ class PlacementReport(msgspec.Struct, frozen=True, kw_only=True):
     @property
     def eligible(self) -> tuple[WorkerEligibility, ...]:
         return tuple(w for w in self.workers if w.eligible)
-
-
-class ExecutorState(msgspec.Struct, frozen=True, kw_only=True):
-    """One executor process of a Worker; ``running`` is None when it is idle."""
-
-    executor_id: str
-    pid: int
-    running: RunningCall | None
-    calls_queued: int
-    calls_suspended: int
-    calls_started: int
-    rss_bytes: int
-    retiring: bool = False
-
-    @property
-    def busy(self) -> bool:
-        return self.running is not None
-
-
-class RunningTask(msgspec.Struct, frozen=True, kw_only=True):
-    """A task still running on the Worker: its listing, the phase it is in
-    (PREPARING, BUILDER, CALLS or WRITER) and when it times out."""
-
-    task: ListedTask
-    phase: str
-    deadline_ms: int
-
-
-class WorkerDescription(msgspec.Struct, frozen=True, kw_only=True):
-    """What a Worker is doing now (DescribeWorker): see docs/worker.md."""
-
-    worker_addr: str
-    program: str
-    now_ms: int
-    started_ms: int
-    ready: bool
-    draining: bool
-    task_slots: int
-    reserved_slots: int
-    running_tasks: int
-    executors_configured: int
-    executors: tuple[ExecutorState, ...]
-    executor_restarts: int
-    calls_waiting: CallsWaiting
-    calls_in_flight: int
-    code_epoch: int
-    process_rss_bytes: int
-    call_deadline_ms: int
-    call_wall_limit_ms: int
-    running: tuple[RunningTask, ...]
-    recent_failures: tuple[ListedTask, ...]
-    failed_tasks_kept: int
-    result_retention_ms: int
-    load_interval_ms: int
-    load: tuple[LoadPoint, ...]
-
-    @property
-    def executors_busy(self) -> int:
-        return sum(1 for e in self.executors if e.busy)

@@ -179,7 +179,7 @@ def _table(found: ClusterTasks, now_ms: int, console: Console) -> Table:
             state.append(" (outputs dropped)", style="dim")
         if t.expired:
             state.append(" (expired)", style="dim")
-        failure = Text(t.failure_code)
+        failure = Text(t.failure_code or "")
         if t.failure_summary:
             failure.append(f": {_shortened(t.failure_summary)}")
         if t.call_failures > 1:
@@ -230,7 +230,7 @@ def listed_dict(t: ListedTask, now_ms: int) -> dict[str, Any]:
         "created_ms": t.created_ms,
         "converged_ms": t.converged_ms,
         "age_ms": now_ms - t.created_ms,
-        "failure_code": t.failure_code,
+        "failure_code": t.failure_code or "",
         "failure_summary": t.failure_summary,
         "tombstone": t.tombstone,
         "expired": t.expired,

@@ -99,7 +99,7 @@ def task_row(t: ListedTask, at_ms: int) -> TaskRow:
         created_ms=t.created_ms,
         converged_ms=t.converged_ms,
         age_ms=max(0, at_ms - t.created_ms),
-        failure_code=t.failure_code,
+        failure_code=t.failure_code or "",
         failure_summary=t.failure_summary,
         tombstone=t.tombstone,
         call_failures=t.call_failures,
@@ -144,7 +144,7 @@ def worker_page(d: WorkerDescription, cluster: str, at_ms: int) -> WorkerPage:
         running=tuple(
             RunningTaskRow(
                 task=task_row(r.task, d.now_ms),
-                phase=r.phase,
+                phase=r.phase.value,
                 deadline_in_ms=r.deadline_ms - d.now_ms,
             )
             for r in d.running

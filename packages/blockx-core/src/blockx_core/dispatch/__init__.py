@@ -20,7 +20,7 @@ from blockx_core.dispatch._config import CallRetryPolicy, DispatchConfig
 from blockx_core.dispatch._core import DispatcherCore
 from blockx_core.dispatch._failures import CallFailure
 from blockx_core.dispatch._state import CallUsage
-from blockx_core.dispatch._views import CallsWaiting, ExecutorView, RunningCall
+from blockx_core.dispatch._views import CallsWaiting, ExecutorState, RunningCall
 
 __all__ = [
     "AbortCall",
@@ -35,7 +35,7 @@ __all__ = [
     "DispatchCommand",
     "DispatchConfig",
     "DispatcherCore",
-    "ExecutorView",
+    "ExecutorState",
     "KillExecutor",
     "ResumeWithIo",
     "ResumeWithResult",

@@ -34,7 +34,7 @@ from blockx_core.dispatch._state import (
     CallMove,
     CallState,
     Executor,
-    ExecutorState,
+    Intake,
     TaskCalls,
     detach,
     hold,
@@ -183,7 +183,7 @@ class CallBook:
 
     def retire(self, ex: Executor, *, reason: str) -> None:
         """Send it no more calls; it is stopped once it holds none (``stop_retired``)."""
-        ex.state = ExecutorState.RETIRING
+        ex.state = Intake.RETIRING
         self.accepting.pop(ex.executor_id, None)
         self.retiring[ex.executor_id] = reason
 

@@ -75,7 +75,7 @@ from blockx_core.dispatch._state import (
     TaskCalls,
     hold,
 )
-from blockx_core.dispatch._views import CallsWaiting, ExecutorView, calls_waiting, executor_view
+from blockx_core.dispatch._views import CallsWaiting, ExecutorState, calls_waiting, executor_state
 from blockx_core.dispatch._watchdog import Watchdog
 from blockx_core.errors import BlockxUsageError
 from blockx_core.failures import CallFailureKind, Failure, IoErrorKind
@@ -171,11 +171,11 @@ class DispatcherCore:
     def executor_retiring(self, executor_id: str) -> bool:
         return executor_id in self._book.retiring
 
-    def executor_views(self, now_ms: int) -> list[ExecutorView]:
+    def executor_states(self, now_ms: int) -> list[ExecutorState]:
         """Each executor up: the call it runs (for how long), its queue, its memory.
         O(calls held), for a page that asks now and then."""
         book = self._book
-        return [executor_view(ex, book.calls, now_ms) for ex in book.executors.values()]
+        return [executor_state(ex, book.calls, now_ms) for ex in book.executors.values()]
 
     def calls_waiting(self) -> CallsWaiting:
         """The calls not running, by what they wait for. O(executors + tasks + retries)."""

@@ -237,7 +237,7 @@ class Call:
             self.executor_id = None
 
 
-class ExecutorState(enum.Enum):
+class Intake(enum.Enum):
     """Whether an executor takes new calls."""
 
     ACCEPTING = "ACCEPTING"
@@ -297,7 +297,7 @@ class Executor:
         # the executor's own CPU figures are no longer trusted (``_budget.py``).
         self.accounting = Accounting.REPORTED
         self.started = 0  # calls sent to it, every attempt
-        self.state = ExecutorState.ACCEPTING
+        self.state = Intake.ACCEPTING
         self.rss_bytes = 0  # the last sample of its resident memory
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import msgspec
 
-from blockx_core.dispatch._state import Call, CallState, Executor, ExecutorState, TaskCalls
+from blockx_core.dispatch._state import Call, CallState, Executor, Intake, TaskCalls
 
 
 class RunningCall(msgspec.Struct, frozen=True, kw_only=True):
@@ -24,14 +24,23 @@ class RunningCall(msgspec.Struct, frozen=True, kw_only=True):
     cancelled: bool = False
 
 
-class ExecutorView(msgspec.Struct, frozen=True, kw_only=True):
+class ExecutorState(msgspec.Struct, frozen=True, kw_only=True):
+    """One executor process of a Worker; ``running`` is None when it is idle. The
+    dispatcher knows no process ids: the Worker, which started the process, sets
+    ``pid`` (0: not known, it is being replaced)."""
+
     executor_id: str
+    pid: int = 0
     running: RunningCall | None  # None: idle
-    queued: int  # calls sent to it, waiting behind the running one
-    suspended: int  # calls it holds that wait on IO or a sub-call
+    calls_queued: int  # calls sent to it, waiting behind the running one
+    calls_suspended: int  # calls it holds that wait on IO or a sub-call
     calls_started: int  # calls sent to it since it came up, every attempt
     rss_bytes: int  # its resident memory at its last heartbeat
-    retiring: bool  # takes no new calls; replaced once idle
+    retiring: bool = False  # takes no new calls; replaced once idle
+
+    @property
+    def busy(self) -> bool:
+        return self.running is not None
 
 
 class CallsWaiting(msgspec.Struct, frozen=True, kw_only=True):
@@ -54,7 +63,7 @@ class CallsWaiting(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
-def executor_view(ex: Executor, calls: dict[int, Call], now_ms: int) -> ExecutorView:
+def executor_state(ex: Executor, calls: dict[int, Call], now_ms: int) -> ExecutorState:
     running: RunningCall | None = None
     if ex.queue:
         head = ex.queue[0]
@@ -81,14 +90,14 @@ def executor_view(ex: Executor, calls: dict[int, Call], now_ms: int) -> Executor
                 cancelled=True,
             )
     in_queue = sum(1 for call_id in ex.queue if call_id in ex.calls)
-    return ExecutorView(
+    return ExecutorState(
         executor_id=ex.executor_id,
         running=running,
-        queued=max(0, len(ex.queue) - 1),
-        suspended=max(0, len(ex.calls) - in_queue),
+        calls_queued=max(0, len(ex.queue) - 1),
+        calls_suspended=max(0, len(ex.calls) - in_queue),
         calls_started=ex.started,
         rss_bytes=ex.rss_bytes,
-        retiring=ex.state is ExecutorState.RETIRING,
+        retiring=ex.state is Intake.RETIRING,
     )
 
 

@@ -31,7 +31,7 @@ from typing import assert_never
 from blockx_core.dispatch._book import CallBook
 from blockx_core.dispatch._budget import Accounting, next_sample_ms, over_budget, used_us
 from blockx_core.dispatch._commands import CancelCalls
-from blockx_core.dispatch._state import Call, CallMove, Executor, ExecutorState
+from blockx_core.dispatch._state import Call, CallMove, Executor, Intake
 from blockx_core.failures import CallFailureKind
 
 
@@ -142,7 +142,7 @@ class Watchdog:
         """Retire an executor that runs nothing and is over the memory limit (what a
         call allocates while it runs does not count; what stays after it does)."""
         limit = self._book.config.executor_max_rss_bytes
-        if ex.rss_bytes > limit and not ex.queue and ex.state is ExecutorState.ACCEPTING:
+        if ex.rss_bytes > limit and not ex.queue and ex.state is Intake.ACCEPTING:
             self._book.retire(
                 ex,
                 reason=f"its resident memory is {ex.rss_bytes} bytes between calls, over "

@@ -2,6 +2,7 @@
 
 from blockx_core.worker._config import MAX_FAILED_TASKS_KEPT, WorkerConfig
 from blockx_core.worker._core import WorkerCore
+from blockx_core.worker._description import WorkerDescription
 from blockx_core.worker._listing import (
     DEFAULT_PAGE_SIZE,
     FAILURE_SUMMARY_CHARS,
@@ -78,6 +79,7 @@ __all__ = [
     "WorkerCommand",
     "WorkerConfig",
     "WorkerCore",
+    "WorkerDescription",
     "is_worker_fault",
     "result_bytes",
 ]

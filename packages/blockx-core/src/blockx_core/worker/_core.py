@@ -576,7 +576,7 @@ class WorkerCore(TaskBook):
             listed = self._directory.listed(task_id, now_ms, self._lookup)
             if listed is not None:
                 found.append(
-                    RunningTask(listed=listed, phase=task.phase, deadline_ms=task.deadline_ms)
+                    RunningTask(task=listed, phase=task.phase, deadline_ms=task.deadline_ms)
                 )
         return found
 

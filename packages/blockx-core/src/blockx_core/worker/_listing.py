@@ -86,13 +86,24 @@ class ListTasksQuery(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
+    """A task as a Worker's ListTasks shows it: ``created_ms`` is when that Worker
+    first saw it (reserved or submitted), ``converged_ms`` when it ended (0 while
+    not terminal); ``tombstone`` says only its outcome is kept, not its outputs;
+    ``call_failures`` counts the failed call attempts its result records;
+    ``expired``: a failed task whose result has expired, of which the Worker keeps
+    only this summary (GetTaskResult answers NOT_FOUND, the id may run again).
+    Clients read the same type."""
+
     task_id: str
     state: TaskState
-    slot_id: str
-    call_builder: str
-    function: str
-    created_ms: int
-    converged_ms: int  # 0 while not terminal
+    # The Worker that holds it, as a client listing several Workers names it; a
+    # Worker's own listing leaves it empty (its answer names the Worker once).
+    worker_addr: str = ""
+    slot_id: str = ""
+    call_builder: str = ""
+    function: str = ""
+    created_ms: int = 0
+    converged_ms: int = 0  # 0 while not terminal
     # The chain its Builder config names; "" when it names none.
     chain: str = ""
     failure_code: FailureCode | None = None
@@ -111,12 +122,23 @@ class ListedTask(msgspec.Struct, frozen=True, kw_only=True):
     # Only its summary is left (see FailedHistory): the Worker no longer holds it.
     expired: bool = False
 
+    @property
+    def progress(self) -> CallProgress | None:
+        """The counts as a CallProgress; None for a task that has made no calls."""
+        if not self.calls_total and not self.calls_done:
+            return None
+        return CallProgress(
+            calls_done=self.calls_done,
+            calls_total=self.calls_total,
+            total_known=self.calls_total_known,
+        )
+
 
 class RunningTask(msgspec.Struct, frozen=True, kw_only=True):
     """A submitted task that has not converged: as a listing shows it, with the phase
     it is in (PREPARING to WRITER) and when it times out."""
 
-    listed: ListedTask
+    task: ListedTask
     phase: TaskPhase
     deadline_ms: int
 

@@ -129,6 +129,7 @@ async def serve(
     describer = WorkerDescriber(
         orchestrator,
         load,
+        worker_addr=config.advertise_addr,
         program=config.profile.program,
         started_ms=clock.now_ms(),
         executors_configured=calls.engine.pool.count,

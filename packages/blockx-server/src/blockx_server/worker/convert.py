@@ -6,6 +6,7 @@ from typing import Final
 
 import msgspec
 
+from blockx_core.dispatch import ExecutorState
 from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.task import PluginConfig, TaskInput, TaskResult, TaskState
 from blockx_core.worker import (
@@ -15,10 +16,10 @@ from blockx_core.worker import (
     ListedTask,
     ListTasksQuery,
     TaskListing,
+    WorkerDescription,
 )
 from blockx_proto import worker_v1
 from blockx_server.runtime.json_bounds import check_json
-from blockx_server.worker.describe import ExecutorDescription, WorkerDescription
 
 _STATE: Final = {
     TaskState.ALLOCATED: worker_v1.TaskState.ALLOCATED,
@@ -104,11 +105,11 @@ def cancel_to_pb(answer: CancelAnswer, worker_addr: str) -> worker_v1.CancelTask
     )
 
 
-def _executor_to_pb(described: ExecutorDescription) -> worker_v1.ExecutorState:
-    view, call = described.view, described.view.running
+def _executor_to_pb(executor: ExecutorState) -> worker_v1.ExecutorState:
+    call = executor.running
     return worker_v1.ExecutorState(
-        executor_id=view.executor_id,
-        pid=described.pid,
+        executor_id=executor.executor_id,
+        pid=executor.pid,
         running=None
         if call is None
         else worker_v1.RunningCall(
@@ -120,18 +121,18 @@ def _executor_to_pb(described: ExecutorDescription) -> worker_v1.ExecutorState:
             held_ms=call.held_ms,
             cancelled=call.cancelled,
         ),
-        calls_queued=view.queued,
-        calls_suspended=view.suspended,
-        calls_started=view.calls_started,
-        rss_bytes=view.rss_bytes,
-        retiring=view.retiring,
+        calls_queued=executor.calls_queued,
+        calls_suspended=executor.calls_suspended,
+        calls_started=executor.calls_started,
+        rss_bytes=executor.rss_bytes,
+        retiring=executor.retiring,
     )
 
 
-def description_to_pb(d: WorkerDescription, worker_addr: str) -> worker_v1.DescribeWorkerResponse:
+def description_to_pb(d: WorkerDescription) -> worker_v1.DescribeWorkerResponse:
     waiting = d.calls_waiting
     return worker_v1.DescribeWorkerResponse(
-        worker_addr=worker_addr,
+        worker_addr=d.worker_addr,
         program=d.program,
         now_ms=d.now_ms,
         started_ms=d.started_ms,
@@ -156,7 +157,7 @@ def description_to_pb(d: WorkerDescription, worker_addr: str) -> worker_v1.Descr
         call_wall_limit_ms=d.call_wall_limit_ms,
         running=[
             worker_v1.RunningTaskState(
-                task=listed_to_pb(r.listed), phase=r.phase.value, deadline_ms=r.deadline_ms
+                task=listed_to_pb(r.task), phase=r.phase.value, deadline_ms=r.deadline_ms
             )
             for r in d.running
         ],

@@ -10,47 +10,14 @@ from typing import Final
 import msgspec
 import psutil
 
-from blockx_core.dispatch import CallsWaiting, ExecutorView
 from blockx_core.errors import ErrorCode, Refusal
-from blockx_core.load_series import LoadPoint
-from blockx_core.worker import ListedTask, RunningTask
+from blockx_core.worker import WorkerDescription
 from blockx_server.worker.load import LoadSampler
 from blockx_server.worker.orchestrator import Orchestrator
 
 DEFAULT_RECENT_FAILURES: Final = 20
 DEFAULT_RUNNING_TASKS: Final = 100
 MAX_LISTED: Final = 1_000
-
-
-class ExecutorDescription(msgspec.Struct, frozen=True, kw_only=True):
-    view: ExecutorView
-    pid: int  # 0: not known (it is being replaced)
-
-
-class WorkerDescription(msgspec.Struct, frozen=True, kw_only=True):
-    program: str
-    now_ms: int
-    started_ms: int
-    ready: bool
-    draining: bool
-    task_slots: int
-    reserved_slots: int
-    running_tasks: int
-    executors_configured: int
-    executors: tuple[ExecutorDescription, ...]
-    executor_restarts: int
-    calls_waiting: CallsWaiting
-    calls_in_flight: int
-    code_epoch: int
-    process_rss_bytes: int
-    call_deadline_ms: int
-    call_wall_limit_ms: int
-    running: tuple[RunningTask, ...]
-    recent_failures: tuple[ListedTask, ...]
-    failed_tasks_kept: int
-    result_retention_ms: int
-    load_interval_ms: int
-    load: tuple[LoadPoint, ...]
 
 
 def how_many(value: int, default: int, field: str) -> int | Refusal:
@@ -69,12 +36,14 @@ class WorkerDescriber:
         orchestrator: Orchestrator,
         load: LoadSampler,
         *,
+        worker_addr: str,
         program: str,
         started_ms: int,
         executors_configured: int,
     ) -> None:
         self._orchestrator = orchestrator
         self._load = load
+        self._worker_addr = worker_addr
         self._program = program
         self._started_ms = started_ms
         self._executors_configured = executors_configured
@@ -88,6 +57,7 @@ class WorkerDescriber:
         dispatch = engine.core
         current = orchestrator.code_view.current
         return WorkerDescription(
+            worker_addr=self._worker_addr,
             program=self._program,
             now_ms=now_ms,
             started_ms=self._started_ms,
@@ -98,8 +68,8 @@ class WorkerDescriber:
             running_tasks=running,
             executors_configured=self._executors_configured,
             executors=tuple(
-                ExecutorDescription(view=view, pid=engine.pool.pid(view.executor_id) or 0)
-                for view in dispatch.executor_views(now_ms)
+                msgspec.structs.replace(state, pid=engine.pool.pid(state.executor_id) or 0)
+                for state in dispatch.executor_states(now_ms)
             ),
             executor_restarts=engine.pool.restarts,
             calls_waiting=dispatch.calls_waiting(),

@@ -127,7 +127,7 @@ class WorkerService(worker_v1.WorkerServiceBase):
         running = how_many(message.running_tasks, DEFAULT_RUNNING_TASKS, "running_tasks")
         if isinstance(running, Refusal):
             raise _raise(running)
-        return description_to_pb(self._describer.describe(failures, running), self._addr)
+        return description_to_pb(self._describer.describe(failures, running))
 
     async def watch_tasks(
         self, message: worker_v1.WatchTasksRequest
