@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import msgspec
 
+from blockx_core.backoff import Backoff
 from blockx_core.errors import InvalidConfig
 from blockx_core.failures import CallFailureKind
 
@@ -17,8 +18,11 @@ class CallRetryPolicy(msgspec.Struct, frozen=True, kw_only=True):
     retry_on: frozenset[CallFailureKind] = frozenset({CallFailureKind.EXECUTOR_LOST})
 
     def backoff_for(self, failed_attempt: int) -> int:
-        """Delay before the attempt after ``failed_attempt`` (1-based): exponential, capped."""
-        return min(self.backoff_max_ms, self.backoff_ms * (1 << min(failed_attempt - 1, 30)))
+        """Delay before the attempt after ``failed_attempt`` (1-based): the back-off's
+        ceiling, without jitter (a call's retry is one of a task's, not one of many
+        clients' coming back at once)."""
+        schedule = Backoff(initial_s=self.backoff_ms, max_s=self.backoff_max_ms)
+        return int(schedule.ceiling(min(failed_attempt, 32)))
 
     def validate(self) -> None:
         if self.max_attempts < 1:
