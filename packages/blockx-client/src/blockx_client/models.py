@@ -23,7 +23,14 @@ from blockx_client.errors import BlockxError
 from blockx_core.dispatch import CallsWaiting, ExecutorState, RunningCall
 from blockx_core.load_series import LoadPoint
 from blockx_core.task import CallFailureSummary, PluginConfig, TaskState
-from blockx_core.worker import CallProgress, ListedTask, RunningTask, TaskPhase, WorkerDescription
+from blockx_core.worker import (
+    CallProgress,
+    CancelOutcome,
+    ListedTask,
+    RunningTask,
+    TaskPhase,
+    WorkerDescription,
+)
 
 T = TypeVar("T")
 
@@ -180,22 +187,6 @@ class TaskUpdate(msgspec.Struct, frozen=True, kw_only=True):
     error: str = ""
     result: TaskResult | None = None
     progress: CallProgress | None = None
-
-
-class CancelOutcome(enum.StrEnum):
-    """What cancelling a task found (``Client.cancel``)."""
-
-    # The task ended FAILED / CANCELLED by a client (not retryable): by this request,
-    # or an earlier one (cancelling twice is the same as once).
-    CANCELLED = "CANCELLED"
-    # The task had already ended otherwise: ``state`` and ``result`` say how.
-    FINISHED = "FINISHED"
-    # Its Writer Plugin is writing: the write is not interrupted, and the task ends
-    # with the writer's outcome (watch it for the end).
-    WRITING = "WRITING"
-    # Reserved, not submitted (ALLOCATED): nothing runs to cancel; its slot frees
-    # itself when its lease ends, unless the task is submitted first.
-    NOT_SUBMITTED = "NOT_SUBMITTED"
 
 
 class Cancellation(msgspec.Struct, frozen=True, kw_only=True):

@@ -130,7 +130,7 @@ class TaskSnapshot(msgspec.Struct, frozen=True, kw_only=True):
     outputs_dropped: bool = False
 
 
-class CancelOutcome(enum.Enum):
+class CancelOutcome(enum.StrEnum):
     """What a CancelTask found, from the task's state after it (so a second CancelTask
     answers what the first did)."""
 
@@ -141,6 +141,11 @@ class CancelOutcome(enum.Enum):
     # Its Writer Plugin is writing: the write is not interrupted, and the task ends
     # with the writer's outcome.
     WRITING = "WRITING"
+    # Reserved, not submitted (ALLOCATED): nothing runs to cancel; its slot frees
+    # itself when its lease ends, unless the task is submitted first. The core
+    # refuses such a cancel (``ErrorCode.NOT_SUBMITTED``); this is what a client
+    # reads for that refusal, so no CancelAnswer ever carries it.
+    NOT_SUBMITTED = "NOT_SUBMITTED"
 
 
 class CancelAnswer(msgspec.Struct, frozen=True, kw_only=True):
