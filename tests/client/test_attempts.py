@@ -26,7 +26,12 @@ from blockx_core.failures import ClientFailureCode, FailureCode
 TASK = Task.call_list("f", [[1]], task_id="t")
 
 
-def result(state: TaskState, *, retryable: bool = False, code: str = "") -> TaskResult:
+def result(
+    state: TaskState,
+    *,
+    retryable: bool = False,
+    code: FailureCode | ClientFailureCode | None = None,
+) -> TaskResult:
     return TaskResult(task_id="t", state=state, retryable=retryable, failure_code=code)
 
 

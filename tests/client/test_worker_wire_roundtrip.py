@@ -2,20 +2,22 @@
 same core values (``ListedTask``, ``WorkerDescription``): a value the Worker sends
 reads back equal on the client, every field set, so the two sides cannot drift
 apart when a field is added to one of them. The one difference is the client's:
-it names the Worker that holds each listed task."""
+it names the Worker that holds each listed task. A task's result reads back with
+the same failure codes (the Worker's ``FailureCode``, None where there is none)."""
 
 from __future__ import annotations
 
 import msgspec
 import pytest
 
-from blockx_client._convert import description_from_pb, listed_from_pb
+from blockx_client._convert import description_from_pb, listed_from_pb, result_from_pb
 from blockx_core.dispatch import CallsWaiting, ExecutorState, RunningCall
 from blockx_core.failures import FailureCode
 from blockx_core.load_series import LoadPoint
-from blockx_core.task import TaskState
+from blockx_core.task import PluginResult, TaskResult, TaskState
 from blockx_core.worker import ListedTask, RunningTask, TaskPhase, WorkerDescription
-from blockx_server.worker.convert import description_to_pb, listed_to_pb
+from blockx_proto import worker_v1
+from blockx_server.worker.convert import description_to_pb, listed_to_pb, result_to_pb
 
 ADDR = "127.0.0.1:7001"
 
@@ -64,6 +66,63 @@ def test_a_code_this_client_does_not_know_reads_as_none() -> None:
     pb = listed_to_pb(FAILED)
     pb.failure_code = "A_NEWER_WORKERS_CODE"
     assert listed_from_pb(pb, ADDR).failure_code is None
+
+
+FAILED_RESULT = TaskResult(
+    success=False,
+    failure_code=FailureCode.PLUGIN_FAILED,
+    retryable=True,
+    failure_message="the writer failed",
+    plugin_results=(
+        PluginResult(plugin_name="ReturnValueResultHandler", success=True, result=b"[1]"),
+        PluginResult(
+            plugin_name="SqlWriter",
+            success=False,
+            failure_code=FailureCode.PLUGIN_FAILED,
+            failure_message="the writer failed",
+        ),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    "sent",
+    [FAILED_RESULT, TaskResult(success=True)],
+    ids=["failed", "succeeded"],
+)
+def test_a_task_result_reads_back_with_the_workers_codes(sent: TaskResult) -> None:
+    state = worker_v1.TaskState.SUCCEEDED if sent.success else worker_v1.TaskState.FAILED
+    read = result_from_pb("t", state, result_to_pb(sent), ADDR)
+    assert (read.success, read.failure_code, read.retryable, read.failure_message) == (
+        sent.success,
+        sent.failure_code,
+        sent.retryable,
+        sent.failure_message,
+    )
+    assert [
+        (p.plugin_name, p.success, p.failure_code, p.failure_message, p.result)
+        for p in read.plugin_results
+    ] == [
+        (p.plugin_name, p.success, p.failure_code, p.failure_message, p.result)
+        for p in sent.plugin_results
+    ]
+
+
+def test_a_result_code_this_client_does_not_know_reads_as_none() -> None:
+    pb = result_to_pb(FAILED_RESULT)
+    assert pb is not None
+    assert pb.execute_result is not None
+    pb.execute_result.failure_code = "A_NEWER_WORKERS_CODE"
+    pb.execute_result.plugin_results[1].failure_code = "A_NEWER_WORKERS_CODE"
+    read = result_from_pb("t", worker_v1.TaskState.FAILED, pb, ADDR)
+    assert (read.state, read.failure_code, read.failure_message, read.retryable) == (
+        TaskState.FAILED,
+        None,
+        "the writer failed",
+        True,
+    )
+    assert read.plugin_results[1].failure_code is None
+    assert read.plugin_results[1].failure_message == "the writer failed"
 
 
 def _description(*, running: RunningTask) -> WorkerDescription:

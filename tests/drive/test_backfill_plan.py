@@ -11,7 +11,7 @@ import re
 import msgspec
 import pytest
 
-from blockx_client import TaskResult, TaskState
+from blockx_client import ClientFailureCode, FailureCode, TaskResult, TaskState
 from blockx_client.attempts import RETRY_BACKOFF, Attempt, AttemptBook, Retrying, Verdict, verdict
 from blockx_client.models import PluginConfig, Task
 from blockx_drive._backfill import (
@@ -266,17 +266,22 @@ def test_declared_columns_are_checked_before_anything_is_submitted() -> None:
         writer_config_for({"columns": ["volume"]}, "t")
 
 
-def result(state: TaskState, *, retryable: bool = False, code: str = "") -> TaskResult:
+def result(
+    state: TaskState,
+    *,
+    retryable: bool = False,
+    code: FailureCode | ClientFailureCode | None = None,
+) -> TaskResult:
     return TaskResult(task_id="t", state=state, retryable=retryable, failure_code=code)
 
 
 VERDICTS = [
     (result(TaskState.SUCCEEDED), Verdict.DONE),
-    (result(TaskState.FAILED, retryable=True, code="PLUGIN_FAILED"), Verdict.RETRY),
-    (result(TaskState.FAILED, code="BUILDER_FAILED"), Verdict.FAILED),
+    (result(TaskState.FAILED, retryable=True, code=FailureCode.PLUGIN_FAILED), Verdict.RETRY),
+    (result(TaskState.FAILED, code=FailureCode.BUILDER_FAILED), Verdict.FAILED),
     # Lost with its Worker, however the SDK spells it.
     (result(TaskState.NOT_FOUND), Verdict.RETRY),
-    (result(TaskState.FAILED, code="WORKER_LOST"), Verdict.RETRY),
+    (result(TaskState.FAILED, code=ClientFailureCode.WORKER_LOST), Verdict.RETRY),
 ]
 
 
@@ -296,7 +301,9 @@ def test_a_resubmission_has_a_new_task_id_of_its_lineage() -> None:
     book = AttemptBook(max_attempts=10)
     attempt = book.open(0, task, "backfill-1", now_ms=7)
     assert attempt.due_ms == 7
-    lost = TaskResult(task_id="t", state=TaskState.FAILED, failure_code="WORKER_LOST")
+    lost = TaskResult(
+        task_id="t", state=TaskState.FAILED, failure_code=ClientFailureCode.WORKER_LOST
+    )
     waits = []
     for _ in range(9):
         judged = book.judge(attempt, lost, now_ms=0, draw=1.0)

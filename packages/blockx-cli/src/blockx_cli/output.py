@@ -79,7 +79,8 @@ def result_dict(result: TaskResult) -> dict[str, Any]:
         "state": result.state.value,
         "worker_addr": result.worker_addr,
         "success": result.success,
-        "failure_code": result.failure_code,
+        # "" where there is none, as the Worker's wire spells it.
+        "failure_code": result.failure_code or "",
         "failure_message": result.failure_message,
         "retryable": result.retryable,
         "may_have_run": result.may_have_run,
@@ -88,7 +89,7 @@ def result_dict(result: TaskResult) -> dict[str, Any]:
             {
                 "plugin_name": p.plugin_name,
                 "success": p.success,
-                "failure_code": p.failure_code,
+                "failure_code": p.failure_code or "",
                 "failure_message": p.failure_message,
                 "result": p.value(),
             }

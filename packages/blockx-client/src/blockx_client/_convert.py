@@ -120,14 +120,14 @@ def result_from_pb(
         state=client_state,
         worker_addr=worker_addr,
         success=bool(pb and pb.success),
-        failure_code=er.failure_code if er else "",
+        failure_code=_failure_code(er.failure_code) if er else None,
         failure_message=er.failure_message if er else "",
         retryable=bool(er and er.retryable),
         plugin_results=tuple(
             PluginOutput(
                 plugin_name=p.plugin_name,
                 success=p.success,
-                failure_code=p.failure_code,
+                failure_code=_failure_code(p.failure_code),
                 failure_message=p.failure_message,
                 result=p.result,
             )
@@ -151,8 +151,10 @@ def result_from_pb(
 
 
 def _failure_code(wire: str) -> FailureCode | None:
-    """A listed task's failure code; "" is none. A code this client does not know
-    (a newer Worker's) is read as none: the failure summary still says what failed."""
+    """A Worker's failure code (of a task, a listed task, a plugin); "" is none. A
+    code this client does not know (a newer Worker's) is read as none rather than
+    refusing the whole answer: its message (``failure_message``, a listed task's
+    ``failure_summary``) still says what failed, and ``retryable`` is the Worker's."""
     try:
         return FailureCode(wire) if wire else None
     except ValueError:

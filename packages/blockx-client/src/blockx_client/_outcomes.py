@@ -59,7 +59,7 @@ def client_failure(
         task_id=task_id,
         state=TaskState.FAILED,
         worker_addr=worker_addr,
-        failure_code=code.value,
+        failure_code=code,
         failure_message=message,
         retryable=retryable,
         may_have_run=may_have_run,

@@ -21,6 +21,7 @@ import msgspec
 from blockx_client._typed import as_type
 from blockx_client.errors import BlockxError
 from blockx_core.dispatch import CallsWaiting, ExecutorState, RunningCall
+from blockx_core.failures import ClientFailureCode, FailureCode
 from blockx_core.load_series import LoadPoint
 from blockx_core.task import CallFailureSummary, PluginConfig, TaskState
 from blockx_core.worker import (
@@ -112,9 +113,13 @@ class Reservation(msgspec.Struct, frozen=True):
 
 
 class PluginOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """One Result Handler's or Writer Plugin's result, as a Worker reported it.
+    ``failure_code`` is None unless it failed (or its code is one this client does
+    not know, from a newer Worker: ``failure_message`` still says what failed)."""
+
     plugin_name: str
     success: bool
-    failure_code: str = ""
+    failure_code: FailureCode | None = None
     failure_message: str = ""
     result: bytes = b""
 
@@ -127,8 +132,10 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     """Where a task ended. ``retryable`` says whether resubmitting (under a new
     task_id) may succeed; ``attempt`` / ``original_task_id`` record retries.
 
-    ``failure_code`` is the Worker's (``CALL_FAILED``, ``TIMED_OUT``, ...) or the
-    client's (``ClientFailureCode``: ``WORKER_LOST``, ``NO_SLOT``, ...).
+    ``failure_code`` is the Worker's (``FailureCode``: ``CALL_FAILED``,
+    ``TIMED_OUT``, ...) or the client's (``ClientFailureCode``: ``WORKER_LOST``,
+    ``NO_SLOT``, ...); None where nothing failed, and where a newer Worker sent a
+    code this client does not know (``failure_message`` still says what failed).
     ``may_have_run`` is False only when the client knows no Worker accepted the task
     (it could not be placed); a Worker's own result, or WORKER_LOST after SubmitTask
     was accepted, says True: its calls and writes may have happened.
@@ -140,7 +147,7 @@ class TaskResult(msgspec.Struct, frozen=True, kw_only=True):
     state: TaskState
     worker_addr: str = ""
     success: bool = False
-    failure_code: str = ""
+    failure_code: FailureCode | ClientFailureCode | None = None
     failure_message: str = ""
     retryable: bool = False
     plugin_results: tuple[PluginOutput, ...] = ()

@@ -41,7 +41,6 @@ DEFAULT_MAX_ATTEMPTS: Final = 8
 # Past this many attempts (about 8 minutes of back-off) an outage is no longer
 # "for a while": a bound, so that no block is retried for ever.
 MAX_ATTEMPTS_LIMIT: Final = 100
-_CLIENT_CODES: Final = frozenset(code.value for code in ClientFailureCode)
 
 
 class ClusterUnreachable(ConnectError):
@@ -102,4 +101,4 @@ def out_of_reach(what: str, attempts: int, result: TaskResult) -> ClusterUnreach
 def unanswered(result: TaskResult) -> bool:
     """The cluster never answered this attempt: the client's own failure, with
     nothing run (no slot, no coordinator, no worker taking the task)."""
-    return result.failure_code in _CLIENT_CODES and not result.may_have_run
+    return isinstance(result.failure_code, ClientFailureCode) and not result.may_have_run

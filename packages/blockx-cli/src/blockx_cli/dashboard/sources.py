@@ -400,7 +400,7 @@ def _phases(result: TaskResult, listed: TaskRow | None) -> tuple[Phase, ...]:
             name=state.value if ended else "converged",
             reached=ended,
             at_ms=listed.converged_ms if listed and listed.converged_ms else None,
-            note=result.failure_code,
+            note=result.failure_code or "",
         ),
     )
 
@@ -413,7 +413,7 @@ def _detail(result: TaskResult, listed: ListedTask | None, at_ms: int) -> TaskDe
         phases=_phases(result, row),
         listed=row,
         success=result.success,
-        failure_code=result.failure_code,
+        failure_code=result.failure_code or "",
         failure_message=result.failure_message or result.error,
         retryable=result.retryable,
         attempt=result.attempt,
@@ -423,7 +423,7 @@ def _detail(result: TaskResult, listed: ListedTask | None, at_ms: int) -> TaskDe
             PluginRow(
                 plugin_name=p.plugin_name,
                 success=p.success,
-                failure_code=p.failure_code,
+                failure_code=p.failure_code or "",
                 failure_message=p.failure_message,
                 result_bytes=len(p.result),
                 result_preview=p.result[:_PREVIEW_BYTES].decode(errors="replace"),

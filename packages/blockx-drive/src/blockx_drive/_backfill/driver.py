@@ -333,7 +333,7 @@ def _finished(task_range: TaskRange, judged: Judgement, seconds: float) -> TaskF
         outcome=outcome,
         blocks=blocks,
         rows=rows,
-        failure_code=result.failure_code,
+        failure_code=result.failure_code or "",
         failure_message=result.failure_message or result.error,
         seconds=seconds,
     )

@@ -363,7 +363,7 @@ class Follower:
                 hash=job.hash,
                 task_id=result.task_id,
                 attempt=judged.attempt.number,
-                failure_code=result.failure_code,
+                failure_code=result.failure_code or "",
                 failure_message=failure,
             )
         if self._spec.on_failure is OnFailure.STOP:
@@ -373,7 +373,7 @@ class Follower:
             hash=job.hash,
             task_id=result.task_id,
             attempt=judged.attempt.number,
-            failure_code=result.failure_code,
+            failure_code=result.failure_code or "",
             failure_message=failure,
         )
 

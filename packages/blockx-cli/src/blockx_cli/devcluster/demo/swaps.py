@@ -49,7 +49,9 @@ async def swaps_stage(client: Client, head: int, bundle_size: int) -> SwapFigure
     started = time.monotonic()
     result = await client.run(SWAP_JOB.bundle_task(0, head, bundle_size, "demo-swaps"))
     failed = (
-        [] if result.ok else [f"{result.task_id}: {result.failure_code} {result.failure_message}"]
+        []
+        if result.ok
+        else [f"{result.task_id}: {result.failure_code or ''} {result.failure_message}"]
     )
     return SwapFigures(seconds=time.monotonic() - started, failed=failed)
 
