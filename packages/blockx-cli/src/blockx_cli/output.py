@@ -119,7 +119,7 @@ def invocation_dict(result: Invocation) -> dict[str, Any]:
         "call_id": result.call_id,
         "success": result.success,
         "value": result.value,
-        "failure_code": result.failure_code,
+        "failure_code": result.failure_code or "",
         "failure_message": result.failure_message,
         "retryable": result.retryable,
         "durations_us": {

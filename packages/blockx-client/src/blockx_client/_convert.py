@@ -36,7 +36,7 @@ from blockx_client.models import (
     WorkerDescription,
     WorkerEligibility,
 )
-from blockx_core.failures import FailureCode, call_failure_kind
+from blockx_core.failures import CallFailureKind, FailureCode, PrecheckFailure, call_failure_kind
 from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
 
 _STATES: Final[dict[worker_v1.TaskState, TaskState]] = {
@@ -304,13 +304,32 @@ def args_to_pb(args: tuple[Any, ...]) -> str:
     return json.dumps(list(args))
 
 
+def _invoke_failure(wire: str) -> CallFailureKind | FailureCode | None:
+    """An invoke's failure code: its call's kind, else the run's; "" is none, and so
+    is a code this client does not know (a newer server's), as ``_failure_code``."""
+    if not wire:
+        return None
+    try:
+        return CallFailureKind(wire)
+    except ValueError:
+        return _failure_code(wire)
+
+
+def _precheck_failure(wire: str) -> PrecheckFailure | None:
+    """A precheck's failure; "" is none, and so is a failure this client does not know."""
+    try:
+        return PrecheckFailure(wire) if wire else None
+    except ValueError:
+        return None
+
+
 def invocation_from_pb(reply: syncinvoker_v1.InvokeResponse) -> Invocation:
     durations = reply.durations or syncinvoker_v1.CallDurations()
     return Invocation(
         call_id=reply.call_id,
         success=reply.success,
         value=json.loads(reply.result) if reply.success and reply.result else None,
-        failure_code=reply.failure_code,
+        failure_code=_invoke_failure(reply.failure_code),
         failure_message=reply.failure_message,
         retryable=reply.retryable,
         durations=Durations(
@@ -345,7 +364,7 @@ def debug_invocation_from_pb(reply: syncinvoker_v1.DebugInvokeResponse) -> Invoc
 def precheck_from_pb(reply: syncinvoker_v1.PrecheckResponse) -> Precheck:
     return Precheck(
         ok=reply.ok,
-        failure_code=reply.failure_code,
+        failure_code=_precheck_failure(reply.failure_code),
         message=reply.message,
         signature=reply.signature,
         is_async=reply.is_async,

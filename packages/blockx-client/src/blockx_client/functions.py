@@ -110,7 +110,7 @@ class FunctionHandle(blockx_executor.FunctionHandle):
             result = await self.invoke(*args, timeout_ms=timeout_ms, chain=chain)
             if not result.success:
                 raise FunctionError(
-                    result.failure_code,
+                    result.failure_code or "",
                     result.failure_message,
                     retryable=result.retryable,
                     call_id=result.call_id,

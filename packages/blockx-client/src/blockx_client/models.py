@@ -21,7 +21,7 @@ import msgspec
 from blockx_client._typed import as_type
 from blockx_client.errors import BlockxError
 from blockx_core.dispatch import CallsWaiting, ExecutorState, RunningCall
-from blockx_core.failures import ClientFailureCode, FailureCode
+from blockx_core.failures import CallFailureKind, ClientFailureCode, FailureCode, PrecheckFailure
 from blockx_core.load_series import LoadPoint
 from blockx_core.task import CallFailureSummary, PluginConfig, TaskState
 from blockx_core.worker import (
@@ -229,12 +229,17 @@ class IoTrace(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Invocation(msgspec.Struct, frozen=True, kw_only=True):
-    """One Sync Invoker call. ``output`` and ``io_trace`` are set by a debug invoke."""
+    """One Sync Invoker call. ``output`` and ``io_trace`` are set by a debug invoke.
+
+    ``failure_code`` is the call's own kind (``CallFailureKind``), or the run's
+    ``FailureCode`` where no call is to blame (``OUTPUT_BYTES_EXCEEDED``); None when
+    it succeeded, and when a newer server sent a code this client does not know
+    (``failure_message`` still says what failed)."""
 
     call_id: str
     success: bool
     value: Any = None
-    failure_code: str = ""
+    failure_code: CallFailureKind | FailureCode | None = None
     failure_message: str = ""
     retryable: bool = False
     durations: Durations = Durations()
@@ -245,8 +250,11 @@ class Invocation(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Precheck(msgspec.Struct, frozen=True, kw_only=True):
+    """A function's precheck: ``failure_code`` is None when ``ok`` (and when a newer
+    server sent a code this client does not know; ``message`` says what failed)."""
+
     ok: bool
-    failure_code: str = ""
+    failure_code: PrecheckFailure | None = None
     message: str = ""
     signature: str = ""
     is_async: bool = False

@@ -29,13 +29,20 @@ from blockx_chain.sink.schema import parse_types, plan, writable_table
 from blockx_chain.store.reads import ROW_TABLES, rows
 from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl, parse_blockdb_url
 from blockx_client.errors import BlockxError
+from blockx_core.failures import PrecheckFailure
 
 if TYPE_CHECKING:
     from blockx_client.client import Client
 
 # The refusals a precheck can give: the function is not there, does not compile,
 # or does not take one argument.
-_REFUSING: Final = frozenset({"FUNCTION_NOT_FOUND", "COMPILE_ERROR", "SIGNATURE_MISMATCH"})
+_REFUSING: Final = frozenset(
+    {
+        PrecheckFailure.FUNCTION_NOT_FOUND,
+        PrecheckFailure.COMPILE_ERROR,
+        PrecheckFailure.SIGNATURE_MISMATCH,
+    }
+)
 
 
 class SubmissionRefused(ValueError):

@@ -128,7 +128,8 @@ def _print_invocation(out: Output, function: str, args: list[Any], result: Invoc
         print_whole(out.console, f"{call} = {json.dumps(result.value)}")
     else:
         out.console.print(
-            f"{escape(call)} failed: [red]{result.failure_code}[/] (retryable={result.retryable})"
+            f"{escape(call)} failed: [red]{result.failure_code or ''}[/] "
+            f"(retryable={result.retryable})"
         )
         out.console.print(result.failure_message, highlight=False, markup=False)
     out.console.print(
@@ -162,7 +163,7 @@ async def _precheck(
         out.emit(
             {
                 "ok": result.ok,
-                "failure_code": result.failure_code,
+                "failure_code": result.failure_code or "",
                 "message": result.message,
                 "signature": result.signature,
                 "is_async": result.is_async,
@@ -178,7 +179,7 @@ async def _precheck(
         )
     else:
         out.console.print(
-            f"[red]{result.failure_code}[/]: {escape(result.message)}", highlight=False
+            f"[red]{result.failure_code or ''}[/]: {escape(result.message)}", highlight=False
         )
     return EXIT_OK if result.ok else EXIT_FAILED
 
