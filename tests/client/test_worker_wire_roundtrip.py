@@ -11,6 +11,7 @@ import msgspec
 import pytest
 
 from blockx_client._convert import description_from_pb, listed_from_pb, result_from_pb
+from blockx_client.models import PluginOutput
 from blockx_core.dispatch import CallsWaiting, ExecutorState, RunningCall
 from blockx_core.failures import FailureCode
 from blockx_core.load_series import LoadPoint
@@ -106,6 +107,13 @@ def test_a_task_result_reads_back_with_the_workers_codes(sent: TaskResult) -> No
         (p.plugin_name, p.success, p.failure_code, p.failure_message, p.result)
         for p in sent.plugin_results
     ]
+
+
+def test_a_plugin_output_has_the_fields_of_the_workers_plugin_result() -> None:
+    def fields(struct: type[msgspec.Struct]) -> set[tuple[str, object]]:
+        return {(f.name, f.type) for f in msgspec.structs.fields(struct)}
+
+    assert fields(PluginOutput) == fields(PluginResult)
 
 
 def test_a_result_code_this_client_does_not_know_reads_as_none() -> None:

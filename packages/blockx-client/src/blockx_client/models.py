@@ -115,7 +115,10 @@ class Reservation(msgspec.Struct, frozen=True):
 class PluginOutput(msgspec.Struct, frozen=True, kw_only=True):
     """One Result Handler's or Writer Plugin's result, as a Worker reported it.
     ``failure_code`` is None unless it failed (or its code is one this client does
-    not know, from a newer Worker: ``failure_message`` still says what failed)."""
+    not know, from a newer Worker: ``failure_message`` still says what failed).
+
+    The Worker's ``blockx_core.task.PluginResult`` has the same fields; the SDK's
+    name for it is this one, which adds ``value()``."""
 
     plugin_name: str
     success: bool
