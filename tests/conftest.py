@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -26,6 +27,12 @@ from blockx_chain.sink import SinkStore, open_sink
 from blockx_chain.url import parse_blockdb_url
 from blockx_core.registry import RegistryKind, v2_registry_prefix
 from blockx_server.etcd.local import EtcdServer
+
+# A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment. The
+# CLI's rich console reads COLUMNS once, when blockx_cli is first imported, and would
+# keep 80 columns for good; tests give each command the width they test instead.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 # The session etcd is an asyncio subprocess, which belongs to the loop that started
