@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
@@ -26,6 +27,12 @@ from blockx_chain.sink import SinkStore, open_sink
 from blockx_chain.url import parse_blockdb_url
 from blockx_core.registry import RegistryKind, v2_registry_prefix
 from blockx_server.etcd.local import EtcdServer
+
+# A pytest-xdist worker starts with COLUMNS=80 and LINES=24 in its environment. The
+# CLI's rich console reads COLUMNS once, when blockx_cli is first imported, and would
+# keep 80 columns for good; tests give each command the width they test instead.
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
 
 
 # The session etcd is an asyncio subprocess, which belongs to the loop that started
@@ -139,3 +146,71 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
         terminalreporter.write_line(
             f"dashboard screenshots in {DASHBOARD_ARTIFACTS}: {', '.join(shots)}"
         )
+    _print_workers_summaries(terminalreporter)
+
+
+# --- the summaries of pytest-xdist workers -------------------------------------------
+# The suite runs on pytest-xdist workers (``-n`` in pyproject's addopts). The summaries
+# the test folders' conftests print at the end of a run (the faults x invariants table,
+# the doc blocks' tally, the screenshots) know what ran in their own process, and a
+# worker prints nothing: each worker records what those hooks would print, sends it
+# to the controller in ``workeroutput``, and the controller prints it here, the lines
+# of one section (a tally run on several workers) gathered under one heading.
+
+_SUMMARY_KEY: Final = "blockx_summary"
+_TESTS_DIR: Final = Path(__file__).resolve().parent
+# (section heading or "" for lines before any section, line) in the order received.
+_workers_lines: list[tuple[str, str]] = []
+
+
+class _SummaryRecorder:
+    """The part of a TerminalReporter the conftests' summaries use, recording."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.section_title = ""
+        self.lines: list[tuple[str, str]] = []
+
+    def section(self, title: str, sep: str = "=", **markup: bool) -> None:
+        self.section_title = title
+
+    def write_line(self, line: str, **markup: bool) -> None:
+        self.lines.append((self.section_title, line))
+
+
+def _is_tests_conftest(plugin: object) -> bool:
+    file = getattr(plugin, "__file__", None)
+    return file is not None and Path(file).resolve().is_relative_to(_TESTS_DIR)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput: dict[str, object] | None = getattr(session.config, "workeroutput", None)
+    if workeroutput is None:
+        return  # not an xdist worker: the conftests print their summaries themselves
+    recorder = _SummaryRecorder(session.config)
+    hook = session.config.pluginmanager.hook.pytest_terminal_summary
+    for impl in hook.get_hookimpls():
+        if _is_tests_conftest(impl.plugin):
+            recorder.section_title = ""
+            given = {"terminalreporter": recorder, "config": session.config}
+            impl.function(**{name: given.get(name, session.exitstatus) for name in impl.argnames})
+    workeroutput[_SUMMARY_KEY] = recorder.lines
+
+
+def pytest_testnodedown(node: object, error: object) -> None:
+    """On the controller, as each worker finishes: keep its recorded summary lines."""
+    lines = getattr(node, "workeroutput", {}).get(_SUMMARY_KEY, [])
+    _workers_lines.extend((str(title), str(line)) for title, line in lines)
+
+
+def _print_workers_summaries(terminalreporter: pytest.TerminalReporter) -> None:
+    by_title: dict[str, list[str]] = {}
+    for title, line in _workers_lines:
+        lines = by_title.setdefault(title, [])
+        if not (title == "" and line in lines):
+            lines.append(line)
+    for title, lines in by_title.items():
+        if title:
+            terminalreporter.section(title)
+        for line in lines:
+            terminalreporter.write_line(line)

@@ -42,8 +42,23 @@ def heartbeat(
 
 # Ports handed out below the kernel's ephemeral range (32768-60999 here): a port
 # from that range can be taken by any outgoing connection (to etcd, PostgreSQL, a
-# node) between the test choosing it and the server binding it.
-_PORTS = range(20_000, 32_000)
+# node) between the test choosing it and the server binding it. Each pytest-xdist
+# worker (PYTEST_XDIST_WORKER=gw0, gw1, ...) draws from a slice of its own, so two
+# workers never pick the same port before either binds it.
+_ALL_PORTS = range(20_000, 32_000)
+_SLICES = 8
+
+
+def _ports_of_this_process() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw"):
+        return _ALL_PORTS
+    size = len(_ALL_PORTS) // _SLICES
+    start = _ALL_PORTS.start + (int(worker[2:]) % _SLICES) * size
+    return range(start, start + size)
+
+
+_PORTS = _ports_of_this_process()
 _given: set[int] = set()
 
 
@@ -60,7 +75,7 @@ def free_port() -> int:
                 continue
         _given.add(port)
         return port
-    raise RuntimeError("no free loopback port in 20000-31999")
+    raise RuntimeError(f"no free loopback port in {_PORTS.start}-{_PORTS.stop - 1}")
 
 
 def proc_stat(pid: int) -> list[str] | None:

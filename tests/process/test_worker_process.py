@@ -445,8 +445,20 @@ async def test_sigterm_drains_running_work_and_deregisters(
         assert decode_heartbeat(got.value).worker_addr == worker.addr
         stub = channels(worker.addr)
         await stub.submit_task(worker_v1.SubmitTaskRequest(task=task("t-drain", "busy", [[1500]])))
-        watch = asyncio.create_task(watch_all(stub, ["t-drain"]))
-        await asyncio.sleep(0.2)  # the watch is open and the task is running
+        watching = asyncio.Event()
+
+        async def watch_to_the_end() -> list[worker_v1.TaskUpdate]:
+            updates = []
+            async with asyncio.timeout(30):
+                request = worker_v1.WatchTasksRequest(task_ids=["t-drain"])
+                async for update in stub.watch_tasks(request):
+                    updates.append(update)
+                    watching.set()
+            return updates
+
+        watch = asyncio.create_task(watch_to_the_end())
+        async with asyncio.timeout(10):
+            await watching.wait()  # the watch is open and has the running task's state
         worker.proc.send_signal(signal.SIGTERM)
 
         async def deregistered() -> bool:

@@ -62,7 +62,15 @@ __all__ = [
 MAX_CALL_ID_CHARS: Final = 128
 
 
+# A refusal's message travels in the grpc-message trailer, over whose size a client
+# drops the connection (grpclib: 64 KiB of headers): a message quoting a request's
+# field (an unknown chain of 70,000 characters) is cut short.
+_MESSAGE_LIMIT = 2000
+
+
 def _refuse(code: ErrorCode, message: str) -> GRPCError:
+    if len(message) > _MESSAGE_LIMIT:
+        message = message[:_MESSAGE_LIMIT] + f"... ({len(message)} characters)"
     return GRPCError(SYNC_INVOKER_STATUS[code], message)
 
 
