@@ -64,8 +64,8 @@ MAX_CALL_ID_CHARS: Final = 128
 
 # A refusal's message travels in the grpc-message trailer, over whose size a client
 # drops the connection (grpclib: 64 KiB of headers): a message quoting a request's
-# field (an unknown chain of 70,000 characters) is cut short.
-_MESSAGE_LIMIT = 2000
+# field (a function name of 70,000 characters) is cut short.
+_MESSAGE_LIMIT: Final = 2000
 
 
 def _refuse(code: ErrorCode, message: str) -> GRPCError:
