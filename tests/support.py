@@ -10,6 +10,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from blockx_core.heartbeat import WorkerHeartbeat
+from blockx_core.worker import TaskPhase, WorkerCore
 
 NOW_MS = 1_700_000_000_000
 
@@ -194,3 +195,20 @@ class TcpProxy:
         finally:
             writer.transport.abort()
             self._writers.discard(writer)
+
+
+# An answer's token: the task's current one when it is in ``phase``, else one never
+# issued (tokens start at 1), which the core refuses as stale.
+STALE = 0
+
+
+def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
+    now = core.phase_token(task_id)
+    return now if now is not None and core.task_phase(task_id) is phase else STALE
+
+
+def current_token(core: WorkerCore, task_id: str) -> int:
+    """The token of the task's current activation (it must have one)."""
+    now = core.phase_token(task_id)
+    assert now is not None
+    return now

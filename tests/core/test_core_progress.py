@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
+from support import current_token, token
 
 from blockx_core.task import PluginConfig, TaskInput, TaskState
 from blockx_core.worker import (
@@ -29,23 +30,6 @@ from blockx_core.worker import (
     WorkerCore,
 )
 from blockx_core.worker._progress import ProgressBoard
-
-# An answer's token: the task's current one when it is in ``phase``, else one never
-# issued (tokens start at 1), which the core refuses as stale.
-STALE = 0
-
-
-def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
-    now = core.phase_token(task_id)
-    return now if now is not None and core.task_phase(task_id) is phase else STALE
-
-
-def current_token(core: WorkerCore, task_id: str) -> int:
-    """The token of the task's current activation (it must have one)."""
-    now = core.phase_token(task_id)
-    assert now is not None
-    return now
-
 
 T0 = 1_000_000
 IV = PROGRESS_INTERVAL_MS

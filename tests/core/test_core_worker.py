@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from support import current_token, token
 
 from blockx_core.errors import BlockxUsageError, ErrorCode, InvalidConfig, Refusal
 from blockx_core.failures import CallFailureKind, Failure, FailureCode
@@ -75,23 +76,6 @@ from blockx_core.worker._types import (
     WriterStarted,
     Written,
 )
-
-# An answer's token: the task's current one when it is in ``phase``, else one never
-# issued (tokens start at 1), which the core refuses as stale.
-STALE = 0
-
-
-def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
-    now = core.phase_token(task_id)
-    return now if now is not None and core.task_phase(task_id) is phase else STALE
-
-
-def current_token(core: WorkerCore, task_id: str) -> int:
-    """The token of the task's current activation (it must have one)."""
-    now = core.phase_token(task_id)
-    assert now is not None
-    return now
-
 
 T0 = 1_000_000
 SLOTS = 2

@@ -15,6 +15,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from support import token
 
 from blockx_core.dispatch import (
     CallRetryPolicy,
@@ -47,16 +48,6 @@ from blockx_core.worker import (
     WorkerCore,
 )
 from blockx_core.worker._listing import EXPIRED_NAME_CHARS, SCAN_BUDGET
-
-# An answer's token: the task's current one when it is in ``phase``, else one never
-# issued (tokens start at 1), which the core refuses as stale.
-STALE = 0
-
-
-def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
-    now = core.phase_token(task_id)
-    return now if now is not None and core.task_phase(task_id) is phase else STALE
-
 
 T0 = 1_000_000
 RETENTION = 10_000
@@ -226,8 +217,8 @@ def test_invalid_queries_are_refused_with_what_to_do(query: dict[str, Any], says
 def test_a_huge_page_token_is_cut_in_the_refusal() -> None:
     """The message becomes the grpc-message trailer: a 50 KB token in it broke the
     connection (headers past HTTP/2's limits) instead of answering INVALID_ARGUMENT."""
-    for token in ("x" * 50_000, "inc:" + "x" * 50_000):
-        got = make_core().handle_list_tasks(ListTasksQuery(page_token=token), T0)
+    for page_token in ("x" * 50_000, "inc:" + "x" * 50_000):
+        got = make_core().handle_list_tasks(ListTasksQuery(page_token=page_token), T0)
         assert isinstance(got, Refusal)
         assert got.code is ErrorCode.INVALID_ARGUMENT
         assert len(got.message) < 1_000

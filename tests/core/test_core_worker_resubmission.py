@@ -4,6 +4,8 @@ that the input differs."""
 
 from __future__ import annotations
 
+from support import token
+
 from blockx_core.errors import Refusal
 from blockx_core.task import PluginConfig, PluginResult, TaskInput, TaskState
 from blockx_core.worker import (
@@ -14,16 +16,6 @@ from blockx_core.worker import (
     WorkerConfig,
     WorkerCore,
 )
-
-# An answer's token: the task's current one when it is in ``phase``, else one never
-# issued (tokens start at 1), which the core refuses as stale.
-STALE = 0
-
-
-def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
-    now = core.phase_token(task_id)
-    return now if now is not None and core.task_phase(task_id) is phase else STALE
-
 
 T0 = 1_000_000
 CALLS_A = '{"function": "echo", "callList": [["a"]]}'

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from support import token
 
 from blockx_core.errors import ErrorCode, InvalidConfig, Refusal
 from blockx_core.failures import FailureCode
@@ -30,16 +31,6 @@ from blockx_core.worker import (
     result_bytes,
 )
 from blockx_core.worker._retention import ENTRY_OVERHEAD_BYTES, input_digest
-
-# An answer's token: the task's current one when it is in ``phase``, else one never
-# issued (tokens start at 1), which the core refuses as stale.
-STALE = 0
-
-
-def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
-    now = core.phase_token(task_id)
-    return now if now is not None and core.task_phase(task_id) is phase else STALE
-
 
 T0 = 1_000_000
 RETENTION = 1_000

@@ -36,6 +36,7 @@ import msgspec
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
+from support import current_token, token
 
 from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.failures import Failure, FailureCode, is_retryable
@@ -68,23 +69,6 @@ from blockx_core.worker import (
     WorkerConfig,
     WorkerCore,
 )
-
-# An answer's token: the task's current one when it is in ``phase``, else one never
-# issued (tokens start at 1), which the core refuses as stale.
-STALE = 0
-
-
-def token(core: WorkerCore, task_id: str, phase: TaskPhase) -> int:
-    now = core.phase_token(task_id)
-    return now if now is not None and core.task_phase(task_id) is phase else STALE
-
-
-def current_token(core: WorkerCore, task_id: str) -> int:
-    """The token of the task's current activation (it must have one)."""
-    now = core.phase_token(task_id)
-    assert now is not None
-    return now
-
 
 TASK_IDS = ("a", "b", "c", "d")
 
