@@ -25,7 +25,7 @@ from blockx_core.errors import Refusal
 from blockx_core.ids import TaskId
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, worker_v1
 from blockx_server.coordinator.placement import PlacementSnapshot, RecentRefusal
-from blockx_server.runtime.status import COORDINATOR_STATUS
+from blockx_server.runtime.status import COORDINATOR_STATUS, status_error
 
 
 def request_task_slot_request(task_id: TaskId, ttl_ms: int) -> worker_v1.RequestTaskSlotRequest:
@@ -57,7 +57,7 @@ def bundle_reserve_response(
 
 def refusal_to_grpc(refusal: Refusal) -> GRPCError:
     """The status of a refused ReserveWorkerSlot, from the one Coordinator table."""
-    return GRPCError(refusal_status(refusal), refusal.message)
+    return status_error(refusal_status(refusal), refusal.message)
 
 
 def refusal_status(refusal: Refusal) -> Status:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Final
 
 from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 
 from blockx_core.errors import ErrorCode
 
@@ -78,3 +79,16 @@ def classify_worker_status(status: Status) -> tuple[ErrorCode, bool]:
     if code is not None:
         return code, False
     return ErrorCode.SLOT_UNCERTAIN, True
+
+
+# A status message travels in the grpc-message trailer, over whose size a client
+# drops the connection (grpclib: 64 KiB of headers): a message quoting a request's
+# field (a 70,000-character name) is cut short, saying how long it was.
+MAX_STATUS_MESSAGE_CHARS: Final = 2000
+
+
+def status_error(status: Status, message: str) -> GRPCError:
+    """The error a servicer raises to answer ``status`` with ``message``, bounded."""
+    if len(message) > MAX_STATUS_MESSAGE_CHARS:
+        message = message[:MAX_STATUS_MESSAGE_CHARS] + f"... ({len(message)} characters)"
+    return GRPCError(status, message)

@@ -37,7 +37,7 @@ from blockx_server.calls.engine import CallEngine
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
-from blockx_server.runtime.status import SYNC_INVOKER_STATUS
+from blockx_server.runtime.status import SYNC_INVOKER_STATUS, status_error
 from blockx_server.syncinvoker.convert import (
     debug_invoke_response,
     decode_args,
@@ -62,16 +62,8 @@ __all__ = [
 MAX_CALL_ID_CHARS: Final = 128
 
 
-# A refusal's message travels in the grpc-message trailer, over whose size a client
-# drops the connection (grpclib: 64 KiB of headers): a message quoting a request's
-# field (a function name of 70,000 characters) is cut short.
-_MESSAGE_LIMIT: Final = 2000
-
-
 def _refuse(code: ErrorCode, message: str) -> GRPCError:
-    if len(message) > _MESSAGE_LIMIT:
-        message = message[:_MESSAGE_LIMIT] + f"... ({len(message)} characters)"
-    return GRPCError(SYNC_INVOKER_STATUS[code], message)
+    return status_error(SYNC_INVOKER_STATUS[code], message)
 
 
 class _Request(msgspec.Struct, frozen=True, kw_only=True):

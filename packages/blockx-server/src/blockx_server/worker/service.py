@@ -16,7 +16,7 @@ from blockx_core.errors import Refusal
 from blockx_core.task import TaskState
 from blockx_core.worker import CallProgress, TaskSnapshot, UnknownTask, WatchedTask
 from blockx_proto import worker_v1
-from blockx_server.runtime.status import WORKER_STATUS
+from blockx_server.runtime.status import WORKER_STATUS, status_error
 from blockx_server.worker.convert import (
     cancel_to_pb,
     config_chars,
@@ -45,7 +45,7 @@ from blockx_server.worker.subscriptions import (
 
 
 def _raise(error: Refusal) -> GRPCError:
-    return GRPCError(WORKER_STATUS[error.code], error.message)
+    return status_error(WORKER_STATUS[error.code], error.message)
 
 
 class WorkerService(worker_v1.WorkerServiceBase):
