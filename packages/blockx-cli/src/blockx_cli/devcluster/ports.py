@@ -2,26 +2,58 @@
 
 A fixed port is checked before anything starts, so a port already in use is one
 line naming it and its flag, not a child that dies half-way through start-up.
-A free port is one the kernel hands out for port 0; between the check and the
-child's bind another program could take it, which on a development machine is
-rare enough to be reported as the child's own bind failure.
+A free port is drawn below the kernel's ephemeral range: a port from that range
+(what binding port 0 gives) can be taken by any outgoing connection of any program
+between the check and the child's bind, which on a busy machine happens. A port
+another program binds in that window is reported as the child's own bind failure.
 """
 
 from __future__ import annotations
 
 import errno
+import random
 import socket
+from pathlib import Path
+from typing import Final
 
 from blockx_cli.devcluster.processes import LaunchError
 
 HOST = "127.0.0.1"
+# Where free ports are drawn from: above the well-known and common service ports,
+# below the kernel's ephemeral range (read at start, this when it cannot be).
+_LOWEST: Final = 10_000
+_EPHEMERAL_START: Final = 32_768
+_EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _drawn_from() -> range:
+    try:
+        start = int(_EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        start = _EPHEMERAL_START
+    return range(_LOWEST, max(start, _LOWEST + 1_000))
+
+
+def _binds(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind((HOST, port))
+        except OSError:
+            return False
+    return True
 
 
 def free_port() -> int:
+    """A port no one listens on, below the ephemeral range (port 0's when none is)."""
+    ports = _drawn_from()
+    for _ in range(100):
+        port = random.choice(ports)
+        if _binds(port):
+            return port
     with socket.socket() as sock:
         sock.bind((HOST, 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
 def check_port_free(port: int, flag: str) -> None:
