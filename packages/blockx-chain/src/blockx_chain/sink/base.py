@@ -1023,3 +1023,28 @@ def _check_stampable(
             f"a row of table {table!r} carries {ROW_INDEX!r}, which the writer sets when no "
             "key is given (give a key, or rename the column)"
         )
+
+
+# The ledger of blocks whose rows live outside the sink database (the lake's
+# Iceberg tables): their writer keeps the ledger in one transaction of its own.
+
+
+async def put_ledger(
+    tx: SinkTx, table: str, chain_id: int, entries: Sequence[tuple[int, str, int, str, int]]
+) -> None:
+    """Ledger entries ``(block_number, block_hash, code_epoch, task_id,
+    written_at_ms)`` of ``table``'s chain ``chain_id``, replacing these blocks' own."""
+    await drop_ledger(tx, table, chain_id, [entry[0] for entry in entries])
+    await tx.executemany(
+        f"INSERT INTO {LEDGER} ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(table, chain_id, *entry) for entry in entries],
+    )
+
+
+async def drop_ledger(tx: SinkTx, table: str, chain_id: int, numbers: Sequence[int]) -> None:
+    """The ledger entries of these blocks of ``table``'s chain ``chain_id``, removed."""
+    await tx.executemany(
+        f"DELETE FROM {LEDGER} WHERE table_name = ? AND chain_id = ? "
+        "AND block_number BETWEEN ? AND ?",
+        [(table, chain_id, low, high) for low, high in _runs(numbers)],
+    )
