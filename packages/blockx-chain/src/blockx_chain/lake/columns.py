@@ -12,7 +12,7 @@ TEXT. Every column is optional (nullable), so later writes may add columns.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from decimal import Decimal
+from decimal import Context, Decimal
 from typing import TYPE_CHECKING, Any, Final
 
 from blockx_chain.sink.encode import encode_rows
@@ -26,6 +26,8 @@ if TYPE_CHECKING:
 
 DECIMAL_DIGITS: Final = 38
 _DOC: Final = "blockx:"
+# Wide enough for any NUMERIC value (78 digits on each side of the point).
+_EXACT: Final = Context(prec=160)
 
 
 def sink_types(schema: Schema) -> dict[str, SinkType]:
@@ -98,7 +100,7 @@ def decimals(table: str, column: str, values: list[Any], scale: int) -> list[Any
         if value is None:
             out.append(None)
             continue
-        exact = value.quantize(quantum) if abs(value) < bound else None
+        exact = value.quantize(quantum, context=_EXACT) if abs(value) < bound else None
         if exact is None or exact != value:
             raise SinkRejected(
                 f"column {column!r} of table {table!r} is an Iceberg decimal(38, {scale}): "
@@ -109,9 +111,7 @@ def decimals(table: str, column: str, values: list[Any], scale: int) -> list[Any
     return out
 
 
-def arrow_table(
-    schema: pa.Schema, columns: Mapping[str, list[Any]], count: int
-) -> pa.Table:
+def arrow_table(schema: pa.Schema, columns: Mapping[str, list[Any]], count: int) -> pa.Table:
     """The rows as Arrow, in the table's ``schema`` (a column not written: nulls)."""
     import pyarrow as pa
 

@@ -18,7 +18,13 @@ from typing import Final
 import msgspec
 
 from blockx_chain.store import DEFAULT_MAX_ROWS
-from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, PostgresUrl, SqliteUrl, parse_blockdb_url
+from blockx_chain.url import (
+    BlockDbUrl,
+    InvalidBlockDbUrl,
+    PostgresUrl,
+    SqliteUrl,
+    parse_blockdb_url,
+)
 
 SQL: Final = "sql"
 CATALOG_TYPES: Final = ("sql", "rest", "glue", "hive", "dynamodb", "bigquery")

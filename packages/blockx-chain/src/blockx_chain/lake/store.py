@@ -481,9 +481,7 @@ class LakeStore:
         if loaded is None:
             raise SinkRejected(f"{self.description} has no table {table!r}")
         snapshot = (
-            loaded.current_snapshot()
-            if snapshot_id is None
-            else loaded.snapshot_by_id(snapshot_id)
+            loaded.current_snapshot() if snapshot_id is None else loaded.snapshot_by_id(snapshot_id)
         )
         if snapshot is None:
             if snapshot_id is not None:
@@ -500,9 +498,10 @@ class LakeStore:
                     f"table {table!r} has no column {unknown[0]!r} (it has {', '.join(types)})"
                 )
         cap = self.max_rows if limit is None else limit
+        where = AlwaysTrue() if not row_filter else _parsed(row_filter)
         try:
             found = loaded.scan(
-                row_filter=row_filter or AlwaysTrue(),
+                row_filter=where,
                 selected_fields=tuple(columns) if columns else ("*",),
                 snapshot_id=snapshot.snapshot_id,
                 limit=cap + 1 if limit is None else cap,
@@ -566,9 +565,7 @@ class LakeStore:
         self._registered.add(table)
         return int(rows[0]["applied_sequence"]) if rows else 0
 
-    async def _apply(
-        self, table: str, metadata: TableMetadata | None, own: _Change | None
-    ) -> int:
+    async def _apply(self, table: str, metadata: TableMetadata | None, own: _Change | None) -> int:
         """In one ledger transaction: every snapshot of ``metadata`` newer than the
         last applied, applied in order; ``own`` (this store's change) applied too
         when no snapshot records it (it changed no rows). The newest snapshot's id."""
@@ -576,7 +573,7 @@ class LakeStore:
             changes: list[tuple[int, _Change]] = []
             target = 0
         else:
-            target = metadata.last_sequence_number
+            target = max((s.sequence_number or 0 for s in metadata.snapshots), default=0)
             changes = []
             for snapshot in metadata.snapshots:
                 summary = snapshot.summary
@@ -653,6 +650,20 @@ def _catalog(properties: dict[str, str], namespace: str) -> Catalog:
     return catalog
 
 
+def _parsed(row_filter: str) -> BooleanExpression:
+    """``row_filter`` as an Iceberg expression; SinkRejected saying where it is not one."""
+    from pyiceberg.expressions.parser import parse
+    from pyparsing import ParseException
+
+    try:
+        return parse(row_filter)
+    except ParseException as exc:
+        raise SinkRejected(
+            f"row_filter {row_filter[:200]!r} is no filter expression at character {exc.loc} "
+            "(e.g. \"block_number >= 10 and chain_id = 1\", \"token in ('a', 'b')\")"
+        ) from None
+
+
 def _busy(exc: Exception) -> bool:
     """A SQL catalog's database busy (another writer holds it): worth trying again."""
     text = str(exc).lower()
@@ -676,15 +687,17 @@ def _scales(loaded: Table) -> dict[str, int]:
 
 
 def _blocks_filter(chain_id: int, numbers: Sequence[int]) -> BooleanExpression:
-    """chain_id = ``chain_id`` and block_number in ``numbers`` (as runs of ranges)."""
-    from pyiceberg.expressions import And, EqualTo, GreaterThanOrEqual, LessThanOrEqual, Or
+    """chain_id = ``chain_id`` and block_number in ``numbers``: one range when they
+    are consecutive (what a task writes), else the list."""
+    from pyiceberg.expressions.parser import parse
 
-    ranges = [
-        And(GreaterThanOrEqual(BLOCK_NUMBER, low), LessThanOrEqual(BLOCK_NUMBER, high))
-        for low, high in _runs(numbers)
-    ]
-    blocks = functools.reduce(Or, ranges)
-    return And(EqualTo(CHAIN_ID, chain_id), blocks)
+    runs = _runs(numbers)
+    if len(runs) == 1:
+        low, high = runs[0]
+        blocks = f"{BLOCK_NUMBER} >= {low} and {BLOCK_NUMBER} <= {high}"
+    else:
+        blocks = f"{BLOCK_NUMBER} in ({', '.join(str(n) for n in sorted(set(numbers)))})"
+    return parse(f"{CHAIN_ID} = {chain_id} and {blocks}")
 
 
 def _expire(tx: Transaction, marker: int) -> None:
