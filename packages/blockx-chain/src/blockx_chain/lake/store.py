@@ -22,7 +22,7 @@ a crash between a commit and its ledger (or a writer that never got there) is
 made good by the next write, by ``catch_up`` (before the ledger is read, and for
 every table when a store opens), whoever runs it. Snapshots are expired as part
 of the writes (only ones already in the ledger): a table keeps at most
-2 × KEEP_SNAPSHOTS snapshots.
+twice KEEP_SNAPSHOTS snapshots.
 
 Several writers commit at once optimistically: a commit that lost the race
 (CommitFailedException, or a SQLite catalog busy) is made again from the table's
@@ -701,7 +701,7 @@ def _blocks_filter(chain_id: int, numbers: Sequence[int]) -> BooleanExpression:
 
 
 def _expire(tx: Transaction, marker: int) -> None:
-    """Within ``tx``: beyond 2 × KEEP_SNAPSHOTS snapshots, the oldest expired down
+    """Within ``tx``: beyond twice KEEP_SNAPSHOTS snapshots, the oldest expired down
     to KEEP_SNAPSHOTS, only those the ledger has applied (at or below ``marker``)."""
     from pyiceberg.table.update.snapshot import ExpireSnapshots
 
