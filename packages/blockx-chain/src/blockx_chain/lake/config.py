@@ -73,11 +73,9 @@ class LakeConfig(msgspec.Struct, frozen=True, kw_only=True):
                 "catalog_type",
                 f"{self.catalog_type!r} is not one of {', '.join(CATALOG_TYPES)}",
             )
-        if not _NAMESPACE.fullmatch(self.namespace):
-            raise LakeConfigError(
-                "namespace",
-                f"{self.namespace!r} is no namespace (letters, digits and underscores)",
-            )
+        problem = namespace_rule(self.namespace)
+        if problem is not None:
+            raise LakeConfigError("namespace", problem)
         if self.max_rows < 1:
             raise LakeConfigError("max_rows", f"must be >= 1, got {self.max_rows}")
         properties = {**self.properties, "type": self.catalog_type}
@@ -89,6 +87,13 @@ class LakeConfig(msgspec.Struct, frozen=True, kw_only=True):
             properties["warehouse"] = warehouse_uri(self.warehouse)
         self.ledger()
         return properties
+
+
+def namespace_rule(namespace: str) -> str | None:
+    """Why ``namespace`` is no namespace of the lake; None when it is one."""
+    if _NAMESPACE.fullmatch(namespace):
+        return None
+    return f"{namespace!r} is no namespace (letters, digits and underscores, at most 63)"
 
 
 def _url(field: str, raw: str) -> BlockDbUrl:

@@ -218,12 +218,15 @@ async def replace_blocks(
     plugin: str,
     config: BlockWriteConfig,
     blocks: Sequence[BlockRows],
+    *,
+    backend: str = "sink",
 ) -> dict[str, int]:
-    """One ``io.sink.replace_blocks`` transaction, after the canonical check."""
+    """One ``io.<backend>.replace_blocks`` write (a transaction of ``io.sink``, a
+    commit of ``io.iceberg``), after the canonical check."""
     chain = task_chain(ctx, plugin, config.chain_id)
     await check_canonical(ctx, blocks, plugin)
     outcome = await ctx.io.request(
-        "sink",
+        backend,
         "replace_blocks",
         [],
         {
