@@ -57,7 +57,8 @@ async def test_a_task_reads_one_snapshot_and_pinned_reads_are_cached(
     again = await task.request("iceberg", "scan", ["t"], {"row_filter": "v >= 2"})
     assert _rows(again) == [2]
     repeat = await task.request("iceberg", "scan", ["t"], {"row_filter": "v >= 2"})
-    assert isinstance(repeat, IoOk) and repeat.cached
+    assert isinstance(repeat, IoOk)
+    assert repeat.cached
     # Another task pins the newest snapshot.
     other = TaskIoScope(router, "task-2")
     assert _rows(await other.request("iceberg", "scan", ["t"])) == [1, 2, 3]
@@ -73,13 +74,17 @@ async def test_reads_are_bounded_and_writes_need_a_writer(
     router = IoRouter([backend])
     task = TaskIoScope(router, "task-1")
     wide = await task.request("iceberg", "scan", ["t"])
-    assert isinstance(wide, IoFailed) and wide.kind is IoErrorKind.BAD_REQUEST
-    assert wide.reason is IoReason.TOO_MANY_ROWS and "narrow" in wide.message
+    assert isinstance(wide, IoFailed)
+    assert wide.kind is IoErrorKind.BAD_REQUEST
+    assert wide.reason is IoReason.TOO_MANY_ROWS
+    assert "narrow" in wide.message
     missing = await task.request("iceberg", "scan", ["nope"])
-    assert isinstance(missing, IoFailed) and "no table 'nope'" in missing.message
+    assert isinstance(missing, IoFailed)
+    assert "no table 'nope'" in missing.message
     blocks = [[9, "0x9", [{"v": 9}]]]
     refused = await task.request("iceberg", "replace_blocks", ["t", 1, blocks])
-    assert isinstance(refused, IoFailed) and refused.kind is IoErrorKind.WRITE_FORBIDDEN
+    assert isinstance(refused, IoFailed)
+    assert refused.kind is IoErrorKind.WRITE_FORBIDDEN
     written = await task.writer().request("iceberg", "replace_blocks", ["t", 1, blocks])
     assert isinstance(written, IoOk)
     assert json.loads(written.value_json)["blocks"] == 1
@@ -96,7 +101,8 @@ def test_settings_name_the_variable_of_a_bad_value(tmp_path: Path) -> None:
     assert _read({}) is None
     uri = f"sqlite:///{tmp_path}/c.db"
     config = _read({"ICEBERG_CATALOG_URI": uri, "ICEBERG_WAREHOUSE": str(tmp_path)})
-    assert config is not None and config.namespace == "blockx"
+    assert config is not None
+    assert config.namespace == "blockx"
     cases = [
         ({"ICEBERG_CATALOG_URI": uri}, "ICEBERG_WAREHOUSE must be set"),
         ({"ICEBERG_CATALOG_URI": "mysql://x/y", "ICEBERG_WAREHOUSE": "w"}, "ICEBERG_CATALOG_URI"),
