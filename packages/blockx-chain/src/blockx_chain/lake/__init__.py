@@ -5,8 +5,9 @@ tables of one namespace under one catalog (``blockx_chain.lake.config``), with
 their ledger, sink identity and job records in a SQL database beside it.
 ``replace_blocks`` and ``delete_blocks`` are its writes (one catalog commit each,
 then the ledger), ``scan`` its read (bounded, at a snapshot), ``written`` the
-ledger; see ``blockx_chain.lake.store``. pyiceberg and pyarrow are imported
-only when a lake is used.
+ledger; see ``blockx_chain.lake.store``. ``lake_of(url, table)`` is the lake a
+driver's ``--sink-db`` names, when ``table`` is one of its tables. pyiceberg and
+pyarrow are imported only when a lake is used.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from blockx_chain.lake.config import (
     LakeConfig,
     LakeConfigError,
 )
-from blockx_chain.lake.store import LAKE_TABLE, LakeStore, TooManyRows
+from blockx_chain.lake.store import LAKE_TABLE, LakeStore, TooManyRows, lake_of
 
 __all__ = [
     "CATALOG_TYPES",
@@ -27,4 +28,5 @@ __all__ = [
     "LakeConfigError",
     "LakeStore",
     "TooManyRows",
+    "lake_of",
 ]

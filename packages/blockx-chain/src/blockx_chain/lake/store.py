@@ -74,7 +74,7 @@ from blockx_chain.sink.schema import (
     plan,
     writable_table,
 )
-from blockx_chain.url import describe
+from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl, describe
 from blockx_core.backoff import Backoff
 
 if TYPE_CHECKING:
@@ -629,6 +629,31 @@ class LakeStore:
                 )
             await asyncio.sleep(COMMIT_BACKOFF.delay(attempt, random.random()))
             attempt += 1
+
+
+async def lake_of(url: BlockDbUrl, table: str) -> LakeStore | None:
+    """The lake whose SQL catalog (and ledger) is the database ``url``, when
+    ``table`` is one of its Iceberg tables: what a driver's ``--sink-db`` names; its
+    tables' ledgers brought up to date. None for a SQL sink table (or one no
+    writer made yet)."""
+    ledger = await open_sink(url, read_only=True)
+    try:
+        async with ledger.transaction() as tx:
+            if await tx.taken(LAKE_TABLE) is None:
+                return None
+            rows = await tx.fetch(
+                f"SELECT namespace FROM {LAKE_TABLE} WHERE table_name = ?", (table,)
+            )
+    finally:
+        await ledger.close()
+    if not rows:
+        return None
+    match url:
+        case SqliteUrl(path):
+            uri = f"sqlite:///{path}"
+        case PostgresUrl(dsn=dsn):
+            uri = dsn
+    return await LakeStore.open(LakeConfig(uri=uri, namespace=str(rows[0]["namespace"])))
 
 
 class _Conflict(Exception):

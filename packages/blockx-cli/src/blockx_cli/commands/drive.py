@@ -58,6 +58,7 @@ from blockx_core.call_unit import CallUnit
 from blockx_drive import (
     DEFAULT_BACKFILL_WRITER,
     DEFAULT_BLOCKS_PER_TASK,
+    DEFAULT_FOLLOW_WRITER,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_POLL_INTERVAL_S,
     DEFAULT_REORG_WINDOW,
@@ -677,6 +678,9 @@ def follow_command(
     column: ColumnOpt = None,
     chain: ChainOpt = None,
     json_output: JsonLinesOpt = False,
+    writer: Annotated[
+        str, typer.Option("--writer", help="The Writer Plugin.")
+    ] = DEFAULT_FOLLOW_WRITER,
 ) -> None:
     """Compute every new block on the block cluster into a sink table, reorgs included,
     until SIGINT/SIGTERM."""
@@ -686,6 +690,7 @@ def follow_command(
         function=function,
         source_table=source_table,
         sink_table=sink_table,
+        writer=writer,
         chain=chain,
         max_attempts=max_attempts,
         on_failure=on_failure,

@@ -68,7 +68,12 @@ from blockx_drive._backfill.record import backfill_progress
 from blockx_drive.attempts import OnFailure, out_of_reach, run_attempt, unanswered
 from blockx_drive.job_progress import new_record, task_prefix
 from blockx_drive.jobs import JobKind, JobRecorder, new_job_id, now_ms
-from blockx_drive.ledger import canonical_hashes, planning_chain, written_hashes
+from blockx_drive.ledger import (
+    canonical_hashes,
+    catch_up_lake,
+    planning_chain,
+    written_hashes,
+)
 from blockx_drive.spec import JobSpec, check, command_of
 from blockx_drive.submission import check_function, check_sink
 
@@ -186,6 +191,7 @@ async def backfill(
             await check_sink(sink, sink_table, config)
             unchecked = await check_function(client, function)
             chain_id = await planning_chain(store, sink)
+            await catch_up_lake(sink_db, sink_table)
             planned = await make_plan(
                 store,
                 sink,

@@ -51,6 +51,7 @@ import msgspec
 from blockx_chain.ingest.plan import DEFAULT_MAX_REORG_DEPTH
 from blockx_chain.sink import SinkStore, SinkUnavailable, open_sink
 from blockx_chain.store import BlockStore, StoreUnavailable, open_store
+from blockx_chain.url import BlockDbUrl
 from blockx_client.attempts import (
     Attempt,
     AttemptBook,
@@ -89,6 +90,8 @@ from blockx_drive.jobs import JobKind, JobRecorder, LagFrom, new_job_id, now_ms
 from blockx_drive.ledger import (
     Reconciliation,
     canonical_blocks,
+    catch_up_lake,
+    delete_written,
     planning_chain,
     reach,
     reconcile,
@@ -132,10 +135,17 @@ class Follower:
     """The state of one follow run; ``open`` then ``events`` drive it."""
 
     def __init__(
-        self, client: Client, store: BlockStore, sink: SinkStore, spec: FollowSpec
+        self,
+        client: Client,
+        store: BlockStore,
+        sink: SinkStore,
+        spec: FollowSpec,
+        sink_url: BlockDbUrl | None = None,
     ) -> None:
         self._store = store
         self._sink = sink
+        # The sink's database, where a lake table's rows are deleted through the lake.
+        self._sink_url = sink_url
         self._spec = spec
         # The lowest block this run may rewind to, and the next block to look at.
         self._start = 0
@@ -449,7 +459,11 @@ class Follower:
         return decision
 
     async def _delete(self, numbers: tuple[int, ...]) -> None:
-        await self._sink.delete_blocks(self._spec.sink_table, self._spec.chain_id, numbers)
+        table, chain_id = self._spec.sink_table, self._spec.chain_id
+        if self._sink_url is None:
+            await self._sink.delete_blocks(table, chain_id, numbers)
+        else:
+            await delete_written(self._sink, self._sink_url, table, chain_id, numbers)
         for number in numbers:
             self._written.pop(number, None)
             self._rewind(number)
@@ -534,7 +548,8 @@ async def follow(
             spec.writer_config["sinkIdentity"] = await sink.identity()
             # A Worker whose task chain is another chain refuses them too.
             spec.chain_id = spec.writer_config["chainId"] = await planning_chain(store, sink)
-            follower = Follower(client, store, sink, spec)
+            await catch_up_lake(sink_db, sink_table)
+            follower = Follower(client, store, sink, spec, sink_db)
             started, reconciled = await follower.open(from_block)
             started = msgspec.structs.replace(started, function_unchecked=unchecked)
             progress = FollowProgress()
