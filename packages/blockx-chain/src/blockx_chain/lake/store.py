@@ -99,6 +99,9 @@ MAX_COLUMNS: Final = 1000
 # The most tables a store catches up when it opens.
 MAX_TABLES: Final = 1000
 _PREFIX: Final = "blockx."
+# A commit that lost the race is made again by this store from the table's new
+# state (its filter, its expiry, its schema), never re-based by pyiceberg.
+TABLE_PROPERTIES: Final = {"commit.retry.num-retries": "0"}
 
 # pyiceberg warns when an overwrite's filter matches no rows: the usual first write.
 warnings.filterwarnings("ignore", message="Delete operation did not match any records")
@@ -461,7 +464,10 @@ class LakeStore:
         )
         try:
             return self.catalog.create_table(
-                self._identifier(table), schema=Schema(*fields), partition_spec=spec
+                self._identifier(table),
+                schema=Schema(*fields),
+                partition_spec=spec,
+                properties=TABLE_PROPERTIES,
             )
         except TableAlreadyExistsError:
             # Another writer made it first: this attempt starts again from its state.
