@@ -112,6 +112,19 @@ async def test_json_values_and_declared_columns(lake: LakeStore) -> None:
     assert (types["meta"], types["who"], types["v"]) == ("JSON", "TEXT", "REAL")
 
 
+async def test_a_key_replaces_row_index_and_needs_its_columns(lake: LakeStore) -> None:
+    key = ["block_number", "token"]
+    rows = [{"token": "a", "n": 1}, {"token": "b", "n": 2}]
+    await lake.replace_blocks("t", 1, [(1, "0xa", rows)], key=key)
+    found = (await lake.scan("t"))["rows"]
+    assert sorted((r["token"], r["n"]) for r in found) == [("a", 1), ("b", 2)]
+    assert "row_index" not in found[0]
+    with pytest.raises(SinkRejected, match="no key column 'token'"):
+        await lake.replace_blocks("t", 1, [(2, "0xb", [{"n": 3}])], key=key)
+    with pytest.raises(SinkRejected, match="key column 'nope'"):
+        await lake.replace_blocks("t", 1, [(2, "0xb", [{"n": 3}])], key=["nope"])
+
+
 async def test_a_value_beyond_38_digits_is_refused_naming_the_column(lake: LakeStore) -> None:
     with pytest.raises(SinkRejected, match=r"column 'amount'.*38.*TEXT") as refused:
         await lake.replace_blocks("t", 1, [(1, "0xa", [{"amount": 10**40}])])

@@ -388,12 +388,12 @@ class LakeStore:
         kinds = [needed.types[n] for n in names]
         stamped = stamps.columns(0, len(rows))
         raw = [stamped[n] if n in stamped else [row.get(n) for row in rows] for n in names]
-        if key:
-            for name in key:
-                if name not in needed.types:
-                    raise SinkRejected(f"key column {name!r} of table {table!r} is in no row")
-                if any(row.get(name) is None for row in rows):
-                    raise SinkRejected(f"a row of table {table!r} has no key column {name!r}")
+        by_name = dict(zip(names, raw, strict=True))
+        for name in key or ():
+            if name not in needed.types:
+                raise SinkRejected(f"key column {name!r} of table {table!r} is in no row")
+            if name not in by_name or any(value is None for value in by_name[name]):
+                raise SinkRejected(f"a row of table {table!r} has no key column {name!r}")
         values = dict(zip(names, encoded(table, names, kinds, raw), strict=True))
         scales = {} if loaded is None else _scales(loaded)
         for name in names:

@@ -254,6 +254,8 @@ class BlockWriteResultHandler:
     ``{"table", "blocks", "rows"}``."""
 
     name = "BlockWriteResultHandler"
+    # The backend written: the sink database (``io.iceberg`` for the lake's writer).
+    backend = "sink"
 
     async def execute(self, ctx: TaskContext, config: Any, outputs: Sequence[RootOutput]) -> bytes:
         parsed: BlockWriteConfig = parse_config(config, BlockWriteConfig, self.name)
@@ -264,5 +266,5 @@ class BlockWriteResultHandler:
         )
         written = {"blocks": 0, "rows": 0}
         if blocks or parsed.sink_identity is not None:
-            written = await replace_blocks(ctx, self.name, parsed, blocks)
+            written = await replace_blocks(ctx, self.name, parsed, blocks, backend=self.backend)
         return msgspec.json.encode({"table": parsed.table, **written})
