@@ -95,20 +95,23 @@ async def bench(
     env = {"ICEBERG_CATALOG_URI": lake.uri, "ICEBERG_WAREHOUSE": str(lake.warehouse)}
     times: dict[str, list[float]] = {"sqlite": [], "iceberg": []}
     writers = {"sqlite": SQL_WRITER, "iceberg": LAKE_WRITER}
+    # ("sqlite_" is a prefix no sink table may take.)
+    prefixes = {"sqlite": "sql", "iceberg": "lake"}
     cluster = BundleCluster(chain, sink, log, env)
     try:
         await cluster.start()
         async with Client(bundle_coordinator=cluster.coordinator) as client:
             for kind, writer in writers.items():
-                await run(client, spans, f"warmup_{kind}", writer, args.in_flight)
+                await run(client, spans, f"warmup_{prefixes[kind]}", writer, args.in_flight)
             for r in range(args.rounds):
                 for kind, writer in writers.items():
-                    seconds = await run(client, spans, f"{kind}_{r}", writer, args.in_flight)
+                    table = f"{prefixes[kind]}_{r}"
+                    seconds = await run(client, spans, table, writer, args.in_flight)
                     times[kind].append(seconds)
     finally:
         await cluster.stop()
-    in_sqlite = sqlite_rows(sink, "sqlite_0")
-    in_lake = await asyncio.to_thread(lake_rows, lake, "iceberg_0")
+    in_sqlite = sqlite_rows(sink, "sql_0")
+    in_lake = await asyncio.to_thread(lake_rows, lake, "lake_0")
     median = {kind: statistics.median(seconds) for kind, seconds in times.items()}
     return {
         "blocks": args.blocks,

@@ -26,7 +26,8 @@ twice KEEP_SNAPSHOTS snapshots.
 
 Several writers commit at once optimistically: a commit that lost the race
 (CommitFailedException, or a SQLite catalog busy) is made again from the table's
-new state, with back-off, up to COMMIT_ATTEMPTS times.
+new state, with back-off, up to COMMIT_ATTEMPTS times. One store commits to a
+table one write at a time (its writers would only lose the race to each other).
 
 pyiceberg blocks: every catalog and file operation runs on the store's threads.
 """
@@ -181,6 +182,9 @@ class LakeStore:
         self.description = f"the lake {config.namespace!r} ({config.catalog_type} catalog {target})"
         self._threads = ThreadPoolExecutor(4, thread_name_prefix="lake")
         self._registered: set[str] = set()
+        # One commit of a table at a time from this store: its writers would only
+        # lose the race to each other (and write their files again).
+        self._turns: dict[str, asyncio.Lock] = {}
 
     @classmethod
     async def open(cls, config: LakeConfig) -> LakeStore:
@@ -415,7 +419,10 @@ class LakeStore:
             frame = arrow_table(tx.table_metadata.schema().as_arrow(), values, len(rows))
             where = _blocks_filter(change.chain_id, [n for n, _ in change.blocks])
             if frame.num_rows:
-                tx.overwrite(frame, overwrite_filter=where, snapshot_properties=change.properties())
+                # An overwrite: the delete's snapshot (if any) names the write only,
+                # the append's carries the change (each summary stays in the metadata).
+                tx.delete(where, snapshot_properties={_PREFIX + "write": change.write})
+                tx.append(frame, snapshot_properties=change.properties())
             else:
                 tx.delete(where, snapshot_properties=change.properties())
             _expire(tx, marker)
@@ -609,8 +616,13 @@ class LakeStore:
         return metadata.current_snapshot_id
 
     async def _commit(self, table: str, work: Callable[[], T]) -> T:
-        """``work()`` (one commit) on the store's threads, made again while it
-        loses the race with another writer's commit."""
+        """``work()`` (one commit) on the store's threads, after this store's other
+        commits of ``table``, made again while it loses the race with another
+        store's commit."""
+        async with self._turns.setdefault(table, asyncio.Lock()):
+            return await self._commit_racing(table, work)
+
+    async def _commit_racing(self, table: str, work: Callable[[], T]) -> T:
         from pyiceberg.exceptions import CommitFailedException
 
         attempt = 1
