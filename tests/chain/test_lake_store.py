@@ -15,9 +15,17 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from blockx_chain.lake import LAKE_TABLE, LakeConfig, LakeConfigError, LakeStore, TooManyRows
+from blockx_chain.lake import (
+    LAKE_TABLE,
+    LakeConfig,
+    LakeConfigError,
+    LakeStore,
+    TooManyRows,
+    lake_of,
+)
 from blockx_chain.lake.store import KEEP_SNAPSHOTS
 from blockx_chain.sink import SinkMismatch, SinkRejected, open_sink
+from blockx_chain.url import parse_blockdb_url
 
 
 def _config(tmp_path: Path, uri: str, **fields: Any) -> LakeConfig:
@@ -256,3 +264,26 @@ def test_a_configuration_that_cannot_work_names_its_field(tmp_path: Path) -> Non
     properties = LakeConfig(uri="postgresql://u@h:5/db", warehouse="w").catalog_properties()
     assert properties["uri"] == "postgresql+psycopg2://u@h:5/db"
     assert properties["warehouse"].startswith("file:///")
+
+
+async def test_a_driver_finds_the_lake_of_its_sink_database(tmp_path: Path) -> None:
+    ledger_db = f"sqlite:///{tmp_path}/catalog.db"
+    lake = await LakeStore.open(_config(tmp_path, ledger_db))
+    await lake.replace_blocks("t", 1, [(1, "0xa", [{"v": 1}])])
+    await lake.close()
+    url = parse_blockdb_url(ledger_db)
+    assert await lake_of(url, "other") is None
+    found = await lake_of(url, "t")
+    assert found is not None
+    try:
+        assert await found.delete_blocks("t", 1, [1]) == 1
+        assert (await found.scan("t"))["rows"] == []
+    finally:
+        await found.close()
+    # A SQL catalog elsewhere than the ledger's database: a driver cannot reach it.
+    apart = _config(tmp_path, f"sqlite:///{tmp_path}/apart.db", ledger_url=ledger_db)
+    elsewhere = await LakeStore.open(apart)
+    await elsewhere.replace_blocks("u", 1, [(1, "0xa", [{"v": 1}])])
+    await elsewhere.close()
+    with pytest.raises(SinkRejected, match="does not reach"):
+        await lake_of(url, "u")

@@ -167,8 +167,12 @@ def _unknowable(sink: SinkStore, numbers: list[int]) -> NoReturn:
 async def catch_up_lake(url: BlockDbUrl, table: str) -> None:
     """When ``table`` is an Iceberg table of the lake whose catalog is the sink
     database ``url``: its ledger brought up to the table's snapshots (a Worker may
-    have stopped between a commit and its ledger)."""
-    lake = await lake_of(url, table)
+    have stopped between a commit and its ledger). A table of a catalog elsewhere
+    is left to its Workers, which do the same as they write."""
+    try:
+        lake = await lake_of(url, table)
+    except SinkRejected:
+        return  # a catalog elsewhere: its Workers bring its ledger up to date
     if lake is not None:
         await lake.close()
 
@@ -177,7 +181,8 @@ async def delete_written(
     sink: SinkStore, url: BlockDbUrl, table: str, chain_id: int, numbers: tuple[int, ...]
 ) -> int:
     """The rows and ledger entries of these blocks of ``table`` removed: through the
-    lake for one of its Iceberg tables, else in the sink database."""
+    lake for one of its Iceberg tables, else in the sink database; SinkRejected
+    for an Iceberg table of a catalog the sink database does not hold."""
     lake = await lake_of(url, table)
     if lake is None:
         return await sink.delete_blocks(table, chain_id, numbers)

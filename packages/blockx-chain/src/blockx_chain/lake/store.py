@@ -75,7 +75,7 @@ from blockx_chain.sink.schema import (
     plan,
     writable_table,
 )
-from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl, describe
+from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl, describe, parse_blockdb_url
 from blockx_core.backoff import Backoff
 
 if TYPE_CHECKING:
@@ -89,6 +89,8 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 LAKE_TABLE: Final = "_blockx_lake"
+# ``_blockx_lake``'s name of a SQL catalog on the ledger's own database.
+LEDGER_CATALOG: Final = "sql:ledger"
 # Block numbers per partition of a table (Iceberg's truncate transform).
 PARTITION_BLOCKS: Final = 100_000
 # Snapshots a table keeps at least; more than twice as many are expired down to it.
@@ -198,7 +200,8 @@ class LakeStore:
             async with ledger.transaction() as tx:
                 await tx.execute(
                     f"CREATE TABLE IF NOT EXISTS {LAKE_TABLE} (table_name TEXT NOT NULL "
-                    "PRIMARY KEY, namespace TEXT NOT NULL, applied_sequence BIGINT NOT NULL)"
+                    "PRIMARY KEY, namespace TEXT NOT NULL, catalog TEXT NOT NULL, "
+                    "applied_sequence BIGINT NOT NULL)"
                 )
             loop = asyncio.get_running_loop()
             catalog = await loop.run_in_executor(None, _catalog, properties, config.namespace)
@@ -557,6 +560,16 @@ class LakeStore:
             )
         await self.ledger.mark_chain(claim)
 
+    def _catalog_kind(self) -> str:
+        """How ``_blockx_lake`` names the catalog: LEDGER_CATALOG for a SQL catalog
+        on the ledger's own database (what a driver's ``--sink-db`` reaches), else
+        the catalog's type."""
+        config = self.config
+        if config.catalog_type != "sql":
+            return config.catalog_type
+        same = describe(config.ledger()) == describe(parse_blockdb_url(config.uri))
+        return LEDGER_CATALOG if same else "sql"
+
     async def _register(self, table: str) -> int:
         """``table`` recorded as the lake's (SinkRejected when the ledger's database
         has a SQL sink table of that name); the sequence number its ledger is at."""
@@ -571,9 +584,9 @@ class LakeStore:
             )
             if not rows:
                 await tx.execute(
-                    f"INSERT INTO {LAKE_TABLE} (table_name, namespace, applied_sequence) "
-                    "VALUES (?, ?, 0)",
-                    (table, self.namespace),
+                    f"INSERT INTO {LAKE_TABLE} (table_name, namespace, catalog, applied_sequence) "
+                    "VALUES (?, ?, ?, 0)",
+                    (table, self.namespace, self._catalog_kind()),
                 )
         self._registered.add(table)
         return int(rows[0]["applied_sequence"]) if rows else 0
@@ -653,19 +666,27 @@ async def lake_of(url: BlockDbUrl, table: str) -> LakeStore | None:
     """The lake whose SQL catalog (and ledger) is the database ``url``, when
     ``table`` is one of its Iceberg tables: what a driver's ``--sink-db`` names; its
     tables' ledgers brought up to date. None for a SQL sink table (or one no
-    writer made yet)."""
+    writer made yet); SinkRejected for a table of a catalog elsewhere (a REST
+    catalog, say), which a driver cannot reach from the ledger's database."""
     ledger = await open_sink(url, read_only=True)
     try:
         async with ledger.transaction() as tx:
             if await tx.taken(LAKE_TABLE) is None:
                 return None
             rows = await tx.fetch(
-                f"SELECT namespace FROM {LAKE_TABLE} WHERE table_name = ?", (table,)
+                f"SELECT namespace, catalog FROM {LAKE_TABLE} WHERE table_name = ?", (table,)
             )
     finally:
         await ledger.close()
     if not rows:
         return None
+    if rows[0]["catalog"] != LEDGER_CATALOG:
+        raise SinkRejected(
+            f"table {table!r} of {describe(url)} is an Iceberg table of a "
+            f"{str(rows[0]['catalog'])[:40]} catalog, which a driver does not reach from the "
+            "ledger's database: only a SQL catalog on the --sink-db database can have its "
+            "abandoned blocks' rows deleted by blockx follow"
+        )
     match url:
         case SqliteUrl(path):
             uri = f"sqlite:///{path}"
