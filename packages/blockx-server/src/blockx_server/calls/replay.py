@@ -26,7 +26,7 @@ from typing import Any, Final, TypeAlias, assert_never
 
 import msgspec
 
-from blockx_core.call_record import CallRecord
+from blockx_core.call_record import CallRecord, InvalidRecord, decode_record
 from blockx_core.calls import RootCall
 from blockx_core.code_view import CodeLoadError, build_snapshot
 from blockx_core.dispatch import (
@@ -52,6 +52,9 @@ DEFAULT_REPLAY_BUDGET_MS: Final = 5000
 MAX_OUTPUT_CHARS: Final = 1024 * 1024
 # Executors start in about a second; a machine under load takes longer.
 READY_TIMEOUT_S: Final = 60.0
+# The largest record file read (a Worker keeps at most CALL_RECORD_MAX_BYTES of IO,
+# 4 MiB by default; an edited fixture may grow).
+MAX_RECORD_FILE_BYTES: Final = 256 * 1024 * 1024
 
 _decode = msgspec.json.Decoder().decode
 
@@ -100,6 +103,24 @@ async def load_functions(directory: str | os.PathLike[str]) -> dict[str, str]:
         return await DirectoryFunctionStore(directory).load()
     except FunctionStoreError as exc:
         raise ReplayRefused(str(exc)) from None
+
+
+def read_record(path: str | os.PathLike[str]) -> CallRecord:
+    """A record file (``blockx invoke --record``, ``blockx replay``, a fixture);
+    ReplayRefused naming the file and what is wrong."""
+    try:
+        with open(path, "rb") as file:
+            data = file.read(MAX_RECORD_FILE_BYTES + 1)
+    except OSError as exc:
+        raise ReplayRefused(f"cannot read the record {os.fspath(path)!r}: {exc.strerror}") from None
+    if len(data) > MAX_RECORD_FILE_BYTES:
+        raise ReplayRefused(
+            f"the record {os.fspath(path)!r} is larger than {MAX_RECORD_FILE_BYTES} bytes"
+        )
+    try:
+        return decode_record(data)
+    except InvalidRecord as exc:
+        raise ReplayRefused(f"{os.fspath(path)}: {exc}") from None
 
 
 class _Output:

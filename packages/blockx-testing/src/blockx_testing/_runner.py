@@ -1,0 +1,198 @@
+"""``run_function`` and the executors behind it, for synchronous callers (a test).
+
+A ``ReplayRunner`` starts a ``Replayer`` (real executor processes, sandboxed as a
+Worker's) on an event loop of its own thread the first time it is used, and
+keeps it until ``close``: the executors start once for a test session, not once
+per test, and a test needs no event loop of its own (an async test may call it
+too). ``run_function`` uses one runner per process, closed at exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import threading
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+from blockx_core.call_record import CallRecord
+from blockx_core.failures import Failure
+from blockx_executor import CallError
+from blockx_server.calls.engine import CallEngineConfig
+from blockx_server.calls.replay import (
+    Replayer,
+    ReplayFailed,
+    ReplayOutcome,
+    ReplayReturned,
+    load_functions,
+    read_record,
+)
+
+T = TypeVar("T")
+
+Path = str | os.PathLike[str]
+
+
+class CallFailed(CallError):
+    """The function's call failed, as a call fails: ``kind`` (USER_ERROR,
+    IO_ERROR, BUDGET_EXCEEDED, ...), ``message`` (the exception, its traceback
+    with the user's files and lines), and the whole ``failure``."""
+
+    def __init__(self, failure: Failure, output: str = "") -> None:
+        super().__init__(str(failure.kind), failure.message, retryable=failure.retryable)
+        self.failure = failure
+        self.output = output
+
+
+def load_fixture(path: Path) -> CallRecord:
+    """A call record file (``blockx invoke --record``); ReplayRefused naming the file
+    and what is wrong."""
+    return read_record(path)
+
+
+class ReplayRunner:
+    """Executors on a thread of their own; ``run`` and ``outcome`` block until the
+    replayed call ends. Thread-safe; ``close`` stops the executors."""
+
+    def __init__(self, config: CallEngineConfig | None = None) -> None:
+        self._config = config
+        self._lock = threading.Lock()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._replayer: Replayer | None = None
+
+    def outcome(
+        self,
+        function: str | None = None,
+        args: list[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        fixture: Path | CallRecord | None = None,
+        functions: Path | None = None,
+        budget_ms: int | None = None,
+    ) -> ReplayOutcome:
+        """Run ``function(*args, **kwargs)`` in a real executor, its IO answered by
+        ``fixture`` (a call record or its file; none: every request fails
+        NOT_FOUND), with the code of ``functions`` (a functions directory) or else
+        the fixture's. ``function`` and ``args`` default to the fixture's call."""
+        record = _record(function, fixture)
+        if args is None and function not in (None, record.function):
+            args = []
+        replayer = self._started()
+        return self._submit(_replay(replayer, record, function, args, kwargs, functions, budget_ms))
+
+    def run(
+        self,
+        function: str | None = None,
+        args: list[Any] | None = None,
+        kwargs: dict[str, Any] | None = None,
+        *,
+        fixture: Path | CallRecord | None = None,
+        functions: Path | None = None,
+        budget_ms: int | None = None,
+    ) -> Any:
+        """``outcome``'s value, or CallFailed when the call failed."""
+        outcome = self.outcome(
+            function, args, kwargs, fixture=fixture, functions=functions, budget_ms=budget_ms
+        )
+        match outcome:
+            case ReplayReturned():
+                return outcome.value
+            case ReplayFailed():
+                raise CallFailed(outcome.failure, outcome.output)
+
+    def close(self) -> None:
+        with self._lock:
+            loop, thread, replayer = self._loop, self._thread, self._replayer
+            self._loop = self._thread = self._replayer = None
+        if loop is None or thread is None:
+            return
+        try:
+            if replayer is not None:
+                asyncio.run_coroutine_threadsafe(replayer.close(), loop).result()
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
+            loop.close()
+
+    def _started(self) -> Replayer:
+        with self._lock:
+            if self._replayer is not None:
+                return self._replayer
+            loop = asyncio.new_event_loop()
+            # The executors get a parent-death signal bound to this thread: it
+            # lives until close().
+            thread = threading.Thread(target=loop.run_forever, name="blockx-replay", daemon=True)
+            thread.start()
+            self._loop, self._thread = loop, thread
+            replayer = Replayer(self._config)
+            asyncio.run_coroutine_threadsafe(replayer.__aenter__(), loop).result()
+            self._replayer = replayer
+            return replayer
+
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> T:
+        loop = self._loop
+        if loop is None:
+            coro.close()
+            raise RuntimeError("the replay runner is closed")
+        return asyncio.run_coroutine_threadsafe(coro, loop).result()
+
+
+def _record(function: str | None, fixture: Path | CallRecord | None) -> CallRecord:
+    if isinstance(fixture, CallRecord):
+        return fixture
+    if fixture is not None:
+        return load_fixture(fixture)
+    if function is None:
+        raise ValueError("name the function to run, or give a fixture whose call to replay")
+    return CallRecord(function=function, args=[])
+
+
+async def _replay(
+    replayer: Replayer,
+    record: CallRecord,
+    function: str | None,
+    args: list[Any] | None,
+    kwargs: dict[str, Any] | None,
+    functions: Path | None,
+    budget_ms: int | None,
+) -> ReplayOutcome:
+    code = None if functions is None else await load_functions(functions)
+    return await replayer.replay(
+        record, code=code, function=function, args=args, kwargs=kwargs, budget_ms=budget_ms
+    )
+
+
+_default: ReplayRunner | None = None
+_default_lock = threading.Lock()
+
+
+def default_runner() -> ReplayRunner:
+    """The process's runner (run_function's and the pytest plugin's)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = ReplayRunner()
+            atexit.register(_default.close)
+        return _default
+
+
+def run_function(
+    function: str | None = None,
+    args: list[Any] | None = None,
+    kwargs: dict[str, Any] | None = None,
+    *,
+    fixture: Path | CallRecord | None = None,
+    functions: Path | None = None,
+    budget_ms: int | None = None,
+) -> Any:
+    """Run ``function(*args, **kwargs)`` offline in a real executor (the sandbox of a
+    Worker's), every IO request answered from ``fixture`` (a call record file from
+    ``blockx invoke --record`` or ``blockx replay``; a request it does not hold
+    fails NOT_FOUND), with the code of ``functions`` (a functions directory) or
+    else the fixture's own. Returns the call's value; raises CallFailed as the call
+    fails (its kind, and the exception with its traceback)."""
+    return default_runner().run(
+        function, args, kwargs, fixture=fixture, functions=functions, budget_ms=budget_ms
+    )
