@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import re
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any, Final, TypeAlias, assert_never
@@ -83,6 +84,54 @@ class ReplayFailed(msgspec.Struct, frozen=True, kw_only=True, tag=True):
 
 
 ReplayOutcome: TypeAlias = ReplayReturned | ReplayFailed
+
+
+class RaisedAt(msgspec.Struct, frozen=True, kw_only=True):
+    """Where a failure was raised: the innermost frame of its traceback (a user's
+    file, as ``chain.py``, its line and function)."""
+
+    file: str
+    line: int
+    function: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}, in {self.function}"
+
+
+_FRAME: Final = re.compile(r'^  File "([^"\n]+)", line (\d+), in (\S+)$', re.MULTILINE)
+
+
+def raised_at(message: str) -> RaisedAt | None:
+    """The innermost frame of a failure message's traceback, or None without one."""
+    frames = _FRAME.findall(message)
+    if not frames:
+        return None
+    file, line, function = frames[-1]
+    return RaisedAt(file=file, line=int(line), function=function)
+
+
+def same_ending(record: CallRecord, outcome: ReplayOutcome) -> bool:
+    """Whether the replay ended as the recorded call did: the same value, or the same
+    failure kind and exception raised at the same place. (A record holds a value
+    or a failure; one that holds neither returned None.)"""
+    recorded = record.failure
+    match outcome:
+        case ReplayReturned():
+            return recorded is None and outcome.value == record.result
+        case ReplayFailed():
+            failure = outcome.failure
+            return (
+                recorded is not None
+                and recorded.kind == failure.kind
+                and _headline(recorded.message) == _headline(failure.message)
+                and raised_at(recorded.message) == raised_at(failure.message)
+            )
+        case _:
+            assert_never(outcome)
+
+
+def _headline(message: str) -> str:
+    return message.split("\n", 1)[0]
 
 
 def replay_engine_config(executors: int = 1, *, sandbox: bool = True) -> CallEngineConfig:
