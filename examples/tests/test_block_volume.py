@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from blockx_testing import CallFailed, run_function
+from blockx_testing import CallFailed, ReplayReturned, run_function
+from blockx_testing.plugin import BlockxReplay
 
 EXAMPLES = Path(__file__).resolve().parents[1]
 FUNCTIONS = EXAMPLES / "functions"
@@ -45,3 +46,12 @@ def test_a_block_the_recording_does_not_hold_fails_not_found() -> None:
     assert failed.value.kind == "IO_ERROR"
     assert "NOT_FOUND" in failed.value.message
     assert "no answer to io.blockdb.block(124)" in failed.value.message
+
+
+def test_the_fixture_replays_its_own_call_with_the_projects_functions(
+    blockx_replay: BlockxReplay,
+) -> None:
+    outcome = blockx_replay.outcome(fixture=FIXTURE)
+    assert isinstance(outcome, ReplayReturned)
+    assert outcome.served == 2
+    assert outcome.value == json.loads(FIXTURE.read_text())["result"]
