@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from blockx_testing import CallFailed, ReplayReturned, run_function
-from blockx_testing.plugin import BlockxReplay
+from blockx_testing import CallFailed, ReplayReturned, ReplayRunner, run_function
 
 EXAMPLES = Path(__file__).resolve().parents[1]
 FUNCTIONS = EXAMPLES / "functions"
@@ -49,7 +48,7 @@ def test_a_block_the_recording_does_not_hold_fails_not_found() -> None:
 
 
 def test_the_fixture_replays_its_own_call_with_the_projects_functions(
-    blockx_replay: BlockxReplay,
+    blockx_replay: ReplayRunner,
 ) -> None:
     outcome = blockx_replay.outcome(fixture=FIXTURE)
     assert isinstance(outcome, ReplayReturned)

@@ -11,6 +11,8 @@ fails. The pytest plugin (loaded by installing this package) adds the
 from blockx_server.calls.replay import ReplayFailed, ReplayRefused, ReplayReturned
 from blockx_testing._runner import (
     CallFailed,
+    Executors,
+    ReplayOptions,
     ReplayRunner,
     default_runner,
     load_fixture,
@@ -19,7 +21,9 @@ from blockx_testing._runner import (
 
 __all__ = [
     "CallFailed",
+    "Executors",
     "ReplayFailed",
+    "ReplayOptions",
     "ReplayRefused",
     "ReplayReturned",
     "ReplayRunner",
