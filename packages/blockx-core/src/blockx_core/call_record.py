@@ -93,8 +93,10 @@ _encoder = msgspec.json.Encoder()
 
 def encode_record(record: CallRecord) -> bytes:
     """The record as indented JSON, for people to read and edit, its format first."""
-    document = {"format": record.format, **msgspec.to_builtins(record)}
-    return msgspec.json.format(_encoder.encode(document), indent=2) + b"\n"
+    body = _encoder.encode(record)  # answers may be msgspec.Raw: encoded, never converted
+    if record.format == CALL_RECORD_FORMAT:  # omitted as the default: put it first
+        body = b'{"format":' + _encoder.encode(record.format) + b"," + body[1:]
+    return msgspec.json.format(body, indent=2) + b"\n"
 
 
 def decode_record(data: bytes | str) -> CallRecord:
