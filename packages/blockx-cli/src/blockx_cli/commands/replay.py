@@ -19,8 +19,11 @@ import msgspec
 import typer
 from rich.markup import escape
 
+from blockx_cli.addresses import host_port_option
 from blockx_cli.options import JsonOpt, task_id_option
 from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Output, console, fail, print_whole
+from blockx_cli.runner import run
+from blockx_cli.settings import Settings, settings_of
 
 if TYPE_CHECKING:
     # The replay loads the executor pool and every IO backend: only when it runs.
@@ -42,6 +45,7 @@ FunctionsOpt = Annotated[
 
 @app.command()
 def replay(
+    ctx: typer.Context,
     task_id: Annotated[
         str | None,
         typer.Argument(
@@ -59,6 +63,31 @@ def replay(
             "instead of a task's.",
         ),
     ] = None,
+    call: Annotated[
+        int | None,
+        typer.Option(
+            "--call",
+            min=0,
+            help="The task's root call of this index (0-based), when several failed.",
+            show_default="the first that failed",
+        ),
+    ] = None,
+    worker: Annotated[
+        str | None,
+        typer.Option(
+            callback=host_port_option,
+            help="The task's worker host:port.",
+            show_default="ask every registered worker",
+        ),
+    ] = None,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            "--save",
+            help="Where to save a task's record.",
+            show_default="blockx-replay-TASK_ID.json here",
+        ),
+    ] = None,
     functions: FunctionsOpt = None,
     json_: JsonOpt = False,
 ) -> None:
@@ -66,13 +95,54 @@ def replay(
     a failed call shows the same exception at the same line.
 
     Exit codes: 0 the replayed call returned; 1 it failed (what it printed says
-    whether as recorded); 2 usage, or a record or functions directory that cannot
-    be read."""
+    whether as recorded), or the task's worker keeps no such record; 2 usage, or a
+    record or functions directory that cannot be read; 3 the worker could not be
+    reached."""
     out = Output(console, json_)
     if (task_id is None) == (fixture is None):
         fail("give a TASK_ID or --fixture FILE (one of them)", EXIT_USAGE)
-    assert fixture is not None  # a task's record: after the client can fetch one
-    raise typer.Exit(_replay_file(out, fixture, functions))
+    if fixture is not None:
+        if call is not None or worker is not None or save is not None:
+            fail("--call, --worker and --save go with a TASK_ID, not --fixture", EXIT_USAGE)
+        raise typer.Exit(_replay_file(out, fixture, functions))
+    assert task_id is not None
+    record = run(_fetch(settings_of(ctx), task_id, call, worker))
+    path = save or Path(record_file_name(task_id, call))
+    _save(path, record)
+    if not out.json_mode:
+        console.print(
+            f"[dim]saved the record of task {escape(task_id)}'s failed call "
+            f"{'' if call is None else f'{call} '}to {escape(str(path))}[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
+    raise typer.Exit(replay_record(out, record, str(path), functions))
+
+
+async def _fetch(
+    settings: Settings, task_id: str, call: int | None, worker: str | None
+) -> CallRecord:
+    from blockx_client import TaskNotFoundError
+
+    async with settings.client() as client:
+        try:
+            return await client.call_record(task_id, call, worker_addr=worker)
+        except TaskNotFoundError as exc:
+            fail(
+                exc.message,
+                EXIT_FAILED,
+                hint="a Worker keeps the records of failed calls only, while the task's "
+                "result is retained (RESULT_RETENTION_MS)",
+            )
+
+
+def _save(path: Path, record: CallRecord) -> None:
+    from blockx_core.call_record import encode_record
+
+    try:
+        path.write_bytes(encode_record(record))
+    except OSError as exc:
+        fail(f"cannot save the record to {path}: {exc.strerror}", EXIT_USAGE)
 
 
 def _replay_file(out: Output, path: Path, functions: Path | None) -> int:

@@ -117,7 +117,10 @@ def same_ending(record: CallRecord, outcome: ReplayOutcome) -> bool:
     recorded = record.failure
     match outcome:
         case ReplayReturned():
-            return recorded is None and outcome.value == record.result
+            result = record.result
+            if isinstance(result, msgspec.Raw):  # a record fresh from the engine
+                result = _decode(result)
+            return recorded is None and outcome.value == result
         case ReplayFailed():
             failure = outcome.failure
             return (
