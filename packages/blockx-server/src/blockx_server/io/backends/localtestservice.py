@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+import msgspec
+
 from blockx_core.call_record import CallRecord, RecordedAnswers, RecordedIo
 from blockx_core.failures import IoErrorKind
 from blockx_core.io import CacheKey, canonical_arguments
@@ -36,26 +38,24 @@ MAX_LISTED: Final = 5
 
 
 class LocalTestService:
-    """The answers of one record. ``serve_request`` answers one request of any
-    backend; ``as_backend(name)`` is the backend ``io.<name>`` for the router."""
-
-    name = LOCALTESTSERVICE
-    read_ops: frozenset[str] = frozenset()
-    write_ops: frozenset[str] = frozenset()
+    """The answers of one record. ``answer`` answers one request of any backend;
+    ``as_backend(name)`` is the backend ``io.<name>`` for the router. ``served`` and
+    ``missing`` count the requests answered from the record and those it lacks."""
 
     def __init__(self, io: list[RecordedIo], *, truncated: bool = False) -> None:
         self._io = io
         self._answers = RecordedAnswers(io)
+        # io.meta.code_epoch() by its operation alone (see the module docstring).
+        self._code_epoch = RecordedAnswers(
+            [
+                msgspec.structs.replace(e, args=[], kwargs={})
+                for e in io
+                if (e.backend, e.op) == (META, CODE_EPOCH_OP)
+            ]
+        )
         self._truncated = truncated
         self.served = 0
         self.missing = 0
-        code_epochs = [e for e in io if (e.backend, e.op) == (META, CODE_EPOCH_OP)]
-        self._code_epoch = RecordedAnswers(
-            [
-                RecordedIo(backend=e.backend, op=e.op, args=[], answer=e.answer, error=e.error)
-                for e in code_epochs
-            ]
-        )
 
     @classmethod
     def of(cls, record: CallRecord) -> LocalTestService:
