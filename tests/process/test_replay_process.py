@@ -115,3 +115,18 @@ def test_a_failed_call_replays_to_the_same_exception_at_the_same_line(
     text = blockx(invoker, "replay", "--fixture", str(path))
     assert "raised at ledger.py:10, in format_eth" in text.output
     assert "as recorded: the recorded call failed" in text.output
+
+
+def test_a_record_file_that_cannot_be_written_is_one_line_before_the_call(
+    invoker: SyncInvokerProcess, tmp_path: Path
+) -> None:
+    nowhere = tmp_path / "missing" / "r.json"
+    done = blockx(invoker, "invoke", "balance_line", "0xabc", "--record", str(nowhere))
+    assert done.exit_code == 2
+    assert f"error: cannot write the record to {nowhere}: no directory" in done.output
+    assert "Traceback" not in done.output
+    directory = tmp_path / "a_directory.json"
+    directory.mkdir()
+    done = blockx(invoker, "invoke", "balance_line", "0xabc", "--record", str(directory))
+    assert done.exit_code == 2
+    assert f"error: cannot write the record to {directory}: Is a directory" in done.output

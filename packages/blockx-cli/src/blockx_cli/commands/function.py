@@ -62,6 +62,8 @@ def invoke(
     """Run one function once through the Sync Invoker."""
     out = Output(console, json_)
     values = parse_args(args or [])
+    if record is not None and not record.parent.is_dir():
+        fail(f"cannot write the record to {record}: no directory {record.parent}", EXIT_USAGE)
     invoking = _invoke(settings_of(ctx), out, function, values, debug, timeout_ms, chain, record)
     raise typer.Exit(run(invoking))
 
