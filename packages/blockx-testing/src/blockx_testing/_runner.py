@@ -129,8 +129,10 @@ class ReplayRunner:
         the fixture's, within ``budget_ms``. ``function`` and ``args`` default to the
         fixture's call."""
         record = _record(function, options.get("fixture"))
-        if args is None and function not in (None, record.function):
-            args = []
+        if function not in (None, record.function):
+            # Another function than the fixture's: none of the fixture's arguments.
+            args = [] if args is None else args
+            kwargs = {} if kwargs is None else kwargs
         functions = options.get("functions") or self.functions
         budget_ms = options.get("budget_ms")
 
