@@ -4,18 +4,16 @@ PostgreSQL (its role created here as the superuser), through the IoRouter."""
 from __future__ import annotations
 
 import logging
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import msgspec
 import pytest
 import pytest_asyncio
 from chain_rows import GENESIS, block_hash, make_block
+from postgres import read_only_role
 
-from blockx_chain.schema import BLOCK_TABLES
 from blockx_chain.sink import open_sink
 from blockx_chain.store import open_store
 from blockx_chain.store.query import (
@@ -44,7 +42,6 @@ from blockx_server.runtime.env import ConfigError, ConfigReader, EnvironSource
 from blockx_server.runtime.process import StartupError
 
 LIMITS = QueryLimits(max_rows=50, max_bytes=200_000, timeout_ms=1000)
-CHAIN_TABLES = [t.name for t in BLOCK_TABLES] + ["chain"]
 
 
 class Db(msgspec.Struct):
@@ -62,29 +59,12 @@ async def _fill(url: str) -> None:
     await store.close()
 
 
-async def make_role(url: str, *, grants: str = "SELECT") -> PostgresUrl:
-    """A login role that reads the chain tables (what docs/blockdb-executor.md has
-    the operator run), made by the superuser; its URL."""
-    role = f"sql_{secrets.token_hex(4)}"
-    parsed = parse_blockdb_url(url)
-    assert isinstance(parsed, PostgresUrl)
-    conn = await asyncpg.connect(url)
-    try:
-        await conn.execute(f"CREATE ROLE {role} LOGIN")
-        await conn.execute(f"GRANT {grants} ON {', '.join(CHAIN_TABLES)} TO {role}")
-    finally:
-        await conn.close()
-    executor = parse_blockdb_url(url.replace("postgres@", f"{role}@", 1))
-    assert isinstance(executor, PostgresUrl)
-    return executor
-
-
 @pytest_asyncio.fixture
 async def db(db_url: str) -> Db:
     await _fill(db_url)
     if db_url.startswith("sqlite"):
         return Db("sqlite", db_url, None)
-    return Db("postgres", db_url, await make_role(db_url))
+    return Db("postgres", db_url, await read_only_role(db_url))
 
 
 async def _backend(db: Db, limits: QueryLimits = LIMITS) -> BlockDbExecutorBackend:
@@ -386,7 +366,7 @@ async def test_a_role_that_can_write_refuses_start_up(postgres_url: str, grants:
     await _fill(postgres_url)
     executor = parse_blockdb_url(postgres_url)
     if grants != "superuser":
-        executor = await make_role(postgres_url, grants=grants)
+        executor = await read_only_role(postgres_url, grants=grants)
     assert isinstance(executor, PostgresUrl)
     db = Db("postgres", postgres_url, executor)
     with pytest.raises(StartupError) as refused_start:
