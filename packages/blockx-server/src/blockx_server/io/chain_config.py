@@ -10,9 +10,13 @@ Several chains are ``[chains.NAME]`` tables of the ``--config`` file::
     [chains.base]
     chain_id = 8453
     blockdb_url = "postgresql://blockx@db/base"
+    blockdb_executor_url = "postgresql://blockx_sql@db/base"
 
-One chain can instead be named by BLOCKDB_URL and CHAIN_RPC_URL alone (the
-shorthand): the chain ``default``, its chain id read from its block database (the
+``blockdb_executor_url`` (BLOCKDB_EXECUTOR_URL in the shorthand) is the read-only
+role io.blockdb_executor queries a PostgreSQL block database as; without it that
+chain has no io.blockdb_executor (one log line says so), and a role that can write
+refuses start-up. One chain can instead be named by BLOCKDB_URL and CHAIN_RPC_URL
+alone (the shorthand): the chain ``default``, its chain id read from its block database (the
 node's ``eth_chainId`` when there is none). The shorthand and the tables together
 are refused: which one wins would be a guess.
 
