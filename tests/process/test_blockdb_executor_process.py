@@ -3,17 +3,12 @@ SQLite file and over PostgreSQL as a read-only role."""
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from chain_rows import TOKEN, seed_chain
 from postgres import read_only_role
 from processes import SyncInvokerProcess
-
-from blockx_proto import syncinvoker_v1
 
 FUNCTIONS = '''
 from blockx_executor import IoError, io
@@ -44,47 +39,26 @@ def functions_dir(tmp_path: Path) -> Path:
     return d
 
 
-@pytest.fixture
-def started() -> Iterator[list[SyncInvokerProcess]]:
-    processes: list[SyncInvokerProcess] = []
-    yield processes
-    for process in processes:
-        if process.alive():
-            process.kill()
-
-
-async def invoke(process: SyncInvokerProcess, function: str, args: list[Any]) -> Any:
-    channel = process.channel()
-    try:
-        stub = syncinvoker_v1.SyncInvokerServiceStub(channel)
-        reply = await stub.invoke(
-            syncinvoker_v1.InvokeRequest(function=function, args=json.dumps(args)), timeout=20
-        )
-    finally:
-        channel.close()
-    assert reply.success, reply.failure_message
-    return json.loads(reply.result)
-
-
 async def test_a_function_sums_in_sql_on_a_real_sync_invoker(
-    db_url: str, functions_dir: Path, started: list[SyncInvokerProcess], tmp_path: Path
+    db_url: str, functions_dir: Path, tmp_path: Path
 ) -> None:
     await seed_chain(db_url, 12)
     env = {"FUNCTIONS_DIR": str(functions_dir), "BLOCKDB_URL": db_url}
     if db_url.startswith("postgresql"):
         env["BLOCKDB_EXECUTOR_URL"] = (await read_only_role(db_url)).dsn
     process = SyncInvokerProcess(env, tmp_path / "invoker.log")
-    started.append(process)
-    await process.wait_ready()
-    (totals,) = await invoke(process, "token_totals", [2, 4])
+    try:
+        await process.wait_ready()
+        (totals,) = await process.invoke("token_totals", [2, 4])
+        write = await process.invoke("refused", ["DELETE FROM blocks"])
+    finally:
+        assert process.stop() == 0
     # make_block: two transfers of TOKEN per block, of 2**200 + n each.
     assert totals["token"] == TOKEN
     assert totals["transfers"] == 6
     assert int(float(totals["total"])) == pytest.approx(6 * 2**200, rel=1e-12)
-    write = await invoke(process, "refused", ["DELETE FROM blocks"])
     assert write["kind"] == "BAD_REQUEST"
     assert "DELETE statement is refused" in write["message"]
-    assert process.stop() == 0
     output = process.output()
     assert "Traceback" not in output
     assert "io.blockdb_executor queries" in output

@@ -29,7 +29,6 @@ import asyncio
 import sqlite3
 import threading
 import time
-import urllib.parse
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Final
@@ -44,6 +43,7 @@ from blockx_chain.store.query import (
     empty_tables,
     timed_out,
 )
+from blockx_chain.store.sqlite import read_only_uri
 
 QUERY_THREADS: Final = 2
 _BUSY_TIMEOUT_MS: Final = 5000
@@ -99,10 +99,6 @@ class _Guard(threading.local):
 
     refused: str | None = None
     pinned_check: bool = False
-
-
-def _read_only_uri(path: Path) -> str:
-    return f"file:{urllib.parse.quote(str(path))}?mode=ro"
 
 
 class SqliteQueries:
@@ -161,16 +157,25 @@ class SqliteQueries:
         )
         return sqlite3.SQLITE_DENY
 
+    def _connect(self) -> sqlite3.Connection:
+        """A read-only connection to the file, closed with the engine."""
+        if not self.path.is_file():
+            raise StoreUnavailable(f"no block database at {self.path}")
+        try:
+            conn = sqlite3.connect(read_only_uri(self.path), uri=True, check_same_thread=False)
+            conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
+        except sqlite3.Error as exc:
+            raise StoreUnavailable(f"{self.description}: {exc}") from None
+        with self._conns_lock:
+            self._conns.append(conn)
+        return conn
+
     def _is_table(self, name: str | None) -> bool:
         """Whether the file holds a table or view ``name`` (asked on a connection of
         this thread without the authorizer: a sink may add tables at any time)."""
         plain: sqlite3.Connection | None = getattr(self._local, "plain", None)
         if plain is None:
-            plain = sqlite3.connect(_read_only_uri(self.path), uri=True, check_same_thread=False)
-            plain.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            self._local.plain = plain
-            with self._conns_lock:
-                self._conns.append(plain)
+            plain = self._local.plain = self._connect()
         found = plain.execute(
             "SELECT 1 FROM sqlite_master WHERE type IN ('table', 'view') AND name = ? "
             "COLLATE NOCASE",
@@ -179,15 +184,10 @@ class SqliteQueries:
         return found is not None
 
     def _conn(self) -> sqlite3.Connection:
+        """This thread's connection for statements, behind the authorizer."""
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            if not self.path.is_file():
-                raise StoreUnavailable(f"no block database at {self.path}")
-            try:
-                conn = sqlite3.connect(_read_only_uri(self.path), uri=True, check_same_thread=False)
-                conn.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
-            except sqlite3.Error as exc:
-                raise StoreUnavailable(f"{self.description}: {exc}") from None
+            conn = self._connect()
             conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
             conn.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, max(1000, self.limits.max_bytes))
             # The allowed table-valued functions declare their columns on first use
@@ -196,8 +196,6 @@ class SqliteQueries:
                 conn.execute(f"SELECT * FROM {function}('[]')").fetchall()
             conn.set_authorizer(self._authorize)
             self._local.conn = conn
-            with self._conns_lock:
-                self._conns.append(conn)
         return conn
 
     async def query(self, statement: Statement) -> list[dict[str, Any]]:

@@ -253,6 +253,7 @@ async def open_chains(
 async def _open_chain(settings: ChainSettings, finality_refresh_ms: int) -> ChainIo:
     blockdb: BlockDbBackend | None = None
     rpc: RpcBackend | None = None
+    executor: BlockDbExecutorBackend | None = None
     try:
         chain_id = settings.chain_id
         if settings.blockdb is not None:
@@ -282,6 +283,7 @@ async def _open_chain(settings: ChainSettings, finality_refresh_ms: int) -> Chai
                         f"{settings.where('rpc_url')}: the node serves chain id {served}, not "
                         f"{what} {chain_id}"
                     )
+        executor = await _open_executor(settings)
     except BaseException:
         if blockdb is not None:
             await blockdb.close()
@@ -294,14 +296,6 @@ async def _open_chain(settings: ChainSettings, finality_refresh_ms: int) -> Chai
             "chain %r: its chain id is unknown until its block database answers",
             settings.name,
         )
-    try:
-        executor = await _open_executor(settings)
-    except BaseException:
-        if blockdb is not None:
-            await blockdb.close()
-        if rpc is not None:
-            await rpc.aclose()
-        raise
     finality = None if blockdb is None else ChainFinality(blockdb, finality_refresh_ms)
     backends: list[IoBackend] = [b for b in (blockdb, rpc, executor) if b is not None]
     chain_io = ChainIo(Chain(settings.name, chain_id or 0), backends, finality)
