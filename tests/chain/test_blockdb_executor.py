@@ -4,15 +4,17 @@ PostgreSQL (its role created here as the superuser), through the IoRouter."""
 from __future__ import annotations
 
 import logging
+import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import msgspec
 import pytest
 import pytest_asyncio
 from chain_rows import GENESIS, block_hash, make_block
-from postgres import read_only_role
+from postgres import PostgresServer, read_only_role
 
 from blockx_chain.sink import open_sink
 from blockx_chain.store import open_store
@@ -50,10 +52,10 @@ class Db(msgspec.Struct):
     executor: PostgresUrl | None  # the read-only role's URL on PostgreSQL
 
 
-async def _fill(url: str) -> None:
+async def _fill(url: str, chain_id: int = 31337) -> None:
     store = await open_store(parse_blockdb_url(url))
     async with store.writer() as w:
-        await w.init_chain(31337, GENESIS)
+        await w.init_chain(chain_id, GENESIS)
         await w.insert_blocks([make_block(n) for n in range(8)])
         await w.set_chain(head_number=7, head_hash=block_hash(7), finalized_number=5, epoch=1)
     await store.close()
@@ -374,6 +376,23 @@ async def test_a_role_that_can_write_refuses_start_up(postgres_url: str, grants:
     message = str(refused_start.value)
     assert message.startswith("[chains.mainnet] blockdb_executor_url: ")
     assert ("can write blocks" if grants != "superuser" else "is a superuser") in message
+
+
+async def test_a_role_on_another_chains_database_refuses_start_up(
+    postgres_url: str, postgres_server: PostgresServer
+) -> None:
+    await _fill(postgres_url)
+    other = f"o_{secrets.token_hex(4)}"
+    conn = await asyncpg.connect(postgres_server.url())
+    try:
+        await conn.execute(f"CREATE DATABASE {other}")
+    finally:
+        await conn.close()
+    await _fill(postgres_server.url(other), chain_id=5)
+    executor = await read_only_role(postgres_server.url(other))
+    db = Db("postgres", postgres_url, executor)
+    with pytest.raises(StartupError, match="its database holds chain id 5, not 31337"):
+        await open_chains((await _chain(db, executor),), finality_refresh_ms=1000)
 
 
 def _read(env: dict[str, str]) -> tuple[BlockDbSettings | None, ConfigReader]:

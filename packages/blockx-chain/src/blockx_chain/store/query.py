@@ -296,7 +296,8 @@ def tokens(text: str, engine: Engine) -> list[_Token]:
             out.append(_Token(_Kind.DOT, ".", start, i))
             continue
         if _WORD_START.match(c):
-            i = _WORD.match(text, i + 1).end()  # type: ignore[union-attr]
+            word = _WORD.match(text, i + 1)
+            i = word.end() if word is not None else i + 1
             out.append(_Token(_Kind.WORD, text[start:i].lower(), start, i))
             continue
         if c.isdigit():

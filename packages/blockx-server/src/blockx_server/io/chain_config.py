@@ -283,7 +283,7 @@ async def _open_chain(settings: ChainSettings, finality_refresh_ms: int) -> Chai
                         f"{settings.where('rpc_url')}: the node serves chain id {served}, not "
                         f"{what} {chain_id}"
                     )
-        executor = await _open_executor(settings)
+        executor = await _open_executor(settings, chain_id)
     except BaseException:
         if blockdb is not None:
             await blockdb.close()
@@ -305,10 +305,13 @@ async def _open_chain(settings: ChainSettings, finality_refresh_ms: int) -> Chai
     return chain_io
 
 
-async def _open_executor(settings: ChainSettings) -> BlockDbExecutorBackend | None:
+async def _open_executor(
+    settings: ChainSettings, chain_id: int | None
+) -> BlockDbExecutorBackend | None:
     """The chain's io.blockdb_executor: on SQLite always, on PostgreSQL with the
     read-only role's URL (without it, off, and one log line says how to enable it);
-    StartupError, naming the setting, for a role that can write."""
+    StartupError, naming the setting, for a role that can write or a database of
+    another chain than ``chain_id``."""
     blockdb = settings.blockdb
     if blockdb is None:
         return None
@@ -326,6 +329,13 @@ async def _open_executor(settings: ChainSettings) -> BlockDbExecutorBackend | No
     except SchemaRefused as exc:
         await backend.close()
         raise StartupError(f"{settings.where('blockdb_executor_url')}: {exc}") from None
+    held = await backend.chain_id() if blockdb.executor_url is not None else None
+    if held is not None and chain_id is not None and held != chain_id:
+        await backend.close()
+        raise StartupError(
+            f"{settings.where('blockdb_executor_url')}: its database holds chain id {held}, "
+            f"not {chain_id}: name the block database's own"
+        )
     return backend
 
 

@@ -32,7 +32,7 @@ import logging
 from typing import Any, Final
 
 from blockx_chain.schema import Engine
-from blockx_chain.store import SchemaRefused, StoreError, StoreUnavailable, TooManyRows
+from blockx_chain.store import StoreError, StoreUnavailable, TooManyRows
 from blockx_chain.store.query import (
     QueryEngine,
     QueryLimits,
@@ -113,10 +113,20 @@ class BlockDbExecutorBackend:
             raise BackendError(
                 IoErrorKind.BAD_REQUEST, f"io.{NAME}.{exc}", reason=IoReason.TOO_MANY_ROWS
             ) from None
-        except SchemaRefused as exc:
-            raise BackendError(IoErrorKind.UNAVAILABLE, f"io.{NAME}: {exc}") from None
         except StoreError as exc:
             raise BackendError(IoErrorKind.UNAVAILABLE, f"io.{NAME}: {exc}") from None
+
+    async def chain_id(self) -> int | None:
+        """The chain id of the database the statements read (its ``chain`` row), or
+        None while it cannot be read: start-up checks it is the block database's."""
+        try:
+            engine = await self._opened()
+            rows = await engine.query(
+                prepare("SELECT chain_id FROM chain", None, None, self.engine_kind)
+            )
+        except StoreError:
+            return None
+        return int(rows[0]["chain_id"]) if rows else None
 
     def immutable(
         self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
