@@ -4,6 +4,7 @@ PostgreSQL (its role created here as the superuser), through the IoRouter."""
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest_asyncio
 from chain_rows import GENESIS, block_hash, make_block
 from postgres import PostgresServer, read_only_role
 
+from blockx_chain.schema import Engine
 from blockx_chain.sink import open_sink
 from blockx_chain.store import open_store
 from blockx_chain.store.query import (
@@ -24,6 +26,7 @@ from blockx_chain.store.query import (
     QueryRefused,
     Statement,
     open_queries,
+    prepare,
 )
 from blockx_chain.url import PostgresUrl, parse_blockdb_url
 from blockx_core.failures import IoErrorKind
@@ -476,3 +479,54 @@ async def test_each_engine_refuses_a_second_statement_itself(db: Db) -> None:
                 await engine.query(Statement(sql=sql, params=()))
     finally:
         await engine.close()
+
+
+# The checks of the text alone, per engine: (engine, sql, params, the SQL run or the
+# refusal's words).
+TEXTS = [
+    (Engine.POSTGRES, "SELECT $$a;b$$ AS s", None, "SELECT $$a;b$$ AS s"),
+    (Engine.POSTGRES, "SELECT E'\\';' AS s", None, "SELECT E'\\';' AS s"),
+    (Engine.POSTGRES, "SELECT 1 /* a /* b */ ; */ + 1", None, "SELECT 1 /* a /* b */ ; */ + 1"),
+    (Engine.SQLITE, "SELECT 1 /* a /* b */ ; */", None, "multiple statements"),
+    (Engine.SQLITE, 'SELECT "a;b", [c;d], `e;f` FROM t', None, 'SELECT "a;b", [c;d], `e;f` FROM t'),
+    (Engine.POSTGRES, "SELECT '?' AS q, ? AS v", [1], "SELECT '?' AS q, $1 AS v"),
+    (Engine.POSTGRES, "SELECT :a, :b, :a, 1::int", {"b": 2, "a": 1}, "SELECT $1, $2, $1, 1::int"),
+    (Engine.SQLITE, "SELECT :a, :b, :a", {"b": 2, "a": 1}, "SELECT :a, :b, :a"),
+    (Engine.SQLITE, "-- note\nSELECT 1; ;  -- end", None, "-- note\nSELECT 1"),
+    (Engine.POSTGRES, "SELECT 'unterminated", None, "unterminated string"),
+    (Engine.POSTGRES, "", None, "holds no statement"),
+    (Engine.POSTGRES, "EXPLAIN ANALYZE SELECT 1", None, "the EXPLAIN statement is refused"),
+    (Engine.POSTGRES, "DO $$ BEGIN END $$", None, "the DO statement is refused"),
+]
+
+
+@pytest.mark.parametrize(("engine", "sql", "params", "expected"), TEXTS)
+def test_the_text_is_read_with_each_engines_quoting(
+    engine: Engine, sql: str, params: Any, expected: str
+) -> None:
+    if expected[0].islower():  # a refusal's words
+        with pytest.raises(QueryRefused, match=re.escape(expected)):
+            prepare(sql, params, None, engine)
+        return
+    statement = prepare(sql, params, None, engine)
+    assert statement.sql == expected
+    if isinstance(params, dict) and engine is Engine.POSTGRES:
+        assert statement.params == (1, 2)
+
+
+PINNED_REFUSED = [
+    (Engine.POSTGRES, 'SELECT * FROM public.U&"\\0062locks"', "would read past"),
+    (Engine.POSTGRES, "SELECT * FROM public /* x */ . blocks", "public.blocks would read past"),
+    (Engine.SQLITE, "SELECT * FROM `main`.`logs`", "main.logs would read past"),
+    (Engine.POSTGRES, "SELECT table_to_xml('blocks', true, false, '')", "table_to_xml()"),
+    (Engine.SQLITE, "SELECT * FROM abis", "abis changes as the chain moves"),
+]
+
+
+@pytest.mark.parametrize(("engine", "sql", "words"), PINNED_REFUSED)
+def test_a_pinned_statement_names_the_block_tables_plainly(
+    engine: Engine, sql: str, words: str
+) -> None:
+    with pytest.raises(QueryRefused, match=re.escape(words)):
+        prepare(sql, None, 10, engine)
+    prepare(sql, None, None, engine)  # unpinned, the text is no concern of the pin

@@ -355,7 +355,7 @@ def prepare(sql: Any, params: Any, through_block: Any, engine: Engine) -> Statem
     if first.kind is not _Kind.WORD or first.value not in _QUERY_WORDS:
         what = first.value.upper() if first.kind is _Kind.WORD else repr(first.value)
         raise QueryRefused(
-            f"a {what} statement is refused: io.blockdb_executor runs one SELECT "
+            f"the {what} statement is refused: io.blockdb_executor runs one SELECT "
             "(or WITH ... SELECT, VALUES) over the chain tables"
         )
     text = sql[: body[-1].end]
