@@ -520,6 +520,11 @@ PINNED_REFUSED = [
     (Engine.SQLITE, "SELECT * FROM `main`.`logs`", "main.logs would read past"),
     (Engine.POSTGRES, "SELECT table_to_xml('blocks', true, false, '')", "table_to_xml()"),
     (Engine.SQLITE, "SELECT * FROM abis", "abis changes as the chain moves"),
+    (Engine.SQLITE, "SELECT count(*), random() FROM blocks", "may not use random"),
+    (Engine.SQLITE, "SELECT date('now') AS d FROM blocks", "may not read the clock"),
+    (Engine.POSTGRES, "SELECT now(), count(*) FROM blocks", "may not use now"),
+    (Engine.POSTGRES, "SELECT pg_relation_size('blocks')", "may not use pg_relation_size"),
+    (Engine.POSTGRES, "SELECT reltuples FROM pg_catalog.pg_class", "may not use pg_catalog"),
 ]
 
 

@@ -16,10 +16,12 @@ bounded before and while either engine runs it.
   main.blocks WHERE block_number <= N) <statement>``; a statement with its own
   WITH gets these first in its list). A pinned statement may name the block
   tables only by their plain names (``main.blocks`` would read past N), no other
-  table of the block database (``chain`` moves with the head), and on PostgreSQL
-  no function that runs SQL text or reads a table by name (``query_to_xml``,
-  ``table_to_xml``, ``ts_stat`` ...). Its answer then depends on the rows at
-  blocks <= N alone, and cannot change once N is final.
+  table of the block database (``chain`` moves with the head), nothing volatile
+  (``random()``, ``now()``, 'now', the session, ``pg_*`` catalogs and statistics,
+  ``information_schema``), and on PostgreSQL no function that runs SQL text or
+  reads a table by name (``query_to_xml``, ``table_to_xml``, ``ts_stat`` ...). Its
+  answer then depends on the rows at blocks <= N alone, and cannot change once N
+  is final.
 
 The tokenizer knows both engines' quoting: '...' strings, "..." identifiers,
 comments (PostgreSQL's nest), SQLite's [...] and `...` identifiers, PostgreSQL's
@@ -71,6 +73,44 @@ _SQL_RUNNING: Final = frozenset(
         "ts_rewrite",
         "dblink",
         "dblink_exec",
+    }
+)
+# What makes an answer change though the rows at blocks <= N do not: the clock,
+# chance, the session, the server's catalogs and statistics (every ``pg_*`` name,
+# ``information_schema``) and SQLite's 'now'. A pinned statement names none of them.
+_VOLATILE: Final = frozenset(
+    {
+        "random",
+        "randomblob",
+        "setseed",
+        "now",
+        "clock_timestamp",
+        "statement_timestamp",
+        "transaction_timestamp",
+        "timeofday",
+        "current_timestamp",
+        "current_date",
+        "current_time",
+        "localtime",
+        "localtimestamp",
+        "current_setting",
+        "current_user",
+        "session_user",
+        "current_schema",
+        "current_database",
+        "inet_server_addr",
+        "version",
+        "nextval",
+        "currval",
+        "lastval",
+        "gen_random_uuid",
+        "txid_current",
+        "changes",
+        "total_changes",
+        "last_insert_rowid",
+        "sqlite_version",
+        "sqlite_source_id",
+        "information_schema",
     }
 )
 _QUERY_WORDS: Final = frozenset({"select", "with", "values"})
@@ -472,6 +512,16 @@ def _check_pinnable(body: list[_Token], engine: Engine) -> None:
             raise QueryRefused(
                 f"a pinned query (through_block) reads only the block tables: {name} changes "
                 "as the chain moves"
+            )
+        if token.kind is _Kind.WORD and (token.value in _VOLATILE or token.value.startswith("pg_")):
+            raise QueryRefused(
+                f"a pinned query (through_block) may not use {token.value}: its answer "
+                "would change though the blocks through through_block do not"
+            )
+        if token.kind is _Kind.STRING and token.value.strip("'").lower() == "now":
+            raise QueryRefused(
+                "a pinned query (through_block) may not read the clock ('now'): its answer "
+                "would change though the blocks through through_block do not"
             )
         if (
             engine is Engine.POSTGRES
