@@ -229,6 +229,7 @@ BAD_PARAMS = [
     ("SELECT :a AS v", {"b": 1}, "missing: a; not in the SQL: b"),
     ("SELECT :a AS v, ? AS w", [1, 2], "mixes ? and :name"),
     ("SELECT $1 AS v", [1], "parameter mark $1 is refused"),
+    ("SELECT ? AS v", [2**64], "beyond a 64-bit integer"),
 ]
 
 

@@ -356,6 +356,11 @@ def _excerpt(text: str, start: int) -> str:
 
 
 def _check_value(value: Any, where: str) -> Any:
+    if isinstance(value, int) and not isinstance(value, bool) and not -(2**63) <= value < 2**63:
+        raise QueryRefused(
+            f"parameter {where} is {value}, beyond a 64-bit integer: pass a larger number "
+            "as a str and CAST it in the SQL"
+        )
     if value is None or isinstance(value, bool | int | float | str):
         return value
     raise QueryRefused(
