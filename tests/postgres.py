@@ -90,6 +90,16 @@ class PostgresServer:
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
 
+    async def new_database(self) -> str:
+        """The URL of a new empty database of the caller's own."""
+        name = f"t_{secrets.token_hex(6)}"
+        conn = await asyncpg.connect(self.url())
+        try:
+            await conn.execute(f"CREATE DATABASE {name}")
+        finally:
+            await conn.close()
+        return self.url(name)
+
 
 async def read_only_role(url: str, *, grants: str = "SELECT") -> PostgresUrl:
     """A login role of its own granted ``grants`` on the chain tables (the block

@@ -5,12 +5,10 @@ from __future__ import annotations
 
 import logging
 import re
-import secrets
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import msgspec
 import pytest
 import pytest_asyncio
@@ -386,14 +384,9 @@ async def test_a_role_on_another_chains_database_refuses_start_up(
     postgres_url: str, postgres_server: PostgresServer
 ) -> None:
     await _fill(postgres_url)
-    other = f"o_{secrets.token_hex(4)}"
-    conn = await asyncpg.connect(postgres_server.url())
-    try:
-        await conn.execute(f"CREATE DATABASE {other}")
-    finally:
-        await conn.close()
-    await _fill(postgres_server.url(other), chain_id=5)
-    executor = await read_only_role(postgres_server.url(other))
+    other = await postgres_server.new_database()
+    await _fill(other, chain_id=5)
+    executor = await read_only_role(other)
     db = Db("postgres", postgres_url, executor)
     with pytest.raises(StartupError, match="its database holds chain id 5, not 31337"):
         await open_chains((await _chain(db, executor),), finality_refresh_ms=1000)
