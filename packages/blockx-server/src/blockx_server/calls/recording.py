@@ -116,6 +116,11 @@ class RunRecords:
             recording = CallRecording(failure.index, failure.args, failure.kwargs, self.max_bytes)
         self.failures[failure.index] = recording
 
+    def kept_bytes(self, index: int) -> int:
+        """The size of the IO kept for root call ``index`` (JSON bytes)."""
+        kept = self.failures.get(index) or self.successes.get(index, (None, b""))[0]
+        return 0 if kept is None else kept.builder.size
+
     def record(
         self,
         index: int,
