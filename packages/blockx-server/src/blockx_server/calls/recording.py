@@ -77,24 +77,23 @@ class RunRecords:
         builder = recording.builder
         if builder.truncated:
             return
+        answer: Any = None
+        error: RecordedError | None = None
         match outcome:
             case IoOk():
-                entry = RecordedIo(
-                    backend=request.backend,
-                    op=request.op,
-                    args=request.args,
-                    kwargs=request.kwargs or {},
-                    answer=msgspec.Raw(outcome.value_json),
-                )
+                answer = msgspec.Raw(outcome.value_json)  # the bytes, never decoded
             case IoFailed():
-                entry = RecordedIo(
-                    backend=request.backend,
-                    op=request.op,
-                    args=request.args,
-                    kwargs=request.kwargs or {},
-                    error=RecordedError(kind=outcome.kind, message=outcome.message),
-                )
-        builder.add(entry)
+                error = RecordedError(kind=outcome.kind, message=outcome.message)
+        builder.add(
+            RecordedIo(
+                backend=request.backend,
+                op=request.op,
+                args=request.args,
+                kwargs=request.kwargs or {},
+                answer=answer,
+                error=error,
+            )
+        )
 
     def resent(self, root_id: int) -> None:
         """The root call runs again from the start: what its last attempt did is gone."""
