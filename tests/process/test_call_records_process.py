@@ -91,6 +91,11 @@ async def workers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Wor
             assert "Traceback" not in kept.output()
 
 
+def _gauge(page: list[str], name: str) -> float:
+    [value] = [line.split(" ")[1] for line in page if line.startswith(f"{name} ")]
+    return float(value)
+
+
 async def _not_found(
     stub: worker_v1.WorkerServiceStub, request: worker_v1.GetCallRecordRequest
 ) -> str:
@@ -125,6 +130,10 @@ async def test_a_failed_call_s_record_has_its_io_and_its_exception(workers: Work
         assert record.code == {"recfns": FUNCTIONS}
         assert record.code_epoch >= 1
         assert record.result is None
+
+        page = workers.kept.metrics().splitlines()
+        assert _gauge(page, "blockx_worker_call_records") >= 1
+        assert _gauge(page, "blockx_worker_call_record_bytes") >= len(answer.record)
 
         same = await stub.get_call_record(
             worker_v1.GetCallRecordRequest(task_id="rec-fail", call_index=2)

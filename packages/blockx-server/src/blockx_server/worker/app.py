@@ -95,6 +95,8 @@ async def serve(
     )
     error_rate = ErrorRateWindow()
     metrics = WorkerMetrics(CollectorRegistry(), core, engine, io, code_view=view)
+    call_records = CallRecordStore(config.calls.record_max_bytes, config.core.result_retention_ms)
+    metrics.watch_call_records(call_records)
     orchestrator = Orchestrator(
         core,
         engine,
@@ -113,9 +115,7 @@ async def serve(
         offload=Offload(on_offloaded=metrics.work_offloaded),
         task_log=task_log,
         function_calls=metrics.functions.of,
-        call_records=CallRecordStore(
-            config.calls.record_max_bytes, config.core.result_retention_ms
-        ),
+        call_records=call_records,
     )
     publisher = EtcdHeartbeatPublisher(
         HeartbeatPublisherConfig(
