@@ -175,6 +175,12 @@ async def test_no_record_for_a_task_that_succeeded_or_is_unknown(workers: Worker
         assert final.state == worker_v1.TaskState.SUCCEEDED
         message = await _not_found(stub, worker_v1.GetCallRecordRequest(task_id="rec-ok"))
         assert message == "task 'rec-ok' succeeded: only the calls that fail a task are recorded"
+        final = await run_to_end(stub, call_list_task("rec-missing", "no_such_function", [[1]]))
+        assert execute_result(final).failure_code == "CALL_FAILED"
+        message = await _not_found(stub, worker_v1.GetCallRecordRequest(task_id="rec-missing"))
+        assert message.startswith(
+            "no call record is kept for task 'rec-missing': no call of it ran and failed it"
+        )
         message = await _not_found(stub, worker_v1.GetCallRecordRequest(task_id="rec-never"))
         assert message.startswith("task 'rec-never' is unknown here, or its result has expired")
         assert "results are kept" in message

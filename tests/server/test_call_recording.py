@@ -144,3 +144,11 @@ def test_the_record_is_bounded_exactly_by_its_bytes(answers: int) -> None:
     assert record.truncated is (answers > 5)
     assert sum(len(msgspec.json.encode(entry)) for entry in record.io) <= bound
     assert records.kept_bytes(1) <= bound
+
+
+def test_a_function_that_does_not_exist_has_no_record() -> None:
+    records = RunRecords(4096, keep_successes=False)
+    missing = CallFailure(index=0, kind=CallFailureKind.FUNCTION_NOT_FOUND, message="no f")
+    records.failed(missing)
+    ending = failure_ending(missing)
+    assert records.record(0, function="f", snapshot=SNAPSHOT, chain="", ending=ending) is None

@@ -28,6 +28,7 @@ from blockx_core.call_record import (
 )
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.dispatch import CallFailure
+from blockx_core.failures import CallFailureKind
 from blockx_executor import protocol as wire
 from blockx_server.io.errors import IoFailed, IoOk, IoOutcome
 
@@ -131,7 +132,10 @@ class RunRecords:
 
     def failed(self, failure: CallFailure) -> None:
         """The run failed on root call ``failure.index``: keep its recording (an empty
-        one for a call that made no IO request)."""
+        one for a call that made no IO request; none for a function that does not
+        exist: the call never ran)."""
+        if failure.kind is CallFailureKind.FUNCTION_NOT_FOUND:
+            return
         for root_id, recording in self.open.items():
             if recording.index == failure.index:
                 del self.open[root_id]

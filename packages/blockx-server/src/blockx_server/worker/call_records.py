@@ -77,9 +77,10 @@ class CallRecordStore:
             if not self.record_max_bytes:
                 return "this Worker records no calls (CALL_RECORD_MAX_BYTES=0)"
             return (
-                f"no call record is kept for task {shown(task_id)}: it failed before or "
-                "after its calls (no call failed it), or its record was dropped to keep "
-                f"this Worker's records within {self.max_bytes} bytes"
+                f"no call record is kept for task {shown(task_id)}: no call of it ran and "
+                "failed it (its Builder or Writer did, or its function does not exist), "
+                "or its record was dropped to keep this Worker's records within "
+                f"{self.max_bytes} bytes"
             )
         if index is None:
             index = min(kept.records)

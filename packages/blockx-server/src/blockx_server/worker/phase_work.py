@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import assert_never
@@ -41,6 +42,8 @@ from blockx_server.worker.metrics import FunctionCalls
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.task_log import TaskLog
 from blockx_server.worker.task_runtime import TaskRuntime
+
+log = logging.getLogger(__name__)
 
 
 class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -176,7 +179,13 @@ class PhaseWork:
         if record is None:
             return
         size = sum(len(s) for s in record.code.values()) + records.kept_bytes(failed.index)
-        document = await self.offload.run("record", size, encode_record, record)
+        try:
+            document = await self.offload.run("record", size, encode_record, record)
+        except (TypeError, ValueError, OverflowError) as exc:  # arguments no JSON holds
+            log.warning(
+                "task %s: the record of call %d is not kept: %s", ctx.task_id, failed.index, exc
+            )
+            return
         store.keep(ctx.task_id, failed.index, document, self._clock.now_ms())
 
     async def writer(self, runtime: TaskRuntime, plugin: WriterPlugin | None) -> PhaseOutcome:
