@@ -18,7 +18,7 @@ from grpclib.exceptions import GRPCError
 from processes import WorkerProcess, call_list_task, execute_result, run_to_end
 from support import wait_until
 
-from blockx_client import Client, TaskNotFoundError
+from blockx_client import Client, SyncClient, TaskNotFoundError
 from blockx_core.call_record import RecordedIo, decode_record
 from blockx_core.failures import CallFailureKind
 from blockx_proto import worker_v1
@@ -208,6 +208,9 @@ async def test_the_client_reads_a_record_and_a_missing_one(workers: Workers) -> 
             await client.call_record("rec-ok", worker_addr=addr)
         with pytest.raises(TaskNotFoundError, match="call 5 of task 'rec-client' did not fail"):
             await client.call_record("rec-client", 5, worker_addr=addr)
+    # The Worker is another process: the sync client's blocking call holds up nothing.
+    with SyncClient(direct=True) as sync:
+        assert sync.call_record("rec-client", 0, worker_addr=addr) == record
 
 
 async def test_a_record_goes_with_its_task_s_result(workers: Workers) -> None:
