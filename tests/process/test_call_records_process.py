@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +92,15 @@ async def workers(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Wor
             assert "Traceback" not in kept.output()
 
 
+@asynccontextmanager
+async def stub_of(worker: WorkerProcess) -> AsyncIterator[worker_v1.WorkerServiceStub]:
+    channel = worker.channel()
+    try:
+        yield worker_v1.WorkerServiceStub(channel)
+    finally:
+        channel.close()
+
+
 def _gauge(page: list[str], name: str) -> float:
     [value] = [line.split(" ")[1] for line in page if line.startswith(f"{name} ")]
     return float(value)
@@ -107,9 +117,7 @@ async def _not_found(
 
 
 async def test_a_failed_call_s_record_has_its_io_and_its_exception(workers: Workers) -> None:
-    channel = workers.kept.channel()
-    stub = worker_v1.WorkerServiceStub(channel)
-    try:
+    async with stub_of(workers.kept) as stub:
         final = await run_to_end(stub, call_list_task("rec-fail", "fails_on", [[1], [2], [3]]))
         failed = execute_result(final)
         assert failed.failure_code == "CALL_FAILED"
@@ -146,14 +154,10 @@ async def test_a_failed_call_s_record_has_its_io_and_its_exception(workers: Work
             "call 0 of task 'rec-fail' did not fail it: only failed calls are recorded "
             "(the failed call: 2)"
         )
-    finally:
-        channel.close()
 
 
 async def test_a_record_stops_at_call_record_max_bytes(workers: Workers) -> None:
-    channel = workers.kept.channel()
-    stub = worker_v1.WorkerServiceStub(channel)
-    try:
+    async with stub_of(workers.kept) as stub:
         final = await run_to_end(stub, call_list_task("rec-big", "reads_all", [["k"]]))
         assert execute_result(final).failure_code == "CALL_FAILED"
         answer = await stub.get_call_record(worker_v1.GetCallRecordRequest(task_id="rec-big"))
@@ -163,14 +167,10 @@ async def test_a_record_stops_at_call_record_max_bytes(workers: Workers) -> None
         assert record.io == []
         assert record.failure is not None
         assert "RuntimeError: read 500 keys" in record.failure.message
-    finally:
-        channel.close()
 
 
 async def test_no_record_for_a_task_that_succeeded_or_is_unknown(workers: Workers) -> None:
-    channel = workers.kept.channel()
-    stub = worker_v1.WorkerServiceStub(channel)
-    try:
+    async with stub_of(workers.kept) as stub:
         final = await run_to_end(stub, call_list_task("rec-ok", "fails_on", [[1]]))
         assert final.state == worker_v1.TaskState.SUCCEEDED
         message = await _not_found(stub, worker_v1.GetCallRecordRequest(task_id="rec-ok"))
@@ -189,18 +189,12 @@ async def test_no_record_for_a_task_that_succeeded_or_is_unknown(workers: Worker
                 worker_v1.GetCallRecordRequest(task_id="rec-fail", call_index=-1)
             )
         assert refused.value.status is Status.INVALID_ARGUMENT
-    finally:
-        channel.close()
 
 
 async def test_the_client_reads_a_record_and_a_missing_one(workers: Workers) -> None:
     addr = f"{workers.kept.host}:{workers.kept.port}"
-    channel = workers.kept.channel()
-    try:
-        stub = worker_v1.WorkerServiceStub(channel)
+    async with stub_of(workers.kept) as stub:
         await run_to_end(stub, call_list_task("rec-client", "fails_on", [[3]]))
-    finally:
-        channel.close()
     async with Client(direct=True) as client:
         record = await client.call_record("rec-client", worker_addr=addr)
         assert (record.function, record.args, len(record.io)) == ("fails_on", [3], 2)
@@ -214,9 +208,7 @@ async def test_the_client_reads_a_record_and_a_missing_one(workers: Workers) -> 
 
 
 async def test_a_record_goes_with_its_task_s_result(workers: Workers) -> None:
-    channel = workers.brief.channel()
-    stub = worker_v1.WorkerServiceStub(channel)
-    try:
+    async with stub_of(workers.brief) as stub:
         final = await run_to_end(stub, call_list_task("rec-brief", "fails_on", [[3]]))
         assert execute_result(final).failure_code == "CALL_FAILED"
 
@@ -230,5 +222,3 @@ async def test_a_record_goes_with_its_task_s_result(workers: Workers) -> None:
         await wait_until(expired, "the result expired", timeout=30)
         message = await _not_found(stub, worker_v1.GetCallRecordRequest(task_id="rec-brief"))
         assert "results are kept 200 ms" in message
-    finally:
-        channel.close()
