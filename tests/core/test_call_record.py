@@ -57,6 +57,10 @@ def test_a_record_reads_back_equal_with_its_format_first(record: CallRecord) -> 
     assert document.endswith(b"}\n")
     assert decode_record(document) == record
     assert decode_record(document.decode()) == record
+    compact = encode_record(record, indent=0)
+    assert compact.startswith(b'{"format":"' + CALL_RECORD_FORMAT.encode() + b'",')
+    assert b"\n" not in compact
+    assert decode_record(compact) == record
 
 
 def test_answers_kept_as_raw_json_encode_as_the_values_they_are() -> None:

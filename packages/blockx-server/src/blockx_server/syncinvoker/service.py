@@ -179,7 +179,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
             outcome,
             observer.output() if observer is not None else "",
             trace,
-            b"" if record is None else encode_record(record),
+            b"" if record is None else encode_record(record, indent=0),
         )
 
     async def precheck(self, message: pb.PrecheckRequest) -> pb.PrecheckResponse:

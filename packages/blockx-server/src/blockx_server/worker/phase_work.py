@@ -180,7 +180,7 @@ class PhaseWork:
             return
         size = sum(len(s) for s in record.code.values()) + records.kept_bytes(failed.index)
         try:
-            document = await self.offload.run("record", size, encode_record, record)
+            document = await self.offload.run("record", size, encode_record, record, indent=0)
         except (TypeError, ValueError, OverflowError) as exc:  # arguments no JSON holds
             log.warning(
                 "task %s: the record of call %d is not kept: %s", ctx.task_id, failed.index, exc
