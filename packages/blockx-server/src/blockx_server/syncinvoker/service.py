@@ -38,7 +38,6 @@ from blockx_core.chains import CHAIN_NAME_RULE, is_chain_name
 from blockx_core.code_view import CodeSnapshot, FunctionCodeView, NoSnapshotError
 from blockx_core.dispatch import CallsConverged, CallsFailed, ConvergeTaskCalls
 from blockx_core.errors import ErrorCode
-from blockx_core.failures import CallFailureKind
 from blockx_core.signature import precheck
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.calls.engine import CallEngine
@@ -180,7 +179,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
             outcome,
             observer.output() if observer is not None else "",
             trace,
-            b"" if record is None else encode_record(record),
+            b"" if record is None else encode_record(record, indent=0),
         )
 
     async def precheck(self, message: pb.PrecheckRequest) -> pb.PrecheckResponse:
@@ -371,7 +370,7 @@ def invoke_record(
         case CallsConverged(outputs=outputs):
             ending = outputs[0].value_json
         case CallsFailed(failed_call=failed):
-            if failed is None or failed.kind is CallFailureKind.FUNCTION_NOT_FOUND:
+            if failed is None:
                 return None
             ending = failure_ending(failed)
         case _:
