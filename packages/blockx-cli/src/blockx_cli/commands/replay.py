@@ -68,8 +68,8 @@ def replay(
         typer.Option(
             "--call",
             min=0,
-            help="The task's root call of this index (0-based), when several failed.",
-            show_default="the first that failed",
+            help="The task's root call of this index (0-based).",
+            show_default="the call that failed the task",
         ),
     ] = None,
     worker: Annotated[
