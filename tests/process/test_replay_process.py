@@ -1,7 +1,8 @@
-"""Record and replay against the real Sync Invoker: ``blockx invoke --record`` saves
-what DebugInvoke recorded (its IO, sub-calls' included, its code and ending), and
-``blockx replay --fixture`` runs it again offline, in real executors, to the same
-result, or to the same exception at the same line."""
+"""Record and replay against the real servers: ``blockx invoke --record`` saves what
+the Sync Invoker's DebugInvoke recorded (its IO, sub-calls' included, its code and
+ending), ``blockx replay TASK_ID`` fetches what a Worker kept of a failed call, and
+the replay runs it again offline, in real executors, to the same result, or to the
+same exception at the same line."""
 
 from __future__ import annotations
 
@@ -12,11 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from processes import EXAMPLES, SyncInvokerProcess
+from processes import (
+    EXAMPLES,
+    SyncInvokerProcess,
+    WorkerProcess,
+    call_list_task,
+    run_to_end,
+    serving,
+)
 from typer.testing import CliRunner
 
 from blockx_cli.app import app
 from blockx_core.call_record import decode_record
+from blockx_proto import worker_v1
+from blockx_server.etcd.local import EtcdServer
 from blockx_testing import CallFailed, run_function
 
 LEDGER = """\
@@ -36,12 +46,9 @@ def format_eth(wei):
 @pytest.fixture(scope="module")
 def invoker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SyncInvokerProcess]:
     base = tmp_path_factory.mktemp("replay")
-    functions = base / "functions"
-    functions.mkdir()
-    (functions / "ledger.py").write_text(LEDGER)
     process = SyncInvokerProcess(
         {
-            "FUNCTIONS_DIR": str(functions),
+            "FUNCTIONS_DIR": str(functions_dir(base)),
             "IO_MEMORY_SEED_FILE": str(EXAMPLES / "memory_seed.json"),
         },
         base / "syncinvoker.log",
@@ -52,6 +59,13 @@ def invoker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SyncInvokerPro
     finally:
         if process.alive():
             process.kill()
+
+
+def functions_dir(base: Path) -> Path:
+    functions = base / "functions"
+    functions.mkdir()
+    (functions / "ledger.py").write_text(LEDGER)
+    return functions
 
 
 def blockx(invoker: SyncInvokerProcess, *args: str) -> Any:
@@ -130,3 +144,46 @@ def test_a_record_file_that_cannot_be_written_is_one_line_before_the_call(
     done = blockx(invoker, "invoke", "balance_line", "0xabc", "--record", str(directory))
     assert done.exit_code == 2
     assert f"error: cannot write the record to {directory}: Is a directory" in done.output
+
+
+async def test_blockx_replay_of_a_failed_task_shows_the_same_exception_and_line(
+    etcd_server: EtcdServer, unique_lane: Any, tmp_path: Path
+) -> None:
+    proc = WorkerProcess(
+        {
+            "ETCD_ENDPOINTS": etcd_server.endpoint,
+            "WORKER_REGISTRY_PREFIX": unique_lane(),
+            "WORKER_HEARTBEAT_INTERVAL": "100",
+            "FUNCTIONS_DIR": str(functions_dir(tmp_path)),
+            "IO_MEMORY_SEED_FILE": str(EXAMPLES / "memory_seed.json"),
+        },
+        tmp_path / "worker.log",
+    )
+    async with serving(proc) as (stub,):
+        task = call_list_task("replay-1", "balance_line", [["0xabc"], ["0x999"]])
+        final = await run_to_end(stub, task)
+        assert final.state == worker_v1.TaskState.FAILED, final
+        saved = tmp_path / "saved.json"
+        args = ["--direct", "replay", "replay-1", "--worker", proc.addr, "--save", str(saved)]
+        done = await asyncio.to_thread(CliRunner().invoke, app, args, catch_exceptions=False)
+        assert done.exit_code == 1, done.output
+        assert f"saved the record of task replay-1's failed call to {saved}" in done.output
+        assert "TypeError: unsupported operand type(s) for /: 'NoneType' and 'int'" in done.output
+        assert "raised at ledger.py:10, in format_eth" in done.output
+        assert "as recorded: the recorded call failed USER_ERROR" in done.output
+        record = decode_record(saved.read_bytes())
+        assert (record.function, record.args) == ("balance_line", ["0x999"])
+        assert [(io.backend, io.op, io.args) for io in record.io] == [
+            ("memory", "get", ["balance:0x999"])
+        ]
+        as_json = await asyncio.to_thread(
+            CliRunner().invoke, app, [*args[:-2], "--call", "1", "--json"], catch_exceptions=False
+        )
+        shown = json.loads(as_json.output)
+        assert shown["as_recorded"] is True
+        assert shown["raised_at"] == {"file": "ledger.py", "line": 10, "function": "format_eth"}
+        missing = await asyncio.to_thread(
+            CliRunner().invoke, app, [*args[:-2], "--call", "0"], catch_exceptions=False
+        )
+        assert missing.exit_code == 1
+        assert "Traceback" not in missing.output

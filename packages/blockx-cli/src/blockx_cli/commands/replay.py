@@ -19,7 +19,7 @@ import msgspec
 import typer
 from rich.markup import escape
 
-from blockx_cli.addresses import host_port_option
+from blockx_cli.commands.task import FindWorkerOpt
 from blockx_cli.options import JsonOpt, task_id_option
 from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Output, console, fail, print_whole
 from blockx_cli.runner import run
@@ -72,14 +72,7 @@ def replay(
             show_default="the call that failed the task",
         ),
     ] = None,
-    worker: Annotated[
-        str | None,
-        typer.Option(
-            callback=host_port_option,
-            help="The task's worker host:port.",
-            show_default="ask every registered worker",
-        ),
-    ] = None,
+    worker: FindWorkerOpt = None,
     save: Annotated[
         Path | None,
         typer.Option(
