@@ -1,0 +1,372 @@
+"""The code that wrote the sink's rows: ``_blockx_code`` and ``_blockx_task_code``.
+
+A Worker numbers its code epochs itself, so a row's ``code_epoch`` alone does
+not say which code wrote it. Each write also gives the digest of its task's
+module set (``CodeSnapshot.digest``) and the sources (``{module: source}``); in
+the write's transaction the sink keeps:
+
+- ``_blockx_code``: ``code_digest`` (the key), ``sources`` (the JSON object of
+  module sources) and ``first_written_at_ms``: each module set once, whatever
+  the Workers, epochs and tasks that ran it;
+- ``_blockx_task_code``: ``task_id`` (the key), ``code_digest``, ``code_epoch``,
+  ``table_name``, ``kind`` (``blocks`` for a block write, ``upsert``) and
+  ``written_at_ms``: which module set each task ran.
+
+A ledger entry (``_blockx_written``) names its task, so a block's rows lead to
+their code: ledger entry → task → module set. A store remembers the digests it
+has stored: a write of a known digest stores no sources again (one statement
+records its task, and stores them again only if another writer removed them
+meanwhile).
+
+Bounded: the sink keeps the tasks some ledger entry still names, and the newest
+``UPSERT_TASKS_KEPT`` tasks of upserts (upserted rows name no task); a module
+set no kept task names is removed. Removal is part of the writes that make it
+due, and cheap: a block write or delete looks at the tasks of the entries it
+replaced or removed (the ledger is indexed by task), an upsert at the upsert
+tasks beyond the kept ones. A sink written by a BlockX that kept no code holds
+no code for those rows (their entries lead to no task's code).
+
+On PostgreSQL writers run side by side: a write holds a shared lock on its
+digest, and a module set is removed only under that lock taken exclusively
+without waiting; a set some write is recording is left for a later removal.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
+
+from blockx_chain.sink.errors import SinkRejected
+from blockx_chain.sink.schema import LEDGER
+
+if TYPE_CHECKING:
+    from blockx_chain.sink.base import SinkTx
+
+CODE_TABLE: Final = "_blockx_code"
+TASK_CODE_TABLE: Final = "_blockx_task_code"
+# Tasks of upserts kept (the newest by write); a block write's task is kept while
+# the ledger names it.
+UPSERT_TASKS_KEPT: Final = 1000
+BLOCKS: Final = "blocks"
+UPSERT: Final = "upsert"
+# The most bytes of sources a reader loads from the sink.
+MAX_CODE_BYTES: Final = 64 * 1024 * 1024
+# Task ids looked up per statement.
+_CHUNK: Final = 500
+_DIGEST: Final = re.compile(r"[0-9a-f]{16,128}")
+LEDGER_TASK_INDEX: Final = f"CREATE INDEX IF NOT EXISTS {LEDGER}_by_task ON {LEDGER} (task_id)"
+
+
+def code_statements(postgres: bool) -> list[str]:
+    """The tables and their indexes, made with the writers' other tables."""
+    big = "BIGINT" if postgres else "INTEGER"
+    return [
+        f"CREATE TABLE IF NOT EXISTS {CODE_TABLE} (code_digest TEXT NOT NULL PRIMARY KEY, "
+        f"sources TEXT NOT NULL, first_written_at_ms {big} NOT NULL)",
+        f"CREATE TABLE IF NOT EXISTS {TASK_CODE_TABLE} (task_id TEXT NOT NULL PRIMARY KEY, "
+        f"code_digest TEXT NOT NULL, code_epoch {big} NOT NULL, table_name TEXT NOT NULL, "
+        f"kind TEXT NOT NULL, written_at_ms {big} NOT NULL)",
+        f"CREATE INDEX IF NOT EXISTS {TASK_CODE_TABLE}_by_digest "
+        f"ON {TASK_CODE_TABLE} (code_digest)",
+        f"CREATE INDEX IF NOT EXISTS {TASK_CODE_TABLE}_by_kind "
+        f"ON {TASK_CODE_TABLE} (kind, written_at_ms)",
+        LEDGER_TASK_INDEX,
+    ]
+
+
+class TaskCode(msgspec.Struct, frozen=True, kw_only=True):
+    """A write's code: the digest of its module set, the sources, the epoch its
+    Worker gave them, and the task."""
+
+    digest: str
+    sources: Mapping[str, str]
+    epoch: int
+    task_id: str
+
+
+class BlockCode(msgspec.Struct, frozen=True, kw_only=True):
+    """A block's ledger entry, and the code its task ran (None: the sink kept none
+    for it, as for a block written by a BlockX that kept no code)."""
+
+    table: str
+    chain_id: int
+    block_number: int
+    block_hash: str
+    code_epoch: int
+    task_id: str
+    written_at_ms: int
+    code: WrittenCode | None
+
+
+class WrittenCode(msgspec.Struct, frozen=True, kw_only=True):
+    """The code of a module set, and which task ran it (None when asked by digest).
+
+    ``table`` and ``kind`` say what the task wrote (``blocks`` or ``upsert``)."""
+
+    code_digest: str
+    sources: dict[str, str]
+    first_written_at_ms: int
+    task_id: str | None = None
+    code_epoch: int | None = None
+    table: str | None = None
+    kind: str | None = None
+    written_at_ms: int | None = None
+
+
+def task_code(
+    code_digest: Any, code_sources: Any, code_epoch: int, task_id: str
+) -> TaskCode | None:
+    """A write's code arguments, checked; None when the writer gave none."""
+    if code_digest is None and code_sources is None:
+        return None
+    if not isinstance(code_digest, str) or _DIGEST.fullmatch(code_digest) is None:
+        raise SinkRejected(
+            f"code_digest {code_digest!r:.80} is no digest (16 to 128 lowercase hex digits)"
+        )
+    if not isinstance(code_sources, Mapping) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in code_sources.items()
+    ):
+        raise SinkRejected("code_sources is no object of module names to source texts")
+    if not isinstance(task_id, str) or not task_id:
+        raise SinkRejected("a write that records its code names its task (task_id)")
+    return TaskCode(digest=code_digest, sources=code_sources, epoch=code_epoch, task_id=task_id)
+
+
+_STORE_SQL: Final = (
+    f"INSERT INTO {CODE_TABLE} (code_digest, sources, first_written_at_ms) VALUES (?, ?, ?) "
+    "ON CONFLICT (code_digest) DO NOTHING"
+)
+_MAP_COLUMNS: Final = "task_id, code_digest, code_epoch, table_name, kind, written_at_ms"
+_MAP_CONFLICT: Final = (
+    "ON CONFLICT (task_id) DO UPDATE SET code_digest = excluded.code_digest, "
+    "code_epoch = excluded.code_epoch, table_name = excluded.table_name, "
+    "kind = excluded.kind, written_at_ms = excluded.written_at_ms"
+)
+_MAP_SQL: Final = (
+    f"INSERT INTO {TASK_CODE_TABLE} ({_MAP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) {_MAP_CONFLICT}"
+)
+# The task's row, only when its module set is stored (a row tells which).
+_MAP_IF_STORED_SQL: Final = (
+    f"INSERT INTO {TASK_CODE_TABLE} ({_MAP_COLUMNS}) SELECT ?, ?, ?, ?, ?, ? "
+    f"WHERE EXISTS (SELECT 1 FROM {CODE_TABLE} WHERE code_digest = ?) {_MAP_CONFLICT} "
+    "RETURNING task_id"
+)
+_UNUSED_SQL: Final = (
+    f"DELETE FROM {CODE_TABLE} WHERE code_digest = ? AND NOT EXISTS "
+    f"(SELECT 1 FROM {TASK_CODE_TABLE} WHERE code_digest = ?) RETURNING code_digest"
+)
+_OLD_UPSERTS_SQL: Final = (
+    f"DELETE FROM {TASK_CODE_TABLE} WHERE kind = ? AND task_id NOT IN "
+    f"(SELECT task_id FROM {TASK_CODE_TABLE} WHERE kind = ? "
+    "ORDER BY written_at_ms DESC, task_id LIMIT ?) RETURNING code_digest"
+)
+
+
+def code_lock(digest: str) -> str:
+    """The name of the lock a write of ``digest`` holds shared."""
+    return f"{CODE_TABLE}:{digest}"
+
+
+def _in(count: int) -> str:
+    return ", ".join("?" for _ in range(count))
+
+
+def _chunks(items: Iterable[str]) -> list[list[str]]:
+    listed = sorted(set(items))
+    return [listed[i : i + _CHUNK] for i in range(0, len(listed), _CHUNK)]
+
+
+def sources_json(code: TaskCode) -> str:
+    return msgspec.json.encode(dict(sorted(code.sources.items()))).decode()
+
+
+async def _previous(tx: SinkTx, task_id: str) -> str | None:
+    """The module set ``task_id`` was recorded with before this write."""
+    rows = await tx.fetch(
+        f"SELECT code_digest FROM {TASK_CODE_TABLE} WHERE task_id = ?", (task_id,)
+    )
+    return str(rows[0]["code_digest"]) if rows else None
+
+
+async def _record(
+    tx: SinkTx, code: TaskCode, table: str, kind: str, now_ms: int, known: set[str]
+) -> None:
+    """Record ``code`` as its task's (``kind`` of write to ``table``), its sources
+    stored unless ``known`` says they are already."""
+    await tx.share(code_lock(code.digest))
+    row = (code.task_id, code.digest, code.epoch, table, kind, now_ms)
+    if code.digest in known and await tx.fetch(_MAP_IF_STORED_SQL, (*row, code.digest)):
+        return
+    await tx.execute(_STORE_SQL, (code.digest, sources_json(code), now_ms))
+    await tx.execute(_MAP_SQL, row)
+    # Remembered before the commit: a write rolled back leaves a digest known but
+    # not stored, which the next write of it finds out and mends.
+    known.add(code.digest)
+
+
+async def blocks_written(
+    tx: SinkTx,
+    code: TaskCode | None,
+    table: str,
+    now_ms: int,
+    known: set[str],
+    replaced: set[str],
+) -> None:
+    """After a block write's ledger entries: its code recorded (when given), and
+    the records of the tasks whose entries it ``replaced`` removed when no entry
+    names them any more."""
+    previous = None
+    if code is not None:
+        if code.task_id in replaced:
+            previous = await _previous(tx, code.task_id)
+        await _record(tx, code, table, BLOCKS, now_ms, known)
+        replaced = replaced - {code.task_id}
+    await forget_tasks(tx, replaced, known)
+    if code is not None and previous not in (None, code.digest):
+        await forget_code(tx, [str(previous)], known)
+
+
+async def upserted(
+    tx: SinkTx, code: TaskCode | None, table: str, now_ms: int, known: set[str]
+) -> None:
+    """After an upsert's rows: its code recorded (when given), and the upsert
+    tasks beyond the newest UPSERT_TASKS_KEPT removed."""
+    if code is None:
+        return
+    previous = await _previous(tx, code.task_id)
+    await _record(tx, code, table, UPSERT, now_ms, known)
+    rows = await tx.fetch(_OLD_UPSERTS_SQL, (UPSERT, UPSERT, UPSERT_TASKS_KEPT))
+    digests = {str(r["code_digest"]) for r in rows}
+    if previous not in (None, code.digest):
+        digests.add(str(previous))
+    await forget_code(tx, digests, known)
+
+
+async def tasks_of_blocks(
+    tx: SinkTx, table: str, chain_id: int, runs: Iterable[tuple[int, int]]
+) -> set[str]:
+    """The tasks named by the ledger entries of these runs of blocks."""
+    found: set[str] = set()
+    for low, high in runs:
+        rows = await tx.fetch(
+            f"SELECT DISTINCT task_id FROM {LEDGER} WHERE table_name = ? AND chain_id = ? "
+            "AND block_number BETWEEN ? AND ?",
+            (table, chain_id, low, high),
+        )
+        found.update(str(r["task_id"]) for r in rows)
+    return found
+
+
+async def forget_tasks(tx: SinkTx, tasks: Iterable[str], known: set[str]) -> None:
+    """Remove the records of these tasks that no ledger entry names any more, and
+    the module sets no task names then."""
+    digests: set[str] = set()
+    for chunk in _chunks(tasks):
+        rows = await tx.fetch(
+            f"DELETE FROM {TASK_CODE_TABLE} WHERE kind = ? AND task_id IN ({_in(len(chunk))}) "
+            f"AND NOT EXISTS (SELECT 1 FROM {LEDGER} l WHERE l.task_id = "
+            f"{TASK_CODE_TABLE}.task_id) RETURNING code_digest",
+            (BLOCKS, *chunk),
+        )
+        digests.update(str(r["code_digest"]) for r in rows)
+    await forget_code(tx, digests, known)
+
+
+async def forget_code(tx: SinkTx, digests: Iterable[str], known: set[str]) -> None:
+    """Remove these module sets where no task names them (on PostgreSQL, and no
+    write is recording one of them now)."""
+    for digest in sorted(set(digests)):
+        if await tx.try_lock(code_lock(digest)) and await tx.fetch(_UNUSED_SQL, (digest, digest)):
+            known.discard(digest)
+
+
+_TASK_COLUMNS: Final = (
+    "t.task_id, t.code_digest, t.code_epoch, t.table_name, t.kind, t.written_at_ms"
+)
+
+
+async def read_code(
+    tx: SinkTx, digest: str, task: Mapping[str, Any] | None = None
+) -> WrittenCode | None:
+    """The module set ``digest`` (with its ``task``'s row of ``_blockx_task_code``),
+    None when the sink does not hold it; SinkRejected when what it holds is no
+    object of sources within MAX_CODE_BYTES."""
+    rows = await tx.fetch(
+        f"SELECT first_written_at_ms, length(sources) AS size FROM {CODE_TABLE} "
+        "WHERE code_digest = ?",
+        (digest,),
+    )
+    if not rows:
+        return None
+    if int(rows[0]["size"]) > MAX_CODE_BYTES:
+        raise SinkRejected(
+            f"the sources of code {digest} are {int(rows[0]['size']):,} characters, more "
+            f"than a reader loads ({MAX_CODE_BYTES:,})"
+        )
+    text = await tx.fetch(f"SELECT sources FROM {CODE_TABLE} WHERE code_digest = ?", (digest,))
+    try:
+        sources = msgspec.json.decode(str(text[0]["sources"]), type=dict[str, str])
+    except (msgspec.DecodeError, IndexError) as exc:
+        raise SinkRejected(
+            f"the sources of code {digest} are no object of module sources: {exc}"
+        ) from None
+    extra: dict[str, Any] = {}
+    if task is not None:
+        extra = {
+            "task_id": str(task["task_id"]),
+            "code_epoch": int(task["code_epoch"]),
+            "table": str(task["table_name"]),
+            "kind": str(task["kind"]),
+            "written_at_ms": int(task["written_at_ms"]),
+        }
+    return WrittenCode(
+        code_digest=digest,
+        sources=sources,
+        first_written_at_ms=int(rows[0]["first_written_at_ms"]),
+        **extra,
+    )
+
+
+async def read_task_code(tx: SinkTx, task_id: str) -> WrittenCode | None:
+    """The code ``task_id`` ran, None when the sink kept none for it."""
+    rows = await tx.fetch(
+        f"SELECT {_TASK_COLUMNS} FROM {TASK_CODE_TABLE} t WHERE t.task_id = ?", (task_id,)
+    )
+    return await read_code(tx, str(rows[0]["code_digest"]), rows[0]) if rows else None
+
+
+async def read_block_code(
+    tx: SinkTx, table: str, block_number: int, chain_id: int | None, *, coded: bool = True
+) -> list[BlockCode]:
+    """The ledger entries of ``block_number`` of ``table`` (of ``chain_id``'s only
+    when given), by chain id, each with the code its task ran (none when not
+    ``coded``: the sink keeps no code)."""
+    where = "table_name = ? AND block_number = ?"
+    params: tuple[Any, ...] = (table, block_number)
+    if chain_id is not None:
+        where += " AND chain_id = ?"
+        params += (chain_id,)
+    entries = await tx.fetch(
+        f"SELECT chain_id, block_hash, code_epoch, task_id, written_at_ms FROM {LEDGER} "
+        f"WHERE {where} ORDER BY chain_id",
+        params,
+    )
+    found = []
+    for entry in entries:
+        task_id = str(entry["task_id"])
+        found.append(
+            BlockCode(
+                table=table,
+                chain_id=int(entry["chain_id"]),
+                block_number=block_number,
+                block_hash=str(entry["block_hash"]),
+                code_epoch=int(entry["code_epoch"]),
+                task_id=task_id,
+                written_at_ms=int(entry["written_at_ms"]),
+                code=await read_task_code(tx, task_id) if coded else None,
+            )
+        )
+    return found
