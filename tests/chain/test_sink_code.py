@@ -4,11 +4,13 @@ code, and code no kept task names removed."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 
 import pytest
+from sink_layouts import make_sink_at
 
-from blockx_chain.sink import SinkRejected, SinkStore, open_sink
+from blockx_chain.sink import LEDGER, SinkRejected, SinkStore, open_sink
 from blockx_chain.sink import code as sink_code
 from blockx_chain.url import parse_blockdb_url
 
@@ -202,3 +204,63 @@ async def test_a_read_only_store_reads_the_code(db_url: str, sink: SinkStore) ->
         assert found.sources == A[1]
     finally:
         await reader.close()
+
+
+async def test_a_sink_of_an_earlier_layout_keeps_code_once_marked(db_url: str) -> None:
+    await make_sink_at(db_url, 1, [(1, "0x1", [10]), (2, "0x2", [20])])
+    sink = await open_sink(parse_blockdb_url(db_url))
+    try:
+        # Its blocks were written by a BlockX that kept no code.
+        with pytest.raises(SinkRejected, match="before sink rows carried their chain"):
+            await sink.code_of(TABLE, 1)
+        assert await sink.mark_chain(CHAIN)
+        (entry,) = await sink.code_of(TABLE, 1)
+        assert entry.code is None
+        # The ledger rebuilt with the chain id is indexed by task again.
+        async with sink.transaction() as tx:
+            indexes = {i.name: i.columns for i in await tx.table_indexes(LEDGER)}
+        assert indexes[f"{LEDGER}_by_task"] == ["task_id"]
+        await _write(sink, [2], A, 1, "t1")
+        assert await _written_by(sink, 2) == ("t1", 1, A[0], A[1]["fns"])
+        assert await _stored(sink) == [A[0]]
+    finally:
+        await sink.close()
+
+
+async def test_writers_side_by_side_never_lose_the_code_of_a_kept_task(db_url: str) -> None:
+    url = parse_blockdb_url(db_url)
+    stores = [await open_sink(url) for _ in range(3)]
+    codes = [A, B, C]
+    try:
+        # Rounds of three writes at once, each store rewriting blocks the others
+        # wrote with other code: removals meet writes of the same module set.
+        for round_ in range(12):
+            await asyncio.gather(
+                *(
+                    _write(
+                        store,
+                        [1 + (round_ + i) % 4, 5 + i],
+                        codes[(round_ + i) % 3],
+                        round_,
+                        f"r{round_}-{i}",
+                    )
+                    for i, store in enumerate(stores)
+                )
+            )
+        async with stores[0].transaction() as tx:
+            dangling = await tx.fetch(
+                f"SELECT task_id FROM {sink_code.TASK_CODE_TABLE} t WHERE NOT EXISTS "
+                f"(SELECT 1 FROM {sink_code.CODE_TABLE} c WHERE c.code_digest = t.code_digest)",
+                (),
+            )
+        assert dangling == []
+        for block in range(1, 8):
+            _, _, digest, source = await _written_by(stores[1], block)
+            assert (digest, source) in {(code[0], code[1]["fns"]) for code in codes}
+        # Every block rewritten with one code: the others go.
+        await _write(stores[2], list(range(1, 8)), A, 99, "last")
+        assert await _stored(stores[0]) == [A[0]]
+        assert await _tasks(stores[0]) == ["last"]
+    finally:
+        for store in stores:
+            await store.close()

@@ -131,7 +131,6 @@ def _meta_statements(postgres: bool) -> list[str]:
         f"CREATE TABLE IF NOT EXISTS {SINK_TABLE} (identity TEXT NOT NULL, "
         "version INTEGER NOT NULL)",
         *job_statements(postgres),
-        *task_code.code_statements(postgres),
     ]
 
 
@@ -454,7 +453,7 @@ class SinkStore(abc.ABC):
                 f"DELETE FROM {LEDGER} WHERE table_name = ? AND chain_id = ? AND block_number = ?",
                 [(table, chain_id, n) for n in wanted],
             )
-            await task_code.forget_tasks(tx, replaced, self._code_known)
+            await task_code.blocks_deleted(tx, replaced, self._code_known)
         return len(present)
 
     async def unmarked(self) -> bool:
@@ -599,6 +598,7 @@ class SinkStore(abc.ABC):
             await tx.lock([_META_LOCK])
             for statement in _meta_statements(tx.postgres):
                 await tx.execute(statement)
+            await task_code.make_code_tables(tx)
             rows = await tx.fetch(f"SELECT version FROM {SINK_TABLE}", ())
             if not rows:
                 await tx.execute(

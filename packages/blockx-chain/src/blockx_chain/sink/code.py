@@ -23,12 +23,17 @@ Bounded: the sink keeps the tasks some ledger entry still names, and the newest
 set no kept task names is removed. Removal is part of the writes that make it
 due, and cheap: a block write or delete looks at the tasks of the entries it
 replaced or removed (the ledger is indexed by task), an upsert at the upsert
-tasks beyond the kept ones. A sink written by a BlockX that kept no code holds
-no code for those rows (their entries lead to no task's code).
+tasks beyond the kept ones; only when that removes a task (or a task ran other
+code this time) does it look for module sets no task names, a pass over
+``_blockx_code``, which holds one row per module set kept. A sink written by a
+BlockX that kept no code holds no code for those rows (their entries lead to no
+task's code).
 
 On PostgreSQL writers run side by side: a write holds a shared lock on its
 digest, and a module set is removed only under that lock taken exclusively
 without waiting; a set some write is recording is left for a later removal.
+Writes that replace entries of one task take turns on a lock of that task
+before looking whether any entry still names it.
 """
 
 from __future__ import annotations
@@ -57,24 +62,34 @@ MAX_CODE_BYTES: Final = 64 * 1024 * 1024
 # Task ids looked up per statement.
 _CHUNK: Final = 500
 _DIGEST: Final = re.compile(r"[0-9a-f]{16,128}")
-LEDGER_TASK_INDEX: Final = f"CREATE INDEX IF NOT EXISTS {LEDGER}_by_task ON {LEDGER} (task_id)"
+_LEDGER_TASK_INDEX_NAME: Final = f"{LEDGER}_by_task"
+LEDGER_TASK_INDEX: Final = (
+    f"CREATE INDEX IF NOT EXISTS {_LEDGER_TASK_INDEX_NAME} ON {LEDGER} (task_id)"
+)
 
 
-def code_statements(postgres: bool) -> list[str]:
-    """The tables and their indexes, made with the writers' other tables."""
-    big = "BIGINT" if postgres else "INTEGER"
-    return [
+async def make_code_tables(tx: SinkTx) -> None:
+    """The tables and their indexes, made with the writers' other tables. An index
+    is made only when missing: on PostgreSQL even ``CREATE INDEX IF NOT EXISTS``
+    locks its table against writes, which a running writer waits on."""
+    big = "BIGINT" if tx.postgres else "INTEGER"
+    await tx.execute(
         f"CREATE TABLE IF NOT EXISTS {CODE_TABLE} (code_digest TEXT NOT NULL PRIMARY KEY, "
-        f"sources TEXT NOT NULL, first_written_at_ms {big} NOT NULL)",
+        f"sources TEXT NOT NULL, first_written_at_ms {big} NOT NULL)"
+    )
+    await tx.execute(
         f"CREATE TABLE IF NOT EXISTS {TASK_CODE_TABLE} (task_id TEXT NOT NULL PRIMARY KEY, "
         f"code_digest TEXT NOT NULL, code_epoch {big} NOT NULL, table_name TEXT NOT NULL, "
-        f"kind TEXT NOT NULL, written_at_ms {big} NOT NULL)",
-        f"CREATE INDEX IF NOT EXISTS {TASK_CODE_TABLE}_by_digest "
-        f"ON {TASK_CODE_TABLE} (code_digest)",
-        f"CREATE INDEX IF NOT EXISTS {TASK_CODE_TABLE}_by_kind "
-        f"ON {TASK_CODE_TABLE} (kind, written_at_ms)",
-        LEDGER_TASK_INDEX,
-    ]
+        f"kind TEXT NOT NULL, written_at_ms {big} NOT NULL)"
+    )
+    indexes = {
+        f"{TASK_CODE_TABLE}_by_digest": f"{TASK_CODE_TABLE} (code_digest)",
+        f"{TASK_CODE_TABLE}_by_kind": f"{TASK_CODE_TABLE} (kind, written_at_ms)",
+        _LEDGER_TASK_INDEX_NAME: f"{LEDGER} (task_id)",
+    }
+    for name, on in indexes.items():
+        if await tx.taken(name) is None:
+            await tx.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {on}")
 
 
 class TaskCode(msgspec.Struct, frozen=True, kw_only=True):
@@ -218,15 +233,14 @@ async def blocks_written(
     """After a block write's ledger entries: its code recorded (when given), and
     the records of the tasks whose entries it ``replaced`` removed when no entry
     names them any more."""
-    previous = None
+    changed = False
     if code is not None:
         if code.task_id in replaced:
-            previous = await _previous(tx, code.task_id)
+            changed = await _previous(tx, code.task_id) not in (None, code.digest)
         await _record(tx, code, table, BLOCKS, now_ms, known)
         replaced = replaced - {code.task_id}
-    await forget_tasks(tx, replaced, known)
-    if code is not None and previous not in (None, code.digest):
-        await forget_code(tx, [str(previous)], known)
+    if await _forget_tasks(tx, replaced) or changed:
+        await _sweep(tx, known)
 
 
 async def upserted(
@@ -236,13 +250,17 @@ async def upserted(
     tasks beyond the newest UPSERT_TASKS_KEPT removed."""
     if code is None:
         return
-    previous = await _previous(tx, code.task_id)
+    changed = await _previous(tx, code.task_id) not in (None, code.digest)
     await _record(tx, code, table, UPSERT, now_ms, known)
-    rows = await tx.fetch(_OLD_UPSERTS_SQL, (UPSERT, UPSERT, UPSERT_TASKS_KEPT))
-    digests = {str(r["code_digest"]) for r in rows}
-    if previous not in (None, code.digest):
-        digests.add(str(previous))
-    await forget_code(tx, digests, known)
+    if await tx.fetch(_OLD_UPSERTS_SQL, (UPSERT, UPSERT, UPSERT_TASKS_KEPT)) or changed:
+        await _sweep(tx, known)
+
+
+async def blocks_deleted(tx: SinkTx, replaced: set[str], known: set[str]) -> None:
+    """After a delete of blocks: the records of the tasks whose entries it removed
+    (``replaced``) removed when no entry names them any more."""
+    if await _forget_tasks(tx, replaced):
+        await _sweep(tx, known)
 
 
 async def tasks_of_blocks(
@@ -260,25 +278,36 @@ async def tasks_of_blocks(
     return found
 
 
-async def forget_tasks(tx: SinkTx, tasks: Iterable[str], known: set[str]) -> None:
-    """Remove the records of these tasks that no ledger entry names any more, and
-    the module sets no task names then."""
-    digests: set[str] = set()
-    for chunk in _chunks(tasks):
+async def _forget_tasks(tx: SinkTx, tasks: Iterable[str]) -> bool:
+    """Remove the records of these block writes' tasks that no ledger entry names
+    any more; whether any was removed."""
+    removed = False
+    listed = sorted(set(tasks))
+    # Two writes that each replace part of one task's entries would each see the
+    # other's part still there: they take turns, the second seeing the first's.
+    await tx.lock([f"{TASK_CODE_TABLE}:{task}" for task in listed])
+    for chunk in _chunks(listed):
         rows = await tx.fetch(
             f"DELETE FROM {TASK_CODE_TABLE} WHERE kind = ? AND task_id IN ({_in(len(chunk))}) "
             f"AND NOT EXISTS (SELECT 1 FROM {LEDGER} l WHERE l.task_id = "
-            f"{TASK_CODE_TABLE}.task_id) RETURNING code_digest",
+            f"{TASK_CODE_TABLE}.task_id) RETURNING task_id",
             (BLOCKS, *chunk),
         )
-        digests.update(str(r["code_digest"]) for r in rows)
-    await forget_code(tx, digests, known)
+        removed = removed or bool(rows)
+    return removed
 
 
-async def forget_code(tx: SinkTx, digests: Iterable[str], known: set[str]) -> None:
-    """Remove these module sets where no task names them (on PostgreSQL, and no
-    write is recording one of them now)."""
-    for digest in sorted(set(digests)):
+async def _sweep(tx: SinkTx, known: set[str]) -> None:
+    """Remove every module set no task names (one pass over ``_blockx_code``, as
+    small as the module sets kept). On PostgreSQL, a set some write is recording
+    now (it holds the set's lock shared) is left: that write names it, or, rolled
+    back, leaves it to the next sweep."""
+    rows = await tx.fetch(
+        f"SELECT code_digest FROM {CODE_TABLE} c WHERE NOT EXISTS "
+        f"(SELECT 1 FROM {TASK_CODE_TABLE} t WHERE t.code_digest = c.code_digest)",
+        (),
+    )
+    for digest in sorted(str(r["code_digest"]) for r in rows):
         if await tx.try_lock(code_lock(digest)) and await tx.fetch(_UNUSED_SQL, (digest, digest)):
             known.discard(digest)
 

@@ -5,7 +5,9 @@ the ledger entry of a block names its task, the task its module set, stored once
 per set. This command reads them there, opening the sink read-only: it makes
 nothing.
 
-Exit codes: 0 shown; 1 nothing written there, or no code kept for it; 2 a bad
+Exit codes: 0 shown; 1 nothing written there, no code kept for it, no such
+module, or a sink that refuses the read (a bad table name, a sink whose rows do
+not say their chain yet); 2 a bad
 flag or URL, or a block several chains wrote without ``--chain-id``; 3 the sink
 cannot be read (no SQLite file there, a server that does not answer).
 """
@@ -19,9 +21,16 @@ import msgspec
 import typer
 from rich.markup import escape
 
-from blockx_chain.sink import BlockCode, SinkError, SinkUnavailable, WrittenCode, open_sink
+from blockx_chain.sink import (
+    BlockCode,
+    SinkError,
+    SinkRejected,
+    SinkUnavailable,
+    WrittenCode,
+    open_sink,
+)
 from blockx_chain.url import BlockDbUrl, describe
-from blockx_cli.databases import SinkDbOpt, database_url
+from blockx_cli.databases import URL_FORMS, database_url
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import (
     EXIT_FAILED,
@@ -36,6 +45,8 @@ from blockx_cli.output import (
 
 app = typer.Typer()
 
+_KINDS = {"blocks": "block write", "upsert": "upsert"}
+
 
 @app.command()
 def code(
@@ -44,7 +55,15 @@ def code(
     ] = None,
     block: Annotated[int | None, typer.Argument(min=0, help="The block number.")] = None,
     *,
-    sink_db: SinkDbOpt = None,
+    sink_db: Annotated[
+        str | None,
+        typer.Option(
+            "--sink-db",
+            envvar="SINK_DB_URL",
+            help=f"The sink database whose rows' code is read: {URL_FORMS} "
+            "(default: SINK_DB_URL, else the running `blockx dev up`'s).",
+        ),
+    ] = None,
     chain_id: Annotated[
         int | None,
         typer.Option(min=0, help="The chain whose block it is (needed when several wrote it)."),
@@ -75,13 +94,18 @@ def code(
         entry, found = asyncio.run(_read(url, table, block, chain_id, task, digest))
     except SinkUnavailable as exc:
         fail(str(exc), EXIT_SERVICE)
+    except SinkRejected as exc:
+        fail(str(exc), EXIT_FAILED)
     except SinkError as exc:
         fail(f"cannot read the code kept in {describe(url)}: {exc}", EXIT_SERVICE)
     if found is None:
         fail(_missing(url, entry, table, block, task, digest), EXIT_FAILED)
     if module is not None and module not in found.sources:
         known = ", ".join(sorted(found.sources)) or "none"
-        fail(f"the code {found.code_digest} has no module {module!r} (modules: {known})", 1)
+        fail(
+            f"the code {found.code_digest} has no module {module!r} (modules: {known})",
+            EXIT_FAILED,
+        )
     sources = found.sources if module is None else {module: found.sources[module]}
     if out.json_mode:
         shown: dict[str, Any] = msgspec.to_builtins(msgspec.structs.replace(found, sources=sources))
@@ -155,16 +179,19 @@ def _show(entry: BlockCode | None, found: WrittenCode, sources: dict[str, str]) 
         )
     if found.task_id is not None:
         console.print(
-            f"written by task [bold]{escape(found.task_id)}[/] ({found.kind} to "
+            f"written by task [bold]{escape(found.task_id)}[/] "
+            f"({_KINDS.get(str(found.kind), str(found.kind))} to "
             f"{escape(str(found.table))}), code epoch {found.code_epoch}",
             highlight=False,
         )
     print_whole(console, f"code {found.code_digest}")
     for name, source in sorted(sources.items()):
-        console.rule(f"{name}.py", align="left")
         if console.is_terminal:
             from rich.syntax import Syntax
 
+            console.rule(f"{name}.py", align="left")
             console.print(Syntax(source, "python", line_numbers=True, word_wrap=True))
         else:
+            # Off a terminal the source as it is, for a pipe or a file to keep.
+            print_whole(console, f"# ---- {name}.py ----")
             print_whole(console, source.rstrip("\n"))
