@@ -306,12 +306,7 @@ class SinkStore(abc.ABC):
             )
             stamps = _Stamps(batch.spans, chain_id, code_epoch, with_row_index=not key)
             await self._insert(tx, table, needed.types, batch, key_columns, stamps=stamps)
-            replaced = await task_code.tasks_of_blocks(tx, table, chain_id, _runs(numbers))
-            await tx.executemany(
-                f"DELETE FROM {LEDGER} WHERE table_name = ? AND chain_id = ? "
-                "AND block_number BETWEEN ? AND ?",
-                [(table, *run) for run in runs],
-            )
+            replaced = await task_code.unrecord_runs(tx, table, runs)
             await tx.executemany(
                 f"INSERT INTO {LEDGER} ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(table, chain_id, n, h, code_epoch, task_id, now_ms) for n, h, _ in batch.spans],
@@ -443,16 +438,16 @@ class SinkStore(abc.ABC):
                     [(chain_id, n) for n in wanted],
                 )
             marks = ", ".join("?" for _ in wanted)
-            replaced = await task_code.tasks_of_blocks(tx, table, chain_id, _runs(wanted))
             present = await tx.fetch(
-                f"SELECT block_number FROM {LEDGER} WHERE table_name = ? AND chain_id = ? "
-                f"AND block_number IN ({marks})",
+                f"SELECT block_number, task_id FROM {LEDGER} WHERE table_name = ? "
+                f"AND chain_id = ? AND block_number IN ({marks})",
                 (table, chain_id, *wanted),
             )
             await tx.executemany(
                 f"DELETE FROM {LEDGER} WHERE table_name = ? AND chain_id = ? AND block_number = ?",
                 [(table, chain_id, n) for n in wanted],
             )
+            replaced = {str(row["task_id"]) for row in present}
             await task_code.blocks_deleted(tx, replaced, self._code_known)
         return len(present)
 

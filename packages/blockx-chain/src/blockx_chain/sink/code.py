@@ -263,15 +263,14 @@ async def blocks_deleted(tx: SinkTx, replaced: set[str], known: set[str]) -> Non
         await _sweep(tx, known)
 
 
-async def tasks_of_blocks(
-    tx: SinkTx, table: str, chain_id: int, runs: Iterable[tuple[int, int]]
-) -> set[str]:
-    """The tasks named by the ledger entries of these runs of blocks."""
+async def unrecord_runs(tx: SinkTx, table: str, runs: Iterable[tuple[int, int, int]]) -> set[str]:
+    """Delete the ledger entries of ``table`` of these runs of blocks (``(chain_id,
+    first, last)``); the tasks they named."""
     found: set[str] = set()
-    for low, high in runs:
+    for chain_id, low, high in runs:
         rows = await tx.fetch(
-            f"SELECT DISTINCT task_id FROM {LEDGER} WHERE table_name = ? AND chain_id = ? "
-            "AND block_number BETWEEN ? AND ?",
+            f"DELETE FROM {LEDGER} WHERE table_name = ? AND chain_id = ? "
+            "AND block_number BETWEEN ? AND ? RETURNING task_id",
             (table, chain_id, low, high),
         )
         found.update(str(r["task_id"]) for r in rows)
@@ -280,21 +279,26 @@ async def tasks_of_blocks(
 
 async def _forget_tasks(tx: SinkTx, tasks: Iterable[str]) -> bool:
     """Remove the records of these block writes' tasks that no ledger entry names
-    any more; whether any was removed."""
-    removed = False
+    any more; whether a module set they named may be unused now."""
+    unused = False
     listed = sorted(set(tasks))
     # Two writes that each replace part of one task's entries would each see the
     # other's part still there: they take turns, the second seeing the first's.
     await tx.lock([f"{TASK_CODE_TABLE}:{task}" for task in listed])
     for chunk in _chunks(listed):
+        marks = _in(len(chunk))
         rows = await tx.fetch(
-            f"DELETE FROM {TASK_CODE_TABLE} WHERE kind = ? AND task_id IN ({_in(len(chunk))}) "
+            f"DELETE FROM {TASK_CODE_TABLE} WHERE kind = ? AND task_id IN ({marks}) "
             f"AND NOT EXISTS (SELECT 1 FROM {LEDGER} l WHERE l.task_id = "
-            f"{TASK_CODE_TABLE}.task_id) RETURNING task_id",
-            (BLOCKS, *chunk),
+            f"{TASK_CODE_TABLE}.task_id) RETURNING EXISTS (SELECT 1 FROM {TASK_CODE_TABLE} o "
+            f"WHERE o.code_digest = {TASK_CODE_TABLE}.code_digest AND o.task_id NOT IN "
+            f"({marks})) AS named",
+            (BLOCKS, *chunk, *chunk),
         )
-        removed = removed or bool(rows)
-    return removed
+        # A set another task (outside the chunk, whose removals this statement
+        # cannot see) still names is not unused.
+        unused = unused or any(not row["named"] for row in rows)
+    return unused
 
 
 async def _sweep(tx: SinkTx, known: set[str]) -> None:
