@@ -9,11 +9,10 @@ import asyncio
 import json
 from pathlib import Path
 
-from typer.testing import CliRunner
+from sink_cli import blockx_offline
 
 from blockx_chain.sink import open_sink
 from blockx_chain.url import parse_blockdb_url
-from blockx_cli.app import app
 
 SOURCES = {"fns": "def f(block):\n    return {'v': 1}\n", "helpers": "SCALE = 10\n"}
 DIGEST = "ab" * 32
@@ -42,21 +41,14 @@ def _sink(url: str) -> None:
     asyncio.run(write())
 
 
-def _blockx(*argv: str, tmp_path: Path) -> tuple[int, str]:
-    env = {"COLUMNS": "200", "XDG_CONFIG_HOME": str(tmp_path), "SINK_DB_URL": None}
-    result = CliRunner().invoke(app, list(argv), env=env)
-    assert result.exception is None or isinstance(result.exception, SystemExit), result
-    return result.exit_code, result.output
-
-
 def test_code_shows_a_blocks_tasks_and_digests_code(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/sink.db"
     _sink(url)
-    status, output = _blockx("code", "vol", "5", "--sink-db", url, tmp_path=tmp_path)
+    status, output = blockx_offline("code", "vol", "5", "--sink-db", url, tmp_path=tmp_path)
     assert status == 2
     assert "written for chains 1, 8453: pass --chain-id" in output
 
-    status, output = _blockx(
+    status, output = blockx_offline(
         "code", "vol", "5", "--chain-id", "8453", "--sink-db", url, tmp_path=tmp_path
     )
     assert status == 0, output
@@ -65,7 +57,7 @@ def test_code_shows_a_blocks_tasks_and_digests_code(tmp_path: Path) -> None:
     assert f"code {DIGEST}" in output
     assert "# ---- fns.py ----\ndef f(block):\n    return {'v': 1}\n# ---- helpers.py" in output
 
-    status, output = _blockx(
+    status, output = blockx_offline(
         "code",
         "--task",
         "t-1",
@@ -82,14 +74,14 @@ def test_code_shows_a_blocks_tasks_and_digests_code(tmp_path: Path) -> None:
     assert shown["code"]["sources"] == {"helpers": "SCALE = 10\n"}
     assert (shown["code"]["task_id"], shown["code"]["code_epoch"]) == ("t-1", 3)
 
-    status, output = _blockx(
+    status, output = blockx_offline(
         "code", "vol", "5", "--chain-id", "1", "--json", "--sink-db", url, tmp_path=tmp_path
     )
     shown = json.loads(output)
     assert (shown["block"]["task_id"], shown["block"]["block_hash"]) == ("t-1", "0x51")
     assert shown["code"]["sources"] == SOURCES
 
-    status, output = _blockx("code", "--digest", DIGEST, "--sink-db", url, tmp_path=tmp_path)
+    status, output = blockx_offline("code", "--digest", DIGEST, "--sink-db", url, tmp_path=tmp_path)
     assert status == 0, output
     assert "written by task" not in output
     assert "SCALE = 10" in output
@@ -108,10 +100,10 @@ def test_code_says_in_one_line_what_it_cannot_show(tmp_path: Path) -> None:
         (["vol", "5", "--task", "t-1"], 2, "name what to show"),
         (["1vol", "5"], 1, "is not a usable name"),
     ):
-        got, output = _blockx("code", *argv, "--sink-db", url, tmp_path=tmp_path)
+        got, output = blockx_offline("code", *argv, "--sink-db", url, tmp_path=tmp_path)
         assert (got, said in output) == (status, True), output
     missing = tmp_path / "typo.db"
-    got, output = _blockx(
+    got, output = blockx_offline(
         "code", "vol", "5", "--sink-db", f"sqlite:///{missing}", tmp_path=tmp_path
     )
     assert (got, "no sink database at" in output) == (3, True), output
