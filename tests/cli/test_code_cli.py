@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 from sink_cli import blockx_offline
+from sink_layouts import make_sink_at
 
 from blockx_chain.sink import open_sink
 from blockx_chain.url import parse_blockdb_url
@@ -108,3 +109,14 @@ def test_code_says_in_one_line_what_it_cannot_show(tmp_path: Path) -> None:
     )
     assert (got, "no sink database at" in output) == (3, True), output
     assert not missing.exists()
+
+
+def test_code_of_a_sink_whose_rows_do_not_say_their_chain_is_refused_unchanged(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/sink.db"
+    asyncio.run(make_sink_at(url, 1, [(1, "0x1", [10])]))
+    before = (tmp_path / "sink.db").read_bytes()
+    got, output = blockx_offline("code", "volume", "1", "--sink-db", url, tmp_path=tmp_path)
+    assert (got, "written before sink rows carried their chain" in output) == (1, True), output
+    assert (tmp_path / "sink.db").read_bytes() == before

@@ -13,7 +13,7 @@ see ``blockx_chain.sink.base``.
 from __future__ import annotations
 
 from blockx_chain.sink.base import DEFAULT_BLOCK_KEY, DEFAULT_CHUNK_ROWS, SinkStore
-from blockx_chain.sink.code import BlockCode, WrittenCode
+from blockx_chain.sink.code import BlockCode, WriteKind, WrittenCode
 from blockx_chain.sink.errors import SinkError, SinkMismatch, SinkRejected, SinkUnavailable
 from blockx_chain.sink.jobs import JobEntry
 from blockx_chain.sink.schema import LEDGER, SinkType
@@ -31,6 +31,7 @@ __all__ = [
     "SinkStore",
     "SinkType",
     "SinkUnavailable",
+    "WriteKind",
     "WrittenCode",
     "open_sink",
     "read_identity",

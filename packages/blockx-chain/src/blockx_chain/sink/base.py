@@ -54,7 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, NamedTuple, TypeVar
 
-from blockx_chain.sink import code as task_code
+from blockx_chain.sink import code as sink_code
 from blockx_chain.sink.code import BlockCode, WrittenCode
 from blockx_chain.sink.encode import encode_rows
 from blockx_chain.sink.errors import SinkMismatch, SinkRejected
@@ -281,7 +281,7 @@ class SinkStore(abc.ABC):
         (``blockx_chain.sink.code``). Returns the blocks and rows written."""
         writable_table(table)
         chain_id = _chain_id(chain_id)
-        code = task_code.task_code(code_digest, code_sources, code_epoch, task_id)
+        code = sink_code.checked_code(code_digest, code_sources, code_epoch, task_id)
         key_columns = [CHAIN_ID, *(k for k in key or DEFAULT_BLOCK_KEY if k != CHAIN_ID)]
         declared = _stamped_types(parse_types(columns), with_row_index=not key)
         batch = await self.offload(
@@ -306,12 +306,12 @@ class SinkStore(abc.ABC):
             )
             stamps = _Stamps(batch.spans, chain_id, code_epoch, with_row_index=not key)
             await self._insert(tx, table, needed.types, batch, key_columns, stamps=stamps)
-            replaced = await task_code.unrecord_runs(tx, table, runs)
+            replaced = await sink_code.unrecord_runs(tx, table, runs)
             await tx.executemany(
                 f"INSERT INTO {LEDGER} ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(table, chain_id, n, h, code_epoch, task_id, now_ms) for n, h, _ in batch.spans],
             )
-            await task_code.blocks_written(tx, code, table, now_ms, self._code_known, replaced)
+            await sink_code.blocks_written(tx, code, table, now_ms, self._code_known, replaced)
         self._widened(table, needed)
         return {"blocks": len(numbers), "rows": len(batch.rows)}
 
@@ -335,7 +335,7 @@ class SinkStore(abc.ABC):
         ``code_epoch``, ``task_id`` and ``now_ms``): the task's module set, kept
         with the task as for ``replace_blocks``. Returns the rows written."""
         writable_table(table)
-        code = task_code.task_code(code_digest, code_sources, code_epoch, task_id)
+        code = sink_code.checked_code(code_digest, code_sources, code_epoch, task_id)
         if not key:
             raise SinkRejected("upsert needs a key: the columns that identify a row")
         declared = parse_types(columns)
@@ -349,7 +349,7 @@ class SinkStore(abc.ABC):
                 return {"rows": 0}
             needed = await self._columns(tx, table, declared, batch.brought, list(key))
             await self._insert(tx, table, needed.types, batch, list(key), conflict=list(key))
-            await task_code.upserted(tx, code, table, now_ms, self._code_known)
+            await sink_code.upserted(tx, code, table, now_ms, self._code_known)
         self._widened(table, needed)
         return {"rows": len(batch.rows)}
 
@@ -448,7 +448,7 @@ class SinkStore(abc.ABC):
                 [(table, chain_id, n) for n in wanted],
             )
             replaced = {str(row["task_id"]) for row in present}
-            await task_code.blocks_deleted(tx, replaced, self._code_known)
+            await sink_code.blocks_deleted(tx, replaced, self._code_known)
         return len(present)
 
     async def unmarked(self) -> bool:
@@ -543,17 +543,17 @@ class SinkStore(abc.ABC):
         async with self._code_reader() as (tx, coded):
             if tx is None:
                 return []
-            return await task_code.read_block_code(tx, table, block_number, chain, coded=coded)
+            return await sink_code.read_block_code(tx, table, block_number, chain, coded=coded)
 
     async def code_of_task(self, task_id: str) -> WrittenCode | None:
         """The code the task ``task_id`` ran; None when the sink keeps none for it."""
         async with self._code_reader() as (tx, coded):
-            return await task_code.read_task_code(tx, task_id) if tx and coded else None
+            return await sink_code.read_task_code(tx, task_id) if tx and coded else None
 
     async def code_by_digest(self, digest: str) -> WrittenCode | None:
         """The module set of digest ``digest``; None when the sink does not hold it."""
         async with self._code_reader() as (tx, coded):
-            return await task_code.read_code(tx, digest) if tx and coded else None
+            return await sink_code.read_code(tx, digest) if tx and coded else None
 
     @contextlib.asynccontextmanager
     async def _code_reader(self) -> AsyncIterator[tuple[SinkTx | None, bool]]:
@@ -573,7 +573,7 @@ class SinkStore(abc.ABC):
                     f"{self.description} holds rows written before sink rows carried their "
                     "chain: write it once with this BlockX (blockx backfill or follow)"
                 )
-            coded = await tx.taken(task_code.TASK_CODE_TABLE) is not None
+            coded = await tx.taken(sink_code.TASK_CODE_TABLE) is not None
             yield (tx if columns else None), coded
 
     async def _ready(self) -> None:
@@ -593,7 +593,7 @@ class SinkStore(abc.ABC):
             await tx.lock([_META_LOCK])
             for statement in _meta_statements(tx.postgres):
                 await tx.execute(statement)
-            await task_code.make_code_tables(tx)
+            await sink_code.make_code_tables(tx)
             rows = await tx.fetch(f"SELECT version FROM {SINK_TABLE}", ())
             if not rows:
                 await tx.execute(
@@ -874,7 +874,7 @@ async def _mark_chain(tx: SinkTx, chain_id: int | None) -> None:
             )
         await tx.execute(f"DROP TABLE {LEDGER}")
         await tx.execute(f"ALTER TABLE {_LEDGER_REBUILT} RENAME TO {LEDGER}")
-        await tx.execute(task_code.LEDGER_TASK_INDEX)
+        await tx.execute(sink_code.LEDGER_TASK_INDEX)
     for table in await _stamped_tables(tx):
         await _mark_table(tx, table, chain_id)
     await tx.execute(f"UPDATE {SINK_TABLE} SET version = ?", (LAYOUT_VERSION,))

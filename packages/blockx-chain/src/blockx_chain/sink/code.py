@@ -38,6 +38,7 @@ before looking whether any entry still names it.
 
 from __future__ import annotations
 
+import enum
 import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
@@ -55,8 +56,6 @@ TASK_CODE_TABLE: Final = "_blockx_task_code"
 # Tasks of upserts kept (the newest by write); a block write's task is kept while
 # the ledger names it.
 UPSERT_TASKS_KEPT: Final = 1000
-BLOCKS: Final = "blocks"
-UPSERT: Final = "upsert"
 # The most bytes of sources a reader loads from the sink.
 MAX_CODE_BYTES: Final = 64 * 1024 * 1024
 # Task ids looked up per statement.
@@ -90,6 +89,17 @@ async def make_code_tables(tx: SinkTx) -> None:
     for name, on in indexes.items():
         if await tx.taken(name) is None:
             await tx.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {on}")
+
+
+class WriteKind(enum.StrEnum):
+    """What a task wrote: blocks (a block writer) or rows by key (an upsert)."""
+
+    BLOCKS = "blocks"
+    UPSERT = "upsert"
+
+
+BLOCKS: Final = WriteKind.BLOCKS
+UPSERT: Final = WriteKind.UPSERT
 
 
 class TaskCode(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,11 +137,11 @@ class WrittenCode(msgspec.Struct, frozen=True, kw_only=True):
     task_id: str | None = None
     code_epoch: int | None = None
     table: str | None = None
-    kind: str | None = None
+    kind: WriteKind | None = None
     written_at_ms: int | None = None
 
 
-def task_code(
+def checked_code(
     code_digest: Any, code_sources: Any, code_epoch: int, task_id: str
 ) -> TaskCode | None:
     """A write's code arguments, checked; None when the writer gave none."""
@@ -207,7 +217,7 @@ async def _previous(tx: SinkTx, task_id: str) -> str | None:
 
 
 async def _record(
-    tx: SinkTx, code: TaskCode, table: str, kind: str, now_ms: int, known: set[str]
+    tx: SinkTx, code: TaskCode, table: str, kind: WriteKind, now_ms: int, known: set[str]
 ) -> None:
     """Record ``code`` as its task's (``kind`` of write to ``table``), its sources
     stored unless ``known`` says they are already."""
@@ -352,7 +362,7 @@ async def read_code(
             "task_id": str(task["task_id"]),
             "code_epoch": int(task["code_epoch"]),
             "table": str(task["table_name"]),
-            "kind": str(task["kind"]),
+            "kind": _kind(digest, task["kind"]),
             "written_at_ms": int(task["written_at_ms"]),
         }
     return WrittenCode(
@@ -361,6 +371,13 @@ async def read_code(
         first_written_at_ms=int(rows[0]["first_written_at_ms"]),
         **extra,
     )
+
+
+def _kind(digest: str, raw: Any) -> WriteKind:
+    try:
+        return WriteKind(raw)
+    except ValueError:
+        raise SinkRejected(f"a task of code {digest} wrote {raw!r:.40}, no kind of write") from None
 
 
 async def read_task_code(tx: SinkTx, task_id: str) -> WrittenCode | None:

@@ -26,6 +26,7 @@ from blockx_chain.sink import (
     SinkError,
     SinkRejected,
     SinkUnavailable,
+    WriteKind,
     WrittenCode,
     open_sink,
 )
@@ -45,7 +46,7 @@ from blockx_cli.output import (
 
 app = typer.Typer()
 
-_KINDS = {"blocks": "block write", "upsert": "upsert"}
+_KINDS = {WriteKind.BLOCKS: "block write", WriteKind.UPSERT: "upsert"}
 
 
 @app.command()
@@ -180,7 +181,7 @@ def _show(entry: BlockCode | None, found: WrittenCode, sources: dict[str, str]) 
     if found.task_id is not None:
         console.print(
             f"written by task [bold]{escape(found.task_id)}[/] "
-            f"({_KINDS.get(str(found.kind), str(found.kind))} to "
+            f"({_KINDS[found.kind] if found.kind else '-'} to "
             f"{escape(str(found.table))}), code epoch {found.code_epoch}",
             highlight=False,
         )
