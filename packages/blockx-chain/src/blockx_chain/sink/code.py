@@ -56,7 +56,7 @@ TASK_CODE_TABLE: Final = "_blockx_task_code"
 # Tasks of upserts kept (the newest by write); a block write's task is kept while
 # the ledger names it.
 UPSERT_TASKS_KEPT: Final = 1000
-# The most bytes of sources a reader loads from the sink.
+# The most characters of sources a reader loads from the sink.
 MAX_CODE_BYTES: Final = 64 * 1024 * 1024
 # Task ids looked up per statement.
 _CHUNK: Final = 500
@@ -96,10 +96,6 @@ class WriteKind(enum.StrEnum):
 
     BLOCKS = "blocks"
     UPSERT = "upsert"
-
-
-BLOCKS: Final = WriteKind.BLOCKS
-UPSERT: Final = WriteKind.UPSERT
 
 
 class TaskCode(msgspec.Struct, frozen=True, kw_only=True):
@@ -204,7 +200,7 @@ def _chunks(items: Iterable[str]) -> list[list[str]]:
     return [listed[i : i + _CHUNK] for i in range(0, len(listed), _CHUNK)]
 
 
-def sources_json(code: TaskCode) -> str:
+def _sources_json(code: TaskCode) -> str:
     return msgspec.json.encode(dict(sorted(code.sources.items()))).decode()
 
 
@@ -225,7 +221,7 @@ async def _record(
     row = (code.task_id, code.digest, code.epoch, table, kind, now_ms)
     if code.digest in known and await tx.fetch(_MAP_IF_STORED_SQL, (*row, code.digest)):
         return
-    await tx.execute(_STORE_SQL, (code.digest, sources_json(code), now_ms))
+    await tx.execute(_STORE_SQL, (code.digest, _sources_json(code), now_ms))
     await tx.execute(_MAP_SQL, row)
     # Remembered before the commit: a write rolled back leaves a digest known but
     # not stored, which the next write of it finds out and mends.
@@ -247,7 +243,7 @@ async def blocks_written(
     if code is not None:
         if code.task_id in replaced:
             changed = await _previous(tx, code.task_id) not in (None, code.digest)
-        await _record(tx, code, table, BLOCKS, now_ms, known)
+        await _record(tx, code, table, WriteKind.BLOCKS, now_ms, known)
         replaced = replaced - {code.task_id}
     if await _forget_tasks(tx, replaced) or changed:
         await _sweep(tx, known)
@@ -261,8 +257,9 @@ async def upserted(
     if code is None:
         return
     changed = await _previous(tx, code.task_id) not in (None, code.digest)
-    await _record(tx, code, table, UPSERT, now_ms, known)
-    if await tx.fetch(_OLD_UPSERTS_SQL, (UPSERT, UPSERT, UPSERT_TASKS_KEPT)) or changed:
+    await _record(tx, code, table, WriteKind.UPSERT, now_ms, known)
+    upserts = WriteKind.UPSERT
+    if await tx.fetch(_OLD_UPSERTS_SQL, (upserts, upserts, UPSERT_TASKS_KEPT)) or changed:
         await _sweep(tx, known)
 
 
@@ -303,7 +300,7 @@ async def _forget_tasks(tx: SinkTx, tasks: Iterable[str]) -> bool:
             f"{TASK_CODE_TABLE}.task_id) RETURNING EXISTS (SELECT 1 FROM {TASK_CODE_TABLE} o "
             f"WHERE o.code_digest = {TASK_CODE_TABLE}.code_digest AND o.task_id NOT IN "
             f"({marks})) AS named",
-            (BLOCKS, *chunk, *chunk),
+            (WriteKind.BLOCKS, *chunk, *chunk),
         )
         # A set another task (outside the chunk, whose removals this statement
         # cannot see) still names is not unused.
