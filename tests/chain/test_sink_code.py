@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 
+import asyncpg
 import pytest
 from sink_layouts import make_sink_at
+from support import wait_until
 
 from blockx_chain.sink import LEDGER, SinkRejected, SinkStore, open_sink
 from blockx_chain.sink import code as sink_code
@@ -264,3 +266,38 @@ async def test_writers_side_by_side_never_lose_the_code_of_a_kept_task(db_url: s
     finally:
         for store in stores:
             await store.close()
+
+
+async def test_a_write_waits_for_a_removal_under_way_and_stores_the_code_again(
+    postgres_url: str,
+) -> None:
+    sink = await open_sink(parse_blockdb_url(postgres_url))
+    remover = await asyncpg.connect(postgres_url)
+    try:
+        await _write(sink, [1], A, 1, "t1")
+        # Another writer removing A right now: its row locked, deleted, not committed.
+        removal = remover.transaction()
+        await removal.start()
+        await remover.execute(
+            f"SELECT 1 FROM {sink_code.CODE_TABLE} WHERE code_digest = $1 FOR UPDATE", A[0]
+        )
+        await remover.execute(f"DELETE FROM {sink_code.CODE_TABLE} WHERE code_digest = $1", A[0])
+        # The store knows A, so it only records its task's row: that waits for the removal.
+        write = asyncio.create_task(_write(sink, [2], A, 2, "t2"))
+
+        async def waiting() -> bool:
+            rows = await remover.fetch(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()"
+            )
+            return bool(rows)
+
+        await wait_until(waiting, "the write to wait for the removal's lock")
+        assert not write.done()
+        await removal.commit()
+        await write
+        # It found A gone and stored it again: block 2 leads to its code.
+        assert await _written_by(sink, 2) == ("t2", 2, A[0], A[1]["fns"])
+    finally:
+        await remover.close()
+        await sink.close()

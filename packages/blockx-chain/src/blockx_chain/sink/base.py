@@ -168,16 +168,6 @@ class SinkTx(abc.ABC):
         """Hold these named locks until the transaction ends (in the order given)."""
 
     @abc.abstractmethod
-    async def share(self, key: str) -> None:
-        """Hold the named lock ``key`` shared with other sharers until the
-        transaction ends (waiting while one holds it alone)."""
-
-    @abc.abstractmethod
-    async def try_lock(self, key: str) -> bool:
-        """Hold the named lock ``key`` alone until the transaction ends, if no
-        other transaction holds it now; whether it is held (never waits)."""
-
-    @abc.abstractmethod
     async def taken(self, name: str) -> str | None:
         """What already bears the name ``name`` in the database (``table``,
         ``index``, ...), None when nothing does."""

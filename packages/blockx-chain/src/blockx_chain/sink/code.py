@@ -29,11 +29,12 @@ code this time) does it look for module sets no task names, a pass over
 BlockX that kept no code holds no code for those rows (their entries lead to no
 task's code).
 
-On PostgreSQL writers run side by side: a write holds a shared lock on its
-digest, and a module set is removed only under that lock taken exclusively
-without waiting; a set some write is recording is left for a later removal.
-Writes that replace entries of one task take turns on a lock of that task
-before looking whether any entry still names it.
+On PostgreSQL writers run side by side: a write that records a task's row
+holds its module set's row (``FOR KEY SHARE``) until it commits, and a removal
+locks the set's row (``FOR UPDATE``, skipping a set a write holds) before it
+looks whether a task names it; a set some write is recording is left for a
+later removal. Writes that replace entries of one task take turns on a lock of
+that task before looking whether any entry still names it.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from blockx_chain.sink.errors import SinkRejected
+from blockx_chain.sink.errors import SinkRejected, SinkUnavailable
 from blockx_chain.sink.schema import LEDGER
 
 if TYPE_CHECKING:
@@ -166,29 +167,37 @@ _MAP_CONFLICT: Final = (
     "code_epoch = excluded.code_epoch, table_name = excluded.table_name, "
     "kind = excluded.kind, written_at_ms = excluded.written_at_ms"
 )
-_MAP_SQL: Final = (
-    f"INSERT INTO {TASK_CODE_TABLE} ({_MAP_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?) {_MAP_CONFLICT}"
-)
-# The task's row, only when its module set is stored (a row tells which).
-_MAP_IF_STORED_SQL: Final = (
-    f"INSERT INTO {TASK_CODE_TABLE} ({_MAP_COLUMNS}) SELECT ?, ?, ?, ?, ?, ? "
-    f"WHERE EXISTS (SELECT 1 FROM {CODE_TABLE} WHERE code_digest = ?) {_MAP_CONFLICT} "
-    "RETURNING task_id"
-)
+# The most times a write stores its module set: each time, a removal committed
+# between the store and the task's row can have taken it (then the write is
+# retryable).
+_STORE_ATTEMPTS: Final = 3
+
+
+def _map_if_stored(postgres: bool) -> str:
+    """The task's row, only when its module set is stored (a row tells which).
+    On PostgreSQL the set's row is locked ``FOR KEY SHARE`` until the commit: a
+    removal (which locks it ``FOR UPDATE``) waits for the task's row, or skips
+    the set, and one under way makes this wait and find the set gone."""
+    held = " FOR KEY SHARE" if postgres else ""
+    return (
+        f"INSERT INTO {TASK_CODE_TABLE} ({_MAP_COLUMNS}) SELECT ?, ?, ?, ?, ?, ? WHERE EXISTS "
+        f"(SELECT 1 FROM {CODE_TABLE} WHERE code_digest = ?{held}) {_MAP_CONFLICT} "
+        "RETURNING task_id"
+    )
+
+
 _UNUSED_SQL: Final = (
     f"DELETE FROM {CODE_TABLE} WHERE code_digest = ? AND NOT EXISTS "
     f"(SELECT 1 FROM {TASK_CODE_TABLE} WHERE code_digest = ?) RETURNING code_digest"
+)
+_HOLD_SQL: Final = (
+    f"SELECT code_digest FROM {CODE_TABLE} WHERE code_digest = ? FOR UPDATE SKIP LOCKED"
 )
 _OLD_UPSERTS_SQL: Final = (
     f"DELETE FROM {TASK_CODE_TABLE} WHERE kind = ? AND task_id NOT IN "
     f"(SELECT task_id FROM {TASK_CODE_TABLE} WHERE kind = ? "
     "ORDER BY written_at_ms DESC, task_id LIMIT ?) RETURNING code_digest"
 )
-
-
-def code_lock(digest: str) -> str:
-    """The name of the lock a write of ``digest`` holds shared."""
-    return f"{CODE_TABLE}:{digest}"
 
 
 def _in(count: int) -> str:
@@ -217,15 +226,23 @@ async def _record(
 ) -> None:
     """Record ``code`` as its task's (``kind`` of write to ``table``), its sources
     stored unless ``known`` says they are already."""
-    await tx.share(code_lock(code.digest))
-    row = (code.task_id, code.digest, code.epoch, table, kind, now_ms)
-    if code.digest in known and await tx.fetch(_MAP_IF_STORED_SQL, (*row, code.digest)):
+    mapped = (
+        _map_if_stored(tx.postgres),
+        (code.task_id, code.digest, code.epoch, table, kind, now_ms, code.digest),
+    )
+    if code.digest in known and await tx.fetch(*mapped):
         return
-    await tx.execute(_STORE_SQL, (code.digest, _sources_json(code), now_ms))
-    await tx.execute(_MAP_SQL, row)
-    # Remembered before the commit: a write rolled back leaves a digest known but
-    # not stored, which the next write of it finds out and mends.
-    known.add(code.digest)
+    for _ in range(_STORE_ATTEMPTS):
+        await tx.execute(_STORE_SQL, (code.digest, _sources_json(code), now_ms))
+        if await tx.fetch(*mapped):
+            # Remembered before the commit: a write rolled back leaves a digest
+            # known but not stored, which the next write of it finds out and mends.
+            known.add(code.digest)
+            return
+    raise SinkUnavailable(
+        f"the code {code.digest} was removed {_STORE_ATTEMPTS} times while this write "
+        "recorded it: try again"
+    )
 
 
 async def blocks_written(
@@ -310,16 +327,19 @@ async def _forget_tasks(tx: SinkTx, tasks: Iterable[str]) -> bool:
 
 async def _sweep(tx: SinkTx, known: set[str]) -> None:
     """Remove every module set no task names (one pass over ``_blockx_code``, as
-    small as the module sets kept). On PostgreSQL, a set some write is recording
-    now (it holds the set's lock shared) is left: that write names it, or, rolled
-    back, leaves it to the next sweep."""
+    small as the module sets kept). On PostgreSQL each set's row is locked first,
+    skipping one some write holds (it is recording a task's row for it: that
+    write names it, or, rolled back, leaves it to the next sweep); the removal
+    then looks again, seeing every task's row committed meanwhile."""
     rows = await tx.fetch(
         f"SELECT code_digest FROM {CODE_TABLE} c WHERE NOT EXISTS "
         f"(SELECT 1 FROM {TASK_CODE_TABLE} t WHERE t.code_digest = c.code_digest)",
         (),
     )
     for digest in sorted(str(r["code_digest"]) for r in rows):
-        if await tx.try_lock(code_lock(digest)) and await tx.fetch(_UNUSED_SQL, (digest, digest)):
+        if tx.postgres and not await tx.fetch(_HOLD_SQL, (digest,)):
+            continue
+        if await tx.fetch(_UNUSED_SQL, (digest, digest)):
             known.discard(digest)
 
 

@@ -129,19 +129,6 @@ class _PostgresTx(SinkTx):
                     "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", key
                 )
 
-    async def share(self, key: str) -> None:
-        with _classified(self._description):
-            await self._conn.execute(
-                "SELECT pg_advisory_xact_lock_shared(hashtextextended($1, 0))", key
-            )
-
-    async def try_lock(self, key: str) -> bool:
-        with _classified(self._description):
-            held = await self._conn.fetchval(
-                "SELECT pg_try_advisory_xact_lock(hashtextextended($1, 0))", key
-            )
-        return bool(held)
-
     async def taken(self, name: str) -> str | None:
         # A table's name is its row type's too; a type of its own (not a table's row
         # type, not an array type) would collide with it.

@@ -69,12 +69,6 @@ class _SqliteTx(SinkTx):
     async def lock(self, keys: Sequence[str]) -> None:
         """Nothing more to take: BEGIN IMMEDIATE holds the whole file."""
 
-    async def share(self, key: str) -> None:
-        """Nothing more to take: BEGIN IMMEDIATE holds the whole file."""
-
-    async def try_lock(self, key: str) -> bool:
-        return True
-
     async def taken(self, name: str) -> str | None:
         # SQLite's names are case-insensitive; tables, indexes and views share them.
         rows = await self.fetch(
