@@ -18,6 +18,7 @@ import typer
 from blockx_cli.addresses import etcd_endpoints_option, host_port_option, unix_socket_option
 from blockx_cli.commands import (
     chain,
+    code,
     dashboard,
     dev,
     drive,
@@ -51,6 +52,7 @@ for commands in (
     dev.app,
     drive.app,
     jobs.app,
+    code.app,
     version.app,
 ):
     app.add_typer(commands)
