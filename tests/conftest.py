@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequen
 from pathlib import Path
 from typing import Final
 
-import asyncpg
 import pytest
 import pytest_asyncio
 from postgres import PostgresServer, find_postgres_bin
@@ -88,13 +87,7 @@ def postgres_server() -> Iterator[PostgresServer]:
 @pytest_asyncio.fixture
 async def postgres_url(postgres_server: PostgresServer) -> str:
     """A BLOCKDB_URL of an empty database of this test's own."""
-    name = f"t_{secrets.token_hex(6)}"
-    conn = await asyncpg.connect(postgres_server.url())
-    try:
-        await conn.execute(f"CREATE DATABASE {name}")
-    finally:
-        await conn.close()
-    return postgres_server.url(name)
+    return await postgres_server.new_database()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import os
 import pwd
+import secrets
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+import asyncpg
 from support import free_port
+
+from blockx_chain.schema import BLOCK_TABLES
+from blockx_chain.url import PostgresUrl, parse_blockdb_url
 
 SERVER_USER = "postgres"
 
@@ -84,3 +89,30 @@ class PostgresServer:
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/{database}"
+
+    async def new_database(self) -> str:
+        """The URL of a new empty database of the caller's own."""
+        name = f"t_{secrets.token_hex(6)}"
+        conn = await asyncpg.connect(self.url())
+        try:
+            await conn.execute(f"CREATE DATABASE {name}")
+        finally:
+            await conn.close()
+        return self.url(name)
+
+
+async def read_only_role(url: str, *, grants: str = "SELECT") -> PostgresUrl:
+    """A login role of its own granted ``grants`` on the chain tables (the block
+    tables and ``chain``) of the database at ``url``, made by the superuser as the
+    operator makes io.blockdb_executor's (docs/blockdb-executor.md); its URL."""
+    role = f"sql_{secrets.token_hex(4)}"
+    tables = ", ".join([t.name for t in BLOCK_TABLES] + ["chain"])
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f"CREATE ROLE {role} LOGIN")
+        await conn.execute(f"GRANT {grants} ON {tables} TO {role}")
+    finally:
+        await conn.close()
+    executor = parse_blockdb_url(url.replace("postgres@", f"{role}@", 1))
+    assert isinstance(executor, PostgresUrl)
+    return executor

@@ -21,7 +21,7 @@ from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from support import free_port, wait_until
 
-from blockx_proto import coordinator_v1, worker_v1
+from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
@@ -252,6 +252,19 @@ class SyncInvokerProcess(CallsProcess):
 
     def __init__(self, env: dict[str, str], log: Path, args: Sequence[str] = ()) -> None:
         super().__init__("blockx-syncinvoker", "SYNC_INVOKER_LISTEN", env, log, None, args=args)
+
+    async def invoke(self, function: str, args: list[Any]) -> Any:
+        """The result of an invoke that must succeed, decoded."""
+        channel = self.channel()
+        try:
+            stub = syncinvoker_v1.SyncInvokerServiceStub(channel)
+            reply = await stub.invoke(
+                syncinvoker_v1.InvokeRequest(function=function, args=json.dumps(args)), timeout=20
+            )
+        finally:
+            channel.close()
+        assert reply.success, reply.failure_message
+        return json.loads(reply.result)
 
 
 @asynccontextmanager

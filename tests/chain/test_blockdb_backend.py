@@ -175,7 +175,13 @@ def test_settings_read_blockdb_url_and_max_rows(tmp_path: Path) -> None:
     assert _settings({}) is None
     settings = _settings({"BLOCKDB_URL": "sqlite:///rel/chain.db", "BLOCKDB_MAX_ROWS": "5"})
     assert settings == BlockDbSettings(url=SqliteUrl(Path.cwd() / "rel/chain.db"), max_rows=5)
-    assert [s.name for s in BLOCKDB_SETTINGS] == ["BLOCKDB_URL", "BLOCKDB_MAX_ROWS"]
+    assert [s.name for s in BLOCKDB_SETTINGS] == [
+        "BLOCKDB_URL",
+        "BLOCKDB_MAX_ROWS",
+        "BLOCKDB_QUERY_TIMEOUT_MS",
+        "BLOCKDB_QUERY_MAX_BYTES",
+        "BLOCKDB_EXECUTOR_URL",
+    ]
 
 
 @pytest.mark.parametrize(

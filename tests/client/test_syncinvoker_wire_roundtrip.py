@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import pytest
 
-from blockx_client._convert import invocation_from_pb, precheck_from_pb
+from blockx_client._convert import debug_invocation_from_pb, invocation_from_pb, precheck_from_pb
+from blockx_client.errors import BlockxError
 from blockx_client.models import Invocation, Precheck
+from blockx_core.call_record import CallRecord, RecordedIo, encode_record
 from blockx_core.failures import CallFailureKind, Failure, FailureCode, PrecheckFailure
 from blockx_core.signature import PrecheckResult
-from blockx_server.syncinvoker.convert import invoke_response, precheck_response
+from blockx_server.syncinvoker.convert import (
+    debug_invoke_response,
+    invoke_response,
+    precheck_response,
+)
 from blockx_server.syncinvoker.outcome import InvokeFailed, InvokeOutcome, InvokeSucceeded
 
 INVOKES = [
@@ -87,3 +93,33 @@ def test_a_precheck_failure_this_client_does_not_know_reads_as_none() -> None:
     pb.failure_code = "A_NEWER_SERVERS_CHECK"
     read = precheck_from_pb(pb)
     assert (read.ok, read.failure_code, read.message) == (False, None, "why")
+
+
+RECORD = CallRecord(
+    function="f",
+    args=[1],
+    chain="main",
+    code_epoch=3,
+    code={"fns": "def f(x):\n    return x\n"},
+    io=[RecordedIo(backend="memory", op="get", args=["k"], answer={"v": 1})],
+    result=2,
+)
+
+
+@pytest.mark.parametrize(
+    ("sent", "expected"),
+    [(encode_record(RECORD), RECORD), (b"", None)],
+)
+def test_a_debug_invoke_reads_back_with_its_record(
+    sent: bytes, expected: CallRecord | None
+) -> None:
+    outcome = InvokeSucceeded(call_id="c", result=b"2")
+    read = debug_invocation_from_pb(debug_invoke_response(outcome, "out", [], sent))
+    assert (read.value, read.output, read.record) == (2, "out", expected)
+
+
+def test_a_record_this_client_cannot_read_is_a_client_error() -> None:
+    outcome = InvokeSucceeded(call_id="c", result=b"2")
+    sent = encode_record(RECORD).replace(b"blockx-call-record/1", b"blockx-call-record/9")
+    with pytest.raises(BlockxError, match="cannot read: call record format"):
+        debug_invocation_from_pb(debug_invoke_response(outcome, "", [], sent))

@@ -1298,9 +1298,29 @@ def test_a_fast_failure_names_the_failed_call() -> None:
     ids = root_ids(core.start_task("t1", CODE, FN, [[0], [1, "k"]], 0))
     converge = only_failure(core.call_failed("e1", ids[1], CallFailureKind.BAD_RESULT, "no", 1))
     assert converge.failed_call == CallFailure(
-        index=1, kind=CallFailureKind.BAD_RESULT, message="no", attempts=1, retryable=False
+        index=1,
+        kind=CallFailureKind.BAD_RESULT,
+        message="no",
+        attempts=1,
+        retryable=False,
+        args=[1, "k"],
     )
     assert converge.failure_message == "call #1 score_block(1, 'k') failed: BAD_RESULT: no"
+
+
+def test_root_call_finds_the_root_of_a_sub_call() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    root = root_ids(core.start_task("t1", CODE, FN, [[0], RootCall([1], {"k": 2})], 0))[1]
+    [child] = of(core.subcall_requested("e1", root, "lib@2", "helper", [5], 1), SendCalls)
+    [grandchild] = of(
+        core.subcall_requested("e1", child.call_ids[0], "lib@2", "helper", [6], 2), SendCalls
+    )
+    expected = (root, 1, [1], {"k": 2})
+    assert core.root_call(root) == expected
+    assert core.root_call(child.call_ids[0]) == expected
+    assert core.root_call(grandchild.call_ids[0]) == expected
+    assert core.root_call(10_000) is None
 
 
 def test_a_failed_phase_and_its_call_hand_on_their_failures() -> None:

@@ -20,7 +20,7 @@ from processes import SyncInvokerProcess, WorkerProcess, call_list_task, execute
 from support import free_port, wait_until
 
 from blockx_chain.schema import SCHEMA_VERSION, TRANSFER_TOPIC
-from blockx_proto import syncinvoker_v1, worker_v1
+from blockx_proto import worker_v1
 from blockx_server.etcd.local import EtcdServer
 
 FUNCTIONS = '''
@@ -208,19 +208,6 @@ def started() -> Iterator[list[SyncInvokerProcess]]:
             process.kill()
 
 
-async def invoke(process: SyncInvokerProcess, function: str, args: list[Any]) -> Any:
-    channel = process.channel()
-    try:
-        stub = syncinvoker_v1.SyncInvokerServiceStub(channel)
-        reply = await stub.invoke(
-            syncinvoker_v1.InvokeRequest(function=function, args=json.dumps(args)), timeout=20
-        )
-    finally:
-        channel.close()
-    assert reply.success, reply.failure_message
-    return json.loads(reply.result)
-
-
 async def test_the_sync_invoker_reads_it_and_without_blockdb_url_names_the_variable(
     invoker_env: dict[str, str],
     started: list[SyncInvokerProcess],
@@ -232,9 +219,9 @@ async def test_the_sync_invoker_reads_it_and_without_blockdb_url_names_the_varia
     without = SyncInvokerProcess(invoker_env, tmp_path / "without.log")
     started += [with_db, without]
     await with_db.wait_ready()
-    check_view(await invoke(with_db, "chain_view", [4]), 4)
+    check_view(await with_db.invoke("chain_view", [4]), 4)
     await without.wait_ready()
-    missing = await invoke(without, "read_error", ["head", []])
+    missing = await without.invoke("read_error", ["head", []])
     assert missing["kind"] == "UNKNOWN_BACKEND"
     assert "set BLOCKDB_URL to enable io.blockdb" in missing["message"]
     assert with_db.stop() == 0
@@ -248,7 +235,7 @@ async def test_an_unreachable_database_is_a_retryable_unavailable(
     process = SyncInvokerProcess({**invoker_env, "BLOCKDB_URL": url}, tmp_path / "si.log")
     started.append(process)
     await process.wait_ready()  # the database may come up later
-    error = await invoke(process, "read_error", ["block", [1]])
+    error = await process.invoke("read_error", ["block", [1]])
     assert error["kind"] == "UNAVAILABLE"
     assert error["retryable"] is True
     assert "unreachable" in error["message"]

@@ -340,8 +340,8 @@ def test_bad_chain_tables_are_refused_one_line_each(
     path = str(config)
     expected = [
         "BLOCKDB_URL is the one-chain shorthand and cannot be set with [chains.NAME] tables",
-        f"chains.broken.colour is no key of a chain (keys: chain_id, blockdb_url, rpc_url) "
-        f"(in {path})",
+        "chains.broken.colour is no key of a chain (keys: chain_id, blockdb_url, rpc_url, "
+        f"blockdb_executor_url) (in {path})",
         "chains.broken.blockdb_url ",
         "chains.broken.rpc_url must be an http:// or https:// URL of a JSON-RPC node "
         f"(got 'ftp://x') (in {path})",

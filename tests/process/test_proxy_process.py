@@ -212,6 +212,15 @@ async def test_a_task_runs_end_to_end_through_the_proxy(
             timeout=10,
         )
     assert err.value.status is Status.NOT_FOUND
+    # GetCallRecord too, with the Worker's words.
+    with pytest.raises(GRPCError) as err:
+        await workers.get_call_record(
+            worker_v1.GetCallRecordRequest(task_id=task.task_id), metadata=at_worker, timeout=10
+        )
+    assert err.value.status is Status.NOT_FOUND
+    assert err.value.message == (
+        "task 't-proxy-e2e' succeeded: only the calls that fail a task are recorded"
+    )
     # And the proxy's own: no header, an unreachable sync invoker.
     with pytest.raises(GRPCError) as err:
         await workers.get_task_result(

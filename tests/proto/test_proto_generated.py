@@ -85,6 +85,7 @@ def test_pinned_service_paths() -> None:
             "/worker.v1.WorkerService/ListTasks",
             "/worker.v1.WorkerService/CancelTask",
             "/worker.v1.WorkerService/DescribeWorker",
+            "/worker.v1.WorkerService/GetCallRecord",
         ],
         syncinvoker_v1.SyncInvokerServiceBase: [
             "/syncinvoker.v1.SyncInvokerService/Invoke",

@@ -36,6 +36,7 @@ def test_defaults(functions_dir: Path) -> None:
     assert s.functions_dir == functions_dir
     assert s.functions_poll_interval_ms == 1000
     assert s.memory_seed_file is None
+    assert s.record_max_bytes == 4 * 1024 * 1024
 
 
 def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
@@ -61,6 +62,7 @@ def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
             "EXECUTOR_USER": "-",
             "EXECUTOR_MAX_FILE_BYTES": "4096",
             "CALL_MAX_LOG_BYTES": "0",
+            "CALL_RECORD_MAX_BYTES": "0",
             "EXECUTOR_RUNTIME_DIR": "/srv/blockx/runtime",
             "FUNCTIONS_POLL_INTERVAL_MS": "250",
             "IO_MEMORY_SEED_FILE": str(seed),
@@ -83,6 +85,7 @@ def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
     assert p.isolation.runtime_dir == "/srv/blockx/runtime"
     assert s.functions_poll_interval_ms == 250
     assert s.memory_seed_file == seed
+    assert s.record_max_bytes == 0
 
 
 BAD = [
@@ -102,6 +105,8 @@ BAD = [
     ("EXECUTOR_MAX_FILE_BYTES", "-1", ">= 0"),
     ("CALL_MAX_LOG_BYTES", "-1", ">= 0"),
     ("CALL_MAX_LOG_BYTES", "64k", "integer"),
+    ("CALL_RECORD_MAX_BYTES", "-1", ">= 0"),
+    ("CALL_RECORD_MAX_BYTES", "4MiB", "integer"),
     ("EXECUTOR_RUNTIME_DIR", "runtime", "must be an absolute path ('runtime')"),
     ("FUNCTIONS_DIR", "/nonexistent/functions", "directory"),
     ("IO_MEMORY_SEED_FILE", "/nonexistent/seed.json", "JSON object file"),

@@ -17,6 +17,7 @@ from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from support import free_port, wait_until
 
+from blockx_core.call_record import RecordedIo, decode_record
 from blockx_core.calls import RootOutput
 from blockx_core.dispatch import CallFailure, CallsConverged, CallsFailed, ConvergeTaskCalls
 from blockx_core.failures import CallFailureKind, Failure, FailureCode, is_retryable
@@ -116,6 +117,20 @@ async def reads_badly():
 
 async def reads_with_default(key):
     return await io.memory.get(key, default=7)
+
+
+async def answer_plus(x):
+    return await io.memory.get("answer") + x
+
+
+async def nested(x):
+    own = await io.memory.get("n:0001")
+    return {"own": own, "sub": await call("answer_plus", x)}
+
+
+async def reads_then_fails(key):
+    value = await io.memory.get(key)
+    raise ValueError(f"cannot use {value}")
 '''
 
 # Precheck must never run any of these.
@@ -515,6 +530,81 @@ async def test_debug_invoke_of_a_failing_function(invoker: Invoker) -> None:
     debug = await invoker.debug_invoke("boom", 1)
     assert inner(debug).failure_code == "USER_ERROR"
     assert debug.io_trace == []
+
+
+# ---- call records ----------------------------------------------------------------------
+
+
+async def test_debug_invoke_records_the_call_and_its_sub_calls_io(invoker: Invoker) -> None:
+    debug = await invoker.debug_invoke("nested", 1)
+    assert result(inner(debug)) == {"own": 1, "sub": 43}
+    record = decode_record(debug.call_record)
+    assert (record.function, record.args, record.chain) == ("nested", [1], "")
+    assert record.io == [
+        RecordedIo(backend="memory", op="get", args=["n:0001"], answer=1),
+        RecordedIo(backend="memory", op="get", args=["answer"], answer=42),
+    ]
+    assert record.result == {"own": 1, "sub": 43}
+    assert record.failure is None
+    assert not record.truncated
+    assert record.code_epoch == inner(debug).code_epoch
+    assert record.code["fns"] == (invoker.functions / "fns.py").read_text()
+    assert len(record.code_digest) == 64
+
+
+async def test_a_call_without_io_has_a_record_too(invoker: Invoker) -> None:
+    debug = await invoker.debug_invoke("greet", "x")
+    record = decode_record(debug.call_record)
+    assert (record.function, record.args, record.io, record.result) == (
+        "greet",
+        ["x"],
+        [],
+        "hello x",
+    )
+
+
+async def test_the_record_of_a_failed_call_holds_its_traceback(invoker: Invoker) -> None:
+    debug = await invoker.debug_invoke("reads_then_fails", "answer")
+    record = decode_record(debug.call_record)
+    assert record.failure is not None
+    assert record.failure.kind == CallFailureKind.USER_ERROR
+    assert record.failure.message == inner(debug).failure_message
+    assert "ValueError: cannot use 42" in record.failure.message
+    line = FUNCTIONS.splitlines().index('    raise ValueError(f"cannot use {value}")') + 1
+    assert f'fns.py", line {line}, in reads_then_fails' in record.failure.message
+    assert record.io == [RecordedIo(backend="memory", op="get", args=["answer"], answer=42)]
+    assert record.result is None
+
+
+async def test_failed_io_is_recorded_with_its_kind(invoker: Invoker) -> None:
+    debug = await invoker.debug_invoke("chatty", "x")
+    record = decode_record(debug.call_record)
+    get, failed = record.io
+    assert (get.op, get.answer, get.error) == ("get", 42, None)
+    assert failed.op == "no_such_op"
+    assert failed.error is not None
+    assert failed.error.kind.value == "UNKNOWN_OP"
+
+
+async def test_a_record_stops_at_call_record_max_bytes(start_invoker: StartInvoker) -> None:
+    invoker = await start_invoker(CALL_RECORD_MAX_BYTES="20000")
+    debug = await invoker.debug_invoke("total", "n:")
+    assert result(inner(debug)) == sum(range(2000))
+    record = decode_record(debug.call_record)
+    assert record.truncated
+    # keys() answers with 2000 keys (about 18,000 bytes); mget's 2000 numbers do not
+    # fit in what is left: the record stops there.
+    assert [entry.op for entry in record.io] == ["keys"]
+    small = decode_record((await invoker.debug_invoke("nested", 2)).call_record)
+    assert not small.truncated
+    assert len(small.io) == 2
+
+
+async def test_no_record_when_recording_is_off(start_invoker: StartInvoker) -> None:
+    invoker = await start_invoker(CALL_RECORD_MAX_BYTES="0")
+    debug = await invoker.debug_invoke("nested", 1)
+    assert result(inner(debug)) == {"own": 1, "sub": 43}
+    assert debug.call_record == b""
 
 
 # ---- Precheck -------------------------------------------------------------------------

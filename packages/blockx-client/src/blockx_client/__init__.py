@@ -42,6 +42,7 @@ from blockx_client.functions import FunctionHandle
 from blockx_client.models import (
     CallFailureSummary,
     CallProgress,
+    CallRecord,
     CallsWaiting,
     Cancellation,
     CancelOutcome,
@@ -86,6 +87,7 @@ __all__ = [
     "BlockxError",
     "CallFailureSummary",
     "CallProgress",
+    "CallRecord",
     "CallsWaiting",
     "CancelOutcome",
     "Cancellation",

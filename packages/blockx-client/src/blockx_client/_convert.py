@@ -36,6 +36,7 @@ from blockx_client.models import (
     WorkerDescription,
     WorkerEligibility,
 )
+from blockx_core.call_record import CallRecord, InvalidRecord, decode_record
 from blockx_core.failures import CallFailureKind, FailureCode, PrecheckFailure, call_failure_kind
 from blockx_proto import coordinator_v1, syncinvoker_v1, worker_v1
 
@@ -344,6 +345,7 @@ def debug_invocation_from_pb(reply: syncinvoker_v1.DebugInvokeResponse) -> Invoc
     return replace(
         base,
         output=reply.output,
+        record=record_from_pb(reply.call_record) if reply.call_record else None,
         io_trace=tuple(
             IoTrace(
                 backend=t.backend,
@@ -412,3 +414,12 @@ def placement_report_from_pb(
             for r in reply.recent_refusals
         ),
     )
+
+
+def record_from_pb(data: bytes) -> CallRecord:
+    """A call record as a server sent it; BlockxError when it is none this client
+    reads (a newer server's format)."""
+    try:
+        return decode_record(data)
+    except InvalidRecord as exc:
+        raise BlockxError(f"the server sent a call record this client cannot read: {exc}") from None

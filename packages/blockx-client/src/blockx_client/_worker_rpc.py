@@ -15,6 +15,7 @@ from blockx_client._convert import (
     cancellation_from_pb,
     description_from_pb,
     listed_from_pb,
+    record_from_pb,
     result_from_pb,
     states_to_pb,
     task_to_pb,
@@ -35,6 +36,7 @@ from blockx_client.models import (
     WorkerDescription,
 )
 from blockx_client.transport import Transport, connect_error
+from blockx_core.call_record import CallRecord
 from blockx_proto import worker_v1
 
 
@@ -148,6 +150,22 @@ class WorkerRpc:
         )
         tasks = [listed_from_pb(t, reply.worker_addr or worker_addr) for t in reply.tasks]
         return tasks, reply.next_page_token
+
+    async def get_call_record(
+        self, task_id: str, call_index: int | None, *, worker_addr: str
+    ) -> CallRecord:
+        """GetCallRecord; TaskNotFoundError with the Worker's words when it keeps no
+        such record."""
+        stub, metadata = self._stub(worker_addr)
+        reply = await self._transport.unary(
+            worker_addr,
+            stub.get_call_record(
+                worker_v1.GetCallRecordRequest(task_id=task_id, call_index=call_index),
+                timeout=self._options.rpc_timeout_s,
+                metadata=metadata,
+            ),
+        )
+        return record_from_pb(reply.record)
 
     async def describe_worker(
         self, worker_addr: str, *, recent_failures: int = 0, running_tasks: int = 0

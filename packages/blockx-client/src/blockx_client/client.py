@@ -70,6 +70,7 @@ from blockx_client.models import (
 )
 from blockx_client.routing import route
 from blockx_client.transport import DEFAULT_KEEPALIVE_S, Transport
+from blockx_core.call_record import CallRecord
 
 __all__ = [
     "DEFAULT_COORDINATOR",
@@ -286,6 +287,30 @@ class Client:
         if addr is None:
             addr = await self._holder(task_id, workers, registry, worker_timeout_s)
         return await self._workers.cancel_task(task_id, worker_addr=addr)
+
+    async def call_record(
+        self,
+        task_id: str,
+        call_index: int | None = None,
+        *,
+        worker_addr: str | None = None,
+        workers: Sequence[str] | None = None,
+        registry: Registry | None = None,
+        worker_timeout_s: float | None = None,
+    ) -> CallRecord:
+        """The record of a failed call of a failed task (GetCallRecord, a BlockX
+        addition): its arguments, code, every IO request with its answer and its
+        failure, the fixture ``blockx replay`` runs offline. ``call_index`` is the
+        root call's index in the task (None: the first that failed). Asked of
+        ``worker_addr``, else of the Worker that knows the task, as ``cancel`` finds it.
+
+        A Worker keeps records only of failed calls and only while the task's result
+        is retained (RESULT_RETENTION_MS): TaskNotFoundError with its words when the
+        task, the call or the record is gone."""
+        addr = worker_addr or self._in_flight.get(task_id)
+        if addr is None:
+            addr = await self._holder(task_id, workers, registry, worker_timeout_s)
+        return await self._workers.get_call_record(task_id, call_index, worker_addr=addr)
 
     def in_flight(self) -> dict[str, str]:
         """The tasks this client's ``run`` calls (``run_many``, the drivers) have placed

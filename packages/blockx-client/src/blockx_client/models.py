@@ -20,6 +20,7 @@ import msgspec
 
 from blockx_client._typed import as_type
 from blockx_client.errors import BlockxError
+from blockx_core.call_record import CallRecord
 from blockx_core.dispatch import CallsWaiting, ExecutorState, RunningCall
 from blockx_core.failures import CallFailureKind, ClientFailureCode, FailureCode, PrecheckFailure
 from blockx_core.load_series import LoadPoint
@@ -38,6 +39,7 @@ T = TypeVar("T")
 __all__ = [
     "CallFailureSummary",
     "CallProgress",
+    "CallRecord",
     "CallsWaiting",
     "CancelOutcome",
     "Cancellation",
@@ -232,7 +234,10 @@ class IoTrace(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Invocation(msgspec.Struct, frozen=True, kw_only=True):
-    """One Sync Invoker call. ``output`` and ``io_trace`` are set by a debug invoke.
+    """One Sync Invoker call. ``output``, ``io_trace`` and ``record`` are set by a
+    debug invoke: ``record`` is the call's record (its arguments, code, every IO
+    request with its answer and how it ended), the fixture a replay runs offline;
+    None when the server records no calls (CALL_RECORD_MAX_BYTES=0).
 
     ``failure_code`` is the call's own kind (``CallFailureKind``), or the run's
     ``FailureCode`` where no call is to blame (``OUTPUT_BYTES_EXCEEDED``); None when
@@ -250,6 +255,7 @@ class Invocation(msgspec.Struct, frozen=True, kw_only=True):
     io_trace: tuple[IoTrace, ...] = ()
     # The Function Code View epoch the call ran in.
     code_epoch: int = 0
+    record: CallRecord | None = None
 
 
 class Precheck(msgspec.Struct, frozen=True, kw_only=True):

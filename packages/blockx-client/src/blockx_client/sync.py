@@ -40,6 +40,7 @@ from blockx_client.models import (
     WorkerDescription,
 )
 from blockx_client.transport import DEFAULT_KEEPALIVE_S
+from blockx_core.call_record import CallRecord
 from blockx_executor import in_call
 
 T = TypeVar("T")
@@ -153,6 +154,28 @@ class SyncClient:
         return self._run(
             self._client.cancel(
                 task_id,
+                worker_addr=worker_addr,
+                workers=workers,
+                registry=registry,
+                worker_timeout_s=worker_timeout_s,
+            )
+        )
+
+    def call_record(
+        self,
+        task_id: str,
+        call_index: int | None = None,
+        *,
+        worker_addr: str | None = None,
+        workers: Sequence[str] | None = None,
+        registry: Registry | None = None,
+        worker_timeout_s: float | None = None,
+    ) -> CallRecord:
+        """As ``Client.call_record``."""
+        return self._run(
+            self._client.call_record(
+                task_id,
+                call_index,
                 worker_addr=worker_addr,
                 workers=workers,
                 registry=registry,

@@ -91,10 +91,16 @@ def request_key(backend: str, op: str, args: list[Any], kwargs: Mapping[str, Any
 _encoder = msgspec.json.Encoder()
 
 
-def encode_record(record: CallRecord) -> bytes:
-    """The record as indented JSON, for people to read and edit, its format first."""
-    document = {"format": record.format, **msgspec.to_builtins(record)}
-    return msgspec.json.format(_encoder.encode(document), indent=2) + b"\n"
+def encode_record(record: CallRecord, *, indent: int = 2) -> bytes:
+    """The record as JSON, its format first: indented for people to read and edit (a
+    fixture file), or with ``indent=0`` compact on one line (what servers keep and
+    send; the same document)."""
+    body = _encoder.encode(record)  # answers may be msgspec.Raw: encoded, never converted
+    if record.format == CALL_RECORD_FORMAT:  # omitted as the default: put it first
+        body = b'{"format":' + _encoder.encode(record.format) + b"," + body[1:]
+    if indent <= 0:
+        return body
+    return msgspec.json.format(body, indent=indent) + b"\n"
 
 
 def decode_record(data: bytes | str) -> CallRecord:

@@ -73,7 +73,7 @@ class _SqliteWriter(BlockWriter):
         await self._store._on_writer(lambda c: c.executemany(sql, rows))
 
 
-def _read_only_uri(path: Path) -> str:
+def read_only_uri(path: Path) -> str:
     """``path`` as a URI SQLite opens read-only and never creates."""
     return f"file:{urllib.parse.quote(str(path))}?mode=ro"
 
@@ -157,7 +157,7 @@ class SqliteStore(BlockStore):
         if not self.path.is_file():
             raise missing
         try:
-            conn = sqlite3.connect(_read_only_uri(self.path), uri=True)
+            conn = sqlite3.connect(read_only_uri(self.path), uri=True)
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"{self.description}: {exc}") from None
         try:
@@ -219,7 +219,7 @@ class SqliteStore(BlockStore):
     def _reader(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
         if conn is None:
-            conn = sqlite3.connect(_read_only_uri(self.path), uri=True, check_same_thread=False)
+            conn = sqlite3.connect(read_only_uri(self.path), uri=True, check_same_thread=False)
             conn.execute(f"PRAGMA busy_timeout = {_READ_BUSY_TIMEOUT_MS}")
             self._local.conn = conn
             with self._readers_lock:

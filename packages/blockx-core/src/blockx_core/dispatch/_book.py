@@ -252,6 +252,8 @@ class CallBook:
                 message=message,
                 attempts=call.attempt,
                 retryable=retryable,
+                args=call.args,
+                kwargs=call.kwargs,
             ),
         )
 

@@ -158,6 +158,18 @@ class DispatcherCore:
         call = self._book.calls.get(call_id)
         return 0 if call is None else call.parent
 
+    def root_call(self, call_id: int) -> tuple[int, int, list[Any], dict[str, Any] | None] | None:
+        """The root call whose attempt ``call_id`` is part of (itself for a root call,
+        through its parents for a sub-call): its id, root index, positional and
+        keyword arguments; None when the call or one of its parents is not live."""
+        calls = self._book.calls
+        call = calls.get(call_id)
+        while call is not None and call.parent:
+            call = calls.get(call.parent)
+        if call is None:
+            return None
+        return call.call_id, call.root_index, call.args, call.kwargs
+
     def usage(self, task_id: str) -> CallUsage:
         """The task's measured cost; the same object fills up until the task ends."""
         return self._book.tasks[task_id].usage

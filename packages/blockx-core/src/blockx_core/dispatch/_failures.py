@@ -23,6 +23,9 @@ class CallFailure(msgspec.Struct, frozen=True, kw_only=True):
     # May the same call succeed if run again (the kind's RETRYABLE entry, unless the
     # attempt said a retry cannot succeed).
     retryable: bool = False
+    # The call's own arguments (what a record of the failed call replays).
+    args: list[Any] = msgspec.field(default_factory=list)
+    kwargs: dict[str, Any] | None = None
 
     @property
     def failure(self) -> Failure:

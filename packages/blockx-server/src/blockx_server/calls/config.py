@@ -13,6 +13,7 @@ from typing import Any, Final
 
 import msgspec
 
+from blockx_core.call_record import DEFAULT_CALL_RECORD_MAX_BYTES
 from blockx_core.dispatch import CallRetryPolicy, DispatchConfig
 from blockx_core.failures import CallFailureKind
 from blockx_server.calls.engine import CallEngineConfig
@@ -36,6 +37,8 @@ class CallSettings(msgspec.Struct, frozen=True, kw_only=True):
     functions_dir: Path
     functions_poll_interval_ms: int
     memory_seed_file: Path | None
+    # CALL_RECORD_MAX_BYTES: the IO a call's record keeps (0: calls are not recorded).
+    record_max_bytes: int = DEFAULT_CALL_RECORD_MAX_BYTES
 
 
 EXECUTOR_COUNT: Final = Setting(
@@ -127,6 +130,15 @@ CALL_MAX_LOG_BYTES: Final = Setting(
     default=64 * 1024,
     parse=integer(at_least=0),
     help="what one call may print into the log (bytes); the rest is counted and dropped",
+)
+CALL_RECORD_MAX_BYTES: Final = Setting(
+    name="CALL_RECORD_MAX_BYTES",
+    default=DEFAULT_CALL_RECORD_MAX_BYTES,
+    parse=integer(at_least=0),
+    help=(
+        "the IO one call's record keeps while it runs (bytes of JSON; a Worker keeps "
+        "failed calls' records, DebugInvoke returns it); 0 = calls are not recorded"
+    ),
 )
 EXECUTOR_SANDBOX: Final = Setting(
     name="EXECUTOR_SANDBOX",
@@ -247,6 +259,7 @@ CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
     EXECUTOR_HEARTBEAT_TIMEOUT_MS,
     EXECUTOR_MAX_OPEN_FILES,
     CALL_MAX_LOG_BYTES,
+    CALL_RECORD_MAX_BYTES,
     EXECUTOR_SANDBOX,
     EXECUTOR_MEMORY_LIMIT_BYTES,
     EXECUTOR_MAX_FILE_BYTES,
@@ -333,4 +346,5 @@ def read_call_settings(reader: ConfigReader) -> CallSettings:
         functions_dir=functions_dir,
         functions_poll_interval_ms=reader.get(FUNCTIONS_POLL_INTERVAL_MS),
         memory_seed_file=Path(seed) if seed is not None else None,
+        record_max_bytes=reader.get(CALL_RECORD_MAX_BYTES),
     )

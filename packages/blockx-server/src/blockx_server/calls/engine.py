@@ -60,6 +60,7 @@ from blockx_server.calls.messages import (
     resume_with_result,
     trace_message,
 )
+from blockx_server.calls.recording import RunRecords
 from blockx_server.calls.run import CallObserver, CallRun, RunState, observe
 from blockx_server.io.errors import IoFailed, IoOutcome
 from blockx_server.io.scope import TaskIoScope
@@ -105,6 +106,9 @@ class CallEngine:
         self._room_waiters: dict[str, RunState] = {}  # producers waiting in wait_room()
         # IO answers the core is deciding on: ResumeWithIo sends one (by call id).
         self._io_answers: dict[int, wire.ResumeCall] = {}
+        # Root call id -> the records of its run, for the root calls being recorded
+        # (those that made an IO request): empty unless some run records.
+        self._recorded: dict[int, RunRecords] = {}
 
     @property
     def core(self) -> DispatcherCore:
@@ -139,19 +143,26 @@ class CallEngine:
         observer: CallObserver | None = None,
         debug: bool = False,
         budget_ms: int | None = None,
+        record_bytes: int = 0,
+        record_successes: bool = False,
     ) -> CallRun:
         """Start a Calls phase whose root calls come later, through the returned
         run's ``add``; ``done`` says no more will come.
 
         An ``observer`` sees each call's durations and IO; ``debug`` captures what
         the calls print; ``budget_ms`` replaces CALL_DEADLINE_MS as this run's
-        per-call budget. Cancelling the coroutine awaiting ``result()`` cancels the
-        task's calls.
+        per-call budget. ``record_bytes`` > 0 records each root call's IO up to that
+        many bytes (``CallRun.records``): kept for the root call that fails the run,
+        and for those that succeed too with ``record_successes``. Cancelling the
+        coroutine awaiting ``result()`` cancels the task's calls.
         """
         if task_id in self._runs:
             raise RuntimeError(f"task {task_id!r} is already in its Calls phase")
         loop = asyncio.get_running_loop()
-        run = RunState(loop.create_future(), snapshot, io, observer, debug)
+        records = (
+            RunRecords(record_bytes, keep_successes=record_successes) if record_bytes > 0 else None
+        )
+        run = RunState(loop.create_future(), snapshot, io, observer, debug, records)
         source = snapshot.resolve(function)
         if source is not None:
             self._sources[source.digest] = source
@@ -179,12 +190,22 @@ class CallEngine:
         observer: CallObserver | None = None,
         debug: bool = False,
         budget_ms: int | None = None,
+        record_bytes: int = 0,
+        record_successes: bool = False,
     ) -> ConvergeTaskCalls:
         """Run one root call per entry of ``calls`` (a RootCall, or the list of a
         call's positional arguments); return how the phase converged. The keyword
         arguments are those of ``open_calls``."""
         run = self.open_calls(
-            task_id, snapshot, io, function, observer=observer, debug=debug, budget_ms=budget_ms
+            task_id,
+            snapshot,
+            io,
+            function,
+            observer=observer,
+            debug=debug,
+            budget_ms=budget_ms,
+            record_bytes=record_bytes,
+            record_successes=record_successes,
         )
         run.add(calls)
         run.done()
@@ -231,6 +252,8 @@ class CallEngine:
         self._spans.close_run(task_id)
         if run.observer is not None:
             self._observed -= 1
+        if run.records is not None:
+            self._forget_recordings(run.records)
         if self._core.has_task(task_id):
             self._apply(self._core.cancel_task(task_id, self._clock.now_ms()))
         if self._room_waiters:
@@ -283,6 +306,8 @@ class CallEngine:
                 case wire.CallsCompleted():
                     if self._logs.open:
                         self._logs.ended(message.call_ids)
+                    if self._recorded:
+                        self._recorded_success(message)
                     commands += core.calls_completed(
                         executor_id, message.call_ids, message.results, now_ms
                     )
@@ -342,6 +367,8 @@ class CallEngine:
             missing = run.snapshot.describe_missing(message.function)
             return self._core.subcall_unresolved(executor_id, message.call_id, missing, now_ms)
         self._sources[source.digest] = source
+        if run.records is not None:
+            run.records.modules.add(source.module)
         return self._core.subcall_requested(
             executor_id,
             message.call_id,
@@ -362,6 +389,12 @@ class CallEngine:
             observer = self._observer_of(request.call_id)
             if observer is not None:
                 observer.io_traced(request.call_id, request, outcome)
+        records = run.records
+        if records is not None and not run.future.done():
+            root = self._core.root_call(request.call_id)
+            if root is not None:
+                records.io(root, request, outcome)
+                self._recorded[root[0]] = records
         # The core decides what the answer does (``ResumeWithIo`` sends it).
         self._io_answers[request.call_id] = resume_with_io(request.call_id, outcome)
         try:
@@ -416,6 +449,10 @@ class CallEngine:
                     if run is not None and not run.future.done():
                         if run.observer is not None:
                             run.observer.calls_measured(run.usage)
+                        if run.records is not None:
+                            if type(command) is CallsFailed and command.failed_call is not None:
+                                run.records.failed(command.failed_call)
+                            self._forget_recordings(run.records)
                         run.future.set_result(command)
                 case _:
                     assert_never(command)
@@ -433,6 +470,8 @@ class CallEngine:
 
     def _send_calls(self, command: SendCalls) -> None:
         executor_id = command.executor_id
+        if self._recorded:
+            self._resent(command.call_ids)
         messages = self._outbox[executor_id]
         loaded = self._loaded.get(executor_id)
         if loaded is not None and command.code not in loaded:
@@ -445,6 +484,28 @@ class CallEngine:
             self._spans.traces(command, self._core.parent_call) if self._spans.tracing else None
         )
         messages.append(execute_calls(command, run is not None and run.debug, traces))
+
+    def _resent(self, call_ids: list[int]) -> None:
+        """Root calls sent again (a retry, or their executor ended) start their
+        records afresh."""
+        recorded = self._recorded
+        for call_id in call_ids:
+            records = recorded.pop(call_id, None)
+            if records is not None:
+                records.resent(call_id)
+
+    def _recorded_success(self, message: wire.CallsCompleted) -> None:
+        recorded = self._recorded
+        for call_id, result in zip(message.call_ids, message.results, strict=True):
+            records = recorded.pop(call_id, None)
+            if records is not None:
+                records.succeeded(call_id, result)
+
+    def _forget_recordings(self, records: RunRecords) -> None:
+        """The run ended: its calls still open are recorded no more."""
+        for root_id in records.open:
+            self._recorded.pop(root_id, None)
+        records.open.clear()
 
     def _schedule_flush(self) -> None:
         if not self._flush_scheduled and self._loop is not None:

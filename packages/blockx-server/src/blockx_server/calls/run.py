@@ -21,6 +21,7 @@ from blockx_core.dispatch import (
     ConvergeTaskCalls,
 )
 from blockx_executor import protocol as wire
+from blockx_server.calls.recording import RunRecords
 from blockx_server.io.errors import IoOutcome
 from blockx_server.io.scope import TaskIoScope
 
@@ -44,7 +45,7 @@ class CallObserver(Protocol):
 class RunState:
     """What the engine keeps for one open run."""
 
-    __slots__ = ("debug", "future", "io", "observer", "room", "snapshot", "usage")
+    __slots__ = ("debug", "future", "io", "observer", "records", "room", "snapshot", "usage")
 
     def __init__(
         self,
@@ -53,12 +54,15 @@ class RunState:
         io: TaskIoScope,
         observer: CallObserver | None,
         debug: bool,
+        records: RunRecords | None = None,
     ) -> None:
         self.future = future
         self.snapshot = snapshot
         self.io = io
         self.observer = observer
         self.debug = debug
+        # The call records of the run's root calls (None: not recorded).
+        self.records = records
         # Set while the producer waits in wait_room(); resolved by the engine.
         self.room: asyncio.Future[None] | None = None
         # The dispatcher's measure of the run's calls, filled in until it converges.
@@ -98,6 +102,11 @@ class CallRun:
             return
         self._done = True
         self._engine.roots_done(self.task_id)
+
+    @property
+    def records(self) -> RunRecords | None:
+        """The run's call records (``open_calls(record_bytes=...)``), None when off."""
+        return self._run.records
 
     @property
     def ended(self) -> bool:

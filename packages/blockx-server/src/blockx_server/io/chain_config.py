@@ -10,9 +10,13 @@ Several chains are ``[chains.NAME]`` tables of the ``--config`` file::
     [chains.base]
     chain_id = 8453
     blockdb_url = "postgresql://blockx@db/base"
+    blockdb_executor_url = "postgresql://blockx_sql@db/base"
 
-One chain can instead be named by BLOCKDB_URL and CHAIN_RPC_URL alone (the
-shorthand): the chain ``default``, its chain id read from its block database (the
+``blockdb_executor_url`` (BLOCKDB_EXECUTOR_URL in the shorthand) is the read-only
+role io.blockdb_executor queries a PostgreSQL block database as; without it that
+chain has no io.blockdb_executor (one log line says so), and a role that can write
+refuses start-up. One chain can instead be named by BLOCKDB_URL and CHAIN_RPC_URL
+alone (the shorthand): the chain ``default``, its chain id read from its block database (the
 node's ``eth_chainId`` when there is none). The shorthand and the tables together
 are refused: which one wins would be a guess.
 
@@ -30,15 +34,23 @@ from typing import Final
 import msgspec
 
 from blockx_chain.store import SchemaRefused
-from blockx_chain.url import InvalidBlockDbUrl, parse_blockdb_url
+from blockx_chain.url import InvalidBlockDbUrl, PostgresUrl, SqliteUrl, parse_blockdb_url
 from blockx_core.chains import CHAIN_NAME_RULE, DEFAULT_CHAIN, Chain, is_chain_name
 from blockx_server.io.backends.base import IoBackend
 from blockx_server.io.backends.blockdb import BlockDbBackend
+from blockx_server.io.backends.blockdb_executor import BlockDbExecutorBackend
 from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.backends.meta import MetaBackend
 from blockx_server.io.backends.rpc import CHAIN_RPC_URL, RpcBackend, RpcSettings
 from blockx_server.io.chain_io import ChainIo
-from blockx_server.io.config import BLOCKDB_MAX_ROWS, BLOCKDB_URL, BlockDbSettings
+from blockx_server.io.config import (
+    BLOCKDB_EXECUTOR_URL,
+    BLOCKDB_MAX_ROWS,
+    BLOCKDB_URL,
+    BlockDbSettings,
+    executor_url,
+    read_query_limits,
+)
 from blockx_server.io.errors import BackendError
 from blockx_server.io.finality import ChainFinality
 from blockx_server.runtime.config_file import ConfigFileError, read_tables
@@ -49,7 +61,7 @@ from blockx_server.runtime.settings import InvalidValue
 log = logging.getLogger(__name__)
 
 CHAINS_TABLE: Final = "chains"
-CHAIN_KEYS: Final = ("chain_id", "blockdb_url", "rpc_url")
+CHAIN_KEYS: Final = ("chain_id", "blockdb_url", "rpc_url", "blockdb_executor_url")
 
 
 class ChainSettings(msgspec.Struct, frozen=True, kw_only=True):
@@ -68,7 +80,11 @@ class ChainSettings(msgspec.Struct, frozen=True, kw_only=True):
     def where(self, key: str) -> str:
         """The setting that gave ``key`` (blockdb_url, rpc_url), for an error line."""
         if self.shorthand:
-            return {"blockdb_url": BLOCKDB_URL.name, "rpc_url": CHAIN_RPC_URL.name}[key]
+            return {
+                "blockdb_url": BLOCKDB_URL.name,
+                "rpc_url": CHAIN_RPC_URL.name,
+                "blockdb_executor_url": BLOCKDB_EXECUTOR_URL.name,
+            }[key]
         return f"[chains.{self.name}] {key}"
 
 
@@ -78,11 +94,18 @@ def read_chain_settings(
     """The chains served: the ``[chains.NAME]`` tables, else the shorthand
     (``blockdb``, ``rpc``: BLOCKDB_URL and CHAIN_RPC_URL as read), else none.
     Every bad key or value is reported through ``reader``."""
-    # Read before (and reported then when bad): every chain's database obeys it.
+    # Read before (and reported then when bad): every chain's database obeys them.
     max_rows = (
         reader.get(BLOCKDB_MAX_ROWS)
         if reader.valid(BLOCKDB_MAX_ROWS.name)
         else BLOCKDB_MAX_ROWS.default
+    )
+    timeout_ms, max_bytes = read_query_limits(reader)
+    defaults = BlockDbSettings(
+        url=SqliteUrl(Path()),
+        max_rows=max_rows,
+        query_timeout_ms=timeout_ms,
+        query_max_bytes=max_bytes,
     )
     prefix = f"{CHAINS_TABLE}."
     fields: dict[str, dict[str, str]] = {}
@@ -96,7 +119,12 @@ def read_chain_settings(
             return ()
         node = None if rpc.url is None else rpc
         return (ChainSettings(name=DEFAULT_CHAIN, chain_id=None, blockdb=blockdb, rpc=node),)
-    for shorthand, value in ((BLOCKDB_URL.name, blockdb), (CHAIN_RPC_URL.name, rpc.url)):
+    executor = None if blockdb is None else blockdb.executor_url
+    for shorthand, value in (
+        (BLOCKDB_URL.name, blockdb),
+        (CHAIN_RPC_URL.name, rpc.url),
+        (BLOCKDB_EXECUTOR_URL.name, executor),
+    ):
         if value is not None:
             reader.report(
                 shorthand,
@@ -106,7 +134,7 @@ def read_chain_settings(
     chains: list[ChainSettings] = []
     owner_of: dict[int, str] = {}
     for name, table in sorted(fields.items()):
-        chain = _read_table(reader, name, table, rpc, max_rows)
+        chain = _read_table(reader, name, table, rpc, defaults)
         if chain is None:
             continue
         assert chain.chain_id is not None
@@ -126,7 +154,7 @@ def _read_table(
     name: str,
     table: dict[str, str],
     rpc_defaults: RpcSettings,
-    max_rows: int,
+    blockdb_defaults: BlockDbSettings,
 ) -> ChainSettings | None:
     where = f"{CHAINS_TABLE}.{name}"
     ok = True
@@ -158,7 +186,20 @@ def _read_table(
             reader.report(f"{where}.blockdb_url", str(exc))
             ok = False
         else:
-            blockdb = BlockDbSettings(url=url, max_rows=max_rows)
+            blockdb = msgspec.structs.replace(blockdb_defaults, url=url)
+    if (raw := table.get("blockdb_executor_url")) is not None:
+        key = f"{where}.blockdb_executor_url"
+        try:
+            executor = executor_url(raw)
+        except InvalidValue as exc:
+            reader.report(key, exc.rule)
+            ok = False
+        else:
+            if blockdb is None or not isinstance(blockdb.url, PostgresUrl):
+                reader.report(key, "is for a PostgreSQL blockdb_url: a SQLite one needs none")
+                ok = False
+            else:
+                blockdb = msgspec.structs.replace(blockdb, executor_url=executor)
     rpc: RpcSettings | None = None
     if (raw := table.get("rpc_url")) is not None:
         try:
@@ -212,6 +253,7 @@ async def open_chains(
 async def _open_chain(settings: ChainSettings, finality_refresh_ms: int) -> ChainIo:
     blockdb: BlockDbBackend | None = None
     rpc: RpcBackend | None = None
+    executor: BlockDbExecutorBackend | None = None
     try:
         chain_id = settings.chain_id
         if settings.blockdb is not None:
@@ -241,6 +283,7 @@ async def _open_chain(settings: ChainSettings, finality_refresh_ms: int) -> Chai
                         f"{settings.where('rpc_url')}: the node serves chain id {served}, not "
                         f"{what} {chain_id}"
                     )
+        executor = await _open_executor(settings, chain_id)
     except BaseException:
         if blockdb is not None:
             await blockdb.close()
@@ -254,12 +297,46 @@ async def _open_chain(settings: ChainSettings, finality_refresh_ms: int) -> Chai
             settings.name,
         )
     finality = None if blockdb is None else ChainFinality(blockdb, finality_refresh_ms)
-    backends: list[IoBackend] = [b for b in (blockdb, rpc) if b is not None]
+    backends: list[IoBackend] = [b for b in (blockdb, rpc, executor) if b is not None]
     chain_io = ChainIo(Chain(settings.name, chain_id or 0), backends, finality)
     chain_io.add(MetaBackend(chain_io, blockdb=blockdb, rpc=rpc, finality=finality))
     if blockdb is not None:
         chain_io.add(LogicalTypesBackend(blockdb))
     return chain_io
+
+
+async def _open_executor(
+    settings: ChainSettings, chain_id: int | None
+) -> BlockDbExecutorBackend | None:
+    """The chain's io.blockdb_executor: on SQLite always, on PostgreSQL with the
+    read-only role's URL (without it, off, and one log line says how to enable it);
+    StartupError, naming the setting, for a role that can write or a database of
+    another chain than ``chain_id``."""
+    blockdb = settings.blockdb
+    if blockdb is None:
+        return None
+    if isinstance(blockdb.url, PostgresUrl) and blockdb.executor_url is None:
+        log.info(
+            "chain %r: io.blockdb_executor is off: set %s to the URL of a read-only role "
+            "(docs/blockdb-executor.md)",
+            settings.name,
+            settings.where("blockdb_executor_url"),
+        )
+        return None
+    backend = BlockDbExecutorBackend(blockdb.url, blockdb.query_limits(), blockdb.executor_url)
+    try:
+        await backend.start()
+    except SchemaRefused as exc:
+        await backend.close()
+        raise StartupError(f"{settings.where('blockdb_executor_url')}: {exc}") from None
+    held = await backend.chain_id() if blockdb.executor_url is not None else None
+    if held is not None and chain_id is not None and held != chain_id:
+        await backend.close()
+        raise StartupError(
+            f"{settings.where('blockdb_executor_url')}: its database holds chain id {held}, "
+            f"not {chain_id}: name the block database's own"
+        )
+    return backend
 
 
 async def _database_chain_id(blockdb: BlockDbBackend) -> int | None:
@@ -283,7 +360,7 @@ async def _node_chain_id(rpc: RpcBackend) -> int | None:
 async def close_chains(chains: list[ChainIo]) -> None:
     for chain_io in chains:
         for backend in chain_io.backends.values():
-            if isinstance(backend, BlockDbBackend):
+            if isinstance(backend, BlockDbBackend | BlockDbExecutorBackend):
                 await backend.close()
             elif isinstance(backend, RpcBackend):
                 await backend.aclose()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 
@@ -17,7 +17,8 @@ from blockx_chain.lake import CATALOG_TYPES, DEFAULT_NAMESPACE, LakeConfig, Lake
 from blockx_chain.lake.config import SQL, namespace_rule
 from blockx_chain.sink import DEFAULT_CHUNK_ROWS
 from blockx_chain.store import DEFAULT_MAX_ROWS, SchemaRefused
-from blockx_chain.url import FORMS, BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
+from blockx_chain.store.query import DEFAULT_QUERY_MAX_BYTES, DEFAULT_QUERY_TIMEOUT_MS, QueryLimits
+from blockx_chain.url import FORMS, BlockDbUrl, InvalidBlockDbUrl, PostgresUrl, parse_blockdb_url
 from blockx_core.io import ConcurrencyLimit
 from blockx_server.io.backends.base import IoBackend
 from blockx_server.io.backends.blockdb import BlockDbBackend
@@ -34,6 +35,8 @@ from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.env import ConfigReader
 from blockx_server.runtime.process import StartupError
 from blockx_server.runtime.settings import InvalidValue, Setting, integer, optional_text
+
+T = TypeVar("T")
 
 
 def _optional_integer(at_least: int) -> Callable[[str], int | None]:
@@ -197,19 +200,111 @@ BLOCKDB_MAX_ROWS: Final = Setting(
     parse=integer(at_least=1),
     help="the most rows one io.blockdb read answers; a wider range is BAD_REQUEST",
 )
-BLOCKDB_SETTINGS: Final[tuple[Setting[Any], ...]] = (BLOCKDB_URL, BLOCKDB_MAX_ROWS)
+
+
+# io.blockdb_executor: read-only SQL over the block database.
+
+
+def executor_url(raw: str) -> PostgresUrl:
+    """A PostgreSQL URL of the executor's read-only role."""
+    url = _blockdb_url(raw)
+    if not isinstance(url, PostgresUrl):
+        raise InvalidValue(
+            "must be a postgresql:// URL (the read-only role io.blockdb_executor connects "
+            "as): a SQLite block database needs none"
+        )
+    return url
+
+
+BLOCKDB_QUERY_TIMEOUT_MS: Final[Setting[int | None]] = Setting(
+    name="BLOCKDB_QUERY_TIMEOUT_MS",
+    default=None,
+    parse=_optional_integer(at_least=1),
+    shown_default="CALL_DEADLINE_MS",
+    help="wall time one io.blockdb_executor query may run; then it is stopped (BAD_REQUEST)",
+)
+BLOCKDB_QUERY_MAX_BYTES: Final = Setting(
+    name="BLOCKDB_QUERY_MAX_BYTES",
+    default=DEFAULT_QUERY_MAX_BYTES,
+    parse=integer(at_least=1024),
+    help="the largest answer (JSON bytes) of one io.blockdb_executor query; more is BAD_REQUEST",
+)
+BLOCKDB_EXECUTOR_URL: Final[Setting[PostgresUrl | None]] = Setting(
+    name="BLOCKDB_EXECUTOR_URL",
+    default=None,
+    parse=executor_url,
+    help="a read-only role's URL io.blockdb_executor queries a PostgreSQL BLOCKDB_URL as; "
+    "unset: no io.blockdb_executor on PostgreSQL",
+)
+BLOCKDB_SETTINGS: Final[tuple[Setting[Any], ...]] = (
+    BLOCKDB_URL,
+    BLOCKDB_MAX_ROWS,
+    BLOCKDB_QUERY_TIMEOUT_MS,
+    BLOCKDB_QUERY_MAX_BYTES,
+    BLOCKDB_EXECUTOR_URL,
+)
 
 
 class BlockDbSettings(msgspec.Struct, frozen=True, kw_only=True):
     url: BlockDbUrl
     max_rows: int
+    # io.blockdb_executor: its limits, and on PostgreSQL its read-only role's URL
+    # (None: the backend is off there).
+    query_timeout_ms: int = DEFAULT_QUERY_TIMEOUT_MS
+    query_max_bytes: int = DEFAULT_QUERY_MAX_BYTES
+    executor_url: PostgresUrl | None = None
+
+    def query_limits(self) -> QueryLimits:
+        return QueryLimits(
+            max_rows=self.max_rows,
+            max_bytes=self.query_max_bytes,
+            timeout_ms=self.query_timeout_ms,
+        )
+
+
+def _checked(reader: ConfigReader, setting: Setting[T]) -> T:
+    """``setting``'s value, or its default once it was reported bad (read by each
+    chain: reported once)."""
+    return reader.get(setting) if reader.valid(setting.name) else setting.default
+
+
+def read_query_limits(reader: ConfigReader) -> tuple[int, int]:
+    """BLOCKDB_QUERY_TIMEOUT_MS (CALL_DEADLINE_MS when unset) and
+    BLOCKDB_QUERY_MAX_BYTES, for every chain's block database."""
+    from blockx_server.calls.config import CALL_DEADLINE_MS
+
+    timeout_ms = _checked(reader, BLOCKDB_QUERY_TIMEOUT_MS)
+    if timeout_ms is None:
+        timeout_ms = _checked(reader, CALL_DEADLINE_MS)
+    return timeout_ms, _checked(reader, BLOCKDB_QUERY_MAX_BYTES)
 
 
 def read_blockdb_settings(reader: ConfigReader) -> BlockDbSettings | None:
-    """BLOCKDB_URL and BLOCKDB_MAX_ROWS; None when BLOCKDB_URL is unset."""
+    """BLOCKDB_URL with BLOCKDB_MAX_ROWS and the io.blockdb_executor settings; None
+    when BLOCKDB_URL is unset."""
     url = reader.get(BLOCKDB_URL)
     max_rows = reader.get(BLOCKDB_MAX_ROWS)
-    return None if url is None else BlockDbSettings(url=url, max_rows=max_rows)
+    timeout_ms, max_bytes = read_query_limits(reader)
+    executor = reader.get(BLOCKDB_EXECUTOR_URL)
+    if executor is not None and not isinstance(url, PostgresUrl):
+        reader.report(
+            BLOCKDB_EXECUTOR_URL.name,
+            "is for a PostgreSQL BLOCKDB_URL; "
+            + (
+                "BLOCKDB_URL is unset"
+                if url is None
+                else "a SQLite one is queried read-only with no role: unset it"
+            ),
+        )
+    if url is None:
+        return None
+    return BlockDbSettings(
+        url=url,
+        max_rows=max_rows,
+        query_timeout_ms=timeout_ms,
+        query_max_bytes=max_bytes,
+        executor_url=executor if isinstance(url, PostgresUrl) else None,
+    )
 
 
 async def start_blockdb(settings: BlockDbSettings | None) -> BlockDbBackend | None:

@@ -83,6 +83,7 @@ _json = msgspec.json.Encoder()
 # Backends a process has only when a setting names their peer.
 _ENABLED_BY: Final = {
     "blockdb": "BLOCKDB_URL",
+    "blockdb_executor": "BLOCKDB_URL (on PostgreSQL with BLOCKDB_EXECUTOR_URL)",
     "logicalTypes": "BLOCKDB_URL",
     "rpc": "CHAIN_RPC_URL",
     "sink": "SINK_DB_URL",
@@ -90,7 +91,11 @@ _ENABLED_BY: Final = {
 }
 
 # What a [chains.NAME] table sets to give its chain a backend.
-_CHAIN_KEYS: Final = {"blockdb": "blockdb_url", "rpc": "rpc_url"}
+_CHAIN_KEYS: Final = {
+    "blockdb": "blockdb_url",
+    "rpc": "rpc_url",
+    "blockdb_executor": "blockdb_executor_url",
+}
 
 # ``io.router.chain(name).<backend>.<op>(*args)`` travels as this backend and
 # operation, its arguments ``[name, backend, op, *args]``.

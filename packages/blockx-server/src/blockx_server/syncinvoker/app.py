@@ -85,6 +85,7 @@ async def serve(
         max_concurrent=config.max_concurrent,
         metrics=metrics,
         clock=clock,
+        record_max_bytes=calls.record_max_bytes,
     )
     # grpc.health.v1: SERVING once ready, NOT_SERVING while draining.
     server, serving = serving_server(

@@ -71,11 +71,12 @@ def invoke_response(outcome: InvokeOutcome) -> pb.InvokeResponse:
 
 
 def debug_invoke_response(
-    outcome: InvokeOutcome, output: str, trace: list[IoTraceRecord]
+    outcome: InvokeOutcome, output: str, trace: list[IoTraceRecord], record: bytes = b""
 ) -> pb.DebugInvokeResponse:
     return pb.DebugInvokeResponse(
         response=invoke_response(outcome),
         output=output,
+        call_record=record,
         io_trace=[
             pb.IoTraceEntry(
                 backend=r.backend,

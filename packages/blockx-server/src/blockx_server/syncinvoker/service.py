@@ -22,18 +22,26 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 import msgspec
 from grpclib.exceptions import GRPCError
 
+from blockx_core.call_record import (
+    DEFAULT_CALL_RECORD_MAX_BYTES,
+    CallRecord,
+    RecordedFailure,
+    encode_record,
+)
 from blockx_core.calls import RootCall
 from blockx_core.chains import CHAIN_NAME_RULE, is_chain_name
-from blockx_core.code_view import FunctionCodeView, NoSnapshotError
+from blockx_core.code_view import CodeSnapshot, FunctionCodeView, NoSnapshotError
+from blockx_core.dispatch import CallsConverged, CallsFailed, ConvergeTaskCalls
 from blockx_core.errors import ErrorCode
 from blockx_core.signature import precheck
 from blockx_proto import syncinvoker_v1 as pb
 from blockx_server.calls.engine import CallEngine
+from blockx_server.calls.recording import RunRecords, failure_ending
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
@@ -87,6 +95,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         max_concurrent: int,
         metrics: SyncInvokerMetrics,
         clock: Clock = SYSTEM_CLOCK,
+        record_max_bytes: int = DEFAULT_CALL_RECORD_MAX_BYTES,
     ) -> None:
         self.engine = engine
         self._view = view
@@ -97,6 +106,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         self._max_concurrent = max_concurrent
         self._metrics = metrics
         self._clock = clock
+        self._record_max_bytes = record_max_bytes
         self._ready = False
         self._stopping = False
         self.in_flight = 0
@@ -131,7 +141,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
     # ---- RPCs ---------------------------------------------------------------------------
 
     async def invoke(self, message: pb.InvokeRequest) -> pb.InvokeResponse:
-        outcome, _ = await self._invoke(
+        outcome, _, _ = await self._invoke(
             "Invoke",
             message.function,
             message.args,
@@ -143,7 +153,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         return invoke_response(outcome)
 
     async def debug_invoke(self, message: pb.DebugInvokeRequest) -> pb.DebugInvokeResponse:
-        outcome, observer = await self._invoke(
+        outcome, observer, record = await self._invoke(
             "DebugInvoke",
             message.function,
             message.args,
@@ -166,7 +176,10 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
                 ),
             ]
         return debug_invoke_response(
-            outcome, observer.output() if observer is not None else "", trace
+            outcome,
+            observer.output() if observer is not None else "",
+            trace,
+            b"" if record is None else encode_record(record, indent=0),
         )
 
     async def precheck(self, message: pb.PrecheckRequest) -> pb.PrecheckResponse:
@@ -265,7 +278,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         call_id: str,
         chain: str,
         debug: bool,
-    ) -> tuple[InvokeOutcome, InvokeObserver | None]:
+    ) -> tuple[InvokeOutcome, InvokeObserver | None, CallRecord | None]:
         # Monotonic, microsecond wall time for durations (the Clock is for timestamps).
         started_ns = time.perf_counter_ns()
         try:
@@ -284,18 +297,18 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         self.in_flight += 1
         self._idle.clear()
         try:
-            outcome, observer = await self._run(request, debug, started_ns)
+            outcome, observer, record = await self._run(request, debug, started_ns)
         finally:
             self.in_flight -= 1
             if not self.in_flight:
                 self._idle.set()
         seconds = (time.perf_counter_ns() - started_ns) / 1e9
         self._metrics.invoked(rpc, outcome, seconds, request.function)
-        return outcome, observer
+        return outcome, observer, record
 
     async def _run(
         self, request: _Request, debug: bool, started_ns: int
-    ) -> tuple[InvokeOutcome, InvokeObserver | None]:
+    ) -> tuple[InvokeOutcome, InvokeObserver | None, CallRecord | None]:
         # The call id is the caller's; the task id stays internal and unique, so two
         # invokes with the same call_id never collide in the dispatcher.
         task_id = f"invoke-{uuid.uuid4().hex}"
@@ -310,24 +323,63 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
             # A function the snapshot lacks fails its call FUNCTION_NOT_FOUND in the
             # engine, as any other answer.
             observer = InvokeObserver(request.budget_ms * 1000, debug)
-            converged = await self.engine.run_calls(
+            # A debug invoke records its call (CALL_RECORD_MAX_BYTES), success or not.
+            run = self.engine.open_calls(
                 task_id,
                 snapshot,
                 scope,
                 request.function,
-                [RootCall(request.args)],
                 observer=observer,
                 debug=debug,
                 budget_ms=request.budget_ms,
+                record_bytes=self._record_max_bytes if debug else 0,
+                record_successes=True,
             )
+            run.add([RootCall(request.args)])
+            run.done()
+            converged = await run.result()
             wall_us = (time.perf_counter_ns() - started_ns) // 1000
-            return invoke_outcome(
-                call_id=request.call_id,
-                converged=converged,
-                observer=observer,
-                wall_us=wall_us,
-                epoch=snapshot.epoch,
-            ), observer
+            record = (
+                None
+                if run.records is None
+                else invoke_record(run.records, converged, request, snapshot)
+            )
+            return (
+                invoke_outcome(
+                    call_id=request.call_id,
+                    converged=converged,
+                    observer=observer,
+                    wall_us=wall_us,
+                    epoch=snapshot.epoch,
+                ),
+                observer,
+                record,
+            )
         finally:
             scope.close()
             self._view.unpin(task_id, self._clock.now_ms())
+
+
+def invoke_record(
+    records: RunRecords, converged: ConvergeTaskCalls, request: _Request, snapshot: CodeSnapshot
+) -> CallRecord | None:
+    """The record of an invoke's one call; None for a run that failed as a whole
+    (OUTPUT_BYTES_EXCEEDED) or whose function is missing (it never ran)."""
+    ending: RecordedFailure | bytes
+    match converged:
+        case CallsConverged(outputs=outputs):
+            ending = outputs[0].value_json
+        case CallsFailed(failed_call=failed):
+            if failed is None:
+                return None
+            ending = failure_ending(failed)
+        case _:
+            assert_never(converged)
+    return records.record(
+        0,
+        function=request.function,
+        snapshot=snapshot,
+        chain=request.chain or "",
+        ending=ending,
+        args=request.args,
+    )

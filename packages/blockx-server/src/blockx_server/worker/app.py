@@ -37,6 +37,7 @@ from blockx_server.pipeline.writers import writers_for
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.process import stop_on_signals
 from blockx_server.runtime.serving import listening, serving_server
+from blockx_server.worker.call_records import CallRecordStore
 from blockx_server.worker.config import WorkerRuntimeConfig
 from blockx_server.worker.describe import WorkerDescriber
 from blockx_server.worker.load import LoadSampler
@@ -96,6 +97,8 @@ async def serve(
     )
     error_rate = ErrorRateWindow()
     metrics = WorkerMetrics(CollectorRegistry(), core, engine, io, code_view=view)
+    call_records = CallRecordStore(config.calls.record_max_bytes, config.core.result_retention_ms)
+    metrics.watch_call_records(call_records)
     orchestrator = Orchestrator(
         core,
         engine,
@@ -114,6 +117,7 @@ async def serve(
         offload=Offload(on_offloaded=metrics.work_offloaded),
         task_log=task_log,
         function_calls=metrics.functions.of,
+        call_records=call_records,
     )
     publisher = EtcdHeartbeatPublisher(
         HeartbeatPublisherConfig(

@@ -25,6 +25,7 @@ from blockx_server.calls.engine import CallEngine
 from blockx_server.io.errors import IoOutcome
 from blockx_server.io.metrics import IoMetrics
 from blockx_server.io.router import IoRouter
+from blockx_server.worker.call_records import CallRecordStore
 
 
 class _SlotsCollector(Collector):
@@ -88,6 +89,25 @@ class _SlotsCollector(Collector):
             "blockx_worker_results_dropped",
             "Results whose outputs were dropped for RESULT_RETENTION_MAX_BYTES.",
             value=retention.dropped,
+        )
+
+
+class _CallRecordsCollector(Collector):
+    """The failed calls' records the Worker keeps (GetCallRecord), read at scrape time."""
+
+    def __init__(self, store: CallRecordStore) -> None:
+        self._store = store
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        yield GaugeMetricFamily(
+            "blockx_worker_call_records",
+            "Records of failed calls kept for GetCallRecord.",
+            value=len(self._store),
+        )
+        yield GaugeMetricFamily(
+            "blockx_worker_call_record_bytes",
+            "What the kept call records hold (at most 64 MiB).",
+            value=self._store.size,
         )
 
 
@@ -227,10 +247,13 @@ class WorkerMetrics:
         self._offloaded = Counter(
             "blockx_worker_offloaded_parses",
             "Large configs checked, parsed or built on a thread instead of the event loop, "
-            "by the step (submit, builder, writer).",
+            "by the step (submit, builder, writer, record: a failed call's record encoded).",
             ["step"],
             registry=registry,
         )
+
+    def watch_call_records(self, store: CallRecordStore) -> None:
+        self.registry.register(_CallRecordsCollector(store))
 
     def work_offloaded(self, step: str) -> None:
         self._offloaded.labels(step).inc()

@@ -28,9 +28,10 @@ from typing import Final, assert_never
 
 from blockx_core.code_view import FunctionCodeView, NoSnapshotError
 from blockx_core.error_rate import ErrorRateWindow
-from blockx_core.errors import Refusal
+from blockx_core.errors import ErrorCode, Refusal
 from blockx_core.failures import Failure, FailureCode
-from blockx_core.task import TaskInput
+from blockx_core.ids import shown
+from blockx_core.task import TaskInput, TaskState
 from blockx_core.worker import (
     AbortTaskWork,
     CallProgress,
@@ -66,6 +67,7 @@ from blockx_server.runtime.clock import Clock
 from blockx_server.runtime.timer import DeadlineTimer
 from blockx_server.worker import subscriptions as watch
 from blockx_server.worker.call_progress import ProgressCounter
+from blockx_server.worker.call_records import CallRecordStore
 from blockx_server.worker.metrics import FunctionCalls
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.phase_work import AdmissionConfig, PhaseWork
@@ -102,6 +104,7 @@ class Orchestrator:
         offload: Offload | None = None,
         task_log: TaskLog | None = None,
         function_calls: Callable[[str], FunctionCalls] | None = None,
+        call_records: CallRecordStore | None = None,
     ) -> None:
         admission = admission or AdmissionConfig()
         # Parses and builds of large configs run on its threads, not on the loop.
@@ -133,7 +136,11 @@ class Orchestrator:
             ProgressCounter(engine, self._calls_counted),
             self._writer_started,
             function_calls,
+            call_records,
+            clock,
         )
+        # The records of the calls that failed tasks (GetCallRecord); None: not kept.
+        self.call_records = call_records
         self.max_calls = self._work.max_calls
 
     # ---- the RPCs' entry points ---------------------------------------------------
@@ -158,6 +165,35 @@ class Orchestrator:
 
     def get_task_result(self, task_id: str) -> TaskSnapshot | Refusal:
         return self.core.handle_get_task_result(task_id, self.clock.now_ms())
+
+    def get_call_record(self, task_id: str, call_index: int | None) -> tuple[int, bytes] | Refusal:
+        """GetCallRecord: the record of a failed call of a retained failed task, with
+        its root index; NOT_FOUND saying why there is none."""
+        if call_index is not None and call_index < 0:
+            return Refusal(
+                ErrorCode.INVALID_ARGUMENT, f"call_index must be >= 0 (got {call_index})"
+            )
+        answer = self.get_task_result(task_id)
+        if isinstance(answer, Refusal):
+            if answer.code is ErrorCode.NOT_FOUND and self.call_records is not None:
+                self.call_records.forget(task_id)
+            return answer
+        shown_id = shown(task_id)
+        if answer.state is TaskState.SUCCEEDED:
+            return Refusal(
+                ErrorCode.NOT_FOUND,
+                f"task {shown_id} succeeded: only the calls that fail a task are recorded",
+            )
+        if not answer.state.is_terminal:
+            return Refusal(
+                ErrorCode.NOT_FOUND,
+                f"task {shown_id} is {answer.state.value}: a call's record is kept once "
+                "the call fails the task",
+            )
+        if self.call_records is None:
+            return Refusal(ErrorCode.NOT_FOUND, "this Worker keeps no call records")
+        found = self.call_records.get(task_id, call_index, self.clock.now_ms())
+        return Refusal(ErrorCode.NOT_FOUND, found) if isinstance(found, str) else found
 
     def cancel_task(self, task_id: str) -> CancelAnswer | Refusal:
         """CancelTask: the core decides; a task it converges has its work stopped

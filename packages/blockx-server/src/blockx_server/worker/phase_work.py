@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import time
 from collections.abc import Callable
 from typing import assert_never
 
 import msgspec
 
-from blockx_core.dispatch import CallsConverged, CallsFailed
+from blockx_core.call_record import encode_record
+from blockx_core.dispatch import CallFailure, CallsConverged, CallsFailed
 from blockx_core.failures import Failure, FailureCode
 from blockx_core.task import PluginResult
 from blockx_core.worker import PhaseFailed, PhaseOutcome, PhaseSucceeded
 from blockx_server.calls.engine import CallEngine
+from blockx_server.calls.recording import RunRecords, failure_ending
 from blockx_server.pipeline.builders import (
     DEFAULT_TASK_MAX_CALLS,
     CallBuilder,
@@ -31,12 +34,16 @@ from blockx_server.pipeline.builders import (
     feed_calls,
 )
 from blockx_server.pipeline.writers import WriterPlugin, failed_writer_result
+from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.worker.build_phase import build_calls, decode_checked_config
 from blockx_server.worker.call_progress import ProgressCounter
+from blockx_server.worker.call_records import CallRecordStore
 from blockx_server.worker.metrics import FunctionCalls
 from blockx_server.worker.offload import Offload
 from blockx_server.worker.task_log import TaskLog
 from blockx_server.worker.task_runtime import TaskRuntime
+
+log = logging.getLogger(__name__)
 
 
 class AdmissionConfig(msgspec.Struct, frozen=True, kw_only=True):
@@ -60,8 +67,13 @@ class PhaseWork:
         progress: ProgressCounter,
         writer_started: Callable[[str], None],
         function_calls: Callable[[str], FunctionCalls] | None = None,
+        call_records: CallRecordStore | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        self._clock = clock
         self.engine = engine
+        # Where the records of the calls that fail tasks are kept (None: not recorded).
+        self.call_records = call_records
         self.progress = progress
         # Told as a Writer Plugin gets a task's outputs (from then a cancel lets it end).
         self._writer_started = writer_started
@@ -103,8 +115,14 @@ class PhaseWork:
         counted = self.progress.observer(ctx.task_id, observer)
         async with self._executor_sem:
             started = time.perf_counter()
+            records = self.call_records
             run = self.engine.open_calls(
-                ctx.task_id, ctx.code, ctx.io, calls.function, observer=counted
+                ctx.task_id,
+                ctx.code,
+                ctx.io,
+                calls.function,
+                observer=counted,
+                record_bytes=0 if records is None else records.record_max_bytes,
             )
             try:
                 if not isinstance(calls, CallList):
@@ -134,6 +152,8 @@ class PhaseWork:
                 return PhaseSucceeded()
             case CallsFailed():
                 self.task_log.calls_converged(ctx.task_id, converged.failed_call)
+                if run.records is not None and converged.failed_call is not None:
+                    await self._keep_record(runtime, run.records, converged.failed_call)
                 return PhaseFailed(
                     failure=converged.failure,
                     call_failures=converged.call_failures,
@@ -141,6 +161,32 @@ class PhaseWork:
                 )
             case _:
                 assert_never(converged)
+
+    async def _keep_record(
+        self, runtime: TaskRuntime, records: RunRecords, failed: CallFailure
+    ) -> None:
+        """Keep the record of the call that failed the task, encoded off the loop."""
+        ctx, store = runtime.ctx, self.call_records
+        assert ctx is not None
+        assert store is not None
+        record = records.record(
+            failed.index,
+            function=runtime.calls.function if runtime.calls is not None else "",
+            snapshot=ctx.code,
+            chain=ctx.io.chain or "",
+            ending=failure_ending(failed),
+        )
+        if record is None:
+            return
+        size = sum(len(s) for s in record.code.values()) + records.kept_bytes(failed.index)
+        try:
+            document = await self.offload.run("record", size, encode_record, record, indent=0)
+        except (TypeError, ValueError, OverflowError) as exc:  # arguments no JSON holds
+            log.warning(
+                "task %s: the record of call %d is not kept: %s", ctx.task_id, failed.index, exc
+            )
+            return
+        store.keep(ctx.task_id, failed.index, document, self._clock.now_ms())
 
     async def writer(self, runtime: TaskRuntime, plugin: WriterPlugin | None) -> PhaseOutcome:
         handler = runtime.task.result_handler

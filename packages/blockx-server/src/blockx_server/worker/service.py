@@ -118,6 +118,17 @@ class WorkerService(worker_v1.WorkerServiceBase):
             raise _raise(listing)
         return listing_to_pb(listing, self._addr)
 
+    async def get_call_record(
+        self, message: worker_v1.GetCallRecordRequest
+    ) -> worker_v1.GetCallRecordResponse:
+        answer = self._orchestrator.get_call_record(message.task_id, message.call_index)
+        if isinstance(answer, Refusal):
+            raise _raise(answer)
+        index, record = answer
+        return worker_v1.GetCallRecordResponse(
+            task_id=message.task_id, call_index=index, record=record
+        )
+
     async def describe_worker(
         self, message: worker_v1.DescribeWorkerRequest
     ) -> worker_v1.DescribeWorkerResponse:

@@ -87,6 +87,14 @@ class DebugInvokeResponse(betterproto2.Message):
 
     io_trace: "list[IoTraceEntry]" = betterproto2.field(3, betterproto2.TYPE_MESSAGE, repeated=True)
 
+    call_record: "bytes" = betterproto2.field(4, betterproto2.TYPE_BYTES)
+    """
+    BlockX addition: the call's record, a JSON document (blockx_core.call_record):
+    its arguments, code, every IO request with its answer (sub-calls' included, up
+    to CALL_RECORD_MAX_BYTES) and how it ended; empty when recording is off
+    (CALL_RECORD_MAX_BYTES=0).
+    """
+
 
 default_message_pool.register_message("syncinvoker.v1", "DebugInvokeResponse", DebugInvokeResponse)
 

@@ -15,6 +15,8 @@ __all__ = (
     "ExecuteResult",
     "ExecutorState",
     "FunctionCallConfig",
+    "GetCallRecordRequest",
+    "GetCallRecordResponse",
     "GetTaskResultRequest",
     "GetTaskResultResponse",
     "ListTasksRequest",
@@ -476,6 +478,34 @@ class FunctionCallConfig(betterproto2.Message):
 
 
 default_message_pool.register_message("worker.v1", "FunctionCallConfig", FunctionCallConfig)
+
+
+@dataclass(eq=False, repr=False)
+class GetCallRecordRequest(betterproto2.Message):
+    task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    call_index: "int | None" = betterproto2.field(2, betterproto2.TYPE_INT64, optional=True)
+    """
+    The root call's index in the task; unset: the task's first failed call.
+    """
+
+
+default_message_pool.register_message("worker.v1", "GetCallRecordRequest", GetCallRecordRequest)
+
+
+@dataclass(eq=False, repr=False)
+class GetCallRecordResponse(betterproto2.Message):
+    task_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    call_index: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+
+    record: "bytes" = betterproto2.field(3, betterproto2.TYPE_BYTES)
+    """
+    The call record, a JSON document (format blockx-call-record/1).
+    """
+
+
+default_message_pool.register_message("worker.v1", "GetCallRecordResponse", GetCallRecordResponse)
 
 
 @dataclass(eq=False, repr=False)
@@ -1099,6 +1129,36 @@ class WorkerServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def get_call_record(
+        self,
+        message: "GetCallRecordRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "GetCallRecordResponse":
+        """
+        BlockX addition: the call record of a failed root call of a retained failed
+        task: its function, arguments, chain, code epoch and sources, every IO request
+        it made (its sub-calls' included, up to CALL_RECORD_MAX_BYTES) with its answer,
+        and its failure, as one JSON document (blockx_core.call_record), the fixture
+        `blockx replay` re-runs. Only failed calls are recorded, and only while the
+        task's result is retained (RESULT_RETENTION_MS).
+        Errors: INVALID_ARGUMENT (empty or oversized task_id, negative call_index);
+        NOT_FOUND (the task is not retained, it did not fail, the call did not fail,
+        or its record was not kept: recording off or the Worker's bound reached),
+        the message saying which.
+        """
+
+        return await self._unary_unary(
+            "/worker.v1.WorkerService/GetCallRecord",
+            message,
+            GetCallRecordResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
     async def request_task_slot(self, message: "RequestTaskSlotRequest") -> "TaskSnapshot":
@@ -1178,6 +1238,22 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def get_call_record(self, message: "GetCallRecordRequest") -> "GetCallRecordResponse":
+        """
+        BlockX addition: the call record of a failed root call of a retained failed
+        task: its function, arguments, chain, code epoch and sources, every IO request
+        it made (its sub-calls' included, up to CALL_RECORD_MAX_BYTES) with its answer,
+        and its failure, as one JSON document (blockx_core.call_record), the fixture
+        `blockx replay` re-runs. Only failed calls are recorded, and only while the
+        task's result is retained (RESULT_RETENTION_MS).
+        Errors: INVALID_ARGUMENT (empty or oversized task_id, negative call_index);
+        NOT_FOUND (the task is not retained, it did not fail, the call did not fail,
+        or its record was not kept: recording off or the Worker's bound reached),
+        the message saying which.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def __rpc_request_task_slot(
         self, stream: "grpclib.server.Stream[RequestTaskSlotRequest, TaskSnapshot]"
     ) -> None:
@@ -1237,6 +1313,14 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.describe_worker(request)
         await stream.send_message(response)
 
+    async def __rpc_get_call_record(
+        self, stream: "grpclib.server.Stream[GetCallRecordRequest, GetCallRecordResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.get_call_record(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/worker.v1.WorkerService/RequestTaskSlot": grpclib.const.Handler(
@@ -1280,5 +1364,11 @@ class WorkerServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 DescribeWorkerRequest,
                 DescribeWorkerResponse,
+            ),
+            "/worker.v1.WorkerService/GetCallRecord": grpclib.const.Handler(
+                self.__rpc_get_call_record,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                GetCallRecordRequest,
+                GetCallRecordResponse,
             ),
         }
