@@ -287,3 +287,24 @@ async def test_a_driver_finds_the_lake_of_its_sink_database(tmp_path: Path) -> N
     await elsewhere.close()
     with pytest.raises(SinkRejected, match="does not reach"):
         await lake_of(url, "u")
+
+
+async def test_the_code_of_a_written_block_is_kept_while_the_ledger_names_its_task(
+    lake: LakeStore,
+) -> None:
+    first = {"f": "def f(row):\n    return row\n"}
+    second = {"f": "def f(row):\n    return {**row, 'x': 1}\n"}
+    await lake.replace_blocks(
+        "t", 1, [(1, "0xa", [{"v": 1}])], task_id="t1", code_digest="a" * 64, code_sources=first
+    )
+    [entry] = await lake.ledger.code_of("t", 1, 1)
+    assert entry.code is not None
+    assert (entry.task_id, entry.code.sources) == ("t1", first)
+    # The block rewritten by another task with other code: the first set goes.
+    await lake.replace_blocks(
+        "t", 1, [(1, "0xa", [{"v": 2}])], task_id="t2", code_digest="b" * 64, code_sources=second
+    )
+    [entry] = await lake.ledger.code_of("t", 1, 1)
+    assert entry.code is not None
+    assert (entry.task_id, entry.code.sources) == ("t2", second)
+    assert await lake.ledger.code_by_digest("a" * 64) is None

@@ -57,7 +57,9 @@ from blockx_chain.lake.columns import (
 )
 from blockx_chain.lake.config import CATALOG_NAME, LakeConfig
 from blockx_chain.sink import SinkMismatch, SinkRejected, SinkStore, SinkUnavailable, open_sink
+from blockx_chain.sink import code as sink_code
 from blockx_chain.sink.base import (
+    SinkTx,
     _block_batch,
     _runs,
     _stamped_types,
@@ -159,12 +161,16 @@ class _Change(msgspec.Struct, frozen=True, kw_only=True):
             log.warning("a lake snapshot's blockx properties cannot be read: %s", exc)
             return None
 
-    async def apply(self, tx: Any, table: str) -> None:
+    async def apply(self, tx: SinkTx, table: str) -> set[str]:
+        """The change made in the ledger; the tasks of the entries it replaced."""
+        replaced: set[str] = set()
         if self.deleted:
-            await drop_ledger(tx, table, self.chain_id, self.deleted)
+            replaced |= await drop_ledger(tx, table, self.chain_id, self.deleted)
         if self.blocks:
             entry = (self.code_epoch, self.task_id, self.written_at_ms)
-            await put_ledger(tx, table, self.chain_id, [(n, h, *entry) for n, h in self.blocks])
+            entries = [(n, h, *entry) for n, h in self.blocks]
+            replaced |= await put_ledger(tx, table, self.chain_id, entries)
+        return replaced
 
 
 def _decode(text: str, kind: Any) -> Any:
@@ -184,6 +190,8 @@ class LakeStore:
         self.description = f"the lake {config.namespace!r} ({config.catalog_type} catalog {target})"
         self._threads = ThreadPoolExecutor(4, thread_name_prefix="lake")
         self._registered: set[str] = set()
+        # The module sets this store knows the ledger's database holds.
+        self._code_known: set[str] = set()
         # One commit of a table at a time from this store: its writers would only
         # lose the race to each other (and write their files again).
         self._turns: dict[str, asyncio.Lock] = {}
@@ -238,12 +246,17 @@ class LakeStore:
         now_ms: int = 0,
         sink_identity: str | None = None,
         claim_unmarked: bool = False,
+        code_digest: str | None = None,
+        code_sources: Mapping[str, str] | None = None,
     ) -> dict[str, int]:
         """As ``SinkStore.replace_blocks``, into the Iceberg table ``table``: one
-        commit, then the ledger. Returns the blocks and rows written, and the id of
-        the table's snapshot after the commit (``snapshot_id``, 0: nothing written)."""
+        commit, then the ledger (with the task's code, ``blockx_chain.sink.code``,
+        in the ledger's database). Returns the blocks and rows written, and the id
+        of the table's snapshot after the commit (``snapshot_id``, 0: nothing
+        written)."""
         writable_table(table)
         chain_id = _chain_id(chain_id)
+        code = sink_code.checked_code(code_digest, code_sources, code_epoch, task_id)
         declared = _stamped_types(parse_types(columns), with_row_index=not key)
         batch = await self._run(functools.partial(_block_batch, table, chain_id, blocks, key))
         numbers = [number for number, _, _ in batch.spans]
@@ -266,7 +279,7 @@ class LakeStore:
             self._write, table, declared, batch.rows, batch.brought, stamps, key, change, marker
         )
         metadata = await self._commit(table, write)
-        snapshot_id = await self._apply(table, metadata, change)
+        snapshot_id = await self._apply(table, metadata, change, code)
         return {"blocks": len(numbers), "rows": len(batch.rows), "snapshot_id": snapshot_id}
 
     async def delete_blocks(self, table: str, chain_id: int, numbers: Sequence[int]) -> int:
@@ -591,10 +604,18 @@ class LakeStore:
         self._registered.add(table)
         return int(rows[0]["applied_sequence"]) if rows else 0
 
-    async def _apply(self, table: str, metadata: TableMetadata | None, own: _Change | None) -> int:
+    async def _apply(
+        self,
+        table: str,
+        metadata: TableMetadata | None,
+        own: _Change | None,
+        code: sink_code.TaskCode | None = None,
+    ) -> int:
         """In one ledger transaction: every snapshot of ``metadata`` newer than the
         last applied, applied in order; ``own`` (this store's change) applied too
-        when no snapshot records it (it changed no rows). The newest snapshot's id."""
+        when no snapshot records it (it changed no rows); ``code``, its task's
+        code, recorded, and the code of tasks no entry names any more removed.
+        The newest snapshot's id."""
         if metadata is None:
             changes: list[tuple[int, _Change]] = []
             target = 0
@@ -614,11 +635,15 @@ class LakeStore:
                 f"SELECT applied_sequence FROM {LAKE_TABLE} WHERE table_name = ?", (table,)
             )
             marker = int(rows[0]["applied_sequence"]) if rows else 0
+            replaced: set[str] = set()
             for sequence, change in changes:
                 if marker < sequence <= target:
-                    await change.apply(tx, table)
+                    replaced |= await change.apply(tx, table)
             if own is not None and not recorded:
-                await own.apply(tx, table)
+                replaced |= await own.apply(tx, table)
+            if code is not None or replaced:
+                now_ms = own.written_at_ms if own is not None else 0
+                await sink_code.blocks_written(tx, code, table, now_ms, self._code_known, replaced)
             if rows and target > marker:
                 await tx.execute(
                     f"UPDATE {LAKE_TABLE} SET applied_sequence = ? WHERE table_name = ?",
