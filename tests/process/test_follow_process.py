@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 from chain_cluster import ChainCluster
-from chain_rows import CHAIN_ID, block_hash, make_block, seed_chain
+from chain_rows import CHAIN_ID, block_hash, seed_chain, shorten_chain
 from postgres import PostgresServer, find_postgres_bin
 from support import free_port, wait_until
 
@@ -448,25 +448,7 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
         # A reorg the way ingest applies one, in one transaction: drop the blocks
         # above the fork, record it, write the new branch: one block, so two fewer.
         fork = top - 3
-        new_block = make_block(fork + 1, branch=9)
-        chain = await store.chain()
-        assert chain is not None
-        async with store.writer() as w:
-            await w.delete_above(fork)
-            await w.record_reorg(
-                detected_at_ms=0,
-                fork_block_number=fork,
-                depth=3,
-                old_head_hash=head["hash"],
-                new_head_hash=new_block.block.block_hash,
-            )
-            await w.insert_blocks([new_block])
-            await w.set_chain(
-                head_number=fork + 1,
-                head_hash=new_block.block.block_hash,
-                finalized_number=chain.finalized_number,
-                epoch=chain.epoch,
-            )
+        new_block = await shorten_chain(store, fork=fork, depth=3, old_head_hash=head["hash"])
         await follower.read_until(lambda: follower.written(fork + 1, new_block.block.block_hash))
         code, err = await follower.interrupt()
         assert code == 0, err

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from chain_cluster import ChainCluster
-from chain_rows import CHAIN_ID, block_hash, make_block, seed_chain
+from chain_rows import CHAIN_ID, block_hash, make_block, seed_chain, shorten_chain
 
 from blockx_chain.lake import LakeConfig
 from blockx_chain.schema import TRANSFER_TOPIC
@@ -210,27 +210,9 @@ async def test_follow_rewrites_exactly_the_abandoned_blocks_rows(setup: Setup) -
         # A reorg the way ingest applies one: the blocks above the fork dropped, the
         # new branch written, one block long (two blocks fewer).
         fork = top - 3
-        new_block = make_block(fork + 1, branch=9)
         store = await open_store(parse_blockdb_url(setup.chain_url))
         try:
-            chain = await store.chain()
-            assert chain is not None
-            async with store.writer() as w:
-                await w.delete_above(fork)
-                await w.record_reorg(
-                    detected_at_ms=0,
-                    fork_block_number=fork,
-                    depth=3,
-                    old_head_hash=block_hash(top),
-                    new_head_hash=new_block.block.block_hash,
-                )
-                await w.insert_blocks([new_block])
-                await w.set_chain(
-                    head_number=fork + 1,
-                    head_hash=new_block.block.block_hash,
-                    finalized_number=chain.finalized_number,
-                    epoch=chain.epoch,
-                )
+            await shorten_chain(store, fork=fork, depth=3, old_head_hash=block_hash(top))
         finally:
             await store.close()
         await read_until({fork + 1: 9})
