@@ -222,6 +222,10 @@ class LakeStore:
 
     async def close(self) -> None:
         await self.ledger.close()
+        # A SQL catalog's connection pool (other catalogs hold none to release).
+        engine = getattr(self.catalog, "engine", None)
+        if engine is not None:
+            await self._run(engine.dispose)
         self._threads.shutdown(wait=False, cancel_futures=True)
 
     async def identity(self) -> str:
