@@ -18,11 +18,13 @@ import typer
 from blockx_cli.addresses import etcd_endpoints_option, host_port_option, unix_socket_option
 from blockx_cli.commands import (
     chain,
+    code,
     dashboard,
     dev,
     drive,
     function,
     jobs,
+    replay,
     task,
     tasks,
     version,
@@ -43,12 +45,14 @@ for commands in (
     task.app,
     tasks.app,
     function.app,
+    replay.app,
     workers.app,
     why.app,
     dashboard.app,
     dev.app,
     drive.app,
     jobs.app,
+    code.app,
     version.app,
 ):
     app.add_typer(commands)
