@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 import typer
 
 from blockx_cli.output import console
@@ -14,8 +12,11 @@ PACKAGES = ("blockx-cli", "blockx-client", "blockx-proto", "blockx-server")
 
 
 def print_version(value: bool) -> None:
-    """The root ``--version`` callback."""
+    """The root ``--version`` callback (the root imports this module for it: the
+    package metadata is read when the version is asked for)."""
     if value:
+        from importlib.metadata import version
+
         console.print(f"blockx {version('blockx-cli')}")
         raise typer.Exit()
 
@@ -23,6 +24,8 @@ def print_version(value: bool) -> None:
 @app.command()
 def version_info() -> None:
     """Print the versions of the installed BlockX packages."""
+    from importlib.metadata import PackageNotFoundError, version
+
     for package in PACKAGES:
         try:
             console.print(f"{package} {version(package)}")
