@@ -8,8 +8,12 @@ strings in the block database; they are summed as Python ints, so they stay exac
 one call per transfer. `swap` is written for `unit: "event"`: one call per `Swap`
 of the devnet's pair, decoded by the Worker with the ABI registered as `pair`
 (`blockx chain abi add`), so its amounts arrive as ints. `usd` is a plain function
-for `blockx invoke`.
+for `blockx invoke`. `block_volume` reads one block's transfers itself, through
+`io.blockdb`, for `blockx invoke` and `blockx replay`; `examples/tests` runs it offline
+against the recording `examples/fixtures/block_volume.json`.
 """
+
+from blockx_executor import io
 
 
 def token_volume(arg):
@@ -26,6 +30,16 @@ def token_volume(arg):
         {"token": token, "transfers": count, "volume": volume, "senders": len(senders)}
         for token, (count, volume, senders) in sorted(tokens.items())
     ]
+
+
+async def block_volume(number):
+    """``token_volume`` of block ``number``, read from the block database; None for a
+    block it does not hold."""
+    block = await io.blockdb.block(number)
+    if block is None:
+        return None
+    rows = await io.blockdb.erc20_transfers(number)
+    return token_volume({"block": block, "rows": rows})
 
 
 def large_transfers(row, threshold=9 * 10**17):

@@ -2,7 +2,8 @@
 proto + executor (a function handle makes sub-calls inside a BlockX function;
 the executor depends on nothing), drive → client + core + proto + chain (backfill
 and follow read the block database and the sink ledger), server → core + proto +
-executor + chain, chain → core; core and executor depend on nothing here."""
+executor + chain, chain → core, testing → server + core + executor (it replays calls
+in the server's executors); core and executor depend on nothing here."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ OURS = {
     "blockx_executor",
     "blockx_proto",
     "blockx_server",
+    "blockx_testing",
 }
 ALLOWED = {
     "blockx_cli": {"blockx_client", "blockx_drive", "blockx_server", "blockx_core", "blockx_chain"},
@@ -28,6 +30,7 @@ ALLOWED = {
     "blockx_drive": {"blockx_client", "blockx_core", "blockx_proto", "blockx_chain"},
     "blockx_server": {"blockx_core", "blockx_proto", "blockx_executor", "blockx_chain"},
     "blockx_chain": {"blockx_core"},
+    "blockx_testing": {"blockx_server", "blockx_core", "blockx_executor"},
     "blockx_core": set(),
     "blockx_executor": set(),
 }

@@ -9,11 +9,10 @@ import json
 from pathlib import Path
 
 import msgspec
-from typer.testing import CliRunner
+from sink_cli import blockx_offline
 
 from blockx_chain.sink import open_sink
 from blockx_chain.url import parse_blockdb_url
-from blockx_cli.app import app
 from blockx_drive.jobs import (
     STALE_AFTER_MS,
     JobFailure,
@@ -86,17 +85,10 @@ def _records(url: str) -> tuple[JobProgress, JobProgress]:
     return failed, lost
 
 
-def _blockx(*argv: str, tmp_path: Path) -> tuple[int, str]:
-    env = {"COLUMNS": "200", "XDG_CONFIG_HOME": str(tmp_path), "SINK_DB_URL": None}
-    result = CliRunner().invoke(app, list(argv), env=env)
-    assert result.exception is None or isinstance(result.exception, SystemExit), result
-    return result.exit_code, result.output
-
-
 def test_jobs_lists_shows_one_and_says_interrupted(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/sink.db"
     failed, _ = _records(url)
-    code, output = _blockx("jobs", "--sink-db", url, tmp_path=tmp_path)
+    code, output = blockx_offline("jobs", "--sink-db", url, tmp_path=tmp_path)
     assert code == 0, output
     assert "2 job(s)" in output
     [backfill] = [line for line in output.splitlines() if "backfill-aaa" in line]
@@ -106,7 +98,7 @@ def test_jobs_lists_shows_one_and_says_interrupted(tmp_path: Path) -> None:
     # The chain: by the name the run gave, or "-" for the Workers' only chain.
     assert ("base (8453)" in backfill, "- (31337)" in follow) == (True, True)
 
-    code, output = _blockx("jobs", "backfill-aaa", "--sink-db", url, tmp_path=tmp_path)
+    code, output = blockx_offline("jobs", "backfill-aaa", "--sink-db", url, tmp_path=tmp_path)
     assert code == 0, output
     assert "blockx backfill --function volume --sink-db postgresql://u:***@h/s" in output
     assert "backfill-aaa-…" in output
@@ -115,7 +107,7 @@ def test_jobs_lists_shows_one_and_says_interrupted(tmp_path: Path) -> None:
     assert "ValueError: nope" in output
     assert "Traceback" not in output
 
-    code, output = _blockx("jobs", "--json", "--sink-db", url, tmp_path=tmp_path)
+    code, output = blockx_offline("jobs", "--json", "--sink-db", url, tmp_path=tmp_path)
     assert code == 0, output
     shown = json.loads(output)
     # The most recently updated first.
@@ -125,15 +117,15 @@ def test_jobs_lists_shows_one_and_says_interrupted(tmp_path: Path) -> None:
     assert msgspec.convert(recorded, JobProgress) == failed
     assert shown["bad_records"] == []
 
-    code, output = _blockx("jobs", "nobody", "--sink-db", url, tmp_path=tmp_path)
+    code, output = blockx_offline("jobs", "nobody", "--sink-db", url, tmp_path=tmp_path)
     assert (code, f"no job 'nobody' in sqlite:///{tmp_path}/sink.db" in output) == (1, True)
 
 
 def test_a_sink_that_is_not_there_is_one_line_and_not_made(tmp_path: Path) -> None:
     missing = tmp_path / "typo.db"
-    code, output = _blockx("jobs", "--sink-db", f"sqlite:///{missing}", tmp_path=tmp_path)
+    code, output = blockx_offline("jobs", "--sink-db", f"sqlite:///{missing}", tmp_path=tmp_path)
     assert (code, f"no sink database at {missing}" in output) == (3, True), output
     assert not missing.exists()
-    code, output = _blockx("jobs", tmp_path=tmp_path)
+    code, output = blockx_offline("jobs", tmp_path=tmp_path)
     assert code == 2
     assert "no sink database: pass --sink-db, set SINK_DB_URL, or start `blockx dev up`" in output

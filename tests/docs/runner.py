@@ -1,5 +1,6 @@
-"""Runs one doc block in a scratch directory and judges it: exit 0, no traceback, and
-the output its ``text output`` block shows."""
+"""Runs one doc block in a scratch directory and judges it: exit 0, no traceback (but
+one its ``text output`` block shows: a user's function's, as ``blockx replay`` prints
+it), and the output its ``text output`` block shows."""
 
 from __future__ import annotations
 
@@ -76,7 +77,8 @@ def failure(block: Block, run: BlockRun, *, timeout_s: float) -> str | None:
         what = f"did not finish in {timeout_s:g} s (killed)"
     elif run.returncode != 0:
         what = f"exited {run.returncode}"
-    elif TRACEBACK in run.output:
+    elif TRACEBACK in run.output and TRACEBACK not in (block.expected_output or ""):
+        # A traceback its output block shows is the user's function's (blockx replay).
         what = "printed a traceback"
     elif block.expected_output is not None:
         mismatch = output_mismatch(block.expected_output, run.output)

@@ -242,6 +242,19 @@ def test_a_traceback_fails_the_block_even_when_it_exits_0(tmp_path: Path) -> Non
     assert failed.startswith("doc.md:7: the ```python block printed a")
 
 
+def test_a_traceback_its_output_block_shows_passes(tmp_path: Path) -> None:
+    # What blockx replay prints: the user's function's traceback, shown on purpose.
+    block = _block(
+        "python",
+        """\
+        print("Traceback (most recent call last):")
+        print('  File "chain.py", line 27, in token_volume')
+        """,
+        expected_output='Traceback (most recent call last):\n  File "chain.py", line ...\n',
+    )
+    assert _judge(block, tmp_path)[1] is None
+
+
 def test_a_failing_shell_line_fails_the_block_though_the_last_succeeds(tmp_path: Path) -> None:
     block = _block("bash", "false | cat\necho after\n")
     run, failed = _judge(block, tmp_path)

@@ -5,6 +5,7 @@ the sink's writes out of a function's (read-only) reach."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +20,7 @@ from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
 from blockx_core.calls import CallContext, RootOutput
 from blockx_core.chains import DEFAULT_CHAIN, Chain
-from blockx_core.code_view import CodeSnapshot
+from blockx_core.code_view import CodeSnapshot, FunctionSource
 from blockx_core.task import PluginConfig, TaskInput
 from blockx_server.io.backends.blockdb import BlockDbBackend
 from blockx_server.io.backends.sink import SinkBackend
@@ -87,13 +88,23 @@ async def stack(db_url: str) -> AsyncIterator[Stack]:
     await blockdb.close()
 
 
+# The task's module set, which the writers hand the sink with the rows.
+SOURCE = "def f(block):\n    return {'v': 1}\n"
+CODE = CodeSnapshot(
+    epoch=EPOCH,
+    modules={"fns": FunctionSource("fns", SOURCE, hashlib.sha256(SOURCE.encode()).hexdigest())},
+    functions={"f": "fns"},
+    parse_errors={},
+)
+
+
 def _ctx(router: IoRouter, *, writes: bool = True, chain: Chain | None = DEVNET) -> TaskContext:
     task = TaskInput(task_id="task-1", function_call_config=PluginConfig(type="CallListCallConfig"))
     scope = TaskIoScope(router, "task-1")
     return TaskContext(
         task=task,
         deadline_ms=0,
-        code=CodeSnapshot(epoch=EPOCH, modules={}, functions={}, parse_errors={}),
+        code=CODE,
         io=scope.writer() if writes else scope,
         chain=chain,
     )
@@ -142,6 +153,10 @@ async def test_block_writer_groups_rows_per_block_and_records_empty_blocks(stack
     assert [(r["block_number"], r["block_hash"], r["task_id"]) for r in ledger] == [
         (n, block_hash(n), "task-1") for n in (2, 3, 4, 5)
     ]
+    # The sink keeps the code that wrote them.
+    (written,) = await stack.sink.code_of("t", 3)
+    assert written.code is not None
+    assert (written.code.code_digest, written.code.sources) == (CODE.digest, {"fns": SOURCE})
     # Re-running leaves exactly the last run's rows.
     await _run(stack.writers, stack.router, "BlockWriteResultHandler", {"table": "t"}, outputs[:1])
     assert [r["v"] for r in await stack.sink.rows("t")] == [1, 2, 3]
@@ -261,6 +276,14 @@ async def test_upserts_by_key(stack: Stack) -> None:
         "rows": 1,
     }
     assert sorted((r["who"], r["n"]) for r in await stack.sink.rows("u")) == [("a", 7), ("b", 1)]
+    kept = await stack.sink.code_of_task("task-1")
+    assert kept is not None
+    assert (kept.kind, kept.table, kept.code_epoch, kept.sources) == (
+        "upsert",
+        "u",
+        EPOCH,
+        {"fns": SOURCE},
+    )
     with pytest.raises(PluginError, match="key") as failed:
         await _run(*run, {"table": "u"}, [_out(0, {"who": "a"}, 2)])
     assert not failed.value.retryable

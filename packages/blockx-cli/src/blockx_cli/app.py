@@ -98,6 +98,14 @@ COMMANDS: Final = (
         "Check a function compiles and accepts the arguments, without calling it.",
     ),
     Entry(
+        "replay",
+        "replay",
+        "app",
+        False,
+        "Run a recorded call again here, in a real executor, with the IO answers it got:\n"
+        "a failed call shows the same exception at the same line.",
+    ),
+    Entry(
         "workers",
         "workers",
         "app",
@@ -152,6 +160,15 @@ COMMANDS: Final = (
         False,
         "Backfill and follow jobs, from their records in the sink database: state,\n"
         "progress, blocks/s, lag, last failures, the command that started each.",
+    ),
+    Entry(
+        "code",
+        "code",
+        "app",
+        False,
+        "The exact code that wrote a block's rows of a sink table: the task that\n"
+        "wrote them, its code epoch, the digest of its module set and every module's\n"
+        "source, from the sink itself.",
     ),
     Entry(
         "version-info",

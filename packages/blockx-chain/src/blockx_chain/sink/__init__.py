@@ -4,13 +4,16 @@
 sink may be the block database itself). ``replace_blocks``, ``upsert`` and
 ``delete_blocks`` are its writes, ``rows`` and ``written`` (the ``_blockx_written``
 ledger) its reads, ``identity`` the random id that tells it from every other sink,
-``put_job`` and ``jobs`` the drivers' job records (``blockx_chain.sink.jobs``);
+``put_job`` and ``jobs`` the drivers' job records (``blockx_chain.sink.jobs``),
+``code_of``, ``code_of_task`` and ``code_by_digest`` the code that wrote the
+rows (``blockx_chain.sink.code``);
 see ``blockx_chain.sink.base``.
 """
 
 from __future__ import annotations
 
 from blockx_chain.sink.base import DEFAULT_BLOCK_KEY, DEFAULT_CHUNK_ROWS, SinkStore
+from blockx_chain.sink.code import BlockCode, WriteKind, WrittenCode
 from blockx_chain.sink.errors import SinkError, SinkMismatch, SinkRejected, SinkUnavailable
 from blockx_chain.sink.jobs import JobEntry
 from blockx_chain.sink.schema import LEDGER, SinkType
@@ -20,6 +23,7 @@ __all__ = [
     "DEFAULT_BLOCK_KEY",
     "DEFAULT_CHUNK_ROWS",
     "LEDGER",
+    "BlockCode",
     "JobEntry",
     "SinkError",
     "SinkMismatch",
@@ -27,6 +31,8 @@ __all__ = [
     "SinkStore",
     "SinkType",
     "SinkUnavailable",
+    "WriteKind",
+    "WrittenCode",
     "open_sink",
     "read_identity",
 ]

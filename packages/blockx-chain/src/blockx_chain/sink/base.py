@@ -44,15 +44,18 @@ from __future__ import annotations
 import abc
 import asyncio
 import bisect
+import contextlib
 import functools
 import itertools
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Final, NamedTuple, TypeVar
 
+from blockx_chain.sink import code as sink_code
+from blockx_chain.sink.code import BlockCode, WrittenCode
 from blockx_chain.sink.encode import encode_rows
 from blockx_chain.sink.errors import SinkMismatch, SinkRejected
 from blockx_chain.sink.jobs import (
@@ -207,6 +210,8 @@ class SinkStore(abc.ABC):
         self._meta_turn = asyncio.Lock()
         # The sink holds rows written before rows carried their chain (see the module).
         self._unmarked = False
+        # The code digests this store has stored (``blockx_chain.sink.code``).
+        self._code_known: set[str] = set()
         # Checking and converting rows holds the interpreter: two threads keep a small
         # write from waiting behind a large one's checks.
         self._cpu = ThreadPoolExecutor(2, thread_name_prefix="sink-encode")
@@ -249,6 +254,8 @@ class SinkStore(abc.ABC):
         now_ms: int = 0,
         sink_identity: str | None = None,
         claim_unmarked: bool = False,
+        code_digest: str | None = None,
+        code_sources: Mapping[str, str] | None = None,
     ) -> dict[str, int]:
         """In one transaction, for each ``(block_number, block_hash, rows)`` of the
         chain ``chain_id``: delete the table's rows of that chain's block, insert
@@ -259,9 +266,12 @@ class SinkStore(abc.ABC):
         ``sink_identity``, SinkMismatch (nothing written) when the sink has another
         identity. ``claim_unmarked``: rows written before rows carried their chain
         are this chain's (the writer serves this chain alone); without it such a
-        sink is refused. Returns the blocks and rows written."""
+        sink is refused. ``code_digest`` and ``code_sources``: the digest and the
+        sources of the task's module set, kept with the task
+        (``blockx_chain.sink.code``). Returns the blocks and rows written."""
         writable_table(table)
         chain_id = _chain_id(chain_id)
+        code = sink_code.checked_code(code_digest, code_sources, code_epoch, task_id)
         key_columns = [CHAIN_ID, *(k for k in key or DEFAULT_BLOCK_KEY if k != CHAIN_ID)]
         declared = _stamped_types(parse_types(columns), with_row_index=not key)
         batch = await self.offload(
@@ -286,15 +296,12 @@ class SinkStore(abc.ABC):
             )
             stamps = _Stamps(batch.spans, chain_id, code_epoch, with_row_index=not key)
             await self._insert(tx, table, needed.types, batch, key_columns, stamps=stamps)
-            await tx.executemany(
-                f"DELETE FROM {LEDGER} WHERE table_name = ? AND chain_id = ? "
-                "AND block_number BETWEEN ? AND ?",
-                [(table, *run) for run in runs],
-            )
+            replaced = await sink_code.unrecord_runs(tx, table, runs)
             await tx.executemany(
                 f"INSERT INTO {LEDGER} ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [(table, chain_id, n, h, code_epoch, task_id, now_ms) for n, h, _ in batch.spans],
             )
+            await sink_code.blocks_written(tx, code, table, now_ms, self._code_known, replaced)
         self._widened(table, needed)
         return {"blocks": len(numbers), "rows": len(batch.rows)}
 
@@ -306,11 +313,19 @@ class SinkStore(abc.ABC):
         columns: Mapping[str, Any] | None = None,
         *,
         sink_identity: str | None = None,
+        code_digest: str | None = None,
+        code_sources: Mapping[str, str] | None = None,
+        code_epoch: int = 0,
+        task_id: str = "",
+        now_ms: int = 0,
     ) -> dict[str, int]:
         """Insert ``rows``, replacing the columns of a row whose ``key`` is already
         there. With ``sink_identity``, SinkMismatch (nothing written) when the sink
-        has another identity. Returns the rows written."""
+        has another identity. ``code_digest`` and ``code_sources`` (with
+        ``code_epoch``, ``task_id`` and ``now_ms``): the task's module set, kept
+        with the task as for ``replace_blocks``. Returns the rows written."""
         writable_table(table)
+        code = sink_code.checked_code(code_digest, code_sources, code_epoch, task_id)
         if not key:
             raise SinkRejected("upsert needs a key: the columns that identify a row")
         declared = parse_types(columns)
@@ -324,6 +339,7 @@ class SinkStore(abc.ABC):
                 return {"rows": 0}
             needed = await self._columns(tx, table, declared, batch.brought, list(key))
             await self._insert(tx, table, needed.types, batch, list(key), conflict=list(key))
+            await sink_code.upserted(tx, code, table, now_ms, self._code_known)
         self._widened(table, needed)
         return {"rows": len(batch.rows)}
 
@@ -413,14 +429,16 @@ class SinkStore(abc.ABC):
                 )
             marks = ", ".join("?" for _ in wanted)
             present = await tx.fetch(
-                f"SELECT block_number FROM {LEDGER} WHERE table_name = ? AND chain_id = ? "
-                f"AND block_number IN ({marks})",
+                f"SELECT block_number, task_id FROM {LEDGER} WHERE table_name = ? "
+                f"AND chain_id = ? AND block_number IN ({marks})",
                 (table, chain_id, *wanted),
             )
             await tx.executemany(
                 f"DELETE FROM {LEDGER} WHERE table_name = ? AND chain_id = ? AND block_number = ?",
                 [(table, chain_id, n) for n in wanted],
             )
+            replaced = {str(row["task_id"]) for row in present}
+            await sink_code.blocks_deleted(tx, replaced, self._code_known)
         return len(present)
 
     async def unmarked(self) -> bool:
@@ -502,6 +520,52 @@ class SinkStore(abc.ABC):
                 return []
             return await tx.fetch(sql, params)
 
+    async def code_of(
+        self, table: str, block_number: int, chain_id: int | None = None
+    ) -> list[BlockCode]:
+        """What wrote ``block_number`` of ``table`` (of the chain ``chain_id`` when
+        given, else of every chain that wrote it, by chain id): each ledger entry
+        with the code its task ran (``blockx_chain.sink.code``)."""
+        identifier(table, "table")
+        chain = None if chain_id is None else _chain_id(chain_id)
+        if isinstance(block_number, bool) or not isinstance(block_number, int):
+            raise SinkRejected(f"block number {block_number!r} is no block number")
+        async with self._code_reader() as (tx, coded):
+            if tx is None:
+                return []
+            return await sink_code.read_block_code(tx, table, block_number, chain, coded=coded)
+
+    async def code_of_task(self, task_id: str) -> WrittenCode | None:
+        """The code the task ``task_id`` ran; None when the sink keeps none for it."""
+        async with self._code_reader() as (tx, coded):
+            return await sink_code.read_task_code(tx, task_id) if tx and coded else None
+
+    async def code_by_digest(self, digest: str) -> WrittenCode | None:
+        """The module set of digest ``digest``; None when the sink does not hold it."""
+        async with self._code_reader() as (tx, coded):
+            return await sink_code.read_code(tx, digest) if tx and coded else None
+
+    @contextlib.asynccontextmanager
+    async def _code_reader(self) -> AsyncIterator[tuple[SinkTx | None, bool]]:
+        """A transaction that reads the ledger and the code, and whether the sink
+        keeps code (a read-only store: None on a sink without a ledger);
+        SinkRejected while the sink's rows do not say their chain."""
+        if not self.read_only:
+            await self._ready()
+        async with self.transaction() as tx:
+            if not self.read_only:
+                await self._marked(tx, None)
+                yield tx, True
+                return
+            columns = await tx.column_names(LEDGER)
+            if columns and CHAIN_ID not in columns:
+                raise SinkRejected(
+                    f"{self.description} holds rows written before sink rows carried their "
+                    "chain: write it once with this BlockX (blockx backfill or follow)"
+                )
+            coded = await tx.taken(sink_code.TASK_CODE_TABLE) is not None
+            yield (tx if columns else None), coded
+
     async def _ready(self) -> None:
         """Once per store, in a transaction of its own: the writers' tables made,
         the sink's identity made when it has none, its layout brought up to date."""
@@ -519,6 +583,7 @@ class SinkStore(abc.ABC):
             await tx.lock([_META_LOCK])
             for statement in _meta_statements(tx.postgres):
                 await tx.execute(statement)
+            await sink_code.make_code_tables(tx)
             rows = await tx.fetch(f"SELECT version FROM {SINK_TABLE}", ())
             if not rows:
                 await tx.execute(
@@ -799,6 +864,7 @@ async def _mark_chain(tx: SinkTx, chain_id: int | None) -> None:
             )
         await tx.execute(f"DROP TABLE {LEDGER}")
         await tx.execute(f"ALTER TABLE {_LEDGER_REBUILT} RENAME TO {LEDGER}")
+        await tx.execute(sink_code.LEDGER_TASK_INDEX)
     for table in await _stamped_tables(tx):
         await _mark_table(tx, table, chain_id)
     await tx.execute(f"UPDATE {SINK_TABLE} SET version = ?", (LAYOUT_VERSION,))

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 from typing import Annotated, Any
 
+import msgspec
 import typer
 from rich.markup import escape
 from rich.table import Table
@@ -47,12 +48,23 @@ def invoke(
             "chains.NAME table (default: its only chain).",
         ),
     ] = None,
+    record: Annotated[
+        Path | None,
+        typer.Option(
+            "--record",
+            help="Save the call's record (its arguments, code, every IO request with its "
+            "answer, how it ended) to FILE: `blockx replay --fixture FILE` runs it again "
+            "offline, and tests use it as a fixture.",
+        ),
+    ] = None,
     json_: JsonOpt = False,
 ) -> None:
     """Run one function once through the Sync Invoker."""
     out = Output(console, json_)
     values = parse_args(args or [])
-    invoking = _invoke(settings_of(ctx), out, function, values, debug, timeout_ms, chain)
+    if record is not None and not record.parent.is_dir():
+        fail(f"cannot write the record to {record}: no directory {record.parent}", EXIT_USAGE)
+    invoking = _invoke(settings_of(ctx), out, function, values, debug, timeout_ms, chain, record)
     raise typer.Exit(run(invoking))
 
 
@@ -106,19 +118,49 @@ async def _invoke(
     debug: bool,
     timeout_ms: int,
     chain: str | None,
+    record: Path | None,
 ) -> int:
     async with settings.client() as client:
         handle = client.function(function)
+        # DebugInvoke is the call that returns a record.
         result = await (
             handle.debug(*args, timeout_ms=timeout_ms, chain=chain)
-            if debug
+            if debug or record is not None
             else handle.invoke(*args, timeout_ms=timeout_ms, chain=chain)
         )
+    if record is not None:
+        _save_record(record, result)
+    if not debug:
+        # A debug invoke made only for its record is shown as a plain one.
+        result = msgspec.structs.replace(result, output="", io_trace=())
     if out.json_mode:
-        out.emit(invocation_dict(result))
+        shown = invocation_dict(result)
+        out.emit(shown if record is None else {**shown, "record": str(record)})
     else:
         _print_invocation(out, function, args, result)
+        if record is not None:
+            out.console.print(
+                f"[dim]record saved to {escape(str(record))}: "
+                f"`blockx replay --fixture {escape(str(record))}` runs the call again here[/]",
+                highlight=False,
+                soft_wrap=True,
+            )
     return EXIT_OK if result.success else EXIT_FAILED
+
+
+def _save_record(path: Path, result: Invocation) -> None:
+    from blockx_core.call_record import encode_record
+
+    if result.record is None:
+        fail(
+            "the Sync Invoker kept no record of the call: its CALL_RECORD_MAX_BYTES is 0",
+            EXIT_FAILED,
+            hint="start it with CALL_RECORD_MAX_BYTES > 0 (default 4 MiB) to record calls",
+        )
+    try:
+        path.write_bytes(encode_record(result.record))
+    except OSError as exc:
+        fail(f"cannot write the record to {path}: {exc.strerror}", EXIT_USAGE)
 
 
 def _print_invocation(out: Output, function: str, args: list[Any], result: Invocation) -> None:

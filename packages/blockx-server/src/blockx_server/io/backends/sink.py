@@ -2,18 +2,23 @@
 
 Writes, no reads: ``replace_blocks(table, chain_id, blocks, key=None,
 columns=None, code_epoch=0, task_id="", now_ms=0, sink_identity=None,
-claim_unmarked=False)`` with ``blocks`` a list of ``[block_number, block_hash,
-rows]`` of the chain ``chain_id``, and ``upsert(table, rows, key,
-columns=None, sink_identity=None)`` (see ``blockx_chain.sink``). A function's
-scope is read-only, so the router refuses both with WRITE_FORBIDDEN before they
-reach the database.
+claim_unmarked=False, code_digest=None, code_sources=None)`` with ``blocks`` a
+list of ``[block_number, block_hash, rows]`` of the chain ``chain_id``, and
+``upsert(table, rows, key, columns=None, sink_identity=None, code_digest=None,
+code_sources=None, code_epoch=0, task_id="", now_ms=0)`` (see
+``blockx_chain.sink``). ``code_digest`` and ``code_sources`` (``{module:
+source}``) are the task's module set, which the sink keeps with the task
+(``blockx_chain.sink.code``); a caller that gives neither records no code. A
+function's scope is read-only, so the router refuses both with WRITE_FORBIDDEN
+before they reach the database.
 
 Failures: rows that do not fit their table, a column type that cannot change so,
-a refused or taken table name, a statement the database refuses as such (too
-many columns, a duplicate name), a sink whose identity is not ``sink_identity``
-and a sink whose rows do not say their chain yet (without ``claim_unmarked``) are
-BAD_REQUEST (not retryable); an unreachable database, a
-lock not granted in time and any unclassified database error are UNAVAILABLE
+a refused or taken table name, code arguments that are no digest and sources, a
+statement the database refuses as such (too many columns, a duplicate name), a
+sink whose identity is not ``sink_identity`` and a sink whose rows do not say
+their chain yet (without ``claim_unmarked``) are BAD_REQUEST (not retryable); an
+unreachable database, a lock not granted in time and any unclassified database
+error are UNAVAILABLE
 (retryable). The store is opened at start-up when it can be, and again on the
 next write when it could not; a write inserts its rows ``chunk_rows`` at a time
 (SINK_WRITE_CHUNK_ROWS), off the event loop.

@@ -28,6 +28,10 @@ drivers too): the chain id of the block database the driver planned from; a
 Worker whose task chain has another one fails the task, not retryable, before
 writing anything.
 
+The task's code goes with its rows: the digest of the module set it pinned and
+each module's source, which the sink keeps with the task once per module set
+(``blockx_chain.sink.code``), so a row leads to the exact code that wrote it.
+
 Large outputs are decoded on a thread, off the Worker's event loop.
 """
 
@@ -192,6 +196,16 @@ async def check_canonical(ctx: TaskContext, blocks: Sequence[BlockRows], plugin:
         )
 
 
+def code_arguments(ctx: TaskContext) -> dict[str, Any]:
+    """The task's code for ``io.sink``, which keeps it with the rows: the digest of
+    its pinned module set and each module's source."""
+    code = ctx.code
+    return {
+        "code_digest": code.digest,
+        "code_sources": {name: module.source for name, module in code.modules.items()},
+    }
+
+
 def task_chain(ctx: TaskContext, plugin: str, expected: int | None) -> Chain:
     """The chain the task's rows belong to; PluginError (not retryable) when the
     task has none, or one whose chain id is not ``expected`` (when given)."""
@@ -238,6 +252,7 @@ async def replace_blocks(
             "sink_identity": config.sink_identity,
             # The shorthand configures the one chain a sink's unmarked rows are from.
             "claim_unmarked": chain.name == DEFAULT_CHAIN,
+            **code_arguments(ctx),
         },
         retry=True,
     )

@@ -5,11 +5,13 @@ upserted into a sink table by a key.
 of columns) is required; ``sinkIdentity`` as for ``BlockWriteResultHandler``. A
 function returns a dict (one row), a list of dicts, or None; every row of the
 task goes in one ``io.sink.upsert`` transaction, a row whose key is already there
-replacing its columns. Rows are written as returned (no block stamps).
+replacing its columns. Rows are written as returned (no block stamps); the
+task's code goes with them as with ``BlockWriteResultHandler``.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,7 +20,12 @@ import msgspec
 from blockx_core.calls import RootOutput
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.plugins import PluginError, answer_of
-from blockx_server.pipeline.writers.block_write import off_loop, output_rows, parse_config
+from blockx_server.pipeline.writers.block_write import (
+    code_arguments,
+    off_loop,
+    output_rows,
+    parse_config,
+)
 
 
 class TableUpsertsConfig(
@@ -56,6 +63,10 @@ class TableUpsertsResultHandler:
                     "key": key,
                     "columns": parsed.columns,
                     "sink_identity": parsed.sink_identity,
+                    "code_epoch": ctx.code.epoch,
+                    "task_id": ctx.task_id,
+                    "now_ms": time.time_ns() // 1_000_000,
+                    **code_arguments(ctx),
                 },
                 retry=True,
             )
