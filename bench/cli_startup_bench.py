@@ -20,7 +20,7 @@ best beside it. Pairs (goal: ratio <= 1.5):
   against ``peer bye`` (a command that runs): ingest with a node that refuses the
   connection (``--rpc http://127.0.0.1:1``, exit 3 once it has opened the database
   and dialled the node), backfill with a source database that is not there
-  (exit 3 once its flags are read and the block database is opened). That is
+  (exit 3 once its flags are read and the block database is looked for). That is
   start-up up to the command's first I/O, plus that failing I/O;
 * ``blockx --help`` (every command listed) / ``peer --help``.
 
@@ -114,18 +114,29 @@ def main() -> None:
             "blockx backfill --help": [*bx, "backfill", "--help"],
             "blockx --help": [*bx, "--help"],
             "blockx chain ingest (node refused)": [
-                *bx, "chain", "ingest", "--rpc", "http://127.0.0.1:1", "--db", ingest_db,
-                "--to", "10",
-            ],  # fmt: skip
+                *bx,
+                *f"chain ingest --rpc http://127.0.0.1:1 --db {ingest_db} --to 10".split(),
+            ],
             "blockx backfill (no database)": [
-                *bx, "backfill", "--function", "f", "--source-table", "logs", "--from", "0",
-                "--to", "10", "--sink-table", "out", "--db", missing_db, "--sink-db", missing_db,
-                "--bundle-coordinator", "127.0.0.1:1",
-            ],  # fmt: skip
+                *bx,
+                *["--bundle-coordinator", "127.0.0.1:1"],
+                *[
+                    "backfill",
+                    "--function",
+                    "f",
+                    "--source-table",
+                    "logs",
+                    "--from",
+                    "0",
+                    "--to",
+                    "10",
+                ],
+                *f"--sink-table out --db {missing_db} --sink-db {missing_db}".split(),
+            ],
         }
         samples: dict[str, list[float]] = {k: [] for k in kinds}
         codes: dict[str, set[int]] = {k: set() for k in kinds}
-        for kind, argv in kinds.items():  # warm the page cache and the .pyc files
+        for argv in kinds.values():  # warm the page cache and the .pyc files
             _time(argv, env)
         for _ in range(args.runs):
             for kind, argv in kinds.items():

@@ -208,13 +208,14 @@ class LazyGroup(TyperGroup):
         }
         self.commands = {**placeholders, **self.commands}
 
-    def get_command(self, ctx: typer.Context, cmd_name: str) -> Any:
+    # ``ctx`` is typer's vendored click Context, which typer does not name publicly.
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
         entry = None if self._listing else self._unloaded.pop(cmd_name, None)
         if entry is not None:
             self.commands[cmd_name] = load(entry, rich_markup_mode=self.rich_markup_mode)
         return self.commands.get(cmd_name)
 
-    def format_help(self, ctx: typer.Context, formatter: Any) -> None:
+    def format_help(self, ctx: Any, formatter: Any) -> None:
         self._listing = True
         try:
             super().format_help(ctx, formatter)
