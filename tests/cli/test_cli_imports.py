@@ -77,10 +77,13 @@ def test_the_command_line_loads_no_heavy_module_until_a_command_needs_it() -> No
 @pytest.mark.parametrize(
     ("argv", "kept_out"),
     [
-        (["--version"], (*HEAVY, *CLUSTER, "msgspec", "blockx_core", "blockx_cli.commands.task")),
+        (
+            ["--version"],
+            (*HEAVY, *CLUSTER, "msgspec", "asyncio", "blockx_core", "blockx_cli.commands.task"),
+        ),
         (["--help"], (*HEAVY, *CLUSTER, "blockx_cli.commands.task", "blockx_cli.commands.drive")),
-        (["workers", "--help"], (*HEAVY, *CLUSTER, "blockx_cli.commands.tasks")),
-        (["chain", "ingest", "--help"], (*HEAVY, *CLUSTER)),
+        (["workers", "--help"], (*HEAVY, *CLUSTER, "asyncio", "blockx_cli.commands.tasks")),
+        (["chain", "ingest", "--help"], (*HEAVY, *CLUSTER, "asyncio", "blockx_chain.store")),
         (["backfill", "--help"], HEAVY),
     ],
 )
