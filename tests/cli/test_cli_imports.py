@@ -84,7 +84,8 @@ def test_the_command_line_loads_no_heavy_module_until_a_command_needs_it() -> No
         (["--help"], (*HEAVY, *CLUSTER, "blockx_cli.commands.task", "blockx_cli.commands.drive")),
         (["workers", "--help"], (*HEAVY, *CLUSTER, "asyncio", "blockx_cli.commands.tasks")),
         (["chain", "ingest", "--help"], (*HEAVY, *CLUSTER, "asyncio", "blockx_chain.store")),
-        (["backfill", "--help"], HEAVY),
+        (["backfill", "--help"], (*HEAVY, *CLUSTER, "blockx_drive._backfill")),
+        (["follow", "--help"], (*HEAVY, *CLUSTER, "blockx_drive._follow")),
     ],
 )
 def test_each_command_imports_only_what_it_uses(argv: list[str], kept_out: tuple[str, ...]) -> None:
@@ -93,7 +94,7 @@ def test_each_command_imports_only_what_it_uses(argv: list[str], kept_out: tuple
 
 def test_the_probe_sees_what_a_command_loads() -> None:
     """The probe above is not blind: a command whose module needs the client has it."""
-    assert "blockx_client" in _loaded(["backfill", "--help"], CLUSTER)
+    assert "blockx_client" in _loaded(["tasks", "--help"], CLUSTER)
     assert "blockx_cli.commands.workers" in _loaded(["workers", "--help"], ("blockx_cli",))
 
 
@@ -138,6 +139,23 @@ def test_the_root_shows_the_clients_default_addresses() -> None:
     from blockx_client.client import DEFAULT_SYNC_INVOKER as SYNC_INVOKER
 
     assert (DEFAULT_COORDINATOR, DEFAULT_SYNC_INVOKER) == (COORDINATOR, SYNC_INVOKER)
+
+
+def test_the_drivers_names_load_on_first_use() -> None:
+    """``blockx_drive`` names what it always named; each loads its module when read."""
+    import blockx_drive
+    from blockx_drive import _backfill, _follow, defaults, jobs, submission
+
+    for name in blockx_drive.__all__:
+        assert getattr(blockx_drive, name) is not None, name
+    assert blockx_drive.backfill is _backfill.backfill
+    assert blockx_drive.follow is _follow.follow
+    assert blockx_drive.OnFailure is defaults.OnFailure is _backfill.OnFailure
+    assert blockx_drive.list_jobs is jobs.list_jobs
+    assert blockx_drive.SubmissionRefused is submission.SubmissionRefused
+    assert isinstance(blockx_drive.__version__, str)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        blockx_drive.no_such_name  # noqa: B018
 
 
 def test_the_ingest_names_still_load_on_first_use() -> None:
