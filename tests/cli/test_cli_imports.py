@@ -79,7 +79,8 @@ def test_the_command_line_loads_no_heavy_module_until_a_command_needs_it() -> No
     [
         (
             ["--version"],
-            (*HEAVY, *CLUSTER, "msgspec", "asyncio", "blockx_core", "blockx_cli.commands.task"),
+            (*HEAVY, *CLUSTER, "msgspec", "asyncio", "blockx_core", "blockx_cli.commands.task")
+            + ("importlib.metadata",),
         ),
         (["--help"], (*HEAVY, *CLUSTER, "blockx_cli.commands.task", "blockx_cli.commands.drive")),
         (["workers", "--help"], (*HEAVY, *CLUSTER, "asyncio", "blockx_cli.commands.tasks")),
@@ -132,6 +133,17 @@ def test_the_root_help_lists_every_command_as_the_loaded_commands_do() -> None:
         assert f" {entry.name} " in lazy.output
     lazy_ctx = typer.Context(typer.main.get_command(app), info_name="blockx")
     assert lazy_ctx.command.get_help(lazy_ctx) == shown
+
+
+def test_the_version_printed_is_the_installed_packages() -> None:
+    from importlib.metadata import version
+
+    import blockx_cli
+
+    assert blockx_cli.__version__ == version("blockx-cli")
+    done = CliRunner().invoke(app, ["--version"])
+    assert done.exit_code == 0
+    assert done.output == f"blockx {version('blockx-cli')}\n"
 
 
 def test_the_root_shows_the_clients_default_addresses() -> None:

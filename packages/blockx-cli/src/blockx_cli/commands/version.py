@@ -12,12 +12,11 @@ PACKAGES = ("blockx-cli", "blockx-client", "blockx-proto", "blockx-server")
 
 
 def print_version(value: bool) -> None:
-    """The root ``--version`` callback (the root imports this module for it: the
-    package metadata is read when the version is asked for)."""
+    """The root ``--version`` callback (the root imports this module for it)."""
     if value:
-        from importlib.metadata import version
+        from blockx_cli import __version__
 
-        console.print(f"blockx {version('blockx-cli')}")
+        console.print(f"blockx {__version__}")
         raise typer.Exit()
 
 
