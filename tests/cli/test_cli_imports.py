@@ -35,6 +35,8 @@ HEAVY = (
 )
 # What a command that talks to the cluster loads: its gRPC client and etcd's.
 CLUSTER = ("blockx_client", "grpclib", "aetcd", "betterproto2", "blockx_proto")
+# What opens a block database or a sink.
+STORES = ("asyncio", "blockx_chain.store.base", "blockx_chain.sink.base")
 
 
 def _loaded(argv: list[str], prefixes: tuple[str, ...]) -> list[str]:
@@ -79,14 +81,13 @@ def test_the_command_line_loads_no_heavy_module_until_a_command_needs_it() -> No
     [
         (
             ["--version"],
-            (*HEAVY, *CLUSTER, "msgspec", "asyncio", "blockx_core", "blockx_cli.commands.task")
-            + ("importlib.metadata",),
+            (*HEAVY, *CLUSTER, "msgspec", "asyncio", "blockx_core", "importlib.metadata"),
         ),
         (["--help"], (*HEAVY, *CLUSTER, "blockx_cli.commands.task", "blockx_cli.commands.drive")),
         (["workers", "--help"], (*HEAVY, *CLUSTER, "asyncio", "blockx_cli.commands.tasks")),
         (["chain", "ingest", "--help"], (*HEAVY, *CLUSTER, "asyncio", "blockx_chain.store")),
-        (["backfill", "--help"], (*HEAVY, *CLUSTER, "blockx_drive._backfill")),
-        (["follow", "--help"], (*HEAVY, *CLUSTER, "blockx_drive._follow")),
+        (["backfill", "--help"], (*HEAVY, *CLUSTER, *STORES, "blockx_drive._backfill")),
+        (["follow", "--help"], (*HEAVY, *CLUSTER, *STORES, "blockx_drive._follow")),
     ],
 )
 def test_each_command_imports_only_what_it_uses(argv: list[str], kept_out: tuple[str, ...]) -> None:
@@ -168,6 +169,27 @@ def test_the_drivers_names_load_on_first_use() -> None:
     assert isinstance(blockx_drive.__version__, str)
     with pytest.raises(AttributeError, match="no_such_name"):
         blockx_drive.no_such_name  # noqa: B018
+
+
+def test_the_stores_names_load_on_first_use() -> None:
+    import blockx_chain.sink as sink_package
+    import blockx_chain.store as store_package
+    from blockx_chain.sink import base as sink_base
+    from blockx_chain.sink import code, jobs
+    from blockx_chain.store import base as store_base
+
+    assert store_package.BlockStore is store_base.BlockStore
+    assert store_package.BlockWriter is store_base.BlockWriter
+    assert sink_package.SinkStore is sink_base.SinkStore
+    assert sink_package.DEFAULT_CHUNK_ROWS == sink_base.DEFAULT_CHUNK_ROWS
+    assert sink_package.DEFAULT_BLOCK_KEY == sink_base.DEFAULT_BLOCK_KEY
+    assert sink_package.WriteKind is code.WriteKind
+    assert sink_package.JobEntry is jobs.JobEntry
+    for package in (sink_package, store_package):
+        for name in package.__all__:
+            assert getattr(package, name) is not None, name
+        with pytest.raises(AttributeError, match="no_such_name"):
+            package.no_such_name  # noqa: B018
 
 
 def test_the_ingest_names_still_load_on_first_use() -> None:
