@@ -18,10 +18,11 @@ best beside it. Pairs (goal: ratio <= 1.5):
 * ``blockx chain ingest --help`` and ``blockx backfill --help`` / ``peer hello --help``;
 * ``blockx chain ingest`` and ``blockx backfill`` run to their first failure, each
   against ``peer bye`` (a command that runs): ingest with a node that refuses the
-  connection (``--rpc http://127.0.0.1:1``, exit 3 once it has opened the database
-  and dialled the node), backfill with a source database that is not there
-  (exit 3 once its flags are read and the block database is looked for). That is
-  start-up up to the command's first I/O, plus that failing I/O;
+  connection (``--rpc http://127.0.0.1:1``: exit 3 once it has dialled the node,
+  its first I/O), backfill with a block database that is not there (exit 3 once its
+  flags are read, its job spec is built and the block database is looked for).
+  That is start-up with every module the run imports before its first I/O, plus
+  that failing I/O; the ``--help`` pairs are start-up without the run's own work;
 * ``blockx --help`` (every command listed) / ``peer --help``.
 
 ``blockx`` is the console script as a user runs it (``--blockx``, default the
