@@ -48,7 +48,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from blockx_chain.ingest.plan import DEFAULT_MAX_REORG_DEPTH
 from blockx_chain.sink import SinkStore, SinkUnavailable, open_sink
 from blockx_chain.store import BlockStore, StoreUnavailable, open_store
 from blockx_chain.url import BlockDbUrl
@@ -78,12 +77,19 @@ from blockx_drive._follow.spec import FollowSpec
 from blockx_drive._follow.watch import GapReason, Watch
 from blockx_drive.attempts import (
     ClusterUnreachable,
-    OnFailure,
     cancelled_by_client,
     check_bounded,
     out_of_reach,
     run_attempt,
     unanswered,
+)
+from blockx_drive.defaults import (
+    DEFAULT_FOLLOW_WRITER,
+    DEFAULT_POLL_INTERVAL_S,
+    DEFAULT_REORG_WINDOW,
+    REORG_WINDOW_LIMIT,
+    RESUME_WINDOW,
+    OnFailure,
 )
 from blockx_drive.job_progress import new_record
 from blockx_drive.jobs import JobKind, JobRecorder, LagFrom, new_job_id, now_ms
@@ -103,10 +109,6 @@ from blockx_drive.submission import check_function, check_sink
 if TYPE_CHECKING:
     from blockx_client import Client
 
-RESUME_WINDOW: Final = 1000
-# Reconciled below follow's head: as deep as ingest applies a reorg by default.
-DEFAULT_REORG_WINDOW: Final = DEFAULT_MAX_REORG_DEPTH
-REORG_WINDOW_LIMIT: Final = 100_000
 # How long a stopped follow waits for the tasks under way before it cancels them.
 STOP_GRACE_S: Final = 15.0
 # Blocks read from the block database at a time while catching up.
@@ -478,11 +480,6 @@ def _rows_of(result: TaskResult) -> int:
         return 0
     rows = value.get("rows") if isinstance(value, dict) else None
     return rows if isinstance(rows, int) else 0
-
-
-# A head query costs well under a millisecond; this wait is most of a block's lag.
-DEFAULT_POLL_INTERVAL_S: Final = 0.1
-DEFAULT_FOLLOW_WRITER: Final = "BlockWriteResultHandler"
 
 
 async def follow(
