@@ -6,7 +6,7 @@ statement-by-statement path, replacing as it did."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,15 +22,10 @@ from blockx_chain.store import BlockWriter, open_store
 from blockx_chain.url import parse_blockdb_url
 
 
-@pytest.fixture(scope="module")
-def node() -> Iterator[Anvil]:
-    with Anvil() as anvil:
-        yield anvil
-
-
 @pytest_asyncio.fixture
-async def eth(node: Anvil) -> AsyncIterator[EthRpc]:
-    async with JsonRpcClient(node.url) as client:
+async def eth(anvil: Anvil) -> AsyncIterator[EthRpc]:
+    """The module's anvil (conftest), its chain mined by the first test to ask."""
+    async with JsonRpcClient(anvil.url) as client:
         if await client.request("eth_blockNumber") == "0x0":
             net = Devnet(client)
             await net.setup(tokens=2)
