@@ -34,7 +34,7 @@ from blockx_chain.schema import (
     refuse_existing_tables,
 )
 from blockx_chain.store import reads
-from blockx_chain.store.base import BlockStore, BlockWriter
+from blockx_chain.store.base import BlockStore, BlockWriter, block_columns
 from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
 from blockx_chain.store.reads import DEFAULT_MAX_ROWS
 
@@ -60,17 +60,38 @@ class _SqliteWriter(BlockWriter):
         return await self._store._on_writer(lambda c: c.execute(sql, params).rowcount)
 
     async def _delete_blocks(self, numbers: list[int]) -> None:
-        def delete(conn: sqlite3.Connection) -> None:
-            keys = [(n,) for n in numbers]
-            for table in BLOCK_TABLES:
-                conn.executemany(f"DELETE FROM {table.name} WHERE block_number = ?", keys)
-
-        await self._store._on_writer(delete)
+        await self._store._on_writer(lambda c: _delete(c, numbers))
 
     async def _load(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-        marks = ", ".join("?" * len(columns))
-        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
-        await self._store._on_writer(lambda c: c.executemany(sql, rows))
+        await self._store._on_writer(lambda c: c.executemany(_insert_sql(table, columns), rows))
+
+    async def _replace_blocks(
+        self, numbers: list[int], checked: Callable[[], dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        """The rows checked, the old deleted and the new loaded in one turn of the
+        writer's thread, not one per statement: each turn is a hand-over between
+        threads, and the rows' checks would run on a thread of their own besides."""
+
+        def replace(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+            rows = checked()
+            _delete(conn, numbers)
+            for table in BLOCK_TABLES:
+                if rows[table.name]:
+                    sql = _insert_sql(table.name, block_columns(table))
+                    conn.executemany(sql, rows[table.name])
+            return rows
+
+        return await self._store._on_writer(replace)
+
+
+def _insert_sql(table: str, columns: Sequence[str]) -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
+def _delete(conn: sqlite3.Connection, numbers: list[int]) -> None:
+    keys = [(n,) for n in numbers]
+    for table in BLOCK_TABLES:
+        conn.executemany(f"DELETE FROM {table.name} WHERE block_number = ?", keys)
 
 
 def read_only_uri(path: Path) -> str:
