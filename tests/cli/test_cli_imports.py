@@ -21,6 +21,7 @@ HEAVY = (
     "faster_eth_abi",
     "eth_abi",
     "eth_hash",
+    "websockets",
 )
 
 
