@@ -103,7 +103,7 @@ class WakeSocket:
         try:
             # A reader closing as this one opens may remove the empty directory.
             for _ in range(2):
-                self.directory.mkdir(mode=0o700, exist_ok=True)
+                self.directory.mkdir(exist_ok=True)
                 dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
                 try:
                     sock.bind(_address(self.directory, dir_fd, self._name))
