@@ -238,6 +238,9 @@ class Heads:
                     await self._subscribed(ws, url)
             except (OSError, TimeoutError, WebSocketException, _Refused) as exc:
                 self._failed(url, exc)
+            except Exception:
+                # Pushes are only wake-ups: whatever else breaks them, the run polls.
+                _log.exception("the newHeads subscription at %s failed", url)
             finally:
                 self._ws = None
             self._failures += 1

@@ -246,6 +246,9 @@ class PostgresStore(BlockStore):
             except (*UNREACHABLE, asyncpg.PostgresError) as exc:
                 level = logging.WARNING if failures == 0 else logging.DEBUG
                 _log.log(level, "cannot LISTEN on %s (%s): it is polled", self.description, exc)
+            except Exception:
+                # Pushes are only wake-ups: whatever else breaks them, readers poll.
+                _log.exception("LISTEN on %s failed", self.description)
             finally:
                 if conn is not None:
                     conn.terminate()
