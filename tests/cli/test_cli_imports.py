@@ -32,6 +32,7 @@ HEAVY = (
     "pyiceberg",
     "pyarrow",
     "duckdb",
+    "websockets",
 )
 # What a command that talks to the cluster loads: its gRPC client and etcd's.
 CLUSTER = ("blockx_client", "grpclib", "aetcd", "betterproto2", "blockx_proto")

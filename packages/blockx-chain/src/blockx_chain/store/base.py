@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -320,6 +321,13 @@ class BlockStore(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    @contextlib.asynccontextmanager
+    async def changes(self) -> AsyncIterator[asyncio.Event | None]:
+        """Push from the database: an Event a writer's commit sets (the reader clears
+        it before it reads), or None where the engine pushes nothing (the reader
+        polls). It only wakes: what changed is read from the database."""
+        yield None
 
     async def _layout(self) -> reads.Layout:
         """The columns of a database older than this BlockX's schema, or None (the

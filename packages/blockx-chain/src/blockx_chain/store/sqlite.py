@@ -7,6 +7,9 @@ contention); writes run on one connection in one thread of their own. A writer
 is ``BEGIN IMMEDIATE`` with no busy wait: a second writer, in this process or
 another, fails at once with WriterBusy.
 
+After each commit the writer wakes the readers that asked to be woken
+(``changes()``, through the sockets of ``blockx_chain.store.wake``).
+
 A store opened ``read_only`` (every reader: the drivers, the Worker's io.blockdb)
 never creates nor migrates the file: a missing or empty file is StoreUnavailable
 "no block database at PATH", and an older schema waits for ingest to migrate it.
@@ -37,6 +40,7 @@ from blockx_chain.store import reads
 from blockx_chain.store.base import BlockStore, BlockWriter, block_columns
 from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
 from blockx_chain.store.reads import DEFAULT_MAX_ROWS
+from blockx_chain.store.wake import WakeSocket, wake_readers
 
 T = TypeVar("T")
 
@@ -272,9 +276,26 @@ class SqliteStore(BlockStore):
             except BaseException:
                 await self._on_writer(lambda c: c.execute("ROLLBACK"))
                 raise
-            await self._on_writer(lambda c: c.execute("COMMIT"))
+            await self._on_writer(self._commit)
         finally:
             self._writing = False
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        conn.execute("COMMIT")
+        wake_readers(self.path)
+
+    @asynccontextmanager
+    async def changes(self) -> AsyncIterator[asyncio.Event | None]:
+        """Woken by every writer's commit through a socket in the wake directory
+        beside the file (``blockx_chain.store.wake``)."""
+        wake = WakeSocket(self.path)
+        if not wake.open():
+            yield None
+            return
+        try:
+            yield wake.event
+        finally:
+            wake.close()
 
     async def close(self) -> None:
         def close_writer() -> None:

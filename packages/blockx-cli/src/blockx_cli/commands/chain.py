@@ -60,6 +60,24 @@ def _rpc_url(raw: str | None) -> str:
     return raw.strip()
 
 
+def _ws_url(flag: str | None) -> str | None:
+    """``--ws``, else CHAIN_WS_URL (its Setting, read through a ConfigReader); None:
+    derived from the HTTP URL."""
+    from blockx_chain.url import InvalidWsUrl, parse_ws_url
+    from blockx_cli.ingest_settings import read_ws_url
+    from blockx_server.runtime.env import ConfigErrors
+
+    if flag is None:
+        try:
+            return read_ws_url()
+        except ConfigErrors as exc:
+            fail(f"invalid configuration: {exc}", EXIT_USAGE)
+    try:
+        return parse_ws_url(flag)
+    except InvalidWsUrl as exc:
+        fail(f"--ws {exc}", EXIT_USAGE)
+
+
 def _db_url(raw: str | None) -> BlockDbUrl:
     if not raw:
         fail("no block database: pass --db or set BLOCKDB_URL", EXIT_USAGE)
@@ -250,6 +268,16 @@ def chain_ingest(
             help="Seconds between looks at the node's head while following.",
         ),
     ] = DEFAULT_POLL_INTERVAL_S,
+    ws: Annotated[
+        str | None,
+        typer.Option(
+            "--ws",
+            help="With --follow: the node's WebSocket, where new heads are pushed "
+            "(eth_subscribe newHeads): ws:// or wss://, or none to poll only (default: "
+            "CHAIN_WS_URL, else --rpc with http→ws, https→wss).",
+            show_default=False,
+        ),
+    ] = None,
     traces: Annotated[
         bool,
         typer.Option(
@@ -349,6 +377,7 @@ def chain_ingest(
         log_range=log_range,
         max_log_range=max_log_range,
         max_response_bytes=max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
+        ws_url=_ws_url(ws),
     )
     show_live = console.is_terminal and not json_output
     try:

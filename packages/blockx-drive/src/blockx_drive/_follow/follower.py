@@ -1,6 +1,8 @@
 """``follow``: keep a sink table computed for every new block, reorgs included.
 
-Follow polls the block database (kept fresh by ``blockx chain ingest --follow``):
+Follow looks at the block database (kept fresh by ``blockx chain ingest --follow``)
+when ingest's commit wakes it (``blockx_drive._follow.push``) and at every poll
+interval:
 
 * every new block gets one BlockTableCallConfig task on the block cluster, pinned
   to the block's hash (``{"number", "hash"}``), submitted in block order with at
@@ -72,6 +74,7 @@ from blockx_drive._follow.events import (
     ReorgReconciled,
     WatchInterrupted,
 )
+from blockx_drive._follow.push import Pushes
 from blockx_drive._follow.record import FollowProgress
 from blockx_drive._follow.spec import FollowSpec
 from blockx_drive._follow.watch import GapReason, Watch
@@ -143,7 +146,9 @@ class Follower:
         sink: SinkStore,
         spec: FollowSpec,
         sink_url: BlockDbUrl | None = None,
+        changed: asyncio.Event | None = None,
     ) -> None:
+        self._pushes = Pushes(changed)
         self._store = store
         self._sink = sink
         # The sink's database, where a lake table's rows are deleted through the lake.
@@ -232,6 +237,7 @@ class Follower:
         try:
             while True:
                 wait_s = self._spec.poll_interval_s
+                self._pushes.looking()
                 try:
                     await self._judge()
                     if not (stop.is_set() or self._halted):
@@ -249,6 +255,7 @@ class Follower:
                     if not len(self._pump) or time.monotonic() > give_up_at:
                         return  # what still runs is cancelled below; a restart resumes it
                 also: set[asyncio.Future[Any]] = set() if stop.is_set() else {stopper}
+                also |= self._pushes.waiters()
                 for finished in await self._pump.wait(timeout_s=wait_s, also=also):
                     # InvalidRequestError (the task itself refused) ends follow there.
                     if stop.is_set() and cancelled_by_client(finished.result):
@@ -258,6 +265,7 @@ class Follower:
                     self._finished.append((finished.item, finished.result))
         finally:
             stopper.cancel()
+            self._pushes.close()
             await self._pump.aclose()
 
     async def _judge(self) -> None:
@@ -490,6 +498,7 @@ async def follow(
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
     reorg_window: int = DEFAULT_REORG_WINDOW,
     stop: asyncio.Event | None = None,
+    push: bool = True,
 ) -> AsyncIterator[FollowEvent]:
     """Follow the block database's head: ``job`` (``blockx_drive.JobSpec``: the
     function over the source table for each new block, written into the sink
@@ -500,7 +509,8 @@ async def follow(
     (``on_failure="stop"``) a block failed.
 
     ``from_block``: where to start (None: where the ledger says, see the module);
-    ``poll_interval_s``: how often the block database is looked at;
+    ``poll_interval_s``: how often the block database is looked at, besides
+    whenever ingest's commit wakes follow (``push``; False: polls only);
     ``reorg_window``: how far below its head follow compares the ledger with the
     chain on every start and after a gap. Before any task goes out, the source
     table, the sink's column types and the function are checked
@@ -538,6 +548,7 @@ async def follow(
     store = await open_store(block_db, read_only=True)
     try:
         sink = await open_sink(sink_db)
+        stack = contextlib.AsyncExitStack()
         try:
             await check_sink(sink, sink_table, spec.writer_config)
             unchecked = await check_function(client, function)
@@ -546,7 +557,9 @@ async def follow(
             # A Worker whose task chain is another chain refuses them too.
             spec.chain_id = spec.writer_config["chainId"] = await planning_chain(store, sink)
             await catch_up_lake(sink_db, sink_table)
-            follower = Follower(client, store, sink, spec, sink_db)
+            changes = store.changes() if push else contextlib.nullcontext(None)
+            changed = await stack.enter_async_context(changes)
+            follower = Follower(client, store, sink, spec, sink_db, changed)
             started, reconciled = await follower.open(from_block)
             started = msgspec.structs.replace(started, function_unchecked=unchecked)
             progress = FollowProgress()
@@ -571,6 +584,7 @@ async def follow(
                     recorder.update(progress.fold(recorder.record, happened, now_ms()))
                     yield happened
         finally:
+            await stack.aclose()
             await sink.close()
     finally:
         await store.close()
