@@ -23,9 +23,9 @@ from blockx_chain.store.query import (
     QueryLimits,
     QueryRefused,
     Statement,
-    open_queries,
     prepare,
 )
+from blockx_chain.store.query_engine import open_queries
 from blockx_chain.url import PostgresUrl, parse_blockdb_url
 from blockx_core.failures import IoErrorKind
 from blockx_server.calls.config import CALL_DEADLINE_MS

@@ -50,7 +50,7 @@ from blockx_chain.sink.errors import SinkRejected, SinkUnavailable
 from blockx_chain.sink.schema import LEDGER
 
 if TYPE_CHECKING:
-    from blockx_chain.sink.base import SinkTx
+    from blockx_chain.sink.tx import SinkTx
 
 CODE_TABLE: Final = "_blockx_code"
 TASK_CODE_TABLE: Final = "_blockx_task_code"

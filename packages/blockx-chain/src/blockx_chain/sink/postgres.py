@@ -22,9 +22,10 @@ from typing import Any, Final
 
 import asyncpg
 
-from blockx_chain.sink.base import DEFAULT_CHUNK_ROWS, IndexInfo, SinkStore, SinkTx
+from blockx_chain.sink.base import DEFAULT_CHUNK_ROWS, SinkStore
 from blockx_chain.sink.errors import SinkError, SinkRejected, SinkUnavailable
 from blockx_chain.sink.schema import SinkType, quoted, sql_type
+from blockx_chain.sink.tx import IndexInfo, SinkTx
 from blockx_chain.store.postgres import UNREACHABLE, numbered
 from blockx_chain.url import PostgresUrl, describe
 

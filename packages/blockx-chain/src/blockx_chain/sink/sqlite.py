@@ -24,9 +24,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from blockx_chain.sink.base import DEFAULT_CHUNK_ROWS, IndexInfo, SinkStore, SinkTx
+from blockx_chain.sink.base import DEFAULT_CHUNK_ROWS, SinkStore
 from blockx_chain.sink.errors import SinkError, SinkRejected, SinkUnavailable
 from blockx_chain.sink.schema import SinkType, quoted, sql_type
+from blockx_chain.sink.tx import IndexInfo, SinkTx
 
 T = TypeVar("T")
 

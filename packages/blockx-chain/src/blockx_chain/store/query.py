@@ -39,13 +39,12 @@ from __future__ import annotations
 import enum
 import re
 from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import msgspec
 
 from blockx_chain.schema import BLOCK_TABLES, TABLES, Engine
 from blockx_chain.store.errors import StoreError, TooManyRows
-from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl
 
 # The tables a statement may read: the block tables, and ``chain`` (the head and
 # finalized heights, so a statement can anchor itself to them). Every other table
@@ -581,30 +580,3 @@ def timed_out(limits: QueryLimits) -> QueryTimedOut:
         f"query ran longer than {limits.timeout_ms} ms (BLOCKDB_QUERY_TIMEOUT_MS) and was "
         "stopped: narrow the range or aggregate less"
     )
-
-
-class QueryEngine(Protocol):
-    """One engine's runner of checked statements."""
-
-    async def query(self, statement: Statement) -> list[dict[str, Any]]: ...
-
-    async def close(self) -> None: ...
-
-
-async def open_queries(
-    url: BlockDbUrl, executor_url: PostgresUrl | None, limits: QueryLimits
-) -> QueryEngine:
-    """The runner of statements over the block database at ``url``: a SQLite file
-    read through read-only connections, or PostgreSQL through ``executor_url`` (a
-    read-only role's; QueryRoleRefused for one that can write)."""
-    match url:
-        case SqliteUrl(path):
-            from blockx_chain.store.query_sqlite import SqliteQueries
-
-            return SqliteQueries(path, limits)
-        case PostgresUrl():
-            from blockx_chain.store.query_postgres import PostgresQueries
-
-            if executor_url is None:
-                raise ValueError("a PostgreSQL block database needs the executor role's URL")
-            return await PostgresQueries.open(executor_url, limits)

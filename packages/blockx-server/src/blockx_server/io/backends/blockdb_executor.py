@@ -34,14 +34,13 @@ from typing import Any, Final
 from blockx_chain.schema import Engine
 from blockx_chain.store import StoreError, StoreUnavailable, TooManyRows
 from blockx_chain.store.query import (
-    QueryEngine,
     QueryLimits,
     QueryRefused,
     QueryTimedOut,
     QueryTooLarge,
-    open_queries,
     prepare,
 )
+from blockx_chain.store.query_engine import QueryEngine, open_queries
 from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl, describe
 from blockx_core.failures import IoErrorKind
 from blockx_server.io.errors import BackendError, IoReason
