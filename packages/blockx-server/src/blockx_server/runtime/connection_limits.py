@@ -46,6 +46,7 @@ from h2.errors import ErrorCodes
 from h2.events import RemoteSettingsChanged
 from h2.settings import SettingCodes
 
+from blockx_proto.coalesce import CoalescingProtocol
 from blockx_server.runtime.env import ConfigReader
 from blockx_server.runtime.request_headers import (
     bad_binary_metadata,
@@ -196,8 +197,9 @@ class _TimedEventsProcessor(EventsProcessor):
         super().process_remote_settings_changed(event)
 
 
-class _BoundedProtocol(H2Protocol):
-    """One server connection with the handshake and idle timers of ``GrpcLimits``."""
+class _BoundedProtocol(CoalescingProtocol):
+    """One server connection with the handshake and idle timers of ``GrpcLimits``,
+    its writes coalesced per loop iteration (``blockx_proto.coalesce``)."""
 
     def __init__(
         self,
