@@ -15,7 +15,7 @@ from grpclib.server import Server
 from support import free_port
 
 from blockx_proto import worker_v1
-from blockx_proto.coalesce import CoalescingChannel, CoalescingTransport
+from blockx_proto.coalesce import FLUSH_AT_BYTES, CoalescingChannel, CoalescingTransport
 from blockx_server.runtime.connection_limits import GrpcLimits
 from blockx_server.runtime.serving import bounded_server
 
@@ -84,6 +84,29 @@ async def test_writes_of_one_iteration_leave_in_one_send_in_order() -> None:
         async with asyncio.timeout(30):
             await received.until(len(b"headers|data|trailers|nextsecond"))
         assert counting.sends[1:] == [b"second"]
+    finally:
+        coalescing.close()
+        server.close()
+
+
+async def test_gathered_writes_reaching_the_bound_are_handed_on_at_once() -> None:
+    # So that the transport pauses a protocol whose peer does not read, as it would
+    # without coalescing, before the handler produces more.
+    counting, received, server = await _pair()
+    coalescing = CoalescingTransport(counting, asyncio.get_running_loop())  # type: ignore[arg-type]
+    try:
+        half = b"h" * (FLUSH_AT_BYTES // 2)
+        coalescing.write(half)
+        assert counting.sends == []
+        coalescing.write(half)  # the bound: sent within this very call
+        assert counting.sends == [half + half]
+        assert coalescing.get_write_buffer_size() == counting.get_write_buffer_size()
+        coalescing.write(b"tail")
+        assert len(counting.sends) == 1
+        async with asyncio.timeout(30):
+            await received.until(FLUSH_AT_BYTES + 4)
+        assert counting.sends[1:] == [b"tail"]
+        assert bytes(received.data) == half + half + b"tail"
     finally:
         coalescing.close()
         server.close()

@@ -10,6 +10,12 @@ many streams answered in the same iteration share it. The bytes, their order and
 the flow control are grpclib's and h2's, unchanged: only when they are handed to
 the kernel moves, by at most the rest of the current iteration.
 
+What is gathered is handed on at once when it reaches ``FLUSH_AT_BYTES``: the
+transport then pauses the protocol as soon as its own buffer is full, as it would
+without coalescing, so a peer that does not read still holds a sender to its
+high-water mark (plus at most ``FLUSH_AT_BYTES`` and a frame), never to all a
+handler can produce before it yields.
+
 ``CoalescingProtocol`` is grpclib's ``H2Protocol`` over such a transport;
 ``CoalescingChannel`` is a client ``Channel`` whose connections use it, and a
 server installs it from its ``_protocol_factory`` (``blockx_server.runtime``).
@@ -19,10 +25,13 @@ from __future__ import annotations
 
 import asyncio
 from asyncio import BaseTransport, Transport
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from grpclib.client import Channel, Handler
 from grpclib.protocol import H2Protocol
+
+# Gathered writes reaching this size are handed to the transport at once.
+FLUSH_AT_BYTES: Final = 64 * 1024
 
 
 class CoalescingTransport:
@@ -33,12 +42,14 @@ class CoalescingTransport:
     gathered first, as a transport's own ``close`` sends its buffer; ``abort``
     drops it, as ``abort`` drops the buffer."""
 
-    __slots__ = ("_chunks", "_loop", "_transport")
+    __slots__ = ("_chunks", "_loop", "_scheduled", "_size", "_transport")
 
     def __init__(self, transport: Transport, loop: asyncio.AbstractEventLoop) -> None:
         self._transport = transport
         self._loop = loop
         self._chunks: list[bytes] = []
+        self._size = 0
+        self._scheduled = False
 
     @property
     def wrapped(self) -> Transport:
@@ -47,13 +58,21 @@ class CoalescingTransport:
     def write(self, data: bytes | bytearray | memoryview) -> None:
         if not data:
             return
-        if not self._chunks:
-            self._loop.call_soon(self.flush)
         self._chunks.append(bytes(data))
+        self._size += len(data)
+        if self._size >= FLUSH_AT_BYTES:
+            self.flush()  # the transport may pause the protocol now, as without us
+        elif not self._scheduled:
+            self._scheduled = True
+            self._loop.call_soon(self._flush_soon)
 
     def writelines(self, chunks: Any) -> None:
         for data in chunks:
             self.write(data)
+
+    def _flush_soon(self) -> None:
+        self._scheduled = False
+        self.flush()
 
     def flush(self) -> None:
         """Send what was gathered (nothing once the transport is closing: its peer
@@ -61,6 +80,7 @@ class CoalescingTransport:
         if not self._chunks:
             return
         chunks, self._chunks = self._chunks, []
+        self._size = 0
         if self._transport.is_closing():
             return
         self._transport.write(chunks[0] if len(chunks) == 1 else b"".join(chunks))
@@ -71,10 +91,11 @@ class CoalescingTransport:
 
     def abort(self) -> None:
         self._chunks.clear()
+        self._size = 0
         self._transport.abort()
 
     def get_write_buffer_size(self) -> int:
-        return self._transport.get_write_buffer_size() + sum(map(len, self._chunks))
+        return self._transport.get_write_buffer_size() + self._size
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
