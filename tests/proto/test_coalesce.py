@@ -6,6 +6,7 @@ answers, with messages far beyond the HTTP/2 flow-control windows."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -57,19 +58,26 @@ class _CountingTransport:
         return getattr(self.transport, name)
 
 
-async def _pair() -> tuple[_CountingTransport, _Received, asyncio.Server]:
+@contextlib.asynccontextmanager
+async def _paired() -> AsyncIterator[tuple[CoalescingTransport, _CountingTransport, _Received]]:
+    """A coalescing transport over a counted real TCP connection, and its peer's
+    side; closed at the end."""
     loop = asyncio.get_running_loop()
     received = _Received()
     server = await loop.create_server(lambda: received, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     transport, _ = await loop.create_connection(asyncio.Protocol, "127.0.0.1", port)
-    return _CountingTransport(transport), received, server
+    counting = _CountingTransport(transport)
+    coalescing = CoalescingTransport(counting, loop)  # type: ignore[arg-type]
+    try:
+        yield coalescing, counting, received
+    finally:
+        coalescing.close()
+        server.close()
 
 
 async def test_writes_of_one_iteration_leave_in_one_send_in_order() -> None:
-    counting, received, server = await _pair()
-    coalescing = CoalescingTransport(counting, asyncio.get_running_loop())  # type: ignore[arg-type]
-    try:
+    async with _paired() as (coalescing, counting, received):
         coalescing.write(b"headers|")
         coalescing.write(b"")  # nothing to send: no send of its own
         coalescing.write(bytearray(b"data|"))
@@ -84,17 +92,12 @@ async def test_writes_of_one_iteration_leave_in_one_send_in_order() -> None:
         async with asyncio.timeout(30):
             await received.until(len(b"headers|data|trailers|nextsecond"))
         assert counting.sends[1:] == [b"second"]
-    finally:
-        coalescing.close()
-        server.close()
 
 
 async def test_gathered_writes_reaching_the_bound_are_handed_on_at_once() -> None:
     # So that the transport pauses a protocol whose peer does not read, as it would
     # without coalescing, before the handler produces more.
-    counting, received, server = await _pair()
-    coalescing = CoalescingTransport(counting, asyncio.get_running_loop())  # type: ignore[arg-type]
-    try:
+    async with _paired() as (coalescing, counting, received):
         half = b"h" * (FLUSH_AT_BYTES // 2)
         coalescing.write(half)
         assert counting.sends == []
@@ -107,32 +110,27 @@ async def test_gathered_writes_reaching_the_bound_are_handed_on_at_once() -> Non
             await received.until(FLUSH_AT_BYTES + 4)
         assert counting.sends[1:] == [b"tail"]
         assert bytes(received.data) == half + half + b"tail"
-    finally:
-        coalescing.close()
-        server.close()
 
 
-async def test_close_sends_what_was_gathered_and_abort_drops_it() -> None:
-    counting, received, server = await _pair()
-    coalescing = CoalescingTransport(counting, asyncio.get_running_loop())  # type: ignore[arg-type]
-    coalescing.write(b"last words")
-    coalescing.close()  # in the same iteration as the write
-    async with asyncio.timeout(30):
-        await received.closed.wait()
-    assert bytes(received.data) == b"last words"
-    assert coalescing.is_closing()
+async def test_close_sends_what_was_gathered() -> None:
+    async with _paired() as (coalescing, _, received):
+        coalescing.write(b"last words")
+        coalescing.close()  # in the same iteration as the write
+        async with asyncio.timeout(30):
+            await received.closed.wait()
+        assert bytes(received.data) == b"last words"
+        assert coalescing.is_closing()
 
-    counting, received, other = await _pair()
-    coalescing = CoalescingTransport(counting, asyncio.get_running_loop())  # type: ignore[arg-type]
-    coalescing.write(b"never sent")
-    coalescing.abort()
-    async with asyncio.timeout(30):
-        await received.closed.wait()
-    await asyncio.sleep(0)  # the flush scheduled by the write runs: it sends nothing
-    assert counting.sends == []
-    assert received.data == b""
-    server.close()
-    other.close()
+
+async def test_abort_drops_what_was_gathered() -> None:
+    async with _paired() as (coalescing, counting, received):
+        coalescing.write(b"never sent")
+        coalescing.abort()
+        async with asyncio.timeout(30):
+            await received.closed.wait()
+        await asyncio.sleep(0)  # the flush scheduled by the write runs: it sends nothing
+        assert counting.sends == []
+        assert received.data == b""
 
 
 BIG = 3 * 1024 * 1024  # far beyond the 64 KiB HTTP/2 windows h2 starts with
