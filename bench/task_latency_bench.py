@@ -26,9 +26,6 @@ Prints one JSON line:
   task (client, coordinator, worker, its executors) and per serial echo (client,
   server), from the scheduler's per-thread figures: where a task's time goes by
   hop, and a figure the machine's other load barely moves.
-* ``echo_coalesced_serial`` / ``echo_coalesced_concurrent``: the same echo with both
-  ends on ``blockx_proto.coalesce`` (the writes of one loop iteration in one send),
-  as every BlockX hop is: what the transport alone changes.
 * ``ray_serial`` / ``ray_concurrent``: Ray's trivial task ``double(1)`` in the same
   closed loop (``bench/ray_peer.py``, run with ``--ray-python``), local Ray with 2 CPUs.
 * ``ratios``: task p50 / echo p50 (a task's critical path is six one-way messages,
@@ -57,7 +54,6 @@ from proc_status import children, cpu_ns
 
 from blockx_client import Client, Task
 from blockx_proto import coordinator_v1, worker_v1
-from blockx_proto.coalesce import CoalescingChannel, CoalescingProtocol
 from blockx_server.etcd.local import EtcdServer
 from blockx_server.runtime.event_loop import EventLoop, run_on
 
@@ -84,16 +80,8 @@ class Echo(coordinator_v1.CoordinatorServiceBase):
         return coordinator_v1.ReserveWorkerSlotResponse(task_id=message.task_id)
 
 
-class CoalescingServer(Server):
-    """grpclib's server with its connections' writes coalesced, as BlockX's are."""
-
-    def _protocol_factory(self) -> Any:
-        plain = super()._protocol_factory()
-        return CoalescingProtocol(plain.handler, self._config, self._h2_config)
-
-
-async def serve_echo(port: int, coalesce: bool) -> None:
-    server = (CoalescingServer if coalesce else Server)([Echo()])
+async def serve_echo(port: int) -> None:
+    server = Server([Echo()])
     await server.start("127.0.0.1", port)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -103,22 +91,19 @@ async def serve_echo(port: int, coalesce: bool) -> None:
     await server.wait_closed()
 
 
-async def echo_baseline(
-    serial: int, clients: int, seconds: float, coalesce: bool = False
-) -> dict[str, Any]:
+async def echo_baseline(serial: int, clients: int, seconds: float) -> dict[str, Any]:
     port = free_port()
     server = await asyncio.create_subprocess_exec(
         sys.executable,
         __file__,
         "--echo-server",
         str(port),
-        *(["--echo-coalesce"] if coalesce else []),
         stdout=asyncio.subprocess.PIPE,
     )
     assert server.stdout is not None
     try:
         await server.stdout.readline()
-        channel = (CoalescingChannel if coalesce else Channel)("127.0.0.1", port)
+        channel = Channel("127.0.0.1", port)
         stub = coordinator_v1.CoordinatorServiceStub(channel)
         payload = "x" * submit_request_size()
 
@@ -338,17 +323,15 @@ def main() -> None:
         help="an interpreter with ray installed (env BLOCKX_BENCH_RAY_PYTHON)",
     )
     parser.add_argument("--echo-server", type=int, default=0, help=argparse.SUPPRESS)
-    parser.add_argument("--echo-coalesce", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.echo_server:
-        asyncio.run(serve_echo(args.echo_server, args.echo_coalesce))
+        asyncio.run(serve_echo(args.echo_server))
         return
     tasks = run_on(
         EventLoop(args.event_loop),
         bench_tasks(args.serial, args.clients, args.seconds, args.event_loop),
     )
     echo = asyncio.run(echo_baseline(args.serial, args.clients, args.seconds))
-    coalesced = asyncio.run(echo_baseline(args.serial, args.clients, args.seconds, coalesce=True))
     if Path(args.ray_python).exists():
         ray = asyncio.run(ray_peer(args.ray_python, args.serial, args.clients, args.seconds))
     else:
@@ -372,14 +355,12 @@ def main() -> None:
         ratios["tasks_per_s_vs_ray"] = ratio(concurrent["per_s"], ray_per_s, 3)
         ratios["proxy_tasks_per_s_vs_ray"] = ratio(tasks["proxy_concurrent"]["per_s"], ray_per_s, 3)
         ratios["goal_tasks_per_s_vs_ray"] = 1.0
-    coalesced = {f"echo_coalesced_{k.removeprefix('echo_')}": v for k, v in coalesced.items()}
     out = {
         "bench": "task_latency",
         "event_loop": args.event_loop,
         "clients": args.clients,
         **tasks,
         **echo,
-        **coalesced,
         **ray,
         "ratios": ratios,
     }

@@ -24,7 +24,6 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 from blockx_client.errors import ConnectError, InvalidRequestError, UnavailableError, error_for
 from blockx_client.setting import Setting, with_origin
 from blockx_core.addr import WORKER_ADDR_HEADER, InvalidAddress, split_host_port
-from blockx_proto.coalesce import CoalescingChannel
 
 _POOL_SIZE: Final = 256
 # How long a silent peer may hold an open call or stream: ping interval and timeout.
@@ -67,9 +66,8 @@ def split_addr(addr: str) -> tuple[str, int]:
         raise InvalidRequestError(str(exc)) from None
 
 
-class KeptAliveChannel(CoalescingChannel):
-    """A grpclib Channel that dials again once keepalive has given up its connection
-    (and coalesces its writes, ``blockx_proto.coalesce``).
+class KeptAliveChannel(Channel):
+    """A grpclib Channel that dials again once keepalive has given up its connection.
 
     A ping unanswered for the timeout makes grpclib close the connection's transport
     at once, but the channel counts it as lost only when asyncio reports the close,

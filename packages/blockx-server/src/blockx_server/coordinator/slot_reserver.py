@@ -23,7 +23,6 @@ from blockx_core.coordinator import SlotAnswer, SlotError
 from blockx_core.errors import ErrorCode
 from blockx_core.ids import TaskId, WorkerAddr
 from blockx_proto import worker_v1
-from blockx_proto.coalesce import CoalescingChannel
 from blockx_server.coordinator.convert import request_task_slot_request, slot_granted_from
 from blockx_server.runtime.status import classify_worker_status
 from blockx_server.runtime.tracing import trace_calls
@@ -100,7 +99,7 @@ class GrpcSlotReserver:
         channel = self._channels.get(worker_addr)
         if channel is None:
             host, port = split_host_port(worker_addr)
-            channel = trace_calls(CoalescingChannel(host, port, ssl=self._ssl))
+            channel = trace_calls(Channel(host, port, ssl=self._ssl))
             self._channels[worker_addr] = channel
         return channel
 

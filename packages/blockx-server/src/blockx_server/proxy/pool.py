@@ -11,7 +11,6 @@ from ssl import SSLContext
 from grpclib.client import Channel
 
 from blockx_core.addr import split_host_port
-from blockx_proto.coalesce import CoalescingChannel
 from blockx_server.proxy.codec import PASS_THROUGH, PASS_THROUGH_DETAILS
 
 log = logging.getLogger(__name__)
@@ -62,7 +61,7 @@ class ChannelPool:
         channel = min(channels, key=self._calls.__getitem__, default=None)
         if channel is None or self._calls[channel] >= self._max_streams:
             host, port = split_host_port(addr)
-            channel = CoalescingChannel(
+            channel = Channel(
                 host,
                 port,
                 codec=PASS_THROUGH,

@@ -46,7 +46,6 @@ from h2.errors import ErrorCodes
 from h2.events import RemoteSettingsChanged
 from h2.settings import SettingCodes
 
-from blockx_proto.coalesce import CoalescingProtocol
 from blockx_server.runtime.env import ConfigReader
 from blockx_server.runtime.request_headers import (
     bad_binary_metadata,
@@ -197,9 +196,8 @@ class _TimedEventsProcessor(EventsProcessor):
         super().process_remote_settings_changed(event)
 
 
-class _BoundedProtocol(CoalescingProtocol):
-    """One server connection with the handshake and idle timers of ``GrpcLimits``,
-    its writes coalesced per loop iteration (``blockx_proto.coalesce``)."""
+class _BoundedProtocol(H2Protocol):
+    """One server connection with the handshake and idle timers of ``GrpcLimits``."""
 
     def __init__(
         self,
