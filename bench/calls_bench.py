@@ -1,21 +1,37 @@
-"""Calls-phase benchmark: the CallEngine with 2 executors against ProcessPoolExecutor(2).
+"""Calls-phase benchmark: the CallEngine against ProcessPoolExecutor(2).
 
-Run: uv run python bench/calls_bench.py [--trivial 100000] [--sha 20000] [--io 20000]
+Run: uv run python bench/calls_bench.py [--rounds 5] [--executors 2] [--trivial 100000]
+[--sha 20000] [--io 20000] [--pool-submits 20000]
 
-Prints one JSON line. In one run, on the same machine:
+Prints one JSON line. The goals, as ``ratios`` (median of the rounds; ``ratios_best``
+the best round):
 
-* ``trivial``: ``x * 2`` calls; ``sha3``: ten ``hashlib.sha3_256`` digests of 1 KiB
-  per call; ``io``: calls that each await one ``io.memory.get`` answered by the Worker;
-  ``kwargs_context``: the trivial call with a keyword argument and a block context
-  on every call (what the extra columns cost); ``io_recorded``: the ``io`` calls
-  recorded as a Worker records them (CALL_RECORD_MAX_BYTES, 4 MiB: each request and
-  answer kept while its call runs, dropped when it succeeds).
-* The same trivial and sha3 work through ``concurrent.futures.ProcessPoolExecutor(2)``,
-  as one ``submit`` per call and as ``map(..., chunksize=256)`` (the baselines).
-* Ratios: ours / pool-submit and ours / pool-map.
+* ``trivial_vs_pool_submit``: ``x * 2`` calls against one ``submit`` per call to
+  ``concurrent.futures.ProcessPoolExecutor(2)`` (goal >= 10);
+* ``sha3_vs_pool_map``: calls of ten ``hashlib.sha3_256`` digests of 1 KiB against
+  ``ProcessPoolExecutor(2).map(..., chunksize=256)`` (goal >= 0.9).
+
+Each round runs ours and then the pool's, so the machine's noise falls on both
+alike. Ours runs as a Worker builds its CallEngine from the environment with every
+setting at its default (``defaults``: EXECUTOR_COUNT is 8), and again with
+EXECUTOR_COUNT=N (``executors_N``, 2 by default: the pool's size).
+
+A ratio of wall times depends on who else uses the machine: with other work
+running, 8 executors get more of the CPU than the pool's 2 processes. The CPU each
+side spends per sha3 call (``sha3_cpu_us_per_call``: the parent process, the Worker
+or the pool's submitter, and its workers, from the kernel's count) does not: on a
+quiet machine, where both are CPU-bound, the pool's total over ours is the ratio.
+
+Besides (the defaults only): ``io`` calls that each await one ``io.memory.get``
+answered by the Worker, and ``io_recorded``, the same recorded as a Worker records
+them (CALL_RECORD_MAX_BYTES, 4 MiB: each request and answer kept while its call
+runs, dropped when it succeeds), alternated three times, the best of each kept;
+``kwargs_context``: the trivial call with a keyword argument and a block context on
+every call (what the extra columns cost).
 
 Every BlockX call is individually tracked, budgeted, retried and cancellable, and
-its result is a JSON text; the pool's are not.
+its result is a JSON text; the pool's are not. What that costs is in
+docs/call-execution.md (Benchmark).
 """
 
 from __future__ import annotations
@@ -24,17 +40,19 @@ import argparse
 import asyncio
 import hashlib
 import json
+import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 from blockx_core.call_record import DEFAULT_CALL_RECORD_MAX_BYTES
 from blockx_core.calls import CallContext, RootCall
 from blockx_core.code_view import build_snapshot
-from blockx_core.dispatch import CallsConverged, DispatchConfig
+from blockx_core.dispatch import CallsConverged
+from blockx_server.calls.config import load_call_settings
 from blockx_server.calls.engine import CallEngine, CallEngineConfig
-from blockx_server.calls.executor_pool import ExecutorPoolConfig
 from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.router import IoRouter
 from blockx_server.io.scope import TaskIoScope
@@ -71,73 +89,206 @@ def sha3(i: int) -> int:
     return i
 
 
-def pool_rates(fn: Callable[[int], int], n_submit: int, n_map: int) -> dict[str, float]:
-    with ProcessPoolExecutor(2) as pool:
-        list(pool.map(fn, range(2000), chunksize=256))  # start the workers
-        started = time.perf_counter()
-        futures = [pool.submit(fn, i) for i in range(n_submit)]
-        for future in futures:
-            future.result()
-        submit_rate = n_submit / (time.perf_counter() - started)
-        started = time.perf_counter()
-        list(pool.map(fn, range(n_map), chunksize=256))
-        map_rate = n_map / (time.perf_counter() - started)
-    return {"submit_calls_per_s": round(submit_rate), "map_calls_per_s": round(map_rate)}
+def cpu_s(pids: Iterable[int]) -> float:
+    """CPU seconds the processes ``pids`` have used (the kernel's count)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/schedstat", "rb") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # gone (an executor replaced meanwhile): its share is not counted
+    return total / 1e9
 
 
-async def engine_rates(n_trivial: int, n_sha: int, n_io: int) -> dict[str, float]:
-    engine = CallEngine(
-        CallEngineConfig(dispatch=DispatchConfig(), pool=ExecutorPoolConfig(count=2))
-    )
-    registry = IoRouter([MemoryBackend({"k": {"balance": 42}})])
-    await engine.start()
-    try:
-        await asyncio.wait_for(engine.wait_ready(), 30)
-        snapshot = build_snapshot(1, {"fns": FUNCTIONS})
-        rates: dict[str, float] = {}
-        await engine.run_calls(
-            "warm-up",
-            snapshot,
-            TaskIoScope(registry, "warm-up"),
-            "double",
-            [[i] for i in range(5000)],
-        )
-        with_extras = [
-            RootCall([i], {"scale": 2}, CallContext(block_number=i)) for i in range(n_trivial)
-        ]
-        plain: list[list[Any]] = [[i] for i in range(n_trivial)]
-        recorded = DEFAULT_CALL_RECORD_MAX_BYTES
-        cases: list[tuple[str, str, list[RootCall] | list[list[Any]], int]] = [
-            ("trivial", "double", plain, 0),
-            ("sha3", "sha3", [[i] for i in range(n_sha)], 0),
-            # Alternated three times, the best of each kept: their ratio is the cost
-            # of recording, and the machine's noise falls on both alike.
-            *[
-                case
-                for _ in range(3)
-                for case in (
-                    ("io", "fetch", [["k"]] * n_io, 0),
-                    ("io_recorded", "fetch", [["k"]] * n_io, recorded),
-                )
-            ],
-            ("kwargs_context", "scaled", with_extras, 0),
-        ]
-        for run, (name, function, calls, record_bytes) in enumerate(cases):
-            started = time.perf_counter()
-            task_id = f"bench-{name}-{run}"
-            io = TaskIoScope(registry, task_id)
-            result = await engine.run_calls(
-                task_id, snapshot, io, function, calls, record_bytes=record_bytes
+class CpuMeter:
+    """CPU microseconds per call: this process (the Worker, or the pool's parent)
+    and its workers (the executors, or the pool's processes)."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[tuple[float, float]]] = {}
+
+    def measure(self, name: str, pids: list[int], calls: int) -> Callable[[], None]:
+        own, theirs = time.process_time(), cpu_s(pids)
+
+        def done() -> None:
+            sample = (
+                (time.process_time() - own) / calls * 1e6,
+                (cpu_s(pids) - theirs) / calls * 1e6,
             )
-            elapsed = time.perf_counter() - started
-            if not isinstance(result, CallsConverged):
-                raise RuntimeError(f"{name}: {result.failure_message}")
-            if len(result.outputs) != len(calls):
-                raise RuntimeError(f"{name}: {len(result.outputs)} outputs for {len(calls)} calls")
-            rates[name] = max(rates.get(name, 0), round(len(calls) / elapsed))
-        return rates
+            self.samples.setdefault(name, []).append(sample)
+
+        return done
+
+    def report(self) -> dict[str, dict[str, float]]:
+        return {
+            name: {
+                "parent": round(statistics.median(s[0] for s in samples), 2),
+                "workers": round(statistics.median(s[1] for s in samples), 2),
+            }
+            for name, samples in self.samples.items()
+        }
+
+
+def pool_submit_rate(pool: ProcessPoolExecutor, fn: Callable[[int], int], n: int) -> float:
+    started = time.perf_counter()
+    futures = [pool.submit(fn, i) for i in range(n)]
+    for future in futures:
+        future.result()
+    return n / (time.perf_counter() - started)
+
+
+def pool_map_rate(
+    pool: ProcessPoolExecutor, fn: Callable[[int], int], n: int, meter: CpuMeter
+) -> float:
+    measured = meter.measure("pool_map_sha3", [p.pid for p in pool_processes(pool)], n)
+    started = time.perf_counter()
+    list(pool.map(fn, range(n), chunksize=256))
+    rate = n / (time.perf_counter() - started)
+    measured()
+    return rate
+
+
+def pool_processes(pool: ProcessPoolExecutor) -> list[Any]:
+    return list(getattr(pool, "_processes", {}).values())
+
+
+def engine_config(environ: dict[str, str]) -> CallEngineConfig:
+    """The CallEngine a Worker builds from ``environ`` (every other setting its default)."""
+    return load_call_settings({"FUNCTIONS_DIR": tempfile.gettempdir(), **environ}).engine
+
+
+async def run_case(
+    engine: CallEngine,
+    registry: IoRouter,
+    task_id: str,
+    function: str,
+    calls: list[RootCall] | list[list[Any]],
+    record_bytes: int = 0,
+    meter: tuple[CpuMeter, str] | None = None,
+) -> float:
+    """Calls per second of one Calls phase (all of ``calls``), checked complete."""
+    snapshot = build_snapshot(1, {"fns": FUNCTIONS})
+    pool = engine.pool
+    pids = [p for p in map(pool.pid, pool.executor_ids()) if p is not None]
+    measured = None if meter is None else meter[0].measure(meter[1], pids, len(calls))
+    started = time.perf_counter()
+    io = TaskIoScope(registry, task_id)
+    result = await engine.run_calls(
+        task_id, snapshot, io, function, calls, record_bytes=record_bytes
+    )
+    elapsed = time.perf_counter() - started
+    if measured is not None:
+        measured()
+    if not isinstance(result, CallsConverged):
+        raise RuntimeError(f"{task_id}: {result.failure_message}")
+    if len(result.outputs) != len(calls):
+        raise RuntimeError(f"{task_id}: {len(result.outputs)} outputs for {len(calls)} calls")
+    return len(calls) / elapsed
+
+
+def _median(values: list[float]) -> float:
+    return round(statistics.median(values), 2)
+
+
+async def measure(args: argparse.Namespace) -> dict[str, Any]:
+    registry = IoRouter([MemoryBackend({"k": {"balance": 42}})])
+    setups = {"defaults": engine_config({})}
+    if args.executors:
+        setups[f"executors_{args.executors}"] = engine_config(
+            {"EXECUTOR_COUNT": str(args.executors)}
+        )
+    engines = {label: CallEngine(config) for label, config in setups.items()}
+    pool = ProcessPoolExecutor(2)
+    try:
+        for engine in engines.values():
+            await engine.start()
+            await asyncio.wait_for(engine.wait_ready(), 60)
+            await run_case(engine, registry, "warm-up", "double", [[i] for i in range(5000)])
+        list(pool.map(sha3, range(2000), chunksize=256))  # start the pool's processes
+        trivial: list[list[Any]] = [[i] for i in range(args.trivial)]
+        sha: list[list[Any]] = [[i] for i in range(args.sha)]
+        rates: dict[str, dict[str, list[float]]] = {
+            label: {"trivial": [], "sha3": []} for label in engines
+        }
+        pool_rates: dict[str, list[float]] = {"submit_trivial": [], "map_sha3": []}
+        ratios: dict[str, dict[str, list[float]]] = {
+            label: {"trivial_vs_pool_submit": [], "sha3_vs_pool_map": []} for label in engines
+        }
+        meter = CpuMeter()
+        # Each round measures the peer right after our runs, so the machine's noise
+        # falls on both alike; the ratios are per round, their median reported.
+        for run in range(args.rounds):
+            ours = {
+                label: await run_case(engine, registry, f"trivial-{label}-{run}", "double", trivial)
+                for label, engine in engines.items()
+            }
+            submit = pool_submit_rate(pool, double, args.pool_submits)
+            pool_rates["submit_trivial"].append(submit)
+            for label, rate in ours.items():
+                rates[label]["trivial"].append(rate)
+                ratios[label]["trivial_vs_pool_submit"].append(rate / submit)
+            ours = {
+                label: await run_case(
+                    engine, registry, f"sha3-{label}-{run}", "sha3", sha, meter=(meter, label)
+                )
+                for label, engine in engines.items()
+            }
+            mapped = pool_map_rate(pool, sha3, args.sha, meter)
+            pool_rates["map_sha3"].append(mapped)
+            for label, rate in ours.items():
+                rates[label]["sha3"].append(rate)
+                ratios[label]["sha3_vs_pool_map"].append(rate / mapped)
+        extras = await other_cases(engines["defaults"], registry, args)
     finally:
-        await engine.close()
+        pool.shutdown()
+        for engine in engines.values():
+            await engine.close()
+    return {
+        "bench": "calls",
+        "rounds": args.rounds,
+        "statistic": "median of the rounds (each round: ours, then the pool)",
+        "goals": {"trivial_vs_pool_submit": ">= 10", "sha3_vs_pool_map": ">= 0.9"},
+        "ratios": {
+            label: {name: _median(values) for name, values in by_name.items()}
+            for label, by_name in ratios.items()
+        },
+        "ratios_best": {
+            label: {name: round(max(values), 2) for name, values in by_name.items()}
+            for label, by_name in ratios.items()
+        },
+        "executors": {label: config.pool.count for label, config in setups.items()},
+        "blockx_calls_per_s": {
+            label: {name: round(statistics.median(v)) for name, v in by_name.items()}
+            for label, by_name in rates.items()
+        },
+        "pool_calls_per_s": {name: round(statistics.median(v)) for name, v in pool_rates.items()},
+        # The sha3 calls' CPU (median of the rounds): what each side spends per call in
+        # its parent process (the Worker; the pool's submitter) and its workers.
+        "sha3_cpu_us_per_call": meter.report(),
+        "defaults_other_calls_per_s": extras,
+        "io_recorded_vs_io": round(extras["io_recorded"] / extras["io"], 2),
+    }
+
+
+async def other_cases(
+    engine: CallEngine, registry: IoRouter, args: argparse.Namespace
+) -> dict[str, float]:
+    """The IO calls with and without records (alternated three times, the best of
+    each kept: their ratio is the cost of recording) and the trivial call with a
+    keyword argument and a block context (what the extra columns cost)."""
+    with_extras = [
+        RootCall([i], {"scale": 2}, CallContext(block_number=i)) for i in range(args.trivial)
+    ]
+    rates: dict[str, float] = {}
+    for run in range(3):
+        for name, record_bytes in (("io", 0), ("io_recorded", DEFAULT_CALL_RECORD_MAX_BYTES)):
+            calls: list[list[Any]] = [["k"]] * args.io
+            rate = await run_case(engine, registry, f"{name}-{run}", "fetch", calls, record_bytes)
+            rates[name] = max(rates.get(name, 0), round(rate))
+    rate = await run_case(engine, registry, "kwargs-context", "scaled", with_extras)
+    rates["kwargs_context"] = round(rate)
+    return rates
 
 
 def main() -> None:
@@ -146,28 +297,15 @@ def main() -> None:
     parser.add_argument("--sha", type=int, default=20_000)
     parser.add_argument("--io", type=int, default=20_000)
     parser.add_argument("--pool-submits", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--executors",
+        type=int,
+        default=2,
+        help="also measure a Worker with EXECUTOR_COUNT=N (0: only the defaults)",
+    )
     args = parser.parse_args()
-
-    ours = asyncio.run(engine_rates(args.trivial, args.sha, args.io))
-    pool_trivial = pool_rates(double, args.pool_submits, args.trivial)
-    pool_sha = pool_rates(sha3, min(args.pool_submits, args.sha), args.sha)
-    out: dict[str, Any] = {
-        "bench": "calls",
-        "executors": 2,
-        "blockx_calls_per_s": ours,
-        "pool_trivial": pool_trivial,
-        "pool_sha3": pool_sha,
-        "ratios": {
-            "trivial_vs_pool_submit": round(
-                ours["trivial"] / pool_trivial["submit_calls_per_s"], 2
-            ),
-            "trivial_vs_pool_map": round(ours["trivial"] / pool_trivial["map_calls_per_s"], 3),
-            "sha3_vs_pool_map": round(ours["sha3"] / pool_sha["map_calls_per_s"], 2),
-            "sha3_vs_pool_submit": round(ours["sha3"] / pool_sha["submit_calls_per_s"], 2),
-            "io_recorded_vs_io": round(ours["io_recorded"] / ours["io"], 2),
-        },
-    }
-    print(json.dumps(out))
+    print(json.dumps(asyncio.run(measure(args))))
 
 
 if __name__ == "__main__":

@@ -1,46 +1,41 @@
-"""Head latency benchmark: a block mined on anvil → its rows committed in the sink
-by ``blockx follow``.
+"""Head latency benchmark: a block mined by anvil → its rows committed in the sink
+by ``blockx follow``, with push (newHeads, LISTEN/NOTIFY or the SQLite wake
+sockets) against polling, measured in the same run.
 
-Run: uv run python bench/head_latency_bench.py [--blocks 200] [--interval-ms 250]
-     [--transfers 3] [--ingest-poll-ms 250] [--follow-poll-ms 100]
-     [--probe-ms 5] [--warm-up 5]
+Run: uv run python bench/head_latency_bench.py [--blocks 200] [--block-time 0.25]
+     [--transfers 3] [--modes push,poll] [--rounds 1] [--probe-ms 5] [--warm-up 8]
 
-The stack, all on this host:
+Each mode gets a stack of its own, all on this host:
 
-* anvil with ``--no-mining`` (no automine, no interval mining: a block exists only
-  when this benchmark sends ``evm_mine``), three test tokens;
-* etcd, a ``blockx-coordinator`` and a ``blockx-worker`` (2 executors) with
-  ``BLOCKDB_URL`` and ``SINK_DB_URL`` on two separate SQLite files;
+* anvil with ``--block-time`` (0.25: it mines a block every 250 ms by itself), three
+  test tokens deployed first; ``--transfers`` ERC-20 transfers are sent after
+  every block, so the next one holds them;
+* etcd, a ``blockx-coordinator`` and a ``blockx-worker`` with ``BLOCKDB_URL`` and
+  ``SINK_DB_URL`` on two separate SQLite files;
 * the ingest follower, a process of its own, as a user runs it: ``blockx chain
-  ingest --follow --poll-interval`` (``--ingest-poll-ms``; by default the CLI's
-  default);
-* ``blockx_drive.follow`` in this process (``poll_interval_s`` =
-  ``--follow-poll-ms``, by default ``blockx follow``'s default), running the
+  ingest --follow`` with its defaults (``push``: it subscribes to newHeads on
+  anvil's WebSocket, derived from ``--rpc``; ``poll``: ``--ws none``, it polls the
+  head every ``--poll-interval``, by default 0.25 s);
+* ``blockx_drive.follow`` in this process with its defaults (``push``: woken by
+  ingest's commits; ``poll``: ``push=False``, it polls every 0.1 s), running the
   example ``token_volume`` (``examples/functions``) over ``erc20_transfers`` with
-  ``unit="block"`` (one sink row per token per block) into a sink table through
-  ``BlockWriteResultHandler``.
+  ``unit="block"`` into a sink table through ``BlockWriteResultHandler``.
 
-Then ``--blocks`` blocks are mined, one every ``--interval-ms`` (scheduled on a
-fixed grid, so a slow block does not shift the ones after it), each holding
-``--transfers`` ERC-20 transfers, after ``--warm-up`` blocks that are not measured.
+Modes alternate, ``--rounds`` times; the figures of each are printed, then the
+median of its rounds' p50s and p99s.
 
-Every instant is read from the host's wall clock (``time.time_ns``): the
-Worker's writer stamps ``written_at_ms`` and follow its ``seen_lag_ms`` from the
-same clock, and CLOCK_REALTIME is one clock for every process of the host, so
-figures taken in different processes compare directly (only a clock step during
-the minute of a run would skew them). Per block:
+Every instant is read from the host's wall clock (``time.time_ns``; one clock for
+every process of the host). Per block:
 
-* ``mined``: when ``evm_mine`` returned (the block was sealed before the reply,
-  so this is late by at most one loopback round trip; the transactions were
-  sent before);
+* ``mined``: when this benchmark's own newHeads subscription (on anvil's WebSocket,
+  a connection of its own) announced it: anvil pushes right after sealing, so
+  this is late by a loopback hop;
 * ``ingested``: when a probe thread (reading the block database every
   ``--probe-ms``) first saw the block in ``blocks``: ingest's commit;
 * ``seen``: when follow first saw the block in the block database (the event's
   ``seen_lag_ms`` subtracted from the instant it arrived);
-* ``stamped``: the ledger's ``written_at_ms``, taken by the writer when it
-  builds its sink request, after its canonical check and before the IO
-  subsystem runs the transaction (a lower bound of the commit, truncated to
-  the ms);
+* ``task``: the ledger's ``written_at_ms``, stamped by the task's writer when it
+  builds its sink request (after the function ran, before the sink commits);
 * ``committed``: when the probe thread first saw the block in the sink's
   ``_blockx_written`` ledger (the rows and the ledger entry commit together);
 * ``reported``: when follow yielded the block's BlockWritten event.
@@ -60,6 +55,7 @@ import os
 import shutil
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,12 +67,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import msgspec
 from chain_cluster import ChainCluster
+from websockets.asyncio.client import connect
 
-from blockx_chain.contracts import transfer_data
-from blockx_chain.devnet import Anvil, Devnet
+from blockx_chain.contracts import deploy_data, transfer_data
+from blockx_chain.devnet import Anvil
+from blockx_chain.devnet.anvil import AnvilOptions
 from blockx_chain.ingest.plan import DEFAULT_POLL_INTERVAL_S as INGEST_POLL_S
-from blockx_chain.rpc import JsonRpcClient, quantity
+from blockx_chain.rpc import JsonRpcClient, parse_quantity, quantity
 from blockx_core.registry import RegistryKind
 from blockx_drive import DEFAULT_POLL_INTERVAL_S as FOLLOW_POLL_S
 from blockx_drive import (
@@ -176,40 +175,78 @@ class Timeline:
         return lambda: number in self.reported
 
 
-class Miner:
-    """Mines blocks of ERC-20 transfers on a ``--no-mining`` anvil, stamping each
-    block as the devnet does (12 s apart) and recording when ``evm_mine`` returned."""
+class Chain:
+    """The benchmark's side of anvil: tokens deployed, transfers sent after every
+    block, and the instant each block was announced on its own newHeads
+    subscription."""
 
-    def __init__(self, rpc: JsonRpcClient, net: Devnet, head: int, transfers: int) -> None:
+    def __init__(self, rpc: JsonRpcClient, ws_url: str, transfers: int) -> None:
         self._rpc = rpc
-        self._net = net
-        self._head = head
+        self._ws_url = ws_url
         self._transfers = transfers
         self._turn = 0
+        self.accounts: list[str] = []
+        self.tokens: list[str] = []
+        self.mined: dict[int, float] = {}
+        self.head = -1
 
-    def _transactions(self) -> list[dict[str, Any]]:
-        accounts, tokens = self._net.accounts, self._net.tokens
+    async def deploy(self) -> None:
+        self.accounts = [str(a) for a in await self._rpc.request("eth_accounts")]
+        owner = self.accounts[0]
+        sent = await self._rpc.batch(
+            [
+                (
+                    "eth_sendTransaction",
+                    [
+                        {
+                            "from": owner,
+                            "gas": quantity(2_000_000),
+                            "data": deploy_data(f"Test Token {i}", f"TT{i}", 10**27),
+                        }
+                    ],
+                )
+                for i in range(3)
+            ]
+        )
+        for tx in sent:
+            receipt = None
+            while receipt is None:
+                await asyncio.sleep(0.05)
+                receipt = await self._rpc.request("eth_getTransactionReceipt", [tx])
+            assert receipt["status"] == "0x1", receipt
+            self.tokens.append(str(receipt["contractAddress"]))
+
+    def _transactions(self) -> list[tuple[str, list[Any]]]:
         txs = []
-        for i in range(self._transfers):
+        for _ in range(self._transfers):
             self._turn += 1
-            sender = accounts[self._turn % len(accounts)]
-            receiver = accounts[(self._turn + 1 + i) % len(accounts)]
-            token = tokens[self._turn % len(tokens)].address
+            receiver = self.accounts[1 + self._turn % (len(self.accounts) - 1)]
+            token = self.tokens[self._turn % len(self.tokens)]
             data = transfer_data(receiver, 10**15 + self._turn)
-            txs.append(
-                {"from": sender, "to": token, "gas": quantity(TOKEN_TRANSFER_GAS), "data": data}
-            )
+            tx = {
+                "from": self.accounts[0],
+                "to": token,
+                "gas": quantity(TOKEN_TRANSFER_GAS),
+                "data": data,
+            }
+            txs.append(("eth_sendTransaction", [tx]))
         return txs
 
-    async def mine(self) -> tuple[int, float]:
-        """One block; its number and when it was mined."""
-        await self._rpc.batch([("eth_sendTransaction", [tx]) for tx in self._transactions()])
-        number = self._head + 1
-        stamp = self._net.genesis_timestamp + number * self._net.interval_s
-        await self._rpc.request("evm_mine", [stamp])
-        mined = now_ms()
-        self._head = number
-        return number, mined
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Stamp every block as its newHeads message arrives, and send the next
+        block's transfers."""
+        subscribe = {"jsonrpc": "2.0", "id": 1, "method": "eth_subscribe", "params": ["newHeads"]}
+        async with connect(self._ws_url, compression=None) as ws:
+            await ws.send(json.dumps(subscribe))
+            await ws.recv()
+            while not stop.is_set():
+                message = msgspec.json.decode(await ws.recv(decode=False))
+                at = now_ms()
+                number = parse_quantity(message["params"]["result"]["number"])
+                self.mined.setdefault(number, at)
+                self.head = max(self.head, number)
+                if self.tokens:
+                    await self._rpc.batch(self._transactions())
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -221,13 +258,13 @@ STAGES: tuple[tuple[str, str, str], ...] = (
     # (label, from, to)
     ("mined → ingested", "mined", "ingested"),
     ("ingested → seen by follow", "ingested", "seen"),
-    ("seen → writer stamp", "seen", "stamped"),
-    ("writer stamp → committed", "stamped", "committed"),
+    ("seen → task's writer", "seen", "task"),
+    ("task's writer → committed", "task", "committed"),
     ("committed → follow event", "committed", "reported"),
     ("mined → committed", "mined", "committed"),
-    ("mined → writer stamp", "mined", "stamped"),
     ("mined → follow event", "mined", "reported"),
 )
+END_TO_END = "mined → committed"
 
 
 def summarize(instants: dict[str, dict[int, float]], measured: list[int]) -> dict[str, Any]:
@@ -251,8 +288,7 @@ def summarize(instants: dict[str, dict[int, float]], measured: list[int]) -> dic
     return out
 
 
-def print_table(stats: dict[str, Any], params: dict[str, Any]) -> None:
-    print("parameters: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+def print_table(stats: dict[str, Any]) -> None:
     header = f"{'stage':<28}{'n':>6}{'p50 ms':>10}{'p90 ms':>10}{'p99 ms':>10}{'max ms':>10}"
     print(header)
     print("-" * len(header))
@@ -265,11 +301,11 @@ def print_table(stats: dict[str, Any], params: dict[str, Any]) -> None:
             print("-" * len(header))
 
 
-def ingest_command(args: argparse.Namespace, rpc_url: str, chain_url: str) -> list[str]:
+def ingest_command(mode: str, rpc_url: str, chain_url: str) -> list[str]:
     blockx = shutil.which("blockx")
     assert blockx is not None, "blockx is not installed (uv sync)"
-    poll = ["--poll-interval", str(args.ingest_poll_ms / 1000)]
-    return [blockx, "chain", "ingest", "--rpc", rpc_url, "--db", chain_url, "--follow", *poll]
+    ws = ["--ws", "none"] if mode == "poll" else []
+    return [blockx, "chain", "ingest", "--rpc", rpc_url, "--db", chain_url, "--follow", *ws]
 
 
 async def wait_for(what: str, condition: Callable[[], bool], timeout_s: float) -> None:
@@ -280,19 +316,22 @@ async def wait_for(what: str, condition: Callable[[], bool], timeout_s: float) -
         await asyncio.sleep(0.01)
 
 
-async def run(args: argparse.Namespace, anvil: Anvil, root: Path) -> dict[str, Any]:
+async def run(args: argparse.Namespace, mode: str, root: Path) -> dict[str, Any]:
     chain_db, sink_db = root / "chain.db", root / "sink.db"
     chain_url, sink_url = f"sqlite:///{chain_db}", f"sqlite:///{sink_db}"
-    functions = EXAMPLES
     ingest_log = (root / "ingest.log").open("wb")
     timeline = Timeline()
+    anvil = Anvil(AnvilOptions(block_time_s=args.block_time))
+    anvil.start()
+    stop = asyncio.Event()
     async with EtcdServer() as etcd, JsonRpcClient(anvil.url) as rpc:
-        net = Devnet(rpc)
-        setup = await net.setup(tokens=3)
-        head = setup[-1].number
-        probe = Probe(chain_db, sink_db, head + 1, args.probe_ms / 1000)
+        chain = Chain(rpc, anvil.url.replace("http://", "ws://"), args.transfers)
+        watcher = asyncio.create_task(chain.watch(stop))
+        await chain.deploy()
+        await wait_for("a block", lambda: chain.head >= 0, 10)
+        probe = Probe(chain_db, sink_db, 0, args.probe_ms / 1000)
         feeder = await asyncio.create_subprocess_exec(
-            *ingest_command(args, anvil.url, chain_url),
+            *ingest_command(mode, anvil.url, chain_url),
             stdout=ingest_log,
             stderr=subprocess.STDOUT,
         )
@@ -302,14 +341,15 @@ async def run(args: argparse.Namespace, anvil: Anvil, root: Path) -> dict[str, A
             RegistryKind.BLOCK,
             chain_url=chain_url,
             sink_url=sink_url,
-            functions=functions,
+            functions=EXAMPLES,
+            EXECUTOR_COUNT="2",
             BLOCKX_LOG_LEVEL="WARNING",
         )
         probe.start()
-        stop = asyncio.Event()
         try:
             await cluster.wait_ready()
-            await wait_for("ingest of the setup blocks", lambda: head in probe.ingested_ms, 60)
+            start = chain.head + 1
+            await wait_for("ingest", lambda: start in probe.ingested_ms, 60)
             async with cluster.client() as client:
 
                 async def collect() -> None:
@@ -324,9 +364,9 @@ async def run(args: argparse.Namespace, anvil: Anvil, root: Path) -> dict[str, A
                             sink_db_url=sink_url,
                             writer_config={"columns": COLUMNS},
                         ),
-                        from_block=head + 1,
-                        poll_interval_s=args.follow_poll_ms / 1000,
+                        from_block=start,
                         stop=stop,
+                        push=mode == "push",
                     ):
                         at = now_ms()
                         match event:
@@ -340,32 +380,21 @@ async def run(args: argparse.Namespace, anvil: Anvil, root: Path) -> dict[str, A
                                 pass
 
                 follower = asyncio.create_task(collect())
-                miner = Miner(rpc, net, head, args.transfers)
-                total = args.warm_up + args.blocks
-                # Warm-up blocks, one by one: code loaded, connections open.
-                for _ in range(args.warm_up):
-                    number, _ = await miner.mine()
-                    await wait_for(f"warm-up block {number}", timeline.has(number), 60)
-                first = head + args.warm_up + 1
-                started = time.monotonic()
-                for i in range(args.blocks):
-                    delay = started + i * args.interval_ms / 1000 - time.monotonic()
-                    if delay > 0:
-                        await asyncio.sleep(delay)
-                    number, mined = await miner.mine()
-                    timeline.mined[number] = mined
-                mining_s = time.monotonic() - started
-                last = head + total
+                first = start + args.warm_up
+                last = first + args.blocks - 1
                 await wait_for(
                     "every block in the sink",
                     lambda: last in timeline.reported and last in probe.committed_ms,
-                    120,
+                    args.blocks * args.block_time + 120,
                 )
                 stop.set()
                 await asyncio.wait_for(follower, 30)
         finally:
             stop.set()
             probe.halt()
+            watcher.cancel()
+            with contextlib.suppress(BaseException):
+                await watcher
             feeder.send_signal(signal.SIGTERM)
             try:
                 ingest_exit = await asyncio.wait_for(feeder.wait(), 30)
@@ -374,24 +403,25 @@ async def run(args: argparse.Namespace, anvil: Anvil, root: Path) -> dict[str, A
                 ingest_exit = await feeder.wait()
             ingest_log.close()
             cluster.stop()
+            anvil.stop()
     measured = list(range(first, last + 1))
-    stamped = read_stamps(sink_db)
     instants = {
-        "mined": timeline.mined,
+        "mined": chain.mined,
         "ingested": probe.ingested_ms,
         "seen": timeline.seen,
-        "stamped": stamped,
+        "task": read_stamps(sink_db),
         "committed": probe.committed_ms,
         "reported": timeline.reported,
     }
     missing = [n for n in measured if n not in timeline.reported]
     return {
+        "mode": mode,
         "stats": summarize(instants, measured),
-        "mining_s": round(mining_s, 2),
         "rows": sum(timeline.rows.get(n, 0) for n in measured),
         "missing": missing,
         "problems": timeline.problems,
         "ingest_exit": ingest_exit,
+        "ingest_log_tail": (root / "ingest.log").read_text(errors="replace")[-400:],
         "worker_traceback": "Traceback" in cluster.worker.output(),
     }
 
@@ -410,50 +440,71 @@ def read_stamps(sink_db: Path) -> dict[int, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--blocks", type=int, default=200, help="blocks measured")
-    parser.add_argument("--interval-ms", type=float, default=250, help="one block every so often")
+    parser.add_argument("--blocks", type=int, default=200, help="blocks measured per run")
+    parser.add_argument(
+        "--block-time", type=float, default=0.25, help="anvil --block-time (seconds)"
+    )
     parser.add_argument("--transfers", type=int, default=3, help="ERC-20 transfers per block")
-    parser.add_argument(
-        "--ingest-poll-ms",
-        type=float,
-        default=INGEST_POLL_S * 1000,
-        help="`blockx chain ingest --poll-interval`",
-    )
-    parser.add_argument(
-        "--follow-poll-ms",
-        type=float,
-        default=FOLLOW_POLL_S * 1000,
-        help="`blockx follow --poll-interval`",
-    )
+    parser.add_argument("--modes", default="push,poll", help="push, poll or both, in turn")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each mode, alternating")
     parser.add_argument("--probe-ms", type=float, default=5, help="the probe's read interval")
-    parser.add_argument("--warm-up", type=int, default=5, help="blocks mined first, not measured")
+    parser.add_argument(
+        "--warm-up", type=int, default=8, help="blocks followed first, not measured"
+    )
     args = parser.parse_args()
-    if args.blocks < 1 or args.interval_ms < 0 or args.transfers < 1:
-        parser.error("--blocks and --transfers must be >= 1, --interval-ms >= 0")
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if args.blocks < 1 or args.block_time <= 0 or args.transfers < 1 or args.rounds < 1:
+        parser.error("--blocks, --transfers and --rounds must be >= 1, --block-time > 0")
+    if not modes or any(m not in ("push", "poll") for m in modes):
+        parser.error("--modes is push, poll or push,poll")
     params = {
         "blocks": args.blocks,
-        "interval_ms": args.interval_ms,
+        "block_time_s": args.block_time,
         "transfers_per_block": args.transfers,
-        "ingest_poll_ms": args.ingest_poll_ms,
-        "follow_poll_ms": args.follow_poll_ms,
+        "ingest_poll_ms": INGEST_POLL_S * 1000,
+        "follow_poll_ms": FOLLOW_POLL_S * 1000,
         "follow_tasks_in_flight": DEFAULT_TASKS_IN_FLIGHT,
         "executors": 2,
         "probe_ms": args.probe_ms,
         "warm_up": args.warm_up,
+        "rounds": args.rounds,
         "cores": os.cpu_count(),
     }
-    root = Path(tempfile.mkdtemp(prefix="head-latency-bench-"))
-    try:
-        with Anvil() as anvil:
-            result = asyncio.run(run(args, anvil, root))
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-    print_table(result["stats"], params)
+    print("parameters: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+    results: list[dict[str, Any]] = []
+    for _ in range(args.rounds):
+        for mode in modes:
+            root = Path(tempfile.mkdtemp(prefix=f"head-latency-{mode}-"))
+            try:
+                result = asyncio.run(run(args, mode, root))
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+            results.append(result)
+            print(f"\n== {mode} ==")
+            print_table(result["stats"])
+            print(
+                f"{result['rows']} sink rows; missing {len(result['missing'])}; "
+                f"retries/failures {len(result['problems'])}; ingest exit {result['ingest_exit']}"
+            )
+    summary: dict[str, Any] = {}
+    for mode in modes:
+        ends = [r["stats"][END_TO_END] for r in results if r["mode"] == mode]
+        summary[mode] = {
+            q: statistics.median(e[f"{q}_ms"] for e in ends) for q in ("p50", "p90", "p99", "max")
+        }
+    print("\nmined → committed, median over rounds (goal: p50 <= 50 ms, p99 <= 200 ms):")
+    for mode, figures in summary.items():
+        met = figures["p50"] <= 50 and figures["p99"] <= 200
+        print(
+            f"  {mode:<5} p50 {figures['p50']:.1f}  p90 {figures['p90']:.1f}  "
+            f"p99 {figures['p99']:.1f}  max {figures['max']:.1f} ms  "
+            f"({'met' if met else 'not met'})"
+        )
+    for result in results:
+        result.pop("ingest_log_tail")
     print(
-        f"mined {args.blocks} blocks in {result['mining_s']} s; {result['rows']} sink rows; "
-        f"missing {len(result['missing'])}; retries/failures {len(result['problems'])}"
+        json.dumps({"bench": "head_latency", "params": params, "summary": summary, "runs": results})
     )
-    print(json.dumps({"bench": "head_latency", "params": params, **result}))
 
 
 if __name__ == "__main__":

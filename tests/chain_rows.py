@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from blockx_chain.schema import TRANSFER_TOPIC, Block, BlockRows, Log, Transaction
-from blockx_chain.store import open_store
+from blockx_chain.store import BlockStore, open_store
 from blockx_chain.url import parse_blockdb_url
 
 GENESIS = "0x" + "00" * 31 + "01"
@@ -111,3 +111,31 @@ async def seed_chain(url: str, count: int) -> None:
             )
     finally:
         await store.close()
+
+
+async def shorten_chain(
+    store: BlockStore, *, fork: int, depth: int, old_head_hash: str
+) -> BlockRows:
+    """A reorg the way ingest applies one, in one transaction: the blocks above
+    ``fork`` dropped, the reorg (of ``depth`` blocks) recorded, and a new branch
+    of one block written as the head (``make_block`` on branch 9), which it returns."""
+    new_block = make_block(fork + 1, branch=9)
+    chain = await store.chain()
+    assert chain is not None
+    async with store.writer() as w:
+        await w.delete_above(fork)
+        await w.record_reorg(
+            detected_at_ms=0,
+            fork_block_number=fork,
+            depth=depth,
+            old_head_hash=old_head_hash,
+            new_head_hash=new_block.block.block_hash,
+        )
+        await w.insert_blocks([new_block])
+        await w.set_chain(
+            head_number=fork + 1,
+            head_hash=new_block.block.block_hash,
+            finalized_number=chain.finalized_number,
+            epoch=chain.epoch,
+        )
+    return new_block

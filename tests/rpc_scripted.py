@@ -3,7 +3,8 @@ socket on 127.0.0.1 whose answers a test decides (status, body), keep-alive incl
 
 ``handler(request_json) -> (status, body_bytes)`` (or ``(status, body_bytes,
 headers)``) sees each HTTP request's decoded JSON (an object or a batch list);
-``requests`` records them.
+``requests`` records them. Any other request than a POST (a WebSocket upgrade, a
+``GET``) is answered 400 and counted in ``refused``: this node has no WebSocket.
 
 ``ScriptedChain`` is such a handler serving a made-up chain (blocks with one ERC-20
 transfer each, their receipts and logs) that lies where a test tells it to.
@@ -42,6 +43,7 @@ class ScriptedRpcServer:
     def __init__(self, handler: Handler) -> None:
         self.handler = handler
         self.requests: list[Any] = []
+        self.refused = 0
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
         self.port = 0
@@ -71,6 +73,13 @@ class ScriptedRpcServer:
         try:
             while True:
                 head = await reader.readuntil(b"\r\n\r\n")
+                if not head.startswith(b"POST "):
+                    self.refused += 1
+                    writer.write(
+                        b"HTTP/1.1 400 X\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+                    )
+                    await writer.drain()
+                    return
                 length = 0
                 for line in head.decode().split("\r\n"):
                     name, _, value = line.partition(":")

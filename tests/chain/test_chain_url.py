@@ -6,7 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from blockx_chain.url import InvalidBlockDbUrl, PostgresUrl, SqliteUrl, describe, parse_blockdb_url
+from blockx_chain.url import (
+    InvalidBlockDbUrl,
+    InvalidWsUrl,
+    PostgresUrl,
+    SqliteUrl,
+    describe,
+    parse_blockdb_url,
+    parse_ws_url,
+    resolve_ws_url,
+)
 
 GOOD = [
     ("sqlite:////var/lib/chain.db", SqliteUrl(Path("/var/lib/chain.db"))),
@@ -67,3 +76,35 @@ def test_describe_leaves_the_password_out() -> None:
     url = parse_blockdb_url("postgresql://u:secret@h:1/db")
     assert describe(url) == "postgresql://h:1/db"
     assert describe(SqliteUrl(Path("/a/b.db"))) == "sqlite:////a/b.db"
+
+
+# CHAIN_WS_URL: the node's WebSocket for ingest's newHeads subscription.
+WS = [
+    # (CHAIN_WS_URL, CHAIN_RPC_URL, subscribed to)
+    (None, "http://127.0.0.1:8545", "ws://127.0.0.1:8545"),
+    (None, "https://eth.example.com/v2/key?x=1", "wss://eth.example.com/v2/key?x=1"),
+    (None, "http://u:p@node:8545/", "ws://u:p@node:8545/"),
+    (
+        "wss://ws.example.com/v2/key",
+        "https://eth.example.com/v2/key",
+        "wss://ws.example.com/v2/key",
+    ),
+    (" ws://node:8546 ", "http://node:8545", "ws://node:8546"),
+    ("none", "http://127.0.0.1:8545", None),
+    ("NONE", "http://127.0.0.1:8545", None),
+]
+
+
+@pytest.mark.parametrize(("ws", "rpc", "expected"), WS)
+def test_the_websocket_is_given_or_derived_from_the_http_url(
+    ws: str | None, rpc: str, expected: str | None
+) -> None:
+    assert resolve_ws_url(ws, rpc) == expected
+
+
+@pytest.mark.parametrize(
+    "raw", ["http://node:8545", "ws://", "ws://node:99999", "node:8546", "", "off"]
+)
+def test_a_websocket_url_that_is_none_of_the_forms_is_refused(raw: str) -> None:
+    with pytest.raises(InvalidWsUrl, match="must be a ws:// or wss:// URL, or none"):
+        parse_ws_url(raw)

@@ -190,6 +190,7 @@ RPC = "http://127.0.0.1:8545"
         (["--rpc", RPC, "--db", "sqlite://rel.db"], "--db must be sqlite:////abs/path.db"),
         (["--rpc", RPC, "--db", "mysql://host/db"], "unknown scheme"),
         (["--rpc", RPC, "--to", "soon"], "--to must be a block number or latest"),
+        (["--rpc", RPC, "--follow", "--ws", "http://x:1"], "--ws must be a ws:// or wss://"),
     ],
 )
 def test_malformed_input_is_one_line_and_exit_2(
@@ -205,6 +206,15 @@ def test_a_poll_interval_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert "--poll-interval" in result.stderr
     assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_bad_chain_ws_url_refuses_start_up_naming_it(tmp_path: Path) -> None:
+    result = ingest_cli(
+        *("--rpc", RPC, "--db", f"sqlite:///{tmp_path}/x.db", "--follow"),
+        env=clean_env(CHAIN_WS_URL="node:8546"),
+    )
+    assert_one_line(result, 2, "CHAIN_WS_URL must be a ws:// or wss:// URL, or none")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -62,3 +62,15 @@ def test_illegal_call_move_raises_and_keeps_state(state: CallState, move: CallMo
         call.move(move, executor_id="e2")
     assert call.state is state
     assert call.executor_id == executor_id
+
+
+def test_the_table_answers_as_a_search_by_equality_would() -> None:
+    """States and moves hash by identity (cheaper than Enum's hash of the name): a
+    member got back by value or by name is the same key, and the lookup agrees
+    with a linear search of the table by ``==``."""
+    for state in CallState:
+        for move in CallMove:
+            searched = [t for (s, m), t in CALL_MOVES.items() if s == state and m == move]
+            by_value = CALL_MOVES.get((CallState(state.value), CallMove[move.name]))
+            assert by_value == (searched[0] if searched else None)
+            assert hash(CallState(state.value)) == hash(state)

@@ -29,8 +29,9 @@ from blockx_drive._follow import BlockWritten, GapReason, LedgerReconciled, Reor
 from blockx_drive._follow.follower import Follower
 from blockx_drive._follow.spec import FollowSpec
 from blockx_drive._follow.watch import PAUSE_MS, Watch
-from blockx_drive.attempts import MAX_ATTEMPTS_LIMIT, OnFailure, check_attempts
+from blockx_drive.attempts import check_attempts
 from blockx_drive.call_unit import unit_config
+from blockx_drive.defaults import MAX_ATTEMPTS_LIMIT, OnFailure
 from blockx_drive.jobs import LagFrom
 from blockx_drive.ledger import Reconciliation, reach, reconcile
 from blockx_drive.spec import JobSpec, check

@@ -16,7 +16,7 @@ import pytest
 
 from blockx_executor import runner as runner_module
 from blockx_executor.integrity import ExecutorCodeChanged, IntegrityCheck, fail_and_stop
-from blockx_executor.protocol import CallFailed, FrameDecoder, FromExecutor
+from blockx_executor.protocol import CallFailed, CallsCompleted, FrameDecoder, FromExecutor
 from blockx_executor.runner import Runner
 from blockx_executor.sandbox import ReadRules, _hook
 
@@ -290,3 +290,26 @@ def test_a_replacement_that_claims_equality_is_seen(
     monkeypatch.undo()
     assert changed is not None
     assert "_FLUSH_EVERY_NS" in changed
+
+
+def test_a_change_fails_the_next_frame_that_carries_results(
+    runner: tuple[Runner, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A frame with nothing in it is not sent, so not checked; the next one that
+    carries a result is, and fails its calls."""
+    r, theirs = runner
+    monkeypatch.setattr(runner_module, "_FLUSH_EVERY_NS", _EqualToEverything())
+    r._flush()  # nothing leaves
+    theirs.setblocking(False)
+    with pytest.raises(BlockingIOError):
+        theirs.recv(1 << 16)
+    r._complete(7, 14, 0, 0, 10**9)
+    with pytest.raises(ExecutorCodeChanged, match="_FLUSH_EVERY_NS"):
+        r._flush()
+    monkeypatch.undo()
+    decoder: FrameDecoder[FromExecutor] = FrameDecoder(FromExecutor)
+    messages = decoder.feed(theirs.recv(1 << 16))
+    assert [(m.call_id, m.kind) for m in messages if isinstance(m, CallFailed)] == [
+        (7, "USER_ERROR")
+    ]
+    assert not [m for m in messages if isinstance(m, CallsCompleted)]

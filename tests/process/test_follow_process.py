@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import pytest
 from chain_cluster import ChainCluster
-from chain_rows import CHAIN_ID, block_hash, make_block, seed_chain
+from chain_rows import CHAIN_ID, block_hash, seed_chain, shorten_chain
 from postgres import PostgresServer, find_postgres_bin
 from support import free_port, wait_until
 
@@ -162,7 +162,7 @@ class Following:
     """``follow`` of ``volume`` into ``table`` in a task of its own, its events
     collected."""
 
-    def __init__(self, client: Client, setup: Setup, table: str) -> None:
+    def __init__(self, client: Client, setup: Setup, table: str, *, push: bool = True) -> None:
         self.events: list[FollowEvent] = []
         self.stop = asyncio.Event()
         events = follow(
@@ -176,6 +176,7 @@ class Following:
                 sink_db_url=setup.sink_url,
             ),
             stop=self.stop,
+            push=push,
         )
         self._task = asyncio.create_task(self._collect(events))
 
@@ -271,22 +272,27 @@ def follow_cli(setup: Setup) -> Iterator[Callable[..., Awaitable[FollowCommand]]
             command.proc.kill()
 
 
+# Push: ingest subscribes to anvil's newHeads and follow is woken by ingest's
+# commits; poll: both poll. The sink must be the canonical chain's either way.
+@pytest.mark.parametrize("push", [True, False], ids=["push", "poll"])
 async def test_follow_through_a_reorg_on_anvil_matches_the_canonical_chain(
-    setup: Setup, tmp_path: Path
+    setup: Setup, tmp_path: Path, push: bool
 ) -> None:
     ingest_log = (tmp_path / "ingest.log").open("wb")
     blockx = shutil.which("blockx")
     assert blockx is not None
+    table = "volume" if push else "volume_polled"
     feeder = await asyncio.create_subprocess_exec(
         blockx,
         *("chain", "ingest", "--rpc", setup.anvil.url, "--db", setup.chain_url, "--follow"),
+        *(() if push else ("--ws", "none")),
         stdout=ingest_log,
         stderr=subprocess.STDOUT,
     )
     following: Following | None = None
     try:
         async with setup.cluster.client() as client, JsonRpcClient(setup.anvil.url) as rpc:
-            following = Following(client, setup, "volume")
+            following = Following(client, setup, table, push=push)
             await wait_until(lambda: bool(following.events), "follow to start", timeout=20)
             started = following.events[0]
             assert isinstance(started, FollowStarted)
@@ -301,7 +307,7 @@ async def test_follow_through_a_reorg_on_anvil_matches_the_canonical_chain(
 
             async def caught_up(head: int, holding: str | None = None) -> bool:
                 following.check()
-                return await matches_chain(setup, "volume", start, head, holding)
+                return await matches_chain(setup, table, start, head, holding)
 
             await wait_until(lambda: caught_up(top), "the sink to reach the head", timeout=60)
             reorg = await net.reorg(3, token_transfers=2, eth_transfers=1)
@@ -309,7 +315,7 @@ async def test_follow_through_a_reorg_on_anvil_matches_the_canonical_chain(
             await wait_until(
                 lambda: caught_up(top, new_head), "the sink to follow the reorg", timeout=60
             )
-            _, ledger = await in_sink(setup.sink_url, "volume")
+            _, ledger = await in_sink(setup.sink_url, table)
             assert not {h for _, h in ledger} & set(reorg.old_hashes.values())
             assert {b.hash for b in reorg.new_blocks} <= {h for _, h in ledger}
             await following.close()
@@ -448,25 +454,7 @@ async def test_a_shorter_branch_deletes_the_blocks_above_its_head(
         # A reorg the way ingest applies one, in one transaction: drop the blocks
         # above the fork, record it, write the new branch: one block, so two fewer.
         fork = top - 3
-        new_block = make_block(fork + 1, branch=9)
-        chain = await store.chain()
-        assert chain is not None
-        async with store.writer() as w:
-            await w.delete_above(fork)
-            await w.record_reorg(
-                detected_at_ms=0,
-                fork_block_number=fork,
-                depth=3,
-                old_head_hash=head["hash"],
-                new_head_hash=new_block.block.block_hash,
-            )
-            await w.insert_blocks([new_block])
-            await w.set_chain(
-                head_number=fork + 1,
-                head_hash=new_block.block.block_hash,
-                finalized_number=chain.finalized_number,
-                epoch=chain.epoch,
-            )
+        new_block = await shorten_chain(store, fork=fork, depth=3, old_head_hash=head["hash"])
         await follower.read_until(lambda: follower.written(fork + 1, new_block.block.block_hash))
         code, err = await follower.interrupt()
         assert code == 0, err

@@ -3,6 +3,7 @@ from outside the process (here: of real child processes)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -50,3 +51,53 @@ def test_a_process_that_is_gone_reads_as_nothing() -> None:
     proc.wait()
     gauge = ExecutorGauge(proc.pid)
     assert gauge.rss_bytes() is None
+
+
+def _fresh_cpu_ns(pid: int) -> int:
+    with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as f:
+        return int(f.read().split()[0])
+
+
+def test_the_kept_descriptor_reads_what_a_fresh_open_reads(
+    child: subprocess.Popen[bytes],
+) -> None:
+    gauge = ExecutorGauge(child.pid)
+    readings = []
+    for _ in range(3):
+        before = _fresh_cpu_ns(child.pid)
+        kept = gauge.cpu_ns()
+        after = _fresh_cpu_ns(child.pid)
+        assert kept is not None
+        assert before <= kept <= after
+        readings.append(kept)
+    assert child.stdout is not None
+    assert child.stdout.readline() == b"spun\n"
+    spun = gauge.cpu_ns()
+    assert spun is not None
+    assert spun > readings[-1]  # read afresh each time, not the first text again
+    gauge.close()
+
+
+def test_a_process_that_ends_after_its_first_sample_reads_as_nothing() -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
+    )
+    gauge = ExecutorGauge(proc.pid)
+    assert gauge.cpu_ns() is not None
+    assert gauge.rss_bytes() is not None
+    assert proc.stdin is not None
+    proc.stdin.close()
+    proc.wait()
+    assert gauge.cpu_ns() is None
+    assert gauge.rss_bytes() is None
+    gauge.close()
+
+
+def test_close_gives_the_descriptors_back(child: subprocess.Popen[bytes]) -> None:
+    fds = len(os.listdir("/proc/self/fd"))
+    gauge = ExecutorGauge(child.pid)
+    assert gauge.cpu_ns() is not None
+    assert gauge.rss_bytes() is not None
+    assert len(os.listdir("/proc/self/fd")) == fds + 2
+    gauge.close()
+    assert len(os.listdir("/proc/self/fd")) == fds

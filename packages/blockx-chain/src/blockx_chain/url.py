@@ -89,3 +89,46 @@ def describe(url: BlockDbUrl) -> str:
             return f"sqlite:///{path}"
         case PostgresUrl(host=host, port=port, database=database):
             return f"postgresql://{host}:{port}/{database}"
+
+
+# The node's WebSocket, for ingest's newHeads subscription (``CHAIN_WS_URL``).
+NO_WS: Final = "none"
+WS_FORMS: Final = "a ws:// or wss:// URL, or none"
+
+
+class InvalidWsUrl(ValueError):
+    """The text is no WebSocket URL; the message reads after the variable's name."""
+
+
+def parse_ws_url(raw: str) -> str:
+    """``raw`` checked: a ``ws://``/``wss://`` URL with a host (and a port within
+    range), or ``none`` (``NO_WS``: poll only); InvalidWsUrl otherwise."""
+    text = raw.strip()
+    if text.lower() == NO_WS:
+        return NO_WS
+    parts = urllib.parse.urlsplit(text)
+    try:
+        port_ok = parts.port is None or 0 < parts.port < 65536
+    except ValueError:
+        port_ok = False
+    if parts.scheme not in ("ws", "wss") or not parts.hostname or not port_ok:
+        raise InvalidWsUrl(f"must be {WS_FORMS} (got {raw!r})")
+    return text
+
+
+def ws_url_of(rpc_url: str) -> str:
+    """The WebSocket URL of the node at the HTTP URL ``rpc_url``: http→ws,
+    https→wss, the same host, port, path and query (anvil, geth and reth serve
+    both on one port when asked to)."""
+    parts = urllib.parse.urlsplit(rpc_url.strip())
+    scheme = {"http": "ws", "https": "wss"}.get(parts.scheme)
+    if scheme is None:
+        raise InvalidWsUrl(f"cannot derive a WebSocket URL from {rpc_url!r} (not http/https)")
+    return urllib.parse.urlunsplit((scheme, parts.netloc, parts.path, parts.query, ""))
+
+
+def resolve_ws_url(ws_url: str | None, rpc_url: str) -> str | None:
+    """The WebSocket to subscribe to: ``ws_url`` (checked), derived from
+    ``rpc_url`` when it is None, None when it is ``none``."""
+    chosen = ws_url_of(rpc_url) if ws_url is None else parse_ws_url(ws_url)
+    return None if chosen == NO_WS else chosen

@@ -13,7 +13,9 @@ from typing import Final
 import typer
 
 from blockx_cli.output import EXIT_USAGE, fail
-from blockx_core.addr import InvalidAddress, etcd_host_port, split_host_port
+
+# ``blockx_core.addr`` is imported where a value is checked: ``blockx --version``
+# and a command whose address options are not given never load ``blockx_core``.
 
 _UNIX_PREFIXES: Final = ("unix://", "unix:")
 
@@ -29,6 +31,8 @@ def _where(ctx: typer.Context, param: typer.CallbackParam) -> str:
 
 def dial_address(text: str) -> str:
     """A ``host:port`` (or ``[v6]:port``) a client can dial, or InvalidAddress."""
+    from blockx_core.addr import InvalidAddress, split_host_port
+
     _, port = split_host_port(text.strip())
     if port == 0:
         raise InvalidAddress(f"{text!r} has port 0, which cannot be dialled")
@@ -39,12 +43,16 @@ def etcd_endpoint(text: str) -> str:
     """An etcd endpoint as the servers accept it: ``host:port``, ``[v6]:port`` or a
     bare host (port 2379), an ``http://`` or ``https://`` scheme allowed (TLS comes
     from ``--etcd-ca-file``). Returned as ``host:port``."""
+    from blockx_core.addr import etcd_host_port
+
     return dial_address(etcd_host_port(text))
 
 
 def unix_socket_path(text: str) -> str:
     """A Unix socket path, written plainly or as ``unix:PATH`` / ``unix://PATH``
     (the form ``blockx dev up`` prints)."""
+    from blockx_core.addr import InvalidAddress
+
     path = text.strip()
     for prefix in _UNIX_PREFIXES:
         if path.startswith(prefix):
@@ -61,6 +69,8 @@ def host_port_option(
     """Typer callback: a dialable ``host:port``, or usage error."""
     if value is None or ctx.resilient_parsing:
         return value
+    from blockx_core.addr import InvalidAddress
+
     try:
         return dial_address(value)
     except InvalidAddress as exc:
@@ -78,6 +88,8 @@ def etcd_endpoints_option(
     None (not given) is left for the settings' later layers."""
     if ctx.resilient_parsing or value is None:
         return value
+    from blockx_core.addr import InvalidAddress
+
     try:
         endpoints = [etcd_endpoint(e) for e in value.split(",") if e.strip()]
     except InvalidAddress as exc:
@@ -97,6 +109,8 @@ def unix_socket_option(
     """Typer callback: a Unix socket path (``unix:`` prefix allowed), or usage error."""
     if value is None or ctx.resilient_parsing:
         return value
+    from blockx_core.addr import InvalidAddress
+
     try:
         return unix_socket_path(value)
     except InvalidAddress as exc:

@@ -12,8 +12,6 @@ import typer
 
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.output import EXIT_USAGE, fail
-from blockx_client import InvalidRequestError
-from blockx_client.dev_config import dev_config_path, read_dev_config
 
 URL_FORMS = "sqlite:////abs.db, sqlite:///rel.db or postgresql://user@host:port/db"
 # The sink whose job records ``blockx jobs`` and the dashboard read.
@@ -33,6 +31,9 @@ def find_database(raw: str | None, flag: str, variable: str) -> tuple[BlockDbUrl
     the one the running ``blockx dev up`` wrote into dev.toml, and whether it came
     from dev.toml; None when none is named. A malformed URL exits 2 naming where
     it came from."""
+    from blockx_client import InvalidRequestError  # dev.toml's reader: when it is read
+    from blockx_client.dev_config import dev_config_path, read_dev_config
+
     source, from_dev = flag, False
     if not raw:
         try:

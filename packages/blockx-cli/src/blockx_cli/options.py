@@ -8,8 +8,6 @@ import typer
 
 from blockx_cli.addresses import host_port_option
 from blockx_cli.output import EXIT_USAGE, fail
-from blockx_client import Cluster
-from blockx_core.ids import task_id_problem
 
 T = TypeVar("T", str, list[str], None)
 
@@ -19,6 +17,8 @@ def task_id_option(ctx: typer.Context, param: typer.CallbackParam, value: T) -> 
     error before anything is sent."""
     if ctx.resilient_parsing or value is None:
         return value
+    from blockx_core.ids import task_id_problem
+
     option = param.opts[0] if param.param_type_name == "option" and param.opts else None
     for task_id in [value] if isinstance(value, str) else value:
         if not task_id:
@@ -34,7 +34,4 @@ def task_id_option(ctx: typer.Context, param: typer.CallbackParam, value: T) -> 
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-ClusterOpt = Annotated[
-    Cluster | None, typer.Option(case_sensitive=False, help="Override the task's cluster routing.")
-]
 WorkerOpt = Annotated[str, typer.Option(callback=host_port_option, help="The worker's host:port.")]

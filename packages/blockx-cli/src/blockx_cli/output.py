@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Final, NoReturn
 
-import msgspec
 import typer
 from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
@@ -74,6 +73,8 @@ class Output:
 
 
 def result_dict(result: TaskResult) -> dict[str, Any]:
+    import msgspec  # loaded by the client that made ``result``; not by start-up
+
     return {
         "task_id": result.task_id,
         "state": result.state.value,

@@ -14,13 +14,15 @@ from __future__ import annotations
 import os
 from collections.abc import Collection
 from contextvars import ContextVar
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 import typer
 
-from blockx_client import Client, EtcdAccess, InvalidRequestError
-from blockx_client.dev_config import LayeredEnviron
-from blockx_client.setting import Origin, Setting
+if TYPE_CHECKING:
+    # The root callback makes a Settings for every command, ``--help`` included: the
+    # cluster's client is imported by the methods that use it.
+    from blockx_client import Client, EtcdAccess
+    from blockx_client.setting import Setting
 
 DEFAULT_ETCD = "localhost:2379"
 
@@ -63,6 +65,8 @@ class Settings:
         self._from_environment = frozenset(from_environment)
 
     def client(self) -> Client:
+        from blockx_client import Client
+
         return Client(
             coordinator=self.coordinator,
             bundle_coordinator=self.bundle_coordinator,
@@ -74,6 +78,8 @@ class Settings:
     def etcd_access(self) -> EtcdAccess:
         """TLS and credentials for etcd; the password only ever comes from ETCD_PASSWORD
         (a command line is visible to every user of the host)."""
+        from blockx_client import EtcdAccess
+
         ca_file, cert_file, key_file = self.etcd_files
         return EtcdAccess(
             ca_file=ca_file,
@@ -92,12 +98,18 @@ class Settings:
 
     def etcd_setting(self) -> Setting:
         """The etcd endpoints and where they came from."""
+        from blockx_client.dev_config import LayeredEnviron
+
         given = self.given_setting("ETCD_ENDPOINTS")
         return given or LayeredEnviron().setting("ETCD_ENDPOINTS", default=DEFAULT_ETCD)
 
     def given_setting(self, variable: str) -> Setting | None:
         """``variable`` (one of FLAGS) as this command was given it, by its flag or
         from the environment; None when neither named it."""
+        from blockx_client import InvalidRequestError
+        from blockx_client.dev_config import LayeredEnviron
+        from blockx_client.setting import Origin
+
         value = self._given.get(variable)
         if value is None:
             return None

@@ -24,8 +24,7 @@ good, and the driver goes on without it or stops, as ``OnFailure`` says.
 
 from __future__ import annotations
 
-import enum
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from msgspec.structs import replace
 
@@ -33,26 +32,15 @@ from blockx_client.attempts import outcome_of_error
 from blockx_client.errors import BlockxError, ConnectError, InvalidRequestError
 from blockx_client.models import Task, TaskResult
 from blockx_core.failures import ClientFailureCode, FailureCode
+from blockx_drive.defaults import MAX_ATTEMPTS_LIMIT, OnFailure
 
 if TYPE_CHECKING:
     from blockx_client import Client
-
-DEFAULT_MAX_ATTEMPTS: Final = 8
-# Past this many attempts (about 8 minutes of back-off) an outage is no longer
-# "for a while": a bound, so that no block is retried for ever.
-MAX_ATTEMPTS_LIMIT: Final = 100
 
 
 class ClusterUnreachable(ConnectError):
     """A task used up its attempts without the client once learning its fate: the
     cluster is out of reach, and the other tasks would fare no better."""
-
-
-class OnFailure(enum.StrEnum):
-    """What a driver does once a block (a task) has failed for good."""
-
-    CONTINUE = "continue"  # report it and go on with the other blocks
-    STOP = "stop"  # report it and end the run: no block is started after it
 
 
 def check_bounded(name: str, value: int, limit: int) -> None:

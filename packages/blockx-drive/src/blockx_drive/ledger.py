@@ -12,6 +12,11 @@ block database it plans from (``planning_chain``), never another chain's. A sink
 written before rows carried their chain is marked as this chain's when its
 ledger's hashes are this chain's blocks (``claim_older_rows``): two chains never
 share a block hash, so a match is knowledge, not a guess.
+
+A sink table may be an Iceberg table of the lake whose SQL catalog is the sink
+database (``blockx_chain.lake``): its ledger is the same, its rows are deleted
+through the lake (``delete_written``), and a driver brings its ledger up to the
+table's snapshots before planning (``catch_up_lake``).
 """
 
 from __future__ import annotations
@@ -21,8 +26,10 @@ from typing import Any, Final, NoReturn
 
 import msgspec
 
+from blockx_chain.lake import lake_of
 from blockx_chain.sink import SinkRejected, SinkStore
 from blockx_chain.store import BlockStore, StoreError
+from blockx_chain.url import BlockDbUrl
 
 # Ledger entries of an unmarked sink compared with the chain: its lowest and highest.
 OLDER_ROWS_SAMPLE: Final = 16
@@ -155,3 +162,31 @@ def _unknowable(sink: SinkStore, numbers: list[int]) -> NoReturn:
         "are from: ingest some of those blocks, or run against the block database of "
         "the chain they were written from"
     )
+
+
+async def catch_up_lake(url: BlockDbUrl, table: str) -> None:
+    """When ``table`` is an Iceberg table of the lake whose catalog is the sink
+    database ``url``: its ledger brought up to the table's snapshots (a Worker may
+    have stopped between a commit and its ledger). A table of a catalog elsewhere
+    is left to its Workers, which do the same as they write."""
+    try:
+        lake = await lake_of(url, table)
+    except SinkRejected:
+        return  # a catalog elsewhere: its Workers bring its ledger up to date
+    if lake is not None:
+        await lake.close()
+
+
+async def delete_written(
+    sink: SinkStore, url: BlockDbUrl, table: str, chain_id: int, numbers: tuple[int, ...]
+) -> int:
+    """The rows and ledger entries of these blocks of ``table`` removed: through the
+    lake for one of its Iceberg tables, else in the sink database; SinkRejected
+    for an Iceberg table of a catalog the sink database does not hold."""
+    lake = await lake_of(url, table)
+    if lake is None:
+        return await sink.delete_blocks(table, chain_id, numbers)
+    try:
+        return await lake.delete_blocks(table, chain_id, numbers)
+    finally:
+        await lake.close()

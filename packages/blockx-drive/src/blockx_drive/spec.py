@@ -13,16 +13,15 @@ keyword argument of that driver.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from blockx_chain.url import BlockDbUrl
-from blockx_drive.attempts import DEFAULT_MAX_ATTEMPTS, OnFailure, check_attempts
+from blockx_drive.attempts import check_attempts
 from blockx_drive.call_unit import unit_config
+from blockx_drive.defaults import DEFAULT_MAX_ATTEMPTS, DEFAULT_TASKS_IN_FLIGHT, OnFailure
 from blockx_drive.submission import as_url, call_command, check_source, writer_config_for
-
-DEFAULT_TASKS_IN_FLIGHT: Final = 4
 
 
 class JobSpec(msgspec.Struct, frozen=True, kw_only=True):

@@ -438,6 +438,9 @@ class Runner:
     # ---- the wire --------------------------------------------------------------------
 
     def _flush(self) -> None:
+        if not self._done_ids and not self._out:
+            self._last_flush_ns = _perf_counter_ns()
+            return  # nothing leaves: nothing to check
         changed = None if self.integrity is None else self.integrity.changed()
         if changed is not None:
             fail_and_stop(self._sock, self._send_lock, [*self._done_ids, *self._out], changed)

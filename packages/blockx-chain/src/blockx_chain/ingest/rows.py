@@ -213,12 +213,17 @@ def block_rows(
     other_block = receipts and receipts[0]["blockHash"].lower() != block_hash
     if other_block or (txs and not receipts):
         raise Inconsistent(f"block {number}: its receipts are of another block {number}")
-    check_receipts(
-        receipts,
-        f"receipts of block {number}",
-        block_hash=block_hash,
-        transactions=[tx["hash"].lower() for tx in txs],
-    )
+    hashes = [tx["hash"].lower() for tx in txs]
+    # The receipts' own check (``check_receipts`` of block ``number``, by EthRpc)
+    # found them all of one block, in order, their logs theirs: what is left is
+    # that they are this block's transactions'. The full check runs only when
+    # that fails, for its message (or when a hash differs only in case).
+    if len(receipts) != len(hashes) or any(
+        r.get("transactionHash") != h for r, h in zip(receipts, hashes, strict=True)
+    ):
+        check_receipts(
+            receipts, f"receipts of block {number}", block_hash=block_hash, transactions=hashes
+        )
     transactions = []
     logs = []
     for tx, receipt in zip(txs, receipts, strict=True):

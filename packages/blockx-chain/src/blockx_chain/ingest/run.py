@@ -16,8 +16,9 @@ The run:
    stored branch is no longer the node's, and the run walks back to the fork
    point, deletes every row above it, records the reorg (one transaction) and
    goes on from the fork;
-5. with ``follow``, polls the node's head until ``stop`` is set, then returns after
-   the transaction under way.
+5. with ``follow``, waits for new heads until ``stop`` is set, then returns after
+   the transaction under way: a head pushed by the node's newHeads subscription
+   wakes it at once, the poll interval otherwise (``blockx_chain.ingest.heads``).
 
 With ``traces`` (or into a database that holds traces) the run chooses the node's
 trace method once, before the first batch (``blockx_chain.ingest.traces``), and
@@ -58,6 +59,7 @@ from blockx_chain.ingest.fetch import (
     failed,
     node_identity,
 )
+from blockx_chain.ingest.heads import Heads
 from blockx_chain.ingest.lock import LOCK_SUFFIX, ingest_lock
 from blockx_chain.ingest.log_fetch import LogFetcher, LogQuery
 from blockx_chain.ingest.log_ranges import DEFAULT_MAX_WIDTH, DEFAULT_WIDTH, LogRanges
@@ -78,7 +80,7 @@ from blockx_chain.schema import (
 )
 from blockx_chain.store import BlockStore, BlockWriter, open_store
 from blockx_chain.store.base import check_chain
-from blockx_chain.url import BlockDbUrl, SqliteUrl
+from blockx_chain.url import BlockDbUrl, InvalidWsUrl, SqliteUrl, resolve_ws_url
 
 DEFAULT_IN_FLIGHT = 4
 
@@ -93,6 +95,9 @@ class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):
     allow_deep_reorg: bool = False
     in_flight: int = DEFAULT_IN_FLIGHT
     poll_interval_s: float = plan.DEFAULT_POLL_INTERVAL_S
+    # Following: the node's WebSocket for newHeads (CHAIN_WS_URL); None derives it
+    # from the HTTP URL (http→ws, https→wss), ``none`` polls only.
+    ws_url: str | None = None
     # Ingest every block's call frames too (``traces``, and ``contracts`` made inside
     # transactions). A database once ingested with traces always gets them.
     traces: bool = False
@@ -211,6 +216,10 @@ async def ingest(
     """Run one ingest; IngestError (or a StoreError) says why it stopped."""
     options = options or IngestOptions()
     options.check()
+    try:
+        ws_url = resolve_ws_url(options.ws_url, rpc_url) if options.follow else None
+    except InvalidWsUrl as exc:
+        raise IngestError(f"the node's WebSocket (CHAIN_WS_URL) {exc}") from None
     async with JsonRpcClient(
         rpc_url, max_batch=2 * options.batch_size, max_response_bytes=options.max_response_bytes
     ) as client:
@@ -234,9 +243,11 @@ async def ingest(
         )
         store = await open_store(db_url)
         try:
-            async with ingest_lock(db_url):
+            derived = options.ws_url is None
+            async with ingest_lock(db_url), Heads(ws_url, derived=derived) as heads:
                 run = _Run(store, fetcher, node, options, stop or asyncio.Event(), on_progress)
                 run.log_fetcher = log_fetcher
+                run.heads = heads
                 try:
                     return await run.run()
                 except BaseException:
@@ -300,6 +311,8 @@ class _Run:
         self.log_fetcher: LogFetcher | None = None
         # A selective run: the database's filter (None until its first range).
         self.log_filter: LogFilterRecord | None = None
+        # Following: when to look at the node's head again.
+        self.heads = Heads(None)
 
     async def run(self) -> IngestSummary:
         opts = self.options
@@ -351,8 +364,9 @@ class _Run:
                 if not pending:
                     if not opts.follow or self._reached_to(next_number):
                         break
-                    await self._wait(opts.poll_interval_s)
+                    await self.heads.wait(self.stop, opts.poll_interval_s)
                     await self._poll_head()
+                    self.heads.polled(self.node_head)
                     target = self._target()
                     next_number = await self._check_tip(next_number)
                     self.summary.from_block = min(self.summary.from_block, next_number)

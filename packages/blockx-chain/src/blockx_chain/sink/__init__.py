@@ -12,12 +12,37 @@ see ``blockx_chain.sink.base``.
 
 from __future__ import annotations
 
-from blockx_chain.sink.base import DEFAULT_BLOCK_KEY, DEFAULT_CHUNK_ROWS, SinkStore
-from blockx_chain.sink.code import BlockCode, WriteKind, WrittenCode
+import importlib
+from typing import TYPE_CHECKING
+
 from blockx_chain.sink.errors import SinkError, SinkMismatch, SinkRejected, SinkUnavailable
-from blockx_chain.sink.jobs import JobEntry
 from blockx_chain.sink.schema import LEDGER, SinkType
 from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl
+
+if TYPE_CHECKING:
+    from blockx_chain.sink.base import DEFAULT_BLOCK_KEY, DEFAULT_CHUNK_ROWS, SinkStore
+    from blockx_chain.sink.code import BlockCode, WriteKind, WrittenCode
+    from blockx_chain.sink.jobs import JobEntry
+
+# The store's names load on first use: the errors and the column types (what
+# ``blockx backfill --help`` shows) do not load the store and asyncio.
+_MODULES: dict[str, str] = {
+    "DEFAULT_BLOCK_KEY": "blockx_chain.sink.base",
+    "DEFAULT_CHUNK_ROWS": "blockx_chain.sink.base",
+    "SinkStore": "blockx_chain.sink.base",
+    "BlockCode": "blockx_chain.sink.code",
+    "WriteKind": "blockx_chain.sink.code",
+    "WrittenCode": "blockx_chain.sink.code",
+    "JobEntry": "blockx_chain.sink.jobs",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "DEFAULT_BLOCK_KEY",
@@ -39,12 +64,17 @@ __all__ = [
 
 
 async def open_sink(
-    url: BlockDbUrl, *, chunk_rows: int = DEFAULT_CHUNK_ROWS, read_only: bool = False
+    url: BlockDbUrl, *, chunk_rows: int | None = None, read_only: bool = False
 ) -> SinkStore:
     """The sink at ``url``; its tables are made by the first write that needs them.
-    A write inserts its rows ``chunk_rows`` at a time (within its one transaction).
-    ``read_only``: a store that only reads the job records (``jobs``) and makes
-    nothing, not even a missing SQLite file (SinkUnavailable: no sink database)."""
+    A write inserts its rows ``chunk_rows`` (default ``DEFAULT_CHUNK_ROWS``) at a time
+    (within its one transaction). ``read_only``: a store that only reads the job
+    records (``jobs``) and makes nothing, not even a missing SQLite file
+    (SinkUnavailable: no sink database)."""
+    from blockx_chain.sink.base import DEFAULT_CHUNK_ROWS
+
+    if chunk_rows is None:
+        chunk_rows = DEFAULT_CHUNK_ROWS
     match url:
         case SqliteUrl(path):
             from blockx_chain.sink.sqlite import SqliteSink

@@ -1089,3 +1089,28 @@ def _check_stampable(
             f"a row of table {table!r} carries {ROW_INDEX!r}, which the writer sets when no "
             "key is given (give a key, or rename the column)"
         )
+
+
+# The ledger of blocks whose rows live outside the sink database (the lake's
+# Iceberg tables): their writer keeps the ledger in one transaction of its own.
+
+
+async def put_ledger(
+    tx: SinkTx, table: str, chain_id: int, entries: Sequence[tuple[int, str, int, str, int]]
+) -> set[str]:
+    """Ledger entries ``(block_number, block_hash, code_epoch, task_id,
+    written_at_ms)`` of ``table``'s chain ``chain_id``, replacing these blocks' own;
+    the tasks the replaced entries named (for ``sink_code.blocks_written``)."""
+    replaced = await drop_ledger(tx, table, chain_id, [entry[0] for entry in entries])
+    await tx.executemany(
+        f"INSERT INTO {LEDGER} ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
+        [(table, chain_id, *entry) for entry in entries],
+    )
+    return replaced
+
+
+async def drop_ledger(tx: SinkTx, table: str, chain_id: int, numbers: Sequence[int]) -> set[str]:
+    """The ledger entries of these blocks of ``table``'s chain ``chain_id``,
+    removed; the tasks they named."""
+    runs = [(chain_id, low, high) for low, high in _runs(numbers)]
+    return await sink_code.unrecord_runs(tx, table, runs)

@@ -7,7 +7,9 @@ ingest; see ``blockx_chain.store.base``.
 
 from __future__ import annotations
 
-from blockx_chain.store.base import BlockStore, BlockWriter
+import importlib
+from typing import TYPE_CHECKING
+
 from blockx_chain.store.errors import (
     ChainMismatch,
     NotHeld,
@@ -19,6 +21,24 @@ from blockx_chain.store.errors import (
 )
 from blockx_chain.store.reads import DEFAULT_MAX_ROWS
 from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl
+
+if TYPE_CHECKING:
+    from blockx_chain.store.base import BlockStore, BlockWriter
+
+# The store's classes load on first use: the errors and the row tables (what the
+# CLI's help names) do not load the store and asyncio.
+_MODULES: dict[str, str] = {
+    "BlockStore": "blockx_chain.store.base",
+    "BlockWriter": "blockx_chain.store.base",
+}
+
+
+def __getattr__(name: str) -> object:
+    module = _MODULES.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
 
 __all__ = [
     "DEFAULT_MAX_ROWS",

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import abc
 import asyncio
-from collections.abc import Sequence
+import contextlib
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import Any
 
@@ -38,6 +39,7 @@ from blockx_chain.schema import (
     BlockRows,
     ChainState,
     LogFilterRecord,
+    Table,
     block_row_sets,
     chain_row,
     check_value,
@@ -69,6 +71,12 @@ def abi_row(row: dict[str, Any]) -> AbiRecord:
         addresses=tuple(msgspec.json.decode(row["addresses"])),
         revision=row["revision"],
     )
+
+
+def block_columns(table: Table) -> tuple[str, ...]:
+    """The columns insert_blocks loads into block table ``table``, in its rows' order
+    (``blocks`` rows end with when ingest stored them)."""
+    return (*table.names, SEEN_AT.name) if table is BLOCKS else table.names
 
 
 def check_chain(current: ChainState, chain_id: int, genesis_hash: str) -> None:
@@ -193,19 +201,31 @@ class BlockWriter(abc.ABC):
         if not blocks:
             return {t.name: 0 for t in BLOCK_TABLES}
         seen = check_value(BLOCKS, SEEN_AT, seen_at_ms, "insert_blocks")
-        # Checking every cell is CPU work: off the event loop, so fetches of the next
-        # batches go on meanwhile.
-        rows = await asyncio.to_thread(block_row_sets, blocks)
         numbers = [b.block.block_number for b in blocks]
         if len(set(numbers)) != len(numbers):
             raise StoreError("insert_blocks was given the same block number twice")
+
+        def checked() -> dict[str, list[tuple[Any, ...]]]:
+            rows = block_row_sets(blocks)
+            rows[BLOCKS.name] = [(*row, seen) for row in rows[BLOCKS.name]]
+            return rows
+
+        rows = await self._replace_blocks(numbers, checked)
+        return {name: len(table_rows) for name, table_rows in rows.items()}
+
+    async def _replace_blocks(
+        self, numbers: list[int], checked: Callable[[], dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        """Delete the rows of blocks ``numbers`` and load ``checked()``'s, the rows of
+        every block table (RowError from ``checked`` writes nothing more). Checking
+        every cell is CPU work: it runs off the event loop, so fetches of the next
+        batches go on meanwhile."""
+        rows = await asyncio.to_thread(checked)
         await self._delete_blocks(numbers)
-        rows[BLOCKS.name] = [(*row, seen) for row in rows[BLOCKS.name]]
         for table in BLOCK_TABLES:
             if rows[table.name]:
-                names = (*table.names, SEEN_AT.name) if table is BLOCKS else table.names
-                await self._load(table.name, names, rows[table.name])
-        return {name: len(table_rows) for name, table_rows in rows.items()}
+                await self._load(table.name, block_columns(table), rows[table.name])
+        return rows
 
     async def delete_above(self, number: int) -> int:
         """Remove every row of blocks above ``number``; the number of blocks removed."""
@@ -301,6 +321,13 @@ class BlockStore(abc.ABC):
 
     @abc.abstractmethod
     async def close(self) -> None: ...
+
+    @contextlib.asynccontextmanager
+    async def changes(self) -> AsyncIterator[asyncio.Event | None]:
+        """Push from the database: an Event a writer's commit sets (the reader clears
+        it before it reads), or None where the engine pushes nothing (the reader
+        polls). It only wakes: what changed is read from the database."""
+        yield None
 
     async def _layout(self) -> reads.Layout:
         """The columns of a database older than this BlockX's schema, or None (the

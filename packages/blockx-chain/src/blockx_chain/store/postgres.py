@@ -4,12 +4,19 @@ asyncpg prepares each statement once per connection and reuses it (its statement
 cache), and loads rows with COPY, about three times faster than INSERTs. A writer
 holds one pooled connection in a transaction and takes a transaction-level
 advisory lock without waiting: a second writer fails at once with WriterBusy.
+Each writer's transaction ends with ``NOTIFY blockx_blocks``, delivered at its
+commit to the readers that ``LISTEN`` (``changes()``).
 uint256 columns are NUMERIC(78,0): written as decimal text (asyncpg's encoder
 makes the Decimal), read back as decimal strings.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import functools
+import logging
+import random
 import re
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -31,11 +38,17 @@ from blockx_chain.store.base import BlockStore, BlockWriter
 from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
 from blockx_chain.store.reads import DEFAULT_MAX_ROWS
 from blockx_chain.url import PostgresUrl, describe
+from blockx_core.backoff import Backoff
+
+_log = logging.getLogger(__name__)
 
 # Advisory lock keys (any two distinct bigints): one for writers, one for migrations.
 WRITER_LOCK: Final = 0x626C6B7857
 MIGRATION_LOCK: Final = 0x626C6B784D
 POOL_SIZE: Final = 4
+# Notified in every writer's transaction (at its commit); readers LISTEN to it.
+CHANNEL: Final = "blockx_blocks"
+LISTEN_BACKOFF: Final = Backoff(initial_s=0.5, max_s=30.0)
 _CONNECT_TIMEOUT_S: Final = 10.0
 
 _MARK: Final = re.compile(r"\?")
@@ -122,9 +135,10 @@ class _PostgresWriter(BlockWriter):
 
 
 class PostgresStore(BlockStore):
-    def __init__(self, pool: asyncpg.Pool[Any], description: str, max_rows: int) -> None:
+    def __init__(self, pool: asyncpg.Pool[Any], description: str, max_rows: int, dsn: str) -> None:
         super().__init__(description, max_rows)
         self._pool = pool
+        self._dsn = dsn
 
     @classmethod
     async def open(
@@ -144,7 +158,7 @@ class PostgresStore(BlockStore):
         except StoreError as exc:
             # A missing database or a refused login: nothing here can use it until fixed.
             raise StoreUnavailable(str(exc)) from None
-        store = cls(pool, description, max_rows)
+        store = cls(pool, description, max_rows, url.dsn)
         try:
             await store._migrate()
         except BaseException:
@@ -201,9 +215,52 @@ class PostgresStore(BlockStore):
                         "one writes at a time"
                     )
                 yield _PostgresWriter(conn, self.description)
+                await conn.execute(f"NOTIFY {CHANNEL}")
+
+    @asynccontextmanager
+    async def changes(self) -> AsyncIterator[asyncio.Event | None]:
+        """Set by every writer's commit: a connection of its own LISTENs (made again,
+        with back-off, when it is lost; the Event is set then too, for the commits
+        it may have missed)."""
+        event = asyncio.Event()
+        listener = asyncio.create_task(self._listen(event), name="blockdb-listen")
+        try:
+            yield event
+        finally:
+            listener.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await listener
+
+    async def _listen(self, event: asyncio.Event) -> None:
+        failures = 0
+        while True:
+            conn: asyncpg.Connection[Any] | None = None
+            try:
+                conn = await asyncpg.connect(self._dsn, timeout=_CONNECT_TIMEOUT_S)
+                lost = asyncio.Event()
+                conn.add_termination_listener(functools.partial(_set, lost))
+                await conn.add_listener(CHANNEL, functools.partial(_set, event))
+                failures = 0
+                event.set()
+                await lost.wait()
+            except (*UNREACHABLE, asyncpg.PostgresError) as exc:
+                level = logging.WARNING if failures == 0 else logging.DEBUG
+                _log.log(level, "cannot LISTEN on %s (%s): it is polled", self.description, exc)
+            except Exception:
+                # Pushes are only wake-ups: whatever else breaks them, readers poll.
+                _log.exception("LISTEN on %s failed", self.description)
+            finally:
+                if conn is not None:
+                    conn.terminate()
+            failures += 1
+            await asyncio.sleep(LISTEN_BACKOFF.delay(failures, random.random()))
 
     async def close(self) -> None:
         await self._pool.close()
+
+
+def _set(event: asyncio.Event, *_: object) -> None:
+    event.set()
 
 
 async def _version(conn: asyncpg.pool.PoolConnectionProxy[Any], description: str) -> int:

@@ -7,6 +7,9 @@ contention); writes run on one connection in one thread of their own. A writer
 is ``BEGIN IMMEDIATE`` with no busy wait: a second writer, in this process or
 another, fails at once with WriterBusy.
 
+After each commit the writer wakes the readers that asked to be woken
+(``changes()``, through the sockets of ``blockx_chain.store.wake``).
+
 A store opened ``read_only`` (every reader: the drivers, the Worker's io.blockdb)
 never creates nor migrates the file: a missing or empty file is StoreUnavailable
 "no block database at PATH", and an older schema waits for ingest to migrate it.
@@ -34,9 +37,10 @@ from blockx_chain.schema import (
     refuse_existing_tables,
 )
 from blockx_chain.store import reads
-from blockx_chain.store.base import BlockStore, BlockWriter
+from blockx_chain.store.base import BlockStore, BlockWriter, block_columns
 from blockx_chain.store.errors import SchemaRefused, StoreError, StoreUnavailable, WriterBusy
 from blockx_chain.store.reads import DEFAULT_MAX_ROWS
+from blockx_chain.store.wake import WakeSocket, wake_readers
 
 T = TypeVar("T")
 
@@ -60,17 +64,38 @@ class _SqliteWriter(BlockWriter):
         return await self._store._on_writer(lambda c: c.execute(sql, params).rowcount)
 
     async def _delete_blocks(self, numbers: list[int]) -> None:
-        def delete(conn: sqlite3.Connection) -> None:
-            keys = [(n,) for n in numbers]
-            for table in BLOCK_TABLES:
-                conn.executemany(f"DELETE FROM {table.name} WHERE block_number = ?", keys)
-
-        await self._store._on_writer(delete)
+        await self._store._on_writer(lambda c: _delete(c, numbers))
 
     async def _load(self, table: str, columns: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
-        marks = ", ".join("?" * len(columns))
-        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"
-        await self._store._on_writer(lambda c: c.executemany(sql, rows))
+        await self._store._on_writer(lambda c: c.executemany(_insert_sql(table, columns), rows))
+
+    async def _replace_blocks(
+        self, numbers: list[int], checked: Callable[[], dict[str, list[tuple[Any, ...]]]]
+    ) -> dict[str, list[tuple[Any, ...]]]:
+        """The rows checked, the old deleted and the new loaded in one turn of the
+        writer's thread, not one per statement: each turn is a hand-over between
+        threads, and the rows' checks would run on a thread of their own besides."""
+
+        def replace(conn: sqlite3.Connection) -> dict[str, list[tuple[Any, ...]]]:
+            rows = checked()
+            _delete(conn, numbers)
+            for table in BLOCK_TABLES:
+                if rows[table.name]:
+                    sql = _insert_sql(table.name, block_columns(table))
+                    conn.executemany(sql, rows[table.name])
+            return rows
+
+        return await self._store._on_writer(replace)
+
+
+def _insert_sql(table: str, columns: Sequence[str]) -> str:
+    return f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})"
+
+
+def _delete(conn: sqlite3.Connection, numbers: list[int]) -> None:
+    keys = [(n,) for n in numbers]
+    for table in BLOCK_TABLES:
+        conn.executemany(f"DELETE FROM {table.name} WHERE block_number = ?", keys)
 
 
 def read_only_uri(path: Path) -> str:
@@ -251,9 +276,26 @@ class SqliteStore(BlockStore):
             except BaseException:
                 await self._on_writer(lambda c: c.execute("ROLLBACK"))
                 raise
-            await self._on_writer(lambda c: c.execute("COMMIT"))
+            await self._on_writer(self._commit)
         finally:
             self._writing = False
+
+    def _commit(self, conn: sqlite3.Connection) -> None:
+        conn.execute("COMMIT")
+        wake_readers(self.path)
+
+    @asynccontextmanager
+    async def changes(self) -> AsyncIterator[asyncio.Event | None]:
+        """Woken by every writer's commit through a socket in the wake directory
+        beside the file (``blockx_chain.store.wake``)."""
+        wake = WakeSocket(self.path)
+        if not wake.open():
+            yield None
+            return
+        try:
+            yield wake.event
+        finally:
+            wake.close()
 
     async def close(self) -> None:
         def close_writer() -> None:

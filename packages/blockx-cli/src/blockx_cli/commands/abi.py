@@ -12,7 +12,6 @@ database cannot be reached.
 
 from __future__ import annotations
 
-import asyncio
 import re
 import time
 from pathlib import Path
@@ -20,7 +19,6 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import typer
 
-from blockx_chain.store import StoreError, StoreUnavailable, WriterBusy
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
 
@@ -96,7 +94,9 @@ def _addresses(values: list[str] | None) -> list[str]:
 async def _write(db: BlockDbUrl, change: Any) -> Any:
     """Run ``change(writer)`` in one writer transaction, waiting up to WRITER_WAIT_S
     for an ingest's transaction to end (ingest holds the writer one batch at a time)."""
-    from blockx_chain.store import open_store
+    import asyncio
+
+    from blockx_chain.store import WriterBusy, open_store
 
     store = await open_store(db)
     try:
@@ -114,6 +114,10 @@ async def _write(db: BlockDbUrl, change: Any) -> Any:
 
 
 def _run(work: Any) -> Any:
+    import asyncio
+
+    from blockx_chain.store import StoreError, StoreUnavailable
+
     try:
         return asyncio.run(work)
     except StoreError as exc:

@@ -11,8 +11,6 @@ deeper than allowed or below the finalized block);
 
 from __future__ import annotations
 
-import asyncio
-import signal
 import urllib.parse
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,8 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.live import Live
-from rich.table import Table
 
 from blockx_chain.ingest.errors import IngestError, NodeUnusable
 from blockx_chain.ingest.log_ranges import DEFAULT_MAX_WIDTH, DEFAULT_WIDTH
@@ -31,13 +27,20 @@ from blockx_chain.ingest.plan import (
     DEFAULT_MAX_REORG_DEPTH,
     DEFAULT_POLL_INTERVAL_S,
 )
-from blockx_chain.store import StoreError, StoreUnavailable
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.commands import abi
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
 
 if TYPE_CHECKING:
+    import asyncio
+
+    from rich.live import Live
+    from rich.table import Table
+
     from blockx_chain.ingest import IngestOptions, IngestProgress, IngestSummary
+
+# asyncio, rich's live display and the store load when a command runs: the help of
+# ``chain ingest`` needs its options' defaults alone.
 
 # ``blockx chain ...``
 group = typer.Typer(help="Chain data: the block database and a local devnet.", no_args_is_help=True)
@@ -55,6 +58,24 @@ def _rpc_url(raw: str | None) -> str:
     if parts.scheme not in ("http", "https") or not parts.hostname or not port_ok:
         fail(f"--rpc must be an http:// or https:// URL of a JSON-RPC node (got {raw!r})", 2)
     return raw.strip()
+
+
+def _ws_url(flag: str | None) -> str | None:
+    """``--ws``, else CHAIN_WS_URL (its Setting, read through a ConfigReader); None:
+    derived from the HTTP URL."""
+    from blockx_chain.url import InvalidWsUrl, parse_ws_url
+    from blockx_cli.ingest_settings import read_ws_url
+    from blockx_server.runtime.env import ConfigErrors
+
+    if flag is None:
+        try:
+            return read_ws_url()
+        except ConfigErrors as exc:
+            fail(f"invalid configuration: {exc}", EXIT_USAGE)
+    try:
+        return parse_ws_url(flag)
+    except InvalidWsUrl as exc:
+        fail(f"--ws {exc}", EXIT_USAGE)
 
 
 def _db_url(raw: str | None) -> BlockDbUrl:
@@ -91,6 +112,8 @@ def _hex_list(values: list[str] | None, flag: str, length: int) -> tuple[str, ..
 
 
 def _progress_view(progress: IngestProgress | None) -> Table:
+    from rich.table import Table
+
     table = Table(show_header=True, header_style="bold", box=None)
     for column in ("blocks", "blocks/s", "head", "node head", "lag", "finalized", "reorgs"):
         table.add_column(column, justify="right")
@@ -109,6 +132,9 @@ def _progress_view(progress: IngestProgress | None) -> Table:
 
 @contextmanager
 def _stop_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    import asyncio
+    import signal
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
@@ -130,6 +156,8 @@ def _quiet_lost_connections(loop: asyncio.AbstractEventLoop, context: dict[str, 
 async def _run(
     rpc: str, db: BlockDbUrl, options: IngestOptions, live: Live | None, chain_id: int | None
 ) -> IngestSummary:
+    import asyncio
+
     from blockx_chain.ingest import ingest  # the node's client and the drivers: only here
 
     if chain_id is not None:
@@ -183,6 +211,8 @@ def _configured_chain(name: str | None, config: Path | None) -> tuple[str, Block
 
 
 def _exit_code(exc: Exception) -> int:
+    from blockx_chain.store import StoreUnavailable
+
     if isinstance(exc, NodeUnusable | StoreUnavailable):
         return EXIT_SERVICE
     return EXIT_FAILED
@@ -238,6 +268,16 @@ def chain_ingest(
             help="Seconds between looks at the node's head while following.",
         ),
     ] = DEFAULT_POLL_INTERVAL_S,
+    ws: Annotated[
+        str | None,
+        typer.Option(
+            "--ws",
+            help="With --follow: the node's WebSocket, where new heads are pushed "
+            "(eth_subscribe newHeads): ws:// or wss://, or none to poll only (default: "
+            "CHAIN_WS_URL, else --rpc with http→ws, https→wss).",
+            show_default=False,
+        ),
+    ] = None,
     traces: Annotated[
         bool,
         typer.Option(
@@ -301,9 +341,14 @@ def chain_ingest(
 ) -> None:
     """Fill the block database from a node: batched, resumable and reorg-aware; with
     --logs, only the logs asked for."""
+    import asyncio
+
+    from rich.live import Live
+
     from blockx_chain.ingest import IngestOptions
     from blockx_chain.ingest.log_fetch import LogQuery
     from blockx_chain.rpc import DEFAULT_MAX_RESPONSE_BYTES  # the node's client: only here
+    from blockx_chain.store import StoreError
 
     chain_id: int | None = None
     if chain is not None or config is not None:
@@ -332,6 +377,7 @@ def chain_ingest(
         log_range=log_range,
         max_log_range=max_log_range,
         max_response_bytes=max_response_bytes or DEFAULT_MAX_RESPONSE_BYTES,
+        ws_url=_ws_url(ws),
     )
     show_live = console.is_terminal and not json_output
     try:
@@ -407,6 +453,10 @@ def chain_status(
 ) -> None:
     """What a block database holds: its chain, head, finalized block and epoch, and
     whether it holds whole blocks or only the logs of a filter (--logs)."""
+    import asyncio
+
+    from blockx_chain.store import StoreError
+
     db_url = _db_url(db)
     try:
         data = asyncio.run(_status(db_url))

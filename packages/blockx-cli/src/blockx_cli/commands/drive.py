@@ -26,38 +26,30 @@ re-run resumes).
 
 from __future__ import annotations
 
-import asyncio
 import json
-import logging
 import shlex
-import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, assert_never
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar, assert_never
 
 import msgspec
 import typer
-from rich.live import Live
 from rich.markup import escape
-from rich.table import Table
 
-from blockx_chain.sink import SinkError, SinkRejected, SinkType, SinkUnavailable
-from blockx_chain.sink.schema import parse_types
-from blockx_chain.store import StoreError, StoreUnavailable
+from blockx_chain.sink.schema import SinkType
 from blockx_chain.store.reads import ROW_TABLES
 from blockx_chain.url import BlockDbUrl, describe
 from blockx_cli.databases import database_url
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, console, fail
-from blockx_cli.runner import hint_for
-from blockx_cli.settings import Settings, settings_of
-from blockx_client import BlockxError, Client, InvalidRequestError
-from blockx_client.dev_config import dev_config_path
+from blockx_cli.settings import settings_of
 from blockx_core.call_unit import CallUnit
-from blockx_drive import (
+from blockx_drive.call_unit import unit_config
+from blockx_drive.defaults import (
     DEFAULT_BACKFILL_WRITER,
     DEFAULT_BLOCKS_PER_TASK,
+    DEFAULT_FOLLOW_WRITER,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_POLL_INTERVAL_S,
     DEFAULT_REORG_WINDOW,
@@ -65,28 +57,26 @@ from blockx_drive import (
     MAX_ATTEMPTS_LIMIT,
     REORG_WINDOW_LIMIT,
     RESUME_WINDOW,
-    BackfillDone,
-    BackfillError,
-    BackfillEvent,
-    BackfillPlanned,
-    BlockFailed,
-    BlockRetrying,
-    BlocksDeleted,
-    BlockWritten,
-    FollowEvent,
-    FollowStarted,
-    JobSpec,
-    LagFrom,
-    LedgerReconciled,
     OnFailure,
-    ReorgReconciled,
-    TaskFinished,
-    TaskOutcome,
-    WatchInterrupted,
-    backfill,
-    follow,
 )
-from blockx_drive.call_unit import unit_config
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from blockx_cli.settings import Settings
+    from blockx_client import Client
+    from blockx_drive import (
+        BackfillDone,
+        BackfillEvent,
+        BackfillPlanned,
+        BlockFailed,
+        FollowEvent,
+        JobSpec,
+        TaskFinished,
+    )
+
+# The drivers, the cluster's client, asyncio and the databases' errors are imported
+# by the functions that run a command: its help needs the options' defaults alone.
 
 app = typer.Typer()
 T = TypeVar("T")
@@ -194,6 +184,8 @@ def _databases(
 ) -> tuple[BlockDbUrl, BlockDbUrl]:
     """The block database and the sink, as the drivers take them; a line saying so
     when they are the running ``blockx dev up``'s."""
+    from blockx_client.dev_config import dev_config_path
+
     db_url, db_from_dev = database_url(db, "--db", "BLOCKDB_URL", "block database")
     sink_url, sink_from_dev = database_url(sink_db, "--sink-db", "SINK_DB_URL", "sink database")
     shown = [describe(u) for u, dev in ((db_url, db_from_dev), (sink_url, sink_from_dev)) if dev]
@@ -208,6 +200,9 @@ def _databases(
 
 def _columns(pairs: list[str] | None) -> dict[str, Any] | None:
     """``--column NAME=TYPE`` flags as the writer's ``columns``."""
+    from blockx_chain.sink import SinkRejected
+    from blockx_chain.sink.schema import parse_types
+
     if not pairs:
         return None
     columns: dict[str, str] = {}
@@ -255,6 +250,8 @@ class _Flags(msgspec.Struct, frozen=True, kw_only=True):
 def _job(json_mode: bool, flags: _Flags, **fields: Any) -> JobSpec:
     """The drivers' JobSpec: ``fields`` as given, and ``flags`` read and checked (a
     usage error exits 2 before any database is named)."""
+    from blockx_drive import JobSpec
+
     where, units = (
         _where(flags.where),
         _unit(flags.unit, fields["source_table"], flags.abi, flags.event),
@@ -296,6 +293,9 @@ def _print_json(event: msgspec.Struct) -> None:
 
 @contextmanager
 def _on_signals(handler: Callable[[], object]) -> Iterator[None]:
+    import asyncio
+    import signal
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, handler)
@@ -318,6 +318,15 @@ def _cancelling(clients: list[Client]) -> None:
 
 def _run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command: every expected error is one line and an exit code."""
+    import asyncio
+    import logging
+
+    from blockx_chain.sink import SinkError, SinkUnavailable
+    from blockx_chain.store import StoreError, StoreUnavailable
+    from blockx_cli.runner import hint_for
+    from blockx_client import BlockxError, InvalidRequestError
+    from blockx_drive import BackfillError
+
     # asyncpg's pool logs each failed reconnection with a traceback; a database out
     # of reach is follow's `interrupted` event, and backfill's one-line error.
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
@@ -352,6 +361,8 @@ class _View:
         self.last: TaskFinished | None = None
 
     def render(self) -> Table:
+        from rich.table import Table
+
         table = Table(show_header=True, header_style="bold", box=None)
         for column in ("blocks", "rows", "blocks/s", "rows/s", "tasks", "failed", "ETA"):
             table.add_column(column, justify="right")
@@ -387,6 +398,12 @@ def _command_line() -> str:
 async def _backfill(
     settings: Settings, json_mode: bool, job: JobSpec, options: dict[str, Any]
 ) -> tuple[BackfillDone | None, list[TaskFinished]]:
+    import asyncio
+
+    from rich.live import Live
+
+    from blockx_drive import BackfillDone, BackfillPlanned, TaskFinished, TaskOutcome, backfill
+
     failures: list[TaskFinished] = []
     view = _View()
     live = (
@@ -543,6 +560,18 @@ def backfill_command(
 
 
 def _describe(event: FollowEvent) -> str:
+    from blockx_drive import (
+        BlockFailed,
+        BlockRetrying,
+        BlocksDeleted,
+        BlockWritten,
+        FollowStarted,
+        LagFrom,
+        LedgerReconciled,
+        ReorgReconciled,
+        WatchInterrupted,
+    )
+
     match event:
         case FollowStarted():
             head = "nothing ingested yet" if event.head is None else f"head {event.head}"
@@ -596,6 +625,10 @@ async def _follow(
 ) -> dict[int, BlockFailed]:
     """Run follow until it stops; the blocks that failed for good and were not
     written after all, by number."""
+    import asyncio
+
+    from blockx_drive import BlockFailed, BlocksDeleted, BlockWritten, FollowStarted, follow
+
     unwritten: dict[int, BlockFailed] = {}
     stop = asyncio.Event()
     clients: list[Client] = []
@@ -677,6 +710,9 @@ def follow_command(
     column: ColumnOpt = None,
     chain: ChainOpt = None,
     json_output: JsonLinesOpt = False,
+    writer: Annotated[
+        str, typer.Option("--writer", help="The Writer Plugin.")
+    ] = DEFAULT_FOLLOW_WRITER,
 ) -> None:
     """Compute every new block on the block cluster into a sink table, reorgs included,
     until SIGINT/SIGTERM."""
@@ -686,6 +722,7 @@ def follow_command(
         function=function,
         source_table=source_table,
         sink_table=sink_table,
+        writer=writer,
         chain=chain,
         max_attempts=max_attempts,
         on_failure=on_failure,

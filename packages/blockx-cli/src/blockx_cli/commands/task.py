@@ -28,7 +28,7 @@ from blockx_cli.commands._task_view import (
     watch_table,
 )
 from blockx_cli.commands.tasks import locate
-from blockx_cli.options import ClusterOpt, JsonOpt, task_id_option
+from blockx_cli.options import JsonOpt, task_id_option
 from blockx_cli.output import (
     EXIT_FAILED,
     EXIT_OK,
@@ -60,6 +60,9 @@ from blockx_client import (
 
 app = typer.Typer()
 
+ClusterOpt = Annotated[
+    Cluster | None, typer.Option(case_sensitive=False, help="Override the task's cluster routing.")
+]
 FindWorkerOpt = Annotated[
     str | None,
     typer.Option(

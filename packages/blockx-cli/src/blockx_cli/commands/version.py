@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
-
 import typer
 
 from blockx_cli.output import console
@@ -14,15 +12,19 @@ PACKAGES = ("blockx-cli", "blockx-client", "blockx-proto", "blockx-server")
 
 
 def print_version(value: bool) -> None:
-    """The root ``--version`` callback."""
+    """The root ``--version`` callback (the root imports this module for it)."""
     if value:
-        console.print(f"blockx {version('blockx-cli')}")
+        from blockx_cli import __version__
+
+        console.print(f"blockx {__version__}")
         raise typer.Exit()
 
 
 @app.command()
 def version_info() -> None:
     """Print the versions of the installed BlockX packages."""
+    from importlib.metadata import PackageNotFoundError, version
+
     for package in PACKAGES:
         try:
             console.print(f"{package} {version(package)}")

@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import time
-from typing import Annotated, Final
+from typing import TYPE_CHECKING, Annotated, Final
 
 import typer
 from rich.text import Text
 
-from blockx_cli.commands.tasks import registry_of
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_OK, Output, console
-from blockx_cli.runner import run
-from blockx_cli.settings import Settings, settings_of
+from blockx_cli.settings import settings_of
 from blockx_cli.tables import Column, fitted_table
 from blockx_core.registry import DEFAULT_REGISTRY_PREFIXES
+
+if TYPE_CHECKING:
+    from blockx_cli.settings import Settings
 
 app = typer.Typer()
 
@@ -46,12 +47,16 @@ def workers(
     The table shows cpu, memory and errors as percentages of the heartbeat's
     fractions; --json gives the fractions themselves (cpu_fraction, memory_fraction,
     error_rate, each 0..1)."""
+    from blockx_cli.runner import run  # the cluster's client: when the command runs
+
     out = Output(console, json_)
     prefixes = prefix or list(DEFAULT_REGISTRY_PREFIXES)
     raise typer.Exit(run(_workers(settings_of(ctx), out, prefixes)))
 
 
 async def _workers(settings: Settings, out: Output, prefixes: list[str]) -> int:
+    from blockx_cli.commands.tasks import registry_of
+
     found = await registry_of(settings, prefixes).workers()
     now_ms = int(time.time() * 1000)
     if out.json_mode:

@@ -150,12 +150,19 @@ class CallState(enum.Enum):
     # A failed attempt's retry waits out its back-off.
     BACKING_OFF = "BACKING_OFF"
 
+    # Every call moves at least twice through CALL_MOVES, keyed by (state, move):
+    # members are singletons, equal only to themselves, so hashing them by identity
+    # (in C) agrees with their equality; Enum's own __hash__ is Python code.
+    __hash__ = object.__hash__
+
 
 class CallMove(enum.Enum):
     PLACE = "PLACE"  # sent to an executor
     LEAVE = "LEAVE"  # its attempt left the executor: it failed there, or the executor ended
     BACK_OFF = "BACK_OFF"  # the failed attempt is to be retried after a back-off
     RETRY = "RETRY"  # the back-off is over
+
+    __hash__ = object.__hash__  # as CallState's
 
 
 CALL_MOVES: Final[Mapping[tuple[CallState, CallMove], CallState]] = {

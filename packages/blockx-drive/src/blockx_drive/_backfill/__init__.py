@@ -10,9 +10,8 @@ current block hashes; ``driver`` runs the tasks with bounded concurrency and
 resubmits with lineage; ``progress`` holds the events.
 """
 
-from blockx_drive._backfill.driver import DEFAULT_BACKFILL_WRITER, backfill
+from blockx_drive._backfill.driver import backfill
 from blockx_drive._backfill.plan import (
-    DEFAULT_BLOCKS_PER_TASK,
     BackfillError,
     BackfillPlan,
     TaskRange,
@@ -26,8 +25,15 @@ from blockx_drive._backfill.progress import (
     TaskFinished,
     TaskOutcome,
 )
-from blockx_drive.attempts import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
-from blockx_drive.spec import DEFAULT_TASKS_IN_FLIGHT, JobSpec
+from blockx_drive.defaults import (
+    DEFAULT_BACKFILL_WRITER,
+    DEFAULT_BLOCKS_PER_TASK,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_TASKS_IN_FLIGHT,
+    MAX_ATTEMPTS_LIMIT,
+    OnFailure,
+)
+from blockx_drive.spec import JobSpec
 
 __all__ = [
     "DEFAULT_BACKFILL_WRITER",

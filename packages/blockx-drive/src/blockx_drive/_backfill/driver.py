@@ -48,7 +48,6 @@ from blockx_client.attempts import (
 )
 from blockx_client.models import TaskResult
 from blockx_drive._backfill.plan import (
-    DEFAULT_BLOCKS_PER_TASK,
     BackfillError,
     BackfillPlan,
     TaskRange,
@@ -65,17 +64,21 @@ from blockx_drive._backfill.progress import (
     TaskOutcome,
 )
 from blockx_drive._backfill.record import backfill_progress
-from blockx_drive.attempts import OnFailure, out_of_reach, run_attempt, unanswered
+from blockx_drive.attempts import out_of_reach, run_attempt, unanswered
+from blockx_drive.defaults import DEFAULT_BACKFILL_WRITER, DEFAULT_BLOCKS_PER_TASK, OnFailure
 from blockx_drive.job_progress import new_record, task_prefix
 from blockx_drive.jobs import JobKind, JobRecorder, new_job_id, now_ms
-from blockx_drive.ledger import canonical_hashes, planning_chain, written_hashes
+from blockx_drive.ledger import (
+    canonical_hashes,
+    catch_up_lake,
+    planning_chain,
+    written_hashes,
+)
 from blockx_drive.spec import JobSpec, check, command_of
 from blockx_drive.submission import check_function, check_sink
 
 if TYPE_CHECKING:
     from blockx_client import Client
-
-DEFAULT_BACKFILL_WRITER = "BlockBundleWriteResultHandler"
 
 
 async def make_plan(
@@ -186,6 +189,7 @@ async def backfill(
             await check_sink(sink, sink_table, config)
             unchecked = await check_function(client, function)
             chain_id = await planning_chain(store, sink)
+            await catch_up_lake(sink_db, sink_table)
             planned = await make_plan(
                 store,
                 sink,

@@ -10,14 +10,12 @@ replace a block's rows, so running it again leaves the rows of the last run).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 
 from blockx_client.models import PluginConfig, Task
 from blockx_drive.ledger import up_to_date
-
-DEFAULT_BLOCKS_PER_TASK: Final = 1000
 
 
 class BackfillError(Exception):

@@ -20,16 +20,18 @@ from blockx_drive._follow.events import (
     ReorgReconciled,
     WatchInterrupted,
 )
-from blockx_drive._follow.follower import (
+from blockx_drive._follow.follower import follow
+from blockx_drive._follow.watch import GapReason
+from blockx_drive.defaults import (
     DEFAULT_FOLLOW_WRITER,
+    DEFAULT_MAX_ATTEMPTS,
     DEFAULT_POLL_INTERVAL_S,
     DEFAULT_REORG_WINDOW,
+    MAX_ATTEMPTS_LIMIT,
     REORG_WINDOW_LIMIT,
     RESUME_WINDOW,
-    follow,
+    OnFailure,
 )
-from blockx_drive._follow.watch import GapReason
-from blockx_drive.attempts import DEFAULT_MAX_ATTEMPTS, MAX_ATTEMPTS_LIMIT, OnFailure
 from blockx_drive.spec import JobSpec
 
 __all__ = [

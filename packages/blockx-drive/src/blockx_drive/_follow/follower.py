@@ -1,6 +1,8 @@
 """``follow``: keep a sink table computed for every new block, reorgs included.
 
-Follow polls the block database (kept fresh by ``blockx chain ingest --follow``):
+Follow looks at the block database (kept fresh by ``blockx chain ingest --follow``)
+when ingest's commit wakes it (``blockx_drive._follow.push``) and at every poll
+interval:
 
 * every new block gets one BlockTableCallConfig task on the block cluster, pinned
   to the block's hash (``{"number", "hash"}``), submitted in block order with at
@@ -48,9 +50,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from blockx_chain.ingest.plan import DEFAULT_MAX_REORG_DEPTH
 from blockx_chain.sink import SinkStore, SinkUnavailable, open_sink
 from blockx_chain.store import BlockStore, StoreUnavailable, open_store
+from blockx_chain.url import BlockDbUrl
 from blockx_client.attempts import (
     Attempt,
     AttemptBook,
@@ -72,23 +74,33 @@ from blockx_drive._follow.events import (
     ReorgReconciled,
     WatchInterrupted,
 )
+from blockx_drive._follow.push import Pushes
 from blockx_drive._follow.record import FollowProgress
 from blockx_drive._follow.spec import FollowSpec
 from blockx_drive._follow.watch import GapReason, Watch
 from blockx_drive.attempts import (
     ClusterUnreachable,
-    OnFailure,
     cancelled_by_client,
     check_bounded,
     out_of_reach,
     run_attempt,
     unanswered,
 )
+from blockx_drive.defaults import (
+    DEFAULT_FOLLOW_WRITER,
+    DEFAULT_POLL_INTERVAL_S,
+    DEFAULT_REORG_WINDOW,
+    REORG_WINDOW_LIMIT,
+    RESUME_WINDOW,
+    OnFailure,
+)
 from blockx_drive.job_progress import new_record
 from blockx_drive.jobs import JobKind, JobRecorder, LagFrom, new_job_id, now_ms
 from blockx_drive.ledger import (
     Reconciliation,
     canonical_blocks,
+    catch_up_lake,
+    delete_written,
     planning_chain,
     reach,
     reconcile,
@@ -100,10 +112,6 @@ from blockx_drive.submission import check_function, check_sink
 if TYPE_CHECKING:
     from blockx_client import Client
 
-RESUME_WINDOW: Final = 1000
-# Reconciled below follow's head: as deep as ingest applies a reorg by default.
-DEFAULT_REORG_WINDOW: Final = DEFAULT_MAX_REORG_DEPTH
-REORG_WINDOW_LIMIT: Final = 100_000
 # How long a stopped follow waits for the tasks under way before it cancels them.
 STOP_GRACE_S: Final = 15.0
 # Blocks read from the block database at a time while catching up.
@@ -132,10 +140,19 @@ class Follower:
     """The state of one follow run; ``open`` then ``events`` drive it."""
 
     def __init__(
-        self, client: Client, store: BlockStore, sink: SinkStore, spec: FollowSpec
+        self,
+        client: Client,
+        store: BlockStore,
+        sink: SinkStore,
+        spec: FollowSpec,
+        sink_url: BlockDbUrl | None = None,
+        changed: asyncio.Event | None = None,
     ) -> None:
+        self._pushes = Pushes(changed)
         self._store = store
         self._sink = sink
+        # The sink's database, where a lake table's rows are deleted through the lake.
+        self._sink_url = sink_url
         self._spec = spec
         # The lowest block this run may rewind to, and the next block to look at.
         self._start = 0
@@ -220,6 +237,7 @@ class Follower:
         try:
             while True:
                 wait_s = self._spec.poll_interval_s
+                self._pushes.looking()
                 try:
                     await self._judge()
                     if not (stop.is_set() or self._halted):
@@ -237,6 +255,7 @@ class Follower:
                     if not len(self._pump) or time.monotonic() > give_up_at:
                         return  # what still runs is cancelled below; a restart resumes it
                 also: set[asyncio.Future[Any]] = set() if stop.is_set() else {stopper}
+                also |= self._pushes.waiters()
                 for finished in await self._pump.wait(timeout_s=wait_s, also=also):
                     # InvalidRequestError (the task itself refused) ends follow there.
                     if stop.is_set() and cancelled_by_client(finished.result):
@@ -246,6 +265,7 @@ class Follower:
                     self._finished.append((finished.item, finished.result))
         finally:
             stopper.cancel()
+            self._pushes.close()
             await self._pump.aclose()
 
     async def _judge(self) -> None:
@@ -449,7 +469,11 @@ class Follower:
         return decision
 
     async def _delete(self, numbers: tuple[int, ...]) -> None:
-        await self._sink.delete_blocks(self._spec.sink_table, self._spec.chain_id, numbers)
+        table, chain_id = self._spec.sink_table, self._spec.chain_id
+        if self._sink_url is None:
+            await self._sink.delete_blocks(table, chain_id, numbers)
+        else:
+            await delete_written(self._sink, self._sink_url, table, chain_id, numbers)
         for number in numbers:
             self._written.pop(number, None)
             self._rewind(number)
@@ -466,11 +490,6 @@ def _rows_of(result: TaskResult) -> int:
     return rows if isinstance(rows, int) else 0
 
 
-# A head query costs well under a millisecond; this wait is most of a block's lag.
-DEFAULT_POLL_INTERVAL_S: Final = 0.1
-DEFAULT_FOLLOW_WRITER: Final = "BlockWriteResultHandler"
-
-
 async def follow(
     client: Client,
     job: JobSpec,
@@ -479,6 +498,7 @@ async def follow(
     poll_interval_s: float = DEFAULT_POLL_INTERVAL_S,
     reorg_window: int = DEFAULT_REORG_WINDOW,
     stop: asyncio.Event | None = None,
+    push: bool = True,
 ) -> AsyncIterator[FollowEvent]:
     """Follow the block database's head: ``job`` (``blockx_drive.JobSpec``: the
     function over the source table for each new block, written into the sink
@@ -489,7 +509,8 @@ async def follow(
     (``on_failure="stop"``) a block failed.
 
     ``from_block``: where to start (None: where the ledger says, see the module);
-    ``poll_interval_s``: how often the block database is looked at;
+    ``poll_interval_s``: how often the block database is looked at, besides
+    whenever ingest's commit wakes follow (``push``; False: polls only);
     ``reorg_window``: how far below its head follow compares the ledger with the
     chain on every start and after a gap. Before any task goes out, the source
     table, the sink's column types and the function are checked
@@ -527,6 +548,7 @@ async def follow(
     store = await open_store(block_db, read_only=True)
     try:
         sink = await open_sink(sink_db)
+        stack = contextlib.AsyncExitStack()
         try:
             await check_sink(sink, sink_table, spec.writer_config)
             unchecked = await check_function(client, function)
@@ -534,7 +556,10 @@ async def follow(
             spec.writer_config["sinkIdentity"] = await sink.identity()
             # A Worker whose task chain is another chain refuses them too.
             spec.chain_id = spec.writer_config["chainId"] = await planning_chain(store, sink)
-            follower = Follower(client, store, sink, spec)
+            await catch_up_lake(sink_db, sink_table)
+            changes = store.changes() if push else contextlib.nullcontext(None)
+            changed = await stack.enter_async_context(changes)
+            follower = Follower(client, store, sink, spec, sink_db, changed)
             started, reconciled = await follower.open(from_block)
             started = msgspec.structs.replace(started, function_unchecked=unchecked)
             progress = FollowProgress()
@@ -559,6 +584,7 @@ async def follow(
                     recorder.update(progress.fold(recorder.record, happened, now_ms()))
                     yield happened
         finally:
+            await stack.aclose()
             await sink.close()
     finally:
         await store.close()

@@ -132,6 +132,9 @@ class CallEngine:
             task.cancel()
         self._timer.cancel()
         await self._pool.close()
+        for gauge in self._gauges.values():
+            gauge.close()
+        self._gauges.clear()
 
     def open_calls(
         self,
@@ -466,7 +469,9 @@ class CallEngine:
         self._outbox.pop(executor_id, None)
         self._loaded.pop(executor_id, None)
         self._loading.pop(executor_id, None)
-        self._gauges.pop(executor_id, None)
+        gauge = self._gauges.pop(executor_id, None)
+        if gauge is not None:
+            gauge.close()
 
     def _send_calls(self, command: SendCalls) -> None:
         executor_id = command.executor_id

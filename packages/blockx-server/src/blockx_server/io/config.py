@@ -13,6 +13,8 @@ from typing import Any, Final, TypeVar
 
 import msgspec
 
+from blockx_chain.lake import CATALOG_TYPES, DEFAULT_NAMESPACE, LakeConfig, LakeConfigError
+from blockx_chain.lake.config import SQL, namespace_rule
 from blockx_chain.sink import DEFAULT_CHUNK_ROWS
 from blockx_chain.store import DEFAULT_MAX_ROWS, SchemaRefused
 from blockx_chain.store.query import DEFAULT_QUERY_MAX_BYTES, DEFAULT_QUERY_TIMEOUT_MS, QueryLimits
@@ -20,6 +22,7 @@ from blockx_chain.url import FORMS, BlockDbUrl, InvalidBlockDbUrl, PostgresUrl, 
 from blockx_core.io import ConcurrencyLimit
 from blockx_server.io.backends.base import IoBackend
 from blockx_server.io.backends.blockdb import BlockDbBackend
+from blockx_server.io.backends.iceberg import IcebergBackend
 from blockx_server.io.backends.logical_types import LogicalTypesBackend
 from blockx_server.io.backends.memory import MemoryBackend
 from blockx_server.io.backends.rpc import RpcBackend, RpcSettings
@@ -31,7 +34,7 @@ from blockx_server.io.settings import IoSettings
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.env import ConfigReader
 from blockx_server.runtime.process import StartupError
-from blockx_server.runtime.settings import InvalidValue, Setting, integer
+from blockx_server.runtime.settings import InvalidValue, Setting, integer, optional_text
 
 T = TypeVar("T")
 
@@ -142,6 +145,7 @@ def open_router(
     *,
     rpc: RpcSettings | None = None,
     sink: SinkBackend | None = None,
+    iceberg: IcebergBackend | None = None,
     settings: IoSettings | None = None,
     finality: FinalityView | None = None,
     limits: Callable[[str], ConcurrencyLimit] | None = None,
@@ -149,8 +153,9 @@ def open_router(
     chains: Sequence[ChainIo] = (),
 ) -> IoRouter:
     """Every backend of the process: ``memory``, ``sink`` when SINK_DB_URL is set,
-    then ``extra`` (tests add their own), and each chain served (``chains``, opened
-    by ``blockx_server.io.chain_config.open_chains``: its blockdb, rpc, meta and
+    ``iceberg`` when ICEBERG_CATALOG_URI is, then ``extra`` (tests add their own),
+    and each chain served (``chains``, opened by
+    ``blockx_server.io.chain_config.open_chains``: its blockdb, rpc, meta and
     logicalTypes), with the process's read cache and each backend's admission.
     ``blockdb`` (with its logicalTypes) and ``rpc`` are backends of no chain, which
     tests use."""
@@ -161,6 +166,8 @@ def open_router(
         backends.append(RpcBackend.from_settings(rpc))
     if sink is not None:
         backends.append(sink)
+    if iceberg is not None:
+        backends.append(iceberg)
     return IoRouter(
         [*backends, *extra],
         settings=settings,
@@ -349,5 +356,143 @@ async def start_sink(settings: SinkSettings | None) -> SinkBackend | None:
     if settings is None:
         return None
     backend = SinkBackend(settings.url, chunk_rows=settings.write_chunk_rows)
+    await backend.start()
+    return backend
+
+
+# io.iceberg: the lake's Iceberg tables (blockx_chain.lake).
+
+
+def _catalog_type(raw: str) -> str:
+    if raw not in CATALOG_TYPES:
+        raise InvalidValue(f"must be one of {', '.join(CATALOG_TYPES)} (got {raw!r})")
+    return raw
+
+
+def _catalog_properties(raw: str) -> dict[str, str]:
+    try:
+        value = msgspec.json.decode(raw.encode(), type=dict[str, str | int | float | bool])
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise InvalidValue(
+            f"must be a JSON object of pyiceberg catalog properties ({exc})"
+        ) from None
+    return {
+        key: str(item).lower() if isinstance(item, bool) else str(item)
+        for key, item in value.items()
+    }
+
+
+def _namespace(raw: str) -> str:
+    problem = namespace_rule(raw)
+    if problem is not None:
+        raise InvalidValue(problem)
+    return raw
+
+
+def _ledger_url(raw: str) -> str | None:
+    _blockdb_url(raw)
+    return raw
+
+
+ICEBERG_CATALOG_URI: Final[Setting[str | None]] = Setting(
+    name="ICEBERG_CATALOG_URI",
+    default=None,
+    parse=optional_text,
+    help=f"the Iceberg catalog of io.iceberg and IcebergWriteResultHandler: a SQL catalog's "
+    f"database ({FORMS}), or a REST catalog's URL; unset: no io.iceberg",
+)
+ICEBERG_WAREHOUSE: Final[Setting[str | None]] = Setting(
+    name="ICEBERG_WAREHOUSE",
+    default=None,
+    parse=optional_text,
+    help="where new tables' files go: a directory, or a file://, s3://... URI "
+    "(required for a SQL catalog)",
+)
+ICEBERG_CATALOG_TYPE: Final = Setting(
+    name="ICEBERG_CATALOG_TYPE",
+    default=SQL,
+    parse=_catalog_type,
+    help=f"the catalog's kind: {', '.join(CATALOG_TYPES)}",
+)
+ICEBERG_CATALOG_PROPERTIES: Final[Setting[dict[str, str]]] = Setting(
+    name="ICEBERG_CATALOG_PROPERTIES",
+    default={},
+    parse=_catalog_properties,
+    shown_default="{}",
+    help="further pyiceberg catalog properties, a JSON object (credentials, s3.endpoint...)",
+)
+ICEBERG_NAMESPACE: Final = Setting(
+    name="ICEBERG_NAMESPACE",
+    default=DEFAULT_NAMESPACE,
+    parse=_namespace,
+    help="the catalog namespace of the lake's tables",
+)
+ICEBERG_LEDGER_URL: Final[Setting[str | None]] = Setting(
+    name="ICEBERG_LEDGER_URL",
+    default=None,
+    parse=_ledger_url,
+    shown_default="the SQL catalog's database",
+    help=f"the SQL database of the lake's ledger, sink identity and job records ({FORMS}); "
+    "required for a catalog of another type",
+)
+ICEBERG_MAX_ROWS: Final = Setting(
+    name="ICEBERG_MAX_ROWS",
+    default=DEFAULT_MAX_ROWS,
+    parse=integer(at_least=1),
+    help="the most rows one io.iceberg.scan answers; a wider read is BAD_REQUEST",
+)
+ICEBERG_SETTINGS: Final[tuple[Setting[Any], ...]] = (
+    ICEBERG_CATALOG_URI,
+    ICEBERG_WAREHOUSE,
+    ICEBERG_CATALOG_TYPE,
+    ICEBERG_CATALOG_PROPERTIES,
+    ICEBERG_NAMESPACE,
+    ICEBERG_LEDGER_URL,
+    ICEBERG_MAX_ROWS,
+)
+# The setting each field of a lake configuration comes from.
+_ICEBERG_FIELDS: Final = {
+    "uri": ICEBERG_CATALOG_URI.name,
+    "warehouse": ICEBERG_WAREHOUSE.name,
+    "catalog_type": ICEBERG_CATALOG_TYPE.name,
+    "properties": ICEBERG_CATALOG_PROPERTIES.name,
+    "namespace": ICEBERG_NAMESPACE.name,
+    "ledger_url": ICEBERG_LEDGER_URL.name,
+    "max_rows": ICEBERG_MAX_ROWS.name,
+}
+
+
+def read_iceberg_settings(reader: ConfigReader) -> LakeConfig | None:
+    """The ICEBERG_* settings as a lake configuration, checked (each problem
+    reported naming its variable); None when ICEBERG_CATALOG_URI is unset."""
+    values = {field: reader.get(setting) for field, setting in _iceberg_settings().items()}
+    if values["uri"] is None or not reader.valid(*_ICEBERG_FIELDS.values()):
+        return None
+    config = LakeConfig(**values)
+    try:
+        config.catalog_properties()
+    except LakeConfigError as exc:
+        reader.report(_ICEBERG_FIELDS[exc.field], exc.message)
+        return None
+    if config.catalog_type == SQL and config.warehouse is None:
+        reader.report(
+            ICEBERG_WAREHOUSE.name,
+            "must be set for a SQL catalog: the directory (or URI) new tables' files go to",
+        )
+        return None
+    return config
+
+
+def _iceberg_settings() -> dict[str, Setting[Any]]:
+    by_name = {setting.name: setting for setting in ICEBERG_SETTINGS}
+    return {field: by_name[name] for field, name in _ICEBERG_FIELDS.items()}
+
+
+async def start_iceberg(config: LakeConfig | None) -> IcebergBackend | None:
+    """``io.iceberg`` opened (or to be opened on first use), or None without
+    ICEBERG_CATALOG_URI."""
+    if config is None:
+        return None
+    backend = IcebergBackend(config)
     await backend.start()
     return backend

@@ -10,7 +10,7 @@ A process serves chains by name (``ChainIo``): each chain has its own ``blockdb`
 ``rpc`` and ``meta`` backends and its own finality view. A request names its
 chain (the task's, see ``TaskIoScope``); ``io.router.chain(name).<backend>.<op>``
 reaches another chain's backends, read-only. Backends of no chain (``memory``,
-``sink``) serve every task. It times the backend and encodes its
+``sink``, ``iceberg``) serve every task. It times the backend and encodes its
 answer as JSON. Callers do not use it directly: every request goes through a
 ``TaskIoScope`` (``blockx_server.io.scope``), which adds the task's singleflight,
 IO window and retries.
@@ -87,6 +87,7 @@ _ENABLED_BY: Final = {
     "logicalTypes": "BLOCKDB_URL",
     "rpc": "CHAIN_RPC_URL",
     "sink": "SINK_DB_URL",
+    "iceberg": "ICEBERG_CATALOG_URI",
 }
 
 # What a [chains.NAME] table sets to give its chain a backend.

@@ -16,7 +16,8 @@ FIFO); the backend's admission (``IoRouter.serve``). Only the backend's time is
 A scope reads one chain (the task's: ``chain``): its ``io.blockdb``, ``io.rpc`` and
 ``io.meta`` are that chain's; ``io.router.chain(name)`` reaches another. It also
 knows the Function Code View epoch the task pinned, which ``io.meta.code_epoch()``
-answers.
+answers, and the Iceberg snapshot of each table the task read first, which its
+later ``io.iceberg.scan`` of that table read (``SnapshotPins``).
 
 Functions' requests are answered as they come: a failure reaches the function as
 ``IoError``. Builders and Writers ask with ``retry=True`` (or through
@@ -36,6 +37,7 @@ import msgspec
 
 from blockx_core.failures import IoErrorKind
 from blockx_core.io import CacheKey, GiveUp, IoWindow, RetryAfter, Singleflight
+from blockx_server.io.backends.iceberg import SnapshotPins
 from blockx_server.io.backends.meta import CODE_EPOCH_OP, META
 from blockx_server.io.errors import IoFailed, IoOk, IoOutcome, failure
 from blockx_server.io.router import IoRouter, Prepared
@@ -63,6 +65,8 @@ class _TaskIo:
         self.window: IoWindow[int] = IoWindow(max_inflight)
         self.window_waiters: dict[int, asyncio.Future[None]] = {}
         self.tickets = itertools.count()
+        # The Iceberg snapshot each table was first read at: one per task.
+        self.pins = SnapshotPins()
 
     async def enter_window(self) -> None:
         ticket = next(self.tickets)
@@ -167,6 +171,17 @@ class TaskIoScope:
         self._closed = True
 
     async def _attempt(
+        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any]
+    ) -> IoOutcome:
+        pin = await self._task_io.pins.pin(backend, op, args, kwargs)
+        outcome: IoOutcome | None = None
+        try:
+            outcome = await self._pinned_attempt(backend, op, pin.args, pin.kwargs)
+            return outcome
+        finally:
+            pin.learn(outcome)
+
+    async def _pinned_attempt(
         self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any]
     ) -> IoOutcome:
         outcome: IoOutcome

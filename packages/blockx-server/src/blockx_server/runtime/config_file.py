@@ -17,6 +17,11 @@ one file can serve a fleet and a variable can still adjust one process.
 A key that is not a setting of the program is an error naming it (a misspelt key
 would otherwise be ignored in silence), as is a value of another TOML type.
 
+A section sets a family of settings: ``[iceberg]``'s ``catalog_uri = "..."`` is
+ICEBERG_CATALOG_URI, and a table inside it (``[iceberg.catalog_properties]``) is
+that setting's JSON object (ICEBERG_CATALOG_PROPERTIES), for a program that reads
+those settings.
+
 A program may also read tables of tables (the Worker's and the Sync Invoker's
 ``[chains.NAME]``): each value of ``[chains.base]`` is handed on as the setting
 ``chains.base.KEY`` (a name the environment cannot set), for the program to check.
@@ -28,7 +33,12 @@ import difflib
 import tomllib
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
+
+import msgspec
+
+# Sections of the file, and the prefix of the settings each one sets.
+SECTIONS: Final = {"iceberg": "ICEBERG_"}
 
 
 class ConfigFileError(Exception):
@@ -79,6 +89,9 @@ def read_config_file(
         if key in tables:
             problems += _table_of_tables(path, key, value, values)
             continue
+        if key in SECTIONS and isinstance(value, dict):
+            problems += _section(path, key, value, known, values)
+            continue
         if key not in known:
             problems.append(f"{path}: {_unknown(key, known)}")
             continue
@@ -112,6 +125,27 @@ def _table_of_tables(path: Path, key: str, value: object, values: dict[str, str]
                 )
                 continue
             values[f"{key}.{name}.{field}"] = text
+    return problems
+
+
+def _section(
+    path: Path, key: str, value: dict[str, Any], known: Collection[str], values: dict[str, str]
+) -> list[str]:
+    """``[key]``'s fields as the settings they name (a table inside it as JSON
+    text); the problems found."""
+    problems: list[str] = []
+    prefix = SECTIONS[key]
+    fields = [n.removeprefix(prefix).lower() for n in known if n.startswith(prefix)]
+    for field, item in value.items():
+        name = prefix + field.upper()
+        if name not in known:
+            problems.append(f"{path}: [{key}] {_unknown(field, fields)}")
+            continue
+        text = msgspec.json.encode(item).decode() if isinstance(item, dict) else _text(item)
+        if text is None:
+            problems.append(f"{path}: [{key}] {field} must be a string, a number or a boolean")
+            continue
+        values[name] = text
     return problems
 
 

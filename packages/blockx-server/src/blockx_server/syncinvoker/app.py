@@ -26,7 +26,7 @@ from blockx_server.calls.engine import CallEngine, CallEngineConfig
 from blockx_server.calls.functions import CodeViewRefresher, DirectoryFunctionStore
 from blockx_server.io.backends.base import IoBackend
 from blockx_server.io.chain_config import close_chains, open_chains
-from blockx_server.io.config import open_router
+from blockx_server.io.config import open_router, start_iceberg
 from blockx_server.io.finality import ChainFinality
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.runtime.process import stop_on_signals
@@ -59,9 +59,12 @@ async def serve(
     stop = stop or stop_on_signals()
     calls = config.calls
     chains = await open_chains(config.chains, config.io.finality_refresh_ms)
+    # Read-only here: a function's scope never writes.
+    iceberg = await start_iceberg(config.iceberg)
     io = open_router(
         calls.memory_seed_file,
         backends,
+        iceberg=iceberg,
         settings=config.io,
         clock=clock,
         chains=chains,
@@ -122,6 +125,8 @@ async def serve(
     finally:
         await engine.close()
         await close_chains(chains)
+        if iceberg is not None:
+            await iceberg.close()
 
 
 async def _become_ready(

@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import msgspec
 
+from blockx_chain.lake import LakeConfig
 from blockx_server.calls.config import (
     CALL_DEADLINE_MS,
     CALL_SETTINGS,
@@ -22,9 +23,11 @@ from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_se
 from blockx_server.io.chain_config import ChainSettings, read_chain_settings
 from blockx_server.io.config import (
     BLOCKDB_SETTINGS,
+    ICEBERG_SETTINGS,
     IO_SETTINGS,
     BlockDbSettings,
     read_blockdb_settings,
+    read_iceberg_settings,
     read_io_settings,
 )
 from blockx_server.io.settings import IoSettings
@@ -74,6 +77,8 @@ class SyncInvokerConfig(msgspec.Struct, frozen=True, kw_only=True):
     # The chains served: [chains.NAME] tables of --config, or BLOCKDB_URL /
     # CHAIN_RPC_URL as the chain "default" (``blockx_server.io.chain_config``).
     chains: tuple[ChainSettings, ...] = ()
+    # io.iceberg, read-only here (ICEBERG_CATALOG_URI...); None when unset.
+    iceberg: LakeConfig | None = None
     grpc_tls: GrpcTls = GrpcTls()
     io: IoSettings = IoSettings()
 
@@ -103,6 +108,7 @@ SETTINGS: Final[tuple[Setting[Any], ...]] = (
     MAX_CONCURRENT,
     *CALL_SETTINGS,
     *BLOCKDB_SETTINGS,
+    *ICEBERG_SETTINGS,
     *RPC_SETTINGS,
     *IO_SETTINGS,
     MAX_INVOKE_TIMEOUT_MS,
@@ -160,6 +166,7 @@ def read_syncinvoker_config(reader: ConfigReader) -> SyncInvokerConfig:
         log_level=reader.get(LOG_LEVEL),
         event_loop=reader.get(EVENT_LOOP),
         blockdb=read_blockdb_settings(reader),
+        iceberg=read_iceberg_settings(reader),
         io=io,
     )
     chains = read_chain_settings(reader, config.blockdb, config.rpc)

@@ -30,7 +30,7 @@ from blockx_server.etcd.heartbeat import (
     HeartbeatPublisherConfig,
 )
 from blockx_server.io.chain_config import close_chains, open_chains
-from blockx_server.io.config import open_router, start_sink
+from blockx_server.io.config import open_router, start_iceberg, start_sink
 from blockx_server.io.finality import ChainFinality
 from blockx_server.pipeline.builders import builders_for
 from blockx_server.pipeline.writers import writers_for
@@ -76,10 +76,12 @@ async def serve(
     core = WorkerCore(config.core, incarnation=uuid.uuid4().hex[:8])
     chains = await open_chains(config.chains, config.io.finality_refresh_ms)
     sink = await start_sink(config.sink)
+    iceberg = await start_iceberg(config.iceberg)
     io = open_router(
         calls.memory_seed_file,
         (),
         sink=sink,
+        iceberg=iceberg,
         settings=config.io,
         clock=clock,
         chains=chains,
@@ -182,6 +184,8 @@ async def serve(
         await close_chains(chains)
         if sink is not None:
             await sink.close()
+        if iceberg is not None:
+            await iceberg.close()
 
 
 async def _become_ready(

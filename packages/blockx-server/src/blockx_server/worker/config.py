@@ -12,6 +12,7 @@ from typing import Any, Final
 
 import msgspec
 
+from blockx_chain.lake import LakeConfig
 from blockx_core.addr import join_host_port
 from blockx_core.errors import InvalidConfig
 from blockx_core.registry import (
@@ -29,11 +30,13 @@ from blockx_server.io.backends.rpc import RPC_SETTINGS, RpcSettings, read_rpc_se
 from blockx_server.io.chain_config import ChainSettings, read_chain_settings
 from blockx_server.io.config import (
     BLOCKDB_SETTINGS,
+    ICEBERG_SETTINGS,
     IO_SETTINGS,
     SINK_SETTINGS,
     BlockDbSettings,
     SinkSettings,
     read_blockdb_settings,
+    read_iceberg_settings,
     read_io_settings,
     read_sink_settings,
 )
@@ -120,6 +123,8 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     chains: tuple[ChainSettings, ...] = ()
     # io.sink: the database Writer Plugins write (SINK_DB_URL); None when unset.
     sink: SinkSettings | None = None
+    # io.iceberg: the lake (ICEBERG_CATALOG_URI...); None when unset.
+    iceberg: LakeConfig | None = None
     io: IoSettings = IoSettings()
     stream_build: StreamBuildConfig = StreamBuildConfig()
     grpc_tls: GrpcTls = GrpcTls()
@@ -308,6 +313,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         *CALL_SETTINGS,
         *BLOCKDB_SETTINGS,
         *SINK_SETTINGS,
+        *ICEBERG_SETTINGS,
         *RPC_SETTINGS,
         *IO_SETTINGS,
         GRPC_KEEPALIVE_TIME_MS,
@@ -403,6 +409,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         event_loop=reader.get(EVENT_LOOP),
         blockdb=read_blockdb_settings(reader),
         sink=read_sink_settings(reader),
+        iceberg=read_iceberg_settings(reader),
         io=io,
         stream_build=StreamBuildConfig(
             enabled=reader.get(_stream_build_setting(profile)),

@@ -5,6 +5,8 @@
 |              | ReturnValueResultHandler = ReturnValueHandler
 | bundle Worker | BlockBundleWriteResultHandler = BlockTableWriteHandler (per bundle),
 |               | TableUpsertsResultHandler = NormalTableWriteHandler
+| both          | IcebergWriteResultHandler = IcebergTableWriteHandler (an Iceberg
+|               | table of the lake, one commit per task)
 
 A name the Worker lacks fails PLUGIN_NOT_FOUND, naming the cluster that has it.
 The bundle Worker has no ReturnValue handler: its tasks write into tables.
@@ -19,6 +21,7 @@ from blockx_server.pipeline.writers.base import (
 )
 from blockx_server.pipeline.writers.block_bundle_write import BlockBundleWriteResultHandler
 from blockx_server.pipeline.writers.block_write import BlockWriteResultHandler
+from blockx_server.pipeline.writers.iceberg_write import IcebergWriteResultHandler
 from blockx_server.pipeline.writers.return_value import ReturnValueResultHandler
 from blockx_server.pipeline.writers.table_upserts import TableUpsertsResultHandler
 
@@ -43,6 +46,11 @@ def block_writers() -> Writers:
         TableUpsertsResultHandler(),
         aliases=["NormalTableWriteHandler"],
     )
+    writers.register(
+        "IcebergWriteResultHandler",
+        IcebergWriteResultHandler(),
+        aliases=["IcebergTableWriteHandler"],
+    )
     return writers
 
 
@@ -65,6 +73,11 @@ def bundle_writers() -> Writers:
         "TableUpsertsResultHandler",
         TableUpsertsResultHandler(),
         aliases=["NormalTableWriteHandler"],
+    )
+    writers.register(
+        "IcebergWriteResultHandler",
+        IcebergWriteResultHandler(),
+        aliases=["IcebergTableWriteHandler"],
     )
     return writers
 

@@ -232,12 +232,15 @@ async def replace_blocks(
     plugin: str,
     config: BlockWriteConfig,
     blocks: Sequence[BlockRows],
+    *,
+    backend: str = "sink",
 ) -> dict[str, int]:
-    """One ``io.sink.replace_blocks`` transaction, after the canonical check."""
+    """One ``io.<backend>.replace_blocks`` write (a transaction of ``io.sink``, a
+    commit of ``io.iceberg``), after the canonical check."""
     chain = task_chain(ctx, plugin, config.chain_id)
     await check_canonical(ctx, blocks, plugin)
     outcome = await ctx.io.request(
-        "sink",
+        backend,
         "replace_blocks",
         [],
         {
@@ -266,6 +269,8 @@ class BlockWriteResultHandler:
     ``{"table", "blocks", "rows"}``."""
 
     name = "BlockWriteResultHandler"
+    # The backend written: the sink database (``io.iceberg`` for the lake's writer).
+    backend = "sink"
 
     async def execute(self, ctx: TaskContext, config: Any, outputs: Sequence[RootOutput]) -> bytes:
         parsed: BlockWriteConfig = parse_config(config, BlockWriteConfig, self.name)
@@ -276,5 +281,5 @@ class BlockWriteResultHandler:
         )
         written = {"blocks": 0, "rows": 0}
         if blocks or parsed.sink_identity is not None:
-            written = await replace_blocks(ctx, self.name, parsed, blocks)
+            written = await replace_blocks(ctx, self.name, parsed, blocks, backend=self.backend)
         return msgspec.json.encode({"table": parsed.table, **written})

@@ -1,0 +1,5 @@
+"""``python -m blockx_cli``: the ``blockx`` command line."""
+
+from blockx_cli.launch import main
+
+main()
