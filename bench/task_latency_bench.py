@@ -3,6 +3,10 @@
 Run: uv run python bench/task_latency_bench.py [--serial 400] [--clients 64] [--seconds 8]
      [--event-loop asyncio|uvloop]  (the client, coordinator and worker's loop;
      the echo baseline always runs on asyncio's, the stack it is the baseline of)
+     [--ray-python /tmp/ray-venv/bin/python]  (or BLOCKX_BENCH_RAY_PYTHON: an
+     interpreter with ``ray``, made with ``python3 -m venv /tmp/ray-venv &&
+     /tmp/ray-venv/bin/pip install ray``; ``ray`` is no project dependency. Without
+     one the Ray figures are left out and the output says so.)
 
 Prints one JSON line:
 
@@ -12,6 +16,8 @@ Prints one JSON line:
   against a real etcd, ``blockx-coordinator`` and ``blockx-worker`` (2 warm
   executors); p50/p99 in ms.
 * ``task_concurrent``: the same with ``--clients`` concurrent clients; tasks/s.
+* ``proxy_serial`` / ``proxy_concurrent``: the same tasks through ``blockx-proxy``'s
+  Unix socket (the path a client of ``blockx dev up`` takes), beside the direct one.
 * ``echo_serial`` / ``echo_concurrent``: a grpclib unary echo served by a separate
   process of this interpreter and event loop, over one warm channel, whose request
   and answer are each the size of the bench's SubmitTask request; at 1 and at
@@ -20,8 +26,11 @@ Prints one JSON line:
   task (client, coordinator, worker, its executors) and per serial echo (client,
   server), from the scheduler's per-thread figures: where a task's time goes by
   hop, and a figure the machine's other load barely moves.
-* ``ratios``: task p50 / echo p50 (a task's critical path is four such hops, so
-  about 4 is what adds little beyond its messages) and tasks/s / echoes/s.
+* ``ray_serial`` / ``ray_concurrent``: Ray's trivial task ``double(1)`` in the same
+  closed loop (``bench/ray_peer.py``, run with ``--ray-python``), local Ray with 2 CPUs.
+* ``ratios``: task p50 / echo p50 (a task's critical path is six one-way messages,
+  three echoes, and one executor round trip: about 4 adds little beyond them) and
+  tasks/s at ``--clients`` against the echo's and Ray's.
 """
 
 from __future__ import annotations
@@ -85,7 +94,11 @@ async def serve_echo(port: int) -> None:
 async def echo_baseline(serial: int, clients: int, seconds: float) -> dict[str, Any]:
     port = free_port()
     server = await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--echo-server", str(port), stdout=asyncio.subprocess.PIPE
+        sys.executable,
+        __file__,
+        "--echo-server",
+        str(port),
+        stdout=asyncio.subprocess.PIPE,
     )
     assert server.stdout is not None
     try:
@@ -148,6 +161,43 @@ async def phases(client: Client, count: int) -> dict[str, float]:
     return {name: stats(values, 1.0)["p50_ms"] for name, values in times.items()}
 
 
+async def wait_ready(client: Client) -> None:
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            await run_double(client, 0)
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def run_double(client: Client, i: int) -> None:
+    result = await client.run(Task.call_list("double", [[1]]))
+    if not result.ok or result.outputs() != [2]:
+        raise RuntimeError(f"task {i} ended {result}")
+
+
+async def task_figures(
+    client: Client, serial: int, clients: int, seconds: float, pids: dict[str, int] | None
+) -> dict[str, Any]:
+    """Serial p50/p99 (and CPU per task of ``pids``), then tasks/s at ``clients``."""
+
+    async def task(i: int) -> object:
+        await run_double(client, i)
+        return None
+
+    await wait_ready(client)
+    await measure(task, 8, count=200)
+    before = {name: cpu_ns(pid) for name, pid in (pids or {}).items()}
+    out: dict[str, Any] = {"serial": await measure(task, 1, count=serial)}
+    if pids:
+        out["cpu_us_per_task"] = cpu_per_op(pids, before, serial)
+    out["concurrent"] = await measure(task, clients, seconds=seconds)
+    return out
+
+
 async def bench_tasks(serial: int, clients: int, seconds: float, event_loop: str) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="task-latency-bench-"))
     (workdir / "functions").mkdir()
@@ -185,44 +235,78 @@ async def bench_tasks(serial: int, clients: int, seconds: float, event_loop: str
             },
             log,
         )
-        print(f"coordinator pid {coordinator.pid}, worker pid {worker.pid}", file=sys.stderr)
-        client = Client(coordinator=f"127.0.0.1:{coord_port}")
+        proxy_socket = workdir / "proxy.sock"
+        proxy = await start(
+            "blockx-proxy",
+            {
+                **env,
+                "PROXY_SOCKET_PATH": str(proxy_socket),
+                "PROXY_COORDINATOR_ADDR": f"127.0.0.1:{coord_port}",
+            },
+            log,
+        )
+        print(
+            f"coordinator pid {coordinator.pid}, worker pid {worker.pid}, proxy pid {proxy.pid}",
+            file=sys.stderr,
+        )
+        client = Client(coordinator=f"127.0.0.1:{coord_port}", direct=True)
+        proxied = Client(proxy_socket=str(proxy_socket))
         try:
-
-            async def task(i: int) -> object:
-                result = await client.run(Task.call_list("double", [[1]]))
-                if not result.ok or result.outputs() != [2]:
-                    raise RuntimeError(f"task {i} ended {result}")
-                return None
-
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    await task(0)
-                    break
-                except Exception:
-                    if time.monotonic() > deadline:
-                        raise
-                    await asyncio.sleep(0.2)
-            await measure(task, 8, count=200)
+            await wait_ready(client)
             pids = {"client": os.getpid(), "coordinator": coordinator.pid, "worker": worker.pid}
             pids.update({f"executor {n}": pid for n, pid in enumerate(children(worker.pid))})
-            before = {name: cpu_ns(pid) for name, pid in pids.items()}
-            task_serial = await measure(task, 1, count=serial)
+            direct = await task_figures(client, serial, clients, seconds, pids)
+            phased = await phases(client, serial)
+            via_proxy = await task_figures(proxied, serial, clients, seconds, None)
             return {
-                "task_serial": task_serial,
-                "cpu_us_per_task": cpu_per_op(pids, before, serial),
-                "task_concurrent": await measure(task, clients, seconds=seconds),
-                "phases_serial_p50_ms": await phases(client, serial),
+                "task_serial": direct["serial"],
+                "cpu_us_per_task": direct["cpu_us_per_task"],
+                "task_concurrent": direct["concurrent"],
+                "phases_serial_p50_ms": phased,
+                "proxy_serial": via_proxy["serial"],
+                "proxy_concurrent": via_proxy["concurrent"],
             }
         finally:
             await client.close()
-            for proc in (coordinator, worker):
+            await proxied.close()
+            for proc in (proxy, coordinator, worker):
                 proc.send_signal(signal.SIGTERM)
-            for proc in (coordinator, worker):
+            for proc in (proxy, coordinator, worker):
                 await asyncio.wait_for(proc.wait(), 30)
             log.close()
             shutil.rmtree(workdir, ignore_errors=True)
+
+
+async def ray_peer(python: str, serial: int, clients: int, seconds: float) -> dict[str, Any]:
+    """Ray's figures from ``bench/ray_peer.py`` under ``python``."""
+    peer = await asyncio.create_subprocess_exec(
+        python,
+        str(Path(__file__).with_name("ray_peer.py")),
+        "--serial",
+        str(serial),
+        "--clients",
+        str(clients),
+        "--seconds",
+        str(seconds),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, err = await asyncio.wait_for(peer.communicate(), 600)
+    except TimeoutError:
+        peer.kill()
+        await peer.wait()
+        return {"ray_error": f"{python} bench/ray_peer.py did not finish in 600 s"}
+    lines = [line for line in out.decode().splitlines() if line.startswith("{")]
+    if peer.returncode != 0 or not lines:
+        tail = err.decode(errors="replace").strip().splitlines()[-3:]
+        return {"ray_error": f"{python} bench/ray_peer.py exited {peer.returncode}: {tail}"}
+    figures: dict[str, Any] = json.loads(lines[-1])
+    return figures
+
+
+def ratio(a: float, b: float, digits: int = 2) -> float | None:
+    return round(a / b, digits) if b else None
 
 
 def main() -> None:
@@ -232,6 +316,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=8.0)
     parser.add_argument(
         "--event-loop", choices=[loop.value for loop in EventLoop], default="asyncio"
+    )
+    parser.add_argument(
+        "--ray-python",
+        default=os.environ.get("BLOCKX_BENCH_RAY_PYTHON", "/tmp/ray-venv/bin/python"),
+        help="an interpreter with ray installed (env BLOCKX_BENCH_RAY_PYTHON)",
     )
     parser.add_argument("--echo-server", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -243,20 +332,37 @@ def main() -> None:
         bench_tasks(args.serial, args.clients, args.seconds, args.event_loop),
     )
     echo = asyncio.run(echo_baseline(args.serial, args.clients, args.seconds))
+    if Path(args.ray_python).exists():
+        ray = asyncio.run(ray_peer(args.ray_python, args.serial, args.clients, args.seconds))
+    else:
+        ray = {
+            "ray_error": f"no {args.ray_python}: make it with `python3 -m venv /tmp/ray-venv "
+            "&& /tmp/ray-venv/bin/pip install ray`, or name one with --ray-python"
+        }
     serial, concurrent = tasks["task_serial"], tasks["task_concurrent"]
+    echo_serial = echo["echo_serial"]
+    ratios: dict[str, Any] = {
+        "task_p50_vs_echo_p50": ratio(serial["p50_ms"], echo_serial["p50_ms"]),
+        "task_p99_vs_echo_p99": ratio(serial["p99_ms"], echo_serial["p99_ms"]),
+        "proxy_p50_vs_echo_p50": ratio(tasks["proxy_serial"]["p50_ms"], echo_serial["p50_ms"]),
+        "tasks_per_s_vs_echo_per_s": ratio(
+            concurrent["per_s"], echo["echo_concurrent"]["per_s"], 3
+        ),
+        "goal_task_p50_vs_echo_p50": 4.0,
+    }
+    if "ray_concurrent" in ray:
+        ray_per_s = ray["ray_concurrent"]["per_s"]
+        ratios["tasks_per_s_vs_ray"] = ratio(concurrent["per_s"], ray_per_s, 3)
+        ratios["proxy_tasks_per_s_vs_ray"] = ratio(tasks["proxy_concurrent"]["per_s"], ray_per_s, 3)
+        ratios["goal_tasks_per_s_vs_ray"] = 1.0
     out = {
         "bench": "task_latency",
         "event_loop": args.event_loop,
+        "clients": args.clients,
         **tasks,
         **echo,
-        "ratios": {
-            "task_p50_vs_echo_p50": round(serial["p50_ms"] / echo["echo_serial"]["p50_ms"], 2),
-            "task_p99_vs_echo_p99": round(serial["p99_ms"] / echo["echo_serial"]["p99_ms"], 2),
-            "tasks_per_s_vs_echo_per_s": round(
-                concurrent["per_s"] / echo["echo_concurrent"]["per_s"], 3
-            ),
-            "goal_task_p50_vs_echo_p50": 4.0,
-        },
+        **ray,
+        "ratios": ratios,
     }
     print(json.dumps(out))
     sys.stdout.flush()

@@ -3,7 +3,8 @@ its transport at once (``Connection.close``, what its ping-timeout timer calls) 
 marks the connection lost only when asyncio reports the close, a loop iteration
 later. A call made in between must dial again, not fail inside grpclib. And if
 something unexpected fails a watch all the same, its waiter hears of it, and
-nothing else prints it."""
+nothing else prints it. A lone task's Watch opens at once even beside a stream
+that is still closing."""
 
 from __future__ import annotations
 
@@ -21,9 +22,12 @@ from grpclib.server import Server
 from support import free_port
 
 from blockx_client import RetryPolicy
+from blockx_client._convert import update_from_pb
 from blockx_client._options import ClientOptions
 from blockx_client._watch import WatchBatcher
+from blockx_client.models import TaskState, TaskUpdate
 from blockx_client.transport import Transport, keepalive_config
+from blockx_proto import worker_v1
 
 
 @pytest.fixture
@@ -78,6 +82,17 @@ async def test_grpclibs_own_channel_fails_there(server: str) -> None:
         channel.close()
 
 
+def _options(rpc_timeout_s: float) -> ClientOptions:
+    """A client's options for a WatchBatcher alone (no coordinator is dialled)."""
+    return ClientOptions(
+        coordinator="127.0.0.1:1",
+        bundle_coordinator=None,
+        sync_invoker="127.0.0.1:1",
+        retry=RetryPolicy(),
+        rpc_timeout_s=rpc_timeout_s,
+    )
+
+
 class _BrokenWorkers:
     """A WorkerRpc whose watch fails the way a bug in the client would."""
 
@@ -91,14 +106,7 @@ async def test_a_bug_in_a_watch_reaches_its_waiter_and_nothing_else() -> None:
     loop = asyncio.get_running_loop()
     unhandled: list[dict[str, object]] = []
     loop.set_exception_handler(lambda _, context: unhandled.append(context))
-    options = ClientOptions(
-        coordinator="127.0.0.1:1",
-        bundle_coordinator=None,
-        sync_invoker="127.0.0.1:1",
-        retry=RetryPolicy(),
-        rpc_timeout_s=1.0,
-    )
-    batcher = WatchBatcher(_BrokenWorkers(), options, "127.0.0.1:2", random.Random(1))  # type: ignore[arg-type]
+    batcher = WatchBatcher(_BrokenWorkers(), _options(1.0), "127.0.0.1:2", random.Random(1))  # type: ignore[arg-type]
     try:
         with pytest.raises(RuntimeError, match="a bug in the client"):
             await batcher.wait("t-1")
@@ -107,3 +115,45 @@ async def test_a_bug_in_a_watch_reaches_its_waiter_and_nothing_else() -> None:
     finally:
         loop.set_exception_handler(None)
     assert unhandled == []
+
+
+class _SlowToCloseWorkers:
+    """A WorkerRpc whose Watch streams send every task's terminal update at once,
+    then stay open until ``release`` is set, as a stream waiting for its trailers."""
+
+    def __init__(self) -> None:
+        self.release = asyncio.Event()
+        self.opened: list[list[str]] = []
+
+    async def watch_tasks(self, task_ids: list[str], **_: object) -> AsyncIterator[TaskUpdate]:
+        self.opened.append(list(task_ids))
+        for task_id in task_ids:
+            yield update_from_pb(
+                worker_v1.TaskUpdate(
+                    task_id=task_id,
+                    state=worker_v1.TaskState.SUCCEEDED,
+                    is_terminal=True,
+                    result=worker_v1.TaskResult(success=True),
+                )
+            )
+        await self.release.wait()
+
+
+async def test_a_lone_task_beside_a_closing_stream_does_not_wait_for_the_linger(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The linger that lets task_ids share a stream applies only while a stream still
+    # waits for a task: one whose tasks have all ended, not yet closed, is closing.
+    monkeypatch.setattr(WatchBatcher, "LINGER_S", 3600.0)
+    workers = _SlowToCloseWorkers()
+    batcher = WatchBatcher(workers, _options(30.0), "127.0.0.1:2", random.Random(1))  # type: ignore[arg-type]
+    try:
+        async with asyncio.timeout(30):
+            first = await batcher.wait("t-1")
+            second = await batcher.wait("t-2")  # t-1's stream is still open
+        assert (first.task_id, first.state) == ("t-1", TaskState.SUCCEEDED)
+        assert (second.task_id, second.state) == ("t-2", TaskState.SUCCEEDED)
+        assert workers.opened == [["t-1"], ["t-2"]]
+    finally:
+        workers.release.set()
+        await batcher.close()

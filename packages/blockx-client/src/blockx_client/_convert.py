@@ -107,6 +107,10 @@ def state_from_pb(state: worker_v1.TaskState) -> TaskState:
     return _STATES.get(state, TaskState.NOT_FOUND)
 
 
+# Read only: what a TaskResult without an execute_result reads as.
+_NO_EXECUTE_RESULT: Final = worker_v1.ExecuteResult()
+
+
 def result_from_pb(
     task_id: str,
     state: worker_v1.TaskState,
@@ -114,16 +118,20 @@ def result_from_pb(
     worker_addr: str = "",
     error: str = "",
 ) -> TaskResult:
+    # ``is None``, not truthiness: a betterproto2 message's ``bool`` compares every
+    # field with its default. An absent result reads as an empty one.
     er = pb.execute_result if pb is not None else None
+    if er is None:
+        er = _NO_EXECUTE_RESULT
     client_state = state_from_pb(state)
     return TaskResult(
         task_id=task_id,
         state=client_state,
         worker_addr=worker_addr,
-        success=bool(pb and pb.success),
-        failure_code=_failure_code(er.failure_code) if er else None,
-        failure_message=er.failure_message if er else "",
-        retryable=bool(er and er.retryable),
+        success=pb is not None and pb.success,
+        failure_code=_failure_code(er.failure_code),
+        failure_message=er.failure_message,
+        retryable=er.retryable,
         plugin_results=tuple(
             PluginOutput(
                 plugin_name=p.plugin_name,
@@ -132,7 +140,7 @@ def result_from_pb(
                 failure_message=p.failure_message,
                 result=p.result,
             )
-            for p in (er.plugin_results if er else [])
+            for p in er.plugin_results
         ),
         error=error,
         may_have_run=client_state in _ACCEPTED,
@@ -145,9 +153,9 @@ def result_from_pb(
                 attempt=f.attempt,
                 retried=f.retried,
             )
-            for f in (er.call_failures if er else [])
+            for f in er.call_failures
         ),
-        call_failures_omitted=er.call_failures_omitted if er else 0,
+        call_failures_omitted=er.call_failures_omitted,
     )
 
 

@@ -79,7 +79,9 @@ class WatchBatcher:
         return future
 
     async def _flush(self) -> None:
-        if self._streams:
+        # Linger only beside a stream still waiting for a task: one whose tasks have
+        # all ended is closing, and the next lone task must not wait for it.
+        if any(self._streams.values()):
             await asyncio.sleep(self.LINGER_S)
         batch, self._batch = sorted(self._batch), set()
         # A Worker takes at most MAX_WATCH_TASK_IDS ids per stream.

@@ -9,6 +9,8 @@ Import the services by package and version::
     from blockx_proto import coordinator_v1, worker_v1
 """
 
-from blockx_proto import bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
+from blockx_proto import _defaults, bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
+
+_defaults.install()
 
 __all__ = ["bundlecoordinator_v1", "coordinator_v1", "syncinvoker_v1", "worker_v1"]
