@@ -22,7 +22,7 @@ from blockx_chain.contracts import (
     balance_of_data,
     token_artifact,
 )
-from blockx_chain.devnet import Anvil, AnvilNotFound, AnvilOptions, Devnet, find_anvil
+from blockx_chain.devnet import DENSE, Anvil, AnvilNotFound, AnvilOptions, Devnet, find_anvil
 from blockx_chain.devnet import anvil as anvil_module
 from blockx_chain.devnet.generator import TOKEN_SUPPLY
 from blockx_chain.rpc import JsonRpcClient, quantity
@@ -107,6 +107,26 @@ async def test_a_block_of_more_transactions_than_a_batch_holds_is_mined(
     block = await devnet.mine_block(txs, False)
     assert block.transactions == count
     assert len((await _block(client, block.number))["transactions"]) == count
+
+
+async def test_dense_blocks_hold_about_150_transactions_and_400_logs(
+    client: JsonRpcClient,
+) -> None:
+    devnet = Devnet(client)
+    await devnet.setup(tokens=3)
+    await devnet.setup_pair()
+    mined = await devnet.mine(
+        2,
+        token_transfers=DENSE.token_transfers,
+        eth_transfers=DENSE.eth_transfers,
+        swaps=DENSE.swaps,
+    )
+    for block in mined:
+        assert block.transactions == 150
+        span = {"fromBlock": quantity(block.number), "toBlock": quantity(block.number)}
+        logs = await client.request("eth_getLogs", [span])
+        assert isinstance(logs, list)
+        assert 360 <= len(logs) <= 440, len(logs)
 
 
 @pytest.mark.parametrize("depth", [1, 5])
@@ -213,3 +233,18 @@ async def test_live_mining_keeps_adding_blocks_of_transfers(client: JsonRpcClien
         assert len(block["transactions"]) == 3
         parent = await _block(client, number - 1)
         assert int(block["timestamp"], 16) - int(parent["timestamp"], 16) == devnet.interval_s
+
+
+def test_the_cli_generates_dense_blocks() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "blockx_chain.devnet", "--blocks", "1", "--dense", "--exit"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ},
+    )
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    # Tokens (2 blocks), the pair the swaps trade on (2 blocks), one dense block.
+    assert summary["head"] == 2 + 2 + 1
+    assert summary["pair"].startswith("0x")
