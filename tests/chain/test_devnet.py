@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -182,29 +183,22 @@ def test_a_missing_anvil_names_npm_ci(monkeypatch: pytest.MonkeyPatch, tmp_path:
         find_anvil()
 
 
-def test_the_cli_generates_a_devnet_and_exits() -> None:
+def _devnet_cli(*args: str) -> dict[str, Any]:
+    """``python -m blockx_chain.devnet ARGS --exit``: its JSON summary line."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "blockx_chain.devnet",
-            "--blocks",
-            "4",
-            "--reorg-depth",
-            "2",
-            "--tokens",
-            "2",
-            "--swaps",
-            "1",
-            "--exit",
-        ],
+        [sys.executable, "-m", "blockx_chain.devnet", *args, "--exit"],
         capture_output=True,
         text=True,
         timeout=60,
         env={**os.environ},
     )
     assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout)
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
+
+
+def test_the_cli_generates_a_devnet_and_exits() -> None:
+    summary = _devnet_cli("--blocks", "4", "--reorg-depth", "2", "--tokens", "2", "--swaps", "1")
     # Tokens (2 blocks), the pair (2 blocks), then the blocks of transfers and swaps.
     assert summary["head"] == 2 + 2 + 4
     assert summary["chain_id"] == 31337
@@ -236,15 +230,7 @@ async def test_live_mining_keeps_adding_blocks_of_transfers(client: JsonRpcClien
 
 
 def test_the_cli_generates_dense_blocks() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "blockx_chain.devnet", "--blocks", "1", "--dense", "--exit"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ},
-    )
-    assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout)
+    summary = _devnet_cli("--blocks", "1", "--dense")
     # Tokens (2 blocks), the pair the swaps trade on (2 blocks), one dense block.
     assert summary["head"] == 2 + 2 + 1
     assert summary["pair"].startswith("0x")
