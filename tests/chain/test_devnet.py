@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -22,7 +23,7 @@ from blockx_chain.contracts import (
     balance_of_data,
     token_artifact,
 )
-from blockx_chain.devnet import Anvil, AnvilNotFound, AnvilOptions, Devnet, find_anvil
+from blockx_chain.devnet import DENSE, Anvil, AnvilNotFound, AnvilOptions, Devnet, find_anvil
 from blockx_chain.devnet import anvil as anvil_module
 from blockx_chain.devnet.generator import TOKEN_SUPPLY
 from blockx_chain.rpc import JsonRpcClient, quantity
@@ -109,6 +110,26 @@ async def test_a_block_of_more_transactions_than_a_batch_holds_is_mined(
     assert len((await _block(client, block.number))["transactions"]) == count
 
 
+async def test_dense_blocks_hold_about_150_transactions_and_400_logs(
+    client: JsonRpcClient,
+) -> None:
+    devnet = Devnet(client)
+    await devnet.setup(tokens=3)
+    await devnet.setup_pair()
+    mined = await devnet.mine(
+        2,
+        token_transfers=DENSE.token_transfers,
+        eth_transfers=DENSE.eth_transfers,
+        swaps=DENSE.swaps,
+    )
+    for block in mined:
+        assert block.transactions == 150
+        span = {"fromBlock": quantity(block.number), "toBlock": quantity(block.number)}
+        logs = await client.request("eth_getLogs", [span])
+        assert isinstance(logs, list)
+        assert 360 <= len(logs) <= 440, len(logs)
+
+
 @pytest.mark.parametrize("depth", [1, 5])
 async def test_a_reorg_changes_every_hash_above_the_fork(client: JsonRpcClient, depth: int) -> None:
     devnet = Devnet(client, seed=depth)
@@ -162,29 +183,22 @@ def test_a_missing_anvil_names_npm_ci(monkeypatch: pytest.MonkeyPatch, tmp_path:
         find_anvil()
 
 
-def test_the_cli_generates_a_devnet_and_exits() -> None:
+def _devnet_cli(*args: str) -> dict[str, Any]:
+    """``python -m blockx_chain.devnet ARGS --exit``: its JSON summary line."""
     done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "blockx_chain.devnet",
-            "--blocks",
-            "4",
-            "--reorg-depth",
-            "2",
-            "--tokens",
-            "2",
-            "--swaps",
-            "1",
-            "--exit",
-        ],
+        [sys.executable, "-m", "blockx_chain.devnet", *args, "--exit"],
         capture_output=True,
         text=True,
         timeout=60,
         env={**os.environ},
     )
     assert done.returncode == 0, done.stderr
-    summary = json.loads(done.stdout)
+    summary: dict[str, Any] = json.loads(done.stdout)
+    return summary
+
+
+def test_the_cli_generates_a_devnet_and_exits() -> None:
+    summary = _devnet_cli("--blocks", "4", "--reorg-depth", "2", "--tokens", "2", "--swaps", "1")
     # Tokens (2 blocks), the pair (2 blocks), then the blocks of transfers and swaps.
     assert summary["head"] == 2 + 2 + 4
     assert summary["chain_id"] == 31337
@@ -213,3 +227,10 @@ async def test_live_mining_keeps_adding_blocks_of_transfers(client: JsonRpcClien
         assert len(block["transactions"]) == 3
         parent = await _block(client, number - 1)
         assert int(block["timestamp"], 16) - int(parent["timestamp"], 16) == devnet.interval_s
+
+
+def test_the_cli_generates_dense_blocks() -> None:
+    summary = _devnet_cli("--blocks", "1", "--dense")
+    # Tokens (2 blocks), the pair the swaps trade on (2 blocks), one dense block.
+    assert summary["head"] == 2 + 2 + 1
+    assert summary["pair"].startswith("0x")

@@ -31,7 +31,13 @@ from blockx_drive._follow.spec import FollowSpec
 from blockx_drive._follow.watch import PAUSE_MS, Watch
 from blockx_drive.attempts import check_attempts
 from blockx_drive.call_unit import unit_config
-from blockx_drive.defaults import MAX_ATTEMPTS_LIMIT, OnFailure
+from blockx_drive.defaults import (
+    DEFAULT_BLOCKS_PER_TASK,
+    DEFAULT_BUNDLE_SIZE_LIMIT,
+    MAX_ATTEMPTS_LIMIT,
+    OnFailure,
+    default_bundle_size,
+)
 from blockx_drive.jobs import LagFrom
 from blockx_drive.ledger import Reconciliation, reach, reconcile
 from blockx_drive.spec import JobSpec, check
@@ -413,3 +419,9 @@ def test_follow_resumes_at_the_oldest_gap_of_the_ledger(
     written: dict[int, str], expected: int
 ) -> None:
     assert Follower._oldest_gap(written, 5, 7) == expected
+
+
+def test_a_backfill_without_a_bundle_size_writes_each_task_in_one_transaction() -> None:
+    assert default_bundle_size(DEFAULT_BLOCKS_PER_TASK) == DEFAULT_BLOCKS_PER_TASK
+    assert default_bundle_size(7) == 7
+    assert default_bundle_size(10**6) == DEFAULT_BUNDLE_SIZE_LIMIT

@@ -75,8 +75,10 @@ class Setup:
         to_block: int = BLOCKS - 1,
         function: str = "transfer",
         databases: bool = True,
+        bundle_size: int | None = 5,
     ) -> list[str]:
         dbs = ["--db", self.chain_url, "--sink-db", self.sink_url] if databases else []
+        bundle = [] if bundle_size is None else ["--bundle-size", str(bundle_size)]
         return [
             *self.cluster.cli_args(),
             "backfill",
@@ -92,8 +94,7 @@ class Setup:
             str(to_block),
             "--blocks-per-task",
             str(PER_TASK),
-            "--bundle-size",
-            "5",
+            *bundle,
             "--tasks-in-flight",
             "2",
             "--sink-table",
@@ -219,6 +220,25 @@ async def test_a_worker_killed_mid_run_leaves_no_block_missing_or_doubled(setup:
     assert [(w["block_number"], w["block_hash"]) for w in ledger] == [
         (n, block_hash(n)) for n in range(BLOCKS)
     ]
+
+
+async def test_one_bundle_a_task_by_default_writes_what_small_bundles_write(
+    setup: Setup,
+) -> None:
+    """Without --bundle-size a task's blocks are one writer transaction: the same
+    rows and ledger as bundles of 5 blocks."""
+    written = {}
+    for table, bundle_size in (("default_bundle", None), ("small_bundles", 5)):
+        argv = setup.argv(table, "--json", bundle_size=bundle_size)
+        code, events, err = await json_lines(argv)
+        assert code == 0, err
+        assert events[-1]["event"] == "done"
+        assert events[-1]["blocks"] == BLOCKS
+        rows, ledger = await sink_state(setup.sink_url, table)
+        assert rows == expected_rows(range(BLOCKS))
+        written[table] = sorted((e["block_number"], e["block_hash"]) for e in ledger)
+    assert written["default_bundle"] == written["small_bundles"]
+    assert len(written["default_bundle"]) == BLOCKS
 
 
 async def test_sigint_stops_a_backfill_and_a_rerun_finishes_it(setup: Setup) -> None:

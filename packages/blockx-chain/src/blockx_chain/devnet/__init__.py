@@ -7,14 +7,16 @@ from blockx_chain.devnet.anvil import (
     AnvilOptions,
     find_anvil,
 )
-from blockx_chain.devnet.generator import Devnet, MinedBlock, Reorg, Token
+from blockx_chain.devnet.generator import DENSE, BlockShape, Devnet, MinedBlock, Reorg, Token
 from blockx_chain.devnet.nfts import NftContracts
 
 __all__ = [
+    "DENSE",
     "Anvil",
     "AnvilFailed",
     "AnvilNotFound",
     "AnvilOptions",
+    "BlockShape",
     "Devnet",
     "MinedBlock",
     "NftContracts",

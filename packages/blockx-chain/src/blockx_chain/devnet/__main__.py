@@ -2,7 +2,8 @@
 
 Starts anvil on 127.0.0.1 (a free port unless --port), deploys --tokens test tokens
 (and, with --swaps, the AMM-style pair of the first and ETH), mines --blocks blocks
-of transfers (and --swaps trades on the pair) --interval seconds apart from
+of transfers (and --swaps trades on the pair; --dense: about 150 transactions and
+400 logs a block) --interval seconds apart from
 --timestamp, optionally reorgs the top --reorg-depth blocks, prints one JSON line
 (``{"url", "chain_id", "head", "tokens", "pair", "accounts"}``), then keeps anvil running
 (mining a block every --block-time seconds when given) until SIGINT/SIGTERM, or
@@ -26,7 +27,7 @@ from blockx_chain.devnet.anvil import (
     AnvilNotFound,
     AnvilOptions,
 )
-from blockx_chain.devnet.generator import DEFAULT_BLOCK_INTERVAL_S, Devnet
+from blockx_chain.devnet.generator import DEFAULT_BLOCK_INTERVAL_S, DENSE, Devnet
 from blockx_chain.rpc import JsonRpcClient, RpcError
 
 
@@ -41,6 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--swaps", type=int, default=0, help="per block, on a token/ETH pair (0: no pair)"
     )
+    parser.add_argument(
+        "--dense",
+        action="store_true",
+        help="dense blocks (about 150 transactions and 400 logs each): "
+        f"{DENSE.token_transfers} token transfers and {DENSE.swaps} swaps a block, "
+        "instead of --token-transfers, --eth-transfers and --swaps",
+    )
     parser.add_argument("--timestamp", type=int, default=DEFAULT_GENESIS_TIMESTAMP)
     parser.add_argument("--interval", type=int, default=DEFAULT_BLOCK_INTERVAL_S)
     parser.add_argument("--chain-id", type=int, default=DEFAULT_CHAIN_ID)
@@ -53,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
 
 
 async def _generate(url: str, args: argparse.Namespace) -> dict[str, object]:
+    if args.dense:
+        args.token_transfers, args.eth_transfers = DENSE.token_transfers, DENSE.eth_transfers
+        args.swaps = DENSE.swaps
     async with JsonRpcClient(url) as client:
         devnet = Devnet(client, interval_s=args.interval, seed=args.seed)
         reorgable = args.reorg_depth > 0

@@ -62,6 +62,21 @@ PROBE_ONE_IN: Final = 8
 
 
 @dataclass(frozen=True)
+class BlockShape:
+    """What ``mine`` puts in each block: ERC-20 transfers, ETH transfers, and trades
+    on the pair (``setup_pair`` first; each trade logs a token Transfer, a Swap and a
+    Sync)."""
+
+    token_transfers: int = 8
+    eth_transfers: int = 4
+    swaps: int = 0
+
+
+# Dense blocks, as on a busy mainnet: about 150 transactions and 400 logs a block.
+DENSE: Final = BlockShape(token_transfers=10, eth_transfers=0, swaps=140)
+
+
+@dataclass(frozen=True)
 class Token:
     address: str
     symbol: str

@@ -49,6 +49,7 @@ from blockx_drive.call_unit import unit_config
 from blockx_drive.defaults import (
     DEFAULT_BACKFILL_WRITER,
     DEFAULT_BLOCKS_PER_TASK,
+    DEFAULT_BUNDLE_SIZE_LIMIT,
     DEFAULT_FOLLOW_WRITER,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_POLL_INTERVAL_S,
@@ -486,7 +487,8 @@ def backfill_command(
         typer.Option(
             "--bundle-size",
             min=1,
-            help="Blocks per writer transaction (the builder's default: 100).",
+            help="Blocks per writer transaction (default: the task's blocks, up to "
+            f"{DEFAULT_BUNDLE_SIZE_LIMIT:,}).",
         ),
     ] = None,
     tasks_in_flight: Annotated[

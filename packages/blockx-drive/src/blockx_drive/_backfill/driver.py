@@ -65,7 +65,12 @@ from blockx_drive._backfill.progress import (
 )
 from blockx_drive._backfill.record import backfill_progress
 from blockx_drive.attempts import out_of_reach, run_attempt, unanswered
-from blockx_drive.defaults import DEFAULT_BACKFILL_WRITER, DEFAULT_BLOCKS_PER_TASK, OnFailure
+from blockx_drive.defaults import (
+    DEFAULT_BACKFILL_WRITER,
+    DEFAULT_BLOCKS_PER_TASK,
+    OnFailure,
+    default_bundle_size,
+)
 from blockx_drive.job_progress import new_record, task_prefix
 from blockx_drive.jobs import JobKind, JobRecorder, new_job_id, now_ms
 from blockx_drive.ledger import (
@@ -148,7 +153,8 @@ async def backfill(
 ) -> AsyncIterator[BackfillEvent]:
     """Backfill ``[from_block, to_block]`` of ``job`` (``blockx_drive.JobSpec``: the
     function, the source table of the block database, the sink table and the
-    rest), ``blocks_per_task`` blocks a task (of ``bundle_size`` blocks a bundle).
+    rest), ``blocks_per_task`` blocks a task (of ``bundle_size`` blocks a bundle; None:
+    the task's blocks are one bundle, ``defaults.default_bundle_size``).
     Yields a BackfillPlanned, a TaskFinished per finished attempt, and a
     BackfillDone last. Ranges the sink's ledger already holds under the block
     database's current hashes are skipped, unless ``force``.
@@ -236,7 +242,9 @@ async def backfill(
                 source_table=source_table,
                 where=job.where,
                 unit=checked.unit,
-                bundle_size=bundle_size,
+                bundle_size=default_bundle_size(blocks_per_task)
+                if bundle_size is None
+                else bundle_size,
                 writer=checked.writer,
                 writer_config=config,
                 chain=job.chain,
