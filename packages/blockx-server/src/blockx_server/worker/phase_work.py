@@ -5,6 +5,11 @@ scan, which runs inside it, also under SCAN_SLOTS) and the Writer phase
 ``PhaseFailed``); the Orchestrator hands it
 to the core, which decides what comes next. The Writer phase says when its plug-in
 gets the outputs (``writer_started``): a CancelTask after that lets the write end.
+
+A streamed task written by BlockBundleWriteResultHandler commits its finished
+bundles during the Calls phase (``CommittingSink``, ``BundleCommitter``), a
+deviation from the specification's order documented in docs/worker.md; a task
+that fails after such commits lists them in its plugin results.
 """
 
 from __future__ import annotations
