@@ -1,6 +1,6 @@
 """Streaming build versus eager build: one BlockBundleCallConfig task over many rows.
 
-Run: uv run python bench/stream_build_bench.py [--rows 1000000] [--per-block 100]
+Run: uv run python bench/stream_build_bench.py [--rows 100000,1000000] [--per-block 100]
      [--modes stream,eager]
 
 The block database is SQLite, its ``erc20_transfers`` rows written straight in with
@@ -14,7 +14,11 @@ VmHWM, the largest executor's VmHWM, and the peak of Worker + executors sampled
 every 50 ms, and what the process's IO read cache holds at the end: the scan's
 reads of finalized blocks are cacheable, so the cache (IO_CACHE_MAX_BYTES, 256 MiB
 by default, process-wide) fills with them; ``--io-cache-bytes 0`` leaves it out.
-Prints a table, then one JSON line.
+Prints a table per row count, then one JSON line each, then, with two row counts or
+more, each mode's peak RSS at the largest count over its peak at the smallest (the
+goal: a streamed build's memory is flat over the range, within 1.2x from 100,000
+to 1,000,000 rows, since BlockBundleWriteResultHandler commits each finished
+bundle during the Calls phase).
 """
 
 from __future__ import annotations
@@ -201,7 +205,9 @@ def _table(out: dict[str, Any]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument(
+        "--rows", default="100000,1000000", help="comma-separated row counts, one run each"
+    )
     parser.add_argument("--per-block", type=int, default=100)
     parser.add_argument("--modes", default="stream,eager", help="comma-separated: stream, eager")
     parser.add_argument(
@@ -211,9 +217,34 @@ def main() -> None:
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in ("stream", "eager") for m in modes):
         parser.error("--modes takes stream and/or eager")
-    out = asyncio.run(bench(args.rows, args.per_block, modes, args.io_cache_bytes))
-    print(_table(out))
-    print(json.dumps(out))
+    try:
+        counts = sorted({int(r) for r in args.rows.split(",") if r.strip()})
+    except ValueError:
+        parser.error("--rows takes comma-separated row counts")
+    if not counts or counts[0] < 1:
+        parser.error("--rows takes row counts >= 1")
+    outs = []
+    for rows in counts:
+        out = asyncio.run(bench(rows, args.per_block, modes, args.io_cache_bytes))
+        print(_table(out))
+        print(json.dumps(out))
+        outs.append(out)
+    if len(outs) > 1:
+        print(_ratios(outs[0], outs[-1]))
+
+
+def _ratios(small: dict[str, Any], large: dict[str, Any]) -> str:
+    """Each mode's peak RSS at the largest row count over its peak at the smallest."""
+    lines = [f"peak RSS at {large['rows']:,} rows / at {small['rows']:,} rows (goal <= 1.2x):"]
+    for a, b in zip(small["runs"], large["runs"], strict=True):
+        worker = b["worker_peak_rss_mb"] / a["worker_peak_rss_mb"]
+        total = b["total_peak_rss_mb"] / a["total_peak_rss_mb"]
+        lines.append(
+            f"  {a['mode']}: worker {a['worker_peak_rss_mb']} -> {b['worker_peak_rss_mb']} MB "
+            f"({worker:.2f}x), worker + executors {a['total_peak_rss_mb']} -> "
+            f"{b['total_peak_rss_mb']} MB ({total:.2f}x)"
+        )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -1213,6 +1213,32 @@ def test_an_open_task_converges_only_when_its_source_is_done() -> None:
     assert not core.has_task("t1")
 
 
+def test_taken_outputs_are_the_done_prefix_and_the_task_converges_with_the_rest() -> None:
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    core.open_task("t1", CODE, FN, 0)
+    sent = core.add_roots(
+        "t1", [RootCall(args=[i], context=CallContext(block_number=i)) for i in range(4)], 0
+    )
+    ids, ex = root_ids(sent), "e1"
+    assert list(core.take_outputs("t1")) == []
+    # Roots 0, 1 and 3 done: only 0 and 1 are done in a row.
+    core.calls_completed(ex, [ids[0], ids[1], ids[3]], [b"0", b"1", b"3"], 1)
+    assert list(core.take_outputs("t1")) == [
+        RootOutput(0, b"0", CallContext(block_number=0)),
+        RootOutput(1, b"1", CallContext(block_number=1)),
+    ]
+    assert list(core.take_outputs("t1")) == []
+    more = complete_all(core, core.add_roots("t1", [[4]], 2), 2)
+    assert converges(more) == []
+    core.calls_completed(ex, [ids[2]], [b"2"], 3)
+    assert [o.index for o in core.take_outputs("t1")] == [2, 3, 4]
+    # The task converges with the outputs not taken, under their roots' indexes.
+    assert converges(complete_all(core, core.add_roots("t1", [[5]], 4), 4)) == []
+    assert core.roots_done("t1", 5) == [CallsConverged(task_id="t1", outputs=[RootOutput(5, b"5")])]
+    assert core.take_outputs("t1") == []
+
+
 def test_roots_done_before_the_roots_finish_converges_at_the_last_result() -> None:
     core = make(executor_heartbeat_timeout_ms=NO_HB)
     up(core, "e1")

@@ -164,6 +164,24 @@ async def test_without_a_finality_view_or_with_no_cache_nothing_is_cached(chain:
         assert served(chain) == 2
 
 
+async def test_a_read_without_the_cache_neither_fills_nor_uses_it(
+    router: IoRouter, chain: Chain
+) -> None:
+    scope = TaskIoScope(router, "t1")
+    first = await scope.request("chain", "block", [2], cache=False)
+    second = await scope.request("chain", "block", [2])
+    third = await scope.request("chain", "block", [2], cache=False)
+    answers = [first, second, third]
+    assert all(isinstance(a, IoOk) for a in answers), answers
+    assert len({a.value_json for a in answers if isinstance(a, IoOk)}) == 1
+    # The first did not fill the cache, the third did not use what the second filled.
+    assert [a.cached for a in answers if isinstance(a, IoOk)] == [False, False, False]
+    assert served(chain, "block") == 3
+    hit = await scope.request("chain", "block", [2])
+    assert isinstance(hit, IoOk)
+    assert hit.cached
+
+
 async def test_a_failed_read_is_not_cached(router: IoRouter, chain: Chain) -> None:
     chain.fail_next = 1
     scope = TaskIoScope(router, "t1")

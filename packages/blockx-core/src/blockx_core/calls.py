@@ -51,15 +51,21 @@ class RootOutputs(Sequence[RootOutput]):
     same outputs.
     """
 
-    __slots__ = ("_contexts", "_values")
+    __slots__ = ("_contexts", "_first", "_values")
 
     def __init__(
-        self, values: Sequence[bytes], contexts: Sequence[CallContext | None] | None = None
+        self,
+        values: Sequence[bytes],
+        contexts: Sequence[CallContext | None] | None = None,
+        *,
+        first: int = 0,
     ) -> None:
         if contexts is not None and len(contexts) != len(values):
             raise ValueError("one context per output, or none at all")
         self._values = values
         self._contexts = contexts
+        # The root index of the first output (outputs taken before are not here).
+        self._first = first
 
     def __len__(self) -> int:
         return len(self._values)
@@ -78,10 +84,10 @@ class RootOutputs(Sequence[RootOutput]):
             raise IndexError("output index out of range")
         index %= n
         context = None if self._contexts is None else self._contexts[index]
-        return RootOutput(index, self._values[index], context)
+        return RootOutput(self._first + index, self._values[index], context)
 
     def __iter__(self) -> Iterator[RootOutput]:
-        indexes = range(len(self._values))
+        indexes = range(self._first, self._first + len(self._values))
         if self._contexts is None:
             return map(RootOutput, indexes, self._values)
         return map(RootOutput, indexes, self._values, self._contexts)

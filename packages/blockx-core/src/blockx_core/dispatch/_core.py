@@ -53,7 +53,7 @@ import heapq
 from collections.abc import Sequence
 from typing import Any
 
-from blockx_core.calls import RootCall
+from blockx_core.calls import RootCall, RootOutputs
 from blockx_core.dispatch._book import CallBook
 from blockx_core.dispatch._budget import Accounting
 from blockx_core.dispatch._commands import (
@@ -133,6 +133,11 @@ class DispatcherCore:
         task = self._book.tasks.get(task_id)
         return 0 if task is None else task.added - task.done_roots
 
+    def task_done(self, task_id: str) -> int:
+        """Root calls done (0 for no such task)."""
+        task = self._book.tasks.get(task_id)
+        return 0 if task is None else task.done_roots
+
     def task_progress(self, task_id: str) -> tuple[int, int, bool, int] | None:
         """``(root calls done, root calls added, no more will be added, failed
         attempts)`` of an open task; None for no such task (converged or cancelled)."""
@@ -141,6 +146,14 @@ class DispatcherCore:
             return None
         failed = len(task.failures) + task.failures_omitted
         return task.done_roots, task.added, task.source_done, failed
+
+    def take_outputs(self, task_id: str) -> RootOutputs:
+        """The outputs of the open task's root calls done in a row after the last
+        taken (none for no such task); the task forgets them and converges with the
+        rest only, and they no longer count towards MAX_COLLECTED_OUTPUT_BYTES. For
+        a consumer that writes outputs as they come."""
+        task = self._book.tasks.get(task_id)
+        return RootOutputs([]) if task is None else task.take_done()
 
     def call_task(self, call_id: int) -> str | None:
         call = self._book.calls.get(call_id)
@@ -386,7 +399,7 @@ class DispatcherCore:
             if call.parent:
                 book.resume_parent(call, result=SubCallReturned(value_json=result), now_ms=now_ms)
                 continue
-            task.outputs[call.root_index] = _NULL if result == _NULL else result
+            task.set_output(call.root_index, _NULL if result == _NULL else result)
             task.output_bytes += len(result)
             task.done_roots += 1
             task.inflight_roots -= 1

@@ -56,6 +56,7 @@ class TaskCalls:
         "outputs",
         "pending",
         "source_done",
+        "taken",
         "task_id",
         "usage",
         "window",
@@ -76,7 +77,10 @@ class TaskCalls:
         self.grown = 0  # root completions since the window last grew
         self.inflight_roots = 0  # dispatched (or waiting for a retry) and not done
         self.done_roots = 0
-        self.outputs: list[bytes] = []  # by root index; b"" until the root is done
+        # By root index from ``taken``; b"" until the root is done.
+        self.outputs: list[bytes] = []
+        # Root calls whose outputs were taken (``take_outputs``): outputs[0] is root ``taken``.
+        self.taken = 0
         # By root index, only once some root had a context (most tasks have none).
         self.contexts: list[CallContext | None] | None = None
         self.output_bytes = 0
@@ -124,7 +128,11 @@ class TaskCalls:
     def converged(self) -> bool:
         return self.source_done and self.done_roots == self.added
 
+    def set_output(self, index: int, result: bytes) -> None:
+        self.outputs[index - self.taken] = result
+
     def set_context(self, index: int, context: CallContext) -> None:
+        index -= self.taken
         if self.contexts is None:
             self.contexts = [None] * len(self.outputs)
         elif len(self.contexts) < len(self.outputs):
@@ -135,7 +143,26 @@ class TaskCalls:
         contexts = self.contexts
         if contexts is not None:
             contexts.extend([None] * (len(self.outputs) - len(contexts)))
-        return RootOutputs(self.outputs, contexts)
+        return RootOutputs(self.outputs, contexts, first=self.taken)
+
+    def take_done(self) -> RootOutputs:
+        """The outputs of the root calls done in a row from the first not taken, in
+        root order, forgotten here (their bytes no longer count)."""
+        outputs = self.outputs
+        n = 0
+        while n < len(outputs) and outputs[n]:
+            n += 1
+        values = outputs[:n]
+        contexts = None if self.contexts is None else self.contexts[:n]
+        if contexts is not None:
+            contexts.extend([None] * (n - len(contexts)))
+        taken = RootOutputs(values, contexts, first=self.taken)
+        del outputs[:n]
+        if self.contexts is not None:
+            del self.contexts[:n]
+        self.taken += n
+        self.output_bytes -= sum(len(v) for v in values)
+        return taken
 
 
 class CallState(enum.Enum):

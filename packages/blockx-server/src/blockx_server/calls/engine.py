@@ -30,7 +30,7 @@ from typing import Any, assert_never
 
 import msgspec
 
-from blockx_core.calls import RootCall
+from blockx_core.calls import RootCall, RootOutputs
 from blockx_core.code_view import CodeSnapshot, FunctionSource
 from blockx_core.dispatch import (
     AbortCall,
@@ -222,24 +222,38 @@ class CallEngine:
     def roots_done(self, task_id: str) -> None:
         self._apply(self._core.roots_done(task_id, self._clock.now_ms()))
 
-    async def wait_room(self, task_id: str, run: RunState) -> None:
-        if self._has_room(task_id, run):
-            return
-        waiter = asyncio.get_running_loop().create_future()
-        run.room = waiter
-        self._room_waiters[task_id] = run
+    def take_outputs(self, task_id: str) -> RootOutputs:
+        return self._core.take_outputs(task_id)
+
+    async def wait_room(self, task_id: str, run: RunState, *, progress: bool = False) -> None:
+        counts = self._core.task_progress(task_id)
+        run.done_from = counts[0] if progress and counts is not None else None
         try:
-            await waiter
+            if self._has_room(task_id, run):
+                return
+            waiter = asyncio.get_running_loop().create_future()
+            run.room = waiter
+            self._room_waiters[task_id] = run
+            try:
+                await waiter
+            finally:
+                run.room = None
+                if self._room_waiters.get(task_id) is run:
+                    del self._room_waiters[task_id]
         finally:
-            run.room = None
-            if self._room_waiters.get(task_id) is run:
-                del self._room_waiters[task_id]
+            run.done_from = None
+
+    def has_room(self, task_id: str, run: RunState) -> bool:
+        return self._has_room(task_id, run)
 
     def _has_room(self, task_id: str, run: RunState) -> bool:
         core = self._core
         if self._runs.get(task_id) is not run or run.future.done() or not core.has_task(task_id):
             return True  # the run has ended: the producer stops waiting and sees it
-        return core.task_pending(task_id) <= core.task_window(task_id)
+        pending = core.task_pending(task_id)
+        if run.done_from is not None and run.done_from < core.task_done(task_id):
+            return True  # some root call finished: what the producer waited for
+        return pending <= core.task_window(task_id)
 
     def _wake_producers(self) -> None:
         for task_id, run in list(self._room_waiters.items()):

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from blockx_core.calls import RootCall
+from blockx_core.calls import RootCall, RootOutputs
 from blockx_core.code_view import CodeSnapshot
 from blockx_core.dispatch import (
     CallUsage,
@@ -45,7 +45,17 @@ class CallObserver(Protocol):
 class RunState:
     """What the engine keeps for one open run."""
 
-    __slots__ = ("debug", "future", "io", "observer", "records", "room", "snapshot", "usage")
+    __slots__ = (
+        "debug",
+        "done_from",
+        "future",
+        "io",
+        "observer",
+        "records",
+        "room",
+        "snapshot",
+        "usage",
+    )
 
     def __init__(
         self,
@@ -65,6 +75,9 @@ class RunState:
         self.records = records
         # Set while the producer waits in wait_room(); resolved by the engine.
         self.room: asyncio.Future[None] | None = None
+        # While the producer waits for progress (``wait_progress``): the root calls
+        # done when it started waiting.
+        self.done_from: int | None = None
         # The dispatcher's measure of the run's calls, filled in until it converges.
         self.usage = CallUsage()
 
@@ -74,7 +87,9 @@ class RunOwner(Protocol):
 
     def add_roots(self, task_id: str, roots: Sequence[RootCall | list[Any]]) -> None: ...
     def roots_done(self, task_id: str) -> None: ...
-    async def wait_room(self, task_id: str, run: RunState) -> None: ...
+    def take_outputs(self, task_id: str) -> RootOutputs: ...
+    async def wait_room(self, task_id: str, run: RunState, *, progress: bool = False) -> None: ...
+    def has_room(self, task_id: str, run: RunState) -> bool: ...
     def close_run(self, task_id: str, run: RunState) -> None: ...
 
 
@@ -103,6 +118,11 @@ class CallRun:
         self._done = True
         self._engine.roots_done(self.task_id)
 
+    def take_outputs(self) -> RootOutputs:
+        """The outputs of the root calls done in a row since the last take, in root
+        order; the run forgets them (``result()`` converges with the rest only)."""
+        return self._engine.take_outputs(self.task_id)
+
     @property
     def records(self) -> RunRecords | None:
         """The run's call records (``open_calls(record_bytes=...)``), None when off."""
@@ -121,6 +141,17 @@ class CallRun:
         it is reading."""
         if not self._done:
             await self._engine.wait_room(self.task_id, self._run)
+
+    @property
+    def has_room(self) -> bool:
+        """What ``wait_room`` waits for holds: ``wait_room`` would return at once."""
+        return self._done or self._engine.has_room(self.task_id, self._run)
+
+    async def wait_progress(self) -> None:
+        """Until some root call finishes, or ``wait_room`` would return. For a
+        producer that consumes outputs as they come (``take_outputs``)."""
+        if not self._done:
+            await self._engine.wait_room(self.task_id, self._run, progress=True)
 
     def close(self) -> None:
         """Give the run up: its calls are cancelled and it never converges. For a

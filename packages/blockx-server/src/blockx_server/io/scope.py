@@ -28,6 +28,7 @@ attempts with jittered exponential back-off.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import random
 import time
@@ -141,11 +142,13 @@ class TaskIoScope:
         kwargs: dict[str, Any] | None = None,
         *,
         retry: bool = False,
+        cache: bool = True,
     ) -> IoOutcome:
         """One request; with ``retry`` a retryable failure is tried again
         (IO_RETRY_MAX_ATTEMPTS attempts, jittered back-off). The answer's ``io_us``
-        and ``queue_us`` cover every attempt."""
-        outcome = await self._attempt(backend, op, args, kwargs or {})
+        and ``queue_us`` cover every attempt. ``cache=False``: the read neither uses
+        nor fills the read cache (a Builder's scan reads each range once)."""
+        outcome = await self._attempt(backend, op, args, kwargs or {}, cache)
         if not retry:
             return outcome
         attempts, io_us, queue_us = 1, outcome.io_us, outcome.queue_us
@@ -162,7 +165,7 @@ class TaskIoScope:
                     assert_never(decision)
             attempts += 1
             self.stats.retries += 1
-            outcome = await self._attempt(backend, op, args, kwargs or {})
+            outcome = await self._attempt(backend, op, args, kwargs or {}, cache)
             io_us += outcome.io_us
             queue_us += outcome.queue_us
         return msgspec.structs.replace(outcome, io_us=io_us, queue_us=queue_us)
@@ -171,18 +174,18 @@ class TaskIoScope:
         self._closed = True
 
     async def _attempt(
-        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any]
+        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any], cache: bool = True
     ) -> IoOutcome:
         pin = await self._task_io.pins.pin(backend, op, args, kwargs)
         outcome: IoOutcome | None = None
         try:
-            outcome = await self._pinned_attempt(backend, op, pin.args, pin.kwargs)
+            outcome = await self._pinned_attempt(backend, op, pin.args, pin.kwargs, cache)
             return outcome
         finally:
             pin.learn(outcome)
 
     async def _pinned_attempt(
-        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any]
+        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any], cache: bool = True
     ) -> IoOutcome:
         outcome: IoOutcome
         if self.closed:
@@ -197,6 +200,8 @@ class TaskIoScope:
             if isinstance(prepared, IoFailed):
                 outcome = prepared
             else:
+                if not cache and prepared.cacheable:
+                    prepared = dataclasses.replace(prepared, cacheable=False)
                 outcome = self._router.cached(prepared) or await self._fetch(prepared)
         self._count(outcome)
         self._router.record(backend, op, outcome)

@@ -26,6 +26,10 @@ class ChainScan:
     table: str | None = None
     block_hashes: dict[int, str] = field(default_factory=dict)
     bundle_size: int | None = None
+    # The bundles a streamed task's bundle writer committed during its Calls phase,
+    # each ``[first block, last block, blocks, rows]``; their blocks have left
+    # ``block_hashes``.
+    committed: list[list[int]] = field(default_factory=list)
 
     def record(self, table: str, block_hashes: dict[int, str], bundle_size: int | None) -> None:
         self.table = table

@@ -416,7 +416,10 @@ class Orchestrator:
                 body = work.builder(runtime, builder)
             case StartCallPhase():
                 phase = TaskPhase.CALLS
-                body = work.calls(runtime)
+                handler = runtime.task.result_handler
+                body = work.calls(
+                    runtime, None if handler is None else self.writers.get(handler.type)
+                )
             case StartWriterPhase():
                 phase = TaskPhase.WRITER
                 handler = runtime.task.result_handler

@@ -5,6 +5,11 @@ scan, which runs inside it, also under SCAN_SLOTS) and the Writer phase
 ``PhaseFailed``); the Orchestrator hands it
 to the core, which decides what comes next. The Writer phase says when its plug-in
 gets the outputs (``writer_started``): a CancelTask after that lets the write end.
+
+A streamed task written by BlockBundleWriteResultHandler commits its finished
+bundles during the Calls phase (``CommittingSink``, ``BundleCommitter``), a
+deviation from the specification's order documented in docs/worker.md; a task
+that fails after such commits lists them in its plugin results.
 """
 
 from __future__ import annotations
@@ -13,18 +18,20 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import assert_never
 
 import msgspec
 
 from blockx_core.call_record import encode_record
+from blockx_core.calls import RootCall
 from blockx_core.dispatch import CallFailure, CallsConverged, CallsFailed
 from blockx_core.failures import Failure, FailureCode
 from blockx_core.task import PluginResult
 from blockx_core.worker import PhaseFailed, PhaseOutcome, PhaseSucceeded
 from blockx_server.calls.engine import CallEngine
 from blockx_server.calls.recording import RunRecords, failure_ending
+from blockx_server.calls.run import CallRun
 from blockx_server.pipeline.builders import (
     DEFAULT_TASK_MAX_CALLS,
     CallBuilder,
@@ -33,7 +40,12 @@ from blockx_server.pipeline.builders import (
     StreamBuildConfig,
     feed_calls,
 )
+from blockx_server.pipeline.builders.streaming import RootSink
 from blockx_server.pipeline.writers import WriterPlugin, failed_writer_result
+from blockx_server.pipeline.writers.block_bundle_write import (
+    BlockBundleWriteResultHandler,
+    BundleCommitter,
+)
 from blockx_server.runtime.clock import SYSTEM_CLOCK, Clock
 from blockx_server.worker.build_phase import build_calls, decode_checked_config
 from blockx_server.worker.call_progress import ProgressCounter
@@ -107,10 +119,18 @@ class PhaseWork:
             return PhaseSucceeded()  # streamed: the count is known after the scan
         return PhaseSucceeded(call_count=len(calls.calls))
 
-    async def calls(self, runtime: TaskRuntime) -> PhaseOutcome:
+    async def calls(self, runtime: TaskRuntime, writer: WriterPlugin | None = None) -> PhaseOutcome:
         ctx, calls = runtime.ctx, runtime.calls
         assert ctx is not None
         assert calls is not None
+        committer = None
+        handler = runtime.task.result_handler
+        if (
+            not isinstance(calls, CallList)
+            and isinstance(writer, BlockBundleWriteResultHandler)
+            and handler is not None
+        ):
+            committer = await self._committer(runtime, handler.config)
         observer = None if self._function_calls is None else self._function_calls(calls.function)
         counted = self.progress.observer(ctx.task_id, observer)
         async with self._executor_sem:
@@ -130,11 +150,16 @@ class PhaseWork:
                     # scanSem. One that fails midway fails the task BUILDER_FAILED;
                     # calls of the chunks before may have run.
                     self.progress.count(ctx.task_id)
+                    sink: RootSink = self.progress.sink(run)
+                    if committer is not None:
+                        sink = CommittingSink(sink, run, committer)
                     try:
                         async with self._scan_sem:
-                            await feed_calls(calls, self.progress.sink(run), self.max_calls)
+                            await feed_calls(calls, sink, self.max_calls)
+                    except BundleNotCommitted as exc:
+                        return _commit_failed(committer, exc.error)
                     except PluginError as exc:
-                        return _builder_failed(exc)
+                        return _builder_failed(exc, committer)
                 else:
                     run.add(calls.calls)
                     run.done()
@@ -149,6 +174,8 @@ class PhaseWork:
             case CallsConverged():
                 self.task_log.calls_converged(ctx.task_id, None)
                 runtime.outputs = converged.outputs
+                if committer is not None and committer.pending:
+                    runtime.outputs = [*committer.pending, *converged.outputs]
                 return PhaseSucceeded()
             case CallsFailed():
                 self.task_log.calls_converged(ctx.task_id, converged.failed_call)
@@ -158,9 +185,24 @@ class PhaseWork:
                     failure=converged.failure,
                     call_failures=converged.call_failures,
                     call_failures_omitted=converged.call_failures_omitted,
+                    plugin_results=_committed(committer, converged.failure),
                 )
             case _:
                 assert_never(converged)
+
+    async def _committer(self, runtime: TaskRuntime, config_text: str) -> BundleCommitter | None:
+        """The committer of a streamed bundle task's finished bundles; None when its
+        writer config is refused (the Writer phase reports it)."""
+        assert runtime.ctx is not None
+        config = await self.offload.run(
+            "writer", len(config_text), decode_checked_config, config_text
+        )
+        # The Writer Plugin's scope is the only one that may write.
+        writer_ctx = dataclasses.replace(runtime.ctx, io=runtime.ctx.io.writer())
+        try:
+            return BundleCommitter(writer_ctx, config)
+        except PluginError:
+            return None
 
     async def _keep_record(
         self, runtime: TaskRuntime, records: RunRecords, failed: CallFailure
@@ -217,7 +259,74 @@ class PhaseWork:
         )
 
 
-def _builder_failed(exc: PluginError) -> PhaseOutcome:
-    return PhaseFailed(
-        failure=Failure.of(FailureCode.BUILDER_FAILED, exc.message, retryable=exc.retryable)
+def _builder_failed(exc: PluginError, committer: BundleCommitter | None = None) -> PhaseOutcome:
+    failure = Failure.of(FailureCode.BUILDER_FAILED, exc.message, retryable=exc.retryable)
+    return PhaseFailed(failure=failure, plugin_results=_committed(committer, failure))
+
+
+def _commit_failed(committer: BundleCommitter | None, exc: PluginError) -> PhaseOutcome:
+    failure = Failure.of(FailureCode.PLUGIN_FAILED, exc.message, retryable=exc.retryable)
+    return PhaseFailed(failure=failure, plugin_results=_committed(committer, failure))
+
+
+def _committed(committer: BundleCommitter | None, failure: Failure) -> tuple[PluginResult, ...]:
+    """A streamed bundle task's failed plugin result, with the bundles committed
+    before it failed; none for any other task."""
+    if committer is None:
+        return ()
+    return (
+        PluginResult(
+            plugin_name=BlockBundleWriteResultHandler.name,
+            success=False,
+            failure_code=failure.kind if isinstance(failure.kind, FailureCode) else None,
+            failure_message=failure.message,
+            result=committer.result(),
+        ),
     )
+
+
+class BundleNotCommitted(Exception):
+    """A finished bundle's commit failed during the Calls phase."""
+
+    def __init__(self, error: PluginError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class CommittingSink:
+    """A streamed bundle task's feed sink: each time the feeder waits for room, the
+    outputs of the calls done so far go to the task's ``BundleCommitter``, which
+    commits the bundles they finish (BlockBundleWriteResultHandler's early commits)."""
+
+    __slots__ = ("_committer", "_run", "_sink")
+
+    def __init__(self, sink: RootSink, run: CallRun, committer: BundleCommitter) -> None:
+        self._sink = sink
+        self._run = run
+        self._committer = committer
+
+    @property
+    def ended(self) -> bool:
+        return self._sink.ended
+
+    async def wait_room(self) -> None:
+        """Commit what the calls finished as they finish, until the run has room."""
+        run = self._run
+        while True:
+            try:
+                await self._committer.commit(run.take_outputs())
+            except PluginError as exc:
+                raise BundleNotCommitted(exc) from None
+            if run.has_room:
+                return
+            await run.wait_progress()
+
+    def add(self, roots: Sequence[RootCall]) -> None:
+        self._sink.add(roots)
+        self._committer.added(len(roots))
+
+    def done(self) -> None:
+        self._sink.done()
+
+    def close(self) -> None:
+        self._sink.close()

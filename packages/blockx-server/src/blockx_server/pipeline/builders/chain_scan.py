@@ -138,8 +138,8 @@ class _TooWide(PluginError):
     """The answer would exceed BLOCKDB_MAX_ROWS: read fewer blocks at a time."""
 
 
-async def _read(ctx: TaskContext, op: str, what: str, *args: Any) -> Any:
-    outcome = await ctx.io.request("blockdb", op, list(args), {}, retry=True)
+async def _read(ctx: TaskContext, op: str, what: str, *args: Any, cache: bool = True) -> Any:
+    outcome = await ctx.io.request("blockdb", op, list(args), {}, retry=True, cache=cache)
     match outcome:
         case IoOk():
             return outcome.decoded()
@@ -157,7 +157,8 @@ class ChainScanner:
     """Reads ``table`` rows matching ``where`` and the block rows of a range, in
     chunks that fit BLOCKDB_MAX_ROWS, checking every row against its block's hash.
 
-    With ``chunk_rows`` each chunk aims at about that many rows instead (never
+    With ``chunk_rows`` (a streamed scan) its reads skip the IO read cache, and each
+    chunk aims at about that many rows instead (never
     wider than what fit BLOCKDB_MAX_ROWS): the next chunk's width follows the rows
     per block of the last one."""
 
@@ -265,7 +266,12 @@ class ChainScanner:
 
     async def _chunk(self, start: int, end: int) -> list[Scanned]:
         what = f"{self.builder}: reading blocks {start}..{end}"
-        blocks: list[dict[str, Any]] = await _read(self.ctx, "blocks", what, start, end)
+        # A sized (streamed) scan reads each chunk once: its reads skip the read
+        # cache, which would otherwise grow with the range.
+        cache = self.chunk_rows is None
+        blocks: list[dict[str, Any]] = await _read(
+            self.ctx, "blocks", what, start, end, cache=cache
+        )
         have = {b["block_number"] for b in blocks}
         missing = [n for n in range(start, end + 1) if n not in have]
         if missing and not await self._selective_gaps(missing):
@@ -276,7 +282,7 @@ class ChainScanner:
             )
         what = f"{self.builder}: reading {self.table} of blocks {start}..{end}"
         rows: list[dict[str, Any]] = await _read(
-            self.ctx, "rows", what, self.table, start, end, self.where
+            self.ctx, "rows", what, self.table, start, end, self.where, cache=cache
         )
         by_block: dict[int, list[dict[str, Any]]] = {b["block_number"]: [] for b in blocks}
         hashes = {b["block_number"]: b["block_hash"] for b in blocks}

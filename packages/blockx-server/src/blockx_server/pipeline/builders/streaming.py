@@ -11,7 +11,9 @@ at a time, adding each chunk's root calls as it comes, while the Worker's scanSe
 Memory: before adding a chunk the feeder waits until the dispatcher has room (the
 roots added and not finished fit the task's call window, ``CallRun.wait_room``);
 the next chunk is read while the calls of the last one run. A scan holds one call
-window and one chunk (at most BLOCKDB_MAX_ROWS rows), however long the range.
+window and one chunk (at most BLOCKDB_MAX_ROWS rows), however long the range; with
+BlockBundleWriteResultHandler the outputs go too, bundle by bundle, as the feeder
+waits (``worker/phase_work.py``'s CommittingSink).
 
 Failure: a chunk that cannot be read raises PluginError after the calls of the
 chunks before it may have run; the task then fails BUILDER_FAILED, retryable as the
