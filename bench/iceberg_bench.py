@@ -39,7 +39,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from backfill_bench import OUT_COLUMNS, BundleCluster, bundle_task, chain_file, ranges
+from backfill_bench import OUT_COLUMNS, SPARSE, BundleCluster, bundle_task, chain_file, ranges
 
 from blockx_chain.lake import LakeConfig
 from blockx_client import Client, PluginConfig, Task
@@ -152,7 +152,7 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "blockx-bench")
     args = p.parse_args()
-    chain, generated = chain_file(args.cache_dir, args.blocks)
+    chain, generated = chain_file(args.cache_dir, args.blocks, SPARSE)
     spans = ranges(args.blocks, args.blocks_per_task)
     work = Path(tempfile.mkdtemp(prefix="blockx-iceberg-bench-"))
     try:

@@ -59,7 +59,6 @@ from blockx_chain.lake.config import CATALOG_NAME, LakeConfig
 from blockx_chain.sink import SinkMismatch, SinkRejected, SinkStore, SinkUnavailable, open_sink
 from blockx_chain.sink import code as sink_code
 from blockx_chain.sink.base import (
-    SinkTx,
     _block_batch,
     _runs,
     _stamped_types,
@@ -77,6 +76,7 @@ from blockx_chain.sink.schema import (
     plan,
     writable_table,
 )
+from blockx_chain.sink.tx import SinkTx
 from blockx_chain.url import BlockDbUrl, PostgresUrl, SqliteUrl, describe, parse_blockdb_url
 from blockx_core.backoff import Backoff
 
