@@ -1,7 +1,7 @@
 """What ingest's speed-ups keep, against a real anvil: receipts checked once still
 refuse receipts that are not the block's transactions', and the SQLite writer that
-checks, deletes and loads in one turn of its thread writes the same rows as the
-statement-by-statement path, replacing as it did."""
+checks, deletes and loads in one call on the loop's thread writes the same rows as
+the statement-by-statement path, replacing as it did."""
 
 from __future__ import annotations
 
@@ -95,3 +95,23 @@ async def test_one_turn_writes_the_rows_of_the_statement_path(eth: EthRpc, tmp_p
     assert sum(len(r.transactions) for r in rows) == len(one["transactions"]) > 0
     assert sum(len(r.logs) for r in rows) == len(one["logs"]) > 0
     assert one["erc20_transfers"]
+
+
+async def test_reads_go_on_beside_a_write_on_the_loops_thread(eth: EthRpc, tmp_path: Path) -> None:
+    """Writes run on the event loop's thread, reads on the store's threads: a read
+    made while a writer holds its transaction sees the last commit (WAL), neither
+    waits for the other, and the commit is seen by the next read."""
+    head = await eth.block_number()
+    rows = await BatchFetcher(eth).blocks(range(head + 1))
+    store = await open_store(parse_blockdb_url(f"sqlite:///{tmp_path / 'db.db'}"))
+    try:
+        async with store.writer() as writer:
+            await writer.insert_blocks(rows[:2], seen_at_ms=1)
+        async with store.writer() as writer:
+            await writer.insert_blocks(rows[2:], seen_at_ms=1)
+            during = await store.blocks(0, head)
+        after = await store.blocks(0, head)
+    finally:
+        await store.close()
+    assert [b["block_number"] for b in during] == [0, 1]
+    assert [b["block_hash"] for b in after] == [r.block.block_hash for r in rows]
