@@ -120,6 +120,36 @@ def test_the_json_summary(chain_node: tuple[Anvil, int], db_url: str) -> None:
     assert (again["from"], again["to"], again["blocks"]) == (head + 1, head, 0)
 
 
+def test_the_command_stores_the_rows_the_library_stores(
+    chain_node: tuple[Anvil, int], tmp_path: Path
+) -> None:
+    """The command runs ingest with its own garbage-collector threshold; the library
+    called here runs with the interpreter's: the same rows in every block table."""
+    from blockx_chain.ingest import ingest
+    from blockx_chain.schema import BLOCK_TABLES
+
+    node, head = chain_node
+    by_command, by_library = tmp_path / "command.db", tmp_path / "library.db"
+    result = ingest_cli("--rpc", node.url, "--db", f"sqlite:///{by_command}", "--json")
+    assert result.returncode == 0, result.stderr
+    asyncio.run(ingest(node.url, parse_blockdb_url(f"sqlite:///{by_library}")))
+
+    def rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+        with sqlite3.connect(path) as conn:
+            conn.execute("UPDATE blocks SET seen_at_ms = 0")  # when each run stored them
+            return {
+                t.name: conn.execute(f"SELECT * FROM {t.name} ORDER BY 1, 2, 3").fetchall()
+                for t in BLOCK_TABLES
+            }
+
+    stored = rows(by_command)
+    assert stored == rows(by_library)
+    assert len(stored["blocks"]) == head + 1
+    assert stored["transactions"]
+    assert stored["logs"]
+    assert stored["erc20_transfers"]
+
+
 def test_without_json_it_prints_one_summary_line(
     chain_node: tuple[Anvil, int], tmp_path: Path
 ) -> None:
