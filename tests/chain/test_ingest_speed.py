@@ -5,7 +5,10 @@ the statement-by-statement path, replacing as it did."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -115,3 +118,19 @@ async def test_reads_go_on_beside_a_write_on_the_loops_thread(eth: EthRpc, tmp_p
         await store.close()
     assert [b["block_number"] for b in during] == [0, 1]
     assert [b["block_hash"] for b in after] == [r.block.block_hash for r in rows]
+
+
+def test_the_node_client_loads_httpx_without_its_command_line() -> None:
+    """httpx's command line (click, pygments, rich's progress bars) stays out of every
+    process that talks to a node; the client works without it (the client's tests)."""
+    probe = (
+        "import json, sys\n"
+        "import blockx_chain.rpc\n"
+        "print(json.dumps(sorted(m for m in sys.modules "
+        "if m.split('.')[0] in ('httpx', 'click', 'pygments'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout)
+    assert "httpx" in loaded
+    assert [m for m in loaded if not m.startswith("httpx.") and m != "httpx"] == []

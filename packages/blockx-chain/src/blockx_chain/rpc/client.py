@@ -23,14 +23,20 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import httpx
-import msgspec
+# httpx imports its own command line (click, rich's progress bars, pygments) when
+# those are installed, a third of its import time; nothing here runs it. A None in
+# sys.modules makes that import fail, and httpx goes on without its command line.
+sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
 
-from blockx_chain.rpc.answers import shown
-from blockx_chain.rpc.errors import (
+import httpx  # noqa: E402
+import msgspec  # noqa: E402
+
+from blockx_chain.rpc.answers import shown  # noqa: E402
+from blockx_chain.rpc.errors import (  # noqa: E402
     RpcError,
     RpcErrorKind,
     classify_http_status,
