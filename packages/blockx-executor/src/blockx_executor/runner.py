@@ -48,7 +48,7 @@ from blockx_executor.api import (
     _current_call,
 )
 from blockx_executor.capture import CallOutputs, debug_logging
-from blockx_executor.code import CodeCache, Function, Unavailable, describe
+from blockx_executor.code import CodeCache, Unavailable, describe
 from blockx_executor.heartbeat import heartbeat_loop
 from blockx_executor.integrity import IntegrityCheck, fail_and_stop
 from blockx_executor.no_event_loop import NO_EVENT_LOOP
@@ -191,6 +191,8 @@ class Runner:
         # The thread's CPU clock is a system call: a sync call's end is the next one's
         # start, so each call reads it once (and is charged the runner's work between
         # two calls, about a microsecond). A flush reads it afresh.
+        start = self._start_async if entry.is_async else self._run_sync
+        fn = entry.fn
         clock = _thread_time_ns()
         for call_id, args, kwargs, context in zip(
             batch.call_ids, batch.args, kwargs_column, contexts, strict=True
@@ -207,34 +209,15 @@ class Runner:
                 self._debug.add(call_id)
                 self._outputs.debug(call_id)
                 with debug_logging():
-                    clock = self._start(
-                        entry, call_id, args, kwargs or None, budget_ns, info, clock
-                    )
+                    clock = start(call_id, fn, args, kwargs or None, budget_ns, info, clock)
             else:
-                clock = self._start(entry, call_id, args, kwargs or None, budget_ns, info, clock)
+                clock = start(call_id, fn, args, kwargs or None, budget_ns, info, clock)
             if (
                 len(self._done_ids) >= _FLUSH_EVERY_CALLS
                 or _perf_counter_ns() - self._last_flush_ns > _FLUSH_EVERY_NS
             ):
                 self._flush()
                 clock = _thread_time_ns()
-
-    def _start(
-        self,
-        entry: Function,
-        call_id: int,
-        args: list[Any],
-        kwargs: dict[str, Any] | None,
-        budget_ns: int,
-        info: CallInfo,
-        clock: int,
-    ) -> int:
-        """Start one call; ``clock`` is the thread's CPU clock now, the result its
-        value when the call has been dealt with."""
-        if entry.is_async:
-            self._start_async(call_id, entry.fn, args, kwargs, budget_ns, info)
-            return _thread_time_ns()
-        return self._run_sync(call_id, entry.fn, args, kwargs, budget_ns, info, clock)
 
     def _emit_output(self, call_id: int, *, ended: bool) -> None:
         output = self._outputs.take(call_id, ended=ended)
@@ -253,6 +236,8 @@ class Runner:
         info: CallInfo,
         started: int,
     ) -> int:
+        """Run a def function's call; ``started`` is the thread's CPU clock now, the
+        result its value when the call has been dealt with."""
         token = _current_call.set(info)
         self._running = (call_id, started, 0)
         outputs = self._outputs
@@ -288,15 +273,19 @@ class Runner:
         kwargs: dict[str, Any] | None,
         budget_ns: int,
         info: CallInfo,
-    ) -> None:
+        _clock: int,
+    ) -> int:
+        """Start an async def function's call (it reads the clock itself, per step);
+        the result is the thread's CPU clock when it has suspended or ended."""
         ctx = contextvars.copy_context()
         ctx.run(_current_call.set, info)
         try:
             coro = ctx.run(fn, *args) if kwargs is None else ctx.run(fn, *args, **kwargs)
         except BaseException as exc:  # wrong arguments for the signature
             self._fail(call_id, FailureKind.USER_ERROR, describe(exc), 0)
-            return
+            return _thread_time_ns()
         self._step(SuspendedCall(call_id, coro, ctx, budget_ns), None, None)
+        return _thread_time_ns()
 
     def _step(self, call: SuspendedCall, value: Any, error: BaseException | None) -> None:
         """Run a coroutine until it suspends on a BlockX awaitable or finishes."""
