@@ -38,6 +38,7 @@ from blockx_core.dispatch._state import (
     TaskCalls,
     detach,
     hold,
+    hold_all,
 )
 from blockx_core.failures import CallFailureKind, Failure, FailureCode, is_retryable
 
@@ -173,10 +174,7 @@ class CallBook:
             for send in place(chunk, accepting, self.config.max_batch_calls):
                 ex = accepting[send.executor_id]
                 ex.started += len(send.call_ids)
-                for call_id in send.call_ids:
-                    hold(
-                        ex, call_id, now_ms=now_ms, parent=parents.get(call_id, 0) if parents else 0
-                    )
+                hold_all(ex, send.call_ids, parents, now_ms=now_ms)
                 self.outbox.append(send)
             for ex in [e for e in accepting.values() if e.started >= max_calls]:
                 self.retire(ex, reason=f"it has run {ex.started} calls (EXECUTOR_MAX_CALLS)")
