@@ -112,23 +112,21 @@ class CallBook:
         pending = task.pending
         base = task.base
         code, function = task.code, task.function
-        new_call = self.new_call
-        new = [
-            # The shorthand (a list of positional arguments) is the common case.
-            new_call(
-                task,
-                root_index=base + i,
-                parent=0,
-                code=code,
-                function=function,
-                args=root,
-                kwargs=None,
-                context=None,
-            )
-            if type(root := pending[i]) is list
-            else self._new_root(task, index=base + i, root=root)
-            for i in range(start, start + n)
-        ]
+        calls, live = self.calls, task.live
+        new: list[Call] = []
+        for i in range(start, start + n):
+            root = pending[i]
+            if type(root) is list:
+                # The shorthand (a list of positional arguments), the common case:
+                # ``new_call`` inlined, since this runs once per root call.
+                call_id = self._next_call_id
+                self._next_call_id = call_id + 1
+                call = Call(call_id, task, base + i, 0, code, function, root, None, None)
+                calls[call_id] = call
+                live.add(call_id)
+            else:
+                call = self._new_root(task, index=base + i, root=root)
+            new.append(call)
         task.next_root = start + n
         task.inflight_roots += n
         self.send(new, now_ms=now_ms)
