@@ -1308,6 +1308,22 @@ def test_batches_carry_kwargs_and_contexts_only_when_some_call_has_them() -> Non
     ]
 
 
+def test_a_refill_of_mixed_roots_numbers_them_in_order() -> None:
+    """Lists and RootCalls in one window: consecutive call ids, arguments and
+    outputs in root order (the list shorthand takes its own path)."""
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    roots: list[RootCall | list[Any]] = [[0], RootCall([1], context=BLOCK), [2], [3]]
+    [send] = of(core.start_task("m", CODE, FN, roots, 0), SendCalls)
+    first = send.call_ids[0]
+    assert send.call_ids == [first, first + 1, first + 2, first + 3]
+    assert send.args == [[0], [1], [2], [3]]
+    assert send.contexts == [None, BLOCK, None, None]
+    converge = only_converge(complete_all(core, [send], 1))
+    assert isinstance(converge, CallsConverged)
+    assert [o.value_json for o in converge.outputs] == [b"0", b"1", b"2", b"3"]
+
+
 def test_a_sub_call_inherits_its_parents_context_and_carries_its_kwargs() -> None:
     core = make(executor_heartbeat_timeout_ms=NO_HB)
     up(core, "e1")
