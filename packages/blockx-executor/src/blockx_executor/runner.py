@@ -69,7 +69,7 @@ from blockx_executor.protocol import (
     ToExecutor,
     printable,
 )
-from blockx_executor.results import json_problem
+from blockx_executor.results import JSON_SCALARS, json_problem
 from blockx_executor.suspended import NOT_AWAITABLE, SuspendedCall, close_quietly
 from blockx_executor.traced_calls import OpenSpans, finished_span, open_span
 
@@ -79,6 +79,7 @@ _FLUSH_EVERY_CALLS: Final = 1024
 _RECV_BYTES: Final = 4 * 1024 * 1024
 _thread_time_ns = time.thread_time_ns
 _perf_counter_ns = time.perf_counter_ns
+_COROUTINE: Final = types.CoroutineType
 
 
 class Runner:
@@ -193,6 +194,7 @@ class Runner:
         # two calls, about a microsecond). A flush reads it afresh.
         start = self._start_async if entry.is_async else self._run_sync
         fn = entry.fn
+        debug = batch.debug
         clock = _thread_time_ns()
         for call_id, args, kwargs, context in zip(
             batch.call_ids, batch.args, kwargs_column, contexts, strict=True
@@ -205,7 +207,7 @@ class Runner:
                 )
             if traced is not None and call_id in traced:
                 open_span(self._spans, call_id, traced[call_id])
-            if batch.debug:
+            if debug:
                 self._debug.add(call_id)
                 self._outputs.debug(call_id)
                 with debug_logging():
@@ -255,7 +257,7 @@ class Runner:
         self._running = None
         outputs.current = 0
         _current_call.reset(token)
-        if type(value) is types.CoroutineType:
+        if type(value) is _COROUTINE:
             # A plain def that returned a coroutine: drive it like an async def.
             suspended = SuspendedCall(call_id, value, contextvars.copy_context(), budget_ns)
             suspended.ctx.run(_current_call.set, info)
@@ -384,7 +386,7 @@ class Runner:
             return
         try:
             result = self._json.encode(value)
-            problem = json_problem(value, result)
+            problem = None if type(value) in JSON_SCALARS else json_problem(value, result)
         except (TypeError, ValueError, OverflowError) as exc:
             problem = str(exc)
         if problem is not None:
