@@ -1324,6 +1324,24 @@ def test_a_refill_of_mixed_roots_numbers_them_in_order() -> None:
     assert [o.value_json for o in converge.outputs] == [b"0", b"1", b"2", b"3"]
 
 
+def test_one_frame_of_two_tasks_results_ends_both() -> None:
+    """A frame whose results alternate between two tasks (and an id no longer
+    expected): each task gets its own outputs, counts and convergence."""
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    a = root_ids(core.start_task("a", CODE, FN, [[0], [1]], 0))
+    b = root_ids(core.start_task("b", CODE, FN, [[10], [11], [12]], 0))
+    ids = [a[0], b[10], 999_999, a[1], b[11], b[12]]
+    results = [b"0", b"10", b"x", b"1", b"11", b"12"]
+    converged = converges(core.calls_completed("e1", ids, results, 1))
+    outputs = {
+        c.task_id: [o.value_json for o in c.outputs]
+        for c in converged
+        if isinstance(c, CallsConverged)
+    }
+    assert outputs == {"a": [b"0", b"1"], "b": [b"10", b"11", b"12"]}
+
+
 def test_a_sub_call_inherits_its_parents_context_and_carries_its_kwargs() -> None:
     core = make(executor_heartbeat_timeout_ms=NO_HB)
     up(core, "e1")
