@@ -449,7 +449,9 @@ async def test_sigterm_drains_running_work_and_deregisters(
         got = await client.get(key)
         assert decode_heartbeat(got.value).worker_addr == worker.addr
         stub = channels(worker.addr)
-        await stub.submit_task(worker_v1.SubmitTaskRequest(task=task("t-drain", "busy", [[RUNNING_MS]])))
+        await stub.submit_task(
+            worker_v1.SubmitTaskRequest(task=task("t-drain", "busy", [[RUNNING_MS]]))
+        )
         watching = asyncio.Event()
 
         async def watch_to_the_end() -> list[worker_v1.TaskUpdate]:
