@@ -129,7 +129,7 @@ class CallBook:
             new.append(call)
         task.next_root = start + n
         task.inflight_roots += n
-        self.send(new, now_ms=now_ms)
+        self.send(new, now_ms=now_ms, roots_of_one_task=True)
 
     def after_progress(self, task: TaskCalls, *, now_ms: int) -> None:
         if task.task_id not in self.tasks:
@@ -154,9 +154,11 @@ class CallBook:
             task.grown = 0
         self.fill(task, now_ms=now_ms)
 
-    def send(self, calls: list[Call], *, now_ms: int) -> None:
+    def send(self, calls: list[Call], *, now_ms: int, roots_of_one_task: bool = False) -> None:
         """Assign calls to the executors that take new calls, spreading by load, in
-        batches per function; none gets more than its EXECUTOR_MAX_CALLS."""
+        batches per function; none gets more than its EXECUTOR_MAX_CALLS.
+        ``roots_of_one_task``: the calls are root calls of one task (a window's
+        refill), so they need no grouping and have no parent."""
         accepting = self.accepting
         max_calls = self.config.executor_max_calls
         while calls:
@@ -168,8 +170,9 @@ class CallBook:
             room = min(max_calls - ex.started for ex in accepting.values())
             chunk, calls = calls[:room], calls[room:]
             # Sub-calls (rare next to root calls) are queued with their parent.
-            parents = {c.call_id: c.parent for c in chunk if c.parent}
-            for send in place(chunk, accepting, self.config.max_batch_calls):
+            parents = {} if roots_of_one_task else {c.call_id: c.parent for c in chunk if c.parent}
+            max_batch = self.config.max_batch_calls
+            for send in place(chunk, accepting, max_batch, one_group=roots_of_one_task):
                 ex = accepting[send.executor_id]
                 ex.started += len(send.call_ids)
                 hold_all(ex, send.call_ids, parents, now_ms=now_ms)
