@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -197,3 +198,61 @@ def test_plugins_answer_aliases_and_name_what_is_missing() -> None:
     )
     with pytest.raises(ValueError, match="registered twice"):
         plugins.register("ReturnValueHandler", 3)
+
+
+class Gated:
+    """A backend whose reads wait until ``opened`` is set, counting what it serves."""
+
+    name = "gated"
+    read_ops = frozenset({"rows"})
+    write_ops: frozenset[str] = frozenset()
+
+    def __init__(self) -> None:
+        self.served = 0
+        self.opened = asyncio.Event()
+
+    def immutable(
+        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
+    ) -> bool:
+        return False
+
+    async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
+        self.served += 1
+        await self.opened.wait()
+        return [{"block_number": n, "value": str(10**30 + n)} for n in range(args[0])]
+
+
+@pytest.mark.parametrize(("op", "args", "kwargs", "expected"), READS)
+async def test_a_value_only_read_answers_the_same_value_without_its_json(
+    router: IoRouter, op: str, args: list[Any], kwargs: dict[str, Any], expected: Any
+) -> None:
+    scope = TaskIoScope(router, "t1")
+    encoded = await scope.request("memory", op, args, kwargs)
+    kept = await scope.request("memory", op, args, kwargs, as_json=False)
+    assert isinstance(kept, IoOk), kept
+    assert kept.value_json == b""  # never "null": a reader of the JSON fails loudly
+    assert kept.decoded() == value(encoded) == expected
+    # Only the JSON answer's bytes are counted.
+    assert isinstance(encoded, IoOk)
+    assert scope.stats.bytes == len(encoded.value_json)
+
+
+async def test_a_value_only_read_shares_no_request_in_flight() -> None:
+    """A JSON reader never gets a value-only answer (no JSON) by sharing its request,
+    nor the other way round: each is served on its own."""
+    gated = Gated()
+    scope = TaskIoScope(IoRouter([gated]), "t1")
+    first = asyncio.ensure_future(scope.request("gated", "rows", [3]))
+    shared = asyncio.ensure_future(scope.request("gated", "rows", [3]))
+    kept = asyncio.ensure_future(scope.request("gated", "rows", [3], as_json=False))
+    while gated.served < 2:
+        await asyncio.sleep(0)
+    gated.opened.set()
+    outcomes = await asyncio.gather(first, shared, kept)
+    assert gated.served == 2  # the two JSON reads share one request
+    assert [o.shared for o in outcomes] == [False, True, False]
+    rows = [{"block_number": n, "value": str(10**30 + n)} for n in range(3)]
+    assert value(outcomes[0]) == value(outcomes[1]) == rows
+    assert isinstance(outcomes[2], IoOk)
+    assert outcomes[2].value_json == b""
+    assert outcomes[2].decoded() == rows

@@ -45,8 +45,9 @@ from blockx_server.io.router import IoRouter, Prepared
 
 
 class IoStats(msgspec.Struct, kw_only=True):
-    """What one task's IO cost: requests, failed requests, backend time, answer bytes,
-    and how many requests the cache or a shared request answered."""
+    """What one task's IO cost: requests, failed requests, backend time, answer bytes
+    (of the answers encoded as JSON), and how many requests the cache or a shared
+    request answered."""
 
     requests: int = 0
     failures: int = 0
@@ -143,12 +144,18 @@ class TaskIoScope:
         *,
         retry: bool = False,
         cache: bool = True,
+        as_json: bool = True,
     ) -> IoOutcome:
         """One request; with ``retry`` a retryable failure is tried again
         (IO_RETRY_MAX_ATTEMPTS attempts, jittered back-off). The answer's ``io_us``
         and ``queue_us`` cover every attempt. ``cache=False``: the read neither uses
-        nor fills the read cache (a Builder's scan reads each range once)."""
-        outcome = await self._attempt(backend, op, args, kwargs or {}, cache)
+        nor fills the read cache (a Builder's scan reads each range once).
+        ``as_json=False`` (an in-process reader of ``IoOk.value`` alone, a Builder or
+        a Writer): the answer is not encoded as JSON (``value_json`` is empty), and
+        the read neither uses the cache nor shares another request in flight, whose
+        reader may need the JSON."""
+        cache = cache and as_json
+        outcome = await self._attempt(backend, op, args, kwargs or {}, cache, as_json)
         if not retry:
             return outcome
         attempts, io_us, queue_us = 1, outcome.io_us, outcome.queue_us
@@ -165,7 +172,7 @@ class TaskIoScope:
                     assert_never(decision)
             attempts += 1
             self.stats.retries += 1
-            outcome = await self._attempt(backend, op, args, kwargs or {}, cache)
+            outcome = await self._attempt(backend, op, args, kwargs or {}, cache, as_json)
             io_us += outcome.io_us
             queue_us += outcome.queue_us
         return msgspec.structs.replace(outcome, io_us=io_us, queue_us=queue_us)
@@ -174,18 +181,30 @@ class TaskIoScope:
         self._closed = True
 
     async def _attempt(
-        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any], cache: bool = True
+        self,
+        backend: str,
+        op: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        cache: bool = True,
+        as_json: bool = True,
     ) -> IoOutcome:
         pin = await self._task_io.pins.pin(backend, op, args, kwargs)
         outcome: IoOutcome | None = None
         try:
-            outcome = await self._pinned_attempt(backend, op, pin.args, pin.kwargs, cache)
+            outcome = await self._pinned_attempt(backend, op, pin.args, pin.kwargs, cache, as_json)
             return outcome
         finally:
             pin.learn(outcome)
 
     async def _pinned_attempt(
-        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any], cache: bool = True
+        self,
+        backend: str,
+        op: str,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        cache: bool = True,
+        as_json: bool = True,
     ) -> IoOutcome:
         outcome: IoOutcome
         if self.closed:
@@ -202,7 +221,11 @@ class TaskIoScope:
             else:
                 if not cache and prepared.cacheable:
                     prepared = dataclasses.replace(prepared, cacheable=False)
-                outcome = self._router.cached(prepared) or await self._fetch(prepared)
+                if as_json or prepared.write:
+                    outcome = self._router.cached(prepared) or await self._fetch(prepared)
+                else:
+                    prepared = dataclasses.replace(prepared, as_json=False)
+                    outcome = await self._send(prepared)
         self._count(outcome)
         self._router.record(backend, op, outcome)
         return outcome
