@@ -207,8 +207,10 @@ class Gated:
     read_ops = frozenset({"rows"})
     write_ops: frozenset[str] = frozenset()
 
-    def __init__(self) -> None:
+    def __init__(self, expected: int) -> None:
         self.served = 0
+        self.expected = expected
+        self.arrived = asyncio.Event()  # set when ``expected`` reads are waiting
         self.opened = asyncio.Event()
 
     def immutable(
@@ -218,6 +220,8 @@ class Gated:
 
     async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
         self.served += 1
+        if self.served == self.expected:
+            self.arrived.set()
         await self.opened.wait()
         return [{"block_number": n, "value": str(10**30 + n)} for n in range(args[0])]
 
@@ -240,13 +244,12 @@ async def test_a_value_only_read_answers_the_same_value_without_its_json(
 async def test_a_value_only_read_shares_no_request_in_flight() -> None:
     """A JSON reader never gets a value-only answer (no JSON) by sharing its request,
     nor the other way round: each is served on its own."""
-    gated = Gated()
+    gated = Gated(expected=2)
     scope = TaskIoScope(IoRouter([gated]), "t1")
     first = asyncio.ensure_future(scope.request("gated", "rows", [3]))
     shared = asyncio.ensure_future(scope.request("gated", "rows", [3]))
     kept = asyncio.ensure_future(scope.request("gated", "rows", [3], as_json=False))
-    while gated.served < 2:
-        await asyncio.sleep(0)
+    await gated.arrived.wait()
     gated.opened.set()
     outcomes = await asyncio.gather(first, shared, kept)
     assert gated.served == 2  # the two JSON reads share one request

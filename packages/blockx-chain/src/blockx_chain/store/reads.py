@@ -131,6 +131,23 @@ def blocks(from_block: Any, to_block: Any, max_rows: int, have: Layout = None) -
     return Read(sql, (start, end), max_rows, what)
 
 
+def hashes(from_block: Any, to_block: Any, max_rows: int) -> Read:
+    """The number and hash of each stored block of a range, the way ``blocks`` reads
+    its rows: in block order, at most ``max_rows``."""
+    start = block_number(from_block, "from_block")
+    end = block_number(to_block, "to_block")
+    if end < start:
+        raise ValueError(f"to_block ({end}) is below from_block ({start})")
+    what = f"hashes({start}, {end})"
+    if end - start + 1 > max_rows:
+        raise too_many(what, max_rows)
+    sql = (
+        "SELECT block_number, block_hash FROM blocks WHERE block_number BETWEEN ? AND ? "
+        "ORDER BY block_number"
+    )
+    return Read(sql, (start, end), max_rows, what)
+
+
 def transactions(number: Any, max_rows: int, have: Layout = None) -> Read:
     n = block_number(number, "block_number")
     sql = f"{_select(TRANSACTIONS, have)} WHERE block_number = ? ORDER BY transaction_index LIMIT ?"
