@@ -21,11 +21,14 @@ class Odd:
     """A backend that fails the ways a real one can."""
 
     name = "odd"
-    read_ops = frozenset({"down", "object", "echo"})
+    read_ops = frozenset({"down", "object", "echo", "wait"})
     write_ops: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         self.served = 0
+        # ``wait`` answers once ``opened`` is set; ``arrived`` is set at its second.
+        self.arrived = asyncio.Event()
+        self.opened = asyncio.Event()
 
     def immutable(
         self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
@@ -38,6 +41,11 @@ class Odd:
             raise BackendError(IoErrorKind.UNAVAILABLE, "the node is not answering")
         if op == "object":
             return object()
+        if op == "wait":
+            if self.served == 2:
+                self.arrived.set()
+            await self.opened.wait()
+            return [{"block_number": n, "value": str(10**30 + n)} for n in range(args[0])]
         return {"args": args, "kwargs": kwargs}
 
 
@@ -200,32 +208,6 @@ def test_plugins_answer_aliases_and_name_what_is_missing() -> None:
         plugins.register("ReturnValueHandler", 3)
 
 
-class Gated:
-    """A backend whose reads wait until ``opened`` is set, counting what it serves."""
-
-    name = "gated"
-    read_ops = frozenset({"rows"})
-    write_ops: frozenset[str] = frozenset()
-
-    def __init__(self, expected: int) -> None:
-        self.served = 0
-        self.expected = expected
-        self.arrived = asyncio.Event()  # set when ``expected`` reads are waiting
-        self.opened = asyncio.Event()
-
-    def immutable(
-        self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
-    ) -> bool:
-        return False
-
-    async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        self.served += 1
-        if self.served == self.expected:
-            self.arrived.set()
-        await self.opened.wait()
-        return [{"block_number": n, "value": str(10**30 + n)} for n in range(args[0])]
-
-
 @pytest.mark.parametrize(("op", "args", "kwargs", "expected"), READS)
 async def test_a_value_only_read_answers_the_same_value_without_its_json(
     router: IoRouter, op: str, args: list[Any], kwargs: dict[str, Any], expected: Any
@@ -241,18 +223,17 @@ async def test_a_value_only_read_answers_the_same_value_without_its_json(
     assert scope.stats.bytes == len(encoded.value_json)
 
 
-async def test_a_value_only_read_shares_no_request_in_flight() -> None:
+async def test_a_value_only_read_shares_no_request_in_flight(router: IoRouter, odd: Odd) -> None:
     """A JSON reader never gets a value-only answer (no JSON) by sharing its request,
     nor the other way round: each is served on its own."""
-    gated = Gated(expected=2)
-    scope = TaskIoScope(IoRouter([gated]), "t1")
-    first = asyncio.ensure_future(scope.request("gated", "rows", [3]))
-    shared = asyncio.ensure_future(scope.request("gated", "rows", [3]))
-    kept = asyncio.ensure_future(scope.request("gated", "rows", [3], as_json=False))
-    await gated.arrived.wait()
-    gated.opened.set()
+    scope = TaskIoScope(router, "t1")
+    first = asyncio.ensure_future(scope.request("odd", "wait", [3]))
+    shared = asyncio.ensure_future(scope.request("odd", "wait", [3]))
+    kept = asyncio.ensure_future(scope.request("odd", "wait", [3], as_json=False))
+    await odd.arrived.wait()
+    odd.opened.set()
     outcomes = await asyncio.gather(first, shared, kept)
-    assert gated.served == 2  # the two JSON reads share one request
+    assert odd.served == 2  # the two JSON reads share one request
     assert [o.shared for o in outcomes] == [False, True, False]
     rows = [{"block_number": n, "value": str(10**30 + n)} for n in range(3)]
     assert value(outcomes[0]) == value(outcomes[1]) == rows

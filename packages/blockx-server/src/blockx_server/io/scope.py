@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import itertools
 import random
 import time
@@ -57,6 +58,16 @@ class IoStats(msgspec.Struct, kw_only=True):
     cache_hits: int = 0
     shared: int = 0
     retries: int = 0
+
+
+class _Use(enum.Enum):
+    """How a read may be answered: from the read cache or a request in flight
+    (SHARED); fresh from the backend, still sharing a request in flight (FRESH);
+    fresh, alone, as the backend's value without its JSON (VALUE)."""
+
+    SHARED = "shared"
+    FRESH = "fresh"
+    VALUE = "value"
 
 
 class _TaskIo:
@@ -154,8 +165,8 @@ class TaskIoScope:
         a Writer): the answer is not encoded as JSON (``value_json`` is empty), and
         the read neither uses the cache nor shares another request in flight, whose
         reader may need the JSON."""
-        cache = cache and as_json
-        outcome = await self._attempt(backend, op, args, kwargs or {}, cache, as_json)
+        use = (_Use.SHARED if cache else _Use.FRESH) if as_json else _Use.VALUE
+        outcome = await self._attempt(backend, op, args, kwargs or {}, use)
         if not retry:
             return outcome
         attempts, io_us, queue_us = 1, outcome.io_us, outcome.queue_us
@@ -172,7 +183,7 @@ class TaskIoScope:
                     assert_never(decision)
             attempts += 1
             self.stats.retries += 1
-            outcome = await self._attempt(backend, op, args, kwargs or {}, cache, as_json)
+            outcome = await self._attempt(backend, op, args, kwargs or {}, use)
             io_us += outcome.io_us
             queue_us += outcome.queue_us
         return msgspec.structs.replace(outcome, io_us=io_us, queue_us=queue_us)
@@ -181,30 +192,18 @@ class TaskIoScope:
         self._closed = True
 
     async def _attempt(
-        self,
-        backend: str,
-        op: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        cache: bool = True,
-        as_json: bool = True,
+        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any], use: _Use
     ) -> IoOutcome:
         pin = await self._task_io.pins.pin(backend, op, args, kwargs)
         outcome: IoOutcome | None = None
         try:
-            outcome = await self._pinned_attempt(backend, op, pin.args, pin.kwargs, cache, as_json)
+            outcome = await self._pinned_attempt(backend, op, pin.args, pin.kwargs, use)
             return outcome
         finally:
             pin.learn(outcome)
 
     async def _pinned_attempt(
-        self,
-        backend: str,
-        op: str,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        cache: bool = True,
-        as_json: bool = True,
+        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any], use: _Use
     ) -> IoOutcome:
         outcome: IoOutcome
         if self.closed:
@@ -219,13 +218,13 @@ class TaskIoScope:
             if isinstance(prepared, IoFailed):
                 outcome = prepared
             else:
-                if not cache and prepared.cacheable:
+                if use is not _Use.SHARED and prepared.cacheable:
                     prepared = dataclasses.replace(prepared, cacheable=False)
-                if as_json or prepared.write:
-                    outcome = self._router.cached(prepared) or await self._fetch(prepared)
-                else:
+                if use is _Use.VALUE and not prepared.write:
                     prepared = dataclasses.replace(prepared, as_json=False)
                     outcome = await self._send(prepared)
+                else:
+                    outcome = self._router.cached(prepared) or await self._fetch(prepared)
         self._count(outcome)
         self._router.record(backend, op, outcome)
         return outcome
