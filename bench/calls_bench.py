@@ -20,7 +20,8 @@ A ratio of wall times depends on who else uses the machine: with other work
 running, 8 executors get more of the CPU than the pool's 2 processes. The CPU each
 side spends per sha3 call (``sha3_cpu_us_per_call``: the parent process, the Worker
 or the pool's submitter, and its workers, from the kernel's count) does not: on a
-quiet machine, where both are CPU-bound, the pool's total over ours is the ratio.
+quiet machine, where both are CPU-bound, the pool's total over ours is the ratio
+(``sha3_vs_pool_map_by_cpu``, per round, its median and best).
 
 Besides (the defaults only): ``io`` calls that each await one ``io.memory.get``
 answered by the Worker, and ``io_recorded``, the same recorded as a Worker records
@@ -119,6 +120,17 @@ class CpuMeter:
             self.samples.setdefault(name, []).append(sample)
 
         return done
+
+    def ratios(self, peer: str, names: Iterable[str]) -> dict[str, dict[str, float]]:
+        """Per round, the peer's CPU per call (parent and workers) over ours: the
+        median and the best of the rounds."""
+        total = {name: [sum(s) for s in self.samples.get(name, [])] for name in [peer, *names]}
+        out: dict[str, dict[str, float]] = {}
+        for name in names:
+            rounds = [p / o for p, o in zip(total[peer], total[name], strict=False) if o]
+            if rounds:
+                out[name] = {"median": _median(rounds), "best": round(max(rounds), 2)}
+        return out
 
     def report(self) -> dict[str, dict[str, float]]:
         return {
@@ -266,6 +278,9 @@ async def measure(args: argparse.Namespace) -> dict[str, Any]:
         # The sha3 calls' CPU (median of the rounds): what each side spends per call in
         # its parent process (the Worker; the pool's submitter) and its workers.
         "sha3_cpu_us_per_call": meter.report(),
+        # The pool's CPU per sha3 call over ours, per round: the ratio a quiet machine
+        # would give when both sides are CPU-bound (the wall ratios move with the load).
+        "sha3_vs_pool_map_by_cpu": meter.ratios("pool_map_sha3", engines),
         "defaults_other_calls_per_s": extras,
         "io_recorded_vs_io": round(extras["io_recorded"] / extras["io"], 2),
     }

@@ -471,6 +471,19 @@ async def test_a_range_over_the_row_limit_is_refused(store: BlockStore) -> None:
     assert len(await store.erc20_transfers(0, 29)) == 30
 
 
+async def test_hashes_are_the_blocks_number_and_hash_alone(store: BlockStore) -> None:
+    await seed(store, range(3, 40), txs=1)
+    blocks = await store.blocks(0, 45)  # a gap below 3 and above 39
+    assert await store.hashes(0, 45) == [
+        {"block_number": b["block_number"], "block_hash": b["block_hash"]} for b in blocks
+    ]
+    assert await store.hashes(7, 7) == [{"block_number": 7, "block_hash": block_hash(7)}]
+    with pytest.raises(TooManyRows, match=r"hashes\(0, 50\).*narrow the range"):
+        await store.hashes(0, 50)  # the same bound as blocks, refused before any query
+    with pytest.raises(ValueError, match="below from_block"):
+        await store.hashes(5, 4)
+
+
 @pytest.mark.parametrize(
     ("call", "error"),
     [

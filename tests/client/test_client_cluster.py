@@ -4,6 +4,7 @@ where the test is about how the client reacts to a status)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import shutil
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -21,6 +22,7 @@ from blockx_client import (
     Client,
     ClientFailureCode,
     ConnectError,
+    FailureCode,
     NoSlotError,
     PluginConfig,
     RetryPolicy,
@@ -365,3 +367,23 @@ def test_sync_client(cluster: Cluster) -> None:
             [Task.call_list("hello_world", [[i]]) for i in range(5)], concurrency=2
         )
         assert sorted(r.outputs()[0] for r in results) == [f"hello, {i}" for i in range(5)]
+
+
+def test_a_sync_client_cancels_what_another_thread_waits_for(cluster: Cluster) -> None:
+    with SyncClient(coordinator=f"127.0.0.1:{cluster.coordinator.port}") as client:
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            waiting = pool.submit(client.run, Task.call_list("busy", [[15_000]], task_id="sync-c"))
+
+            async def placed() -> bool:
+                return "sync-c" in client.in_flight()
+
+            asyncio.run(wait_until(placed, "the task placed", timeout=20))
+            cancelled = client.cancel_in_flight()
+            assert [c.task_id for c in cancelled] == ["sync-c"]
+            result = waiting.result(timeout=20)
+        assert (result.state, result.failure_code, result.retryable) == (
+            TaskState.FAILED,
+            FailureCode.CANCELLED,
+            False,
+        )
+        assert client.in_flight() == {}

@@ -1308,6 +1308,40 @@ def test_batches_carry_kwargs_and_contexts_only_when_some_call_has_them() -> Non
     ]
 
 
+def test_a_refill_of_mixed_roots_numbers_them_in_order() -> None:
+    """Lists and RootCalls in one window: consecutive call ids, arguments and
+    outputs in root order (the list shorthand takes its own path)."""
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    roots: list[RootCall | list[Any]] = [[0], RootCall([1], context=BLOCK), [2], [3]]
+    [send] = of(core.start_task("m", CODE, FN, roots, 0), SendCalls)
+    first = send.call_ids[0]
+    assert send.call_ids == [first, first + 1, first + 2, first + 3]
+    assert send.args == [[0], [1], [2], [3]]
+    assert send.contexts == [None, BLOCK, None, None]
+    converge = only_converge(complete_all(core, [send], 1))
+    assert isinstance(converge, CallsConverged)
+    assert [o.value_json for o in converge.outputs] == [b"0", b"1", b"2", b"3"]
+
+
+def test_one_frame_of_two_tasks_results_ends_both() -> None:
+    """A frame whose results alternate between two tasks (and an id no longer
+    expected): each task gets its own outputs, counts and convergence."""
+    core = make(executor_heartbeat_timeout_ms=NO_HB)
+    up(core, "e1")
+    a = root_ids(core.start_task("a", CODE, FN, [[0], [1]], 0))
+    b = root_ids(core.start_task("b", CODE, FN, [[10], [11], [12]], 0))
+    ids = [a[0], b[10], 999_999, a[1], b[11], b[12]]
+    results = [b"0", b"10", b"x", b"1", b"11", b"12"]
+    converged = converges(core.calls_completed("e1", ids, results, 1))
+    outputs = {
+        c.task_id: [o.value_json for o in c.outputs]
+        for c in converged
+        if isinstance(c, CallsConverged)
+    }
+    assert outputs == {"a": [b"0", b"1"], "b": [b"10", b"11", b"12"]}
+
+
 def test_a_sub_call_inherits_its_parents_context_and_carries_its_kwargs() -> None:
     core = make(executor_heartbeat_timeout_ms=NO_HB)
     up(core, "e1")

@@ -249,6 +249,30 @@ def test_usage_is_what_was_measured() -> None:
     assert usage.held_ms == 30 + 20  # 10..40 and 1000..1020; the IO wait is not held
 
 
+def test_a_frame_of_many_results_shares_its_segment_among_them() -> None:
+    """One frame ends a run of calls queued on one executor: the CPU and wall time
+    measured since the head started are split evenly among them, and the task's usage
+    is their sum; the calls of one ExecuteCalls are queued in order, the next one
+    then holds the executor."""
+    core = make(call_wall_limit_ms=FAR)
+    core.executor_up("e1", 0)
+    core.executor_sample("e1", 0, cpu_ns=0)
+    calls = start(core, "t", 4, now_ms=10)
+    usage = core.usage("t")
+    assert core.holding_call("e1") == calls[0]
+    core.executor_sample("e1", 50, cpu_ns=40 * MS)
+    out = core.calls_completed("e1", calls[:3], [b"1", b"2", b"3"], 50)
+    assert not converges(out)
+    assert core.holding_call("e1") == calls[3]
+    assert usage.cpu_ns == 3 * (40 * MS // 3)
+    assert usage.held_ms == 3 * (40 // 3)
+    core.executor_sample("e1", 70, cpu_ns=48 * MS)
+    [converged] = converges(core.calls_completed("e1", calls[3:], [b"4"], 70))
+    assert isinstance(converged, CallsConverged)
+    assert usage.cpu_ns == 3 * (40 * MS // 3) + 8 * MS
+    assert usage.held_ms == 3 * (40 // 3) + 20
+
+
 def test_a_killed_call_keeps_the_cpu_it_was_measured_using() -> None:
     core = make(call_wall_limit_ms=FAR, call_deadline_ms=100)
     core.executor_up("e1", 0)

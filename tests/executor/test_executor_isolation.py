@@ -3,6 +3,7 @@ its decisions on paths, and the check that its code is unchanged."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -18,7 +19,7 @@ from blockx_executor import runner as runner_module
 from blockx_executor.integrity import ExecutorCodeChanged, IntegrityCheck, fail_and_stop
 from blockx_executor.protocol import CallFailed, CallsCompleted, FrameDecoder, FromExecutor
 from blockx_executor.runner import Runner
-from blockx_executor.sandbox import ReadRules, _hook
+from blockx_executor.sandbox import CODE_WRITES, ReadRules, _hook
 
 
 def _other_pid() -> int:
@@ -43,6 +44,7 @@ def _other_pid() -> int:
         ("gc.get_referrers", (), "walk the executor's objects"),
         ("object.__setattr__", (Runner._complete, "__code__", None), "the executor's own code"),
         ("object.__setattr__", (Runner._fail, "__defaults__", ()), "the executor's own code"),
+        ("object.__delattr__", (Runner._fail, "__defaults__"), "the executor's own code"),
     ],
 )
 def test_refused(event: str, args: tuple[Any, ...], words: str) -> None:
@@ -238,6 +240,61 @@ def test_a_changed_code_object_is_seen(runner: tuple[Runner, socket.socket]) -> 
         function.__code__ = saved
     assert changed is not None
     assert "Runner._fail_budget.__code__" in changed
+
+
+def _disguise_and_replace_code(function: Any, code: Any, count: Iterator[int]) -> None:
+    """What a call can do under the sandbox: the function no longer looks like the
+    executor's, so the hook lets its code change through, and counts it."""
+    function.__module__ = "user"
+    next(count)  # the hook's step for the event of the assignment below
+    function.__code__ = code
+
+
+def test_a_counted_code_change_is_seen(runner: tuple[Runner, socket.socket]) -> None:
+    """With the sandbox's count, the functions are compared when it moved, and a
+    disguised change is seen; the check after it compares again (the count moved
+    once more by its own reading) and the restored code passes."""
+    r, _ = runner
+    count = itertools.count()
+    check = r.integrity = IntegrityCheck.of(r, count)
+    assert check.changed() is None
+    function = Runner._fail_budget
+    module, saved = function.__module__, function.__code__
+    try:
+        _disguise_and_replace_code(function, _forged.__code__, count)
+        changed = check.changed()
+    finally:
+        function.__module__ = module
+        function.__code__ = saved
+    assert changed is not None
+    assert "Runner._fail_budget.__code__" in changed
+    assert check.changed() is None
+
+
+def test_the_hook_counts_every_code_change_it_sees() -> None:
+    """Refused or let through, on any function, set or deleted: each advances the
+    count the integrity check reads."""
+    before = next(CODE_WRITES)
+    _hook("object.__setattr__", (_mine, "__code__", _mine.__code__))
+    _hook("object.__delattr__", (_mine, "__kwdefaults__"))
+    with pytest.raises(PermissionError):
+        _hook("object.__setattr__", (Runner._complete, "__defaults__", ()))
+    _hook("object.__getattr__", (_mine, "__code__"))  # a read is not counted
+    _hook("object.__setattr__", (_mine, "__name__", "other"))  # nor another attribute
+    assert next(CODE_WRITES) == before + 4
+
+
+def test_replacing_the_count_is_seen(
+    runner: tuple[Runner, socket.socket], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from blockx_executor import sandbox
+
+    r, _ = runner
+    check = r.integrity = IntegrityCheck.of(r, CODE_WRITES)
+    monkeypatch.setattr(sandbox, "CODE_WRITES", itertools.count())
+    changed = check.changed()
+    monkeypatch.undo()
+    assert "blockx_executor.sandbox.CODE_WRITES" in (changed or "")
 
 
 def test_instance_attributes_are_watched(runner: tuple[Runner, socket.socket]) -> None:

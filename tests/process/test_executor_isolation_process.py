@@ -56,6 +56,22 @@ def forge_results():
     return "patched"
 
 
+def disguised_forge():
+    """Rebind the result path's code under another module's name: the hook lets it
+    through (it does not look like the executor's), the integrity check sees it."""
+    from blockx_executor.runner import Runner
+
+    def _complete(self, call_id, value, cpu_ns, io_ns, budget_ns):
+        self._done_ids.append(call_id)
+        self._done_results.append(b'"forged"')
+        self._done_cpu.append(0)
+        self._done_io.append(0)
+
+    Runner._complete.__module__ = "user"
+    Runner._complete.__code__ = _complete.__code__
+    return "patched"
+
+
 def fork_exec(marker, how):
     """Start a shell through _posixsubprocess, which raises no audit event."""
     import sys
@@ -303,15 +319,24 @@ async def failure(
     return result.failure_message
 
 
+@pytest.mark.parametrize(
+    ("function", "named"),
+    [
+        ("forge_results", "Runner._complete"),
+        # Under another module's name the hook lets the change through; the check
+        # compares the functions' code because the hook counted it.
+        ("disguised_forge", "Runner._complete.__code__"),
+    ],
+)
 async def test_a_call_that_rebinds_the_result_path_fails_and_later_tasks_are_not_forged(
-    worker: worker_v1.WorkerServiceStub,
+    worker: worker_v1.WorkerServiceStub, function: str, named: str
 ) -> None:
-    message = await failure(worker, "t-forge", "forge_results", [[]])
+    message = await failure(worker, f"t-{function}", function, [[]])
     assert "USER_ERROR" in message
     assert "the call changed the executor's own code" in message
-    assert "Runner._complete" in message
+    assert named in message
     # The executor exited; its replacement runs the next task with its own code.
-    assert await outputs(worker, "t-after-forge", "echo", [[i] for i in range(50)]) == list(
+    assert await outputs(worker, f"t-after-{function}", "echo", [[i] for i in range(50)]) == list(
         range(50)
     )
 

@@ -425,6 +425,11 @@ async def test_a_lost_watch_converges_watch_disconnected(
     assert not got.result.execute_result.retryable
 
 
+# Long enough that the Worker still runs the task after deregistering, on a loaded
+# machine too (the drain is what the test looks at).
+RUNNING_MS = 6000
+
+
 async def test_sigterm_drains_running_work_and_deregisters(
     etcd_server: EtcdServer,
     unique_lane: Callable[..., str],
@@ -444,7 +449,9 @@ async def test_sigterm_drains_running_work_and_deregisters(
         got = await client.get(key)
         assert decode_heartbeat(got.value).worker_addr == worker.addr
         stub = channels(worker.addr)
-        await stub.submit_task(worker_v1.SubmitTaskRequest(task=task("t-drain", "busy", [[1500]])))
+        await stub.submit_task(
+            worker_v1.SubmitTaskRequest(task=task("t-drain", "busy", [[RUNNING_MS]]))
+        )
         watching = asyncio.Event()
 
         async def watch_to_the_end() -> list[worker_v1.TaskUpdate]:
@@ -474,7 +481,7 @@ async def test_sigterm_drains_running_work_and_deregisters(
         )
         final = (await watch)[-1]
         assert final.state is worker_v1.TaskState.SUCCEEDED
-        assert return_values(final) == [1500]
+        assert return_values(final) == [RUNNING_MS]
     assert worker.stop() == 0
 
 
@@ -594,3 +601,24 @@ def test_a_port_in_use_is_one_line_and_nonzero() -> None:
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("blockx-worker: cannot serve on 127.0.0.1:")
+
+
+async def test_sigterm_stops_and_writes_the_event_loops_cpu_profile(
+    unique_lane: Callable[..., str],
+    start_worker: StartWorker,
+    channels: Callable[[str], worker_v1.WorkerServiceStub],
+    tmp_path: Path,
+) -> None:
+    import pstats
+
+    profile = tmp_path / "worker.prof"
+    worker = start_worker(unique_lane(), WORKER_CPU_PROFILE=str(profile))
+    await worker.wait_ready()
+    stub = channels(worker.addr)
+    await stub.submit_task(worker_v1.SubmitTaskRequest(task=task("t-prof", "echo", [[7]])))
+    assert (await watch_all(stub, ["t-prof"]))[-1].state is worker_v1.TaskState.SUCCEEDED
+    assert worker.stop() == 0
+    assert "Traceback" not in worker.log.read_text()
+    stats = pstats.Stats(str(profile))
+    # The loop's thread ran the task's phases.
+    assert any("orchestrator" in path for path, _, _ in stats.stats)  # type: ignore[attr-defined]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -20,11 +21,14 @@ class Odd:
     """A backend that fails the ways a real one can."""
 
     name = "odd"
-    read_ops = frozenset({"down", "object", "echo"})
+    read_ops = frozenset({"down", "object", "echo", "wait"})
     write_ops: frozenset[str] = frozenset()
 
     def __init__(self) -> None:
         self.served = 0
+        # ``wait`` answers once ``opened`` is set; ``arrived`` is set at its second.
+        self.arrived = asyncio.Event()
+        self.opened = asyncio.Event()
 
     def immutable(
         self, op: str, args: list[Any], kwargs: dict[str, Any], finalized: int | None
@@ -37,6 +41,11 @@ class Odd:
             raise BackendError(IoErrorKind.UNAVAILABLE, "the node is not answering")
         if op == "object":
             return object()
+        if op == "wait":
+            if self.served == 2:
+                self.arrived.set()
+            await self.opened.wait()
+            return [{"block_number": n, "value": str(10**30 + n)} for n in range(args[0])]
         return {"args": args, "kwargs": kwargs}
 
 
@@ -197,3 +206,37 @@ def test_plugins_answer_aliases_and_name_what_is_missing() -> None:
     )
     with pytest.raises(ValueError, match="registered twice"):
         plugins.register("ReturnValueHandler", 3)
+
+
+@pytest.mark.parametrize(("op", "args", "kwargs", "expected"), READS)
+async def test_a_value_only_read_answers_the_same_value_without_its_json(
+    router: IoRouter, op: str, args: list[Any], kwargs: dict[str, Any], expected: Any
+) -> None:
+    scope = TaskIoScope(router, "t1")
+    encoded = await scope.request("memory", op, args, kwargs)
+    kept = await scope.request("memory", op, args, kwargs, as_json=False)
+    assert isinstance(kept, IoOk), kept
+    assert kept.value_json == b""  # never "null": a reader of the JSON fails loudly
+    assert kept.decoded() == value(encoded) == expected
+    # Only the JSON answer's bytes are counted.
+    assert isinstance(encoded, IoOk)
+    assert scope.stats.bytes == len(encoded.value_json)
+
+
+async def test_a_value_only_read_shares_no_request_in_flight(router: IoRouter, odd: Odd) -> None:
+    """A JSON reader never gets a value-only answer (no JSON) by sharing its request,
+    nor the other way round: each is served on its own."""
+    scope = TaskIoScope(router, "t1")
+    first = asyncio.ensure_future(scope.request("odd", "wait", [3]))
+    shared = asyncio.ensure_future(scope.request("odd", "wait", [3]))
+    kept = asyncio.ensure_future(scope.request("odd", "wait", [3], as_json=False))
+    await odd.arrived.wait()
+    odd.opened.set()
+    outcomes = await asyncio.gather(first, shared, kept)
+    assert odd.served == 2  # the two JSON reads share one request
+    assert [o.shared for o in outcomes] == [False, True, False]
+    rows = [{"block_number": n, "value": str(10**30 + n)} for n in range(3)]
+    assert value(outcomes[0]) == value(outcomes[1]) == rows
+    assert isinstance(outcomes[2], IoOk)
+    assert outcomes[2].value_json == b""
+    assert outcomes[2].decoded() == rows

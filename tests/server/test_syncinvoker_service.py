@@ -846,7 +846,7 @@ def test_invoke_outcome(
     wall_us: int,
     expected: InvokeOutcome,
 ) -> None:
-    observer = InvokeObserver(budget_us=1_000, debug=False)
+    observer = InvokeObserver(debug=False)
     for call_id, (cpu_us, io_us) in enumerate(calls):
         observer.call_finished(call_id, cpu_us, io_us)
     outcome = invoke_outcome(

@@ -6,7 +6,6 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from blockx_cli.addresses import host_port_option
 from blockx_cli.output import EXIT_USAGE, fail
 
 T = TypeVar("T", str, list[str], None)
@@ -34,4 +33,3 @@ def task_id_option(ctx: typer.Context, param: typer.CallbackParam, value: T) -> 
 
 
 JsonOpt = Annotated[bool, typer.Option("--json", help="Machine-readable output.")]
-WorkerOpt = Annotated[str, typer.Option(callback=host_port_option, help="The worker's host:port.")]

@@ -161,6 +161,18 @@ class SyncClient:
             )
         )
 
+    def in_flight(self) -> dict[str, str]:
+        """As ``Client.in_flight``: the tasks this client's ``run`` calls (from any
+        thread) have placed and still wait for, by task_id."""
+        return self._client.in_flight()
+
+    def cancel_in_flight(
+        self, task_ids: Iterable[str] | None = None, *, timeout_s: float = 5.0
+    ) -> list[Cancellation]:
+        """As ``Client.cancel_in_flight``; call it from another thread than the one
+        a ``run`` blocks."""
+        return self._run(self._client.cancel_in_flight(task_ids, timeout_s=timeout_s))
+
     def call_record(
         self,
         task_id: str,

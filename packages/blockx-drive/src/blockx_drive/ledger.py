@@ -95,8 +95,16 @@ async def canonical_blocks(
 
 
 async def canonical_hashes(store: BlockStore, from_block: int, to_block: int) -> dict[int, str]:
-    blocks = await canonical_blocks(store, from_block, to_block)
-    return {n: row["block_hash"] for n, row in blocks.items()}
+    """The hash of each stored block in ``[from_block, to_block]`` by number (read
+    in pages the store's row limit allows, the hashes alone)."""
+    found: dict[int, str] = {}
+    start = from_block
+    while start <= to_block:
+        end = min(to_block, start + store.max_rows - 1)
+        for row in await store.hashes(start, end):
+            found[row["block_number"]] = row["block_hash"]
+        start = end + 1
+    return found
 
 
 async def written_hashes(

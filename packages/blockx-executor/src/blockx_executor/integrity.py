@@ -12,12 +12,15 @@ taken at start-up, before any user code runs, and records by identity:
   code cache, ...), and that no instance attribute shadows one of its methods.
 
 ``changed()`` compares them again (C-level ``itemgetter`` over each namespace,
-then one tuple comparison) and says what differs. The runner runs it before each
-frame of results leaves; on a change it fails the calls of that frame and the
-executor exits, so the pool replaces it. This is a check inside the process, not a
-boundary: code that reaches the runner's frames can still send on its socket before
-the check runs. What it guarantees is that a change never outlives the calls that
-were running when it was made.
+then one tuple comparison) and says what differs. Under the sandbox, reading a
+function's ``__code__``, ``__defaults__`` or ``__kwdefaults__`` raises an audit
+event, and the sandbox's hook counts every change of them (``code_writes``):
+the functions are then compared only when that count moved since the last check.
+The runner runs it before each frame of results leaves; on a change it fails the
+calls of that frame and the executor exits, so the pool replaces it. This is a
+check inside the process, not a boundary: code that reaches the runner's frames
+can still send on its socket before the check runs. What it guarantees is that a
+change never outlives the calls that were running when it was made.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import socket
 import sys
 import threading
 import types
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Final, NoReturn
 
 from blockx_executor.protocol import CallFailed, FailureKind, FrameEncoder
@@ -91,19 +94,30 @@ def _functions_of(value: Any) -> Iterable[types.FunctionType]:
 
 
 class IntegrityCheck:
-    def __init__(self, namespaces: list[_Namespace], functions: list[types.FunctionType]) -> None:
+    def __init__(
+        self,
+        namespaces: list[_Namespace],
+        functions: list[types.FunctionType],
+        code_writes: Iterator[int] | None = None,
+    ) -> None:
         self._namespaces = namespaces
         self._functions = functions
         self._code_of: Callable[[types.FunctionType], tuple[Any, Any, Any]] = operator.attrgetter(
             "__code__", "__defaults__", "__kwdefaults__"
         )
         self._code = [self._code_of(f) for f in functions]
+        # The sandbox's count of code changes (None: no hook counts them, compare
+        # every time), and the value it gives next when nothing changed meanwhile.
+        self._code_writes = code_writes
+        self._next_write = 0 if code_writes is None else next(code_writes) + 1
         self._instance: tuple[Any, frozenset[str]] | None = None
         self._instance_keys: list[str] = []
         self._instance_values: list[Any] = []
 
     @classmethod
-    def of(cls, runner: object) -> IntegrityCheck:
+    def of(cls, runner: object, code_writes: Iterator[int] | None = None) -> IntegrityCheck:
+        """The check of ``runner`` and the package as they are now; ``code_writes``
+        is the installed sandbox's count of code changes (``sandbox.CODE_WRITES``)."""
         namespaces: list[_Namespace] = []
         functions: dict[int, types.FunctionType] = {}
         classes: dict[int, type] = {}
@@ -129,7 +143,7 @@ class IntegrityCheck:
             for v in entries.values():
                 for f in _functions_of(v):
                     functions[id(f)] = f
-        check = cls(namespaces, list(functions.values()))
+        check = cls(namespaces, list(functions.values()), code_writes)
         check._watch(runner)
         return check
 
@@ -150,10 +164,11 @@ class IntegrityCheck:
         for namespace in self._namespaces:
             if not namespace.intact():
                 changed.extend(namespace.differences())
-        code_of = self._code_of
-        for function, before in zip(self._functions, self._code, strict=True):
-            if not all(map(operator.is_, code_of(function), before)):
-                changed.append(f"{function.__qualname__}.__code__")
+        if self._code_changes_possible():
+            code_of = self._code_of
+            for function, before in zip(self._functions, self._code, strict=True):
+                if not all(map(operator.is_, code_of(function), before)):
+                    changed.append(f"{function.__qualname__}.__code__")
         if self._instance is not None:
             runner, methods = self._instance
             attrs = vars(runner)
@@ -167,6 +182,14 @@ class IntegrityCheck:
         if not changed:
             return None
         return "the call changed the executor's own code (" + ", ".join(changed[:8]) + ")"
+
+    def _code_changes_possible(self) -> bool:
+        if self._code_writes is None:
+            return True
+        seen = next(self._code_writes)
+        unchanged = seen == self._next_write
+        self._next_write = seen + 1
+        return not unchanged
 
 
 def fail_and_stop(

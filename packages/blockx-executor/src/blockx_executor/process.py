@@ -21,7 +21,7 @@ from blockx_executor.capture import CallOutputs
 from blockx_executor.confine import ConfinementError
 from blockx_executor.integrity import ExecutorCodeChanged, IntegrityCheck
 from blockx_executor.runner import Runner
-from blockx_executor.sandbox import install_sandbox
+from blockx_executor.sandbox import CODE_WRITES, install_sandbox
 
 GC_YOUNG_THRESHOLD = 10_000
 # The exit code of an executor whose own code a call changed.
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> None:
         install_sandbox()
     runner = Runner(sock, args.executor_id, args.heartbeat_interval_ms / 1000, outputs)
     # Taken after start-up, before any user code: what the executor's code must stay.
-    runner.integrity = IntegrityCheck.of(runner)
+    runner.integrity = IntegrityCheck.of(runner, None if args.no_sandbox else CODE_WRITES)
     # Batches of call arguments and results live through a frame: at the default
     # young threshold (700) the cyclic collector walked them several times per batch.
     # What start-up allocated is never garbage: frozen, no collection walks it.

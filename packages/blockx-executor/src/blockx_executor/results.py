@@ -21,7 +21,8 @@ from typing import Any, Final
 import msgspec
 
 # The types a result is made of; checked by identity first, the cheap common case.
-_SCALARS: Final = frozenset({str, int, bool, type(None)})
+# Types whose msgspec JSON text is always strict JSON (a float may be NaN).
+JSON_SCALARS: Final = frozenset({str, int, bool, type(None)})
 _CONTAINERS: Final = frozenset({dict, list, tuple})
 
 # What to return instead, by the name of the type that was returned.
@@ -51,7 +52,7 @@ def json_problem(value: Any, encoded: bytes) -> str | None:
     the place, or to accept it when the difference was only tuples becoming lists.
     Call it after the value has encoded: the encoder has then refused cycles and
     over-deep nesting, so the walk ends."""
-    if type(value) in _SCALARS or _decode(encoded) == value:
+    if type(value) in JSON_SCALARS or _decode(encoded) == value:
         return None
     if isinstance(value, dict | list | tuple):
         return _walk(value)
@@ -80,11 +81,11 @@ def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> str | None:
         else:
             kinds = set(map(type, container))
             items = enumerate(container)
-        if kinds <= _SCALARS or (kinds <= _NUMBERS and _all_finite(container)):
+        if kinds <= JSON_SCALARS or (kinds <= _NUMBERS and _all_finite(container)):
             continue
         for key, child in items:
             kind = type(child)
-            if kind in _SCALARS:
+            if kind in JSON_SCALARS:
                 continue
             if kind in _CONTAINERS or isinstance(child, dict | list | tuple):
                 stack.append((child, (key, path)))

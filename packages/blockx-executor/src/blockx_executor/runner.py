@@ -48,7 +48,7 @@ from blockx_executor.api import (
     _current_call,
 )
 from blockx_executor.capture import CallOutputs, debug_logging
-from blockx_executor.code import CodeCache, Function, Unavailable, describe
+from blockx_executor.code import CodeCache, Unavailable, describe
 from blockx_executor.heartbeat import heartbeat_loop
 from blockx_executor.integrity import IntegrityCheck, fail_and_stop
 from blockx_executor.no_event_loop import NO_EVENT_LOOP
@@ -69,7 +69,7 @@ from blockx_executor.protocol import (
     ToExecutor,
     printable,
 )
-from blockx_executor.results import json_problem
+from blockx_executor.results import JSON_SCALARS, json_problem
 from blockx_executor.suspended import NOT_AWAITABLE, SuspendedCall, close_quietly
 from blockx_executor.traced_calls import OpenSpans, finished_span, open_span
 
@@ -79,6 +79,7 @@ _FLUSH_EVERY_CALLS: Final = 1024
 _RECV_BYTES: Final = 4 * 1024 * 1024
 _thread_time_ns = time.thread_time_ns
 _perf_counter_ns = time.perf_counter_ns
+_COROUTINE: Final = types.CoroutineType
 
 
 class Runner:
@@ -188,6 +189,13 @@ class Runner:
         traced = None
         if batch.traces is not None:
             traced = {c: t for c, t in zip(batch.call_ids, batch.traces, strict=True) if t}
+        # The thread's CPU clock is a system call: a sync call's end is the next one's
+        # start, so each call reads it once (and is charged the runner's work between
+        # two calls, about a microsecond). A flush reads it afresh.
+        start = self._start_async if entry.is_async else self._run_sync
+        fn = entry.fn
+        debug = batch.debug
+        clock = _thread_time_ns()
         for call_id, args, kwargs, context in zip(
             batch.call_ids, batch.args, kwargs_column, contexts, strict=True
         ):
@@ -199,32 +207,19 @@ class Runner:
                 )
             if traced is not None and call_id in traced:
                 open_span(self._spans, call_id, traced[call_id])
-            if batch.debug:
+            if debug:
                 self._debug.add(call_id)
                 self._outputs.debug(call_id)
                 with debug_logging():
-                    self._start(entry, call_id, args, kwargs or None, budget_ns, info)
+                    clock = start(call_id, fn, args, kwargs or None, budget_ns, info, clock)
             else:
-                self._start(entry, call_id, args, kwargs or None, budget_ns, info)
+                clock = start(call_id, fn, args, kwargs or None, budget_ns, info, clock)
             if (
                 len(self._done_ids) >= _FLUSH_EVERY_CALLS
                 or _perf_counter_ns() - self._last_flush_ns > _FLUSH_EVERY_NS
             ):
                 self._flush()
-
-    def _start(
-        self,
-        entry: Function,
-        call_id: int,
-        args: list[Any],
-        kwargs: dict[str, Any] | None,
-        budget_ns: int,
-        info: CallInfo,
-    ) -> None:
-        if entry.is_async:
-            self._start_async(call_id, entry.fn, args, kwargs, budget_ns, info)
-        else:
-            self._run_sync(call_id, entry.fn, args, kwargs, budget_ns, info)
+                clock = _thread_time_ns()
 
     def _emit_output(self, call_id: int, *, ended: bool) -> None:
         output = self._outputs.take(call_id, ended=ended)
@@ -241,9 +236,11 @@ class Runner:
         kwargs: dict[str, Any] | None,
         budget_ns: int,
         info: CallInfo,
-    ) -> None:
+        started: int,
+    ) -> int:
+        """Run a def function's call; ``started`` is the thread's CPU clock now, the
+        result its value when the call has been dealt with."""
         token = _current_call.set(info)
-        started = _thread_time_ns()
         self._running = (call_id, started, 0)
         outputs = self._outputs
         outputs.current = call_id
@@ -254,19 +251,21 @@ class Runner:
             outputs.current = 0
             _current_call.reset(token)
             self._fail(call_id, FailureKind.USER_ERROR, describe(exc), _thread_time_ns() - started)
-            return
-        cpu_ns = _thread_time_ns() - started
+            return _thread_time_ns()  # describing the exception is not the next call's
+        ended = _thread_time_ns()
+        cpu_ns = ended - started
         self._running = None
         outputs.current = 0
         _current_call.reset(token)
-        if type(value) is types.CoroutineType:
+        if type(value) is _COROUTINE:
             # A plain def that returned a coroutine: drive it like an async def.
             suspended = SuspendedCall(call_id, value, contextvars.copy_context(), budget_ns)
             suspended.ctx.run(_current_call.set, info)
             suspended.consumed_ns = cpu_ns
             self._step(suspended, None, None)
-            return
+            return _thread_time_ns()
         self._complete(call_id, value, cpu_ns, 0, budget_ns)
+        return ended
 
     def _start_async(
         self,
@@ -276,15 +275,19 @@ class Runner:
         kwargs: dict[str, Any] | None,
         budget_ns: int,
         info: CallInfo,
-    ) -> None:
+        _clock: int,
+    ) -> int:
+        """Start an async def function's call (it reads the clock itself, per step);
+        the result is the thread's CPU clock when it has suspended or ended."""
         ctx = contextvars.copy_context()
         ctx.run(_current_call.set, info)
         try:
             coro = ctx.run(fn, *args) if kwargs is None else ctx.run(fn, *args, **kwargs)
         except BaseException as exc:  # wrong arguments for the signature
             self._fail(call_id, FailureKind.USER_ERROR, describe(exc), 0)
-            return
+            return _thread_time_ns()
         self._step(SuspendedCall(call_id, coro, ctx, budget_ns), None, None)
+        return _thread_time_ns()
 
     def _step(self, call: SuspendedCall, value: Any, error: BaseException | None) -> None:
         """Run a coroutine until it suspends on a BlockX awaitable or finishes."""
@@ -383,7 +386,7 @@ class Runner:
             return
         try:
             result = self._json.encode(value)
-            problem = json_problem(value, result)
+            problem = None if type(value) in JSON_SCALARS else json_problem(value, result)
         except (TypeError, ValueError, OverflowError) as exc:
             problem = str(exc)
         if problem is not None:

@@ -8,6 +8,10 @@ says why. It also refuses importing modules that start processes or make files
 without an audit event (``_posixsubprocess``, ``_posixshmem``), any SQLite
 connection (see ``_hook``), changing a function's code or defaults, and walking
 the garbage collector's object lists (the way to reach the executor's objects).
+Every change of any function's code or defaults it lets through is counted in
+``CODE_WRITES``: the executor's integrity check compares its functions' code only
+when that count moved (reading ``__code__`` raises an audit event, and 429 of them
+per frame cost more than the calls of the frame).
 
 Reads are decided on the path the kernel would open (``ReadRules``): symbolic
 links resolved (``/dev/fd/N`` and ``/proc/self/fd/N`` included), and a relative
@@ -33,6 +37,7 @@ namespaces, resource limits) is the boundary.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import stat
@@ -88,6 +93,12 @@ _FORBIDDEN_IMPORTS: Final = frozenset(
 )
 # Function attributes that, set on the executor's functions, change what it does.
 _CODE_ATTRIBUTES: Final = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+_ATTRIBUTE_CHANGES: Final = frozenset({"object.__setattr__", "object.__delattr__"})
+# One step per event that sets or deletes a code attribute (of any object: one
+# whose ``__module__`` was changed first is not recognised as the executor's).
+# A count cannot be set back, only advanced; replacing it is a change of this
+# module's globals, which the integrity check sees.
+CODE_WRITES: Final = itertools.count()
 # Calls without an audit event: (module, name, what the refusal says).
 _UNAUDITED: Final = (
     ("os", "mkfifo", "write files"),
@@ -262,13 +273,10 @@ class _Hook:
                 raise _deny(why)
         if event == "import" and args and args[0] in _FORBIDDEN_IMPORTS:
             raise _deny(f"import {args[0]}")
-        if (
-            event == "object.__setattr__"
-            and len(args) > 1
-            and args[1] in _CODE_ATTRIBUTES
-            and _is_executor_code(args[0])
-        ):
-            raise _deny("change the executor's own code")
+        if event in _ATTRIBUTE_CHANGES and len(args) > 1 and args[1] in _CODE_ATTRIBUTES:
+            next(CODE_WRITES)
+            if _is_executor_code(args[0]):
+                raise _deny("change the executor's own code")
         if event in _GC_WALKS:
             raise _deny("walk the executor's objects")
         if event == "sqlite3.connect":

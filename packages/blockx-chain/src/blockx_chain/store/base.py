@@ -414,6 +414,11 @@ class BlockStore(abc.ABC):
             reads.blocks(from_block, to_block, self.max_rows, await self._layout())
         )
 
+    async def hashes(self, from_block: Any, to_block: Any) -> list[dict[str, Any]]:
+        """``{"block_number", "block_hash"}`` of each block of the range, as ``blocks``
+        reads them: what checking a range is canonical needs, without the rest."""
+        return await self._read(reads.hashes(from_block, to_block, self.max_rows))
+
     async def transactions(self, block_number: Any) -> list[dict[str, Any]]:
         read = reads.transactions(block_number, self.max_rows, await self._layout())
         await self._holds("transactions")

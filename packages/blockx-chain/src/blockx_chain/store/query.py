@@ -191,7 +191,7 @@ class _Kind(enum.Enum):
     STRING = "string"
     MARK = "?"
     NAMED = ":name"
-    NUMBERED = "$n"
+    NUMBERED = "$n"  # and SQLite's ?NNN, $name, @name: marks we refuse
     SEMICOLON = ";"
     DOT = "."
     OTHER = "other"
@@ -209,6 +209,8 @@ _WORD: Final = re.compile(r"[A-Za-z0-9_$\u0080-\U0010ffff]*")
 _DOLLAR_TAG: Final = re.compile(r"\$([A-Za-z_\u0080-\U0010ffff][A-Za-z0-9_\u0080-\U0010ffff]*)?\$")
 _DIGITS: Final = re.compile(r"\$[0-9]+")
 _NAME: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# SQLite's other parameter marks: ?NNN, $name, @name (and $NNN, @NNN).
+_SQLITE_MARK: Final = re.compile(r"\?[0-9]+|[$@][A-Za-z0-9_]+")
 
 
 def _closing(text: str, start: int, quote: str, what: str, *, backslash: bool = False) -> int:
@@ -311,6 +313,12 @@ def tokens(text: str, engine: Engine) -> list[_Token]:
             if digits is not None:
                 i = digits.end()
                 out.append(_Token(_Kind.NUMBERED, text[start:i], start, i))
+                continue
+        if not postgres and c in "?$@":
+            mark = _SQLITE_MARK.match(text, i)
+            if mark is not None:
+                i = mark.end()
+                out.append(_Token(_Kind.NUMBERED, mark.group(0), start, i))
                 continue
         if c == "?":
             i += 1

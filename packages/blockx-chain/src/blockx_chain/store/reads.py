@@ -119,16 +119,29 @@ def block(number: Any, have: Layout = None) -> Read:
     return Read(f"{_select(BLOCKS, have)} WHERE block_number = ?", (n,), None, f"block({n})")
 
 
-def blocks(from_block: Any, to_block: Any, max_rows: int, have: Layout = None) -> Read:
+def _block_rows(op: str, columns: str, from_block: Any, to_block: Any, max_rows: int) -> Read:
+    """``columns`` of the blocks of a range, in block order; a range of more blocks
+    than ``max_rows`` is refused before any query."""
     start = block_number(from_block, "from_block")
     end = block_number(to_block, "to_block")
     if end < start:
         raise ValueError(f"to_block ({end}) is below from_block ({start})")
-    what = f"blocks({start}, {end})"
+    what = f"{op}({start}, {end})"
     if end - start + 1 > max_rows:
         raise too_many(what, max_rows)
-    sql = f"{_select(BLOCKS, have)} WHERE block_number BETWEEN ? AND ? ORDER BY block_number"
+    sql = f"{columns} WHERE block_number BETWEEN ? AND ? ORDER BY block_number"
     return Read(sql, (start, end), max_rows, what)
+
+
+def blocks(from_block: Any, to_block: Any, max_rows: int, have: Layout = None) -> Read:
+    return _block_rows("blocks", _select(BLOCKS, have), from_block, to_block, max_rows)
+
+
+def hashes(from_block: Any, to_block: Any, max_rows: int) -> Read:
+    """The number and hash of each stored block of a range, the way ``blocks`` reads
+    its rows."""
+    columns = "SELECT block_number, block_hash FROM blocks"
+    return _block_rows("hashes", columns, from_block, to_block, max_rows)
 
 
 def transactions(number: Any, max_rows: int, have: Layout = None) -> Read:

@@ -433,7 +433,3 @@ def _detail(result: TaskResult, listed: ListedTask | None, at_ms: int) -> TaskDe
         call_failures=result.call_failures,
         call_failures_omitted=result.call_failures_omitted,
     )
-
-
-def to_json(page: msgspec.Struct) -> bytes:
-    return msgspec.json.encode(page)

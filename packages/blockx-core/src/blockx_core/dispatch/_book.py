@@ -38,6 +38,7 @@ from blockx_core.dispatch._state import (
     TaskCalls,
     detach,
     hold,
+    hold_all,
 )
 from blockx_core.failures import CallFailureKind, Failure, FailureCode, is_retryable
 
@@ -111,26 +112,24 @@ class CallBook:
         pending = task.pending
         base = task.base
         code, function = task.code, task.function
-        new_call = self.new_call
-        new = [
-            # The shorthand (a list of positional arguments) is the common case.
-            new_call(
-                task,
-                root_index=base + i,
-                parent=0,
-                code=code,
-                function=function,
-                args=root,
-                kwargs=None,
-                context=None,
-            )
-            if type(root := pending[i]) is list
-            else self._new_root(task, index=base + i, root=root)
-            for i in range(start, start + n)
-        ]
+        calls, live = self.calls, task.live
+        new: list[Call] = []
+        for i in range(start, start + n):
+            root = pending[i]
+            if type(root) is list:
+                # The shorthand (a list of positional arguments), the common case:
+                # ``new_call`` inlined, since this runs once per root call.
+                call_id = self._next_call_id
+                self._next_call_id = call_id + 1
+                call = Call(call_id, task, base + i, 0, code, function, root, None, None)
+                calls[call_id] = call
+                live.add(call_id)
+            else:
+                call = self._new_root(task, index=base + i, root=root)
+            new.append(call)
         task.next_root = start + n
         task.inflight_roots += n
-        self.send(new, now_ms=now_ms)
+        self.send(new, now_ms=now_ms, roots_of_one_task=True)
 
     def after_progress(self, task: TaskCalls, *, now_ms: int) -> None:
         if task.task_id not in self.tasks:
@@ -155,9 +154,11 @@ class CallBook:
             task.grown = 0
         self.fill(task, now_ms=now_ms)
 
-    def send(self, calls: list[Call], *, now_ms: int) -> None:
+    def send(self, calls: list[Call], *, now_ms: int, roots_of_one_task: bool = False) -> None:
         """Assign calls to the executors that take new calls, spreading by load, in
-        batches per function; none gets more than its EXECUTOR_MAX_CALLS."""
+        batches per function; none gets more than its EXECUTOR_MAX_CALLS.
+        ``roots_of_one_task``: the calls are root calls of one task (a window's
+        refill), so they need no grouping and have no parent."""
         accepting = self.accepting
         max_calls = self.config.executor_max_calls
         while calls:
@@ -169,14 +170,12 @@ class CallBook:
             room = min(max_calls - ex.started for ex in accepting.values())
             chunk, calls = calls[:room], calls[room:]
             # Sub-calls (rare next to root calls) are queued with their parent.
-            parents = {c.call_id: c.parent for c in chunk if c.parent}
-            for send in place(chunk, accepting, self.config.max_batch_calls):
+            parents = {} if roots_of_one_task else {c.call_id: c.parent for c in chunk if c.parent}
+            max_batch = self.config.max_batch_calls
+            for send in place(chunk, accepting, max_batch, one_group=roots_of_one_task):
                 ex = accepting[send.executor_id]
                 ex.started += len(send.call_ids)
-                for call_id in send.call_ids:
-                    hold(
-                        ex, call_id, now_ms=now_ms, parent=parents.get(call_id, 0) if parents else 0
-                    )
+                hold_all(ex, send.call_ids, parents, now_ms=now_ms)
                 self.outbox.append(send)
             for ex in [e for e in accepting.values() if e.started >= max_calls]:
                 self.retire(ex, reason=f"it has run {ex.started} calls (EXECUTOR_MAX_CALLS)")

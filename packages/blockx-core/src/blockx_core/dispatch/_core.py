@@ -85,6 +85,14 @@ from blockx_core.failures import CallFailureKind, Failure, IoErrorKind
 _NULL = b"null"
 
 
+def _count_done(task: TaskCalls, done: int, nbytes: int) -> None:
+    """``done`` root calls of ``task`` ended with ``nbytes`` of outputs."""
+    task.output_bytes += nbytes
+    task.done_roots += done
+    task.inflight_roots -= done
+    task.grown += done
+
+
 class DispatcherCore:
     """See the module docstring. This class is the events: the state and the moves
     they share are in its ``CallBook`` (``_book.py``), what holds each executor and
@@ -386,25 +394,33 @@ class DispatcherCore:
             if call_id in queued:
                 self._watchdog.release(ex, call_id, now_ms=now_ms)
                 break
+        # Once per call of every frame: the common case (root calls of one task)
+        # counts locally and adds up per task when the task changes or at the end.
+        task: TaskCalls | None = None
+        done = nbytes = 0
         for call_id, result in zip(call_ids, results, strict=True):
             call = calls.get(call_id)
             if call is None or call.executor_id != executor_id:
                 continue  # cancelled, or an attempt the core no longer expects
             del calls[call_id]
             ex_calls.discard(call_id)
-            task = call.task
+            if call.task is not task:
+                if task is not None:
+                    _count_done(task, done, nbytes)
+                task, done, nbytes = call.task, 0, 0
             task.live.discard(call_id)
             if call.children:
                 book.cancel_children(call, now_ms=now_ms)  # nothing can await them any more
             if call.parent:
                 book.resume_parent(call, result=SubCallReturned(value_json=result), now_ms=now_ms)
                 continue
-            task.set_output(call.root_index, _NULL if result == _NULL else result)
-            task.output_bytes += len(result)
-            task.done_roots += 1
-            task.inflight_roots -= 1
-            task.grown += 1
-            touched[task.task_id] = task
+            task.outputs[call.root_index - task.taken] = _NULL if result == _NULL else result
+            if not done:
+                touched[task.task_id] = task
+            nbytes += len(result)
+            done += 1
+        if task is not None:
+            _count_done(task, done, nbytes)
         for task in touched.values():
             book.after_progress(task, now_ms=now_ms)
         self._watchdog.check_rss(ex)

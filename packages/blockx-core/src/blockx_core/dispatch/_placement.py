@@ -9,11 +9,14 @@ from blockx_core.dispatch._commands import SendCalls
 from blockx_core.dispatch._state import Call, CallMove, Executor
 
 
-def place(calls: list[Call], executors: dict[str, Executor], max_batch: int) -> list[SendCalls]:
+def place(
+    calls: list[Call], executors: dict[str, Executor], max_batch: int, *, one_group: bool = False
+) -> list[SendCalls]:
     """Assign calls to executors (at least one is up), spreading by load, in batches
-    of one task's one function of at most ``max_batch`` calls."""
+    of one task's one function of at most ``max_batch`` calls; ``one_group`` when
+    the caller knows they are all of one task's one function."""
     first = calls[0]
-    if all(
+    if one_group or all(
         c.task is first.task and c.code == first.code and c.function == first.function
         for c in calls
     ):

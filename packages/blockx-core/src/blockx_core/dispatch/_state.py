@@ -360,6 +360,18 @@ def detach(
     return cancels
 
 
+def hold_all(ex: Executor, call_ids: list[int], parents: dict[int, int], *, now_ms: int) -> None:
+    """``hold`` for each of an ExecuteCalls' calls (sub-calls of ``parents[call_id]``)."""
+    queue, queued = ex.queue, ex.queued
+    if not queue and call_ids:
+        ex.head_since_ms = now_ms
+        ex.head_cpu_ns = ex.cpu_ns
+    for call_id in call_ids:
+        if call_id not in queued:
+            queue.append(call_id)
+            queued[call_id] = parents.get(call_id, 0) if parents else 0
+
+
 def hold(ex: Executor, call_id: int, *, now_ms: int, parent: int = 0) -> None:
     """An ExecuteCalls call or a ResumeCall goes to ``ex``: the call (a sub-call of
     ``parent``) joins its queue."""

@@ -89,12 +89,21 @@ class Watchdog:
         (evenly: the frame does not say how they split it) and start the next one."""
         cpu_ns, held_ms = self._head_segment(ex, now_ms=now_ms)
         k = len(popped)
+        cpu_ns, held_ms = cpu_ns // k, held_ms // k
         calls = self._book.calls
+        orphaned = ex.orphaned
+        executor_id = ex.executor_id
+        # ``_charge`` inlined: this runs once per call of every frame.
         for call_id in popped:
-            ex.orphaned.pop(call_id, None)
+            if orphaned:
+                orphaned.pop(call_id, None)
             call = calls.get(call_id)
-            if call is not None and call.executor_id == ex.executor_id:
-                self._charge(call, cpu_ns=cpu_ns // k, held_ms=held_ms // k)
+            if call is not None and call.executor_id == executor_id:
+                call.cpu_ns += cpu_ns
+                call.held_ms += held_ms
+                usage = call.task.usage
+                usage.cpu_ns += cpu_ns
+                usage.held_ms += held_ms
         ex.head_since_ms = now_ms
         ex.head_cpu_ns = ex.cpu_ns
 

@@ -16,7 +16,7 @@ import msgspec
 from blockx_chain.lake import CATALOG_TYPES, DEFAULT_NAMESPACE, LakeConfig, LakeConfigError
 from blockx_chain.lake.config import SQL, namespace_rule
 from blockx_chain.sink import DEFAULT_CHUNK_ROWS
-from blockx_chain.store import DEFAULT_MAX_ROWS, SchemaRefused
+from blockx_chain.store import DEFAULT_MAX_ROWS
 from blockx_chain.store.query import DEFAULT_QUERY_MAX_BYTES, DEFAULT_QUERY_TIMEOUT_MS, QueryLimits
 from blockx_chain.url import FORMS, BlockDbUrl, InvalidBlockDbUrl, PostgresUrl, parse_blockdb_url
 from blockx_core.io import ConcurrencyLimit
@@ -305,20 +305,6 @@ def read_blockdb_settings(reader: ConfigReader) -> BlockDbSettings | None:
         query_max_bytes=max_bytes,
         executor_url=executor if isinstance(url, PostgresUrl) else None,
     )
-
-
-async def start_blockdb(settings: BlockDbSettings | None) -> BlockDbBackend | None:
-    """``io.blockdb`` opened, or None without BLOCKDB_URL; StartupError for a
-    database this BlockX may not use (a newer schema, another kind of database)."""
-    if settings is None:
-        return None
-    backend = BlockDbBackend(settings.url, settings.max_rows)
-    try:
-        await backend.start()
-    except SchemaRefused as exc:
-        await backend.close()
-        raise StartupError(f"BLOCKDB_URL: {exc}") from None
-    return backend
 
 
 # io.sink: the sink database Writer Plugins write.

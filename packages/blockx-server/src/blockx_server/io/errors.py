@@ -49,6 +49,8 @@ class IoOk(msgspec.Struct, frozen=True, kw_only=True, tag=True):
     request), for traces; it is never charged.
     """
 
+    # Empty for a request made with ``as_json=False`` (TaskIoScope.request): its
+    # reader reads ``value``.
     value_json: bytes = b"null"
     io_us: int = 0
     queue_us: int = 0

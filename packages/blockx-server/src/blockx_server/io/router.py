@@ -76,6 +76,9 @@ class Prepared:
     cacheable: bool
     # The backend's admission gate (its name, and its chain's when it has one).
     gate: str
+    # Whether the answer is encoded as JSON (``IoOk.value_json``); an in-process
+    # reader that reads ``IoOk.value`` alone (a Builder's scan) skips the encoding.
+    as_json: bool = True
 
 
 _json = msgspec.json.Encoder()
@@ -429,6 +432,9 @@ class IoRouter:
                 _since_us(started),
             )
         io_us = _since_us(started)
+        if not prepared.as_json:
+            # Nobody reads the JSON: value_json is left empty, never "null".
+            return IoOk(value_json=b"", io_us=io_us, value=value)
         try:
             return IoOk(value_json=_json.encode(value), io_us=io_us, value=value)
         except (TypeError, ValueError) as exc:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import itertools
 import random
 import time
@@ -45,8 +46,9 @@ from blockx_server.io.router import IoRouter, Prepared
 
 
 class IoStats(msgspec.Struct, kw_only=True):
-    """What one task's IO cost: requests, failed requests, backend time, answer bytes,
-    and how many requests the cache or a shared request answered."""
+    """What one task's IO cost: requests, failed requests, backend time, answer bytes
+    (of the answers encoded as JSON), and how many requests the cache or a shared
+    request answered."""
 
     requests: int = 0
     failures: int = 0
@@ -56,6 +58,16 @@ class IoStats(msgspec.Struct, kw_only=True):
     cache_hits: int = 0
     shared: int = 0
     retries: int = 0
+
+
+class _Use(enum.Enum):
+    """How a read may be answered: from the read cache or a request in flight
+    (SHARED); fresh from the backend, still sharing a request in flight (FRESH);
+    fresh, alone, as the backend's value without its JSON (VALUE)."""
+
+    SHARED = "shared"
+    FRESH = "fresh"
+    VALUE = "value"
 
 
 class _TaskIo:
@@ -143,12 +155,18 @@ class TaskIoScope:
         *,
         retry: bool = False,
         cache: bool = True,
+        as_json: bool = True,
     ) -> IoOutcome:
         """One request; with ``retry`` a retryable failure is tried again
         (IO_RETRY_MAX_ATTEMPTS attempts, jittered back-off). The answer's ``io_us``
         and ``queue_us`` cover every attempt. ``cache=False``: the read neither uses
-        nor fills the read cache (a Builder's scan reads each range once)."""
-        outcome = await self._attempt(backend, op, args, kwargs or {}, cache)
+        nor fills the read cache (a Builder's scan reads each range once).
+        ``as_json=False`` (an in-process reader of ``IoOk.value`` alone, a Builder or
+        a Writer): the answer is not encoded as JSON (``value_json`` is empty), and
+        the read neither uses the cache nor shares another request in flight, whose
+        reader may need the JSON."""
+        use = (_Use.SHARED if cache else _Use.FRESH) if as_json else _Use.VALUE
+        outcome = await self._attempt(backend, op, args, kwargs or {}, use)
         if not retry:
             return outcome
         attempts, io_us, queue_us = 1, outcome.io_us, outcome.queue_us
@@ -165,7 +183,7 @@ class TaskIoScope:
                     assert_never(decision)
             attempts += 1
             self.stats.retries += 1
-            outcome = await self._attempt(backend, op, args, kwargs or {}, cache)
+            outcome = await self._attempt(backend, op, args, kwargs or {}, use)
             io_us += outcome.io_us
             queue_us += outcome.queue_us
         return msgspec.structs.replace(outcome, io_us=io_us, queue_us=queue_us)
@@ -174,18 +192,18 @@ class TaskIoScope:
         self._closed = True
 
     async def _attempt(
-        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any], cache: bool = True
+        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any], use: _Use
     ) -> IoOutcome:
         pin = await self._task_io.pins.pin(backend, op, args, kwargs)
         outcome: IoOutcome | None = None
         try:
-            outcome = await self._pinned_attempt(backend, op, pin.args, pin.kwargs, cache)
+            outcome = await self._pinned_attempt(backend, op, pin.args, pin.kwargs, use)
             return outcome
         finally:
             pin.learn(outcome)
 
     async def _pinned_attempt(
-        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any], cache: bool = True
+        self, backend: str, op: str, args: list[Any], kwargs: dict[str, Any], use: _Use
     ) -> IoOutcome:
         outcome: IoOutcome
         if self.closed:
@@ -200,9 +218,13 @@ class TaskIoScope:
             if isinstance(prepared, IoFailed):
                 outcome = prepared
             else:
-                if not cache and prepared.cacheable:
+                if use is not _Use.SHARED and prepared.cacheable:
                     prepared = dataclasses.replace(prepared, cacheable=False)
-                outcome = self._router.cached(prepared) or await self._fetch(prepared)
+                if use is _Use.VALUE and not prepared.write:
+                    prepared = dataclasses.replace(prepared, as_json=False)
+                    outcome = await self._send(prepared)
+                else:
+                    outcome = self._router.cached(prepared) or await self._fetch(prepared)
         self._count(outcome)
         self._router.record(backend, op, outcome)
         return outcome

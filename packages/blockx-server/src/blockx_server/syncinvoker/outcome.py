@@ -37,8 +37,7 @@ class IoTraceRecord(msgspec.Struct, frozen=True, kw_only=True):
 class InvokeObserver:
     """Collects one invoke's durations (every call of it), output and IO trace."""
 
-    def __init__(self, budget_us: int, debug: bool) -> None:
-        self._budget_us = budget_us
+    def __init__(self, debug: bool) -> None:
         self._debug = debug
         self.cpu_us = 0
         self.io_us = 0

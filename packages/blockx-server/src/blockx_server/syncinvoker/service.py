@@ -322,7 +322,7 @@ class SyncInvokerService(pb.SyncInvokerServiceBase):
         try:
             # A function the snapshot lacks fails its call FUNCTION_NOT_FOUND in the
             # engine, as any other answer.
-            observer = InvokeObserver(request.budget_ms * 1000, debug)
+            observer = InvokeObserver(debug)
             # A debug invoke records its call (CALL_RECORD_MAX_BYTES), success or not.
             run = self.engine.open_calls(
                 task_id,

@@ -64,6 +64,7 @@ from blockx_server.runtime.settings import (
     flag,
     integer,
     listen_address,
+    optional_text,
     text,
 )
 from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
@@ -117,6 +118,7 @@ class WorkerRuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
     prometheus_path: str
     log_level: str
     event_loop: EventLoop = EventLoop.ASYNCIO
+    cpu_profile_path: str | None = None
     blockdb: BlockDbSettings | None = None
     # The chains served: [chains.NAME] tables of --config, or BLOCKDB_URL /
     # CHAIN_RPC_URL as the chain "default" (``blockx_server.io.chain_config``).
@@ -258,6 +260,12 @@ LEASE_TTL_S: Final = Setting(
     parse=integer(at_least=2),
     help="the etcd lease of the registration, in seconds",
 )
+CPU_PROFILE: Final[Setting[str | None]] = Setting(
+    name="WORKER_CPU_PROFILE",
+    default=None,
+    parse=optional_text,
+    help="write a cProfile of the event loop's thread to this file at exit",
+)
 BUILDER_SLOTS: Final = Setting(
     name="BUILDER_SLOTS", default=16, parse=integer(at_least=1), help="tasks in the build phase"
 )
@@ -323,6 +331,7 @@ def worker_settings(profile: WorkerProfile) -> tuple[Setting[Any], ...]:
         DRAIN_TIMEOUT_MS,
         LOG_LEVEL,
         EVENT_LOOP,
+        CPU_PROFILE,
     )
 
 
@@ -407,6 +416,7 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
         prometheus_path=prometheus_path,
         log_level=reader.get(LOG_LEVEL),
         event_loop=reader.get(EVENT_LOOP),
+        cpu_profile_path=reader.get(CPU_PROFILE),
         blockdb=read_blockdb_settings(reader),
         sink=read_sink_settings(reader),
         iceberg=read_iceberg_settings(reader),

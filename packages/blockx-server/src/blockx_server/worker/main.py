@@ -7,7 +7,7 @@ import gc
 from blockx_server.calls.functions import FunctionStoreError
 from blockx_server.io.chain_config import CHAINS_TABLE
 from blockx_server.runtime.event_loop import run_on
-from blockx_server.runtime.process import StartupError, fail, start_program
+from blockx_server.runtime.process import StartupError, cpu_profile, fail, start_program
 from blockx_server.worker.app import serve
 from blockx_server.worker.config import (
     BLOCK_WORKER,
@@ -36,7 +36,8 @@ def run(profile: WorkerProfile) -> None:
     gc.freeze()
     gc.set_threshold(GC_YOUNG_THRESHOLD, 10, 10)
     try:
-        run_on(config.event_loop, serve(config))
+        with cpu_profile(config.cpu_profile_path):
+            run_on(config.event_loop, serve(config))
     except FunctionStoreError as exc:
         fail(profile.program, f"cannot load functions: {exc}")
     except StartupError as exc:

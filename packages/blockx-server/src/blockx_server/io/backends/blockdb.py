@@ -2,20 +2,21 @@
 
 Reads: ``head()`` -> ``{"number", "hash", "finalized"}`` or None while nothing is
 ingested; ``block(number)`` -> a row or None; ``blocks(from_block, to_block)``
-(inclusive); ``transactions(block_number)``; ``logs(from_block, to_block=None,
-address=None, topic0=None)``; ``erc20_transfers(from_block, to_block=None,
-token=None)``; ``log_filter()`` -> what a selective database (``blockx chain ingest
---logs``) holds, ``{"addresses", "topic0s", "from_block"}``, or None for one of
-whole blocks; ``rows(table, from_block, to_block=None, where=None)``: any block
-table of the schema (``blockx_chain.schema.BLOCK_TABLES``: blocks, transactions,
-logs, erc20_transfers, withdrawals, nft_transfers, traces, contracts, and any
-table registered there later, with nothing to add here), ``where`` a ``{column:
-value}`` equality filter (``to_block=None`` means ``from_block`` alone). Rows are
-dicts keyed by column name, ordered by block then index. A range whose answer
-would exceed
-BLOCKDB_MAX_ROWS is BAD_REQUEST (narrow it); a database that cannot be reached is
-a retryable UNAVAILABLE. There are no writes: ingest (``blockx chain ingest``)
-fills the database.
+(inclusive); ``hashes(from_block, to_block)``: the ``{"block_number",
+"block_hash"}`` of the same blocks, nothing else; ``transactions(block_number)``;
+``logs(from_block, to_block=None, address=None, topic0=None)``;
+``erc20_transfers(from_block, to_block=None, token=None)``; ``log_filter()`` -> what
+a selective database (``blockx chain ingest --logs``) holds, ``{"addresses",
+"topic0s", "from_block"}``, or None for one of whole blocks; ``rows(table,
+from_block, to_block=None, where=None)``: any block table of the schema
+(``blockx_chain.schema.BLOCK_TABLES``: blocks, transactions, logs, erc20_transfers,
+withdrawals, nft_transfers, traces, contracts, and any table registered there later,
+with nothing to add here), ``where`` a ``{column: value}`` equality filter
+(``to_block=None`` means ``from_block`` alone). Rows are dicts keyed by column name,
+ordered by block then index. A range whose answer would exceed BLOCKDB_MAX_ROWS is
+BAD_REQUEST (narrow it); a database that cannot be reached is a retryable
+UNAVAILABLE. There are no writes: ingest (``blockx chain ingest``) fills the
+database.
 
 The store is opened at start-up when it can be (``start``) and again on the next
 request when it could not, so a Worker started before its database answers.
@@ -48,6 +49,7 @@ READS: Final = (
     "log_filter",
     "block",
     "blocks",
+    "hashes",
     "transactions",
     "logs",
     "erc20_transfers",
@@ -64,6 +66,7 @@ _SIGNATURES: Final = {
 _LAST_BLOCK: Final[dict[str, tuple[str, ...]]] = {
     "block": ("number",),
     "blocks": ("to_block",),
+    "hashes": ("to_block",),
     "transactions": ("block_number",),
     "logs": ("to_block", "from_block"),
     "erc20_transfers": ("to_block", "from_block"),

@@ -139,7 +139,11 @@ class _TooWide(PluginError):
 
 
 async def _read(ctx: TaskContext, op: str, what: str, *args: Any, cache: bool = True) -> Any:
-    outcome = await ctx.io.request("blockdb", op, list(args), {}, retry=True, cache=cache)
+    # A read that skips the cache is this scan's alone: its answer is used as the
+    # value the backend returned, never encoded as JSON.
+    outcome = await ctx.io.request(
+        "blockdb", op, list(args), {}, retry=True, cache=cache, as_json=cache
+    )
     match outcome:
         case IoOk():
             return outcome.decoded()

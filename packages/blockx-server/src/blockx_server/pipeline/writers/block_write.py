@@ -170,8 +170,11 @@ async def check_canonical(ctx: TaskContext, blocks: Sequence[BlockRows], plugin:
         end = start
         while end + 1 < len(numbers) and numbers[end + 1] - numbers[start] < CHECK_SPAN:
             end += 1
+        # The hashes alone, read fresh, never from the read cache, and kept as the
+        # backend's value: the answer is used once, here; a cached one would be
+        # decoded again from its JSON on the event loop.
         outcome = await ctx.io.request(
-            "blockdb", "blocks", [numbers[start], numbers[end]], retry=True
+            "blockdb", "hashes", [numbers[start], numbers[end]], retry=True, as_json=False
         )
         match outcome:
             case IoFailed(kind=IoErrorKind.UNKNOWN_BACKEND):
