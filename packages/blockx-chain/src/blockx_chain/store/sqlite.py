@@ -8,7 +8,8 @@ writer's work is mostly Python (every cell checked), which the GIL would run one
 thread at a time anyway, and a hand-over to a writer thread per statement, with
 the GIL passed back and forth at every row SQLite steps, cost ingest about 5 % of
 its CPU against a node on the same cores. A batch of ingest holds the loop for a
-few tens of milliseconds; its next fetches are already under way. A writer is
+few tens of milliseconds; its next fetches are already under way. Only the commit,
+which waits for the disk, goes to the writer's thread. A writer is
 ``BEGIN IMMEDIATE`` with no busy wait: a second writer, in this process or
 another, fails at once with WriterBusy.
 
@@ -235,14 +236,23 @@ class SqliteStore(BlockStore):
 
         return await asyncio.get_running_loop().run_in_executor(self._read_threads, check)
 
-    async def _on_writer(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        """``work`` on the write connection, on this thread (see the module's text)."""
-        if self._conn is None:
-            raise StoreError(f"{self.description} is closed")
-        try:
-            return work(self._conn)
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.description}: {exc}") from None
+    async def _on_writer(
+        self, work: Callable[[sqlite3.Connection], T], *, waits: bool = False
+    ) -> T:
+        """``work`` on the write connection, on this thread (see the module's text);
+        ``waits``: on the writer's thread, for work that waits for the disk."""
+
+        def run() -> T:
+            if self._conn is None:
+                raise StoreError(f"{self.description} is closed")
+            try:
+                return work(self._conn)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.description}: {exc}") from None
+
+        if waits:
+            return await asyncio.get_running_loop().run_in_executor(self._write_thread, run)
+        return run()
 
     def _reader(self) -> sqlite3.Connection:
         conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
@@ -279,7 +289,9 @@ class SqliteStore(BlockStore):
             except BaseException:
                 await self._on_writer(lambda c: c.execute("ROLLBACK"))
                 raise
-            await self._on_writer(self._commit)
+            # The commit waits for the disk (fsync): on the writer's thread, while
+            # the loop goes on with the next batch.
+            await self._on_writer(self._commit, waits=True)
         finally:
             self._writing = False
 
