@@ -27,10 +27,12 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-# httpx imports its own command line (click, rich's progress bars, pygments) when
-# those are installed, a third of its import time; nothing here runs it. A None in
-# sys.modules makes that import fail, and httpx goes on without its command line.
-sys.modules.setdefault("httpx._main", None)  # type: ignore[arg-type]
+# httpx imports its own command line (click, rich's progress bars, pygments), and
+# httpcore its HTTP/2 connections (h2), when those are installed: a third of their
+# import time, and this client runs neither (it never offers HTTP/2). A None in
+# sys.modules makes those imports fail; both libraries go on without them.
+for _unused in ("httpx._main", "httpcore._async.http2", "httpcore._sync.http2"):
+    sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
 
 import httpx  # noqa: E402
 import msgspec  # noqa: E402
