@@ -33,6 +33,7 @@ from typing import Any, Final
 # sys.modules makes those imports fail; both libraries go on without them.
 for _unused in ("httpx._main", "httpcore._async.http2", "httpcore._sync.http2"):
     sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
+del _unused
 
 import httpx  # noqa: E402
 import msgspec  # noqa: E402
