@@ -5,10 +5,7 @@ the statement-by-statement path, replacing as it did."""
 
 from __future__ import annotations
 
-import json
 import sqlite3
-import subprocess
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -118,32 +115,3 @@ async def test_reads_go_on_beside_a_write_on_the_loops_thread(eth: EthRpc, tmp_p
         await store.close()
     assert [b["block_number"] for b in during] == [0, 1]
     assert [b["block_hash"] for b in after] == [r.block.block_hash for r in rows]
-
-
-def test_the_node_client_loads_httpx_without_its_command_line_nor_http2(anvil: Anvil) -> None:
-    """httpx's command line (click, pygments, rich's progress bars) and httpcore's
-    HTTP/2 (h2) stay out of every process that talks to a node; the client works
-    without them (this answer, and the client's tests)."""
-    probe = (
-        "import asyncio, json, sys\n"
-        "from blockx_chain.rpc import JsonRpcClient\n"
-        "async def ask():\n"
-        "    async with JsonRpcClient(sys.argv[1]) as client:\n"
-        "        return await client.request('eth_chainId')\n"
-        "answer = asyncio.run(ask())\n"
-        "print(json.dumps([answer, sorted(m for m in sys.modules "
-        "if m.split('.')[0] in ('httpx', 'httpcore', 'click', 'pygments', 'h2', 'hpack'))]))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe, anvil.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    answer, loaded = json.loads(done.stdout)
-    assert int(answer, 16) > 0
-    assert "httpx" in loaded
-    assert "httpcore" in loaded
-    assert [m for m in loaded if m.split(".")[0] not in ("httpx", "httpcore")] == []

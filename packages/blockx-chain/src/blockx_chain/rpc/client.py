@@ -23,23 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import sys
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-# httpx imports its own command line (click, rich's progress bars, pygments), and
-# httpcore its HTTP/2 connections (h2), when those are installed: a third of their
-# import time, and this client runs neither (it never offers HTTP/2). A None in
-# sys.modules makes those imports fail; both libraries go on without them.
-for _unused in ("httpx._main", "httpcore._async.http2", "httpcore._sync.http2"):
-    sys.modules.setdefault(_unused, None)  # type: ignore[arg-type]
-del _unused
+import httpx
+import msgspec
 
-import httpx  # noqa: E402
-import msgspec  # noqa: E402
-
-from blockx_chain.rpc.answers import shown  # noqa: E402
-from blockx_chain.rpc.errors import (  # noqa: E402
+from blockx_chain.rpc.answers import shown
+from blockx_chain.rpc.errors import (
     RpcError,
     RpcErrorKind,
     classify_http_status,
