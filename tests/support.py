@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 from blockx_core.heartbeat import WorkerHeartbeat
 from blockx_core.worker import TaskPhase, WorkerCore
@@ -76,6 +77,26 @@ def free_port() -> int:
                 continue
         _given.add(port)
         return port
+    raise RuntimeError(f"no free loopback port in {_PORTS.start}-{_PORTS.stop - 1}")
+
+
+@contextlib.contextmanager
+def dead_addr() -> Iterator[str]:
+    """A loopback ``host:port`` that refuses connections for as long as the block
+    runs: the port stays bound, never listening, so no server started meanwhile (a
+    dev cluster draws its ports from a range of its own) can take it."""
+    for _ in range(1000):
+        port = random.choice(_PORTS)
+        if port in _given:
+            continue
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            _given.add(port)
+            yield f"127.0.0.1:{port}"
+            return
     raise RuntimeError(f"no free loopback port in {_PORTS.start}-{_PORTS.stop - 1}")
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 import typer
-from support import free_port
+from support import dead_addr
 from typer.testing import CliRunner
 
 from blockx_cli.addresses import dial_address, etcd_endpoint, unix_socket_path
@@ -391,40 +391,40 @@ def test_a_connection_failure_says_which_setting_won(
         {"ETCD_ENDPOINTS": cluster["etcd"], "BLOCKX_COORDINATOR": cluster["coordinator"]},
         dev_config_path({"XDG_CONFIG_HOME": str(home)}),
     )  # written by this process, which is alive: a running dev up's file
-    stale_etcd, stale_coordinator = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-    shell = {"XDG_CONFIG_HOME": str(home), "ETCD_ENDPOINTS": stale_etcd}
+    with dead_addr() as stale_etcd, dead_addr() as stale_coordinator:
+        shell = {"XDG_CONFIG_HOME": str(home), "ETCD_ENDPOINTS": stale_etcd}
 
-    workers = blockx("workers", env=shell)
-    assert workers.returncode == 3, workers.stdout + workers.stderr
-    error, hint = workers.stderr.splitlines()
-    assert error.startswith(f"error: cannot read the registry from etcd ({stale_etcd}: ")
-    assert error.endswith(
-        f"(ETCD_ENDPOINTS from the environment; dev.toml says {cluster['etcd']} — "
-        "unset ETCD_ENDPOINTS?)"
-    )
-    assert "`unset ETCD_ENDPOINTS`" in hint
+        workers = blockx("workers", env=shell)
+        assert workers.returncode == 3, workers.stdout + workers.stderr
+        error, hint = workers.stderr.splitlines()
+        assert error.startswith(f"error: cannot read the registry from etcd ({stale_etcd}: ")
+        assert error.endswith(
+            f"(ETCD_ENDPOINTS from the environment; dev.toml says {cluster['etcd']} — "
+            "unset ETCD_ENDPOINTS?)"
+        )
+        assert "`unset ETCD_ENDPOINTS`" in hint
 
-    reserve = blockx(
-        "--direct", "reserve", "--timeout", "0.5",
-        env={**shell, "BLOCKX_COORDINATOR": stale_coordinator},
-    )  # fmt: skip
-    assert reserve.returncode == 3, reserve.stdout + reserve.stderr
-    assert reserve.stderr.splitlines()[-1] == (
-        f"hint: {stale_coordinator} is BLOCKX_COORDINATOR from the environment; dev.toml says "
-        f"{cluster['coordinator']} — unset BLOCKX_COORDINATOR? The environment also "
-        "overrides dev.toml's ETCD_ENDPOINTS."
-    )
+        reserve = blockx(
+            "--direct", "reserve", "--timeout", "0.5",
+            env={**shell, "BLOCKX_COORDINATOR": stale_coordinator},
+        )  # fmt: skip
+        assert reserve.returncode == 3, reserve.stdout + reserve.stderr
+        assert reserve.stderr.splitlines()[-1] == (
+            f"hint: {stale_coordinator} is BLOCKX_COORDINATOR from the environment; dev.toml says "
+            f"{cluster['coordinator']} — unset BLOCKX_COORDINATOR? The environment also "
+            "overrides dev.toml's ETCD_ENDPOINTS."
+        )
 
-    flagged = blockx(
-        "--direct", "--coordinator", stale_coordinator, "reserve", "--timeout", "0.5",
-        env={"XDG_CONFIG_HOME": str(home)},
-    )  # fmt: skip
-    assert flagged.returncode == 3, flagged.stdout + flagged.stderr
-    assert flagged.stderr.splitlines()[-1] == (
-        f"hint: {stale_coordinator} is from --coordinator; dev.toml says "
-        f"{cluster['coordinator']} — leave --coordinator out?"
-    )
+        flagged = blockx(
+            "--direct", "--coordinator", stale_coordinator, "reserve", "--timeout", "0.5",
+            env={"XDG_CONFIG_HOME": str(home)},
+        )  # fmt: skip
+        assert flagged.returncode == 3, flagged.stdout + flagged.stderr
+        assert flagged.stderr.splitlines()[-1] == (
+            f"hint: {stale_coordinator} is from --coordinator; dev.toml says "
+            f"{cluster['coordinator']} — leave --coordinator out?"
+        )
 
-    unset = blockx("workers", "--json", env={"XDG_CONFIG_HOME": str(home)})
-    assert unset.returncode == 0, unset.stderr
-    assert [w["worker_addr"] for w in json.loads(unset.stdout)] == [cluster["worker"]]
+        unset = blockx("workers", "--json", env={"XDG_CONFIG_HOME": str(home)})
+        assert unset.returncode == 0, unset.stderr
+        assert [w["worker_addr"] for w in json.loads(unset.stdout)] == [cluster["worker"]]
