@@ -2,10 +2,11 @@
 
 A fixed port is checked before anything starts, so a port already in use is one
 line naming it and its flag, not a child that dies half-way through start-up.
-A free port is drawn below the kernel's ephemeral range: a port from that range
-(what binding port 0 gives) can be taken by any outgoing connection of any program
-between the check and the child's bind, which on a busy machine happens. A port
-another program binds in that window is reported as the child's own bind failure.
+A free port is drawn from 10,000-19,999, below the kernel's ephemeral range: a
+port from that range (what binding port 0 gives) can be taken by any outgoing
+connection of any program between the check and the child's bind, which on a busy
+machine happens. A port another program binds in that window is reported as the
+child's own bind failure.
 """
 
 from __future__ import annotations
@@ -20,8 +21,11 @@ from blockx_cli.devcluster.processes import LaunchError
 
 HOST = "127.0.0.1"
 # Where free ports are drawn from: above the well-known and common service ports,
-# below the kernel's ephemeral range (read at start, this when it cannot be).
+# below 20,000 (the ports from there up to the ephemeral range are left to other
+# programs that choose theirs the same way, the test suite's servers among them)
+# and below the kernel's ephemeral range (read at start, this when it cannot be).
 _LOWEST: Final = 10_000
+_HIGHEST: Final = 20_000
 _EPHEMERAL_START: Final = 32_768
 _EPHEMERAL_RANGE: Final = Path("/proc/sys/net/ipv4/ip_local_port_range")
 
@@ -31,7 +35,7 @@ def _drawn_from() -> range:
         start = int(_EPHEMERAL_RANGE.read_text().split()[0])
     except (OSError, ValueError, IndexError):
         start = _EPHEMERAL_START
-    return range(_LOWEST, max(start, _LOWEST + 1_000))
+    return range(_LOWEST, max(min(start, _HIGHEST), _LOWEST + 1_000))
 
 
 def _binds(port: int) -> bool:
