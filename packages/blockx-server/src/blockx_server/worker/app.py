@@ -174,6 +174,9 @@ async def serve(
                 await stop.wait()
                 log.info("draining: deregistering and letting running tasks finish")
                 serving.set(False)
+                # New work is refused before the heartbeat goes: a coordinator that
+                # still has this Worker in its view gets UNAVAILABLE, not a slot.
+                orchestrator.refuse_new_work()
                 await publisher.deregister()
                 await orchestrator.drain(config.drain_timeout_ms / 1000)
                 for task in background:

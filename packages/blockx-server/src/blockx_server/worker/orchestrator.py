@@ -243,10 +243,14 @@ class Orchestrator:
     def running_tasks(self) -> int:
         return len(self._runtimes)
 
+    def refuse_new_work(self) -> None:
+        """From now on RequestTaskSlot and SubmitTask answer UNAVAILABLE."""
+        self.core.start_draining()
+
     async def drain(self, timeout_s: float) -> None:
         """Refuse new work, let running tasks converge for up to ``timeout_s``, then
         cancel the rest (they converge CANCELLED, retryable)."""
-        self.core.start_draining()
+        self.refuse_new_work()
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout_s
         # The core's timers keep running meanwhile (timeouts, lost watches).
