@@ -64,20 +64,29 @@ _PORTS = _ports_of_this_process()
 _given: set[int] = set()
 
 
-def free_port() -> int:
-    """A loopback port nobody listens on, never handed out twice in one run."""
+def _bound_port() -> socket.socket:
+    """A socket bound to a loopback port of this process's slice, never handed out
+    twice in one run."""
     for _ in range(1000):
         port = random.choice(_PORTS)
         if port in _given:
             continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
+        sock = socket.socket()
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            sock.close()
+            continue
         _given.add(port)
-        return port
+        return sock
     raise RuntimeError(f"no free loopback port in {_PORTS.start}-{_PORTS.stop - 1}")
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on, never handed out twice in one run."""
+    with _bound_port() as sock:
+        port: int = sock.getsockname()[1]
+    return port
 
 
 @contextlib.contextmanager
@@ -85,19 +94,8 @@ def dead_addr() -> Iterator[str]:
     """A loopback ``host:port`` that refuses connections for as long as the block
     runs: the port stays bound, never listening, so no server started meanwhile (a
     dev cluster draws its ports from a range of its own) can take it."""
-    for _ in range(1000):
-        port = random.choice(_PORTS)
-        if port in _given:
-            continue
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            _given.add(port)
-            yield f"127.0.0.1:{port}"
-            return
-    raise RuntimeError(f"no free loopback port in {_PORTS.start}-{_PORTS.stop - 1}")
+    with _bound_port() as sock:
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
 
 
 def proc_stat(pid: int) -> list[str] | None:
