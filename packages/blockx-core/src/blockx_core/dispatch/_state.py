@@ -128,9 +128,6 @@ class TaskCalls:
     def converged(self) -> bool:
         return self.source_done and self.done_roots == self.added
 
-    def set_output(self, index: int, result: bytes) -> None:
-        self.outputs[index - self.taken] = result
-
     def set_context(self, index: int, context: CallContext) -> None:
         index -= self.taken
         if self.contexts is None:
@@ -361,24 +358,20 @@ def detach(
 
 
 def hold_all(ex: Executor, call_ids: list[int], parents: dict[int, int], *, now_ms: int) -> None:
-    """``hold`` for each of an ExecuteCalls' calls (sub-calls of ``parents[call_id]``)."""
+    """An ExecuteCalls' calls go to ``ex``: each (a sub-call of ``parents[call_id]``,
+    none when absent) joins its queue, unless it is there already."""
     queue, queued = ex.queue, ex.queued
-    if not queue and call_ids:
-        ex.head_since_ms = now_ms
-        ex.head_cpu_ns = ex.cpu_ns
     for call_id in call_ids:
-        if call_id not in queued:
-            queue.append(call_id)
-            queued[call_id] = parents.get(call_id, 0) if parents else 0
+        if call_id in queued:
+            continue
+        if not queue:
+            ex.head_since_ms = now_ms
+            ex.head_cpu_ns = ex.cpu_ns
+        queue.append(call_id)
+        queued[call_id] = parents.get(call_id, 0) if parents else 0
 
 
 def hold(ex: Executor, call_id: int, *, now_ms: int, parent: int = 0) -> None:
     """An ExecuteCalls call or a ResumeCall goes to ``ex``: the call (a sub-call of
     ``parent``) joins its queue."""
-    if call_id in ex.queued:
-        return
-    if not ex.queue:
-        ex.head_since_ms = now_ms
-        ex.head_cpu_ns = ex.cpu_ns
-    ex.queue.append(call_id)
-    ex.queued[call_id] = parent
+    hold_all(ex, [call_id], {call_id: parent} if parent else {}, now_ms=now_ms)
