@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -796,89 +796,94 @@ _EXACT_HEX: Final[Mapping[ColumnType, re.Pattern[str]]] = {
 }
 
 
-# How checked_row takes a column's common case inline, without check_value (plain
-# ints: the loop compares them with literals, the cheapest test there is).
+# How checked_row takes a column's common case inline, without check_value.
 _FAST_NONE: Final = 0  # every value goes through check_value
 _FAST_INTEGER: Final = 1  # an int in 0 .. 2**63 - 1
 _FAST_HEX: Final = 2  # lowercase hex of the column's length
 _FAST_UINT256: Final = 3  # an int in 0 .. 2**256 - 1, stored as its decimal text
 _FAST_JSON: Final = 4  # a list or an object, stored as compact JSON text
+_FAST_FLAG: Final = 5  # 0 or 1
 
 
-class _Plan:
-    """A table's columns as checked_row walks them, worked out once per table."""
-
-    __slots__ = ("steps", "table")
-
-    def __init__(self, table: Table) -> None:
-        self.table = table
-        self.steps = tuple((column, *_fast_way(column)) for column in table.columns)
-
-
-def _fast_way(column: Column) -> tuple[bool, int, re.Pattern[str]]:
-    if column.type is ColumnType.INTEGER and column.name != "success":
-        fast = _FAST_INTEGER
-    elif column.type in _EXACT_HEX:
-        return column.nullable, _FAST_HEX, _EXACT_HEX[column.type]
-    elif column.type is ColumnType.UINT256:
-        fast = _FAST_UINT256
-    elif column.type is ColumnType.JSON:
-        fast = _FAST_JSON
-    else:
-        fast = _FAST_NONE
-    return column.nullable, fast, _HEX  # the pattern is only used with _FAST_HEX
+def _fast_way(column: Column) -> tuple[int, re.Pattern[str] | None]:
+    if column.type is ColumnType.INTEGER:
+        return (_FAST_FLAG if column.name == "success" else _FAST_INTEGER), None
+    if column.type in _EXACT_HEX:
+        return _FAST_HEX, _EXACT_HEX[column.type]
+    if column.type is ColumnType.UINT256:
+        return _FAST_UINT256, None
+    if column.type is ColumnType.JSON:
+        return _FAST_JSON, None
+    return _FAST_NONE, None
 
 
-_PLANS: Final[dict[str, _Plan]] = {}
+# Hashes and addresses found well-formed (a value's form never changes: it is text).
+_KNOWN_HEX: Final[Mapping[ColumnType, set[str]]] = {H: set(), A: set()}
+_KNOWN_HEX_MAX: Final = 20_000  # each: some 3 MB at most
+
+RowChecker = Callable[[msgspec.Struct, str], tuple[Any, ...]]
+
+
+def _row_checker(table: Table) -> RowChecker:
+    """checked_row for ``table`` as straight-line code, made once per table as
+    dataclasses makes ``__init__``: per column, its field read, one test of its
+    common case (NULL where allowed, an in-range int, lowercase hex of the right
+    length, a list or an object), and check_value for anything else, which converts
+    it (uppercase hex, a uint256 in text) or raises with the rule it broke."""
+    scope: dict[str, Any] = {"check_value": check_value, "json_text": json_text, "table": table}
+    lines = ["def checked(row, where):"]
+    for i, column in enumerate(table.columns):
+        assert column.name.isidentifier(), column.name
+        fast, pattern = _fast_way(column)
+        v = f"v{i}"
+        scope[f"c{i}"] = column
+        lines.append(f"    {v} = row.{column.name}")
+        slow = f"{v} = check_value(table, c{i}, {v}, where)"
+        if fast == _FAST_NONE:
+            lines.append(f"    if {v} is not None: {slow}" if column.nullable else f"    {slow}")
+            continue
+        if fast == _FAST_INTEGER:
+            test, keep = f"type({v}) is int and 0 <= {v} <= {MAX_INTEGER}", "pass"
+        elif fast == _FAST_FLAG:
+            test, keep = f"type({v}) is int and 0 <= {v} <= 1", "pass"
+        elif fast == _FAST_HEX and column.type is ColumnType.DATA:
+            assert pattern is not None
+            scope[f"p{i}"] = pattern.fullmatch
+            test, keep = f"type({v}) is str and p{i}({v}) is not None", "pass"
+        elif fast == _FAST_HEX:
+            # A block's hash is in each of its rows, a transaction's in each of its
+            # logs, a token's address in each of its transfers: a hash or an
+            # address seen well-formed is not matched again.
+            assert pattern is not None
+            scope[f"p{i}"], scope[f"k{i}"] = pattern.fullmatch, _KNOWN_HEX[column.type]
+            test = f"type({v}) is str and ({v} in k{i} or p{i}({v}) is not None)"
+            keep = f"k{i}.add({v}) if len(k{i}) < {_KNOWN_HEX_MAX} else k{i}.clear()"
+        elif fast == _FAST_UINT256:
+            test, keep = f"type({v}) is int and 0 <= {v} <= {MAX_UINT256}", f"{v} = str({v})"
+        else:
+            name = f"{table.name}.{column.name} of "
+            test = f"type({v}) is list or type({v}) is dict"
+            keep = f"{v} = json_text({v}, {name!r} + where)"
+        first = f"if {v} is None: pass\n    elif" if column.nullable else "if"
+        lines.append(f"    {first} {test}: {keep}\n    else: {slow}")
+    values = ", ".join(f"v{i}" for i in range(len(table.columns)))
+    lines.append(f"    return ({values},)")
+    exec("\n".join(lines), scope)  # the text is made above from the schema alone
+    checker: RowChecker = scope["checked"]
+    return checker
+
+
+_CHECKERS: Final[dict[str, tuple[Table, RowChecker]]] = {}
 
 
 def checked_row(table: Table, row: msgspec.Struct, where: str) -> tuple[Any, ...]:
-    """``row``'s values in ``table``'s column order, each checked.
-
-    The common case (NULL where allowed, an in-range int, lowercase hex of the
-    right length, a list or an object) is accepted inline; anything else goes
-    through check_value, which converts it (uppercase hex, a uint256 in text) or
-    raises with the rule it broke. Ingest checks every cell of every row, so this
-    is on its hot path."""
-    plan = _PLANS.get(table.name)
-    if plan is None or plan.table is not table:
-        plan = _PLANS[table.name] = _Plan(table)
-    out: list[Any] = []
-    append = out.append
-    for (column, nullable, fast, pattern), value in zip(
-        plan.steps, msgspec.structs.astuple(row), strict=True
-    ):
-        if value is None:
-            if nullable:
-                append(None)
-                continue
-        elif fast == 1:
-            if type(value) is int and 0 <= value <= 0x7FFFFFFFFFFFFFFF:
-                append(value)
-                continue
-        elif fast == 2:
-            if type(value) is str and pattern.fullmatch(value) is not None:
-                append(value)
-                continue
-        elif fast == 3:
-            if type(value) is int and 0 <= value <= MAX_UINT256:
-                append(str(value))
-                continue
-        elif fast == 4 and type(value) in (list, dict):
-            append(json_text(value, f"{table.name}.{column.name} of {where}"))
-            continue
-        append(check_value(table, column, value, where))
-    return tuple(out)
-
-
-# checked_row's loop writes these out.
-assert (MAX_INTEGER, _FAST_INTEGER, _FAST_HEX, _FAST_UINT256, _FAST_JSON) == (
-    0x7FFFFFFFFFFFFFFF,
-    1,
-    2,
-    3,
-    4,
-)
+    """``row``'s values in ``table``'s column order, each checked (see
+    _row_checker). Ingest checks every cell of every row, so this is on its hot
+    path."""
+    made = _CHECKERS.get(table.name)
+    if made is None or made[0] is not table:
+        made = _CHECKERS[table.name] = (table, _row_checker(table))
+    return made[1](row, where)
 
 
 def erc20_transfer(log: tuple[Any, ...]) -> tuple[Any, ...] | None:
