@@ -583,3 +583,25 @@ async def test_an_ipv6_literal_host() -> None:
         assert await client.request("eth_chainId") == "0x1"
     assert node.url.startswith("http://[::1]:")
     assert f"host: {node.url[len('http://') : -1]}" in node.heads[0].decode().lower()
+
+
+async def test_an_exchange_past_its_timeout_is_unavailable_and_its_connection_closed() -> None:
+    """The node answers its first request never: the exchange ends at ``timeout_s``,
+    the connection with it (the node sees it close), and the next request goes on a
+    new one."""
+    never = asyncio.Event()
+
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        if len(node.requests) == 1:
+            await never.wait()
+        return _plain(_body(request)), False
+
+    async with RawNode(reply) as node, JsonRpcClient(node.url, timeout_s=0.2) as client:
+        with pytest.raises(RpcError) as caught:
+            await client.request("eth_sendRawTransaction", ["0x02"])
+        assert caught.value.kind is RpcErrorKind.UNAVAILABLE
+        assert f"the node at {node.url} did not answer within 0.2 s" in caught.value.message
+        assert await client.request("eth_chainId") == "0x2"
+        assert node.connections == 2
+        never.set()
+    assert len(node.requests) == 2

@@ -38,6 +38,7 @@ class HttpConnection(asyncio.Protocol):
         self._buffered = 0
         self._paused = False
         self._eof = False
+        self._lost_by: Exception | None = None  # e.g. ConnectionResetError
         self._waiter: asyncio.Future[None] | None = None
         self.lost: asyncio.Future[None] = loop.create_future()
 
@@ -62,6 +63,7 @@ class HttpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._eof = True
+        self._lost_by = exc
         self._transport = None
         self._wake()
         if not self.lost.done():
@@ -151,14 +153,20 @@ class HttpConnection(asyncio.Protocol):
                     h11c.receive_data(await self._read())
                     continue
             except h11.RemoteProtocolError as exc:
+                if self._eof:
+                    raise self._ended() from None
                 raise ExchangeFailed(f"malformed HTTP: {exc}") from None
             if isinstance(event, h11.InformationalResponse):
                 continue
             if isinstance(event, wanted):
                 return event
             if isinstance(event, h11.ConnectionClosed):
-                raise ExchangeFailed("the server closed the connection before its whole answer")
+                raise self._ended()
             raise ExchangeFailed(f"unexpected {type(event).__name__} in the answer")
+
+    def _ended(self) -> ExchangeFailed:
+        how = "" if self._lost_by is None else f" ({self._lost_by!r})"
+        return ExchangeFailed(f"the connection ended before the whole answer{how}")
 
     async def _read(self) -> bytes:
         """The bytes received since the last read; b"" once the server closed."""

@@ -133,7 +133,9 @@ class HttpPool:
             return TooLarge()
         except TimeoutError:
             return TimedOut()
-        except (OSError, ExchangeFailed) as exc:
+        except ExchangeFailed as exc:
+            return Unreachable(str(exc))
+        except OSError as exc:
             return Unreachable(repr(exc))
         return Answered(status, answer, retry_after)
 
