@@ -172,31 +172,6 @@ async def test_a_refused_connection_is_unavailable() -> None:
     assert "cannot reach the node" in caught.value.message
 
 
-async def test_an_oversized_answer_fails_only_its_own_request() -> None:
-    async def handler(request: Any) -> tuple[int, bytes]:
-        def one(r: dict[str, Any]) -> dict[str, Any]:
-            return answer(r, "0x" + "ab" * 5000 if r["method"] == "eth_getCode" else "0x1")
-
-        return 200, each(request, one)
-
-    async with (
-        ScriptedRpcServer(handler) as server,
-        JsonRpcClient(server.url, max_response_bytes=4096) as client,
-    ):
-        answers: tuple[Any, Any] = await asyncio.gather(
-            client.request("eth_chainId"),
-            client.request("eth_getCode", ["0x" + "00" * 20, "latest"]),
-            return_exceptions=True,
-        )
-    small, big = answers
-    assert small == "0x1"
-    assert isinstance(big, RpcError)
-    assert big.kind is RpcErrorKind.BAD_REQUEST
-    assert "larger than 4096 bytes" in big.message
-    # The batch, then each request alone to find the one that is too large.
-    assert [len(r) if isinstance(r, list) else 1 for r in server.requests] == [2, 1, 1]
-
-
 async def test_an_answer_missing_from_a_batch_is_unavailable() -> None:
     async def handler(request: Any) -> tuple[int, bytes]:
         return 200, json.dumps([answer(request[0], "0x1")]).encode()
@@ -307,38 +282,30 @@ async def test_an_answer_that_matches_no_request_fails_only_those_and_the_client
 Reply = Callable[[Any, int], Awaitable[tuple[bytes, bool]]]
 
 
-class RawNode:
-    """A node on a real socket on 127.0.0.1 that writes the raw bytes a test scripts:
-    ``reply(request_json, exchange_number_on_its_connection) -> (bytes, close_after)``.
-    It counts connections (open at once, at most, in all) and keeps each request's
-    head."""
+class RawNode(ScriptedRpcServer):
+    """A node on a real socket (on 127.0.0.1 unless told) that writes the raw bytes a
+    test scripts: ``reply(request_json, exchange_number_on_its_connection) ->
+    (bytes, close_after)``. It counts connections (open at once, at most, in all) and
+    keeps each request's head."""
 
     def __init__(self, reply: Reply, host: str = "127.0.0.1") -> None:
+        super().__init__(_no_handler)
         self.reply = reply
         self.host = host
-        self.requests: list[Any] = []
         self.heads: list[bytes] = []
         self.connections = 0
         self.open = 0
         self.most_open = 0
         self._changed = asyncio.Condition()
-        self._server: asyncio.Server | None = None
-        self._connections: dict[asyncio.Task[Any], asyncio.StreamWriter] = {}
-        self.url = ""
+
+    @property
+    def url(self) -> str:
+        return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}/"
 
     async def __aenter__(self) -> RawNode:
         self._server = await asyncio.start_server(self._serve, self.host, 0)
-        port = self._server.sockets[0].getsockname()[1]
-        self.url = f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{port}/"
+        self.port = self._server.sockets[0].getsockname()[1]
         return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        assert self._server is not None
-        self._server.close()
-        for writer in self._connections.values():
-            writer.close()
-        await asyncio.gather(*self._connections, return_exceptions=True)
-        await self._server.wait_closed()
 
     async def until_closed(self) -> None:
         """Until every connection made so far is closed."""
@@ -378,6 +345,10 @@ class RawNode:
             async with self._changed:
                 self.open -= 1
                 self._changed.notify_all()
+
+
+async def _no_handler(request: Any) -> tuple[int, bytes]:
+    raise AssertionError("a RawNode answers with its reply")
 
 
 def _body(request: Any) -> bytes:
@@ -429,16 +400,26 @@ async def test_chunked_and_compressed_answers_are_read(
     assert b"accept-encoding: gzip" in node.heads[0].lower()
 
 
-async def test_a_gzip_bomb_is_cut_off_at_the_bound_and_fails_only_its_request() -> None:
-    """50 MB of zeros gzipped to 50 KB: the decoded size is what is bounded."""
+OVERSIZED = [
+    # (how the node sends its answer, eth_getCode's result size, the client's bound)
+    (_plain, 10_000, 4096),  # a content-length over the bound, refused unread
+    (_chunked, 10_000, 4096),  # streamed past the bound
+    # 50 MB of zeros gzipped to 50 KB: what is bounded is the size decoded.
+    (lambda body: _chunked(gzip.compress(body), "content-encoding: gzip"), 50_000_000, 65536),
+]
 
+
+@pytest.mark.parametrize(("send", "size", "bound"), OVERSIZED)
+async def test_an_oversized_answer_fails_only_its_own_request(
+    send: Callable[[bytes], bytes], size: int, bound: int
+) -> None:
     async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
         def one(r: dict[str, Any]) -> dict[str, Any]:
-            return answer(r, "0x" + "0" * 50_000_000 if r["method"] == "eth_getCode" else "0x1")
+            return answer(r, "0x" + "0" * size if r["method"] == "eth_getCode" else "0x1")
 
-        return _chunked(gzip.compress(each(request, one)), "content-encoding: gzip"), False
+        return send(each(request, one)), False
 
-    async with RawNode(reply) as node, JsonRpcClient(node.url, max_response_bytes=64 * 1024) as c:
+    async with RawNode(reply) as node, JsonRpcClient(node.url, max_response_bytes=bound) as c:
         answers: tuple[Any, Any] = await asyncio.gather(
             c.request("eth_chainId"),
             c.request("eth_getCode", ["0x" + "00" * 20, "latest"]),
@@ -448,7 +429,8 @@ async def test_a_gzip_bomb_is_cut_off_at_the_bound_and_fails_only_its_request() 
     assert small == "0x1"
     assert isinstance(big, RpcError)
     assert big.kind is RpcErrorKind.BAD_REQUEST
-    assert f"larger than {64 * 1024} bytes" in big.message
+    assert f"larger than {bound} bytes" in big.message
+    # The batch, then each request alone to find the one that is too large.
     assert [len(r) if isinstance(r, list) else 1 for r in node.requests] == [2, 1, 1]
 
 
