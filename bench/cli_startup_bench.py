@@ -100,7 +100,14 @@ def main() -> None:
         peer.write_text(PEER)
         missing_db = f"sqlite:///{tmp}/no-such-dir/blocks.db"
         ingest_db = f"sqlite:///{tmp}/ingest.db"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("BLOCKX_", "BLOCKDB_"))}
+        # An installed blockx has its bytecode cached (pip and uv write it, or the
+        # first run does); a PYTHONDONTWRITEBYTECODE of this shell would make every
+        # run compile the workspace's sources again, which no user pays.
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if not k.startswith(("BLOCKX_", "BLOCKDB_")) and k != "PYTHONDONTWRITEBYTECODE"
+        }
         env |= {"COLUMNS": "100", "HOME": tmp}  # no dev.toml of a running `dev up`
         py, bx = [sys.executable], [str(args.blockx)]
         kinds: dict[str, list[str]] = {

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from blockx_cli.launch import collect_cycles
 from blockx_cli.output import EXIT_SERVICE, EXIT_USAGE, fail
 from blockx_cli.settings import CURRENT, FLAGS
 from blockx_cli.waiting import WaitingLine
@@ -80,6 +81,7 @@ def connect_hint(exc: ConnectError) -> str:
 
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a command; a BlockX error is one clear line and exit code 3, never a traceback."""
+    collect_cycles()
     try:
         with listen_to_placement(WaitingLine()):
             return asyncio.run(coro)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Final
 import typer
 
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
+from blockx_cli.launch import collect_cycles
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
 
 if TYPE_CHECKING:
@@ -118,6 +119,7 @@ def _run(work: Any) -> Any:
 
     from blockx_chain.store import StoreError, StoreUnavailable
 
+    collect_cycles()
     try:
         return asyncio.run(work)
     except StoreError as exc:

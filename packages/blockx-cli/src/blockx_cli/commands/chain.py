@@ -29,6 +29,7 @@ from blockx_chain.ingest.plan import (
 )
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.commands import abi
+from blockx_cli.launch import collect_cycles
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, Output, console, fail
 
 if TYPE_CHECKING:
@@ -164,6 +165,7 @@ async def _run(
 
     from blockx_chain.ingest import ingest  # the node's client and the drivers: only here
 
+    collect_cycles()
     # Every answer decodes to thousands of dicts and lists that live one batch: a
     # collection every 700 new ones (the default) costs about 8 % of the CPU that
     # decoding, converting and checking the rows take; the node on the same cores
@@ -468,6 +470,7 @@ def chain_status(
 
     db_url = _db_url(db)
     try:
+        collect_cycles()
         data = asyncio.run(_status(db_url))
     except StoreError as exc:
         fail(str(exc), _exit_code(exc))

@@ -32,6 +32,7 @@ from blockx_chain.sink import (
 )
 from blockx_chain.url import BlockDbUrl, describe
 from blockx_cli.databases import URL_FORMS, database_url
+from blockx_cli.launch import collect_cycles
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import (
     EXIT_FAILED,
@@ -91,6 +92,7 @@ def code(
         )
     out = Output(console, json_)
     url, _ = database_url(sink_db, "--sink-db", "SINK_DB_URL", "sink database")
+    collect_cycles()
     try:
         entry, found = asyncio.run(_read(url, table, block, chain_id, task, digest))
     except SinkUnavailable as exc:

@@ -42,6 +42,7 @@ from blockx_chain.sink.schema import SinkType
 from blockx_chain.store.reads import ROW_TABLES
 from blockx_chain.url import BlockDbUrl, describe
 from blockx_cli.databases import database_url
+from blockx_cli.launch import collect_cycles
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.settings import settings_of
 from blockx_core.call_unit import CallUnit
@@ -331,6 +332,7 @@ def _run(coro: Coroutine[Any, Any, T]) -> T:
     # asyncpg's pool logs each failed reconnection with a traceback; a database out
     # of reach is follow's `interrupted` event, and backfill's one-line error.
     logging.getLogger("asyncpg.pool").setLevel(logging.ERROR)
+    collect_cycles()
     try:
         return asyncio.run(coro)
     except ValueError as exc:

@@ -24,6 +24,7 @@ from blockx_chain.sink import SinkError, SinkUnavailable
 from blockx_chain.url import BlockDbUrl, describe
 from blockx_cli.dashboard.formatting import age
 from blockx_cli.databases import SinkDbOpt, database_url
+from blockx_cli.launch import collect_cycles
 from blockx_cli.options import JsonOpt
 from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_SERVICE, Output, console, fail
 from blockx_drive.jobs import (
@@ -71,6 +72,7 @@ def jobs(
 
 
 def _read(out: Output, url: BlockDbUrl, job_id: str | None, limit: int) -> int:
+    collect_cycles()
     try:
         records = asyncio.run(read_jobs(url, limit=limit, job_id=job_id))
     except SinkUnavailable as exc:

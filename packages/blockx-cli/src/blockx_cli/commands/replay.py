@@ -20,6 +20,7 @@ import typer
 from rich.markup import escape
 
 from blockx_cli.commands.task import FindWorkerOpt
+from blockx_cli.launch import collect_cycles
 from blockx_cli.options import JsonOpt, task_id_option
 from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Output, console, fail, print_whole
 from blockx_cli.runner import run
@@ -153,6 +154,7 @@ def replay_record(out: Output, record: CallRecord, saved: str, functions: Path |
     the recorded call did."""
     from blockx_server.calls.replay import ReplayRefused
 
+    collect_cycles()
     try:
         outcome = asyncio.run(_replay(record, functions))
     except ReplayRefused as exc:

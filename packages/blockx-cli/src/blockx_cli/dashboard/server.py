@@ -12,6 +12,7 @@ import uvicorn
 
 from blockx_cli.dashboard.app import create_app
 from blockx_cli.dashboard.config import DashboardConfig
+from blockx_cli.launch import collect_cycles
 
 
 class BindError(RuntimeError):
@@ -59,6 +60,7 @@ def serve(
         )
     )
     on_listening(url_of(sock))
+    collect_cycles()
     try:
         asyncio.run(server.serve(sockets=[sock]))
     finally:

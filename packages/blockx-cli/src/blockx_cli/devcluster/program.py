@@ -39,6 +39,7 @@ from blockx_cli.devcluster.layout import find_layout
 from blockx_cli.devcluster.processes import LaunchError
 from blockx_cli.devcluster.ready import CHAIN_READY, READY
 from blockx_cli.devcluster.smoke import run_smoke_task
+from blockx_cli.launch import collect_cycles
 from blockx_client import BlockxError, TaskFileError
 from blockx_client.dev_config import (
     DevUpRunning,
@@ -286,6 +287,7 @@ def launch(
                 log = open(log_file, "a", buffering=1)  # noqa: SIM115 (closed at exit)
             except OSError as exc:
                 fail(f"cannot write the log file {log_file}: {exc.strerror}")
+        collect_cycles()
         try:
             asyncio.run(
                 run(

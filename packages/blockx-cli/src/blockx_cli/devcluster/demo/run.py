@@ -46,6 +46,7 @@ from blockx_cli.devcluster.demo.swaps import (
     swap_report,
     swaps_stage,
 )
+from blockx_cli.launch import collect_cycles
 from blockx_cli.output import EXIT_FAILED, EXIT_OK, EXIT_SERVICE, fail
 from blockx_client import BlockxError, Client
 
@@ -102,6 +103,7 @@ def demo(options: DemoOptions, examples: Path, console: Console) -> int:
                 fail(str(exc), EXIT_SERVICE)
             console.print(f"  anvil answers at {chain['rpc_url']}")
         assert cluster is not None
+        collect_cycles()
         try:
             code = asyncio.run(_stages(cluster, chain, options, stages, console))
         except BlockxError as exc:
