@@ -4,8 +4,13 @@ classification of every failure against a scripted misbehaving JSON-RPC server."
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
+import gzip
+import itertools
 import json
-from collections.abc import AsyncIterator, Callable
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -167,31 +172,6 @@ async def test_a_refused_connection_is_unavailable() -> None:
     assert "cannot reach the node" in caught.value.message
 
 
-async def test_an_oversized_answer_fails_only_its_own_request() -> None:
-    async def handler(request: Any) -> tuple[int, bytes]:
-        def one(r: dict[str, Any]) -> dict[str, Any]:
-            return answer(r, "0x" + "ab" * 5000 if r["method"] == "eth_getCode" else "0x1")
-
-        return 200, each(request, one)
-
-    async with (
-        ScriptedRpcServer(handler) as server,
-        JsonRpcClient(server.url, max_response_bytes=4096) as client,
-    ):
-        answers: tuple[Any, Any] = await asyncio.gather(
-            client.request("eth_chainId"),
-            client.request("eth_getCode", ["0x" + "00" * 20, "latest"]),
-            return_exceptions=True,
-        )
-    small, big = answers
-    assert small == "0x1"
-    assert isinstance(big, RpcError)
-    assert big.kind is RpcErrorKind.BAD_REQUEST
-    assert "larger than 4096 bytes" in big.message
-    # The batch, then each request alone to find the one that is too large.
-    assert [len(r) if isinstance(r, list) else 1 for r in server.requests] == [2, 1, 1]
-
-
 async def test_an_answer_missing_from_a_batch_is_unavailable() -> None:
     async def handler(request: Any) -> tuple[int, bytes]:
         return 200, json.dumps([answer(request[0], "0x1")]).encode()
@@ -295,3 +275,315 @@ async def test_an_answer_that_matches_no_request_fails_only_those_and_the_client
             assert got == "0x1"
     assert second == ["0x1"] * count
     assert replies == 2
+
+
+# -- the HTTP/1.1 transport: framing, encodings, connections --------------------------
+
+Reply = Callable[[Any, int], Awaitable[tuple[bytes, bool]]]
+
+
+class RawNode(ScriptedRpcServer):
+    """A node on a real socket (on 127.0.0.1 unless told) that writes the raw bytes a
+    test scripts: ``reply(request_json, exchange_number_on_its_connection) ->
+    (bytes, close_after)``. It counts connections (open at once, at most, in all) and
+    keeps each request's head."""
+
+    def __init__(self, reply: Reply, host: str = "127.0.0.1") -> None:
+        super().__init__(_no_handler)
+        self.reply = reply
+        self.host = host
+        self.heads: list[bytes] = []
+        self.connections = 0
+        self.open = 0
+        self.most_open = 0
+        self._changed = asyncio.Condition()
+
+    @property
+    def url(self) -> str:
+        return f"http://{f'[{self.host}]' if ':' in self.host else self.host}:{self.port}/"
+
+    async def __aenter__(self) -> RawNode:
+        self._server = await asyncio.start_server(self._serve, self.host, 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def until_closed(self) -> None:
+        """Until every connection made so far is closed."""
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.open == 0)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        self.connections += 1
+        self.open += 1
+        self.most_open = max(self.most_open, self.open)
+        try:
+            for exchange in itertools.count():
+                head = await reader.readuntil(b"\r\n\r\n")
+                self.heads.append(head)
+                length = next(
+                    int(line.partition(b":")[2])
+                    for line in head.split(b"\r\n")
+                    if line.lower().startswith(b"content-length:")
+                )
+                request = json.loads(await reader.readexactly(length))
+                self.requests.append(request)
+                raw, close = await self.reply(request, exchange)
+                writer.write(raw)
+                await writer.drain()
+                if close:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+            with contextlib.suppress(ConnectionError):
+                await writer.wait_closed()
+            self._connections.pop(task, None)
+            async with self._changed:
+                self.open -= 1
+                self._changed.notify_all()
+
+
+async def _no_handler(request: Any) -> tuple[int, bytes]:
+    raise AssertionError("a RawNode answers with its reply")
+
+
+def _body(request: Any) -> bytes:
+    return each(request, lambda r: answer(r, f"0x{r['id']:x}"))
+
+
+def _plain(body: bytes, *headers: str) -> bytes:
+    head = "".join(f"{h}\r\n" for h in (f"content-length: {len(body)}", *headers))
+    return f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n{head}\r\n".encode() + body
+
+
+def _chunked(body: bytes, *headers: str) -> bytes:
+    head = "".join(f"{h}\r\n" for h in ("transfer-encoding: chunked", *headers))
+    thirds = [body[: len(body) // 3], body[len(body) // 3 : -1], body[-1:]]
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in thirds)
+    return f"HTTP/1.1 200 OK\r\n{head}\r\n".encode() + chunks + b"0\r\n\r\n"
+
+
+def _deflate_raw(body: bytes) -> bytes:
+    squeeze = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    return squeeze.compress(body) + squeeze.flush()
+
+
+ENCODED = [
+    # (the answer's framing, its content-encoding, the body so encoded)
+    (_plain, None, lambda b: b),
+    (_chunked, None, lambda b: b),
+    (_plain, "gzip", gzip.compress),
+    (_chunked, "gzip", gzip.compress),
+    (_plain, "deflate", zlib.compress),
+    (_chunked, "deflate", _deflate_raw),  # the raw deflate some servers send
+]
+
+
+@pytest.mark.parametrize(("framing", "encoding", "encode"), ENCODED)
+async def test_chunked_and_compressed_answers_are_read(
+    framing: Callable[..., bytes], encoding: str | None, encode: Callable[[bytes], bytes]
+) -> None:
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        headers = [f"content-encoding: {encoding}"] if encoding else []
+        return framing(encode(_body(request)), *headers), False
+
+    async with RawNode(reply) as node, JsonRpcClient(node.url) as client:
+        first = await client.batch([("eth_chainId", []), ("eth_blockNumber", [])])
+        second = await client.request("eth_chainId")
+    assert first == ["0x1", "0x2"]
+    assert second == "0x3"
+    assert node.connections == 1
+    assert b"accept-encoding: gzip" in node.heads[0].lower()
+
+
+OVERSIZED = [
+    # (how the node sends its answer, eth_getCode's result size, the client's bound)
+    (_plain, 10_000, 4096),  # a content-length over the bound, refused unread
+    (_chunked, 10_000, 4096),  # streamed past the bound
+    # 50 MB of zeros gzipped to 50 KB: what is bounded is the size decoded.
+    (lambda body: _chunked(gzip.compress(body), "content-encoding: gzip"), 50_000_000, 65536),
+]
+
+
+@pytest.mark.parametrize(("send", "size", "bound"), OVERSIZED)
+async def test_an_oversized_answer_fails_only_its_own_request(
+    send: Callable[[bytes], bytes], size: int, bound: int
+) -> None:
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        def one(r: dict[str, Any]) -> dict[str, Any]:
+            return answer(r, "0x" + "0" * size if r["method"] == "eth_getCode" else "0x1")
+
+        return send(each(request, one)), False
+
+    async with RawNode(reply) as node, JsonRpcClient(node.url, max_response_bytes=bound) as c:
+        answers: tuple[Any, Any] = await asyncio.gather(
+            c.request("eth_chainId"),
+            c.request("eth_getCode", ["0x" + "00" * 20, "latest"]),
+            return_exceptions=True,
+        )
+    small, big = answers
+    assert small == "0x1"
+    assert isinstance(big, RpcError)
+    assert big.kind is RpcErrorKind.BAD_REQUEST
+    assert f"larger than {bound} bytes" in big.message
+    # The batch, then each request alone to find the one that is too large.
+    assert [len(r) if isinstance(r, list) else 1 for r in node.requests] == [2, 1, 1]
+
+
+async def test_batches_one_after_another_share_one_connection() -> None:
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        return _plain(_body(request)), False
+
+    async with RawNode(reply) as node, JsonRpcClient(node.url) as client:
+        for _ in range(5):
+            await client.batch([("eth_chainId", []), ("eth_blockNumber", [])])
+    assert len(node.requests) == 5
+    assert node.connections == 1
+
+
+_TIMEOUT_408 = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+IDLE_ENDS = [
+    # (what the server sends after its first answer, whether it then closes)
+    (b"", True),
+    (_TIMEOUT_408, True),
+    (_TIMEOUT_408, False),
+]
+
+
+@pytest.mark.parametrize(("parting", "close"), IDLE_ENDS)
+async def test_a_connection_the_server_closed_or_spoke_on_while_idle_is_not_sent_on(
+    parting: bytes, close: bool
+) -> None:
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        return _plain(_body(request)) + parting, close
+
+    async with RawNode(reply) as node, JsonRpcClient(node.url) as client:
+        assert await client.request("eth_chainId") == "0x1"
+        if close:
+            await node.until_closed()
+        assert await client.request("eth_chainId") == "0x2"
+    assert len(node.requests) == 2  # each sent once
+    assert node.connections == 2
+
+
+MID_ANSWER = [
+    # (what the server sends before it closes the connection)
+    b"",
+    b"HTTP/1.1 200 OK\r\ncontent-len",
+    b"HTTP/1.1 200 OK\r\ncontent-length: 500\r\n\r\n[{",
+    b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n10\r\n[{",
+    b"200 OK\r\n\r\n",
+    b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 9\r\n\r\n"
+    + gzip.compress(b"[1, 2, 3]")[:9],
+    b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 10\r\n\r\nnot gzip!!",
+]
+
+
+@pytest.mark.parametrize("sent", MID_ANSWER)
+async def test_an_answer_broken_off_is_unavailable_and_not_sent_again(sent: bytes) -> None:
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        if len(node.requests) == 1:
+            return sent, True
+        return _plain(_body(request)), False
+
+    async with RawNode(reply) as node, JsonRpcClient(node.url) as client:
+        with pytest.raises(RpcError) as caught:
+            await client.batch([("eth_sendRawTransaction", ["0x02"]), ("eth_blockNumber", [])])
+        assert caught.value.kind is RpcErrorKind.UNAVAILABLE
+        assert f"cannot reach the node at {node.url}" in caught.value.message
+        assert len(node.requests) == 1
+        # The client goes on, on a new connection.
+        assert await client.request("eth_chainId") == "0x3"
+    assert len(node.requests) == 2
+    assert node.connections == 2
+
+
+async def test_at_most_max_connections_are_open_at_once() -> None:
+    """50 batches at once on 4 connections: the node holds its answers until 4
+    requests wait at once, so the bound is reached, never passed."""
+    waiting = 0
+    four = asyncio.Event()
+
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        nonlocal waiting
+        waiting += 1
+        if waiting == 4:
+            four.set()
+        await four.wait()
+        return _plain(_body(request)), False
+
+    async with RawNode(reply) as node, JsonRpcClient(node.url, max_connections=4) as client:
+        # A guard against the hang a smaller bound would cause, not a measure of time.
+        answers = await asyncio.wait_for(
+            asyncio.gather(*(client.batch([("eth_chainId", [])]) for _ in range(50))), 30
+        )
+    assert answers == [[f"0x{i:x}"] for i in range(1, 51)]
+    assert len(node.requests) == 50
+    assert node.most_open == 4
+    assert node.connections == 4
+
+
+async def test_closing_the_client_closes_its_connections() -> None:
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        await asyncio.sleep(0)
+        return _plain(_body(request)), False
+
+    async with RawNode(reply) as node:
+        async with JsonRpcClient(node.url, max_connections=3) as client:
+            await asyncio.gather(*(client.batch([("eth_chainId", [])]) for _ in range(3)))
+            assert node.open == 3
+        await node.until_closed()
+        assert node.connections == 3
+
+
+async def test_the_url_gives_target_host_and_basic_authorization() -> None:
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        return _plain(_body(request)), False
+
+    async with RawNode(reply) as node:
+        url = node.url.replace("http://", "http://ali%40ce:pa%3Ass@") + "rpc/v1?key=k%20y"
+        async with JsonRpcClient(url) as client:
+            assert await client.request("eth_chainId") == "0x1"
+    head = node.heads[0].decode()
+    lines = head.lower().split("\r\n")
+    assert lines[0] == "post /rpc/v1?key=k%20y http/1.1"
+    assert f"host: {node.url[len('http://') : -1]}" in lines
+    assert "content-type: application/json" in lines
+    credentials = base64.b64encode(b"ali@ce:pa:ss").decode().lower()
+    assert f"authorization: basic {credentials}" in lines
+
+
+async def test_an_ipv6_literal_host() -> None:
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        return _plain(_body(request)), False
+
+    async with RawNode(reply, host="::1") as node, JsonRpcClient(node.url) as client:
+        assert await client.request("eth_chainId") == "0x1"
+    assert node.url.startswith("http://[::1]:")
+    assert f"host: {node.url[len('http://') : -1]}" in node.heads[0].decode().lower()
+
+
+async def test_an_exchange_past_its_timeout_is_unavailable_and_its_connection_closed() -> None:
+    """The node answers its first request never: the exchange ends at ``timeout_s``,
+    the connection with it (the node sees it close), and the next request goes on a
+    new one."""
+    never = asyncio.Event()
+
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        if len(node.requests) == 1:
+            await never.wait()
+        return _plain(_body(request)), False
+
+    async with RawNode(reply) as node, JsonRpcClient(node.url, timeout_s=0.2) as client:
+        with pytest.raises(RpcError) as caught:
+            await client.request("eth_sendRawTransaction", ["0x02"])
+        assert caught.value.kind is RpcErrorKind.UNAVAILABLE
+        assert f"the node at {node.url} did not answer within 0.2 s" in caught.value.message
+        assert await client.request("eth_chainId") == "0x2"
+        assert node.connections == 2
+        never.set()
+    assert len(node.requests) == 2

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import typer.main
@@ -21,6 +22,8 @@ from blockx_cli.app import COMMANDS, DEFAULT_COORDINATOR, DEFAULT_SYNC_INVOKER, 
 
 HEAVY = (
     "httpx",
+    "httpcore",
+    "anyio",
     "asyncpg",
     "starlette",
     "uvicorn",
@@ -93,6 +96,15 @@ def test_the_command_line_loads_no_heavy_module_until_a_command_needs_it() -> No
 )
 def test_each_command_imports_only_what_it_uses(argv: list[str], kept_out: tuple[str, ...]) -> None:
     assert _loaded(argv, kept_out) == []
+
+
+def test_chain_ingest_talks_to_the_node_without_httpx(tmp_path: Path) -> None:
+    """The JSON-RPC client's own HTTP/1.1 is all ingest loads of HTTP (h11 only once a
+    connection is made)."""
+    argv = ["chain", "ingest", "--rpc", "http://127.0.0.1:1", "--db", f"sqlite:///{tmp_path}/b.db"]
+    loaded = _loaded([*argv, "--to", "10"], ("httpx", "httpcore", "anyio", "h11", "blockx_chain"))
+    assert "blockx_chain.rpc.http" in loaded  # the probe saw the client run
+    assert [m for m in loaded if not m.startswith("blockx_chain")] == []
 
 
 def test_the_probe_sees_what_a_command_loads() -> None:

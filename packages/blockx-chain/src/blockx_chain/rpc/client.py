@@ -4,8 +4,8 @@ Requests made concurrently are gathered for a short window and sent as one
 JSON-RPC batch of at most ``max_batch`` requests. The window is one event-loop turn
 by default (everything ``asyncio.gather`` starts together, at no added latency for
 a lone request); ``batch_window_s`` > 0 waits that long for stragglers instead.
-Answers are matched to their requests by id. One ``httpx.AsyncClient`` keeps
-connections alive between batches.
+Answers are matched to their requests by id. One ``HttpPool``
+(``blockx_chain.rpc.http``) keeps connections alive between batches.
 
 Every failure is an ``RpcError`` of a kind the caller can act on (see
 ``blockx_chain.rpc.errors``), and every request is answered or failed: an answer
@@ -24,9 +24,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
-import httpx
 import msgspec
 
 from blockx_chain.rpc.answers import shown
@@ -36,6 +35,7 @@ from blockx_chain.rpc.errors import (
     classify_http_status,
     classify_node_error,
 )
+from blockx_chain.rpc.http import Answered, HttpPool, TimedOut, TooLarge, Unreachable
 
 DEFAULT_MAX_RESPONSE_BYTES: Final = 32 * 1024 * 1024
 
@@ -83,16 +83,11 @@ class JsonRpcClient:
         self.batch_window_s = batch_window_s
         self.timeout_s = timeout_s
         self.stats = RpcStats()
-        self._http = httpx.AsyncClient(
-            timeout=timeout_s,
-            # A plain http:// node needs no certificates: loading the CA bundle costs
-            # a fifth of a second at start. (No redirect is followed, so no request
-            # of this client ever leaves for https.)
-            verify=not url.lower().startswith("http://"),
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            headers={"content-type": "application/json"},
+        self._http = HttpPool(
+            url,
+            max_connections=max_connections,
+            timeout_s=timeout_s,
+            max_response_bytes=max_response_bytes,
         )
         self._ids = itertools.count(1)
         self._pending: list[_Pending] = []
@@ -203,25 +198,22 @@ class JsonRpcClient:
         self.stats.http_requests += 1
         self.stats.rpc_requests += len(batch)
         self.stats.largest_batch = max(self.stats.largest_batch, len(batch))
-        try:
-            # httpx bounds each read; this bounds the whole exchange (a node that
-            # trickles its answer byte by byte).
-            async with (
-                asyncio.timeout(self.timeout_s),
-                self._http.stream("POST", self.url, content=content) as response,
-            ):
-                body = await self._read_capped(response)
-                status = response.status_code
-                retry_after = response.headers.get("retry-after")
-        except httpx.TransportError as exc:
-            raise RpcError(
-                RpcErrorKind.UNAVAILABLE, f"cannot reach the node at {self.url}: {exc!r}"
-            ) from None
-        except TimeoutError:
-            raise RpcError(
-                RpcErrorKind.UNAVAILABLE,
-                f"the node at {self.url} did not answer within {self.timeout_s:g} s",
-            ) from None
+        match await self._http.post(content):
+            case Answered(status=status, body=body, retry_after=retry_after):
+                pass
+            case TooLarge():
+                raise _TooLarge
+            case Unreachable(detail=detail):
+                raise RpcError(
+                    RpcErrorKind.UNAVAILABLE, f"cannot reach the node at {self.url}: {detail}"
+                )
+            case TimedOut():
+                raise RpcError(
+                    RpcErrorKind.UNAVAILABLE,
+                    f"the node at {self.url} did not answer within {self.timeout_s:g} s",
+                )
+            case unreachable:
+                assert_never(unreachable)
         try:
             decoded = _decoder.decode(body)
         except msgspec.DecodeError:
@@ -252,19 +244,6 @@ class JsonRpcClient:
             RpcErrorKind.UNAVAILABLE,
             f"the node at {self.url} answered something that is not JSON-RPC: {body[:200]!r}",
         )
-
-    async def _read_capped(self, response: httpx.Response) -> bytes:
-        declared = response.headers.get("content-length")
-        if declared is not None and declared.isdigit() and int(declared) > self.max_response_bytes:
-            raise _TooLarge
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > self.max_response_bytes:
-                raise _TooLarge  # leaving the stream closes the connection unread
-            chunks.append(chunk)
-        return b"".join(chunks)
 
 
 def _seen(answer: asyncio.Future[Any]) -> None:
