@@ -24,7 +24,7 @@ from blockx_chain.lake import (
     lake_of,
 )
 from blockx_chain.lake.store import KEEP_SNAPSHOTS
-from blockx_chain.sink import SinkMismatch, SinkRejected, open_sink
+from blockx_chain.sink import SinkMismatch, SinkRejected, SinkUnavailable, open_sink
 from blockx_chain.url import parse_blockdb_url
 
 
@@ -308,3 +308,40 @@ async def test_the_code_of_a_written_block_is_kept_while_the_ledger_names_its_ta
     assert entry.code is not None
     assert (entry.task_id, entry.code.sources) == ("t2", second)
     assert await lake.ledger.code_by_digest("a" * 64) is None
+
+
+async def test_a_read_only_store_scans_and_makes_nothing(tmp_path: Path) -> None:
+    """The Sync Invoker's lake: before any writer there is nothing to open (no
+    ledger file is made); after one, it scans what was written, and its opening
+    adds no table, namespace or ledger row."""
+    config = _config(tmp_path, f"sqlite:///{tmp_path}/catalog.db")
+    with pytest.raises(SinkUnavailable):
+        await LakeStore.open(config, read_only=True)
+    assert not (tmp_path / "catalog.db").exists()
+
+    writer = await LakeStore.open(config)
+    try:
+        await writer.replace_blocks("t", 1, [(5, "0xa", [{"v": 1}])])
+    finally:
+        await writer.close()
+
+    def contents() -> list[tuple[Any, ...]]:
+        with sqlite3.connect(tmp_path / "catalog.db") as db:
+            query = "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name"
+            tables = db.execute(query).fetchall()
+            rows = [db.execute(f'SELECT * FROM "{name}"').fetchall() for (name,) in tables]
+        return [*tables, *rows]
+
+    # A ledger behind its table, as after a crash: a writer's opening would
+    # rebuild it from the snapshots; a reader's leaves it.
+    with sqlite3.connect(tmp_path / "catalog.db") as db:
+        db.execute(f"UPDATE {LAKE_TABLE} SET applied_sequence = 0")
+    before = contents()
+    reader = await LakeStore.open(
+        _config(tmp_path, f"sqlite:///{tmp_path}/catalog.db"), read_only=True
+    )
+    try:
+        assert await _all(reader) == [(1, 5, "0xa", 1)]
+    finally:
+        await reader.close()
+    assert contents() == before

@@ -197,24 +197,32 @@ class LakeStore:
         self._turns: dict[str, asyncio.Lock] = {}
 
     @classmethod
-    async def open(cls, config: LakeConfig) -> LakeStore:
+    async def open(cls, config: LakeConfig, *, read_only: bool = False) -> LakeStore:
         """The lake ``config`` names (LakeConfigError for a configuration that cannot
         work, SinkUnavailable for a catalog or ledger that does not answer), its
-        tables' ledgers brought up to date."""
+        tables' ledgers brought up to date. ``read_only``: a store for scans alone
+        (the Sync Invoker's), which makes nothing: no catalog tables, namespace,
+        ledger tables or ledger rows (and no missing SQLite ledger file)."""
         properties = config.catalog_properties()
-        ledger = await open_sink(config.ledger())
+        if read_only:
+            properties["init_catalog_tables"] = "false"
+        ledger = await open_sink(config.ledger(), read_only=read_only)
         try:
-            await ledger.identity()  # the writers' tables, made
-            async with ledger.transaction() as tx:
-                await tx.execute(
-                    f"CREATE TABLE IF NOT EXISTS {LAKE_TABLE} (table_name TEXT NOT NULL "
-                    "PRIMARY KEY, namespace TEXT NOT NULL, catalog TEXT NOT NULL, "
-                    "applied_sequence BIGINT NOT NULL)"
-                )
+            if not read_only:
+                await ledger.identity()  # the writers' tables, made
+                async with ledger.transaction() as tx:
+                    await tx.execute(
+                        f"CREATE TABLE IF NOT EXISTS {LAKE_TABLE} (table_name TEXT NOT NULL "
+                        "PRIMARY KEY, namespace TEXT NOT NULL, catalog TEXT NOT NULL, "
+                        "applied_sequence BIGINT NOT NULL)"
+                    )
             loop = asyncio.get_running_loop()
-            catalog = await loop.run_in_executor(None, _catalog, properties, config.namespace)
+            catalog = await loop.run_in_executor(
+                None, _catalog, properties, None if read_only else config.namespace
+            )
             store = cls(config, catalog, ledger)
-            await store.catch_up()
+            if not read_only:
+                await store.catch_up()
         except BaseException:
             await ledger.close()
             raise
@@ -728,13 +736,15 @@ class _Conflict(Exception):
     """Another writer changed the table under this attempt (it made it first)."""
 
 
-def _catalog(properties: dict[str, str], namespace: str) -> Catalog:
-    """The catalog, and ``namespace`` in it; SinkUnavailable when it does not answer."""
+def _catalog(properties: dict[str, str], namespace: str | None) -> Catalog:
+    """The catalog, and ``namespace`` made in it when given; SinkUnavailable when it
+    does not answer."""
     from pyiceberg.catalog import load_catalog
 
     try:
         catalog = load_catalog(CATALOG_NAME, **properties)
-        catalog.create_namespace_if_not_exists(namespace)
+        if namespace is not None:
+            catalog.create_namespace_if_not_exists(namespace)
     except Exception as exc:
         raise SinkUnavailable(
             f"the Iceberg catalog ({properties.get('type')}) does not answer: "

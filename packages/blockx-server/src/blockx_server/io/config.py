@@ -474,11 +474,13 @@ def _iceberg_settings() -> dict[str, Setting[Any]]:
     return {field: by_name[name] for field, name in _ICEBERG_FIELDS.items()}
 
 
-async def start_iceberg(config: LakeConfig | None) -> IcebergBackend | None:
+async def start_iceberg(
+    config: LakeConfig | None, *, read_only: bool = False
+) -> IcebergBackend | None:
     """``io.iceberg`` opened (or to be opened on first use), or None without
-    ICEBERG_CATALOG_URI."""
+    ICEBERG_CATALOG_URI; ``read_only``: for scans alone (see IcebergBackend)."""
     if config is None:
         return None
-    backend = IcebergBackend(config)
+    backend = IcebergBackend(config, read_only=read_only)
     await backend.start()
     return backend

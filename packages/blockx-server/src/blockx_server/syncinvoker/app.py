@@ -59,8 +59,8 @@ async def serve(
     stop = stop or stop_on_signals()
     calls = config.calls
     chains = await open_chains(config.chains, config.io.finality_refresh_ms)
-    # Read-only here: a function's scope never writes.
-    iceberg = await start_iceberg(config.iceberg)
+    # Read-only here: a function's scope never writes, and the lake is not made.
+    iceberg = await start_iceberg(config.iceberg, read_only=True)
     io = open_router(
         calls.memory_seed_file,
         backends,

@@ -58,8 +58,10 @@ class IcebergBackend:
     read_ops = frozenset({SCAN})
     write_ops = frozenset({REPLACE_BLOCKS})
 
-    def __init__(self, config: LakeConfig) -> None:
+    def __init__(self, config: LakeConfig, *, read_only: bool = False) -> None:
         self.config = config
+        # The Sync Invoker's: scans alone, and nothing made in the lake or its ledger.
+        self.read_only = read_only
         self._store: LakeStore | None = None
         self._opening = asyncio.Lock()
 
@@ -78,8 +80,9 @@ class IcebergBackend:
     async def _opened(self) -> LakeStore:
         async with self._opening:
             if self._store is None:
-                self._store = await LakeStore.open(self.config)
-                log.info("io.iceberg reads and writes %s", self._store.description)
+                self._store = await LakeStore.open(self.config, read_only=self.read_only)
+                what = "reads" if self.read_only else "reads and writes"
+                log.info("io.iceberg %s %s", what, self._store.description)
             return self._store
 
     async def serve(self, op: str, args: list[Any], kwargs: dict[str, Any]) -> Any:
