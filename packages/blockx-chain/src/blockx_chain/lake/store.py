@@ -59,12 +59,12 @@ from blockx_chain.lake.config import CATALOG_NAME, LakeConfig
 from blockx_chain.sink import SinkMismatch, SinkRejected, SinkStore, SinkUnavailable, open_sink
 from blockx_chain.sink import code as sink_code
 from blockx_chain.sink.base import (
-    _block_batch,
-    _runs,
-    _stamped_types,
-    _Stamps,
+    Stamps,
+    block_batch,
+    block_runs,
     drop_ledger,
     put_ledger,
+    stamped_types,
 )
 from blockx_chain.sink.errors import SinkError
 from blockx_chain.sink.schema import (
@@ -269,8 +269,8 @@ class LakeStore:
         writable_table(table)
         chain_id = _chain_id(chain_id)
         code = sink_code.checked_code(code_digest, code_sources, code_epoch, task_id)
-        declared = _stamped_types(parse_types(columns), with_row_index=not key)
-        batch = await self._run(functools.partial(_block_batch, table, chain_id, blocks, key))
+        declared = stamped_types(parse_types(columns), with_row_index=not key)
+        batch = await self._run(functools.partial(block_batch, table, chain_id, blocks, key))
         numbers = [number for number, _, _ in batch.spans]
         if sink_identity is not None:
             await self._same_sink(sink_identity)
@@ -286,7 +286,7 @@ class LakeStore:
             written_at_ms=now_ms,
             write=uuid.uuid4().hex,
         )
-        stamps = _Stamps(batch.spans, chain_id, code_epoch, with_row_index=not key)
+        stamps = Stamps(batch.spans, chain_id, code_epoch, with_row_index=not key)
         write = functools.partial(
             self._write, table, declared, batch.rows, batch.brought, stamps, key, change, marker
         )
@@ -401,7 +401,7 @@ class LakeStore:
         declared: Mapping[str, SinkType],
         rows: list[Mapping[str, Any]],
         brought: Mapping[str, Any],
-        stamps: _Stamps,
+        stamps: Stamps,
         key: Sequence[str] | None,
         change: _Change,
         marker: int,
@@ -794,7 +794,7 @@ def _blocks_filter(chain_id: int, numbers: Sequence[int]) -> BooleanExpression:
     are consecutive (what a task writes), else the list."""
     from pyiceberg.expressions.parser import parse
 
-    runs = _runs(numbers)
+    runs = block_runs(numbers)
     if len(runs) == 1:
         low, high = runs[0]
         blocks = f"{BLOCK_NUMBER} >= {low} and {BLOCK_NUMBER} <= {high}"

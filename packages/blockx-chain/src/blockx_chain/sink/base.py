@@ -215,9 +215,9 @@ class SinkStore(abc.ABC):
         chain_id = _chain_id(chain_id)
         code = sink_code.checked_code(code_digest, code_sources, code_epoch, task_id)
         key_columns = [CHAIN_ID, *(k for k in key or DEFAULT_BLOCK_KEY if k != CHAIN_ID)]
-        declared = _stamped_types(parse_types(columns), with_row_index=not key)
+        declared = stamped_types(parse_types(columns), with_row_index=not key)
         batch = await self.offload(
-            functools.partial(_block_batch, table, chain_id, blocks, key), _count(blocks)
+            functools.partial(block_batch, table, chain_id, blocks, key), _count(blocks)
         )
         numbers = [number for number, _, _ in batch.spans]
         if not numbers and sink_identity is None:
@@ -232,11 +232,11 @@ class SinkStore(abc.ABC):
             needed = await self._columns(tx, table, declared, batch.brought, key_columns)
             quoted = identifier(table, "table")
             # One statement per run of consecutive blocks, not one per block.
-            runs = [(chain_id, low, high) for low, high in _runs(numbers)]
+            runs = [(chain_id, low, high) for low, high in block_runs(numbers)]
             await tx.executemany(
                 f"DELETE FROM {quoted} WHERE chain_id = ? AND block_number BETWEEN ? AND ?", runs
             )
-            stamps = _Stamps(batch.spans, chain_id, code_epoch, with_row_index=not key)
+            stamps = Stamps(batch.spans, chain_id, code_epoch, with_row_index=not key)
             await self._insert(tx, table, needed.types, batch, key_columns, stamps=stamps)
             replaced = await sink_code.unrecord_runs(tx, table, runs)
             await tx.executemany(
@@ -642,7 +642,7 @@ class SinkStore(abc.ABC):
         key: Sequence[str],
         *,
         conflict: list[str] | None = None,
-        stamps: _Stamps | None = None,
+        stamps: Stamps | None = None,
     ) -> None:
         """Insert the batch's rows (with the ``stamps`` columns, which win over a
         row's own value), ``chunk_rows`` at a time."""
@@ -684,7 +684,7 @@ class _Batch(NamedTuple):
     spans: list[tuple[int, str, int]]
 
 
-class _Stamps:
+class Stamps:
     """The columns a block writer stamps on a run of a write's rows: the chain id,
     each row's block number and hash, the code epoch, and (without a key) its index
     in its block."""
@@ -739,7 +739,7 @@ def _encode_chunk(
     names: Sequence[str],
     kinds: Sequence[SinkType],
     key: Sequence[str],
-    stamps: _Stamps | None,
+    stamps: Stamps | None,
     postgres: bool,
 ) -> list[tuple[Any, ...]]:
     """Rows ``[start, end)`` as the database stores them (``encode_rows``)."""
@@ -909,7 +909,7 @@ def _count(blocks: Any) -> int:
         return 0
 
 
-def _runs(numbers: Sequence[int]) -> list[tuple[int, int]]:
+def block_runs(numbers: Sequence[int]) -> list[tuple[int, int]]:
     """``numbers`` (distinct) as runs of consecutive numbers: ``(first, last)``."""
     runs: list[tuple[int, int]] = []
     for n in sorted(numbers):
@@ -920,7 +920,7 @@ def _runs(numbers: Sequence[int]) -> list[tuple[int, int]]:
     return runs
 
 
-def _stamped_types(declared: dict[str, SinkType], *, with_row_index: bool) -> dict[str, SinkType]:
+def stamped_types(declared: dict[str, SinkType], *, with_row_index: bool) -> dict[str, SinkType]:
     stamps = {n: t for n, t in STAMP_TYPES.items() if n != ROW_INDEX or with_row_index}
     for name, kind in stamps.items():
         if name in declared and declared[name] is not kind:
@@ -939,7 +939,7 @@ def _brought(rows: Sequence[Any]) -> dict[str, Values] | None:
     return {name: Values.of([row.get(name) for row in rows]) for name in names}
 
 
-def _block_batch(
+def block_batch(
     table: str,
     chain_id: int,
     blocks: Sequence[tuple[int, str, Sequence[Any]]],
@@ -1054,5 +1054,5 @@ async def put_ledger(
 async def drop_ledger(tx: SinkTx, table: str, chain_id: int, numbers: Sequence[int]) -> set[str]:
     """The ledger entries of these blocks of ``table``'s chain ``chain_id``,
     removed; the tasks they named."""
-    runs = [(chain_id, low, high) for low, high in _runs(numbers)]
+    runs = [(chain_id, low, high) for low, high in block_runs(numbers)]
     return await sink_code.unrecord_runs(tx, table, runs)
