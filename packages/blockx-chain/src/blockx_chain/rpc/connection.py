@@ -18,7 +18,7 @@ from typing import Final
 
 import h11
 
-from blockx_chain.rpc.http import AnswerTooLarge, ExchangeFailed
+from blockx_chain.rpc.errors import AnswerTooLarge, ExchangeFailed
 
 # Bytes received and not yet parsed past which a connection stops reading (h11 bounds
 # the answer's head itself, to 16 KiB by default).

@@ -102,3 +102,16 @@ def is_method_missing(error: RpcError) -> bool:
         error.kind is RpcErrorKind.BAD_REQUEST
         and ("method not found" in lowered or "does not exist" in lowered)
     )
+
+
+# How one HTTP exchange of the client's transport fails (``rpc.connection`` raises
+# them, ``rpc.http`` turns them into outcomes, the client into RpcError).
+
+
+class AnswerTooLarge(Exception):
+    """The answer passes ``max_response_bytes`` (declared, received or decoded)."""
+
+
+class ExchangeFailed(Exception):
+    """The server's side of an exchange failed: closed early, malformed HTTP, a
+    corrupt compressed body."""

@@ -36,6 +36,8 @@ from urllib.parse import unquote, urlsplit
 
 import msgspec
 
+from blockx_chain.rpc.errors import AnswerTooLarge, ExchangeFailed
+
 if TYPE_CHECKING:
     import ssl
 
@@ -63,15 +65,6 @@ class TimedOut(msgspec.Struct, frozen=True, tag=True):
 
 
 HttpOutcome = Answered | TooLarge | Unreachable | TimedOut
-
-
-class AnswerTooLarge(Exception):
-    """The answer passes ``max_response_bytes`` (declared, received or decoded)."""
-
-
-class ExchangeFailed(Exception):
-    """The server's side of an exchange failed: closed early, malformed HTTP, a
-    corrupt compressed body."""
 
 
 class HttpPool:
