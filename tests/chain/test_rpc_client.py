@@ -478,7 +478,7 @@ MID_ANSWER = [
     b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n10\r\n[{",
     b"200 OK\r\n\r\n",
     b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 9\r\n\r\n"
-    + gzip.compress(b"[1, 2, 3]")[:9],
+    + gzip.compress(b"[1, 2, 3]", mtime=0)[:9],  # one text on every xdist worker
     b"HTTP/1.1 200 OK\r\ncontent-encoding: gzip\r\ncontent-length: 10\r\n\r\nnot gzip!!",
 ]
 
