@@ -34,7 +34,7 @@ from blockx_core.registry import (
     worker_key,
 )
 from blockx_server.etcd.local import EtcdServer
-from blockx_server.etcd.watcher import EtcdWatcherConfig, EtcdWorkerWatcher
+from blockx_server.etcd.watcher import EtcdWatcherConfig, EtcdWorkerWatcher, raise_if_cancelled
 from blockx_server.runtime.clock import SYSTEM_CLOCK
 
 EtcdFactory = Callable[..., Awaitable[EtcdServer]]
@@ -545,3 +545,30 @@ async def test_compacted_watch_start_relists_at_once(
             assert core.watch_disconnected_at_ms is None
             await put_hb(client, prefix, hb("w-b:1"))
             await wait_until(lambda: core.worker("w-b:1") is not None, "a put on the new watch")
+
+
+async def test_a_cancellation_wait_for_swallowed_is_raised_before_the_watch_is_iterated() -> None:
+    """aetcd confirms a new watch through asyncio.wait_for; on Python 3.11 a cancel
+    arriving with the confirmation is dropped (CPython gh-86296). A coordinator
+    shut down at that moment waited on its watch forever."""
+    confirmed: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    reached: list[str] = []
+
+    async def create_watch() -> None:
+        await asyncio.wait_for(confirmed, 5)
+        reached.append("confirmed")
+        raise_if_cancelled()
+        reached.append("iterating the watch")
+
+    task = asyncio.create_task(create_watch())
+    await asyncio.sleep(0)  # it waits for the confirmation
+    confirmed.set_result(1)
+    task.cancel()  # in the same turn: the confirmation and the cancel
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert "iterating the watch" not in reached
+
+
+async def test_no_cancellation_asked_for_raises_nothing() -> None:
+    raise_if_cancelled()
+    assert await asyncio.create_task(asyncio.sleep(0, "ran")) == "ran"

@@ -221,6 +221,7 @@ class EtcdWorkerWatcher:
             revision, heartbeats = await self._list(prefix, client)
             try:
                 watch = await client.watch_prefix(prefix.encode(), start_revision=revision + 1)
+                raise_if_cancelled()
                 # Connected only once the watch exists: a list alone goes stale. Events
                 # after the list's revision wait in the watch until we iterate it.
                 self._on_listed(prefix, heartbeats)
@@ -353,3 +354,15 @@ class EtcdWorkerWatcher:
             )
             return None
         return heartbeat
+
+
+def raise_if_cancelled() -> None:
+    """Raise the current task's cancellation when one was asked for and swallowed.
+
+    aetcd creates a watch through ``asyncio.wait_for``, which on Python 3.11 returns
+    the result and drops a cancellation that arrives as the watch is confirmed
+    (CPython gh-86296): the task would go on to iterate the watch with its
+    cancellation lost, and a shutdown waiting for it would wait forever."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
