@@ -11,14 +11,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from blockx_cli.launch import START_UP_GC_YOUNG
+from blockx_cli.launch import START_UP_GC_YOUNG, collect_cycles
 
 # Runs ``blockx ARGV`` as the console script does and reports the collector's
 # settings when the command's work starts and at exit.
 PROBE = """\
 import gc, json, sys
+fresh = list(gc.get_threshold())  # the interpreter's own, before blockx's
 from blockx_cli import launch
-seen = []
+seen = [{"fresh": fresh}]
 restore = launch.collect_cycles
 
 def spy():
@@ -52,8 +53,10 @@ def _seen(argv: list[str]) -> list[dict[str, object]]:
 
 def test_a_command_collects_cycles_again_once_its_work_starts(tmp_path: Path) -> None:
     missing = f"sqlite:///{tmp_path}/no-such-dir/sink.db"
-    seen = _seen(["jobs", "--sink-db", missing])
-    young, *older = gc.get_threshold()
+    first, *seen = _seen(["jobs", "--sink-db", missing])
+    fresh = first["fresh"]
+    assert isinstance(fresh, list)
+    young, older = fresh[0], fresh[1:]
     assert seen == [
         {"before": [START_UP_GC_YOUNG, *older]},
         {"after": [young, *older], "frozen": seen[1]["frozen"]},
@@ -65,4 +68,12 @@ def test_a_command_collects_cycles_again_once_its_work_starts(tmp_path: Path) ->
 
 
 def test_help_never_starts_work() -> None:
-    assert _seen(["jobs", "--help"]) == []
+    assert _seen(["jobs", "--help"])[1:] == []
+
+
+def test_a_command_run_inside_another_program_leaves_its_collector_alone() -> None:
+    """Without ``blockx``'s entry point (a CliRunner in a test, say), nothing was
+    deferred and nothing is changed."""
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+    collect_cycles()
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (thresholds, frozen)

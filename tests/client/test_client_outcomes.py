@@ -36,6 +36,7 @@ from blockx_client import (
     UnavailableError,
 )
 from blockx_client._outcomes import outcome_of_error
+from blockx_client.errors import error_for
 from blockx_client.transport import connect_error
 from blockx_core.failures import FailureCode
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, worker_v1
@@ -450,3 +451,21 @@ async def test_a_submit_without_an_answer_is_settled_by_asking_the_worker() -> N
     # The worker had the task: its answer is the result, not a guess.
     assert result.state is TaskState.SUCCEEDED
     assert result.may_have_run
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (Status.RESOURCE_EXHAUSTED, NoSlotError),
+        (Status.UNAVAILABLE, UnavailableError),
+        # A server that enforced the call's deadline before the client's own timer
+        # fired: the same as that timer (a retry, or the deadline's last refusal).
+        (Status.DEADLINE_EXCEEDED, UnavailableError),
+        (Status.INTERNAL, BlockxError),
+    ],
+)
+def test_a_status_becomes_the_error_its_caller_handles(status: Status, kind: type) -> None:
+    error = error_for(status, "said")
+    assert type(error) is kind
+    assert error.status is status
+    assert error.message == f"{status.name}: said"

@@ -23,7 +23,12 @@ START_UP_GC_YOUNG: Final = 1_000_000
 _DEFAULT_THRESHOLDS: Final = gc.get_threshold()
 
 
+_deferred = False
+
+
 def main() -> None:
+    global _deferred
+    _deferred = True
     gc.set_threshold(START_UP_GC_YOUNG, *_DEFAULT_THRESHOLDS[1:])
     if sys.argv[1:2] == ["chain"]:
         from blockx_cli.app import chain_only
@@ -37,6 +42,11 @@ def main() -> None:
 
 def collect_cycles() -> None:
     """The command's modules are loaded and its work starts: cycles are collected
-    as usual from here on, the start-up's objects frozen out of the passes."""
-    gc.freeze()
-    gc.set_threshold(*_DEFAULT_THRESHOLDS)
+    as usual from here on, the start-up's objects frozen out of the passes. Only
+    after ``main``: a command run in another program (a test's CliRunner) leaves
+    that program's collector alone."""
+    global _deferred
+    if _deferred:
+        _deferred = False
+        gc.freeze()
+        gc.set_threshold(*_DEFAULT_THRESHOLDS)

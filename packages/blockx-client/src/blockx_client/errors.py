@@ -64,7 +64,9 @@ class SlotWaitTimeoutError(NoSlotError):
 
 
 class UnavailableError(BlockxError):
-    """The service is not ready, draining, or its worker view is not trusted."""
+    """The service is not ready, draining, or its worker view is not trusted; or the
+    call's deadline passed without an answer (DEADLINE_EXCEEDED, whether this
+    client's timer or the server's saw it first)."""
 
 
 class SlotUncertainError(BlockxError):
@@ -145,6 +147,9 @@ _BY_STATUS: dict[Status, type[BlockxError]] = {
     Status.INVALID_ARGUMENT: InvalidRequestError,
     Status.RESOURCE_EXHAUSTED: NoSlotError,
     Status.UNAVAILABLE: UnavailableError,
+    # The server enforces the deadline the call carries: its DEADLINE_EXCEEDED is the
+    # client's own timeout arriving first (transport.unary makes that one the same).
+    Status.DEADLINE_EXCEEDED: UnavailableError,
     Status.ABORTED: SlotUncertainError,
     Status.FAILED_PRECONDITION: SlotInvalidError,
     Status.NOT_FOUND: TaskNotFoundError,
