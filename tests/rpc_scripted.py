@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import ssl
 import threading
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -40,8 +41,10 @@ def each(request: Any, one: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes
 
 
 class ScriptedRpcServer:
-    def __init__(self, handler: Handler) -> None:
+    def __init__(self, handler: Handler, *, tls: ssl.SSLContext | None = None) -> None:
         self.handler = handler
+        # A server context: the node then answers on https://.
+        self.tls = tls
         self.requests: list[Any] = []
         self.refused = 0
         self._server: asyncio.Server | None = None
@@ -50,10 +53,10 @@ class ScriptedRpcServer:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}/"
 
     async def __aenter__(self) -> ScriptedRpcServer:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 
@@ -95,7 +98,7 @@ class ScriptedRpcServer:
                     + body
                 )
                 await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
+        except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError):
             pass
         finally:
             self._connections.pop(task, None)

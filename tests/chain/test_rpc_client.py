@@ -9,13 +9,16 @@ import contextlib
 import gzip
 import itertools
 import json
+import ssl
 import zlib
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 import pytest_asyncio
+from certs import Leaf, make_pki
 from rpc_scripted import ScriptedRpcServer, answer, each, error
 from support import free_port
 
@@ -587,3 +590,38 @@ async def test_an_exchange_past_its_timeout_is_unavailable_and_its_connection_cl
         assert node.connections == 2
         never.set()
     assert len(node.requests) == 2
+
+
+def _tls_server(leaf: Leaf) -> ssl.SSLContext:
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(leaf.cert, leaf.key)
+    return context
+
+
+async def test_an_https_node_is_verified_against_the_trusted_authorities(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hosted node is https: its certificate is checked against the system's
+    authorities (here the tests' CA, named by SSL_CERT_FILE as on any machine); one
+    signed by another authority is refused before a request is sent."""
+    pki = make_pki(tmp_path / "pki")
+    monkeypatch.setenv("SSL_CERT_FILE", str(pki.ca))
+
+    async def handler(request: Any) -> tuple[int, bytes]:
+        return 200, each(request, lambda r: answer(r, "0x2a"))
+
+    trusted = ScriptedRpcServer(handler, tls=_tls_server(pki.server))
+    async with trusted as server, JsonRpcClient(server.url) as client:
+        assert server.url.startswith("https://127.0.0.1:")
+        assert await client.request("eth_blockNumber") == "0x2a"
+        assert await client.request("eth_blockNumber") == "0x2a"
+    assert len(trusted.requests) == 2
+
+    stranger = ScriptedRpcServer(handler, tls=_tls_server(pki.stranger))
+    async with stranger as server, JsonRpcClient(server.url) as client:
+        with pytest.raises(RpcError) as caught:
+            await client.request("eth_blockNumber")
+    assert caught.value.kind is RpcErrorKind.UNAVAILABLE
+    assert "cannot reach the node at https://127.0.0.1:" in caught.value.message
+    assert "CERTIFICATE_VERIFY_FAILED" in caught.value.message
+    assert stranger.requests == []
