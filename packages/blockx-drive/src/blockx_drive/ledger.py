@@ -21,7 +21,7 @@ table's snapshots before planning (``catch_up_lake``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final, NoReturn
 
 import msgspec
@@ -84,25 +84,30 @@ async def canonical_blocks(
 ) -> dict[int, dict[str, Any]]:
     """The stored blocks in ``[from_block, to_block]`` by number (read in pages the
     store's row limit allows)."""
-    found: dict[int, dict[str, Any]] = {}
-    start = from_block
-    while start <= to_block:
-        end = min(to_block, start + store.max_rows - 1)
-        for row in await store.blocks(start, end):
-            found[row["block_number"]] = row
-        start = end + 1
-    return found
+    return await _by_number(store.blocks, store.max_rows, from_block, to_block)
 
 
 async def canonical_hashes(store: BlockStore, from_block: int, to_block: int) -> dict[int, str]:
     """The hash of each stored block in ``[from_block, to_block]`` by number (read
-    in pages the store's row limit allows, the hashes alone)."""
-    found: dict[int, str] = {}
+    in pages, the hashes alone)."""
+    rows = await _by_number(store.hashes, store.max_rows, from_block, to_block)
+    return {n: row["block_hash"] for n, row in rows.items()}
+
+
+async def _by_number(
+    read: Callable[[int, int], Awaitable[list[dict[str, Any]]]],
+    max_rows: int,
+    from_block: int,
+    to_block: int,
+) -> dict[int, dict[str, Any]]:
+    """The rows ``read`` answers for ``[from_block, to_block]``, one block each, by
+    number, read ``max_rows`` blocks at a time."""
+    found: dict[int, dict[str, Any]] = {}
     start = from_block
     while start <= to_block:
-        end = min(to_block, start + store.max_rows - 1)
-        for row in await store.hashes(start, end):
-            found[row["block_number"]] = row["block_hash"]
+        end = min(to_block, start + max_rows - 1)
+        for row in await read(start, end):
+            found[row["block_number"]] = row
         start = end + 1
     return found
 
