@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from blockx_server.coordinator.config import (
 )
 from blockx_server.proxy import config as proxy_config
 from blockx_server.runtime.env import ConfigError, ConfigErrors, ConfigReader, EnvironSource
+from blockx_server.runtime.process import cpu_profile
 from blockx_server.runtime.settings import Setting
 from blockx_server.syncinvoker import config as syncinvoker_config
 from blockx_server.worker.config import (
@@ -109,6 +111,28 @@ def test_failed_tasks_kept_is_refused_when_bad(functions_dir: Path, value: str, 
 def test_failed_tasks_kept_zero_keeps_none(functions_dir: Path) -> None:
     env = {"FUNCTIONS_DIR": str(functions_dir), "FAILED_TASKS_KEPT": "0"}
     assert load_worker_config(BLOCK_WORKER, env).core.failed_tasks_kept == 0
+
+
+@pytest.mark.parametrize("program", ["worker", "coordinator"])
+def test_a_cpu_profile_path_must_be_writable_at_start_up(
+    program: str, functions_dir: Path, tmp_path: Path
+) -> None:
+    variable = f"{program.upper()}_CPU_PROFILE"
+
+    def load(value: str) -> Any:
+        env = {"FUNCTIONS_DIR": str(functions_dir), variable: value}
+        if program == "worker":
+            return load_worker_config(BLOCK_WORKER, env)
+        return load_coordinator_config(BLOCK_PROFILE, env)
+
+    missing = tmp_path / "no-such-directory" / "cpu.prof"
+    assert _errors(lambda: load(str(missing))) == [
+        f"{variable} must be a file in an existing directory (no directory {str(missing.parent)!r})"
+    ]
+    assert _errors(lambda: load(str(tmp_path))) == [
+        f"{variable} must name a file, not a directory (got {str(tmp_path)!r})"
+    ]
+    assert load(str(tmp_path / "cpu.prof")).cpu_profile_path == str(tmp_path / "cpu.prof")
 
 
 CASCADES = [
@@ -230,3 +254,22 @@ def test_help_shows_each_profiles_own_defaults() -> None:
     assert default(worker_settings(BUNDLE_WORKER), "WORKER_REGISTRY_PREFIX") == (
         "/blockx/bundle-workers/"
     )
+
+
+def test_a_cpu_profile_that_cannot_be_written_at_exit_is_one_logged_line(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    folder = tmp_path / "profiles"
+    folder.mkdir()
+    path = folder / "cpu.prof"
+    caplog.set_level(logging.INFO, logger="blockx_server.runtime.process")
+    with cpu_profile(str(path)):
+        folder.rmdir()  # gone while the process ran
+    assert [r.levelname for r in caplog.records] == ["ERROR"]
+    assert caplog.records[0].getMessage().startswith(f"CPU profile not written to {path}: ")
+    folder.mkdir()
+    caplog.clear()
+    with cpu_profile(str(path)):
+        sum(range(1000))
+    assert path.stat().st_size > 0
+    assert [r.getMessage() for r in caplog.records] == [f"CPU profile written to {path}"]

@@ -44,7 +44,7 @@ from blockx_server.runtime.settings import (
     items,
     listen_address,
     number,
-    optional_text,
+    output_file,
 )
 from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
 
@@ -147,7 +147,7 @@ MAX_TIMEOUT_RETRIES: Final = Setting(
 CPU_PROFILE: Final[Setting[str | None]] = Setting(
     name="COORDINATOR_CPU_PROFILE",
     default=None,
-    parse=optional_text,
+    parse=output_file,
     help="write a cProfile of the process lifetime to this file at exit",
 )
 

@@ -174,8 +174,15 @@ def cpu_profile(path: str | None) -> Iterator[None]:
         yield
     finally:
         profiler.disable()
-        profiler.dump_stats(path)
-        logging.getLogger(__name__).info("CPU profile written to %s", path)
+        log = logging.getLogger(__name__)
+        try:
+            profiler.dump_stats(path)
+        except OSError as exc:
+            # The process's work is done: a profile that cannot be written is no
+            # reason to end in a traceback, nor to blame what the process served.
+            log.error("CPU profile not written to %s: %s", path, exc)
+        else:
+            log.info("CPU profile written to %s", path)
 
 
 def signal_child(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> None:

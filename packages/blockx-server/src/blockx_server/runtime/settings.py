@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, Generic, TypeVar
 
 from blockx_core.addr import InvalidAddress, split_host_port
@@ -58,6 +59,19 @@ def text(raw: str) -> str:
 
 
 def optional_text(raw: str) -> str | None:
+    return raw
+
+
+def output_file(raw: str) -> str | None:
+    """A file this process writes when it exits: its directory must exist now, so a
+    mistyped path is refused at start-up rather than lost at the end of the run."""
+    path = Path(raw)
+    if path.is_dir():
+        raise InvalidValue(f"must name a file, not a directory (got {raw!r})")
+    if not path.parent.is_dir():
+        raise InvalidValue(
+            f"must be a file in an existing directory (no directory {str(path.parent)!r})"
+        )
     return raw
 
 

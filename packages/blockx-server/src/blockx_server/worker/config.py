@@ -64,7 +64,7 @@ from blockx_server.runtime.settings import (
     flag,
     integer,
     listen_address,
-    optional_text,
+    output_file,
     text,
 )
 from blockx_server.runtime.tls import GrpcTls, read_grpc_tls
@@ -263,7 +263,7 @@ LEASE_TTL_S: Final = Setting(
 CPU_PROFILE: Final[Setting[str | None]] = Setting(
     name="WORKER_CPU_PROFILE",
     default=None,
-    parse=optional_text,
+    parse=output_file,
     help="write a cProfile of the event loop's thread to this file at exit",
 )
 BUILDER_SLOTS: Final = Setting(
