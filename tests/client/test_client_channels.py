@@ -4,7 +4,8 @@ marks the connection lost only when asyncio reports the close, a loop iteration
 later. A call made in between must dial again, not fail inside grpclib. And if
 something unexpected fails a watch all the same, its waiter hears of it, and
 nothing else prints it. A lone task's Watch opens at once even beside a stream
-that is still closing."""
+that is still closing. A connection lost as soon as it was made, or under a call
+waiting to send, is a transport error, not grpclib's AttributeError."""
 
 from __future__ import annotations
 
@@ -14,10 +15,11 @@ import random
 from collections.abc import AsyncIterator
 
 import pytest
-from grpclib.client import Channel
+from grpclib.client import Channel as GrpclibChannel
 from grpclib.health.service import Health
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
+from grpclib.protocol import H2Protocol
 from grpclib.server import Server
 from support import free_port
 
@@ -25,9 +27,12 @@ from blockx_client import RetryPolicy
 from blockx_client._convert import update_from_pb
 from blockx_client._options import ClientOptions
 from blockx_client._watch import WatchBatcher
+from blockx_client._worker_rpc import WorkerRpc
+from blockx_client.errors import ConnectError
 from blockx_client.models import TaskState, TaskUpdate
 from blockx_client.transport import Transport, keepalive_config
 from blockx_proto import worker_v1
+from blockx_proto.channel import Channel, lost_connection
 
 
 @pytest.fixture
@@ -42,12 +47,12 @@ async def server() -> AsyncIterator[str]:
         await serving.wait_closed()
 
 
-async def _check(channel: Channel) -> int:
+async def _check(channel: GrpclibChannel) -> int:
     reply = await HealthStub(channel).Check(HealthCheckRequest(), timeout=5)
     return int(reply.status)
 
 
-def _give_up_the_connection(channel: Channel) -> None:
+def _give_up_the_connection(channel: GrpclibChannel) -> None:
     """What grpclib's keepalive does when a ping goes unanswered for its timeout."""
     protocol = channel._protocol
     assert protocol is not None
@@ -70,16 +75,96 @@ async def test_a_call_right_after_keepalive_closed_the_connection_dials_again(
 
 
 async def test_grpclibs_own_channel_fails_there(server: str) -> None:
-    """Why the client has its own channel class: grpclib's fails in that window."""
+    """Why the client has its own channel class: grpclib's fails in that window,
+    with the error ``lost_connection`` recognises (and no other)."""
     host, port = server.rsplit(":", 1)
-    channel = Channel(host, int(port), config=keepalive_config(5.0))
+    channel = GrpclibChannel(host, int(port), config=keepalive_config(5.0))
     try:
         await _check(channel)
         _give_up_the_connection(channel)
-        with pytest.raises(AttributeError, match="_transport"):
+        with pytest.raises(AttributeError, match="_transport") as raised:
             await _check(channel)
+        assert lost_connection(raised.value)
     finally:
         channel.close()
+    with pytest.raises(AttributeError) as other:
+        channel.no_such_attribute  # type: ignore[attr-defined]  # noqa: B018
+    assert not lost_connection(other.value)
+
+
+def _lost_at_once(base: type[GrpclibChannel]) -> type[GrpclibChannel]:
+    """A channel of ``base`` whose connections are lost as soon as they are made, as
+    with a peer that accepts and goes away before the call's turn comes."""
+
+    class LostAtOnce(base):  # type: ignore[valid-type,misc]
+        async def _create_connection(self) -> H2Protocol:
+            protocol: H2Protocol = await super()._create_connection()
+            protocol.connection_lost(None)  # what asyncio then reports
+            return protocol
+
+    return LostAtOnce
+
+
+async def test_a_connection_lost_as_soon_as_it_was_made_is_a_refused_dial(server: str) -> None:
+    host, port = server.rsplit(":", 1)
+    grpclibs = _lost_at_once(GrpclibChannel)(host, int(port))
+    ours = _lost_at_once(Channel)(host, int(port))
+    try:
+        with pytest.raises(AttributeError, match="_transport"):
+            await _check(grpclibs)
+        with pytest.raises(ConnectionError, match="closed as soon as it was made"):
+            await _check(ours)
+    finally:
+        grpclibs.close()
+        ours.close()
+
+
+class _ClosedUnderTheCall(Channel):
+    """Hands the call a connection that is lost before the call sends its request,
+    as when it waited for room to send (a full write buffer, the peer's stream
+    limit) and the connection went meanwhile."""
+
+    async def __connect__(self) -> H2Protocol:
+        protocol = await super().__connect__()
+        protocol.connection_lost(None)
+        return protocol
+
+
+async def test_a_call_cut_off_inside_grpclib_is_a_lost_connection(server: str) -> None:
+    transport = Transport()
+    host, port = server.rsplit(":", 1)
+    channel = _ClosedUnderTheCall(host, int(port))
+    try:
+        with pytest.raises(ConnectError) as raised:
+            await transport.unary(server, _check(channel))
+        assert raised.value.may_have_reached  # it cannot tell whether the request left
+        assert str(raised.value.message).startswith(f"lost the connection to {server}")
+        with pytest.raises(AttributeError, match="a bug"):
+            await transport.unary(server, _raises(AttributeError("a bug")))
+    finally:
+        channel.close()
+        transport.close()
+
+
+async def test_a_watch_cut_off_inside_grpclib_is_a_lost_connection(server: str) -> None:
+    transport = Transport()
+    host, port = server.rsplit(":", 1)
+    transport._channels[server] = _ClosedUnderTheCall(host, int(port))
+    workers = WorkerRpc(_options(5.0), transport)
+    try:
+        with pytest.raises(ConnectError) as raised:
+            async for _ in workers.watch_tasks(["t-1"], worker_addr=server):
+                pass
+        assert raised.value.may_have_reached
+        assert raised.value.message.startswith(
+            f"lost the connection to the Watch stream to {server}"
+        )
+    finally:
+        transport.close()
+
+
+async def _raises(exc: BaseException) -> None:
+    raise exc
 
 
 def _options(rpc_timeout_s: float) -> ClientOptions:

@@ -35,7 +35,7 @@ from blockx_client.models import (
     TaskUpdate,
     WorkerDescription,
 )
-from blockx_client.transport import Transport, connect_error
+from blockx_client.transport import Transport, connect_error, cut_off
 from blockx_core.call_record import CallRecord
 from blockx_proto import worker_v1
 
@@ -217,9 +217,10 @@ class WorkerRpc:
                 f"the Watch stream to {worker_addr} did not open in time",
                 Status.DEADLINE_EXCEEDED,
             ) from None
-        except (OSError, StreamTerminatedError) as exc:
+        except (OSError, StreamTerminatedError, AttributeError) as exc:
+            lost = cut_off(exc) if isinstance(exc, AttributeError) else exc
             where = f"the Watch stream to {worker_addr}"
-            raise connect_error(where, exc, self._transport.setting_of(worker_addr)) from None
+            raise connect_error(where, lost, self._transport.setting_of(worker_addr)) from None
         finally:
             close = getattr(updates, "aclose", None)  # an async generator, typed as an iterator
             if close is not None:

@@ -16,7 +16,6 @@ from collections import OrderedDict
 from collections.abc import Awaitable, Sequence
 from typing import Final, TypeVar
 
-from grpclib.client import Channel
 from grpclib.config import Configuration
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
@@ -24,6 +23,7 @@ from grpclib.exceptions import GRPCError, StreamTerminatedError
 from blockx_client.errors import ConnectError, InvalidRequestError, UnavailableError, error_for
 from blockx_client.setting import Setting, with_origin
 from blockx_core.addr import WORKER_ADDR_HEADER, InvalidAddress, split_host_port
+from blockx_proto.channel import Channel, lost_connection
 
 _POOL_SIZE: Final = 256
 # How long a silent peer may hold an open call or stream: ping interval and timeout.
@@ -66,20 +66,13 @@ def split_addr(addr: str) -> tuple[str, int]:
         raise InvalidRequestError(str(exc)) from None
 
 
-class KeptAliveChannel(Channel):
-    """A grpclib Channel that dials again once keepalive has given up its connection.
-
-    A ping unanswered for the timeout makes grpclib close the connection's transport
-    at once, but the channel counts it as lost only when asyncio reports the close,
-    an iteration of the loop later; a call started in between would use the closed
-    connection and fail with an AttributeError from inside grpclib."""
-
-    @property
-    def _connected(self) -> bool:
-        protocol = self._protocol
-        return bool(super()._connected) and not (
-            protocol is not None and protocol.connection.is_closing()
-        )
+def cut_off(exc: AttributeError) -> StreamTerminatedError:
+    """grpclib's AttributeError for a call on a connection it had closed
+    (``blockx_proto.channel``) as the error it stands for; any other AttributeError
+    is a bug and is raised as it is."""
+    if not lost_connection(exc):
+        raise exc
+    return StreamTerminatedError("Connection lost")
 
 
 def keepalive_config(keepalive_s: float) -> Configuration:
@@ -130,12 +123,12 @@ class Transport:
         """The channel for a coordinator or sync invoker address (the proxy's, if any)."""
         if self._proxy_socket is not None:
             if self._proxy is None:
-                self._proxy = KeptAliveChannel(path=self._proxy_socket, config=self._config)
+                self._proxy = Channel(path=self._proxy_socket, config=self._config)
             return self._proxy
         channel = self._channels.get(addr)
         if channel is None:
             host, port = split_addr(addr)
-            channel = KeptAliveChannel(host, port, ssl=self._tls, config=self._config)
+            channel = Channel(host, port, ssl=self._tls, config=self._config)
             self._channels[addr] = channel
             if len(self._channels) > _POOL_SIZE:
                 _, evicted = self._channels.popitem(last=False)
@@ -164,6 +157,9 @@ class Transport:
             ) from None
         except (OSError, StreamTerminatedError) as exc:
             raise connect_error(self.describe(addr), exc, self.setting_of(addr)) from None
+        except AttributeError as exc:
+            lost = cut_off(exc)
+            raise connect_error(self.describe(addr), lost, self.setting_of(addr)) from None
 
     def setting_of(self, addr: str) -> Setting | None:
         """The setting that named what a call to ``addr`` dials: the proxy's socket

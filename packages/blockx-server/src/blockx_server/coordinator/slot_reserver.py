@@ -14,7 +14,6 @@ import socket
 from ssl import SSLContext, SSLError
 from typing import Protocol
 
-from grpclib.client import Channel
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 
@@ -23,6 +22,7 @@ from blockx_core.coordinator import SlotAnswer, SlotError
 from blockx_core.errors import ErrorCode
 from blockx_core.ids import TaskId, WorkerAddr
 from blockx_proto import worker_v1
+from blockx_proto.channel import Channel, lost_connection
 from blockx_server.coordinator.convert import request_task_slot_request, slot_granted_from
 from blockx_server.runtime.status import classify_worker_status
 from blockx_server.runtime.tracing import trace_calls
@@ -93,6 +93,10 @@ class GrpcSlotReserver:
             return SlotError(
                 ErrorCode.SLOT_UNCERTAIN, f"connection lost: {exc}", may_have_allocated=True
             )
+        except AttributeError as exc:
+            if not lost_connection(exc):
+                raise
+            return SlotError(ErrorCode.SLOT_UNCERTAIN, "connection lost", may_have_allocated=True)
         return slot_granted_from(snapshot)
 
     def _channel(self, worker_addr: WorkerAddr) -> Channel:

@@ -8,9 +8,8 @@ from collections import Counter, OrderedDict
 from collections.abc import Iterator
 from ssl import SSLContext
 
-from grpclib.client import Channel
-
 from blockx_core.addr import split_host_port
+from blockx_proto.channel import Channel
 from blockx_server.proxy.codec import PASS_THROUGH, PASS_THROUGH_DETAILS
 
 log = logging.getLogger(__name__)

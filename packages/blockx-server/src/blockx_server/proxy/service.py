@@ -34,6 +34,7 @@ from grpclib.server import Stream as CallerStream
 
 from blockx_core.addr import WORKER_ADDR_HEADER, InvalidAddress
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
+from blockx_proto.channel import lost_connection
 from blockx_server.proxy.allowed import NOT_A_WORKER, AllowedWorkers
 from blockx_server.proxy.config import ProxyConfig, validate_upstream_addr
 from blockx_server.proxy.pool import ChannelPool
@@ -177,6 +178,10 @@ class ProxyRouter:
                 ) from None
             except StreamTerminatedError as exc:
                 raise GRPCError(Status.UNAVAILABLE, f"lost the call to {what}: {exc}") from None
+            except AttributeError as exc:
+                if not lost_connection(exc):
+                    raise
+                raise GRPCError(Status.UNAVAILABLE, f"lost the call to {what}") from None
             except OSError as exc:
                 raise GRPCError(Status.UNAVAILABLE, f"cannot reach {what}: {exc}") from None
 

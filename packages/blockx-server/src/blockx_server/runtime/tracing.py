@@ -18,7 +18,7 @@ import contextvars
 import logging
 import os
 from collections.abc import Mapping, MutableMapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from grpclib.client import Channel
 from grpclib.events import RecvRequest, SendRequest, listen
@@ -101,7 +101,10 @@ def trace_requests(server: Server) -> None:
     listen(server, RecvRequest, on_request)
 
 
-def trace_calls(channel: Channel) -> Channel:
+AnyChannel = TypeVar("AnyChannel", bound=Channel)
+
+
+def trace_calls(channel: AnyChannel) -> AnyChannel:
     """Inject the current trace context into every request on ``channel``."""
 
     async def on_send(event: SendRequest) -> None:
