@@ -84,7 +84,7 @@ def test_every_rule_of_a_core_validate_is_reported() -> None:
         "RESULT_RETENTION_MS": "0",
         "WATCH_DISCONNECT_GRACE_MS": "-1",
         "FUNCTIONS_DIR": "/nonexistent",
-        "WORKER_LISTEN": "127.0.0.1:0",
+        "WORKER_LISTEN": "127.0.0.1:9090",
     }
     lines = _errors(lambda: load_worker_config(BLOCK_WORKER, env))
     assert [line.split()[0] for line in lines] == [
@@ -133,6 +133,27 @@ def test_a_cpu_profile_path_must_be_writable_at_start_up(
         f"{variable} must name a file, not a directory (got {str(tmp_path)!r})"
     ]
     assert load(str(tmp_path / "cpu.prof")).cpu_profile_path == str(tmp_path / "cpu.prof")
+
+
+@pytest.mark.parametrize(
+    ("env", "says"),
+    [
+        (
+            {"WORKER_LISTEN": "127.0.0.1:0"},
+            "WORKER_LISTEN has port 0, which the Worker could not advertise: give a port, "
+            "or set WORKER_ADVERTISE_ADDR to the address it is reached at",
+        ),
+        (
+            {"WORKER_ADVERTISE_ADDR": "10.0.0.5:0"},
+            "WORKER_ADVERTISE_ADDR has port 0, which no one can dial (got '10.0.0.5:0')",
+        ),
+    ],
+)
+def test_a_port_the_worker_cannot_advertise_is_refused(
+    functions_dir: Path, env: dict[str, str], says: str
+) -> None:
+    env = {"FUNCTIONS_DIR": str(functions_dir), **env}
+    assert _errors(lambda: load_worker_config(BLOCK_WORKER, env)) == [says]
 
 
 CASCADES = [

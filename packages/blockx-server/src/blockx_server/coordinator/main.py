@@ -14,6 +14,7 @@ from blockx_server.coordinator.config import (
 )
 from blockx_server.runtime.event_loop import run_on
 from blockx_server.runtime.process import cpu_profile, fail, start_program
+from blockx_server.runtime.serving import ListenError
 
 GC_YOUNG_THRESHOLD = 10_000
 
@@ -36,10 +37,10 @@ def run(profile: Profile) -> None:
     with cpu_profile(config.cpu_profile_path):
         try:
             run_on(config.event_loop, serve(config))
+        except ListenError as exc:
+            fail(profile.program, str(exc))
         except OSError as exc:
-            fail(
-                profile.program, f"cannot serve on {config.listen_host}:{config.listen_port}: {exc}"
-            )
+            fail(profile.program, f"stopped: {exc}")
         except KeyboardInterrupt:
             pass
 

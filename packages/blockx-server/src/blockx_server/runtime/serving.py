@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from blockx_server.runtime.connection_limits import BoundedServer, GrpcLimits
 from blockx_server.runtime.metrics_http import start_metrics_server
+from blockx_server.runtime.process import StartupError
 from blockx_server.runtime.request_codec import REQUEST_CODEC
 from blockx_server.runtime.tracing import trace_requests
 
@@ -67,6 +68,10 @@ def serving_server(
     return server, serving
 
 
+class ListenError(StartupError):
+    """The process cannot listen where it is configured to; ``str()`` says where and why."""
+
+
 class Endpoints(Protocol):
     """Where a process listens: the fields every BlockX server config has."""
 
@@ -90,11 +95,21 @@ async def listening(
     """``server`` (over TLS with ``tls``, see runtime/tls.py) and, when configured,
     the endpoint serving ``metrics``, for the body of the block. Leaving it closes
     both and waits for running handlers (grpclib cancels them)."""
-    await server.start(endpoints.listen_host or None, endpoints.listen_port, ssl=tls)
+    where = f"{endpoints.listen_host or '0.0.0.0'}:{endpoints.listen_port}"
+    try:
+        await server.start(endpoints.listen_host or None, endpoints.listen_port, ssl=tls)
+    except OSError as exc:
+        raise ListenError(f"cannot serve on {where}: {exc}") from None
     async with server:  # grpclib's exit: close(), then wait_closed()
-        metrics_server = await start_metrics_server(
-            metrics, endpoints.prometheus_listen, endpoints.prometheus_path
-        )
+        try:
+            metrics_server = await start_metrics_server(
+                metrics, endpoints.prometheus_listen, endpoints.prometheus_path
+            )
+        except OSError as exc:
+            host, port = endpoints.prometheus_listen or ("", 0)
+            raise ListenError(
+                f"cannot serve metrics on {host or '0.0.0.0'}:{port}: {exc}"
+            ) from None
         try:
             yield
         finally:

@@ -12,6 +12,7 @@ from blockx_server.calls.functions import FunctionStoreError
 from blockx_server.io.chain_config import CHAINS_TABLE
 from blockx_server.runtime.event_loop import run_on
 from blockx_server.runtime.process import StartupError, fail, start_program
+from blockx_server.runtime.serving import ListenError
 from blockx_server.syncinvoker.app import serve
 from blockx_server.syncinvoker.config import PROGRAM, SETTINGS, load_syncinvoker_config
 
@@ -28,10 +29,11 @@ def main() -> None:
         run_on(config.event_loop, serve(config))
     except FunctionStoreError as exc:
         fail(PROGRAM, f"cannot load functions: {exc}")
+    except ListenError as exc:
+        fail(PROGRAM, str(exc))
     except StartupError as exc:
         fail(PROGRAM, f"cannot start: {exc}")
     except OSError as exc:
-        where = f"{config.listen_host or '0.0.0.0'}:{config.listen_port}"
-        fail(PROGRAM, f"cannot serve on {where}: {exc}")
+        fail(PROGRAM, f"stopped: {exc}")
     except KeyboardInterrupt:
         pass

@@ -371,6 +371,15 @@ def read_worker_config(profile: WorkerProfile, reader: ConfigReader) -> WorkerRu
     if advertise is None:
         host = primary_address() if listen_host in _WILDCARDS else listen_host
         advertise = join_host_port(host, listen_port)
+        if listen_port == 0 and reader.valid(LISTEN.name):
+            # The heartbeat names the address Coordinators and clients dial.
+            reader.report(
+                LISTEN.name,
+                "has port 0, which the Worker could not advertise: give a port, or set "
+                "WORKER_ADVERTISE_ADDR to the address it is reached at",
+            )
+    elif listen_address(advertise)[1] == 0:
+        reader.report(ADVERTISE_ADDR.name, f"has port 0, which no one can dial (got {advertise!r})")
 
     prefix = reader.get(_prefix_setting(profile))
     endpoints = reader.get(ETCD_ENDPOINTS)

@@ -8,6 +8,7 @@ from blockx_server.calls.functions import FunctionStoreError
 from blockx_server.io.chain_config import CHAINS_TABLE
 from blockx_server.runtime.event_loop import run_on
 from blockx_server.runtime.process import StartupError, cpu_profile, fail, start_program
+from blockx_server.runtime.serving import ListenError
 from blockx_server.worker.app import serve
 from blockx_server.worker.config import (
     BLOCK_WORKER,
@@ -40,11 +41,12 @@ def run(profile: WorkerProfile) -> None:
             run_on(config.event_loop, serve(config))
     except FunctionStoreError as exc:
         fail(profile.program, f"cannot load functions: {exc}")
+    except ListenError as exc:
+        fail(profile.program, str(exc))
     except StartupError as exc:
         fail(profile.program, f"cannot start: {exc}")
     except OSError as exc:
-        where = f"{config.listen_host or '0.0.0.0'}:{config.listen_port}"
-        fail(profile.program, f"cannot serve on {where}: {exc}")
+        fail(profile.program, f"stopped: {exc}")
     except KeyboardInterrupt:
         pass
 
