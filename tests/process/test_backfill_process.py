@@ -526,6 +526,9 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
     assert code == 3, output
     code, output = run(setup.argv("errors", to_block=BLOCKS + 5))
     assert (code, f"block {BLOCKS} is not in the block database" in output) == (1, True)
+    # Refused before the range is split: its task ranges would not fit in memory.
+    code, output = run(setup.argv("errors", to_block=10**23))
+    assert (code, f"block {BLOCKS} is not in the block database" in output) == (1, True)
     # Checked before any task goes out: a source table the block database lacks, a
     # declared type that is no widening of the sink's.
     misnamed = [*base[: base.index("logs")], "log", *base[base.index("logs") + 1 :]]

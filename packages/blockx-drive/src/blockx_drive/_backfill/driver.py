@@ -32,7 +32,7 @@ import contextlib
 import functools
 import time
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any, assert_never
 
 from blockx_chain.sink import SinkStore, open_sink
@@ -52,6 +52,7 @@ from blockx_drive._backfill.plan import (
     BackfillPlan,
     TaskRange,
     bundle_task,
+    check_range,
     missing_block,
     plan,
     split,
@@ -98,7 +99,13 @@ async def make_plan(
     force: bool,
 ) -> BackfillPlan:
     """The plan, from the block database's hashes and the sink's ledger, read one
-    task range at a time so that a range of millions of blocks is never in memory."""
+    task range at a time so that a range of millions of blocks is never in memory.
+    A range past the database's head is refused before it is split: its ranges
+    would be made for blocks that do not exist, as many as ``--to`` asks."""
+    check_range(from_block, to_block)
+    head = await store.head()
+    if head is None or to_block > head["number"]:
+        raise _not_ingested(max(from_block, -1 if head is None else head["number"] + 1), head)
     ranges = split(from_block, to_block, blocks_per_task)
     run: list[TaskRange] = []
     skipped: list[TaskRange] = []
@@ -107,18 +114,21 @@ async def make_plan(
         canonical = await canonical_hashes(store, first, last)
         missing = missing_block(first, last, canonical)
         if missing is not None:
-            head = await store.head()
-            at = "nothing ingested" if head is None else f"its head is {head['number']}"
-            raise BackfillError(
-                f"block {missing} is not in the block database ({at}): ingest it "
-                "first (blockx chain ingest) or lower --to"
-            )
+            raise _not_ingested(missing, await store.head())
         written = await written_hashes(sink, sink_table, chain_id, first, last)
         part = plan([task_range], canonical, written, force=force)
         run.extend(part.run)
         skipped.extend(part.skipped)
     return BackfillPlan(
         from_block=from_block, to_block=to_block, run=tuple(run), skipped=tuple(skipped)
+    )
+
+
+def _not_ingested(missing: int, head: Mapping[str, Any] | None) -> BackfillError:
+    at = "nothing ingested" if head is None else f"its head is {head['number']}"
+    return BackfillError(
+        f"block {missing} is not in the block database ({at}): ingest it "
+        "first (blockx chain ingest) or lower --to"
     )
 
 
