@@ -32,6 +32,8 @@ from support import wait_until
 from typer.testing import CliRunner
 
 from blockx_chain.devnet import Anvil, AnvilOptions, Devnet
+from blockx_chain.ingest import IngestOptions
+from blockx_chain.ingest.errors import IngestError
 from blockx_chain.rpc import JsonRpcClient
 from blockx_chain.store import open_store
 from blockx_chain.url import parse_blockdb_url
@@ -237,6 +239,21 @@ def test_a_poll_interval_out_of_range_is_a_usage_error(tmp_path: Path) -> None:
     assert "--poll-interval" in result.stderr
     assert "Traceback" not in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("size", ["0", "1001"])
+def test_a_batch_size_out_of_range_is_a_usage_error(size: str, tmp_path: Path) -> None:
+    result = ingest_cli("--rpc", RPC, "--db", f"sqlite:///{tmp_path}/x.db", "--batch-size", size)
+    assert result.returncode == 2
+    assert "--batch-size" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ingest_options_refuse_a_batch_larger_than_the_bound() -> None:
+    with pytest.raises(IngestError, match="the batch size must be 1000 or less, got 1001"):
+        IngestOptions(batch_size=1001).check()
+    IngestOptions(batch_size=1000).check()
 
 
 def test_a_bad_chain_ws_url_refuses_start_up_naming_it(tmp_path: Path) -> None:

@@ -31,6 +31,10 @@ from blockx_chain.schema import LogFilterRecord
 DEFAULT_CONFIRMATIONS = 12
 DEFAULT_MAX_REORG_DEPTH = 64
 DEFAULT_BATCH_SIZE = 50
+# A batch is one JSON-RPC batch of two requests a block and one transaction: past a
+# thousand blocks its answer outgrows RPC_MAX_RESPONSE_BYTES (32 MiB) on busy
+# blocks, and every request is then asked again alone.
+MAX_BATCH_SIZE = 1000
 # An eth_blockNumber every quarter second: cheap for a node, and most of a new
 # block's way to the sink is this wait.
 DEFAULT_POLL_INTERVAL_S = 0.25

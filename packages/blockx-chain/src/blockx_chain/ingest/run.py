@@ -118,6 +118,10 @@ class IngestOptions(msgspec.Struct, frozen=True, kw_only=True):
         ):
             if value < least:
                 raise IngestError(f"the {name} must be {least} or more, got {value}")
+        if self.batch_size > plan.MAX_BATCH_SIZE:
+            raise IngestError(
+                f"the batch size must be {plan.MAX_BATCH_SIZE} or less, got {self.batch_size}"
+            )
         if self.to_block is not None and self.to_block < 0:
             raise IngestError(f"--to must be 0 or more, got {self.to_block}")
         if not 1 <= self.log_range <= self.max_log_range:

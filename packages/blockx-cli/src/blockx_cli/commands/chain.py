@@ -26,6 +26,7 @@ from blockx_chain.ingest.plan import (
     DEFAULT_CONFIRMATIONS,
     DEFAULT_MAX_REORG_DEPTH,
     DEFAULT_POLL_INTERVAL_S,
+    MAX_BATCH_SIZE,
 )
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.commands import abi
@@ -258,7 +259,10 @@ def chain_ingest(
         int, typer.Option(min=0, help="Blocks below the head that count as finalized.")
     ] = DEFAULT_CONFIRMATIONS,
     batch_size: Annotated[
-        int, typer.Option(min=1, help="Blocks per JSON-RPC batch and per transaction.")
+        int,
+        typer.Option(
+            min=1, max=MAX_BATCH_SIZE, help="Blocks per JSON-RPC batch and per transaction."
+        ),
     ] = DEFAULT_BATCH_SIZE,
     max_reorg_depth: Annotated[
         int, typer.Option(min=1, help="The deepest reorg applied; deeper is an error.")
