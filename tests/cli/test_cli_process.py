@@ -128,6 +128,19 @@ def test_bad_flags_are_a_usage_error_without_traceback() -> None:
     assert result.returncode == 2
     assert "is not JSON" in result.stderr
     assert "Traceback" not in result.stderr + result.stdout
+    deep = "[" * 50_000 + "]" * 50_000  # an argument holds at most 128 KiB
+    result = subprocess.run(
+        [blockx_binary(), "submit", "--call", deep, "--function", "f"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2
+    # One line, with the flag's value cut short.
+    assert result.stderr.startswith("error: --call '[[[")
+    assert "(100000 bytes) is not JSON: nested too deeply to decode" in result.stderr
+    assert len(result.stderr) < 1000
+    assert "Traceback" not in result.stderr + result.stdout
 
 
 # A function reading chain data, served next to the examples.

@@ -77,6 +77,13 @@ def test_bad_task_files(tmp_path: Path) -> None:
     (tmp_path / "bad.json").write_text("{nope")
     with pytest.raises(TaskFileError, match="is not JSON"):
         load_task_file(tmp_path / "bad.json")
+    # Deeper than json.loads can recurse: its RecursionError is no ValueError.
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(TaskFileError, match="is not JSON: nested too deeply to decode"):
+        load_task_file(tmp_path / "deep.json")
+    deep_config = {"functionCallConfig": {"type": "X", "config": "[" * 100_000}}
+    with pytest.raises(TaskFileError, match="config is a string but not JSON: nested too deeply"):
+        task_from_dict(deep_config)
 
 
 def test_generated_task_ids_are_stable_once_assigned() -> None:

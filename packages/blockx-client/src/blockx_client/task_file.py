@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from blockx_client.models import PluginConfig, Task
+from blockx_core.json_text import parse_json
 
 
 class TaskFileError(ValueError):
@@ -27,7 +27,7 @@ def _plugin(value: Any, where: str) -> PluginConfig | None:
     config = value.get("config", {})
     if isinstance(config, str):
         try:
-            json.loads(config or "{}")
+            parse_json(config or "{}")
         except ValueError as exc:
             raise TaskFileError(f"{where}.config is a string but not JSON: {exc}") from None
     return PluginConfig(type=value["type"], config=config)
@@ -72,7 +72,7 @@ def task_from_dict(data: Any) -> Task:
 
 def load_task_file(path: str | Path) -> Task:
     try:
-        data = json.loads(Path(path).read_text())
+        data = parse_json(Path(path).read_text())
     except OSError as exc:
         raise TaskFileError(f"cannot read {path}: {exc.strerror or exc}") from None
     except ValueError as exc:

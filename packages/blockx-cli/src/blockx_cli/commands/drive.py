@@ -26,7 +26,6 @@ re-run resumes).
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
@@ -46,6 +45,8 @@ from blockx_cli.launch import collect_cycles
 from blockx_cli.output import EXIT_FAILED, EXIT_SERVICE, EXIT_USAGE, console, fail
 from blockx_cli.settings import settings_of
 from blockx_core.call_unit import CallUnit
+from blockx_core.ids import shown
+from blockx_core.json_text import parse_json
 from blockx_drive.call_unit import unit_config
 from blockx_drive.defaults import (
     DEFAULT_BACKFILL_WRITER,
@@ -274,11 +275,11 @@ def _where(raw: str | None) -> dict[str, Any] | None:
     if raw is None:
         return None
     try:
-        value = json.loads(raw)
+        value = parse_json(raw)
     except ValueError as exc:
         fail(f"--where must be a JSON object of column: value ({exc})", EXIT_USAGE)
     if not isinstance(value, dict):
-        fail(f"--where must be a JSON object of column: value, got {raw!r}", EXIT_USAGE)
+        fail(f"--where must be a JSON object of column: value, got {shown(raw)}", EXIT_USAGE)
     return value
 
 

@@ -26,6 +26,7 @@ from blockx_cli.output import (
 from blockx_cli.runner import run
 from blockx_cli.settings import Settings, settings_of
 from blockx_client import Invocation
+from blockx_core.json_text import parse_json
 from blockx_server.calls.functions import FunctionStoreError
 from blockx_server.calls.load_check import DEFAULT_TIMEOUT_S, precheck_directory
 
@@ -104,7 +105,7 @@ def parse_args(values: list[str]) -> list[Any]:
     parsed = []
     for value in values:
         try:
-            parsed.append(json.loads(value))
+            parsed.append(parse_json(value))
         except ValueError:
             parsed.append(value)
     return parsed

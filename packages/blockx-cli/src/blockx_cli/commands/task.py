@@ -57,6 +57,8 @@ from blockx_client import (
     TaskUpdate,
     load_task_file,
 )
+from blockx_core.ids import shown
+from blockx_core.json_text import parse_json
 
 app = typer.Typer()
 
@@ -209,11 +211,12 @@ def build_task(
     call_list = []
     for raw in calls or ["[]"]:
         try:
-            args = json.loads(raw)
+            args = parse_json(raw)
         except ValueError as exc:
-            fail(f"--call {raw!r} is not JSON: {exc}", EXIT_USAGE)
+            fail(f"--call {shown(raw)} is not JSON: {exc}", EXIT_USAGE)
         if not isinstance(args, list):
-            fail(f"--call {raw!r} must be a JSON array of arguments, e.g. '[1, \"a\"]'", EXIT_USAGE)
+            example = "e.g. '[1, \"a\"]'"
+            fail(f"--call {shown(raw)} must be a JSON array of arguments, {example}", EXIT_USAGE)
         call_list.append(args)
     return Task(
         function_call_config=PluginConfig(
