@@ -21,6 +21,7 @@ from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
 from grpclib.protocol import H2Protocol
 from grpclib.server import Server
+from lost_connections import ClosedUnderTheCall
 from support import free_port
 
 from blockx_client import RetryPolicy
@@ -119,21 +120,10 @@ async def test_a_connection_lost_as_soon_as_it_was_made_is_a_refused_dial(server
         ours.close()
 
 
-class _ClosedUnderTheCall(Channel):
-    """Hands the call a connection that is lost before the call sends its request,
-    as when it waited for room to send (a full write buffer, the peer's stream
-    limit) and the connection went meanwhile."""
-
-    async def __connect__(self) -> H2Protocol:
-        protocol = await super().__connect__()
-        protocol.connection_lost(None)
-        return protocol
-
-
 async def test_a_call_cut_off_inside_grpclib_is_a_lost_connection(server: str) -> None:
     transport = Transport()
     host, port = server.rsplit(":", 1)
-    channel = _ClosedUnderTheCall(host, int(port))
+    channel = ClosedUnderTheCall(host, int(port))
     try:
         with pytest.raises(ConnectError) as raised:
             await transport.unary(server, _check(channel))
@@ -149,7 +139,7 @@ async def test_a_call_cut_off_inside_grpclib_is_a_lost_connection(server: str) -
 async def test_a_watch_cut_off_inside_grpclib_is_a_lost_connection(server: str) -> None:
     transport = Transport()
     host, port = server.rsplit(":", 1)
-    transport._channels[server] = _ClosedUnderTheCall(host, int(port))
+    transport._channels[server] = ClosedUnderTheCall(host, int(port))
     workers = WorkerRpc(_options(5.0), transport)
     try:
         with pytest.raises(ConnectError) as raised:

@@ -28,13 +28,12 @@ from grpclib.client import Channel
 from grpclib.const import Cardinality, Handler, Status
 from grpclib.events import RecvRequest, listen
 from grpclib.exceptions import GRPCError
-from grpclib.protocol import H2Protocol
 from grpclib.server import Server, Stream
+from lost_connections import ClosedUnderTheCall
 from support import free_port, wait_until
 
 from blockx_core.addr import WORKER_ADDR_HEADER
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
-from blockx_proto.channel import Channel as BlockxChannel
 from blockx_server.proxy.app import ProxyServer, claim_socket_path
 from blockx_server.proxy.codec import (
     PASS_THROUGH,
@@ -600,23 +599,13 @@ async def test_an_unreachable_upstream_is_unavailable_naming_its_address(
     assert f"block coordinator {dead}" in message
 
 
-class _ClosedUnderTheCall(BlockxChannel):
-    """Loses its connection after handing it to a call, before the request is sent:
-    what grpclib fails with an AttributeError of its own."""
-
-    async def __connect__(self) -> H2Protocol:
-        protocol = await super().__connect__()
-        protocol.connection_lost(None)
-        return protocol
-
-
 async def test_an_upstream_call_cut_off_inside_grpclib_is_unavailable(
     channel: Channel, proxy: ProxyServer, upstreams: Upstreams
 ) -> None:
     addr = upstreams.addrs["a"]
     host, port = addr.rsplit(":", 1)
     proxy.router.pool._channels[addr] = [
-        _ClosedUnderTheCall(
+        ClosedUnderTheCall(
             host, int(port), codec=PASS_THROUGH, status_details_codec=PASS_THROUGH_DETAILS
         )
     ]

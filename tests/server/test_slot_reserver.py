@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator
 import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-from grpclib.protocol import H2Protocol
 from grpclib.server import Server
+from lost_connections import ClosedUnderTheCall
 from support import free_port
 
 from blockx_core.coordinator import (
@@ -20,7 +20,6 @@ from blockx_core.coordinator import (
 )
 from blockx_core.errors import ErrorCode
 from blockx_proto import coordinator_v1, worker_v1
-from blockx_proto.channel import Channel
 from blockx_server.coordinator.slot_reserver import GrpcSlotReserver
 from blockx_server.runtime.status import (
     WORKER_ADMISSION_STATUS,
@@ -153,22 +152,12 @@ async def test_connection_dropped_mid_call_is_uncertain(reserver: GrpcSlotReserv
     assert outcome.may_have_allocated
 
 
-class _ClosedUnderTheCall(Channel):
-    """Loses its connection after handing it to the call, before the request is
-    sent: what grpclib fails with an AttributeError of its own."""
-
-    async def __connect__(self) -> H2Protocol:
-        protocol = await super().__connect__()
-        protocol.connection_lost(None)
-        return protocol
-
-
 async def test_a_call_cut_off_inside_grpclib_is_uncertain(
     fake_worker: tuple[FakeWorker, str], reserver: GrpcSlotReserver
 ) -> None:
     _, addr = fake_worker
     host, port = addr.rsplit(":", 1)
-    reserver._channels[addr] = _ClosedUnderTheCall(host, int(port))
+    reserver._channels[addr] = ClosedUnderTheCall(host, int(port))
     outcome = await reserver.request_task_slot(addr, "t1", 5000)
     assert isinstance(outcome, SlotError)
     assert (outcome.code, outcome.may_have_allocated) == (ErrorCode.SLOT_UNCERTAIN, True)
