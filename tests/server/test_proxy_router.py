@@ -700,11 +700,16 @@ async def test_a_grpclib_callers_timeout_ends_the_call(
     channel: Channel, upstreams: Upstreams
 ) -> None:
     # grpclib raises its own TimeoutError or the proxy's DEADLINE_EXCEEDED, whichever
-    # comes first; either way the upstream call must not outlive the caller.
-    with pytest.raises((TimeoutError, GRPCError)) as info:
-        await coordinator_v1.CoordinatorServiceStub(channel).reserve_worker_slot(
-            coordinator_v1.ReserveWorkerSlotRequest(task_id="hang"), timeout=0.2
+    # comes first; either way the upstream call must not outlive the caller. The
+    # deadline leaves a loaded machine time to forward the call first.
+    call = asyncio.create_task(
+        coordinator_v1.CoordinatorServiceStub(channel).reserve_worker_slot(
+            coordinator_v1.ReserveWorkerSlotRequest(task_id="hang"), timeout=2.0
         )
+    )
+    await wait_until(lambda: bool(upstreams.coordinator.calls), "the call to reach upstream")
+    with pytest.raises((TimeoutError, GRPCError)) as info:
+        await call
     if isinstance(info.value, GRPCError):
         assert info.value.status is Status.DEADLINE_EXCEEDED
     await wait_until(upstreams.coordinator.cancelled.is_set, "the upstream call to be cancelled")
