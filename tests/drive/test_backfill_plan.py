@@ -11,9 +11,10 @@ import re
 import msgspec
 import pytest
 
-from blockx_client import ClientFailureCode, FailureCode, TaskResult, TaskState
+from blockx_client import Client, ClientFailureCode, FailureCode, TaskResult, TaskState
 from blockx_client.attempts import RETRY_BACKOFF, Attempt, AttemptBook, Retrying, Verdict, verdict
 from blockx_client.models import PluginConfig, Task
+from blockx_drive import follow
 from blockx_drive._backfill import (
     BackfillDone,
     BackfillPlanned,
@@ -53,6 +54,10 @@ def test_a_range_is_cut_into_tasks_the_last_one_shorter() -> None:
         split(5, 4, 10)
     with pytest.raises(ValueError, match="blocks_per_task"):
         split(0, 4, 0)
+    # Past the 63-bit INTEGER a block number is stored in: refused, never split.
+    refused = re.escape("to_block must be a block number (0 to 2**63 - 1)")
+    with pytest.raises(ValueError, match=refused):
+        split(0, 2**63, 1)
 
 
 CASES = [
@@ -425,3 +430,19 @@ def test_a_backfill_without_a_bundle_size_writes_each_task_in_one_transaction() 
     assert default_bundle_size(DEFAULT_BLOCKS_PER_TASK) == DEFAULT_BLOCKS_PER_TASK
     assert default_bundle_size(7) == 7
     assert default_bundle_size(10**6) == DEFAULT_BUNDLE_SIZE_LIMIT
+
+
+async def test_follow_refuses_a_from_block_no_block_number_can_be() -> None:
+    # Past the 63-bit INTEGER a block number is stored in: refused before any database
+    # is opened (SQLite raised OverflowError for it).
+    job = JobSpec(
+        function="volume",
+        source_table="erc20_transfers",
+        sink_table="v",
+        db_url="sqlite:////nonexistent/blocks.db",
+        sink_db_url="sqlite:////nonexistent/sink.db",
+    )
+    async with Client(coordinator="127.0.0.1:1") as client:
+        events = follow(client, job, from_block=2**63)
+        with pytest.raises(ValueError, match=re.escape("from_block must be a block number")):
+            await anext(events)

@@ -527,8 +527,10 @@ def test_bad_flags_and_unusable_databases_are_one_line_and_an_exit_code(
     code, output = run(setup.argv("errors", to_block=BLOCKS + 5))
     assert (code, f"block {BLOCKS} is not in the block database" in output) == (1, True)
     # Refused before the range is split: its task ranges would not fit in memory.
-    code, output = run(setup.argv("errors", to_block=10**23))
+    code, output = run(setup.argv("errors", to_block=10**15))
     assert (code, f"block {BLOCKS} is not in the block database" in output) == (1, True)
+    code, output = run(setup.argv("errors", to_block=2**63))  # no block number
+    assert (code, "--to" in output) == (2, True), output
     # Checked before any task goes out: a source table the block database lacks, a
     # declared type that is no widening of the sink's.
     misnamed = [*base[: base.index("logs")], "log", *base[base.index("logs") + 1 :]]

@@ -28,6 +28,7 @@ from blockx_chain.ingest.plan import (
     DEFAULT_POLL_INTERVAL_S,
     MAX_BATCH_SIZE,
 )
+from blockx_chain.schema import MAX_INTEGER  # a block number is a 63-bit INTEGER column
 from blockx_chain.url import BlockDbUrl, InvalidBlockDbUrl, parse_blockdb_url
 from blockx_cli.commands import abi
 from blockx_cli.launch import collect_cycles
@@ -248,7 +249,10 @@ def chain_ingest(
     from_block: Annotated[
         int | None,
         typer.Option(
-            "--from", min=0, help="First block (default: the stored head + 1, or 0 when empty)."
+            "--from",
+            min=0,
+            max=MAX_INTEGER,
+            help="First block (default: the stored head + 1, or 0 when empty).",
         ),
     ] = None,
     to: Annotated[str, typer.Option("--to", help="Last block: a number or latest.")] = "latest",

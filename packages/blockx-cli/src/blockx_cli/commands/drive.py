@@ -37,6 +37,7 @@ import msgspec
 import typer
 from rich.markup import escape
 
+from blockx_chain.schema import MAX_INTEGER  # a block number is a 63-bit INTEGER column
 from blockx_chain.sink.schema import SinkType
 from blockx_chain.store.reads import ROW_TABLES
 from blockx_chain.url import BlockDbUrl, describe
@@ -475,8 +476,8 @@ def backfill_command(
     *,
     function: FunctionOpt,
     source_table: SourceTableOpt,
-    from_block: Annotated[int, typer.Option("--from", min=0, help="First block.")],
-    to_block: Annotated[int, typer.Option("--to", min=0, help="Last block.")],
+    from_block: Annotated[int, typer.Option("--from", min=0, max=MAX_INTEGER, help="First block.")],
+    to_block: Annotated[int, typer.Option("--to", min=0, max=MAX_INTEGER, help="Last block.")],
     sink_table: SinkTableOpt,
     where: WhereOpt = None,
     unit: UnitOpt = CallUnit.ROW,
@@ -685,6 +686,7 @@ def follow_command(
         typer.Option(
             "--from",
             min=0,
+            max=MAX_INTEGER,
             help="First block.",
             show_default="where the sink table's ledger left off, or the head",
         ),

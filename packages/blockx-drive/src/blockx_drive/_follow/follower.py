@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
+from blockx_chain.schema import MAX_INTEGER
 from blockx_chain.sink import SinkStore, SinkUnavailable, open_sink
 from blockx_chain.store import BlockStore, StoreUnavailable, open_store
 from blockx_chain.url import BlockDbUrl
@@ -526,8 +527,10 @@ async def follow(
     checked = check(job, writer=DEFAULT_FOLLOW_WRITER)
     if poll_interval_s <= 0:
         raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
-    if from_block is not None and (isinstance(from_block, bool) or from_block < 0):
-        raise ValueError(f"from_block must be a block number, got {from_block!r}")
+    if from_block is not None and (
+        isinstance(from_block, bool) or not 0 <= from_block <= MAX_INTEGER
+    ):
+        raise ValueError(f"from_block must be a block number (0 to 2**63 - 1), got {from_block!r}")
     check_bounded("reorg_window", reorg_window, REORG_WINDOW_LIMIT)
     block_db, sink_db = checked.block_db, checked.sink_db
     function, source_table, sink_table = job.function, job.source_table, job.sink_table
