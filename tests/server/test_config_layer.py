@@ -156,6 +156,14 @@ def test_a_port_the_worker_cannot_advertise_is_refused(
     assert _errors(lambda: load_worker_config(BLOCK_WORKER, env)) == [says]
 
 
+def test_an_executor_count_past_the_bound_starts_no_process(functions_dir: Path) -> None:
+    env = {"FUNCTIONS_DIR": str(functions_dir), "EXECUTOR_COUNT": "1000000"}
+    assert _errors(lambda: load_call_settings(env)) == [
+        "EXECUTOR_COUNT must be <= 1024 (got 1000000)"
+    ]
+    assert load_call_settings({**env, "EXECUTOR_COUNT": "1024"}).engine.pool.count == 1024
+
+
 CASCADES = [
     # (environment, the one variable reported): a rule over a bad value is not repeated.
     (

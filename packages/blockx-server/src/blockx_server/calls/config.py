@@ -41,8 +41,14 @@ class CallSettings(msgspec.Struct, frozen=True, kw_only=True):
     record_max_bytes: int = DEFAULT_CALL_RECORD_MAX_BYTES
 
 
+# Each is a process the Worker starts at once: a mistyped count must not fork the
+# host to its knees.
+MAX_EXECUTOR_COUNT: Final = 1024
 EXECUTOR_COUNT: Final = Setting(
-    name="EXECUTOR_COUNT", default=8, parse=integer(at_least=1), help="Python Executor processes"
+    name="EXECUTOR_COUNT",
+    default=8,
+    parse=integer(at_least=1, at_most=MAX_EXECUTOR_COUNT),
+    help=f"Python Executor processes, at most {MAX_EXECUTOR_COUNT}",
 )
 CALL_DEADLINE_MS: Final = Setting(
     name="CALL_DEADLINE_MS",

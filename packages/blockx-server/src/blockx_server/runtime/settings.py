@@ -75,7 +75,9 @@ def output_file(raw: str) -> str | None:
     return raw
 
 
-def integer(*, at_least: int | None = None, above: int | None = None) -> Callable[[str], int]:
+def integer(
+    *, at_least: int | None = None, above: int | None = None, at_most: int | None = None
+) -> Callable[[str], int]:
     def parse(raw: str) -> int:
         try:
             value = int(raw)
@@ -85,6 +87,8 @@ def integer(*, at_least: int | None = None, above: int | None = None) -> Callabl
             raise InvalidValue(f"must be >= {at_least} (got {value})")
         if above is not None and value <= above:
             raise InvalidValue(f"must be > {above} (got {value})")
+        if at_most is not None and value > at_most:
+            raise InvalidValue(f"must be <= {at_most} (got {value})")
         return value
 
     return parse
