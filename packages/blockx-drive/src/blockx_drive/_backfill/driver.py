@@ -104,8 +104,9 @@ async def make_plan(
     would be made for blocks that do not exist, as many as ``--to`` asks."""
     check_range(from_block, to_block)
     head = await store.head()
-    if head is None or to_block > head["number"]:
-        raise _not_ingested(max(from_block, -1 if head is None else head["number"] + 1), head)
+    held = -1 if head is None else head["number"]  # the highest block held
+    if to_block > held:
+        raise _not_ingested(max(from_block, held + 1), head)
     ranges = split(from_block, to_block, blocks_per_task)
     run: list[TaskRange] = []
     skipped: list[TaskRange] = []
