@@ -405,7 +405,7 @@ def test_a_connection_failure_says_which_setting_won(
         assert "`unset ETCD_ENDPOINTS`" in hint
 
         reserve = blockx(
-            "--direct", "reserve", "--timeout", "0.5",
+            "--direct", "reserve", "--timeout", "2",
             env={**shell, "BLOCKX_COORDINATOR": stale_coordinator},
         )  # fmt: skip
         assert reserve.returncode == 3, reserve.stdout + reserve.stderr
@@ -416,7 +416,7 @@ def test_a_connection_failure_says_which_setting_won(
         )
 
         flagged = blockx(
-            "--direct", "--coordinator", stale_coordinator, "reserve", "--timeout", "0.5",
+            "--direct", "--coordinator", stale_coordinator, "reserve", "--timeout", "2",
             env={"XDG_CONFIG_HOME": str(home)},
         )  # fmt: skip
         assert flagged.returncode == 3, flagged.stdout + flagged.stderr

@@ -30,10 +30,12 @@ from blockx_client import (
     RetryPolicy,
     SlotInvalidError,
     SlotUncertainError,
+    SlotWait,
     SubmitUncertainError,
     Task,
     TaskState,
     UnavailableError,
+    listen_to_placement,
 )
 from blockx_client._outcomes import outcome_of_error
 from blockx_client.errors import error_for
@@ -253,6 +255,42 @@ async def test_an_attempt_cut_by_the_deadline_reports_the_last_refusal() -> None
     message = caught.value.message
     assert message.startswith("timed out waiting for a slot for task t-cut")
     assert "(2 attempts; last: RESOURCE_EXHAUSTED: no worker has a free slot)" in message
+
+
+class _ListensAtTheFirstWait:
+    """A placement listener that makes the refused address a listening socket (that
+    never answers) while the client backs off from its first refusal."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.waits: list[SlotWait] = []
+
+    def waiting(self, wait: SlotWait) -> None:
+        self.waits.append(wait)
+        if len(self.waits) == 1:
+            self.sock.listen()
+
+    def done(self) -> None:
+        pass
+
+
+async def test_an_attempt_cut_by_the_deadline_after_refusals_reports_unreachable() -> None:
+    """Refused, then connected but never answered until the deadline: the caller hears
+    that the coordinator could not be reached, not that no worker is live."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        addr = f"127.0.0.1:{sock.getsockname()[1]}"
+        listener = _ListensAtTheFirstWait(sock)
+        async with Client(coordinator=addr) as client:
+            with (
+                listen_to_placement(listener),
+                pytest.raises(CoordinatorUnreachableError) as caught,
+            ):
+                await client.reserve_worker_slot("t-cut", deadline_s=2.0)
+    assert [type(w.error) for w in listener.waits] == [ConnectError]  # refused, once
+    message = caught.value.message
+    assert message.startswith(f"block coordinator unreachable at {addr} for ")
+    assert "(1 attempts; last: cannot reach" in message
 
 
 def _task(builder: str, handler: str | None, task_id: str) -> Task:

@@ -148,6 +148,7 @@ class Placement:
         deadline = None if deadline_s is None else started + deadline_s
         no_slot = unavailable = unreachable = 0
         last_no_slot: NoSlotError | None = None
+        last_unreachable: ConnectError | None = None
         unreachable_since = 0.0
         listener = _listener.get()
         waited = False
@@ -165,6 +166,16 @@ class Placement:
                     if deadline is not None and time.monotonic() + delay > deadline:
                         raise _gave_up(exc, task_id, deadline_s, no_slot) from None
                 except UnavailableError as exc:
+                    cut = deadline is not None and _cut_by(exc, deadline)
+                    if cut and unreachable and last_unreachable is not None:
+                        # The coordinator could not be reached; this attempt only ran
+                        # out of the caller's time.
+                        raise self._unreachable(
+                            cluster,
+                            time.monotonic() - unreachable_since,
+                            unreachable,
+                            last_unreachable,
+                        ) from None
                     met = exc
                     refused, last_no_slot = last_no_slot, None
                     unavailable += 1
@@ -184,7 +195,7 @@ class Placement:
                             placement=exc.placement,
                         ) from None
                 except ConnectError as exc:
-                    met = exc
+                    met = last_unreachable = exc
                     last_no_slot = None
                     now = time.monotonic()
                     if unreachable == 0:
