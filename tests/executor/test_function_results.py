@@ -53,6 +53,18 @@ def a_decimal():
 def fine():
     return {"t": (1, 2), "c": Color.RED, "f": 1.5, "n": None, "big": 10**30}
 
+def nested(levels):
+    value = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+def too_deep():
+    return {"a": nested(600)}
+
+def wide():
+    return [{"i": i, "b": "[{" * 3} for i in range(2000)]
+
 async def sleeps():
     await asyncio.sleep(1)
 
@@ -100,6 +112,7 @@ async def run(engine: CallEngine, snapshot: CodeSnapshot, function: str) -> Conv
         ("infinite", 'result["x"]["y"]: inf is not JSON'),
         ("int_keys", 'result["ok"]: key 1 is int, not str'),
         ("a_decimal", "result: Decimal is not JSON"),
+        ("too_deep", "result: nested more than 512 containers deep (return a flatter value)"),
     ],
 )
 async def test_values_json_cannot_hold_fail_as_bad_result(
@@ -109,6 +122,24 @@ async def test_values_json_cannot_hold_fail_as_bad_result(
     assert isinstance(result, CallsFailed)
     assert "BAD_RESULT: the return value is not JSON data: " in result.failure_message
     assert words in result.failure_message
+
+
+async def test_results_up_to_the_depth_bound_pass_however_wide(
+    engine: CallEngine, snapshot: CodeSnapshot
+) -> None:
+    io = TaskIoScope(IoRouter([MemoryBackend({})]), "task-depth")
+    async with asyncio.timeout(30):
+        deepest = await engine.run_calls("task-depth", snapshot, io, "nested", [[512]])
+        wide = await engine.run_calls("task-wide", snapshot, io, "wide", [[]])
+    assert isinstance(deepest, CallsConverged), deepest
+    value = json.loads(deepest.outputs[0].value_json)
+    levels = 0
+    while isinstance(value, list):
+        levels += 1
+        value = value[0] if value else None
+    assert levels == 512
+    assert isinstance(wide, CallsConverged), wide
+    assert len(json.loads(wide.outputs[0].value_json)) == 2000
 
 
 async def test_json_data_and_tuples_pass(engine: CallEngine, snapshot: CodeSnapshot) -> None:

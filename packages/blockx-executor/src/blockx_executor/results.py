@@ -9,7 +9,10 @@ return instead.
 
 Accepted: ``dict`` with ``str`` keys, ``list``, ``tuple`` (written as an array, as
 ``json.dumps`` does), ``str``, ``int``, finite ``float``, ``bool`` and ``None``,
-and subclasses of these (an ``enum.StrEnum`` member is a ``str``).
+and subclasses of these (an ``enum.StrEnum`` member is a ``str``), nested at most
+``MAX_DEPTH`` containers deep: the encoder takes nearly a thousand levels, and a
+reader decoding the text deeper in its own stack (a client, a writer) would fail
+on it with a RecursionError.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import msgspec
 # Types whose msgspec JSON text is always strict JSON (a float may be NaN).
 JSON_SCALARS: Final = frozenset({str, int, bool, type(None)})
 _CONTAINERS: Final = frozenset({dict, list, tuple})
+
+MAX_DEPTH: Final = 512
 
 # What to return instead, by the name of the type that was returned.
 _HINTS: Final = {
@@ -52,9 +57,17 @@ def json_problem(value: Any, encoded: bytes) -> str | None:
     the place, or to accept it when the difference was only tuples becoming lists.
     Call it after the value has encoded: the encoder has then refused cycles and
     over-deep nesting, so the walk ends."""
-    if type(value) in JSON_SCALARS or _decode(encoded) == value:
+    if type(value) in JSON_SCALARS:
         return None
-    if isinstance(value, dict | list | tuple):
+    # Every container opens with a bracket: fewer brackets than the bound, no
+    # container can be nested that deep, and counting them is one pass in C.
+    container = isinstance(value, dict | list | tuple)
+    brackets = encoded.count(b"[") + encoded.count(b"{")
+    if container and brackets > MAX_DEPTH and _depth(value) > MAX_DEPTH:
+        return f"result: nested more than {MAX_DEPTH} containers deep (return a flatter value)"
+    if _decode(encoded) == value:
+        return None
+    if container:
         return _walk(value)
     problem = _scalar_problem(value)
     return None if problem is None else f"result: {problem}"
@@ -94,6 +107,20 @@ def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> str | None:
             if problem is not None:
                 return f"{_render((key, path))}: {problem}"
     return None
+
+
+def _depth(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> int:
+    """How many containers deep ``value`` nests (already encoded: no cycle)."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        container, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = container.values() if isinstance(container, dict) else container
+        stack.extend(
+            (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
+        )
+    return deepest
 
 
 _decode: Final = msgspec.json.Decoder().decode
