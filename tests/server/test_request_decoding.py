@@ -7,13 +7,13 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
+from blockx_executor.results import json_depth
 from blockx_proto import syncinvoker_v1, worker_v1
 from blockx_server.runtime.json_bounds import (
     EXACT_DEPTH_BYTES,
     JsonTooDeep,
     check_json,
     decode_json,
-    json_depth,
 )
 from blockx_server.runtime.request_codec import REQUEST_CODEC
 

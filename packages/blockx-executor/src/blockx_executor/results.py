@@ -61,13 +61,11 @@ def json_problem(value: Any, encoded: bytes) -> str | None:
         return None
     # Every container opens with a bracket: fewer brackets than the bound, no
     # container can be nested that deep, and counting them is one pass in C.
-    container = isinstance(value, dict | list | tuple)
-    brackets = encoded.count(b"[") + encoded.count(b"{")
-    if container and brackets > MAX_DEPTH and _depth(value) > MAX_DEPTH:
+    if nests_deeper(value, encoded, MAX_DEPTH):
         return f"result: nested more than {MAX_DEPTH} containers deep (return a flatter value)"
     if _decode(encoded) == value:
         return None
-    if container:
+    if isinstance(value, dict | list | tuple):
         return _walk(value)
     problem = _scalar_problem(value)
     return None if problem is None else f"result: {problem}"
@@ -109,14 +107,35 @@ def _walk(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> str | None:
     return None
 
 
-def _depth(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> int:
-    """How many containers deep ``value`` nests (already encoded: no cycle)."""
+def nests_deeper(value: Any, text: str | bytes, limit: int) -> bool:
+    """Whether ``value``, whose JSON text is ``text``, nests more than ``limit`` arrays
+    and objects deep. Every level opens with a bracket: a text with no more brackets
+    than ``limit`` cannot, and counting them is one pass in C; only a text with more
+    has its value walked."""
+    if isinstance(text, str):
+        opening = text.count("[") + text.count("{")
+    else:
+        opening = text.count(b"[") + text.count(b"{")
+    return opening > limit and json_depth(value, stop_past=limit) > limit
+
+
+def json_depth(value: Any, *, stop_past: int | None = None) -> int:
+    """How many arrays and objects (a tuple is an array) ``value`` nests (0 for a
+    scalar), without recursion; with ``stop_past``, counting stops at the first level
+    past it."""
     deepest = 0
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
-        container, depth = stack.pop()
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
         deepest = max(deepest, depth)
-        children = container.values() if isinstance(container, dict) else container
+        if stop_past is not None and deepest > stop_past:
+            return deepest
         stack.extend(
             (child, depth + 1) for child in children if isinstance(child, dict | list | tuple)
         )

@@ -1,4 +1,5 @@
-"""JSON from clients, decoded with a bound on how deeply it nests.
+"""JSON from clients, decoded with a bound on how deeply it nests (measured as a
+function's result is: ``blockx_executor.results.nests_deeper``).
 
 msgspec decodes nesting up to the interpreter's recursion limit and then raises
 RecursionError, which is not a DecodeError: deep JSON in a task's config or in
@@ -12,6 +13,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 import msgspec
+
+from blockx_executor.results import nests_deeper
 
 MAX_JSON_DEPTH: Final = 64
 
@@ -30,13 +33,7 @@ def decode_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
         value = msgspec.json.decode(text)
     except RecursionError:
         raise _too_deep(max_depth) from None
-    # Each level opens with a bracket: fewer brackets than the limit cannot exceed it.
-    opening = (
-        text.count("[") + text.count("{")
-        if isinstance(text, str)
-        else (text.count(b"[") + text.count(b"{"))
-    )
-    if opening > max_depth and json_depth(value) > max_depth:
+    if nests_deeper(value, text, max_depth):
         raise _too_deep(max_depth)
     return value
 
@@ -57,23 +54,3 @@ def check_json(text: str | bytes, *, max_depth: int = MAX_JSON_DEPTH) -> None:
         msgspec.json.decode(text, type=msgspec.Raw)
     except RecursionError:
         raise _too_deep(max_depth) from None
-
-
-def json_depth(value: Any, *, stop_past: int | None = None) -> int:
-    """How many arrays and objects deep ``value`` nests (0 for a scalar), without
-    recursion; with ``stop_past``, counting stops at the first level past it."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        deepest = max(deepest, depth)
-        if stop_past is not None and deepest > stop_past:
-            return deepest
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
-    return deepest

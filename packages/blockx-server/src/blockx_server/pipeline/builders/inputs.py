@@ -12,6 +12,7 @@ from typing import Any, Final
 import msgspec
 
 from blockx_core.calls import RootCall
+from blockx_executor.results import json_depth
 from blockx_server.pipeline.builders.base import CallList, decode_config
 from blockx_server.pipeline.builders.listed import (
     Element,
@@ -21,7 +22,6 @@ from blockx_server.pipeline.builders.listed import (
 )
 from blockx_server.pipeline.context import TaskContext
 from blockx_server.pipeline.plugins import PluginError
-from blockx_server.runtime.json_bounds import json_depth
 
 NAME = "InputsCallConfig"
 MAX_INPUTS: Final = 100_000
