@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from grpclib.client import Channel as GrpclibChannel
@@ -120,37 +120,37 @@ async def test_a_connection_lost_as_soon_as_it_was_made_is_a_refused_dial(server
         ours.close()
 
 
-async def test_a_call_cut_off_inside_grpclib_is_a_lost_connection(server: str) -> None:
-    transport = Transport()
-    host, port = server.rsplit(":", 1)
-    channel = ClosedUnderTheCall(host, int(port))
-    try:
-        with pytest.raises(ConnectError) as raised:
-            await transport.unary(server, _check(channel))
-        assert raised.value.may_have_reached  # it cannot tell whether the request left
-        assert str(raised.value.message).startswith(f"lost the connection to {server}")
-        with pytest.raises(AttributeError, match="a bug"):
-            await transport.unary(server, _raises(AttributeError("a bug")))
-    finally:
-        channel.close()
-        transport.close()
-
-
-async def test_a_watch_cut_off_inside_grpclib_is_a_lost_connection(server: str) -> None:
+@pytest.fixture
+def cut_off(server: str) -> Iterator[Transport]:
+    """A client transport whose channel to ``server`` loses its connection under
+    every call, before the request is sent."""
     transport = Transport()
     host, port = server.rsplit(":", 1)
     transport._channels[server] = ClosedUnderTheCall(host, int(port))
-    workers = WorkerRpc(_options(5.0), transport)
-    try:
-        with pytest.raises(ConnectError) as raised:
-            async for _ in workers.watch_tasks(["t-1"], worker_addr=server):
-                pass
-        assert raised.value.may_have_reached
-        assert raised.value.message.startswith(
-            f"lost the connection to the Watch stream to {server}"
-        )
-    finally:
-        transport.close()
+    yield transport
+    transport.close()
+
+
+async def test_a_call_cut_off_inside_grpclib_is_a_lost_connection(
+    server: str, cut_off: Transport
+) -> None:
+    with pytest.raises(ConnectError) as raised:
+        await cut_off.unary(server, _check(cut_off.channel(server)))
+    assert raised.value.may_have_reached  # it cannot tell whether the request left
+    assert str(raised.value.message).startswith(f"lost the connection to {server}")
+    with pytest.raises(AttributeError, match="a bug"):
+        await cut_off.unary(server, _raises(AttributeError("a bug")))
+
+
+async def test_a_watch_cut_off_inside_grpclib_is_a_lost_connection(
+    server: str, cut_off: Transport
+) -> None:
+    workers = WorkerRpc(_options(5.0), cut_off)
+    with pytest.raises(ConnectError) as raised:
+        async for _ in workers.watch_tasks(["t-1"], worker_addr=server):
+            pass
+    assert raised.value.may_have_reached
+    assert raised.value.message.startswith(f"lost the connection to the Watch stream to {server}")
 
 
 async def _raises(exc: BaseException) -> None:
