@@ -87,9 +87,10 @@ class HttpPool:
         self.max_response_bytes = max_response_bytes
         self._tls = scheme == "https"
         self._host = parts.hostname
-        self._port = parts.port or (443 if self._tls else 80)
+        default_port = 443 if self._tls else 80
+        self._port = parts.port or default_port
         host = f"[{self._host}]" if ":" in self._host else self._host
-        if parts.port is not None and parts.port != (443 if self._tls else 80):
+        if parts.port is not None and parts.port != default_port:
             host = f"{host}:{parts.port}"
         headers = [
             (b"host", host.encode() if host.isascii() else host.encode("idna")),
