@@ -50,6 +50,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -60,6 +61,8 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any, Final
+
+from proc_status import children, cpu_ns
 
 from blockx_chain.devnet import DENSE, Anvil, BlockShape, Devnet
 from blockx_chain.ingest import IngestOptions, ingest
@@ -197,6 +200,15 @@ class BundleCluster:
             "coordinator",
             grpc_serving(port, "bundlecoordinator.v1.BundleCoordinatorService"),
         )
+
+    def cpu_ns(self) -> dict[str, int]:
+        """CPU so far of the Coordinator, the Worker and the Worker's executors."""
+        coordinator, worker = (child.proc.pid for child in self.children)
+        return {
+            "coordinator": cpu_ns(coordinator),
+            "worker": cpu_ns(worker),
+            "executors": sum(cpu_ns(pid) for pid in children(worker)),
+        }
 
     async def stop(self) -> None:
         for child in reversed(self.children):
@@ -396,6 +408,54 @@ def run_group_by(chain: Path, out: Path, blocks: int) -> float:
         db.close()
 
 
+# ---- CPU spent -----------------------------------------------------------------------
+
+
+def pool_cpu_ns(pids: list[int]) -> dict[str, int]:
+    return {"pool": sum(cpu_ns(pid) for pid in pids)}
+
+
+class CpuSpent:
+    """CPU seconds each kind spent, per process, over each of its rounds: the
+    processes ``measure`` is given, plus this process (``own``: the client or the
+    hand pipeline's main process) or the children it reaped (``children_rusage``:
+    the ``blockx backfill`` child)."""
+
+    def __init__(self) -> None:
+        self.rounds: dict[str, list[dict[str, float]]] = {}
+
+    @contextlib.contextmanager
+    def measure(
+        self,
+        kind: str,
+        processes: Callable[[], dict[str, int]],
+        *,
+        own: bool = False,
+        children_rusage: bool = False,
+    ) -> Any:
+        before, own_before, reaped_before = processes(), time.process_time(), _reaped_cpu_s()
+        yield
+        spent = {name: (ns - before[name]) / 1e9 for name, ns in processes().items()}
+        if own:
+            spent["bench process"] = time.process_time() - own_before
+        if children_rusage:
+            spent["cli"] = _reaped_cpu_s() - reaped_before
+        self.rounds.setdefault(kind, []).append(spent)
+
+    def medians(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for kind, rounds in self.rounds.items():
+            medians = {name: statistics.median(r[name] for r in rounds) for name in rounds[0]}
+            medians["total"] = statistics.median(sum(r.values()) for r in rounds)
+            out[kind] = {name: round(seconds, 3) for name, seconds in medians.items()}
+        return out
+
+
+def _reaped_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 # ---- comparing ---------------------------------------------------------------------------
 
 
@@ -462,6 +522,7 @@ async def bench(
     times["group_by"] = []
     extra = dict(item.split("=", 1) for item in args.worker_env)
     cluster = BundleCluster(chain, sink, log, extra)
+    cpu = CpuSpent()
     try:
         await cluster.start()
         async with Client(bundle_coordinator=cluster.coordinator) as client:
@@ -471,16 +532,22 @@ async def bench(
             with ProcessPoolExecutor(2) as pool:
                 await asyncio.gather(*(asyncio.wrap_future(pool.submit(warm)) for _ in range(2)))
                 await run_hand(pool, chain, work / "hand-warmup.db", spans, args.in_flight)
+                pool_pids = list(pool._processes)  # the pool is warm: all started
                 for r in range(args.rounds):
-                    took, done = await run_cli(cluster, args.blocks, f"cli_{r}", args.cli_arg)
+                    with cpu.measure("cli", cluster.cpu_ns, children_rusage=True):
+                        took, done = await run_cli(cluster, args.blocks, f"cli_{r}", args.cli_arg)
                     times["cli"].append(took)
                     times["cli_own_clock"].append(float(done["seconds"]))
-                    times["tuned"].append(
-                        await run_blockx(client, spans, f"token_volume_{r}", args.in_flight)
-                    )
-                    times["hand"].append(
-                        await run_hand(pool, chain, work / f"hand-{r}.db", spans, args.in_flight)
-                    )
+                    with cpu.measure("tuned", cluster.cpu_ns, own=True):
+                        times["tuned"].append(
+                            await run_blockx(client, spans, f"token_volume_{r}", args.in_flight)
+                        )
+                    with cpu.measure("hand", lambda: pool_cpu_ns(pool_pids), own=True):
+                        times["hand"].append(
+                            await run_hand(
+                                pool, chain, work / f"hand-{r}.db", spans, args.in_flight
+                            )
+                        )
                     times["group_by"].append(
                         await asyncio.to_thread(
                             run_group_by, chain, work / f"group-{r}.db", args.blocks
@@ -514,6 +581,7 @@ async def bench(
         "identical_rows": {"cli": cli_rows == hand_rows, "tuned": tuned_rows == hand_rows},
         "group_by_counts_match": [(r[0], r[1], r[2], r[3], r[5]) for r in hand_rows] == group_rows,
         "rounds": {k: [round(s, 3) for s in v] for k, v in times.items()},
+        "cpu_s": cpu.medians(),
     }
 
 
@@ -542,6 +610,11 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> None:
     print(f"blockx backfill (defaults, wall) / hand: {result['cli_over_hand']:.2f}x (goal >= 1.0)")
     read = result["transfers_per_s"]
     print(f"transfers read/s: blockx backfill {read['cli']:,}, by hand {read['hand']:,}")
+    print("CPU seconds per round (median), by process:")
+    for kind, spent in result["cpu_s"].items():
+        shown = ", ".join(f"{name} {seconds:.3f}" for name, seconds in spent.items())
+        per_block = spent["total"] / result["blocks"] * 1e6
+        print(f"  {kind:<6} {shown} ({per_block:.1f} us a block)")
     print(f"identical rows vs by hand: {result['identical_rows']}")
     print(
         f"GROUP BY counts match (volume as REAL, not compared): {result['group_by_counts_match']}"

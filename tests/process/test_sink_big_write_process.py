@@ -1,8 +1,9 @@
 """A real block Worker writing a million rows for one block keeps its etcd lease and
-keeps serving: the sink write runs off its event loop, in chunks of
-SINK_WRITE_CHUNK_ROWS rows inside its one transaction. The Worker's heartbeat key
-is watched in etcd for the whole write (a lost lease deletes it), and a
-neighbouring task submitted while the rows are written succeeds."""
+keeps serving: the sink write runs in chunks of SINK_WRITE_CHUNK_ROWS rows inside
+its one transaction, and the event loop's other work runs between two chunks. The
+Worker's heartbeat key is watched in etcd for the whole write (a lost lease
+deletes it), and a neighbouring task submitted while the rows are written
+succeeds."""
 
 from __future__ import annotations
 

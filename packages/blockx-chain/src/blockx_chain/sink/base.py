@@ -13,11 +13,11 @@ and the ledger (``_blockx_written``) is keyed by (table, chain id, block): a wri
 replaces, and a delete removes, the rows of its chain's blocks only, so several
 chains share a table without touching each other's rows.
 
-A large write keeps its work off the event loop: its rows are checked on a thread
-of the store's own, and inserted in chunks of ``chunk_rows`` rows within the one
-transaction, each chunk converted off the loop (SQLite: on its connection's
-thread, together with the insert; PostgreSQL: on the store's thread, before
-asyncpg sends it), so the loop never holds more than one chunk's work at a time.
+A large write holds the event loop for at most one chunk at a time: its rows are
+checked on a thread of the store's own, and inserted in chunks of ``chunk_rows``
+rows within the one transaction (SQLite: each chunk converted and inserted on the
+loop's thread, the loop's other work run between two chunks; PostgreSQL: each
+chunk converted on the store's thread, before asyncpg sends it).
 
 The writers' own tables (``_blockx_columns``, ``_blockx_written``,
 ``_blockx_sink``, and ``_blockx_jobs``, the drivers' job records:
@@ -239,9 +239,13 @@ class SinkStore(abc.ABC):
             stamps = Stamps(batch.spans, chain_id, code_epoch, with_row_index=not key)
             await self._insert(tx, table, needed.types, batch, key_columns, stamps=stamps)
             replaced = await sink_code.unrecord_runs(tx, table, runs)
-            await tx.executemany(
+            entries = [
+                (table, chain_id, n, h, code_epoch, task_id, now_ms) for n, h, _ in batch.spans
+            ]
+            await tx.insert(
                 f"INSERT INTO {LEDGER} ({_LEDGER_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(table, chain_id, n, h, code_epoch, task_id, now_ms) for n, h, _ in batch.spans],
+                lambda: entries,
+                len(entries),
             )
             await sink_code.blocks_written(tx, code, table, now_ms, self._code_known, replaced)
         self._widened(table, needed)

@@ -1,13 +1,17 @@
 """The sink in one SQLite file (it may be the block database's own file).
 
-One connection on one thread of its own, in WAL mode so readers of the file never
-wait; every statement runs on that thread, and a chunk of rows is converted there
-too, just before its insert. A write is ``BEGIN IMMEDIATE``, which holds the
-file's write lock for the whole transaction: two writers of one block (or any two
-writers) take turns, each waiting up to ``SINK_BUSY_TIMEOUT_MS`` for the other; a
-longer wait is retryable. A statement SQLite refuses as such (SQLITE_ERROR: a name
-taken, too many columns, a duplicate column; a value too big or of the wrong
-kind) fails the same way every time: not retryable.
+One connection, in WAL mode so readers of the file never wait. Statements run on
+a thread of its own (``BEGIN`` waits for another writer's lock, ``COMMIT`` for
+the disk, one ``DELETE`` may take a while), except the inserts of a write's rows:
+each chunk of ``chunk_rows`` rows is converted and inserted on the event loop's
+thread, as a thread beside a busy loop would cost two context switches a row
+(sqlite3 hands the GIL over at every row it steps). A write is ``BEGIN
+IMMEDIATE``, which holds the file's write lock for the whole transaction: two
+writers of one block (or any two writers) take turns, each waiting up to
+``SINK_BUSY_TIMEOUT_MS`` for the other; a longer wait is retryable. A statement
+SQLite refuses as such (SQLITE_ERROR: a name taken, too many columns, a duplicate
+column; a value too big or of the wrong kind) fails the same way every time: not
+retryable.
 
 Widening a column rewrites the table (SQLite cannot change a column's type): a
 copy with the new types is filled from it, the old one dropped, the copy renamed
@@ -65,7 +69,7 @@ class _SqliteTx(SinkTx):
     async def insert(
         self, sql: str, encode: Callable[[], list[tuple[Any, ...]]], count: int
     ) -> None:
-        await self._sink._run(lambda conn: conn.executemany(sql, encode()))
+        await self._sink._rows_in(lambda conn: conn.executemany(sql, encode()))
 
     async def lock(self, keys: Sequence[str]) -> None:
         """Nothing more to take: BEGIN IMMEDIATE holds the whole file."""
@@ -213,18 +217,29 @@ class SqliteSink(SinkStore):
         self.max_columns = conn.getlimit(sqlite3.SQLITE_LIMIT_COLUMN)
         self._conn = conn
 
-    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
-        def run() -> T:
-            if self._conn is None:
-                raise SinkUnavailable(f"{self.description} is closed")
-            try:
-                return work(self._conn)
-            except sqlite3.IntegrityError as exc:
-                raise SinkRejected(f"{self.description}: rows that do not fit: {exc}") from None
-            except sqlite3.Error as exc:
-                raise _classified(self.description, exc) from None
+    def _on_connection(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self._conn is None:
+            raise SinkUnavailable(f"{self.description} is closed")
+        try:
+            return work(self._conn)
+        except sqlite3.IntegrityError as exc:
+            raise SinkRejected(f"{self.description}: rows that do not fit: {exc}") from None
+        except sqlite3.Error as exc:
+            raise _classified(self.description, exc) from None
 
-        return await asyncio.get_running_loop().run_in_executor(self._thread, run)
+    async def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work`` on the sink's thread."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._thread, self._on_connection, work
+        )
+
+    async def _rows_in(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """A chunk of rows inserted on the loop's thread: the writer's lock is held,
+        nothing waits but the page cache. The loop's other work (a heartbeat,
+        another task's calls) runs between two chunks."""
+        done = self._on_connection(work)
+        await asyncio.sleep(0)
+        return done
 
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[SinkTx]:

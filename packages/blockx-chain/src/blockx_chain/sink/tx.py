@@ -35,8 +35,9 @@ class SinkTx(abc.ABC):
     async def insert(
         self, sql: str, encode: Callable[[], list[tuple[Any, ...]]], count: int
     ) -> None:
-        """Run ``sql`` for each of the ``count`` rows ``encode()`` gives, converting
-        them off the event loop."""
+        """Run ``sql`` for each of the ``count`` rows ``encode()`` gives: a chunk of
+        a write's rows, which may hold the event loop while it is converted and
+        inserted."""
 
     @abc.abstractmethod
     async def lock(self, keys: Sequence[str]) -> None:

@@ -1,9 +1,13 @@
 """The block database in one SQLite file.
 
-WAL mode, so reads never wait for ingest. Reads run on a small thread pool with
-one read-only connection per thread (sqlite3 answers a point read in tens of
-microseconds, far less than a thread hop to a shared connection would cost in
-contention). Writes run on one connection, on the event loop's own thread: a
+WAL mode, so reads never wait for ingest. A read runs on the event loop's own
+thread, on a read-only connection that never waits for a lock, for its first
+``LOOP_READ_ROWS`` rows: a reader thread beside a busy loop costs two context
+switches a row, as sqlite3 hands the GIL over at every row it steps (18 % of a
+bundle Worker's CPU in bench/backfill_bench.py). The rest of a longer answer, and
+a read that found the file busy, go to a small pool of reader threads with one
+connection each, so the loop is never held long. Writes run on one connection,
+on the event loop's own thread: a
 writer's work is mostly Python (every cell checked), which the GIL would run one
 thread at a time anyway, and a hand-over to a writer thread per statement, with
 the GIL passed back and forth at every row SQLite steps, cost ingest about 5 % of
@@ -31,7 +35,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from blockx_chain.schema import (
     BLOCK_TABLES,
@@ -51,12 +55,18 @@ from blockx_chain.store.wake import WakeSocket, wake_readers
 T = TypeVar("T")
 
 READ_THREADS = 4
+# Rows a read answers on the event loop's thread; the rest on a reader thread.
+LOOP_READ_ROWS: Final = 2_000
 _READ_BUSY_TIMEOUT_MS = 5000
 
 
 def _rows(cursor: sqlite3.Cursor) -> list[dict[str, Any]]:
+    return _dicts(cursor, cursor.fetchall())
+
+
+def _dicts(cursor: sqlite3.Cursor, rows: list[tuple[Any, ...]]) -> list[dict[str, Any]]:
     names = [d[0] for d in cursor.description]
-    return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
+    return [dict(zip(names, row, strict=True)) for row in rows]
 
 
 class _SqliteWriter(BlockWriter):
@@ -119,6 +129,9 @@ class SqliteStore(BlockStore):
         self._local = threading.local()
         self._readers: list[sqlite3.Connection] = []
         self._readers_lock = threading.Lock()
+        self._loop_conn: sqlite3.Connection | None = None
+        # A reader thread is reading the rest of an answer on the loop's connection.
+        self._loop_conn_lent = False
         self._conn: sqlite3.Connection | None = None
         self._writing = False
         # The columns of a file of an older schema, with its version.
@@ -264,7 +277,45 @@ class SqliteStore(BlockStore):
                 self._readers.append(conn)
         return conn
 
+    def _loop_reader(self) -> sqlite3.Connection:
+        if self._loop_conn is None:
+            conn = sqlite3.connect(read_only_uri(self.path), uri=True, check_same_thread=False)
+            conn.execute("PRAGMA busy_timeout = 0")  # the loop never waits for a lock
+            self._loop_conn = conn
+        return self._loop_conn
+
     async def _fetch(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
+        if self._loop_conn_lent:
+            return await self._fetch_on_thread(sql, params)
+        try:
+            cursor = self._loop_reader().execute(sql, params)
+            first = cursor.fetchmany(LOOP_READ_ROWS)
+        except sqlite3.OperationalError:
+            # Busy (a checkpoint or a recovery holds the file), or a refusal the
+            # thread's read reports the same way: read there, where a read may wait.
+            return await self._fetch_on_thread(sql, params)
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.description}: {exc}") from None
+        if len(first) < LOOP_READ_ROWS:
+            return _dicts(cursor, first)
+
+        def rest() -> list[dict[str, Any]]:
+            try:
+                return _rows(cursor)
+            except sqlite3.Error as exc:
+                raise StoreError(f"{self.description}: {exc}") from None
+            finally:
+                self._loop_conn_lent = False
+
+        self._loop_conn_lent = True
+        try:
+            more = self._read_threads.submit(rest)
+        except BaseException:
+            self._loop_conn_lent = False
+            raise
+        return _dicts(cursor, first) + await asyncio.wrap_future(more)
+
+    async def _fetch_on_thread(self, sql: str, params: tuple[Any, ...]) -> list[dict[str, Any]]:
         def run() -> list[dict[str, Any]]:
             try:
                 return _rows(self._reader().execute(sql, params))
@@ -322,6 +373,9 @@ class SqliteStore(BlockStore):
         await loop.run_in_executor(self._write_thread, close_writer)
         self._write_thread.shutdown()
         self._read_threads.shutdown()
+        if self._loop_conn is not None:
+            self._loop_conn.close()
+            self._loop_conn = None
         with self._readers_lock:
             for conn in self._readers:
                 conn.close()
