@@ -51,3 +51,8 @@ def test_sink_write_chunk_rows_is_read_and_a_bad_value_is_named(tmp_path: Path) 
     assert load_worker_config(BLOCK_WORKER, {"FUNCTIONS_DIR": str(tmp_path)}).sink is None
     with pytest.raises(ConfigErrors, match="SINK_WRITE_CHUNK_ROWS must be >= 1"):
         load_worker_config(BLOCK_WORKER, {**base, "SINK_WRITE_CHUNK_ROWS": "0"})
+    with pytest.raises(ConfigErrors, match="SINK_WRITE_CHUNK_ROWS must be <= 100000"):
+        load_worker_config(BLOCK_WORKER, {**base, "SINK_WRITE_CHUNK_ROWS": "100001"})
+    assert load_worker_config(
+        BLOCK_WORKER, {**base, "SINK_WRITE_CHUNK_ROWS": "100000"}
+    ).sink == SinkSettings(url=url, write_chunk_rows=100_000)

@@ -319,7 +319,9 @@ SINK_DB_URL: Final[Setting[BlockDbUrl | None]] = Setting(
 SINK_WRITE_CHUNK_ROWS: Final = Setting(
     name="SINK_WRITE_CHUNK_ROWS",
     default=DEFAULT_CHUNK_ROWS,
-    parse=integer(at_least=1),
+    # A SQLite chunk is converted and inserted on the event loop's thread: a bound
+    # on how long one holds it (100,000 rows: a few tenths of a second).
+    parse=integer(at_least=1, at_most=100_000),
     help="rows a sink write converts and inserts at a time, within its one transaction",
 )
 SINK_SETTINGS: Final[tuple[Setting[Any], ...]] = (SINK_DB_URL, SINK_WRITE_CHUNK_ROWS)
