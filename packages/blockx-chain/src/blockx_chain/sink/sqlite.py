@@ -259,7 +259,10 @@ class SqliteSink(SinkStore):
                 self._conn.close()
                 self._conn = None
 
-        await asyncio.get_running_loop().run_in_executor(self._thread, close_conn)
+        # After the transaction under way: its inserts run on the loop's thread, and
+        # the connection must not close under them from the sink's.
+        async with self._turn:
+            await asyncio.get_running_loop().run_in_executor(self._thread, close_conn)
         self._thread.shutdown()
 
 
