@@ -12,10 +12,16 @@ from __future__ import annotations
 import asyncio
 import gc
 import random
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 
+import grpclib.const
+import grpclib.server
 import pytest
 from grpclib.client import Channel as GrpclibChannel
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
 from grpclib.health.service import Health
 from grpclib.health.v1.health_grpc import HealthStub
 from grpclib.health.v1.health_pb2 import HealthCheckRequest, HealthCheckResponse
@@ -33,7 +39,8 @@ from blockx_client.errors import ConnectError
 from blockx_client.models import TaskState, TaskUpdate
 from blockx_client.transport import Transport, keepalive_config
 from blockx_proto import worker_v1
-from blockx_proto.channel import Channel, lost_connection
+from blockx_proto.channel import PASS_THROUGH_DETAILS, Channel, lost_connection
+from blockx_server.proxy.codec import PASS_THROUGH
 
 
 @pytest.fixture
@@ -232,3 +239,57 @@ async def test_a_lone_task_beside_a_closing_stream_does_not_wait_for_the_linger(
     finally:
         workers.release.set()
         await batcher.close()
+
+
+class _Failing:
+    """One unary method, ``/t.T/Fail``, failing NOT_FOUND with raw error details."""
+
+    def __mapping__(self) -> dict[str, grpclib.const.Handler]:
+        async def fail(stream: grpclib.server.Stream[bytes, bytes]) -> None:
+            await stream.recv_message()
+            raise GRPCError(Status.NOT_FOUND, "no such thing", details=b"\x08\x05raw")
+
+        return {
+            "/t.T/Fail": grpclib.const.Handler(
+                fail, grpclib.const.Cardinality.UNARY_UNARY, bytes, bytes
+            )
+        }
+
+
+async def test_error_details_reach_the_caller_as_the_bytes_that_came() -> None:
+    serving = Server([_Failing()], codec=PASS_THROUGH, status_details_codec=PASS_THROUGH_DETAILS)
+    port = free_port()
+    await serving.start("127.0.0.1", port)
+    channel = Channel("127.0.0.1", port, codec=PASS_THROUGH)
+    try:
+        method = channel.request("/t.T/Fail", grpclib.const.Cardinality.UNARY_UNARY, bytes, bytes)
+        async with method as stream:
+            await stream.send_message(b"", end=True)
+            with pytest.raises(GRPCError) as raised:
+                await stream.recv_message()
+    finally:
+        channel.close()
+        serving.close()
+        await serving.wait_closed()
+    assert raised.value.status is Status.NOT_FOUND
+    assert raised.value.message == "no such thing"
+    assert raised.value.details == b"\x08\x05raw"
+
+
+@pytest.mark.parametrize(
+    ("channel", "imported"),
+    [("blockx_proto.channel.Channel", False), ("grpclib.client.Channel", True)],
+)
+def test_a_channel_leaves_protobufs_status_module_unloaded(channel: str, imported: bool) -> None:
+    """grpclib's own channel imports google.rpc.status_pb2 (protobuf) when it is made;
+    the client's does not, so a command-line client never loads protobuf."""
+    module, _, name = channel.rpartition(".")
+    probe = (
+        "import sys\n"
+        f"from {module} import {name}\n"
+        f"{name}('127.0.0.1', 1)\n"
+        "print('google.rpc.status_pb2' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == str(imported)

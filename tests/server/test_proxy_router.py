@@ -34,13 +34,9 @@ from support import free_port, wait_until
 
 from blockx_core.addr import WORKER_ADDR_HEADER
 from blockx_proto import bundlecoordinator_v1, coordinator_v1, syncinvoker_v1, worker_v1
+from blockx_proto.channel import PASS_THROUGH_DETAILS, PassThroughStatusDetailsCodec
 from blockx_server.proxy.app import ProxyServer, claim_socket_path
-from blockx_server.proxy.codec import (
-    PASS_THROUGH,
-    PASS_THROUGH_DETAILS,
-    PassThroughCodec,
-    PassThroughStatusDetailsCodec,
-)
+from blockx_server.proxy.codec import PASS_THROUGH, PassThroughCodec
 from blockx_server.proxy.config import ProxyConfig
 from blockx_server.proxy.service import (
     MISSING_WORKER_ADDR,

@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from grpclib.server import Server
 
 from blockx_core.addr import WORKER_ADDR_HEADER
+from blockx_proto.channel import PASS_THROUGH_DETAILS
 from blockx_server.etcd.watcher import EtcdWorkerWatcher
 from blockx_server.proxy.allowed import AllowedWorkers
-from blockx_server.proxy.codec import PASS_THROUGH, PASS_THROUGH_DETAILS
+from blockx_server.proxy.codec import PASS_THROUGH
 from blockx_server.proxy.config import ProxyConfig
 from blockx_server.proxy.service import ProxyRouter, Route, RoutingTable
 from blockx_server.runtime.clock import SystemClock

@@ -9,8 +9,8 @@ from collections.abc import Iterator
 from ssl import SSLContext
 
 from blockx_core.addr import split_host_port
-from blockx_proto.channel import Channel
-from blockx_server.proxy.codec import PASS_THROUGH, PASS_THROUGH_DETAILS
+from blockx_proto.channel import PASS_THROUGH_DETAILS, Channel
+from blockx_server.proxy.codec import PASS_THROUGH
 
 log = logging.getLogger(__name__)
 
