@@ -3,14 +3,15 @@
 WAL mode, so reads never wait for ingest. A read runs on the event loop's own
 thread, on a read-only connection that never waits for a lock, for its first
 ``LOOP_READ_ROWS`` rows: a reader thread beside a busy loop costs two context
-switches a row, as sqlite3 hands the GIL over at every row it steps (18 % of a
-bundle Worker's CPU in bench/backfill_bench.py). The rest of a longer answer, and
-a read that found the file busy, go to a small pool of reader threads with one
-connection each, so the loop is never held long. Writes run on one connection,
-on the event loop's own thread: a
-writer's work is mostly Python (every cell checked), which the GIL would run one
-thread at a time anyway, and a hand-over to a writer thread per statement, with
-the GIL passed back and forth at every row SQLite steps, cost ingest about 5 % of
+switches a row, as sqlite3 hands the GIL over at every row it steps (about 15 %
+of a bundle Worker's CPU in bench/backfill_bench.py). The rest of a longer
+answer, and a read that found the file busy, go to a small pool of reader threads
+with one connection each, so the loop is never held long.
+
+Writes run on one connection, on the event loop's own thread: a writer's work is
+mostly Python (every cell checked), which the GIL would run one thread at a time
+anyway, and a hand-over to a writer thread per statement, with the GIL passed
+back and forth at every row SQLite steps, cost ingest about 5 % of
 its CPU against a node on the same cores. A batch of ingest holds the loop for a
 few tens of milliseconds; its next fetches are already under way. Only the commit,
 which waits for the disk, goes to the writer's thread. A writer is
@@ -295,7 +296,7 @@ class SqliteStore(BlockStore):
             # thread's read reports the same way: read there, where a read may wait.
             return await self._fetch_on_thread(sql, params)
         except sqlite3.Error as exc:
-            raise StoreError(f"{self.description}: {exc}") from None
+            raise self._read_error(exc) from None
         if len(first) < LOOP_READ_ROWS:
             return _dicts(cursor, first)
 
@@ -303,7 +304,7 @@ class SqliteStore(BlockStore):
             try:
                 return _rows(cursor)
             except sqlite3.Error as exc:
-                raise StoreError(f"{self.description}: {exc}") from None
+                raise self._read_error(exc) from None
             finally:
                 self._loop_conn_lent = False
 
@@ -319,12 +320,16 @@ class SqliteStore(BlockStore):
         def run() -> list[dict[str, Any]]:
             try:
                 return _rows(self._reader().execute(sql, params))
-            except sqlite3.OperationalError as exc:
-                raise StoreUnavailable(f"{self.description}: {exc}") from None
             except sqlite3.Error as exc:
-                raise StoreError(f"{self.description}: {exc}") from None
+                raise self._read_error(exc) from None
 
         return await asyncio.get_running_loop().run_in_executor(self._read_threads, run)
+
+    def _read_error(self, exc: sqlite3.Error) -> StoreError:
+        """A failed read: busy, locked or the like is StoreUnavailable."""
+        if isinstance(exc, sqlite3.OperationalError):
+            return StoreUnavailable(f"{self.description}: {exc}")
+        return StoreError(f"{self.description}: {exc}")
 
     @asynccontextmanager
     async def writer(self) -> AsyncIterator[BlockWriter]:
