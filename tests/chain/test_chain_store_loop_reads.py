@@ -135,5 +135,8 @@ async def test_a_locked_file_is_waited_for_on_a_reader_thread_while_the_loop_run
             assert not pending.done()
             locker.execute("COMMIT")
             assert [b["block_number"] for b in await pending] == [0, 1, 2, 3, 4]
+            # The loop's own connection gives up on a lock at once.
+            loop_conn = store._loop_conn  # type: ignore[attr-defined]
+            assert loop_conn.execute("PRAGMA busy_timeout").fetchone() == (0,)
     finally:
         locker.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import sqlite3
 from collections.abc import Callable
 from pathlib import Path
@@ -24,10 +25,20 @@ def _rows_in_file(path: Path) -> list[tuple[int, int]]:
         return db.execute("SELECT block_number, v FROM many ORDER BY block_number, v").fetchall()
 
 
-async def test_the_loop_runs_between_two_chunks_of_one_write(tmp_path: Path) -> None:
+async def test_the_loop_runs_between_two_chunks_of_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     sink = await open_sink(parse_blockdb_url(f"sqlite:///{tmp_path}/sink.db"), chunk_rows=5)
     ticks = 0
     writing = True
+    ticks_at_each_chunk: list[int] = []
+    rows_in = sqlite_sink.SqliteSink._rows_in
+
+    async def counted(
+        self: sqlite_sink.SqliteSink, work: Callable[[sqlite3.Connection], object]
+    ) -> object:
+        ticks_at_each_chunk.append(ticks)
+        return await rows_in(self, work)
 
     async def tick() -> None:
         nonlocal ticks
@@ -35,6 +46,7 @@ async def test_the_loop_runs_between_two_chunks_of_one_write(tmp_path: Path) -> 
             ticks += 1
             await asyncio.sleep(0)
 
+    monkeypatch.setattr(sqlite_sink.SqliteSink, "_rows_in", counted)
     ticker = asyncio.create_task(tick())
     try:
         rows = [{"v": i} for i in range(ROWS)]
@@ -43,8 +55,10 @@ async def test_the_loop_runs_between_two_chunks_of_one_write(tmp_path: Path) -> 
         writing = False
         await ticker
         await sink.close()
-    # Ten chunks of five rows: the ticker ran between each two of them at least.
-    assert ticks >= ROWS // 5
+    # Ten chunks of five rows, then the ledger's row: the ticker ran between each
+    # two of them (the chunks themselves wait for nothing).
+    assert len(ticks_at_each_chunk) == ROWS // 5 + 1
+    assert all(a < b for a, b in itertools.pairwise(ticks_at_each_chunk)), ticks_at_each_chunk
     assert _rows_in_file(tmp_path / "sink.db") == [(7, i) for i in range(ROWS)]
 
 
