@@ -433,8 +433,40 @@ async def test_an_oversized_answer_fails_only_its_own_request(
     assert isinstance(big, RpcError)
     assert big.kind is RpcErrorKind.BAD_REQUEST
     assert f"larger than {bound} bytes" in big.message
-    # The batch, then each request alone to find the one that is too large.
+    # The batch, then its halves (here single requests) to find the one too large.
     assert [len(r) if isinstance(r, list) else 1 for r in node.requests] == [2, 1, 1]
+
+
+@pytest.mark.parametrize(
+    ("big_one", "exchanges"),
+    [
+        (None, [8, 4, 4]),  # too large only as a whole: its two halves fit
+        (5, [8, 4, 4, 2, 2, 1, 1]),  # one answer too large alone: halved down to it
+    ],
+)
+async def test_a_batch_too_large_is_halved_until_its_answers_fit(
+    big_one: int | None, exchanges: list[int]
+) -> None:
+    async def reply(request: Any, exchange: int) -> tuple[bytes, bool]:
+        def one(r: dict[str, Any]) -> dict[str, Any]:
+            size = 10_000 if r["params"] == [big_one] else 600
+            return answer(r, "0x" + "1" * size)
+
+        return _plain(each(request, one)), False
+
+    async with RawNode(reply) as node, JsonRpcClient(node.url, max_response_bytes=4096) as c:
+        answers = await asyncio.gather(
+            *(c.request("eth_getCode", [n]) for n in range(8)), return_exceptions=True
+        )
+    # The halves go out together: the node may see them in either order.
+    sizes = [len(r) if isinstance(r, list) else 1 for r in node.requests]
+    assert sorted(sizes, reverse=True) == exchanges
+    for n, got in enumerate(answers):
+        if n == big_one:
+            assert isinstance(got, RpcError)
+            assert got.kind is RpcErrorKind.BAD_REQUEST
+        else:
+            assert got == "0x" + "1" * 600
 
 
 async def test_batches_one_after_another_share_one_connection() -> None:

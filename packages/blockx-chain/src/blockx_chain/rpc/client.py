@@ -13,8 +13,10 @@ the client cannot match to its request (an ``id`` that is not an integer, or no
 request's, or given twice; a batch answer missing some) fails the requests left
 without one UNAVAILABLE, and the client stays usable. One HTTP exchange lasts at
 most ``timeout_s`` in all. An answer is streamed and cut off once it passes
-``max_response_bytes``: a batch answer that is too large is re-sent one request at
-a time, so only the requests whose own answer is too large fail (BAD_REQUEST).
+``max_response_bytes``: a batch whose answer is too large is re-sent as two halves,
+and so on down to single requests, so only the requests whose own answer is too
+large fail (BAD_REQUEST), and a batch that was merely too large as a whole costs
+two more exchanges, not one per request.
 A ``null`` result is returned as ``None``; whether that is an error is the caller's
 call (the typed helpers of ``blockx_chain.rpc.eth`` decide it).
 """
@@ -168,8 +170,9 @@ class JsonRpcClient:
             answers = await self._post(batch)
         except _TooLarge:
             if len(batch) > 1:
-                # Find which answers are too large: each request alone.
-                await asyncio.gather(*(self._send([one]) for one in batch))
+                # Find which answers are too large by halving.
+                middle = len(batch) // 2
+                await asyncio.gather(self._send(batch[:middle]), self._send(batch[middle:]))
                 return
             _fail(
                 batch,
