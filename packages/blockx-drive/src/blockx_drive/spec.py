@@ -17,6 +17,7 @@ from typing import Any
 
 import msgspec
 
+from blockx_chain.schema import MAX_INTEGER
 from blockx_chain.url import BlockDbUrl
 from blockx_drive.attempts import check_attempts
 from blockx_drive.call_unit import unit_config
@@ -72,6 +73,13 @@ class Checked(msgspec.Struct, frozen=True, kw_only=True):
     sink_db: BlockDbUrl
     writer: str
     writer_config: dict[str, Any]
+
+
+def check_block_number(name: str, value: Any) -> None:
+    """ValueError naming ``name`` unless ``value`` is a block number: a whole number
+    the 63-bit INTEGER column it is stored in holds."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INTEGER:
+        raise ValueError(f"{name} must be a block number (0 to 2**63 - 1), got {value!r}")
 
 
 def check(job: JobSpec, *, writer: str) -> Checked:

@@ -33,7 +33,7 @@ DEFAULT_MAX_REORG_DEPTH = 64
 DEFAULT_BATCH_SIZE = 50
 # A batch is one JSON-RPC batch of two requests a block and one transaction: past a
 # thousand blocks its answer outgrows RPC_MAX_RESPONSE_BYTES (32 MiB) on busy
-# blocks, and every request is then asked again alone.
+# blocks, and the batch is then asked again in halves.
 MAX_BATCH_SIZE = 1000
 # An eth_blockNumber every quarter second: cheap for a node, and most of a new
 # block's way to the sink is this wait.

@@ -14,9 +14,9 @@ from typing import Any
 
 import msgspec
 
-from blockx_chain.schema import MAX_INTEGER
 from blockx_client.models import PluginConfig, Task
 from blockx_drive.ledger import up_to_date
+from blockx_drive.spec import check_block_number
 
 
 class BackfillError(Exception):
@@ -55,9 +55,8 @@ def split(from_block: int, to_block: int, blocks_per_task: int) -> list[TaskRang
 
 
 def check_range(from_block: int, to_block: int) -> None:
-    for name, value in (("from_block", from_block), ("to_block", to_block)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INTEGER:
-            raise ValueError(f"{name} must be a block number (0 to 2**63 - 1), got {value!r}")
+    check_block_number("from_block", from_block)
+    check_block_number("to_block", to_block)
     if to_block < from_block:
         raise ValueError(f"to_block ({to_block}) is below from_block ({from_block})")
 

@@ -50,7 +50,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 import msgspec
 
-from blockx_chain.schema import MAX_INTEGER
 from blockx_chain.sink import SinkStore, SinkUnavailable, open_sink
 from blockx_chain.store import BlockStore, StoreUnavailable, open_store
 from blockx_chain.url import BlockDbUrl
@@ -107,7 +106,7 @@ from blockx_drive.ledger import (
     reconcile,
     written_hashes,
 )
-from blockx_drive.spec import JobSpec, check, command_of
+from blockx_drive.spec import JobSpec, check, check_block_number, command_of
 from blockx_drive.submission import check_function, check_sink
 
 if TYPE_CHECKING:
@@ -527,10 +526,8 @@ async def follow(
     checked = check(job, writer=DEFAULT_FOLLOW_WRITER)
     if poll_interval_s <= 0:
         raise ValueError(f"poll_interval_s must be > 0, got {poll_interval_s}")
-    if from_block is not None and (
-        isinstance(from_block, bool) or not 0 <= from_block <= MAX_INTEGER
-    ):
-        raise ValueError(f"from_block must be a block number (0 to 2**63 - 1), got {from_block!r}")
+    if from_block is not None:
+        check_block_number("from_block", from_block)
     check_bounded("reorg_window", reorg_window, REORG_WINDOW_LIMIT)
     block_db, sink_db = checked.block_db, checked.sink_db
     function, source_table, sink_table = job.function, job.source_table, job.sink_table
