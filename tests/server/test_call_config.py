@@ -37,6 +37,8 @@ def test_defaults(functions_dir: Path) -> None:
     assert s.functions_poll_interval_ms == 1000
     assert s.memory_seed_file is None
     assert s.record_max_bytes == 4 * 1024 * 1024
+    # A CPU-bound task's calls spread over as many executors as there are CPUs.
+    assert d.cpu_lanes == len(os.sched_getaffinity(0))
 
 
 def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
@@ -46,6 +48,7 @@ def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
         {
             "FUNCTIONS_DIR": str(functions_dir),
             "EXECUTOR_COUNT": "2",
+            "EXECUTOR_CPUS": "0",
             "CALL_DEADLINE_MS": "900",
             "TASK_MAX_INFLIGHT_CALLS": "10",
             "TASK_INITIAL_INFLIGHT_CALLS": "2",
@@ -86,11 +89,14 @@ def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:
     assert s.functions_poll_interval_ms == 250
     assert s.memory_seed_file == seed
     assert s.record_max_bytes == 0
+    assert d.cpu_lanes == 0
 
 
 BAD = [
     ("EXECUTOR_COUNT", "0", ">= 1"),
     ("EXECUTOR_COUNT", "many", "integer"),
+    ("EXECUTOR_CPUS", "-1", ">= 0"),
+    ("EXECUTOR_CPUS", "all", "integer"),
     ("CALL_DEADLINE_MS", "0", ">= 1"),
     ("TASK_MAX_INFLIGHT_CALLS", "-1", ">= 1"),
     ("MAX_COLLECTED_OUTPUT_BYTES", "0", ">= 1"),

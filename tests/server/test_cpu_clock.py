@@ -34,13 +34,17 @@ def child() -> Iterator[subprocess.Popen[bytes]]:
 
 def test_reads_the_cpu_a_child_spent_and_its_memory(child: subprocess.Popen[bytes]) -> None:
     gauge = ExecutorGauge(child.pid)
-    before = gauge.cpu_ns()
+    before = gauge.cpu()
     assert before is not None
     assert child.stdout is not None
     assert child.stdout.readline() == b"spun\n"
-    after = gauge.cpu_ns()
+    after = gauge.cpu()
     assert after is not None
-    assert after > before
+    assert after.used_ns > before.used_ns
+    # The wait for a CPU is read too: a clock that never runs backwards.
+    assert before.waited_ns is not None
+    assert after.waited_ns is not None
+    assert after.waited_ns >= before.waited_ns
     rss = gauge.rss_bytes()
     assert rss is not None
     assert rss > 0
@@ -53,9 +57,10 @@ def test_a_process_that_is_gone_reads_as_nothing() -> None:
     assert gauge.rss_bytes() is None
 
 
-def _fresh_cpu_ns(pid: int) -> int:
+def _fresh_schedstat(pid: int) -> tuple[int, int]:
     with open(f"/proc/{pid}/task/{pid}/schedstat", "rb") as f:
-        return int(f.read().split()[0])
+        used, waited = f.read().split()[:2]
+        return int(used), int(waited)
 
 
 def test_the_kept_descriptor_reads_what_a_fresh_open_reads(
@@ -64,17 +69,19 @@ def test_the_kept_descriptor_reads_what_a_fresh_open_reads(
     gauge = ExecutorGauge(child.pid)
     readings = []
     for _ in range(3):
-        before = _fresh_cpu_ns(child.pid)
-        kept = gauge.cpu_ns()
-        after = _fresh_cpu_ns(child.pid)
+        before = _fresh_schedstat(child.pid)
+        kept = gauge.cpu()
+        after = _fresh_schedstat(child.pid)
         assert kept is not None
-        assert before <= kept <= after
-        readings.append(kept)
+        assert kept.waited_ns is not None
+        assert before[0] <= kept.used_ns <= after[0]
+        assert before[1] <= kept.waited_ns <= after[1]
+        readings.append(kept.used_ns)
     assert child.stdout is not None
     assert child.stdout.readline() == b"spun\n"
-    spun = gauge.cpu_ns()
+    spun = gauge.cpu()
     assert spun is not None
-    assert spun > readings[-1]  # read afresh each time, not the first text again
+    assert spun.used_ns > readings[-1]  # read afresh each time, not the first text again
     gauge.close()
 
 
@@ -83,12 +90,12 @@ def test_a_process_that_ends_after_its_first_sample_reads_as_nothing() -> None:
         [sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE
     )
     gauge = ExecutorGauge(proc.pid)
-    assert gauge.cpu_ns() is not None
+    assert gauge.cpu() is not None
     assert gauge.rss_bytes() is not None
     assert proc.stdin is not None
     proc.stdin.close()
     proc.wait()
-    assert gauge.cpu_ns() is None
+    assert gauge.cpu() is None
     assert gauge.rss_bytes() is None
     gauge.close()
 
@@ -96,7 +103,7 @@ def test_a_process_that_ends_after_its_first_sample_reads_as_nothing() -> None:
 def test_close_gives_the_descriptors_back(child: subprocess.Popen[bytes]) -> None:
     fds = len(os.listdir("/proc/self/fd"))
     gauge = ExecutorGauge(child.pid)
-    assert gauge.cpu_ns() is not None
+    assert gauge.cpu() is not None
     assert gauge.rss_bytes() is not None
     assert len(os.listdir("/proc/self/fd")) == fds + 2
     gauge.close()

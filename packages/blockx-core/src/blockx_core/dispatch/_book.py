@@ -28,6 +28,7 @@ from blockx_core.dispatch._commands import (
 )
 from blockx_core.dispatch._config import DispatchConfig
 from blockx_core.dispatch._failures import CallFailure, failure_text
+from blockx_core.dispatch._lanes import lanes
 from blockx_core.dispatch._placement import place
 from blockx_core.dispatch._state import (
     Call,
@@ -158,9 +159,12 @@ class CallBook:
         """Assign calls to the executors that take new calls, spreading by load, in
         batches per function; none gets more than its EXECUTOR_MAX_CALLS.
         ``roots_of_one_task``: the calls are root calls of one task (a window's
-        refill), so they need no grouping and have no parent."""
+        refill), so they need no grouping and have no parent, and they go to the
+        task's CPU lanes while its calls keep their executors busy (``_lanes.py``)."""
         accepting = self.accepting
         max_calls = self.config.executor_max_calls
+        cpu_lanes = self.config.cpu_lanes
+        task = calls[0].task if calls and roots_of_one_task else None
         while calls:
             if not accepting:
                 self.unassigned.extend(calls)
@@ -172,7 +176,12 @@ class CallBook:
             # Sub-calls (rare next to root calls) are queued with their parent.
             parents = {} if roots_of_one_task else {c.call_id: c.parent for c in chunk if c.parent}
             max_batch = self.config.max_batch_calls
-            for send in place(chunk, accepting, max_batch, one_group=roots_of_one_task):
+            targets = accepting
+            if task is not None and 0 < cpu_lanes < len(accepting) and task.held.cpu_bound:
+                loads = {i: len(ex.calls) for i, ex in accepting.items()}
+                task.lanes = lanes(task.lanes, loads, cpu_lanes)
+                targets = {i: accepting[i] for i in task.lanes}
+            for send in place(chunk, targets, max_batch, one_group=roots_of_one_task):
                 ex = accepting[send.executor_id]
                 ex.started += len(send.call_ids)
                 hold_all(ex, send.call_ids, parents, now_ms=now_ms)

@@ -59,6 +59,9 @@ class DispatchConfig(msgspec.Struct, frozen=True, kw_only=True):
     # resident memory stays above executor_max_rss_bytes between calls.
     executor_max_calls: int = 100_000
     executor_max_rss_bytes: int = 1 << 30
+    # The CPUs the executors run on: a task whose calls keep their executors busy
+    # sends its root calls to this many of them (``_lanes.py``); 0: to all of them.
+    cpu_lanes: int = 0
 
     @property
     def wall_limit_ms(self) -> int:
@@ -81,4 +84,6 @@ class DispatchConfig(msgspec.Struct, frozen=True, kw_only=True):
         ):
             if getattr(self, name) < 1:
                 raise InvalidConfig(name, f"must be >= 1 (got {getattr(self, name)})")
+        if self.cpu_lanes < 0:
+            raise InvalidConfig("cpu_lanes", f"must be >= 0 (got {self.cpu_lanes})")
         self.retry.validate()

@@ -254,17 +254,19 @@ class DispatcherCore:
         now_ms: int,
         *,
         cpu_ns: int | None,
+        waited_ns: int | None = None,
         rss_bytes: int | None = None,
     ) -> list[DispatchCommand]:
         """The executor's call thread has used ``cpu_ns`` of CPU in all (None: could
-        not be read) and its resident memory is ``rss_bytes``, as the kernel says.
-        A clock that moved since the last sample is a sign of life."""
+        not be read), has waited ``waited_ns`` for a CPU in all (None: not known), and
+        its resident memory is ``rss_bytes``, as the kernel says. A clock that moved
+        since the last sample is a sign of life."""
         book, watchdog = self._book, self._watchdog
         ex = book.executors.get(executor_id)
         if ex is None:
             return []
         if cpu_ns is not None:
-            watchdog.sampled(ex, cpu_ns=cpu_ns, now_ms=now_ms)
+            watchdog.sampled(ex, cpu_ns=cpu_ns, waited_ns=waited_ns, now_ms=now_ms)
             if watchdog.check_budget(ex, now_ms=now_ms):
                 book.send_restarts(now_ms=now_ms)
                 return self._drain()

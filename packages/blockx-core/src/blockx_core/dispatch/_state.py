@@ -9,6 +9,7 @@ from typing import Any, Final
 
 from blockx_core.calls import CallContext, RootCall, RootOutputs
 from blockx_core.dispatch._budget import Accounting
+from blockx_core.dispatch._lanes import HeldTime
 from blockx_core.failures import CallFailureKind
 from blockx_core.task import CALL_FAILURE_MESSAGE_CHARS, MAX_CALL_FAILURES, CallFailureSummary
 
@@ -48,7 +49,9 @@ class TaskCalls:
         "failures_omitted",
         "function",
         "grown",
+        "held",
         "inflight_roots",
+        "lanes",
         "live",
         "missing",
         "next_root",
@@ -93,6 +96,10 @@ class TaskCalls:
         self.failures_omitted = 0
         # Why the adapter cannot resolve the task's function (None: it can).
         self.missing: str | None = None
+        # What its calls did while they held executors, and the executors its root
+        # calls go to while they keep them busy (``_lanes.py``).
+        self.held = HeldTime()
+        self.lanes: list[str] = []
 
     def record_failure(
         self, call: Call, kind: CallFailureKind, message: str, *, retried: bool
@@ -284,11 +291,12 @@ class Executor:
     and not yet answered by a frame of that call (the executor runs its messages in
     the order they arrive, so frames come back in this order). ``queue[0]`` holds
     the executor since ``head_since_ms``, when the executor's call-thread CPU clock
-    read ``head_cpu_ns``. ``queued`` maps each entry to the call it is a sub-call of
-    (0: a root call). A queue entry whose call the core let go is an orphan:
-    ``orphaned`` says since when. ``alive_ms`` is the last sign of life: a
-    heartbeat, or a sample of its call thread's CPU clock that had moved (a call
-    holding the GIL starves the heartbeat thread, not the CPU).
+    read ``head_cpu_ns`` (and its wait for a CPU, ``head_waited_ns``). ``queued``
+    maps each entry to the call it is a sub-call of (0: a root call). A queue entry
+    whose call the core let go is an orphan: ``orphaned`` says since when.
+    ``alive_ms`` is the last sign of life: a heartbeat, or a sample of its call
+    thread's CPU clock that had moved (a call holding the GIL starves the heartbeat
+    thread, not the CPU).
     """
 
     __slots__ = (
@@ -299,6 +307,7 @@ class Executor:
         "executor_id",
         "head_cpu_ns",
         "head_since_ms",
+        "head_waited_ns",
         "orphaned",
         "queue",
         "queued",
@@ -308,6 +317,7 @@ class Executor:
         "sampled_ms",
         "started",
         "state",
+        "waited_ns",
     )
 
     def __init__(self, executor_id: str, now_ms: int) -> None:
@@ -321,8 +331,11 @@ class Executor:
         self.orphaned: dict[int, int] = {}
         self.head_since_ms = now_ms
         self.head_cpu_ns: int | None = None
-        # The last sample of its call thread's CPU clock (None: never sampled), and when.
+        self.head_waited_ns: int | None = None
+        # The last sample of its call thread's CPU clock (None: never sampled), and when;
+        # with how long the thread has waited for a CPU in all (None: not known).
         self.cpu_ns: int | None = None
+        self.waited_ns: int | None = None
         self.sampled_ms = now_ms
         # REPORTED until its CPU is first sampled from outside: then MEASURED, and
         # the executor's own CPU figures are no longer trusted (``_budget.py``).
@@ -367,6 +380,7 @@ def hold_all(ex: Executor, call_ids: list[int], parents: dict[int, int], *, now_
         if not queue:
             ex.head_since_ms = now_ms
             ex.head_cpu_ns = ex.cpu_ns
+            ex.head_waited_ns = ex.waited_ns
         queue.append(call_id)
         queued[call_id] = parents.get(call_id, 0) if parents else 0
 

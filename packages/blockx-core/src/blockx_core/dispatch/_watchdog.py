@@ -69,6 +69,7 @@ class Watchdog:
             ex.queue.popleft()
             ex.head_since_ms = now_ms
             ex.head_cpu_ns = ex.cpu_ns
+            ex.head_waited_ns = ex.waited_ns
         else:
             ex.queue.remove(call_id)
 
@@ -88,9 +89,14 @@ class Watchdog:
         """Charge the head segment's CPU and wall time to the entries that shared it
         (evenly: the frame does not say how they split it) and start the next one."""
         cpu_ns, held_ms = self._head_segment(ex, now_ms=now_ms)
+        calls = self._book.calls
+        head = calls.get(popped[0])
+        if head is not None and ex.waited_ns is not None and ex.head_waited_ns is not None:
+            # The segment, whole, tells what the head's task's calls do (``_lanes.py``).
+            waited_ns = ex.waited_ns - ex.head_waited_ns
+            head.task.held.add(held_us=held_ms * 1000, busy_us=(cpu_ns + waited_ns) // 1000)
         k = len(popped)
         cpu_ns, held_ms = cpu_ns // k, held_ms // k
-        calls = self._book.calls
         orphaned = ex.orphaned
         executor_id = ex.executor_id
         # ``_charge`` inlined: this runs once per call of every frame.
@@ -106,6 +112,7 @@ class Watchdog:
                 usage.held_ms += held_ms
         ex.head_since_ms = now_ms
         ex.head_cpu_ns = ex.cpu_ns
+        ex.head_waited_ns = ex.waited_ns
 
     def _head_segment(self, ex: Executor, *, now_ms: int) -> tuple[int, int]:
         """CPU (ns) and wall time (ms) of the head's run so far."""
@@ -132,13 +139,15 @@ class Watchdog:
         self._charge(call, cpu_ns=cpu_ns, held_ms=held_ms)
         ex.head_since_ms = now_ms
         ex.head_cpu_ns = ex.cpu_ns
+        ex.head_waited_ns = ex.waited_ns
         return call
 
     # ---- samples ---------------------------------------------------------------------
 
-    def sampled(self, ex: Executor, *, cpu_ns: int, now_ms: int) -> None:
-        """The kernel says the executor's call thread has used ``cpu_ns`` in all. A
-        clock that moved since the last sample is a sign of life."""
+    def sampled(self, ex: Executor, *, cpu_ns: int, waited_ns: int | None, now_ms: int) -> None:
+        """The kernel says the executor's call thread has used ``cpu_ns`` in all, and
+        waited ``waited_ns`` for a CPU (None: not known). A clock that moved since the
+        last sample is a sign of life."""
         if ex.cpu_ns is not None and cpu_ns > ex.cpu_ns:
             ex.alive_ms = max(ex.alive_ms, now_ms)
         ex.accounting = Accounting.MEASURED
@@ -146,6 +155,11 @@ class Watchdog:
         ex.sampled_ms = now_ms
         if ex.head_cpu_ns is None:
             ex.head_cpu_ns = cpu_ns
+        if waited_ns is None or (ex.waited_ns is not None and waited_ns < ex.waited_ns):
+            ex.head_waited_ns = None  # no longer known, or not the same clock
+        elif ex.head_waited_ns is None:
+            ex.head_waited_ns = waited_ns
+        ex.waited_ns = waited_ns
 
     def check_rss(self, ex: Executor) -> None:
         """Retire an executor that runs nothing and is over the memory limit (what a

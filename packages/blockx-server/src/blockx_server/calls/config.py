@@ -50,6 +50,13 @@ EXECUTOR_COUNT: Final = Setting(
     parse=integer(at_least=1, at_most=MAX_EXECUTOR_COUNT),
     help=f"Python Executor processes, at most {MAX_EXECUTOR_COUNT}",
 )
+EXECUTOR_CPUS: Final[Setting[int | None]] = Setting(
+    name="EXECUTOR_CPUS",
+    default=None,
+    parse=integer(at_least=0, at_most=MAX_EXECUTOR_COUNT),
+    shown_default="the CPUs the process may run on",
+    help="executors a task whose calls keep them busy spreads over; 0 = all of them",
+)
 CALL_DEADLINE_MS: Final = Setting(
     name="CALL_DEADLINE_MS",
     default=5000,
@@ -253,6 +260,7 @@ BLOCKX_TRACE_CALLS_PER_TASK: Final = Setting(
 
 CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
     EXECUTOR_COUNT,
+    EXECUTOR_CPUS,
     CALL_DEADLINE_MS,
     TASK_MAX_INFLIGHT_CALLS,
     TASK_INITIAL_INFLIGHT_CALLS,
@@ -279,6 +287,13 @@ CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
     IO_MEMORY_SEED_FILE,
     BLOCKX_TRACE_CALLS_PER_TASK,
 )
+
+
+def _cpu_lanes(configured: int | None) -> int:
+    """EXECUTOR_CPUS, or the CPUs this process may run on (its executors inherit them)."""
+    if configured is not None:
+        return configured
+    return len(os.sched_getaffinity(0))
 
 
 def load_call_settings(environ: Environ) -> CallSettings:
@@ -325,6 +340,7 @@ def read_call_settings(reader: ConfigReader) -> CallSettings:
         call_wall_limit_ms=reader.get(CALL_WALL_LIMIT_MS),
         executor_max_calls=reader.get(EXECUTOR_MAX_CALLS),
         executor_max_rss_bytes=reader.get(EXECUTOR_MAX_RSS_BYTES),
+        cpu_lanes=_cpu_lanes(reader.get(EXECUTOR_CPUS)),
     )
     pool = ExecutorPoolConfig(
         count=reader.get(EXECUTOR_COUNT),

@@ -4,13 +4,15 @@ User code runs inside the executor and can replace any clock or figure the
 executor reports about itself, so the Worker reads the kernel's accounting:
 
 * CPU: ``/proc/<pid>/task/<pid>/schedstat``, whose first field is the nanoseconds
-  the thread has spent on a CPU. The executor runs calls on its main thread (whose
+  the thread has spent on a CPU and whose second the nanoseconds it was runnable
+  but waited for one (what tells a call that blocks from one that only waits its
+  turn, ``blockx_core.dispatch._lanes``). The executor runs calls on its main thread (whose
   thread id is the process id); its heartbeat thread is not counted. When that file
   cannot be read, the process-wide CPU clock of the child (``clock_gettime`` on the
   clock id Linux derives from a pid) is the fallback, which also counts the
-  heartbeat thread; failing both, there is no sample (None) and the dispatcher falls
-  back to what the executor's heartbeat reports. Threads that user code starts are
-  not counted either way.
+  heartbeat thread and does not say how long it waited; failing both, there is no
+  sample (None) and the dispatcher falls back to what the executor's heartbeat
+  reports. Threads that user code starts are not counted either way.
 * Resident memory: ``/proc/<pid>/statm``, second field, in pages.
 
 Both files are opened once and read again with ``pread`` at offset 0, which makes
@@ -28,6 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+from typing import NamedTuple
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,13 @@ def _process_cpu_clock(pid: int) -> int:
     return ((~pid) << 3) | 2
 
 
+class CpuTimes(NamedTuple):
+    """An executor call thread's time on a CPU, and waiting for one (None: not known)."""
+
+    used_ns: int
+    waited_ns: int | None
+
+
 class ExecutorGauge:
     """Reads one executor's call-thread CPU time and resident memory."""
 
@@ -64,12 +74,13 @@ class ExecutorGauge:
             self._schedstat.close()
         self._statm.close()
 
-    def cpu_ns(self) -> int | None:
-        """Nanoseconds on a CPU so far (None: no way to read it)."""
+    def cpu(self) -> CpuTimes | None:
+        """Nanoseconds on a CPU, and waiting for one, so far (None: no way to read it)."""
         schedstat = self._schedstat
         if schedstat is not None:
             try:
-                return int(schedstat.read().split(maxsplit=1)[0])
+                used, waited = schedstat.read().split(maxsplit=2)[:2]
+                return CpuTimes(int(used), int(waited))
             except (OSError, ValueError, IndexError) as exc:
                 if not os.path.exists(f"/proc/{self._pid}"):
                     return None  # the process is gone; nothing to fall back to
@@ -83,7 +94,7 @@ class ExecutorGauge:
                     exc,
                 )
         try:
-            return time.clock_gettime_ns(_process_cpu_clock(self._pid))
+            return CpuTimes(time.clock_gettime_ns(_process_cpu_clock(self._pid)), None)
         except OSError as exc:
             _warn_once(
                 "cpu-clock",

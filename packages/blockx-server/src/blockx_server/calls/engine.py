@@ -307,12 +307,7 @@ class CallEngine:
         commands: list[DispatchCommand] = []
         if gauge is not None:
             beat = any(type(m) is wire.ExecutorHeartbeat for m in messages)
-            commands += core.executor_sample(
-                executor_id,
-                now_ms,
-                cpu_ns=gauge.cpu_ns(),
-                rss_bytes=gauge.rss_bytes() if beat else None,
-            )
+            commands += self._sample(executor_id, gauge, now_ms, memory=beat)
         spans = self._spans
         for message in messages:
             if self._observed:
@@ -580,8 +575,21 @@ class CallEngine:
         core = self._core
         commands: list[DispatchCommand] = []
         for executor_id, gauge in list(self._gauges.items()):
-            commands += core.executor_sample(executor_id, now_ms, cpu_ns=gauge.cpu_ns())
+            commands += self._sample(executor_id, gauge, now_ms, memory=False)
         self._apply(commands + core.tick(now_ms))
+
+    def _sample(
+        self, executor_id: str, gauge: ExecutorGauge, now_ms: int, *, memory: bool
+    ) -> list[DispatchCommand]:
+        """Tell the core what the kernel says the executor used (its memory too)."""
+        cpu = gauge.cpu()
+        return self._core.executor_sample(
+            executor_id,
+            now_ms,
+            cpu_ns=None if cpu is None else cpu.used_ns,
+            waited_ns=None if cpu is None else cpu.waited_ns,
+            rss_bytes=gauge.rss_bytes() if memory else None,
+        )
 
 
 def _io_failure(outcome: IoOutcome) -> Failure | None:
