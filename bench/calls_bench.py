@@ -13,11 +13,11 @@ the best round):
 
 Each round runs ours and then the pool's, so the machine's noise falls on both
 alike. Ours runs as a Worker builds its CallEngine from the environment with every
-setting at its default (``defaults``: EXECUTOR_COUNT is 8), and again with
+setting at its default (``defaults``: EXECUTOR_COUNT is 8, and a CPU-bound task's
+calls go to as many of them as the machine has CPUs, EXECUTOR_CPUS), and again with
 EXECUTOR_COUNT=N (``executors_N``, 2 by default: the pool's size).
 
-A ratio of wall times depends on who else uses the machine: with other work
-running, 8 executors get more of the CPU than the pool's 2 processes. The CPU each
+A ratio of wall times depends on who else uses the machine. The CPU each
 side spends per sha3 call (``sha3_cpu_us_per_call``: the parent process, the Worker
 or the pool's submitter, and its workers, from the kernel's count) does not: on a
 quiet machine, where both are CPU-bound, the pool's total over ours is the ratio
