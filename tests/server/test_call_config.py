@@ -9,6 +9,7 @@ import pytest
 
 from blockx_core.failures import CallFailureKind
 from blockx_server.calls.config import load_call_settings
+from blockx_server.runtime.cpus import usable_cpus
 from blockx_server.runtime.env import ConfigError
 
 
@@ -38,7 +39,7 @@ def test_defaults(functions_dir: Path) -> None:
     assert s.memory_seed_file is None
     assert s.record_max_bytes == 4 * 1024 * 1024
     # A CPU-bound task's calls spread over as many executors as there are CPUs.
-    assert d.cpu_lanes == len(os.sched_getaffinity(0))
+    assert d.cpu_lanes == usable_cpus()
 
 
 def test_every_variable(functions_dir: Path, tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from blockx_server.calls.engine import CallEngineConfig
 from blockx_server.calls.executor_pool import ExecutorPoolConfig
 from blockx_server.calls.executor_runtime import DEFAULT_RUNTIME_DIR
 from blockx_server.calls.isolation import IsolationConfig
+from blockx_server.runtime.cpus import usable_cpus
 from blockx_server.runtime.env import ConfigReader, Environ, EnvironSource
 from blockx_server.runtime.settings import (
     InvalidValue,
@@ -54,7 +55,7 @@ EXECUTOR_CPUS: Final[Setting[int | None]] = Setting(
     name="EXECUTOR_CPUS",
     default=None,
     parse=integer(at_least=0, at_most=MAX_EXECUTOR_COUNT),
-    shown_default="the CPUs the process may run on",
+    shown_default="the CPUs the process may use",
     help="executors a task whose calls keep them busy spreads over; 0 = all of them",
 )
 CALL_DEADLINE_MS: Final = Setting(
@@ -290,10 +291,9 @@ CALL_SETTINGS: Final[tuple[Setting[Any], ...]] = (
 
 
 def _cpu_lanes(configured: int | None) -> int:
-    """EXECUTOR_CPUS, or the CPUs this process may run on (its executors inherit them)."""
-    if configured is not None:
-        return configured
-    return len(os.sched_getaffinity(0))
+    """EXECUTOR_CPUS, or the CPUs this process can keep busy (its executors inherit
+    its affinity and its cgroup)."""
+    return usable_cpus() if configured is None else configured
 
 
 def load_call_settings(environ: Environ) -> CallSettings:
