@@ -100,7 +100,7 @@ def rounds(
     ``cpu_ms`` on a CPU and ``waited_ms`` waiting for one; the executors refilled."""
     reached: set[str] = set()
     for n in range(count):
-        for executor_id in EXECUTORS:
+        for executor_id in executors.up:
             now_ms = start_ms + 30 * n
             reached |= set(
                 executors.finish(executor_id, now_ms, cpu_ms=cpu_ms, waited_ms=waited_ms)
