@@ -6,8 +6,8 @@ executor reports about itself, so the Worker reads the kernel's accounting:
 * CPU: ``/proc/<pid>/task/<pid>/schedstat``, whose first field is the nanoseconds
   the thread has spent on a CPU and whose second the nanoseconds it was runnable
   but waited for one (what tells a call that blocks from one that only waits its
-  turn, ``blockx_core.dispatch._lanes``). The executor runs calls on its main thread (whose
-  thread id is the process id); its heartbeat thread is not counted. When that file
+  turn, ``blockx_core.dispatch._lanes``). The executor runs calls on its main thread
+  (whose thread id is the process id); its heartbeat thread is not counted. When that file
   cannot be read, the process-wide CPU clock of the child (``clock_gettime`` on the
   clock id Linux derives from a pid) is the fallback, which also counts the
   heartbeat thread and does not say how long it waited; failing both, there is no
