@@ -2,7 +2,8 @@
 module (``blockx --help`` lists them from ``blockx_cli.app.COMMANDS``), and a
 command's module loads the launcher, the chain ingest (the node's HTTP client, the
 PostgreSQL driver), the ABI library, the dashboard's web stack and the cluster's
-client only in the commands that use them."""
+client only in the commands that use them; no command loads the Worker's or the
+dispatcher's engine."""
 
 from __future__ import annotations
 
@@ -39,6 +40,8 @@ HEAVY = (
 )
 # What a command that talks to the cluster loads: its gRPC client and etcd's.
 CLUSTER = ("blockx_client", "grpclib", "aetcd", "betterproto2", "blockx_proto")
+# The Worker's and the dispatcher's engines, which no client runs.
+ENGINES = ("blockx_core.worker._core", "blockx_core.dispatch._core")
 # What opens a block database or a sink.
 STORES = ("asyncio", "blockx_chain.store.base", "blockx_chain.sink.base")
 
@@ -92,6 +95,8 @@ def test_the_command_line_loads_no_heavy_module_until_a_command_needs_it() -> No
         (["chain", "ingest", "--help"], (*HEAVY, *CLUSTER, "asyncio", "blockx_chain.store")),
         (["backfill", "--help"], (*HEAVY, *CLUSTER, *STORES, "blockx_drive._backfill")),
         (["follow", "--help"], (*HEAVY, *CLUSTER, *STORES, "blockx_drive._follow")),
+        # The client's listing types come from the cores' packages, not their engines.
+        (["tasks", "--help"], ENGINES),
     ],
 )
 def test_each_command_imports_only_what_it_uses(argv: list[str], kept_out: tuple[str, ...]) -> None:

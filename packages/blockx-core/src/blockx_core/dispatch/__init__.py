@@ -1,5 +1,7 @@
 """The Calls phase's sans-IO dispatcher: events in, commands out."""
 
+from typing import TYPE_CHECKING
+
 from blockx_core.dispatch._commands import (
     AbortCall,
     CallsConverged,
@@ -17,10 +19,23 @@ from blockx_core.dispatch._commands import (
     SubCallReturned,
 )
 from blockx_core.dispatch._config import CallRetryPolicy, DispatchConfig
-from blockx_core.dispatch._core import DispatcherCore
 from blockx_core.dispatch._failures import CallFailure
 from blockx_core.dispatch._state import CallUsage
 from blockx_core.dispatch._views import CallsWaiting, ExecutorState, RunningCall
+
+if TYPE_CHECKING:
+    from blockx_core.dispatch._core import DispatcherCore
+
+
+def __getattr__(name: str) -> object:
+    # The engine is loaded on first use: a client that reads only the views (the
+    # CLI listing a Worker's executors) never pays for it.
+    if name == "DispatcherCore":
+        from blockx_core.dispatch._core import DispatcherCore
+
+        return DispatcherCore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AbortCall",

@@ -1,7 +1,8 @@
 """The Worker's sans-IO core: slot table, task lifecycle, results, timers."""
 
+from typing import TYPE_CHECKING
+
 from blockx_core.worker._config import MAX_FAILED_TASKS_KEPT, WorkerConfig
-from blockx_core.worker._core import WorkerCore
 from blockx_core.worker._description import WorkerDescription
 from blockx_core.worker._listing import (
     DEFAULT_PAGE_SIZE,
@@ -39,6 +40,20 @@ from blockx_core.worker._types import (
     WorkerCommand,
 )
 from blockx_core.worker._watch_stream import UnknownTask, WatchedTask, WatchStart, WatchStream
+
+if TYPE_CHECKING:
+    from blockx_core.worker._core import WorkerCore
+
+
+def __getattr__(name: str) -> object:
+    # The engine is loaded on first use: a client that reads only the listing and
+    # description types (the CLI) never pays for it.
+    if name == "WorkerCore":
+        from blockx_core.worker._core import WorkerCore
+
+        return WorkerCore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "DEFAULT_PAGE_SIZE",
