@@ -11,9 +11,11 @@ the Calls phase collects stay small and the figures are the builder's), written 
 BlockBundleWriteResultHandler (only its ledger rows, one per block). Measured: wall
 time from SubmitTask to the terminal update, and peak RSS: the Worker process's
 VmHWM, the largest executor's VmHWM, and the peak of Worker + executors sampled
-every 50 ms, and what the process's IO read cache holds at the end: the scan's
-reads of finalized blocks are cacheable, so the cache (IO_CACHE_MAX_BYTES, 256 MiB
-by default, process-wide) fills with them; ``--io-cache-bytes 0`` leaves it out.
+every 50 ms (with how many processes were alive at that sample; a child not yet
+past exec is left out, since it still runs in the Worker's pages), and what the
+process's IO read cache holds at the end: the scan's reads of finalized blocks are
+cacheable, so the cache (IO_CACHE_MAX_BYTES, 256 MiB by default, process-wide) fills
+with them; ``--io-cache-bytes 0`` leaves it out.
 Prints a table per row count, then one JSON line each, then, with two row counts or
 more, each mode's peak RSS at the largest count over its peak at the smallest (the
 goal: a streamed build's memory is flat over the range, within 1.2x from 100,000
@@ -64,10 +66,28 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def _tree_rss_kb(pid: int) -> tuple[int, int]:
+    """VmRSS of the Worker and its executors, summed, and how many processes that is.
+    A child between fork and exec (an executor being spawned, as one replaced after
+    EXECUTOR_MAX_CALLS is) still runs in the Worker's pages under the Worker's command
+    line: counted, it would count the Worker twice, so it is left out."""
+    worker = _cmdline(pid)
+    processes = [pid, *(p for p in _descendants(pid) if _cmdline(p) != worker)]
+    return sum(status_kb(p, "VmRSS") for p in processes), len(processes)
+
+
 async def _sample(pid: int, peak: dict[str, int], stop: asyncio.Event) -> None:
     while not stop.is_set():
-        total = sum(status_kb(p, "VmRSS") for p in (pid, *_descendants(pid)))
-        peak["total_kb"] = max(peak.get("total_kb", 0), total)
+        total, processes = _tree_rss_kb(pid)
+        if total > peak.get("total_kb", 0):
+            peak["total_kb"], peak["processes"] = total, processes
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.05)
 
@@ -96,7 +116,7 @@ async def run_mode(
     try:
         await worker.wait_ready()
         pid = worker.proc.pid
-        idle_kb = sum(status_kb(p, "VmRSS") for p in (pid, *_descendants(pid)))
+        idle_kb, _ = _tree_rss_kb(pid)
         config = {
             "function": "noop",
             "table": "erc20_transfers",
@@ -136,6 +156,7 @@ async def run_mode(
                 max((status_kb(p, "VmHWM") for p in executors), default=0) / 1024, 1
             ),
             "total_peak_rss_mb": round(peak.get("total_kb", 0) / 1024, 1),
+            "total_peak_processes": peak.get("processes", 0),
             "idle_total_rss_mb": round(idle_kb / 1024, 1),
             "io_cache_mb": round(float(cached.group(1)) / 2**20, 1) if cached else None,
         }
@@ -195,7 +216,8 @@ def _table(out: dict[str, Any]) -> str:
                     f"{out['rows'] / run['seconds']:,.0f}",
                     run["worker_peak_rss_mb"],
                     run["executor_peak_rss_mb"],
-                    f"{run['total_peak_rss_mb']} (idle {run['idle_total_rss_mb']})",
+                    f"{run['total_peak_rss_mb']} ({run['total_peak_processes']} processes; "
+                    f"idle {run['idle_total_rss_mb']})",
                     run["io_cache_mb"],
                 )
             )
