@@ -13,9 +13,9 @@ time from SubmitTask to the terminal update, and peak RSS: the Worker process's
 VmHWM, the largest executor's VmHWM, and the peak of Worker + executors sampled
 every 50 ms (with how many processes were alive at that sample; a child not yet
 past exec is left out, since it still runs in the Worker's pages), and what the
-process's IO read cache holds at the end: the scan's reads of finalized blocks are
-cacheable, so the cache (IO_CACHE_MAX_BYTES, 256 MiB by default, process-wide) fills
-with them; ``--io-cache-bytes 0`` leaves it out.
+process's IO read cache (IO_CACHE_MAX_BYTES, 256 MiB by default, process-wide;
+``--io-cache-bytes`` sets it) holds at the end: nothing, as a Builder's scan and the
+bundle writer's canonical check read fresh, unless a change makes them cache.
 Prints a table per row count, then one JSON line each, then, with two row counts or
 more, each mode's peak RSS at the largest count over its peak at the smallest (the
 goal: a streamed build's memory is flat over the range, within 1.2x from 100,000
