@@ -2,8 +2,8 @@
 module (``blockx --help`` lists them from ``blockx_cli.app.COMMANDS``), and a
 command's module loads the launcher, the chain ingest (the node's HTTP client, the
 PostgreSQL driver), the ABI library, the dashboard's web stack and the cluster's
-client only in the commands that use them; no command loads the Worker's or the
-dispatcher's engine."""
+client only in the commands that use them; a command of the cluster's client loads
+neither the Worker's engine nor the dispatcher's."""
 
 from __future__ import annotations
 
